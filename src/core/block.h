@@ -1,0 +1,58 @@
+// A Block is memory that may not exist yet (DESIGN.md invariant 3).
+//
+// Note [Block lifetime]
+// A Block knows its size and device from birth; its pointer stays null until the first op that
+// writes it runs (lazy allocation). Who provides the memory depends on the mode:
+//  - eager: the device's caching pool, taken in Device::Submit at the first write, given back
+//    when the last handle (Tensor, autograd saved tensor, op record) on the Block dies;
+//  - a graph in dynamic mode: the pool again, but taken and given back by the replay at the
+//    steps the analysis computed (first writer, last reader);
+//  - a graph in planned mode: an offset in the graph's arena, bound before replay; the Block
+//    does not own that memory and never frees it.
+// Persistent blocks (parameters, optimizer state, inputs, whatever the user still holds) are
+// never recycled by a graph: see IsPersistent in graph/analysis.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace loom {
+
+class Device;
+
+class Block {
+ public:
+  Block(size_t bytes, std::shared_ptr<Device> device);
+  ~Block();
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+
+  size_t bytes() const { return bytes_; }
+  Device* device() const { return device_.get(); }
+  const std::shared_ptr<Device>& device_ptr() const { return device_; }
+  uint64_t id() const { return id_; }  // unique in the process, for dumps and diagnostics
+
+  void* ptr() const { return ptr_; }
+  bool allocated() const { return ptr_ != nullptr; }
+  bool owns_memory() const { return owned_; }
+
+  void Allocate();        // takes memory from the device pool if there is none yet
+  void Release();         // gives owned memory back to the pool; the block becomes lazy again
+  void Bind(void* p);     // points at memory it does not own (a planned arena)
+  void Unbind();
+
+  // Marked by whoever creates long-lived state: parameters, optimizer state, running stats.
+  bool persistent() const { return persistent_; }
+  void set_persistent(bool p) { persistent_ = p; }
+
+ private:
+  size_t bytes_;
+  std::shared_ptr<Device> device_;
+  void* ptr_ = nullptr;
+  bool owned_ = false;
+  bool persistent_ = false;
+  uint64_t id_;
+};
+
+}  // namespace loom

@@ -1,0 +1,8 @@
+// LOOM_DEBUG levels (STYLE.md, "Debuggability"): 1 prints each graph's plan, 2 adds per-op
+// timing of replays, 3 adds every allocation. Read once from the environment.
+#pragma once
+
+namespace loom {
+int DebugLevel();
+void SetDebugLevel(int level);
+}  // namespace loom

@@ -1,0 +1,31 @@
+// Element types. float16 and bfloat16 are storage types: tensors can hold them and `cast`
+// converts to and from them, arithmetic kernels run on float32/float64.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool };
+
+size_t SizeOf(DType t);
+const char* Name(DType t);
+bool IsFloating(DType t);  // float32/float64/float16/bfloat16
+DType DTypeFromName(const std::string& name);  // "float32" -> kFloat32, throws DTypeError
+
+template <typename T> struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
+template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
+template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
+template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
+
+// IEEE half and bfloat16 conversions (round to nearest even), used by the cast kernels.
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+uint16_t FloatToBFloat16(float f);
+float BFloat16ToFloat(uint16_t b);
+
+}  // namespace loom

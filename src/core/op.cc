@@ -1,0 +1,150 @@
+#include "core/op.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "device/device.h"
+
+namespace loom {
+
+const char* Name(DeviceType t) { return t == DeviceType::kCPU ? "cpu" : "cuda"; }
+
+const std::string& OpRecord::name() const { return def->name; }
+
+std::string Attrs::ToString() const {
+  std::ostringstream o;
+  bool first = true;
+  for (auto& kv : items_) {
+    o << (first ? "" : ", ") << kv.first << "=";
+    first = false;
+    if (auto* i = std::get_if<int64_t>(&kv.second)) o << *i;
+    else if (auto* d = std::get_if<double>(&kv.second)) o << *d;
+    else if (auto* s = std::get_if<std::string>(&kv.second)) o << *s;
+    else o << loom::ToString(std::get<std::vector<int64_t>>(kv.second));
+  }
+  return o.str();
+}
+
+namespace {
+std::map<std::string, std::unique_ptr<OpDef>>& Registry() {
+  static std::map<std::string, std::unique_ptr<OpDef>> r;
+  return r;
+}
+OpDef& GetOrCreate(const std::string& name) {
+  auto& slot = Registry()[name];
+  if (!slot) {
+    slot = std::make_unique<OpDef>();
+    slot->name = name;
+  }
+  return *slot;
+}
+thread_local bool g_grad_enabled = true;
+}  // namespace
+
+OpDef& RegisterOp(const std::string& name) { return GetOrCreate(name); }
+
+void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn) {
+  GetOrCreate(name).kernels[int(device)] = fn;
+}
+
+const OpDef& GetOp(const std::string& name) {
+  auto it = Registry().find(name);
+  LOOM_CHECK(it != Registry().end() && it->second->infer, ValueError, "[ops] unknown op '", name, "'");
+  return *it->second;
+}
+
+std::vector<std::string> ListOps() {
+  std::vector<std::string> names;
+  for (auto& kv : Registry())
+    if (kv.second->infer) names.push_back(kv.first);
+  return names;
+}
+
+bool GradEnabled() { return g_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = prev_; }
+
+static Device* CommonDevice(const OpDef& def, const std::vector<Tensor>& inputs) {
+  Device* dev = nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOOM_CHECK(inputs[i].defined(), ValueError, "[", def.name, "] input ", i, " is undefined");
+    if (!dev) dev = inputs[i].device();
+    LOOM_CHECK(inputs[i].device() == dev, DeviceError, "[", def.name, "] inputs are on different devices: ",
+               inputs[0].Describe(), " and ", inputs[i].Describe());
+  }
+  return dev;
+}
+
+std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
+  const OpDef& def = GetOp(name);
+  Device* dev = CommonDevice(def, given);
+  LOOM_CHECK(dev, ValueError, "[", name, "] needs at least one input (use CallInto for creation ops)");
+  std::vector<Tensor> inputs = given;
+  if (!def.accepts_strided && !def.view)
+    for (Tensor& t : inputs)
+      if (!t.is_contiguous()) t = t.Contiguous();
+  std::vector<TensorMeta> in_metas;
+  in_metas.reserve(inputs.size());
+  for (const Tensor& t : inputs) in_metas.push_back({t.shape(), t.dtype()});
+  std::vector<TensorMeta> out_metas = def.infer(in_metas, attrs);
+
+  std::vector<Tensor> outputs;
+  if (def.view) {
+    outputs.push_back(def.view(inputs[0].Detach(), attrs));
+  } else {
+    OpRecord rec;
+    rec.def = &def;
+    rec.attrs = attrs;
+    rec.inputs.reserve(inputs.size());
+    for (const Tensor& t : inputs) rec.inputs.push_back(t.Detach());
+    for (const TensorMeta& m : out_metas) {
+      outputs.emplace_back(m.shape, m.dtype, inputs[0].device_ptr());
+      rec.outputs.push_back(outputs.back());
+    }
+    dev->Submit(std::move(rec));
+  }
+  RecordAutograd(def, attrs, inputs, outputs);
+  return outputs;
+}
+
+Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<Tensor> out = Call(name, inputs, attrs);
+  LOOM_ASSERT(out.size() == 1, name, " returns ", out.size(), " outputs");
+  return out[0];
+}
+
+void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs) {
+  const OpDef& def = GetOp(name);
+  LOOM_ASSERT(!def.view, "CallInto on view op ", name);
+  std::vector<Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  Device* dev = CommonDevice(def, all);
+  LOOM_CHECK(dev, ValueError, "[", name, "] has neither inputs nor outputs");
+  std::vector<TensorMeta> in_metas;
+  OpRecord rec;
+  rec.def = &def;
+  rec.attrs = attrs;
+  for (const Tensor& t : inputs) {
+    Tensor c = (!def.accepts_strided && !t.is_contiguous()) ? t.Detach().Contiguous() : t.Detach();
+    in_metas.push_back({c.shape(), c.dtype()});
+    rec.inputs.push_back(c);
+  }
+  std::vector<TensorMeta> out_metas = def.infer(in_metas, attrs);
+  LOOM_CHECK(out_metas.size() == outputs.size(), ValueError, "[", name, "] writes ", out_metas.size(),
+             " outputs, ", outputs.size(), " given");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    LOOM_CHECK(outputs[i].shape() == out_metas[i].shape && outputs[i].dtype() == out_metas[i].dtype, ShapeError,
+               "[", name, "] output ", i, " is ", outputs[i].Describe(), ", the op produces ",
+               Name(out_metas[i].dtype), " ", ToString(out_metas[i].shape));
+    LOOM_CHECK(def.accepts_strided || outputs[i].is_contiguous(), ValueError, "[", name, "] output ", i,
+               " must be contiguous");
+    rec.outputs.push_back(outputs[i].Detach());
+  }
+  dev->Submit(std::move(rec));
+}
+
+}  // namespace loom

@@ -1,0 +1,125 @@
+// Ops are data (DESIGN.md invariant 1).
+//
+// An OpDef declares one op kind in one place: its name, shape inference, which inputs and
+// outputs its backward needs, its backward (written with other ops) and, registered from the
+// backend folders, one kernel per device type. An OpRecord is one use of an op: kind,
+// attributes, the tensors it reads and the tensors it writes. Every op goes through
+// Device::Submit(OpRecord), which either runs the kernel now (eager) or appends the record to
+// the graph being captured. Graph passes, dumps and cost accounting read the same record.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/attrs.h"
+#include "core/tensor.h"
+
+namespace loom {
+
+enum class DeviceType : uint8_t { kCPU = 0, kCUDA = 1 };
+constexpr int kNumDeviceTypes = 2;
+const char* Name(DeviceType t);
+
+struct OpDef;
+
+struct OpRecord {
+  const OpDef* def = nullptr;
+  Attrs attrs;
+  std::vector<Tensor> inputs;   // read (plain views: no autograd state)
+  std::vector<Tensor> outputs;  // written; may alias inputs for in-place updates (optimizers)
+  uint64_t rng_offset = 0;      // first Philox counter of a random op, relative to the run's base
+
+  const std::string& name() const;
+};
+
+// What a kernel gets besides the record: the device and per-run values.
+struct KernelContext {
+  Device* device = nullptr;
+  uint64_t rng_seed = 0;  // the device generator's key
+  uint64_t rng_base = 0;  // added to OpRecord::rng_offset: advances every replay (invariant 6)
+};
+
+// x: ..., kernels never allocate tensors: outputs are allocated (or bound) before the call.
+using KernelFn = void (*)(const OpRecord& op, const KernelContext& ctx);
+
+struct TensorMeta {
+  Shape shape;
+  DType dtype;
+};
+
+// What a backward function receives. Only the inputs/outputs the OpDef declared in
+// saved_inputs/saved_outputs are defined (Note [Backward keeps only what it needs]).
+struct BackwardArgs {
+  const Attrs& attrs;
+  const std::vector<Tensor>& inputs;
+  const std::vector<Tensor>& outputs;
+  const std::vector<TensorMeta>& input_metas;
+  const std::vector<Tensor>& grad_outputs;  // undefined where no gradient flowed
+  const std::vector<bool>& needs_input_grad;
+};
+
+struct OpDef {
+  std::string name;
+  // Validates inputs and attributes (throwing typed errors that name the op) and returns the
+  // outputs' shapes and dtypes.
+  std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;
+  // Note [Backward keeps only what it needs] (DESIGN.md invariant 8): the autograd node keeps
+  // exactly these inputs/outputs alive, nothing else. Eager peak memory depends on it.
+  std::vector<int> saved_inputs;
+  std::vector<int> saved_outputs;
+  // Returns one gradient per input (undefined where none). Null: not differentiable.
+  std::function<std::vector<Tensor>(const BackwardArgs&)> backward;
+  // For random ops: how many Philox counters one run of the op consumes.
+  std::function<uint64_t(const OpRecord&)> random_draws;
+  // Kernels receive contiguous inputs unless this is set (then they honour strides).
+  bool accepts_strided = false;
+  // A view op produces its output without a kernel, sharing the input's block.
+  std::function<Tensor(const Tensor&, const Attrs&)> view;
+
+  std::array<KernelFn, kNumDeviceTypes> kernels{};
+};
+
+// The op registry. Op declarations (src/core/ops/*.cc) and kernels (src/device/*/...) register
+// by name from static initialisers, in any order.
+OpDef& RegisterOp(const std::string& name);
+void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn);
+const OpDef& GetOp(const std::string& name);  // throws ValueError for an unknown op
+std::vector<std::string> ListOps();
+
+#define LOOM_CONCAT_INNER(a, b) a##b
+#define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
+// LOOM_OP(relu) { def.infer = ...; def.backward = ...; }
+#define LOOM_OP(opname)                                                          \
+  static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def);         \
+  static const bool LOOM_CONCAT(loom_op_registered_, opname) =                   \
+      (LOOM_CONCAT(loom_define_op_, opname)(::loom::RegisterOp(#opname)), true); \
+  static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def)
+// LOOM_KERNEL(relu, kCPU, ReluCpu);
+#define LOOM_KERNEL(opname, devtype, fn)                                                  \
+  static const bool LOOM_CONCAT(loom_kernel_registered_##opname##_, devtype) =            \
+      (::loom::RegisterKernel(#opname, ::loom::DeviceType::devtype, fn), true)
+
+// ---- Calling ops ----
+// Call: runs (or buffers) `name` on `inputs`, creating fresh outputs, and records autograd
+// history when gradients are enabled and an input requires them.
+std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+// CallInto: writes into given outputs (in-place updates such as optimizer steps, fills).
+// No autograd history.
+void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs = {});
+
+// Gradient mode (thread-local). Backward runs with gradients disabled.
+bool GradEnabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+ private:
+  bool prev_;
+};
+
+}  // namespace loom

@@ -1,0 +1,59 @@
+// Helpers for op declarations (shape inference and checks shared by several ops).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+#include "core/ops.h"
+
+namespace loom {
+namespace opdecl {
+
+inline void CheckArity(const std::string& op, const std::vector<TensorMeta>& in, size_t n) {
+  LOOM_CHECK(in.size() == n, ValueError, "[", op, "] takes ", n, " inputs, got ", in.size());
+}
+
+// Arithmetic kernels run on float32 and float64.
+inline void CheckFloat(const std::string& op, const TensorMeta& m, const char* what = "input") {
+  LOOM_CHECK(m.dtype == DType::kFloat32 || m.dtype == DType::kFloat64, DTypeError, "[", op, "] ", what,
+             " must be float32 or float64, got ", Name(m.dtype));
+}
+
+inline void CheckSameDType(const std::string& op, const TensorMeta& a, const TensorMeta& b) {
+  LOOM_CHECK(a.dtype == b.dtype, DTypeError, "[", op, "] dtypes differ: ", Name(a.dtype), " and ", Name(b.dtype));
+}
+
+// One float input, one output of the same shape and dtype.
+inline std::vector<TensorMeta> UnaryFloat(const std::string& op, const std::vector<TensorMeta>& in) {
+  CheckArity(op, in, 1);
+  CheckFloat(op, in[0]);
+  return {in[0]};
+}
+
+// Two float inputs of one dtype; output has their broadcast shape.
+inline std::vector<TensorMeta> BinaryBroadcast(const std::string& op, const std::vector<TensorMeta>& in) {
+  CheckArity(op, in, 2);
+  CheckFloat(op, in[0], "lhs");
+  CheckFloat(op, in[1], "rhs");
+  CheckSameDType(op, in[0], in[1]);
+  return {{BroadcastShapes(in[0].shape, in[1].shape, op.c_str()), in[0].dtype}};
+}
+
+// Two float inputs of exactly one shape and dtype (gradient ops: (x or y, dy) -> dx).
+inline std::vector<TensorMeta> SameShapePair(const std::string& op, const std::vector<TensorMeta>& in) {
+  CheckArity(op, in, 2);
+  CheckFloat(op, in[0]);
+  CheckSameDType(op, in[0], in[1]);
+  LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[", op, "] shapes differ: ", ToString(in[0].shape), " and ",
+             ToString(in[1].shape));
+  return {in[0]};
+}
+
+// Creation ops carry their output's shape and dtype as attributes.
+inline std::vector<TensorMeta> FromAttrs(const std::vector<TensorMeta>&, const Attrs& a) {
+  return {{a.Ints("shape"), DType(a.Int("dtype"))}};
+}
+
+}  // namespace opdecl
+}  // namespace loom

@@ -1,0 +1,54 @@
+#include "core/shape.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace loom {
+
+int64_t NumElements(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string ToString(const Shape& s) {
+  std::ostringstream o;
+  o << "(";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  if (s.size() == 1) o << ",";
+  o << ")";
+  return o.str();
+}
+
+Shape ContiguousStrides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+Shape BroadcastShapes(const Shape& a, const Shape& b, const char* op) {
+  size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    int64_t da = i < r - a.size() ? 1 : a[i - (r - a.size())];
+    int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
+    LOOM_CHECK(da == db || da == 1 || db == 1, ShapeError, "[", op, "] shapes ", ToString(a), " and ",
+               ToString(b), " do not broadcast (dimension ", i, ": ", da, " vs ", db, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+int64_t NormalizeAxis(int64_t axis, int64_t rank, const char* op) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  LOOM_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), ValueError, "[", op, "] axis ", axis,
+             " is out of range for a tensor of rank ", rank);
+  return a;
+}
+
+}  // namespace loom

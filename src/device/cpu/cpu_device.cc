@@ -1,0 +1,27 @@
+// The CPU device: 64-byte aligned memory from the caching pool, kernels from
+// src/device/cpu/kernels, work split by ParallelFor.
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "device/device.h"
+
+namespace loom {
+
+namespace {
+class CpuDeviceImpl : public Device {
+ public:
+  CpuDeviceImpl()
+      : Device(DeviceType::kCPU, 0, [](size_t bytes) { return std::aligned_alloc(64, (bytes + 63) & ~size_t(63)); },
+               [](void* p) { std::free(p); }) {}
+  void MemcpyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void MemcpyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+};
+}  // namespace
+
+std::shared_ptr<Device> CpuDevice() {
+  static std::shared_ptr<Device> dev = std::make_shared<CpuDeviceImpl>();
+  return dev;
+}
+
+}  // namespace loom

@@ -1,0 +1,93 @@
+// Helpers shared by the CPU kernels: dtype dispatch, parallel element loops, broadcasting.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "core/op.h"
+#include "device/cpu/parallel.h"
+
+namespace loom {
+namespace cpu {
+
+// Elements per task below which splitting across threads costs more than it saves.
+constexpr int64_t kGrain = 32768;
+
+// Calls f(T{}) with T = float or double for the tensor's dtype.
+template <typename F>
+void FloatDispatch(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(float{}); return;
+    case DType::kFloat64: f(double{}); return;
+    default: throw DTypeError(detail::Cat("[", op, "] no CPU kernel for dtype ", Name(t)));
+  }
+}
+
+// out[i] = f(x[i]) for contiguous tensors.
+template <typename T, typename F>
+void UnaryLoop(const T* x, T* y, int64_t n, F f) {
+  ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
+  });
+}
+
+// out[i] = f(a[i], b[i]) for contiguous tensors of the same shape.
+template <typename T, typename F>
+void BinaryLoop(const T* a, const T* b, T* y, int64_t n, F f) {
+  ParallelFor(n, kGrain, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) y[i] = f(a[i], b[i]);
+  });
+}
+
+// Strides of `in` broadcast to `out_shape` (0 along broadcast dimensions), in elements.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out_shape);
+
+// y = f(a, b) with numpy broadcasting: a, b contiguous, y contiguous of the broadcast shape.
+template <typename T, typename F>
+void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) {
+  const T* a = ta.data<T>();
+  const T* b = tb.data<T>();
+  T* y = ty.data<T>();
+  int64_t n = ty.numel();
+  if (ta.shape() == ty.shape() && tb.shape() == ty.shape()) return BinaryLoop(a, b, y, n, f);
+  if (tb.numel() == 1 && ta.shape() == ty.shape()) {
+    T s = b[0];
+    return UnaryLoop(a, y, n, [&](T v) { return f(v, s); });
+  }
+  if (ta.numel() == 1 && tb.shape() == ty.shape()) {
+    T s = a[0];
+    return UnaryLoop(b, y, n, [&](T v) { return f(s, v); });
+  }
+  // Row broadcast: a is (..., N) full, b is (N) (bias-like), or the reverse.
+  const Shape& os = ty.shape();
+  int64_t inner = os.empty() ? 1 : os.back();
+  if (ta.shape() == os && tb.numel() == inner && (tb.ndim() == 0 || tb.shape().back() == inner)) {
+    ParallelFor(n / inner, std::max<int64_t>(1, kGrain / inner), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = f(a[r * inner + j], b[j]);
+    });
+    return;
+  }
+  // General case: walk the output with an odometer over the leading dimensions.
+  std::vector<int64_t> sa = BroadcastStrides(ta.shape(), os), sb = BroadcastStrides(tb.shape(), os);
+  int64_t rank = int64_t(os.size());
+  int64_t rows = n / inner;
+  int64_t ia_in = sa.back(), ib_in = sb.back();
+  ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t rem = r, oa = 0, ob = 0;
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        int64_t idx = rem % os[size_t(d)];
+        rem /= os[size_t(d)];
+        oa += idx * sa[size_t(d)];
+        ob += idx * sb[size_t(d)];
+      }
+      T* yr = y + r * inner;
+      for (int64_t j = 0; j < inner; ++j) yr[j] = f(a[oa + j * ia_in], b[ob + j * ib_in]);
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace loom

@@ -1,0 +1,174 @@
+// CPU kernels: fill, random fills, strided copy, cast.
+#include <cmath>
+#include <cstring>
+
+#include "device/cpu/kernels/common.h"
+#include "device/philox.h"
+
+namespace loom {
+namespace cpu {
+namespace {
+
+template <typename T>
+void FillTyped(T* y, int64_t n, T v) {
+  ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = v;
+  });
+}
+
+// () -> y: any shape, any dtype
+void FillCpu(const OpRecord& op, const KernelContext&) {
+  const Tensor& y = op.outputs[0];
+  double v = op.attrs.Float("value");
+  int64_t n = y.numel();
+  switch (y.dtype()) {
+    case DType::kFloat32: FillTyped(y.data<float>(), n, float(v)); break;
+    case DType::kFloat64: FillTyped(y.data<double>(), n, v); break;
+    case DType::kInt32: FillTyped(y.data<int32_t>(), n, int32_t(v)); break;
+    case DType::kInt64: FillTyped(y.data<int64_t>(), n, int64_t(v)); break;
+    case DType::kUInt8:
+    case DType::kBool: FillTyped(y.data<uint8_t>(), n, uint8_t(v)); break;
+    case DType::kFloat16: FillTyped(y.data<uint16_t>(), n, FloatToHalf(float(v))); break;
+    case DType::kBFloat16: FillTyped(y.data<uint16_t>(), n, FloatToBFloat16(float(v))); break;
+  }
+}
+
+// Element i uses word i % 4 of Philox(key, base + offset + i / 4): the same numbers whatever the
+// thread split, on every backend.
+template <typename T, typename F>
+void RandomFill(const OpRecord& op, const KernelContext& ctx, F transform) {
+  const Tensor& y = op.outputs[0];
+  T* p = y.data<T>();
+  int64_t n = y.numel();
+  uint64_t base = ctx.rng_base + op.rng_offset;
+  ParallelFor((n + 3) / 4, kGrain / 4, [&](int64_t b, int64_t e) {
+    for (int64_t g = b; g < e; ++g) {
+      Philox4 r = Philox4x32(ctx.rng_seed, base + uint64_t(g));
+      for (int j = 0; j < 4 && g * 4 + j < n; ++j) p[g * 4 + j] = transform(r, j);
+    }
+  });
+}
+
+// () -> y: float, uniform in [low, high)
+void UniformCpu(const OpRecord& op, const KernelContext& ctx) {
+  double lo = op.attrs.Float("low"), hi = op.attrs.Float("high");
+  FloatDispatch(op.outputs[0].dtype(), "uniform", [&](auto t) {
+    using T = decltype(t);
+    RandomFill<T>(op, ctx, [&](const Philox4& r, int j) { return T(lo + (hi - lo) * PhiloxUniformF(r.v[j])); });
+  });
+}
+
+// () -> y: float, normal(mean, std) by Box-Muller on word pairs
+void NormalCpu(const OpRecord& op, const KernelContext& ctx) {
+  double mean = op.attrs.Float("mean"), sd = op.attrs.Float("std");
+  FloatDispatch(op.outputs[0].dtype(), "normal", [&](auto t) {
+    using T = decltype(t);
+    RandomFill<T>(op, ctx, [&](const Philox4& r, int j) {
+      int pair = j & ~1;
+      double u1 = (double(r.v[pair] >> 8) + 1.0) * (1.0 / 16777217.0);  // (0, 1]
+      double u2 = double(r.v[pair + 1] >> 8) * (1.0 / 16777216.0);
+      double rad = std::sqrt(-2.0 * std::log(u1));
+      double z = (j & 1) ? rad * std::sin(2 * M_PI * u2) : rad * std::cos(2 * M_PI * u2);
+      return T(mean + sd * z);
+    });
+  });
+}
+
+// () -> y: float or uint8, 1 with probability p
+void BernoulliCpu(const OpRecord& op, const KernelContext& ctx) {
+  double p = op.attrs.Float("p");
+  DType dt = op.outputs[0].dtype();
+  if (dt == DType::kUInt8 || dt == DType::kBool) {
+    RandomFill<uint8_t>(op, ctx, [&](const Philox4& r, int j) { return uint8_t(PhiloxUniformF(r.v[j]) < p); });
+    return;
+  }
+  FloatDispatch(dt, "bernoulli", [&](auto t) {
+    using T = decltype(t);
+    RandomFill<T>(op, ctx, [&](const Philox4& r, int j) { return T(PhiloxUniformF(r.v[j]) < p ? 1 : 0); });
+  });
+}
+
+// x: any strides -> y: any strides, same shape and dtype
+void CopyCpu(const OpRecord& op, const KernelContext&) {
+  const Tensor& x = op.inputs[0];
+  const Tensor& y = op.outputs[0];
+  size_t es = SizeOf(x.dtype());
+  int64_t n = x.numel();
+  if (x.is_contiguous() && y.is_contiguous()) {
+    const char* s = static_cast<const char*>(x.raw_data());
+    char* d = static_cast<char*>(y.raw_data());
+    ParallelFor(n, kGrain, [&](int64_t b, int64_t e) { std::memcpy(d + b * es, s + b * es, size_t(e - b) * es); });
+    return;
+  }
+  const Shape& sh = x.shape();
+  int64_t rank = int64_t(sh.size());
+  int64_t inner = rank ? sh.back() : 1;
+  int64_t xs_in = rank ? x.strides().back() : 1, ys_in = rank ? y.strides().back() : 1;
+  const char* s = static_cast<const char*>(x.raw_data());
+  char* d = static_cast<char*>(y.raw_data());
+  ParallelFor(n / std::max<int64_t>(inner, 1), std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)),
+              [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                  int64_t rem = r, ox = 0, oy = 0;
+                  for (int64_t dd = rank - 2; dd >= 0; --dd) {
+                    int64_t idx = rem % sh[size_t(dd)];
+                    rem /= sh[size_t(dd)];
+                    ox += idx * x.strides()[size_t(dd)];
+                    oy += idx * y.strides()[size_t(dd)];
+                  }
+                  for (int64_t j = 0; j < inner; ++j)
+                    std::memcpy(d + (oy + j * ys_in) * int64_t(es), s + (ox + j * xs_in) * int64_t(es), es);
+                }
+              });
+}
+
+// Reads element i of any dtype as double, writes double into any dtype.
+double Load(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<const float*>(p)[i];
+    case DType::kFloat64: return static_cast<const double*>(p)[i];
+    case DType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DType::kInt64: return double(static_cast<const int64_t*>(p)[i]);
+    case DType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+    case DType::kBool: return static_cast<const uint8_t*>(p)[i] != 0;
+  }
+  return 0;
+}
+void Store(DType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DType::kFloat32: static_cast<float*>(p)[i] = float(v); return;
+    case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(float(v)); return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = FloatToBFloat16(float(v)); return;
+    case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); return;
+    case DType::kInt64: static_cast<int64_t*>(p)[i] = int64_t(v); return;
+    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); return;
+    case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; return;
+  }
+}
+
+// x: (...) any dtype -> y: (...) dtype attr
+void CastCpu(const OpRecord& op, const KernelContext&) {
+  const Tensor& x = op.inputs[0];
+  const Tensor& y = op.outputs[0];
+  DType tx = x.dtype(), ty = y.dtype();
+  const void* px = x.raw_data();
+  void* py = y.raw_data();
+  ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) Store(ty, py, i, Load(tx, px, i));
+  });
+}
+
+}  // namespace
+
+LOOM_KERNEL(fill, kCPU, FillCpu);
+LOOM_KERNEL(uniform, kCPU, UniformCpu);
+LOOM_KERNEL(normal, kCPU, NormalCpu);
+LOOM_KERNEL(bernoulli, kCPU, BernoulliCpu);
+LOOM_KERNEL(copy, kCPU, CopyCpu);
+LOOM_KERNEL(cast, kCPU, CastCpu);
+
+}  // namespace cpu
+}  // namespace loom

@@ -1,0 +1,144 @@
+#include "device/cpu/parallel.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/blas.h"
+
+namespace loom {
+
+namespace {
+thread_local bool t_serial = false;
+
+class Pool {
+ public:
+  explicit Pool(int n) : n_(n) {
+    for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { Loop(i); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return n_; }
+
+  // Runs job(i) for i in [0, parts) with the caller doing part 0.
+  void Run(int parts, const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> run_lock(run_mu_);  // one fan-out at a time
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      job_ = &job;
+      parts_ = parts;
+      next_ = 1;
+      done_ = 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    bool prev = t_serial;
+    t_serial = true;
+    job(0);
+    t_serial = prev;
+    std::unique_lock<std::mutex> l(mu_);
+    TakeWork(l);
+    done_cv_.wait(l, [&] { return done_ == parts_; });
+    job_ = nullptr;
+  }
+
+ private:
+  void TakeWork(std::unique_lock<std::mutex>& l) {
+    while (job_ && next_ < parts_) {
+      int i = next_++;
+      const std::function<void(int)>* job = job_;
+      l.unlock();
+      (*job)(i);
+      l.lock();
+      if (++done_ == parts_) done_cv_.notify_all();
+    }
+  }
+  void Loop(int) {
+    t_serial = true;
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> l(mu_);
+    while (true) {
+      cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      TakeWork(l);
+    }
+  }
+
+  int n_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_, run_mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  int parts_ = 0, next_ = 0, done_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+int DefaultThreads() {
+  if (const char* s = std::getenv("LOOM_NUM_THREADS")) {
+    int n = std::atoi(s);
+    if (n > 0) return n;
+  }
+  unsigned h = std::thread::hardware_concurrency();
+  return h ? int(h) : 1;
+}
+
+std::mutex g_pool_mu;
+std::unique_ptr<Pool>& PoolSlot() {
+  static std::unique_ptr<Pool> p;
+  return p;
+}
+Pool& GetPool() {
+  std::lock_guard<std::mutex> l(g_pool_mu);
+  auto& p = PoolSlot();
+  if (!p) {
+    int n = DefaultThreads();
+    p = std::make_unique<Pool>(n);
+    BlasSetThreads(n);
+  }
+  return *p;
+}
+}  // namespace
+
+int NumThreads() { return GetPool().size(); }
+
+void SetNumThreads(int n) {
+  if (n < 1) n = 1;
+  std::lock_guard<std::mutex> l(g_pool_mu);
+  PoolSlot() = std::make_unique<Pool>(n);
+  BlasSetThreads(n);
+}
+
+void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (t_serial || n <= grain) {
+    f(0, n);
+    return;
+  }
+  Pool& pool = GetPool();
+  int64_t parts = std::min<int64_t>(pool.size(), (n + grain - 1) / grain);
+  if (parts <= 1) {
+    f(0, n);
+    return;
+  }
+  int64_t chunk = (n + parts - 1) / parts;
+  pool.Run(int(parts), [&](int i) {
+    int64_t b = i * chunk, e = std::min(n, b + chunk);
+    if (b < e) f(b, e);
+  });
+}
+
+SerialRegion::SerialRegion() : prev_(t_serial) { t_serial = true; }
+SerialRegion::~SerialRegion() { t_serial = prev_; }
+
+}  // namespace loom

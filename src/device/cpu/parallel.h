@@ -1,0 +1,27 @@
+// Work splitting on the CPU: a small fixed pool (LOOM_NUM_THREADS, default: the core count).
+//
+// ParallelFor(n, grain, f) calls f(begin, end) on disjoint ranges covering [0, n). Ranges are a
+// pure function of (n, grain, thread count), never of timing, so results are deterministic.
+// Called from inside a pool task or from a graph worker thread it runs inline: the parallel
+// replay already keeps every core busy, and nesting would oversubscribe them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace loom {
+
+int NumThreads();
+void SetNumThreads(int n);  // also sets OpenBLAS's thread count
+void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+
+// Marks the calling thread as one that must not fan out (graph replay workers).
+class SerialRegion {
+ public:
+  SerialRegion();
+  ~SerialRegion();
+ private:
+  bool prev_;
+};
+
+}  // namespace loom

@@ -1,0 +1,46 @@
+// Worker threads for the dependency-driven replay. Kept alive between replays (a replay of a
+// small step is shorter than starting threads). Each worker runs inside a SerialRegion so that
+// kernels do not fan out again on the same cores.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+class ReplayWorkers {
+ public:
+  explicit ReplayWorkers(int n);
+  ~ReplayWorkers();
+  int size() const { return int(threads_.size()) + 1; }  // the caller works too
+
+  // Runs every op once, op i only after all its predecessors. run(op, thread) may throw: the
+  // first exception stops the scheduling of new ops and is rethrown here.
+  void Run(const std::vector<std::vector<int>>& succs, const std::vector<int>& npreds,
+           const std::function<void(int, int)>& run);
+
+ private:
+  void Loop(int thread);
+  void Work(int thread, std::unique_lock<std::mutex>& lock);
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  bool stop_ = false;
+  uint64_t generation_ = 0;
+  // The current run.
+  const std::vector<std::vector<int>>* succs_ = nullptr;
+  const std::function<void(int, int)>* run_ = nullptr;
+  std::vector<int> remaining_;
+  std::vector<int> ready_;
+  size_t finished_ = 0, total_ = 0;
+  int busy_ = 0;
+  std::exception_ptr error_;
+};
+
+}  // namespace loom

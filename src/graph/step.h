@@ -1,0 +1,56 @@
+// CapturedStep: a step function turned into replayed graphs, one per input signature.
+//
+// The first call with a given (shape, dtype, device) of every input copies the inputs into
+// persistent placeholder tensors, captures fn(placeholders) on the device, and runs the graph
+// once. Later calls with the same signature copy the new inputs into the placeholders and replay
+// (inputs are fed, not baked: DESIGN.md invariant 6). A new signature either captures another
+// graph (recapture = true: the last, smaller batch of an epoch just works) or throws a
+// GraphError that shows what differs.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+class Device;
+class Graph;
+
+class CapturedStep {
+ public:
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+  CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string name = "step", bool recapture = true,
+               bool sequential = true);
+  ~CapturedStep();
+
+  // Runs the step on `inputs`; returns the step's outputs (tensors the graph keeps alive and
+  // rewrites on every replay: read them before the next call).
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+
+  void set_sequential(bool s) { sequential_ = s; }
+  size_t num_graphs() const { return entries_.size(); }
+  // The graph for the most recent call.
+  Graph& last_graph();
+  static std::string Signature(const std::vector<Tensor>& inputs);
+
+ private:
+  struct Entry {
+    std::string graph_key;
+    std::vector<Tensor> placeholders;
+    std::vector<Tensor> outputs;
+  };
+  std::shared_ptr<Device> device_;
+  Fn fn_;
+  std::string name_;
+  bool recapture_;
+  bool sequential_;
+  std::map<std::string, Entry> entries_;
+  std::string last_key_;
+};
+
+}  // namespace loom

@@ -1,0 +1,115 @@
+#include "nn/optimizer.h"
+
+#include "core/ops.h"
+#include "device/device.h"
+
+namespace loom {
+namespace nn {
+
+Optimizer::Optimizer(double lr) : lr_(lr) {
+  LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
+}
+
+void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
+  for (const auto& pg : param_grads) Apply(0, pg.second, pg.first, pg.first.name());
+}
+
+Tensor Optimizer::DeviceScalar(const std::shared_ptr<Device>& dev, double value) {
+  Device::SetupScope setup(dev.get());
+  Tensor t = ops::Full({}, value, DType::kFloat64, dev);
+  t.block()->set_persistent(true);
+  return t;
+}
+
+void Optimizer::SetLearningRate(double lr) {
+  LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
+  lr_ = lr;
+  // A host write is a feed: it reaches the block now and every later replay reads it.
+  for (auto& kv : lr_tensors_) kv.second.CopyFromHost(&lr_, sizeof(double));
+}
+
+const Tensor& Optimizer::LearningRateTensor(const std::shared_ptr<Device>& dev) {
+  auto it = lr_tensors_.find(dev.get());
+  if (it == lr_tensors_.end()) it = lr_tensors_.emplace(dev.get(), DeviceScalar(dev, lr_)).first;
+  return it->second;
+}
+
+Tensor& Optimizer::State(const Tensor& param, const std::string& name, const std::string& slot) {
+  std::string key = (name.empty() ? "block" + std::to_string(param.block()->id()) : name) + "/" + slot;
+  auto it = states_.find(key);
+  if (it != states_.end()) {
+    LOOM_CHECK(it->second.shape() == param.shape(), ShapeError, "[optimizer] state '", key, "' is ",
+               it->second.Describe(), " but the parameter is ", param.Describe());
+    return it->second;
+  }
+  Device::SetupScope setup(param.device());
+  Tensor s = ops::Zeros(param.shape(), param.dtype(), param.device_ptr());
+  s.block()->set_persistent(true);
+  return states_.emplace(key, s).first->second;
+}
+
+static void CheckParamGrad(const char* op, const Tensor& grad, const Tensor& param) {
+  LOOM_CHECK(param.defined() && grad.defined(), ValueError, "[", op, "] parameter or gradient is undefined");
+  LOOM_CHECK(param.device() == grad.device(), DeviceError, "[", op, "] parameter ", param.Describe(),
+             " and gradient ", grad.Describe(), " are on different devices");
+  LOOM_CHECK(param.shape() == grad.shape(), ShapeError, "[", op, "] parameter ", param.Describe(), " and gradient ",
+             grad.Describe(), " differ in shape");
+  LOOM_CHECK(param.is_contiguous(), ValueError, "[", op, "] parameter ", param.Describe(), " must be contiguous");
+}
+
+SGD::SGD(double lr, double momentum, double weight_decay, bool nesterov, double dampening)
+    : Optimizer(lr), momentum_(momentum), weight_decay_(weight_decay), dampening_(dampening), nesterov_(nesterov) {
+  LOOM_CHECK(momentum >= 0, ValueError, "[sgd] momentum ", momentum, " is negative");
+  LOOM_CHECK(weight_decay >= 0, ValueError, "[sgd] weight decay ", weight_decay, " is negative");
+  LOOM_CHECK(!nesterov || (momentum > 0 && dampening == 0), ValueError,
+             "[sgd] Nesterov momentum needs momentum > 0 and no dampening");
+}
+
+void SGD::Apply(int64_t, const Tensor& grad, const Tensor& param, const std::string& name) {
+  CheckParamGrad("sgd", grad, param);
+  NoGradGuard no_grad;
+  Attrs a{{"momentum", momentum_}, {"weight_decay", weight_decay_}, {"nesterov", int64_t(nesterov_)},
+          {"dampening", dampening_}};
+  const Tensor& lr = LearningRateTensor(param.device_ptr());
+  if (momentum_ == 0) {
+    CallInto("sgd_update", {param, grad, lr}, {param}, a);
+  } else {
+    Tensor& buf = State(param, name, "momentum");
+    CallInto("sgd_update", {param, grad, lr, buf}, {param, buf}, a);
+  }
+}
+
+Adam::Adam(double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled)
+    : Optimizer(lr), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay), decoupled_(decoupled) {
+  LOOM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ValueError, "[adam] betas (", beta1, ", ", beta2,
+             ") must lie in [0, 1)");
+  LOOM_CHECK(eps > 0, ValueError, "[adam] eps ", eps, " must be positive");
+}
+
+void Adam::Apply(int64_t, const Tensor& grad, const Tensor& param, const std::string& name) {
+  CheckParamGrad("adam", grad, param);
+  NoGradGuard no_grad;
+  Device* dev = param.device();
+  auto it = step_tensors_.find(dev);
+  if (it == step_tensors_.end()) {
+    it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
+    step_bumped_by_[dev] = param.block();
+  }
+  // The step count advances once per step: with the update of the first parameter this
+  // optimizer ever saw (backward hands parameters out in the same order every step).
+  if (step_bumped_by_[dev] == param.block()) CallInto("increment", {it->second}, {it->second});
+  Tensor& m = State(param, name, "m");
+  Tensor& v = State(param, name, "v");
+  const Tensor& lr = LearningRateTensor(param.device_ptr());
+  Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_},
+          {"decoupled", int64_t(decoupled_)}};
+  CallInto("adam_update", {param, grad, lr, m, v, it->second}, {param, m, v}, a);
+}
+
+int64_t Adam::steps_taken(const std::shared_ptr<Device>& dev) {
+  auto it = step_tensors_.find(dev.get());
+  return it == step_tensors_.end() ? 0 : int64_t(it->second.Item());
+}
+
+}  // namespace nn
+}  // namespace loom

@@ -1,0 +1,80 @@
+// Optimizers. Each parameter update is one fused op (sgd_update, adam_update) submitted to the
+// parameter's device, so it is buffered and replayed like any other op. The learning rate and
+// the step count live on the device: SetLearningRate between replays changes the next replay
+// (no new capture). State tensors (momentum, Adam moments) are created once, as setup, even when
+// the first Apply happens inside a capture (Note [Setup inside a capture] in device.h), and are
+// marked persistent so a graph never recycles them.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom {
+namespace nn {
+
+class Optimizer {
+ public:
+  explicit Optimizer(double lr);
+  virtual ~Optimizer() = default;
+
+  // SINGA's spelling: update `param` in place with `grad`. `step` is the caller's step number
+  // (informational: the device-side count is what the update reads); `name` keys the state
+  // (empty: keyed by the parameter's storage).
+  virtual void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") = 0;
+  // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss).
+  void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+
+  void SetLearningRate(double lr);
+  double learning_rate() const { return lr_; }
+  // The device scalar (float64, shape ()) the update kernels read on `dev`.
+  const Tensor& LearningRateTensor(const std::shared_ptr<Device>& dev);
+
+  // Named state tensors, for checkpoints: "<param key>/<slot>" -> tensor.
+  const std::map<std::string, Tensor>& states() const { return states_; }
+
+ protected:
+  // The state slot `slot` of `param`, created as zeros (in setup) on first use.
+  Tensor& State(const Tensor& param, const std::string& name, const std::string& slot);
+  // A persistent float64 scalar on `dev` holding `value`, created in setup.
+  static Tensor DeviceScalar(const std::shared_ptr<Device>& dev, double value);
+
+ private:
+  double lr_;
+  std::map<Device*, Tensor> lr_tensors_;
+  std::map<std::string, Tensor> states_;
+};
+
+class SGD : public Optimizer {
+ public:
+  explicit SGD(double lr, double momentum = 0, double weight_decay = 0, bool nesterov = false,
+               double dampening = 0);
+  void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+
+ private:
+  double momentum_, weight_decay_, dampening_;
+  bool nesterov_;
+};
+
+// Adam (weight_decay added to the gradient) or AdamW (decoupled = true: decay applied to the
+// parameter). The step count is a device scalar advanced by an op in the step, so replays count.
+class Adam : public Optimizer {
+ public:
+  explicit Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0,
+                bool decoupled = false);
+  void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+  // Number of completed steps (a host read: synchronises).
+  int64_t steps_taken(const std::shared_ptr<Device>& dev);
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+  bool decoupled_;
+  std::map<Device*, Tensor> step_tensors_;
+  std::map<Device*, Block*> step_bumped_by_;  // the parameter whose update advances the count
+};
+
+}  // namespace nn
+}  // namespace loom

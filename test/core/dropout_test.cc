@@ -1,0 +1,153 @@
+// Dropout: the mask follows the device's Philox stream (fresh on every call, reproducible from
+// the seed), the kept fraction is 1 - p, y = x * mask / (1 - p), and backward is
+// dy * mask / (1 - p) with the mask the forward drew.
+#include "common/harness.h"
+#include "device/philox.h"
+
+namespace loom {
+namespace test {
+namespace {
+
+// Runs the op itself to get both outputs: y and the uint8 mask.
+std::pair<Tensor, Tensor> DropoutWithMask(const Tensor& x, double p) {
+  std::vector<Tensor> out = Call("dropout", {x}, Attrs{{"p", p}});
+  EXPECT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].dtype(), DType::kUInt8);
+  EXPECT_EQ(out[1].shape(), x.shape());
+  return {out[0], out[1]};
+}
+
+TEST(Dropout, ForwardScalesKeptValues) {
+  const double p = 0.3;
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Tensor x = RandomTensor({50, 40}, dt, 1, 0.5, 2);  // nonzero, so y == 0 exactly where dropped
+    auto [y, mask] = DropoutWithMask(x, p);
+    std::vector<double> xv = ToDoubles(x), yv = ToDoubles(y);
+    std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
+    std::vector<double> want(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) {
+      ASSERT_LE(mv[i], 1);
+      want[i] = mv[i] ? xv[i] / (1 - p) : 0;
+    }
+    ExpectClose(yv, want, dt == DType::kFloat32 ? 1e-6 : 1e-15, 0, std::string("dropout ") + Name(dt));
+    // ops::Dropout returns y only.
+    Tensor y2 = ops::Dropout(x, p);
+    EXPECT_EQ(y2.shape(), x.shape());
+    EXPECT_EQ(y2.dtype(), dt);
+  }
+}
+
+TEST(Dropout, MaskIsPhiloxBernoulliAtTheDeviceCounter) {
+  auto dev = Cpu();
+  const double p = 0.25;
+  const int64_t n = 1001;  // not a multiple of 4
+  Tensor x = ops::Ones({n}, DType::kFloat32, dev);
+  dev->SetRandSeed(77);
+  dev->AdvanceRng(5);
+  uint64_t c0 = dev->rng_counter();
+  auto [y, mask] = DropoutWithMask(x, p);
+  EXPECT_EQ(dev->rng_counter(), c0 + uint64_t(n + 3) / 4);
+  std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    Philox4 r = Philox4x32(77, c0 + uint64_t(i / 4));
+    ASSERT_EQ(mv[size_t(i)], uint8_t(PhiloxUniformF(r.v[i % 4]) < 1 - p)) << "element " << i;
+  }
+  // The same draw as bernoulli(1 - p) at the same counter.
+  dev->SetRandSeed(77);
+  dev->AdvanceRng(5);
+  Tensor b = ops::Bernoulli({n}, 1 - p, DType::kUInt8, dev);
+  EXPECT_EQ(b.ToVector<uint8_t>(), mv);
+}
+
+TEST(Dropout, FreshNumbersEachCallAndSeedReproduces) {
+  auto dev = Cpu();
+  Tensor x = ops::Ones({4096}, DType::kFloat32, dev);
+  dev->SetRandSeed(123);
+  std::vector<float> a = ops::Dropout(x, 0.5).ToVector<float>();
+  std::vector<float> b = ops::Dropout(x, 0.5).ToVector<float>();
+  EXPECT_NE(a, b);
+  dev->SetRandSeed(123);
+  EXPECT_EQ(ops::Dropout(x, 0.5).ToVector<float>(), a);
+  EXPECT_EQ(ops::Dropout(x, 0.5).ToVector<float>(), b);
+  dev->SetRandSeed(124);
+  EXPECT_NE(ops::Dropout(x, 0.5).ToVector<float>(), a);
+}
+
+TEST(Dropout, KeptFractionIsOneMinusP) {
+  const int64_t n = 400000;
+  Tensor x = ops::Ones({n}, DType::kFloat32, Cpu());
+  for (double p : {0.1, 0.5, 0.9}) {
+    auto [y, mask] = DropoutWithMask(x, p);
+    double kept = 0, sum = 0;
+    for (uint8_t m : mask.ToVector<uint8_t>()) kept += m;
+    for (float v : y.ToVector<float>()) sum += v;
+    kept /= double(n);
+    double se = std::sqrt(p * (1 - p) / double(n));
+    EXPECT_NEAR(kept, 1 - p, 5 * se) << "p = " << p;
+    // Inverted dropout keeps the expectation: mean(y) ~ 1.
+    EXPECT_NEAR(sum / double(n), 1.0, 5 * se / (1 - p)) << "p = " << p;
+  }
+}
+
+TEST(Dropout, BackwardIsGradTimesMaskOverKeep) {
+  const double p = 0.4;
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Tensor x = RandomTensor({6, 7}, dt, 2).set_requires_grad(true);
+    auto [y, mask] = DropoutWithMask(x, p);
+    ASSERT_TRUE(y.requires_grad());
+    EXPECT_FALSE(mask.requires_grad());
+    Tensor dy = RandomTensor({6, 7}, dt, 3);
+    std::vector<double> got;
+    Backward(y, [&](const Tensor& param, const Tensor& g) {
+      EXPECT_EQ(param.block(), x.block());
+      got = ToDoubles(g);
+    }, dy);
+    std::vector<double> dyv = ToDoubles(dy), want(dyv.size());
+    std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
+    for (size_t i = 0; i < dyv.size(); ++i) want[i] = mv[i] ? dyv[i] / (1 - p) : 0;
+    ExpectClose(got, want, dt == DType::kFloat32 ? 1e-6 : 1e-15, 0, std::string("dropout backward ") + Name(dt));
+  }
+  // Through ops::Dropout, the mask is recovered from y (x has no zeros): dx = dy * (y != 0) / (1 - p).
+  Tensor x = RandomTensor({100}, DType::kFloat64, 4, 0.5, 1).set_requires_grad(true);
+  Tensor y = ops::Dropout(x, p);
+  Tensor dy = RandomTensor({100}, DType::kFloat64, 5);
+  std::vector<double> got;
+  Backward(y, [&](const Tensor&, const Tensor& g) { got = g.ToVector<double>(); }, dy);
+  std::vector<double> yv = y.ToVector<double>(), dyv = dy.ToVector<double>(), want(100);
+  for (size_t i = 0; i < 100; ++i) want[i] = yv[i] != 0 ? dyv[i] / (1 - p) : 0;
+  ExpectClose(got, want, 1e-15, 0, "ops::Dropout backward");
+}
+
+TEST(Dropout, DropoutGradIsLinearInDy) {
+  // Second order: dropout_grad(mask, dy) is linear in dy, so its gradient check is exact.
+  Tensor mask = ops::FromVector<uint8_t>({1, 0, 1, 1, 0, 1}, {2, 3}, Cpu());
+  GradCheck([&](const std::vector<Tensor>& in) { return Call1("dropout_grad", {mask, in[0]}, Attrs{{"p", 0.5}}); },
+            {RandomTensor({2, 3}, DType::kFloat64, 6)}, 1e-6, 1e-6, "dropout_grad");
+}
+
+TEST(Dropout, IdentityWhenNotTrainingOrPZero) {
+  auto dev = Cpu();
+  Tensor x = RandomTensor({3, 4}, DType::kFloat32, 7).set_requires_grad(true);
+  uint64_t ops_before = dev->ops_run(), ctr = dev->rng_counter();
+  Tensor a = ops::Dropout(x, 0.5, /*training=*/false);
+  Tensor b = ops::Dropout(x, 0.0);
+  EXPECT_EQ(a.block(), x.block());
+  EXPECT_EQ(b.block(), x.block());
+  EXPECT_EQ(dev->ops_run(), ops_before);  // no op ran
+  EXPECT_EQ(dev->rng_counter(), ctr);     // and no numbers were drawn
+  EXPECT_EQ(a.ToVector<float>(), x.ToVector<float>());
+}
+
+TEST(Dropout, Errors) {
+  Tensor x = RandomTensor({3}, DType::kFloat32, 8);
+  LOOM_EXPECT_THROW_MSG(ops::Dropout(x, 1.0), ValueError, "[dropout] probability 1 is outside [0, 1)");
+  LOOM_EXPECT_THROW_MSG(ops::Dropout(x, -0.1), ValueError, "[dropout] probability -0.1 is outside [0, 1)");
+  LOOM_EXPECT_THROW_MSG(ops::Dropout(x, 1.5, false), ValueError, "[dropout] probability 1.5 is outside [0, 1)");
+  LOOM_EXPECT_THROW_MSG(Call("dropout", {x}, Attrs{{"p", 1.0}}), ValueError, "[dropout] probability 1");
+  Tensor i = ops::Zeros({3}, DType::kInt32, Cpu());
+  LOOM_EXPECT_THROW_MSG(ops::Dropout(i, 0.5), DTypeError, "[dropout] input must be float32 or float64, got int32");
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
