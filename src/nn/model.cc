@@ -1,0 +1,126 @@
+#include "nn/model.h"
+
+#include "core/autograd.h"
+#include "core/ops.h"
+#include "device/device.h"
+#include "graph/graph.h"
+
+namespace loom {
+namespace nn {
+
+int Model::next_id_ = 0;
+
+Model::Model(std::shared_ptr<Layer> net, std::shared_ptr<Optimizer> optimizer, LossKind loss)
+    : net_(std::move(net)), opt_(std::move(optimizer)), loss_(loss), id_(next_id_++) {
+  LOOM_CHECK(net_, ValueError, "[Model] no network given");
+  LOOM_CHECK(opt_, ValueError, "[Model] no optimizer given");
+}
+
+void Model::CheckCompiled(const char* what) const {
+  LOOM_CHECK(compiled_, GraphError, "[Model] ", what, " called before Compile(inputs, is_train, use_graph, sequential)");
+}
+
+void Model::set_recapture(bool on) {
+  recapture_ = on;
+  if (compiled_ && use_graph_) {  // rebuild the step wrappers with the new policy
+    train_step_.reset();
+    eval_step_.reset();
+  }
+}
+
+void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential) {
+  LOOM_CHECK(!inputs.empty() && inputs[0].defined(), ValueError, "[Model] Compile needs example inputs");
+  device_ = inputs[0].device_ptr();
+  for (auto& p : net_->Params())
+    LOOM_CHECK(p.second.device() == device_.get(), DeviceError, "[Model] parameter '", p.first, "' is on ",
+               p.second.device()->name(), " but the inputs are on ", device_->name());
+  // Shape check without running anything: capture a forward pass and drop it. Any shape, dtype
+  // or channel mismatch raises here, naming the op.
+  {
+    NoGradGuard no_grad;
+    const std::string key = "__compile_check_" + std::to_string(id_);
+    device_->EnableGraph(true, key);
+    try {
+      net_->Forward(inputs[0]);
+    } catch (...) {
+      device_->EnableGraph(false);
+      device_->ResetGraph(key);
+      throw;
+    }
+    device_->EnableGraph(false);
+    device_->ResetGraph(key);
+  }
+  is_train_ = is_train;
+  use_graph_ = use_graph;
+  sequential_ = sequential;
+  train_step_.reset();
+  eval_step_.reset();
+  net_->Train(is_train);
+  compiled_ = true;
+}
+
+Tensor Model::ComputeLoss(const Tensor& out, const Tensor& y) const {
+  switch (loss_) {
+    case LossKind::kSoftmaxCrossEntropy: return ops::SoftmaxCrossEntropy(out, y);
+    case LossKind::kMse: return ops::MseLoss(out, y);
+  }
+  return Tensor();
+}
+
+std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
+  Tensor out = net_->Forward(in[0]);
+  Tensor loss = ComputeLoss(out, in[1]);
+  for (auto& pg : Backward(loss)) opt_->Apply(steps_, pg.second, pg.first, pg.first.name());
+  return {out.Detach(), loss.Detach()};
+}
+
+Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
+  CheckCompiled("TrainOneBatch");
+  LOOM_CHECK(is_train_, GraphError, "[Model] TrainOneBatch on a model compiled with is_train=false");
+  LOOM_CHECK(x.defined() && y.defined(), ValueError, "[Model] TrainOneBatch needs a batch and its labels");
+  net_->Train(true);
+  std::vector<Tensor> r;
+  if (use_graph_) {
+    if (!train_step_)
+      train_step_ = std::make_unique<CapturedStep>(
+          device_, [this](const std::vector<Tensor>& in) { return Step(in); },
+          "model" + std::to_string(id_) + ".train", recapture_, sequential_);
+    r = (*train_step_)({x, y});
+  } else {
+    r = Step({x, y});
+  }
+  ++steps_;
+  return {r[0], r[1]};
+}
+
+Tensor Model::Forward(const Tensor& x) {
+  CheckCompiled("Forward");
+  bool was_training = net_->training();
+  net_->Train(false);
+  NoGradGuard no_grad;
+  Tensor out;
+  try {
+    if (use_graph_) {
+      if (!eval_step_)
+        eval_step_ = std::make_unique<CapturedStep>(
+            device_, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{net_->Forward(in[0])}; },
+            "model" + std::to_string(id_) + ".eval", /*recapture=*/true, sequential_);
+      out = (*eval_step_)({x})[0];
+    } else {
+      out = net_->Forward(x);
+    }
+  } catch (...) {
+    net_->Train(was_training);
+    throw;
+  }
+  net_->Train(was_training);
+  return out;
+}
+
+Graph& Model::train_graph() {
+  LOOM_CHECK(train_step_, GraphError, "[Model] no training graph yet: compile with use_graph and train a batch");
+  return train_step_->last_graph();
+}
+
+}  // namespace nn
+}  // namespace loom

@@ -1,0 +1,75 @@
+// Model: a network, a loss and an optimizer, trained one batch at a time, eagerly or as a
+// replayed graph with one flag (SINGA's Model.compile(use_graph=...)).
+//
+//   nn::Model m(net, std::make_shared<nn::SGD>(0.05, 0.9));
+//   m.Compile({x}, /*is_train=*/true, /*use_graph=*/true, /*sequential=*/true);
+//   for (...) { auto r = m.TrainOneBatch(x, y); ... r.loss.Item() ... }
+//
+// With use_graph the first TrainOneBatch captures forward, backward and the updates and every
+// later call replays them with the new batch copied in. Evaluation (Forward in eval mode) has
+// graphs of its own, so training and evaluation alternate freely. A batch of another shape is an
+// error that shows the difference, unless set_recapture(true) (then each shape gets a graph).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "graph/step.h"
+#include "nn/layer.h"
+#include "nn/optimizer.h"
+
+namespace loom {
+class Graph;
+namespace nn {
+
+enum class LossKind { kSoftmaxCrossEntropy, kMse };
+
+class Model {
+ public:
+  Model(std::shared_ptr<Layer> net, std::shared_ptr<Optimizer> optimizer,
+        LossKind loss = LossKind::kSoftmaxCrossEntropy);
+
+  // Validates the network against example inputs (shape inference only: a capture that runs
+  // nothing), and chooses the execution mode.
+  void Compile(const std::vector<Tensor>& inputs, bool is_train = true, bool use_graph = false,
+               bool sequential = true);
+
+  struct StepResult {
+    Tensor output;  // the network's output for the batch
+    Tensor loss;    // shape ()
+  };
+  StepResult TrainOneBatch(const Tensor& x, const Tensor& y);
+  // Inference in eval mode (BatchNorm running statistics, no dropout), without gradients.
+  Tensor Forward(const Tensor& x);
+
+  void Train(bool on = true) { net_->Train(on); }
+  void Eval() { net_->Train(false); }
+  NamedTensors Params() const { return net_->Params(); }
+  NamedTensors States() const { return net_->States(); }
+  Layer& net() { return *net_; }
+  Optimizer& optimizer() { return *opt_; }
+  bool compiled() const { return compiled_; }
+  bool use_graph() const { return use_graph_; }
+  void set_recapture(bool on);
+  int64_t steps() const { return steps_; }
+  // The graph of the most recent graph-mode training step (throws if none).
+  Graph& train_graph();
+
+ private:
+  void CheckCompiled(const char* what) const;
+  std::vector<Tensor> Step(const std::vector<Tensor>& in);
+  Tensor ComputeLoss(const Tensor& out, const Tensor& y) const;
+
+  std::shared_ptr<Layer> net_;
+  std::shared_ptr<Optimizer> opt_;
+  LossKind loss_;
+  bool compiled_ = false, is_train_ = true, use_graph_ = false, sequential_ = true, recapture_ = false;
+  std::shared_ptr<Device> device_;
+  std::unique_ptr<CapturedStep> train_step_, eval_step_;
+  int64_t steps_ = 0;
+  static int next_id_;
+  int id_;
+};
+
+}  // namespace nn
+}  // namespace loom
