@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Installs what loom needs, configures and builds it. Idempotent: a second run checks, prints one
 # line per phase and does nothing else. Works from any directory; run as root or with sudo.
-#   LOOM_BUILD_DIR   build folder, relative to the repository root (default: build)
+#   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
 set -euo pipefail
 
-# Debian packages. Later work adds: swig protobuf-compiler libprotobuf-dev python3-numpy
-# python3-pytest python3-torch libdnnl-dev.
-PACKAGES=(build-essential cmake ninja-build ccache libopenblas-dev libgtest-dev pkg-config)
+# Debian packages: one list, extended as the project needs more (python3-torch, libdnnl-dev...).
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libopenblas-dev libgtest-dev
+  protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
+  swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
+)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -18,12 +22,12 @@ die() { echo "setup: error: $*" >&2; exit 1; }
 # ---- packages ----
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
+  status="$(dpkg -s "$p" 2>/dev/null || true)"
+  [[ "$status" == *"Status: install ok installed"* ]] || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   say "packages: all ${#PACKAGES[@]} present"
 else
-  say "packages: installing ${missing[*]}"
   if [ "$(id -u)" -eq 0 ]; then
     SUDO=()
   elif command -v sudo >/dev/null 2>&1; then
@@ -32,6 +36,7 @@ else
   else
     die "missing packages (${missing[*]}) and not root, and sudo is not installed; run as root or install them: apt-get install ${missing[*]}"
   fi
+  say "packages: installing ${missing[*]}"
   log="$(mktemp)"
   if ! { "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
          "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"; } >"$log" 2>&1; then
@@ -58,19 +63,22 @@ else
 fi
 
 # ---- build ----
+# Quiet when there is nothing to do. A dry run always lists the glob check and the CMake re-run it
+# may trigger; anything else in it is real work, announced before it starts.
 start=$SECONDS
 log="$BUILD/setup-build.log"
-dry="$(ninja -C "$BUILD" -n 2>&1 || true)"  # what would run, without running it
-if [[ "$dry" == *"no work to do"* ]]; then
-  say "build: $BUILD up to date"
-  exit 0
-fi
-say "build: compiling with $(nproc) jobs (log: $log)"
+work="$(ninja -C "$BUILD" -n 2>/dev/null |
+        grep -v -e 'Entering directory' -e 'Re-checking globbed' -e 'Re-running CMake' -e 'no work to do' || true)"
+if [ -n "$work" ]; then say "build: compiling with $(nproc) jobs (log: $log)"; fi
 if ! cmake --build "$BUILD" -j "$(nproc)" >"$log" 2>&1; then
   # Compiler errors first: with parallel jobs they can sit far above the tail.
-  grep -E 'error:|FAILED:' "$log" | head -40 >&2 || true
+  grep -E 'error:|FAILED:|multiple definition|undefined reference' "$log" | head -40 >&2 || true
   echo "---- last lines of $log ----" >&2
   tail -n 20 "$log" >&2
   die "build failed (full log: $log)"
 fi
-say "build: done in $((SECONDS - start))s"
+if grep -q 'no work to do' "$log"; then
+  say "build: $BUILD up to date"
+else
+  say "build: done in $((SECONDS - start))s"
+fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds loom (tools/setup.sh) and runs every test suite. Exits non-zero on any failure.
-#   LOOM_BUILD_DIR   build folder, relative to the repository root (default: build)
+#   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
+case "$BUILD" in /*) BUILD_ABS="$BUILD" ;; *) BUILD_ABS="$ROOT/$BUILD" ;; esac
 
 bash tools/setup.sh
 
@@ -21,10 +22,10 @@ fi
 ctest "${ctest_args[@]}"
 
 # ---- Python (pytest) ----
-# >>> Python tests: enabled once test/python exists (the SWIG module, swig/). Debian's python3
-# >>> is the one with apt's numpy/pytest/torch; add python3-pytest etc. to tools/setup.sh.
+# >>> Python tests: run once test/python exists. The SWIG module (swig/) is built into
+# >>> <build>/python, for Debian's /usr/bin/python3 (the one apt's numpy/pytest/torch serve).
 if [ -d test/python ]; then
-  PYTHONPATH="$ROOT/$BUILD/swig${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python
+  PYTHONPATH="$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python
 else
   echo "test: no test/python yet, pytest skipped"
 fi

@@ -100,8 +100,23 @@ std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& giv
     rec.attrs = attrs;
     rec.inputs.reserve(inputs.size());
     for (const Tensor& t : inputs) rec.inputs.push_back(t.Detach());
-    for (const TensorMeta& m : out_metas) {
-      outputs.emplace_back(m.shape, m.dtype, inputs[0].device_ptr());
+    for (size_t o = 0; o < out_metas.size(); ++o) {
+      const TensorMeta& m = out_metas[o];
+      // Note [Outputs that are inputs]
+      auto in_place = std::find_if(def.inplace.begin(), def.inplace.end(),
+                                   [&](const std::pair<int, int>& p) { return p.first == int(o); });
+      if (in_place != def.inplace.end()) {
+        size_t src = size_t(in_place->second);
+        LOOM_ASSERT(src < given.size(), name, " output ", o, " aliases missing input ", src);
+        const Tensor& t = given[src];
+        LOOM_CHECK(t.is_contiguous(), ValueError, "[", name, "] input ", src, " (", t.Describe(),
+                   ") is updated in place and must be contiguous");
+        LOOM_ASSERT(t.shape() == m.shape && t.dtype() == m.dtype, name, " output ", o, " is ", Name(m.dtype), " ",
+                    ToString(m.shape), " but aliases input ", t.Describe());
+        outputs.push_back(t.Detach());
+      } else {
+        outputs.emplace_back(m.shape, m.dtype, inputs[0].device_ptr());
+      }
       rec.outputs.push_back(outputs.back());
     }
     dev->Submit(std::move(rec));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/attrs.h"
@@ -40,6 +41,9 @@ struct KernelContext {
   Device* device = nullptr;
   uint64_t rng_seed = 0;  // the device generator's key
   uint64_t rng_base = 0;  // added to OpRecord::rng_offset: advances every replay (invariant 6)
+  // Set while a device graph is recorded: random kernels read the base from this device
+  // address instead of rng_base, since every launch of the recording uses another base.
+  const uint64_t* rng_base_device = nullptr;
 };
 
 // x: ..., kernels never allocate tensors: outputs are allocated (or bound) before the call.
@@ -78,6 +82,12 @@ struct OpDef {
   bool accepts_strided = false;
   // A view op produces its output without a kernel, sharing the input's block.
   std::function<Tensor(const Tensor&, const Attrs&)> view;
+  // Note [Outputs that are inputs]: (output index, input index) pairs. Call makes such an
+  // output the given input tensor itself (same block, which must be contiguous) instead of a
+  // fresh one, so that an op can both create new outputs with autograd history and update
+  // state in place (batch_norm_train's running statistics). The record lists the tensor among
+  // the outputs as well as the inputs, so graph analysis sees the read and the write.
+  std::vector<std::pair<int, int>> inplace;
 
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };

@@ -18,6 +18,16 @@ std::string Device::name() const { return std::string(Name(type_)) + ":" + std::
 void* Device::Malloc(size_t bytes) { return alloc_->Malloc(bytes); }
 void Device::Free(void* p) { alloc_->Free(p); }
 
+const uint64_t* Device::BeginDeviceGraphCapture(const void*) {
+  throw DeviceError(detail::Cat("[graph] device graphs are not supported on ", name()));
+}
+void Device::EndDeviceGraphCapture(const void*) {
+  throw DeviceError(detail::Cat("[graph] device graphs are not supported on ", name()));
+}
+void Device::LaunchDeviceGraph(const void*, uint64_t) {
+  throw DeviceError(detail::Cat("[graph] device graphs are not supported on ", name()));
+}
+
 void Device::RunKernel(const OpRecord& op, const KernelContext& ctx) {
   KernelFn fn = op.def->kernels[int(type_)];
   LOOM_ASSERT(fn, "no ", Name(type_), " kernel for ", op.name());
@@ -48,6 +58,7 @@ void Device::Submit(OpRecord op) {
   ctx.rng_seed = rng_seed_;
   ctx.rng_base = 0;
   RunKernel(op, ctx);
+  if (record_timeline_) timeline_.emplace_back(op.name(), alloc_->stats().live_bytes);
 }
 
 }  // namespace loom

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/op.h"
 #include "device/allocator.h"
@@ -39,6 +41,19 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual void MemcpyFromHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() {}
 
+  // ---- device graphs (CUDA graphs; Note [Device graph replay] in graph/replay.cc) ----
+  // Keyed by `owner` (a Graph), so several graphs can each hold one. Begin starts recording the
+  // kernels this thread issues (nothing runs) and returns the device-resident Philox base that
+  // the recorded random kernels must read (KernelContext::rng_base_device). End makes the
+  // recording launchable. Launch sets that base to `rng_base`, then runs the recorded kernels.
+  // Release drops owner's device graph, also an unfinished recording. The defaults throw
+  // DeviceError: the CPU has no device graphs.
+  virtual bool HasDeviceGraphs() const { return false; }
+  virtual const uint64_t* BeginDeviceGraphCapture(const void* owner);
+  virtual void EndDeviceGraphCapture(const void* owner);
+  virtual void LaunchDeviceGraph(const void* owner, uint64_t rng_base);
+  virtual void ReleaseDeviceGraph(const void* owner) noexcept {}
+
   // ---- ops ----
   // Eager: allocates the outputs' blocks if needed and runs the kernel. Buffering: appends the
   // record to the graph being captured; nothing runs and nothing is allocated.
@@ -47,6 +62,10 @@ class Device : public std::enable_shared_from_this<Device> {
   void RunKernel(const OpRecord& op, const KernelContext& ctx);
   bool HasKernel(const OpDef& def) const { return def.kernels[int(type_)] != nullptr; }
   uint64_t ops_run() const { return ops_run_; }
+  // Eager memory timeline: when on, every eagerly run op appends (op name, live bytes after it).
+  // For plots and tests; off by default.
+  void RecordEagerTimeline(bool on) { record_timeline_ = on; timeline_.clear(); }
+  std::vector<std::pair<std::string, size_t>> TakeEagerTimeline() { return std::move(timeline_); }
 
   // ---- random numbers: one Philox key per device, a counter that only moves forward ----
   void SetRandSeed(uint64_t seed) { rng_seed_ = seed; rng_counter_ = 0; }
@@ -89,6 +108,8 @@ class Device : public std::enable_shared_from_this<Device> {
   uint64_t rng_counter_ = 0;
   uint64_t ops_run_ = 0;
   int setup_depth_ = 0;
+  bool record_timeline_ = false;
+  std::vector<std::pair<std::string, size_t>> timeline_;
   std::map<std::string, std::unique_ptr<Graph>> graphs_;
   std::unique_ptr<GraphOptions> graph_options_;
   Graph* capturing_ = nullptr;

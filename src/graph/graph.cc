@@ -16,6 +16,7 @@ const char* Name(MemoryMode m) { return m == MemoryMode::kPlanned ? "planned" : 
 Graph::Graph(Device* device, std::string key) : device_(device), key_(std::move(key)) {}
 
 Graph::~Graph() {
+  device_->ReleaseDeviceGraph(this);  // before the arena it writes to goes back to the pool
   workers_.reset();
   // Planned blocks point into the arena: unbind them so nothing can use the freed memory.
   for (int b : planned_) blocks_[size_t(b)]->Unbind();

@@ -37,6 +37,9 @@ struct GraphOptions {
   MemoryMode memory = MemoryMode::kPlanned;
   int num_workers = 0;   // threads of the parallel replay; 0 = the CPU pool's size
   bool profile = false;  // record per-op timings of every replay (LOOM_DEBUG >= 2 sets it)
+  // Sequential replays are recorded once as a device graph (a CUDA graph) and relaunched; needs
+  // planned memory and a device with device graphs (Note [Device graph replay] in replay.cc).
+  bool device_graph = false;
 };
 
 struct GraphStats {
@@ -104,6 +107,7 @@ class Graph {
   void BindMemory();     // first replay: persistent outputs get memory; planned: the arena
   void RunSerial(const KernelContext& ctx);
   void RunParallel(const KernelContext& ctx);
+  void RunDeviceGraph(const KernelContext& ctx);
   void RunOp(int i, const KernelContext& ctx, int thread);
   void ReleaseDynamic();  // after a failed dynamic replay
 
@@ -129,6 +133,7 @@ class Graph {
   std::vector<int> sched_npreds_;
   void* arena_ = nullptr;
   bool bound_ = false;
+  int device_graph_stage_ = 0;  // 0: not run, 1: warmed up, 2: recorded
   std::unique_ptr<ReplayWorkers> workers_;
   std::vector<OpTiming> profile_;
   double profile_t0_ = 0;

@@ -197,12 +197,49 @@ void Graph::RunParallel(const KernelContext& ctx) {
   BlasSetThreads(NumThreads());
 }
 
+// Note [Device graph replay]
+// With GraphOptions::device_graph, a sequential replay on a device with device graphs (CUDA) is
+// recorded once and relaunched as one unit:
+//  - replay 1 runs serially on the device stream, as a warm-up: cuBLAS and cuDNN pick their
+//    algorithms and workspaces then, since a recording must not allocate;
+//  - replay 2 records the same serial replay (recording runs nothing), then launches it;
+//  - later replays only launch.
+// A recording keeps every kernel argument, so whatever changes between replays lives in device
+// memory: the planned arena (fixed addresses: planned memory is required), fed inputs, the
+// learning rate and step count (device tensors), and the Philox base, which recorded random
+// kernels read from the address Begin returned and each launch sets first.
+void Graph::RunDeviceGraph(const KernelContext& ctx) {
+  if (device_graph_stage_ == 0) {
+    RunSerial(ctx);
+    device_graph_stage_ = 1;
+    return;
+  }
+  if (device_graph_stage_ == 1) {
+    KernelContext rec = ctx;
+    rec.rng_base_device = device_->BeginDeviceGraphCapture(this);
+    try {
+      RunSerial(rec);
+    } catch (...) {
+      device_->ReleaseDeviceGraph(this);
+      throw;
+    }
+    device_->EndDeviceGraphCapture(this);
+    device_graph_stage_ = 2;
+  }
+  device_->LaunchDeviceGraph(this, ctx.rng_base);
+}
+
 void Graph::ReleaseDynamic() {
   for (int b : planned_) blocks_[size_t(b)]->Release();
 }
 
 void Graph::Run(bool sequential) {
   LOOM_CHECK(finalized_, GraphError, "[graph '", key_, "'] is still being captured");
+  LOOM_CHECK(!options_.device_graph || options_.memory == MemoryMode::kPlanned, GraphError, "[graph '", key_,
+             "'] device_graph replay needs planned memory: a recorded device graph runs on fixed addresses");
+  LOOM_CHECK(!options_.device_graph || device_->HasDeviceGraphs(), DeviceError,
+             "[graph] device graphs are not supported on ", device_->name(), " (graph '", key_,
+             "' has GraphOptions::device_graph set)");
   if (!bound_) BindMemory();
   KernelContext ctx;
   ctx.device = device_;
@@ -213,7 +250,8 @@ void Graph::Run(bool sequential) {
     profile_t0_ = NowUs();
   }
   try {
-    if (sequential) RunSerial(ctx);
+    if (sequential && options_.device_graph) RunDeviceGraph(ctx);
+    else if (sequential) RunSerial(ctx);
     else RunParallel(ctx);
   } catch (...) {
     if (options_.memory == MemoryMode::kDynamic) ReleaseDynamic();

@@ -23,7 +23,12 @@ NamedTensors Layer::States() const {
 }
 
 void Layer::Collect(const std::string& prefix, bool params, NamedTensors& out) const {
-  for (auto& kv : params ? params_ : states_) out.emplace_back(prefix + kv.first, kv.second);
+  // The tensors take their full path as name (the autograd and optimizer key them by it).
+  for (auto& kv : params ? params_ : states_) {
+    Tensor t = kv.second;
+    t.set_name(prefix + kv.first);
+    out.emplace_back(prefix + kv.first, t);
+  }
   for (auto& c : children_) c.second->Collect(prefix + c.first + ".", params, out);
 }
 

@@ -31,7 +31,7 @@ void Model::set_recapture(bool on) {
 void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential) {
   LOOM_CHECK(!inputs.empty() && inputs[0].defined(), ValueError, "[Model] Compile needs example inputs");
   device_ = inputs[0].device_ptr();
-  for (auto& p : net_->Params())
+  for (auto& p : net_->Params())  // also gives every parameter its full path as name
     LOOM_CHECK(p.second.device() == device_.get(), DeviceError, "[Model] parameter '", p.first, "' is on ",
                p.second.device()->name(), " but the inputs are on ", device_->name());
   // Shape check without running anything: capture a forward pass and drop it. Any shape, dtype

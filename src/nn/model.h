@@ -44,7 +44,7 @@ class Model {
 
   void Train(bool on = true) { net_->Train(on); }
   void Eval() { net_->Train(false); }
-  NamedTensors Params() const { return net_->Params(); }
+  NamedTensors Params() const { return net_->Params(); }  // names are full paths: "layer1.0.conv1.weight"
   NamedTensors States() const { return net_->States(); }
   Layer& net() { return *net_; }
   Optimizer& optimizer() { return *opt_; }

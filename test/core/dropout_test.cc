@@ -73,6 +73,32 @@ TEST(Dropout, FreshNumbersEachCallAndSeedReproduces) {
   EXPECT_NE(ops::Dropout(x, 0.5).ToVector<float>(), a);
 }
 
+// DESIGN.md invariants 5 and 6: each replay of a captured dropout draws fresh numbers, and N
+// replays give the numbers of N eager calls from the same seed.
+TEST(Dropout, GraphReplayDrawsFreshNumbersLikeEager) {
+  auto dev = Cpu();
+  Tensor x = RandomTensor({1001}, DType::kFloat32, 9, 0.5, 1);
+  dev->SetRandSeed(99);
+  std::vector<float> e1 = ops::Dropout(x, 0.5).ToVector<float>();
+  std::vector<float> e2 = ops::Dropout(x, 0.5).ToVector<float>();
+  ASSERT_NE(e1, e2);
+
+  dev->SetRandSeed(99);
+  dev->EnableGraph(true, "dropout_test");
+  Tensor y = ops::Dropout(x, 0.5);
+  dev->EnableGraph(false);
+  EXPECT_EQ(dev->rng_counter(), 0u);  // capture draws nothing
+  for (bool sequential : {true, false}) {
+    dev->SetRandSeed(99);
+    dev->RunGraph(sequential, "dropout_test");
+    EXPECT_EQ(y.ToVector<float>(), e1) << "sequential " << sequential;
+    dev->RunGraph(sequential, "dropout_test");
+    EXPECT_EQ(y.ToVector<float>(), e2) << "sequential " << sequential;
+    EXPECT_EQ(dev->rng_counter(), 2 * uint64_t(1001 + 3) / 4);
+  }
+  dev->ResetGraph("dropout_test");
+}
+
 TEST(Dropout, KeptFractionIsOneMinusP) {
   const int64_t n = 400000;
   Tensor x = ops::Ones({n}, DType::kFloat32, Cpu());

@@ -1,0 +1,152 @@
+// 2-D convolution (NCHW) with stride, zero padding, dilation and groups, and its gradients as
+// three ops of their own. Attributes, shared by all four ops:
+//   stride (sh, sw), padding (ph, pw), dilation (dh, dw), groups
+// and, on the gradient ops, the shape they produce: x_shape (conv2d_grad_input) and w_shape
+// (conv2d_grad_weight); a strided convolution maps several input sizes to one output size, so
+// the gradient cannot infer it from dy.
+#include "core/ops/common.h"
+#include "core/ops_cnn.h"
+
+namespace loom {
+
+using namespace opdecl;
+
+namespace {
+
+struct ConvGeom {
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+std::vector<int64_t> Pair(const Attrs& a, const char* key, const char* op) {
+  const std::vector<int64_t>& v = a.Ints(key);
+  LOOM_CHECK(v.size() == 2, ValueError, "[", op, "] ", key, " must have 2 values (height, width), got ", ToString(v));
+  return v;
+}
+
+ConvGeom ReadGeom(const Attrs& a, const char* op) {
+  std::vector<int64_t> s = Pair(a, "stride", op), p = Pair(a, "padding", op), d = Pair(a, "dilation", op);
+  ConvGeom g{s[0], s[1], p[0], p[1], d[0], d[1], a.Int("groups")};
+  LOOM_CHECK(g.sh >= 1 && g.sw >= 1, ValueError, "[", op, "] stride ", ToString(s), " must be positive");
+  LOOM_CHECK(g.ph >= 0 && g.pw >= 0, ValueError, "[", op, "] padding ", ToString(p), " must not be negative");
+  LOOM_CHECK(g.dh >= 1 && g.dw >= 1, ValueError, "[", op, "] dilation ", ToString(d), " must be positive");
+  LOOM_CHECK(g.groups >= 1, ValueError, "[", op, "] groups=", g.groups, " must be positive");
+  return g;
+}
+
+// The output shape of a convolution of x by w, after checking that they fit together.
+Shape ConvOutShape(const char* op, const Shape& x, const Shape& w, const ConvGeom& g) {
+  LOOM_CHECK(x.size() == 4, ShapeError, "[", op, "] input ", ToString(x), " must be (N, C, H, W)");
+  LOOM_CHECK(w.size() == 4, ShapeError, "[", op, "] weight ", ToString(w), " must be (O, C/groups, KH, KW)");
+  LOOM_CHECK(x[1] % g.groups == 0, ValueError, "[", op, "] groups=", g.groups, " does not divide the input's ", x[1],
+             " channels");
+  LOOM_CHECK(w[0] % g.groups == 0, ValueError, "[", op, "] groups=", g.groups, " does not divide the weight's ",
+             w[0], " output channels");
+  if (g.groups == 1)
+    LOOM_CHECK(w[1] == x[1], ShapeError, "[", op, "] input ", ToString(x), " has ", x[1], " channels, weight ",
+               ToString(w), " expects ", w[1]);
+  else
+    LOOM_CHECK(w[1] * g.groups == x[1], ShapeError, "[", op, "] input ", ToString(x), " has ", x[1],
+               " channels, weight ", ToString(w), " with groups=", g.groups, " expects ", w[1] * g.groups);
+  LOOM_CHECK(w[2] >= 1 && w[3] >= 1, ShapeError, "[", op, "] weight ", ToString(w), " has an empty kernel");
+  int64_t ekh = g.dh * (w[2] - 1) + 1, ekw = g.dw * (w[3] - 1) + 1;  // dilated kernel extent
+  int64_t hp = x[2] + 2 * g.ph, wp = x[3] + 2 * g.pw;
+  LOOM_CHECK(ekh <= hp && ekw <= wp, ShapeError, "[", op, "] kernel (", w[2], ", ", w[3], ") with dilation (", g.dh,
+             ", ", g.dw, ") spans (", ekh, ", ", ekw, "), larger than the padded input (", hp, ", ", wp, ") of ",
+             ToString(x));
+  return {x[0], w[0], (hp - ekh) / g.sh + 1, (wp - ekw) / g.sw + 1};
+}
+
+Shape ShapeAttr(const Attrs& a, const char* key, const char* op) {
+  const std::vector<int64_t>& s = a.Ints(key);
+  LOOM_CHECK(s.size() == 4, ValueError, "[", op, "] ", key, " ", ToString(s), " must have 4 dimensions");
+  return Shape(s.begin(), s.end());
+}
+
+// dy must be what the forward produced for these shapes.
+void CheckGradShape(const char* op, const Shape& dy, const Shape& want) {
+  LOOM_CHECK(dy == want, ShapeError, "[", op, "] dy is ", ToString(dy), ", the convolution produces ", ToString(want));
+}
+
+}  // namespace
+
+// x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
+LOOM_OP(conv2d) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    LOOM_CHECK(in.size() == 2 || in.size() == 3, ValueError, "[conv2d] takes 2 or 3 inputs (x, w[, bias]), got ",
+               in.size());
+    CheckFloat("conv2d", in[0], "input");
+    CheckFloat("conv2d", in[1], "weight");
+    CheckSameDType("conv2d", in[0], in[1]);
+    Shape y = ConvOutShape("conv2d", in[0].shape, in[1].shape, ReadGeom(a, "conv2d"));
+    if (in.size() == 3) {
+      CheckSameDType("conv2d", in[0], in[2]);
+      LOOM_CHECK(in[2].shape == Shape{y[1]}, ShapeError, "[conv2d] bias ", ToString(in[2].shape),
+                 " must have shape (", y[1], ",) for weight ", ToString(in[1].shape));
+    }
+    return std::vector<TensorMeta>{{y, in[0].dtype}};
+  };
+  def.saved_inputs = {0, 1};  // x for the weight gradient, w for the input gradient
+  def.backward = [](const BackwardArgs& a) {
+    const Tensor& g = a.grad_outputs[0];
+    std::vector<Tensor> grads(a.input_metas.size());
+    if (a.needs_input_grad[0]) {
+      Attrs ga = a.attrs;
+      ga.Set("x_shape", a.input_metas[0].shape);
+      grads[0] = Call1("conv2d_grad_input", {a.inputs[1], g}, ga);
+    }
+    if (a.needs_input_grad[1]) {
+      Attrs ga = a.attrs;
+      ga.Set("w_shape", a.input_metas[1].shape);
+      grads[1] = Call1("conv2d_grad_weight", {a.inputs[0], g}, ga);
+    }
+    if (grads.size() == 3 && a.needs_input_grad[2]) grads[2] = Call1("conv2d_grad_bias", {g});
+    return grads;
+  };
+}
+
+// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: x_shape (N, C, H, W)
+LOOM_OP(conv2d_grad_input) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "conv2d_grad_input";
+    CheckArity(op, in, 2);
+    CheckFloat(op, in[0], "weight");
+    CheckSameDType(op, in[0], in[1]);
+    Shape x = ShapeAttr(a, "x_shape", op);
+    CheckGradShape(op, in[1].shape, ConvOutShape(op, x, in[0].shape, ReadGeom(a, op)));
+    return std::vector<TensorMeta>{{x, in[0].dtype}};
+  };
+}
+
+// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: w_shape (O, C/g, KH, KW)
+LOOM_OP(conv2d_grad_weight) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "conv2d_grad_weight";
+    CheckArity(op, in, 2);
+    CheckFloat(op, in[0], "input");
+    CheckSameDType(op, in[0], in[1]);
+    Shape w = ShapeAttr(a, "w_shape", op);
+    CheckGradShape(op, in[1].shape, ConvOutShape(op, in[0].shape, w, ReadGeom(a, op)));
+    return std::vector<TensorMeta>{{w, in[0].dtype}};
+  };
+}
+
+// dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
+LOOM_OP(conv2d_grad_bias) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckArity("conv2d_grad_bias", in, 1);
+    CheckFloat("conv2d_grad_bias", in[0], "dy");
+    LOOM_CHECK(in[0].shape.size() == 4, ShapeError, "[conv2d_grad_bias] dy ", ToString(in[0].shape),
+               " must be (N, O, OH, OW)");
+    return std::vector<TensorMeta>{{{in[0].shape[1]}, in[0].dtype}};
+  };
+}
+
+namespace ops {
+Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
+  Attrs a{{"stride", opt.stride}, {"padding", opt.padding}, {"dilation", opt.dilation}, {"groups", opt.groups}};
+  if (bias.defined()) return Call1("conv2d", {x, w, bias}, a);
+  return Call1("conv2d", {x, w}, a);
+}
+}  // namespace ops
+
+}  // namespace loom

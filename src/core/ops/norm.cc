@@ -1,0 +1,158 @@
+// Normalisation: batch norm (training and inference forms) and layer norm, each with one
+// gradient op that returns (dx, dgamma, dbeta) together, since all three come from the same
+// per-channel (or per-row) sums. Attribute eps everywhere; batch_norm_train also momentum.
+//
+// Note [Running statistics are updated in place]
+// batch_norm_train reads running_mean/running_var (inputs 3, 4) and writes them back as its
+// outputs 3 and 4, which ARE those tensors (OpDef::inplace, Note [Outputs that are inputs] in
+// core/op.h): the record shows the write, so a captured graph orders it against every other
+// reader, and the blocks persist across replays (they are read before they are written). The
+// momentum follows PyTorch: running = (1 - momentum) running + momentum batch, and running_var
+// takes the unbiased batch variance (divided by M - 1, M = N x spatial size).
+#include <algorithm>
+
+#include "core/ops/common.h"
+#include "core/ops_cnn.h"
+
+namespace loom {
+
+using namespace opdecl;
+
+namespace {
+
+// x: (N, C, ...), the four per-channel tensors (C); all of x's dtype.
+void CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
+  CheckArity(op, in, 5);
+  CheckFloat(op, in[0]);
+  const Shape& x = in[0].shape;
+  LOOM_CHECK(x.size() >= 2 && x[1] > 0, ShapeError, "[", op, "] input ", ToString(x),
+             " must be (N, C, ...) with at least one channel");
+  static const char* names[] = {"x", "gamma", "beta", "running_mean", "running_var"};
+  for (size_t i = 1; i < 5; ++i) {
+    LOOM_CHECK(in[i].dtype == in[0].dtype, DTypeError, "[", op, "] ", names[i], " is ", Name(in[i].dtype),
+               ", input is ", Name(in[0].dtype));
+    LOOM_CHECK(in[i].shape == Shape{x[1]}, ShapeError, "[", op, "] input ", ToString(x), " has ", x[1],
+               " channels, ", names[i], " is ", ToString(in[i].shape));
+  }
+}
+
+}  // namespace
+
+// x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
+//   -> y: (N, C, ...), batch mean (C), batch invstd (C), running_mean, running_var (in place)
+LOOM_OP(batch_norm_train) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckBatchNormInputs("batch_norm_train", in);
+    const Shape& x = in[0].shape;
+    LOOM_CHECK(NumElements(x) / x[1] > 1, ValueError, "[batch_norm_train] input ", ToString(x),
+               " has one value per channel: batch statistics need more than one");
+    double m = a.Float("momentum");
+    LOOM_CHECK(m >= 0 && m <= 1, ValueError, "[batch_norm_train] momentum ", m, " must be in [0, 1]");
+    LOOM_CHECK(a.Float("eps") >= 0, ValueError, "[batch_norm_train] eps must not be negative");
+    return std::vector<TensorMeta>{in[0], in[1], in[1], in[3], in[4]};
+  };
+  def.inplace = {{3, 3}, {4, 4}};  // Note [Running statistics are updated in place]
+  def.saved_inputs = {0, 1};
+  def.saved_outputs = {1, 2};
+  def.backward = [](const BackwardArgs& a) {
+    std::vector<Tensor> grads(5);
+    if (!a.grad_outputs[0].defined()) return grads;  // only the statistics were used
+    Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(1)}};
+    std::vector<Tensor> g =
+        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
+    for (size_t i = 0; i < 3; ++i)
+      if (a.needs_input_grad[i]) grads[i] = g[i];
+    return grads;
+  };
+}
+
+// x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y: (N, C, ...)
+LOOM_OP(batch_norm_infer) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckBatchNormInputs("batch_norm_infer", in);
+    return std::vector<TensorMeta>{in[0]};
+  };
+  def.saved_inputs = {0, 1, 3, 4};
+  def.backward = [](const BackwardArgs& a) {
+    Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(0)}};
+    std::vector<Tensor> g =
+        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.inputs[3], a.inputs[4], a.grad_outputs[0]}, ga);
+    std::vector<Tensor> grads(5);
+    for (size_t i = 0; i < 3; ++i)
+      if (a.needs_input_grad[i]) grads[i] = g[i];
+    return grads;
+  };
+}
+
+// x: (N, C, ...), gamma: (C), mean: (C), s: (C), dy: (N, C, ...) -> dx, dgamma (C), dbeta (C)
+// training = 1: mean and s are the batch mean and invstd, and dx includes the gradient through
+// the batch statistics. training = 0: they are the running mean and variance, constants.
+LOOM_OP(batch_norm_grad) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckArity("batch_norm_grad", in, 5);
+    CheckFloat("batch_norm_grad", in[0]);
+    LOOM_CHECK(in[4].shape == in[0].shape && in[4].dtype == in[0].dtype, ShapeError, "[batch_norm_grad] dy ",
+               ToString(in[4].shape), " does not match the input ", ToString(in[0].shape));
+    return std::vector<TensorMeta>{in[0], in[1], in[1]};
+  };
+}
+
+// x: (..., D1..Dk), gamma, beta: (D1..Dk) -> y: x's shape, mean, invstd: (...) (the leading axes)
+LOOM_OP(layer_norm) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("layer_norm", in, 3);
+    CheckFloat("layer_norm", in[0]);
+    const Shape& x = in[0].shape;
+    const Shape& g = in[1].shape;
+    for (size_t i = 1; i < 3; ++i)
+      LOOM_CHECK(in[i].dtype == in[0].dtype, DTypeError, "[layer_norm] ", i == 1 ? "gamma" : "beta", " is ",
+                 Name(in[i].dtype), ", input is ", Name(in[0].dtype));
+    LOOM_CHECK(in[2].shape == g, ShapeError, "[layer_norm] gamma ", ToString(g), " and beta ", ToString(in[2].shape),
+               " differ in shape");
+    LOOM_CHECK(!g.empty() && g.size() <= x.size() && std::equal(g.begin(), g.end(), x.end() - g.size()), ShapeError,
+               "[layer_norm] input ", ToString(x), " does not end with the normalised shape ", ToString(g),
+               " of gamma");
+    LOOM_CHECK(NumElements(g) > 0, ShapeError, "[layer_norm] normalised shape ", ToString(g), " is empty");
+    LOOM_CHECK(a.Float("eps") >= 0, ValueError, "[layer_norm] eps must not be negative");
+    Shape lead(x.begin(), x.end() - g.size());
+    return std::vector<TensorMeta>{in[0], {lead, in[0].dtype}, {lead, in[0].dtype}};
+  };
+  def.saved_inputs = {0, 1};
+  def.saved_outputs = {1, 2};
+  def.backward = [](const BackwardArgs& a) {
+    std::vector<Tensor> grads(3);
+    if (!a.grad_outputs[0].defined()) return grads;
+    std::vector<Tensor> g =
+        Call("layer_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]});
+    for (size_t i = 0; i < 3; ++i)
+      if (a.needs_input_grad[i]) grads[i] = g[i];
+    return grads;
+  };
+}
+
+// x: (..., D), gamma: (D), mean, invstd: (...), dy: (..., D) -> dx, dgamma (D), dbeta (D)
+// (D stands for the normalised axes, flattened)
+LOOM_OP(layer_norm_grad) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckArity("layer_norm_grad", in, 5);
+    CheckFloat("layer_norm_grad", in[0]);
+    LOOM_CHECK(in[4].shape == in[0].shape && in[4].dtype == in[0].dtype, ShapeError, "[layer_norm_grad] dy ",
+               ToString(in[4].shape), " does not match the input ", ToString(in[0].shape));
+    return std::vector<TensorMeta>{in[0], in[1], in[1]};
+  };
+}
+
+namespace ops {
+Tensor BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                 const Tensor& running_var, bool training, double momentum, double eps) {
+  if (training)
+    return Call("batch_norm_train", {x, gamma, beta, running_mean, running_var},
+                Attrs{{"momentum", momentum}, {"eps", eps}})[0];
+  return Call1("batch_norm_infer", {x, gamma, beta, running_mean, running_var}, Attrs{{"eps", eps}});
+}
+Tensor LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  return Call("layer_norm", {x, gamma, beta}, Attrs{{"eps", eps}})[0];
+}
+}  // namespace ops
+
+}  // namespace loom

@@ -1,0 +1,254 @@
+// CPU normalisation kernels. Batch norm sees x as (N, C, S) (S: the spatial axes, flattened)
+// and works channel by channel; layer norm sees x as (R, D) and works row by row. Sums are
+// taken in double, two passes (mean, then squared deviations), in a fixed order: results do not
+// depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "device/cpu/kernels/common.h"
+
+namespace loom {
+namespace cpu {
+namespace {
+
+struct NCS {
+  int64_t n, c, s;
+};
+NCS ViewNCS(const Shape& x) {
+  int64_t s = 1;
+  for (size_t i = 2; i < x.size(); ++i) s *= x[i];
+  return NCS{x[0], x[1], s};
+}
+
+template <typename F>
+void ForChannels(const NCS& d, F f) {
+  ParallelFor(d.c, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.n * d.s, 1)), [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) f(c);
+  });
+}
+
+// x: (N, C, S), gamma, beta, running_mean, running_var: (C)
+//   -> y: (N, C, S), mean, invstd: (C); running_mean, running_var updated in place
+void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
+    using T = decltype(tag);
+    const NCS d = ViewNCS(op.inputs[0].shape());
+    const double momentum = op.attrs.Float("momentum"), eps = op.attrs.Float("eps");
+    const T* x = op.inputs[0].data<T>();
+    const T* gamma = op.inputs[1].data<T>();
+    const T* beta = op.inputs[2].data<T>();
+    T* y = op.outputs[0].data<T>();
+    T* mean_out = op.outputs[1].data<T>();
+    T* invstd_out = op.outputs[2].data<T>();
+    T* rmean = op.outputs[3].data<T>();  // == inputs[3] (Note [Running statistics are updated in place])
+    T* rvar = op.outputs[4].data<T>();
+    const double m = double(d.n * d.s);
+    ForChannels(d, [&](int64_t c) {
+      double sum = 0;
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) sum += double(xr[k]);
+      }
+      const double mean = sum / m;
+      double sq = 0;
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) {
+          const double v = double(xr[k]) - mean;
+          sq += v * v;
+        }
+      }
+      const double var = sq / m;
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      const T scale = T(double(gamma[c]) * invstd);
+      const T shift = T(double(beta[c]) - mean * double(gamma[c]) * invstd);
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        T* yr = y + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
+      }
+      mean_out[c] = T(mean);
+      invstd_out[c] = T(invstd);
+      rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mean);
+      rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * sq / (m - 1));
+    });
+  });
+}
+
+// x: (N, C, S), gamma, beta, running_mean, running_var: (C) -> y: (N, C, S)
+void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_infer", [&](auto tag) {
+    using T = decltype(tag);
+    const NCS d = ViewNCS(op.inputs[0].shape());
+    const double eps = op.attrs.Float("eps");
+    const T* x = op.inputs[0].data<T>();
+    const T* gamma = op.inputs[1].data<T>();
+    const T* beta = op.inputs[2].data<T>();
+    const T* rmean = op.inputs[3].data<T>();
+    const T* rvar = op.inputs[4].data<T>();
+    T* y = op.outputs[0].data<T>();
+    ForChannels(d, [&](int64_t c) {
+      const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
+      const T scale = T(double(gamma[c]) * invstd);
+      const T shift = T(double(beta[c]) - double(rmean[c]) * double(gamma[c]) * invstd);
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        T* yr = y + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
+      }
+    });
+  });
+}
+
+// x: (N, C, S), gamma: (C), mean: (C), invstd or running var: (C), dy: (N, C, S)
+//   -> dx: (N, C, S), dgamma: (C), dbeta: (C)
+void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const NCS d = ViewNCS(op.inputs[0].shape());
+    const bool training = op.attrs.Int("training") != 0;
+    const double eps = op.attrs.Float("eps");
+    const T* x = op.inputs[0].data<T>();
+    const T* gamma = op.inputs[1].data<T>();
+    const T* mean_in = op.inputs[2].data<T>();
+    const T* stat = op.inputs[3].data<T>();
+    const T* dy = op.inputs[4].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    T* dgamma = op.outputs[1].data<T>();
+    T* dbeta = op.outputs[2].data<T>();
+    const double m = double(d.n * d.s);
+    ForChannels(d, [&](int64_t c) {
+      const double mean = double(mean_in[c]);
+      const double invstd = training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps);
+      double sdy = 0, sdyx = 0;  // sum(dy), sum(dy * xhat)
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        const T* gr = dy + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) {
+          sdy += double(gr[k]);
+          sdyx += double(gr[k]) * (double(xr[k]) - mean);
+        }
+      }
+      sdyx *= invstd;
+      dgamma[c] = T(sdyx);
+      dbeta[c] = T(sdy);
+      const double gi = double(gamma[c]) * invstd;
+      // training: dx = gamma invstd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
+      const T a = T(gi);
+      const T b = training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0);
+      const T k_x = training ? T(-gi * sdyx * invstd / m) : T(0);
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + (i * d.c + c) * d.s;
+        const T* gr = dy + (i * d.c + c) * d.s;
+        T* dr = dx + (i * d.c + c) * d.s;
+        for (int64_t k = 0; k < d.s; ++k) dr[k] = a * gr[k] + k_x * xr[k] + b;
+      }
+    });
+  });
+}
+
+struct RD {
+  int64_t r, d;
+};
+RD ViewRD(const Shape& x, const Shape& gamma) {
+  int64_t d = NumElements(gamma);
+  return RD{d ? NumElements(x) / d : 0, d};
+}
+
+// x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
+void LayerNormCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "layer_norm", [&](auto tag) {
+    using T = decltype(tag);
+    const RD d = ViewRD(op.inputs[0].shape(), op.inputs[1].shape());
+    const double eps = op.attrs.Float("eps");
+    const T* x = op.inputs[0].data<T>();
+    const T* gamma = op.inputs[1].data<T>();
+    const T* beta = op.inputs[2].data<T>();
+    T* y = op.outputs[0].data<T>();
+    T* mean_out = op.outputs[1].data<T>();
+    T* invstd_out = op.outputs[2].data<T>();
+    ParallelFor(d.r, std::max<int64_t>(1, kGrain / d.d), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * d.d;
+        T* yr = y + r * d.d;
+        double sum = 0;
+        for (int64_t j = 0; j < d.d; ++j) sum += double(xr[j]);
+        const double mean = sum / double(d.d);
+        double sq = 0;
+        for (int64_t j = 0; j < d.d; ++j) {
+          const double v = double(xr[j]) - mean;
+          sq += v * v;
+        }
+        const double invstd = 1.0 / std::sqrt(sq / double(d.d) + eps);
+        const T tm = T(mean), ti = T(invstd);
+        for (int64_t j = 0; j < d.d; ++j) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
+        mean_out[r] = tm;
+        invstd_out[r] = ti;
+      }
+    });
+  });
+}
+
+// x: (R, D), gamma: (D), mean, invstd: (R), dy: (R, D) -> dx: (R, D), dgamma, dbeta: (D)
+// dx by rows; dgamma and dbeta by columns, each summed in row order.
+void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "layer_norm_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const RD d = ViewRD(op.inputs[0].shape(), op.inputs[1].shape());
+    const T* x = op.inputs[0].data<T>();
+    const T* gamma = op.inputs[1].data<T>();
+    const T* mean = op.inputs[2].data<T>();
+    const T* invstd = op.inputs[3].data<T>();
+    const T* dy = op.inputs[4].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    T* dgamma = op.outputs[1].data<T>();
+    T* dbeta = op.outputs[2].data<T>();
+    ParallelFor(d.r, std::max<int64_t>(1, kGrain / d.d), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * d.d;
+        const T* gr = dy + r * d.d;
+        T* dr = dx + r * d.d;
+        const double mu = double(mean[r]), is = double(invstd[r]);
+        double s1 = 0, s2 = 0;  // sum(dxhat), sum(dxhat * xhat) with dxhat = dy * gamma
+        for (int64_t j = 0; j < d.d; ++j) {
+          const double g = double(gr[j]) * double(gamma[j]);
+          s1 += g;
+          s2 += g * (double(xr[j]) - mu) * is;
+        }
+        const double a = s1 / double(d.d), b = s2 / double(d.d);
+        for (int64_t j = 0; j < d.d; ++j) {
+          const double xhat = (double(xr[j]) - mu) * is;
+          dr[j] = T(is * (double(gr[j]) * double(gamma[j]) - a - xhat * b));
+        }
+      }
+    });
+    ParallelFor(d.d, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.r, 1)), [&](int64_t j0, int64_t j1) {
+      std::vector<double> sg(size_t(j1 - j0), 0.0), sb(size_t(j1 - j0), 0.0);
+      for (int64_t r = 0; r < d.r; ++r) {
+        const T* xr = x + r * d.d;
+        const T* gr = dy + r * d.d;
+        const double mu = double(mean[r]), is = double(invstd[r]);
+        for (int64_t j = j0; j < j1; ++j) {
+          sg[size_t(j - j0)] += double(gr[j]) * (double(xr[j]) - mu) * is;
+          sb[size_t(j - j0)] += double(gr[j]);
+        }
+      }
+      for (int64_t j = j0; j < j1; ++j) {
+        dgamma[j] = T(sg[size_t(j - j0)]);
+        dbeta[j] = T(sb[size_t(j - j0)]);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+LOOM_KERNEL(batch_norm_train, kCPU, BatchNormTrainCpu);
+LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
+LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
+LOOM_KERNEL(layer_norm, kCPU, LayerNormCpu);
+LOOM_KERNEL(layer_norm_grad, kCPU, LayerNormGradCpu);
+
+}  // namespace cpu
+}  // namespace loom

@@ -1,0 +1,187 @@
+// CPU pooling kernels. Every (n, c) plane is independent: work is split by plane, and the
+// gradients write each plane of dx from that plane of dy only, so they need no atomics and
+// give the same bits for any thread count.
+#include <algorithm>
+#include <limits>
+
+#include "device/cpu/kernels/common.h"
+
+namespace loom {
+namespace cpu {
+namespace {
+
+struct PoolDims {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, sh, sw, ph, pw;
+};
+
+PoolDims MakeDims(const Attrs& a, const Shape& x, const Shape& y) {
+  const std::vector<int64_t>& k = a.Ints("kernel");
+  const std::vector<int64_t>& s = a.Ints("stride");
+  const std::vector<int64_t>& p = a.Ints("padding");
+  return PoolDims{x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
+}
+
+template <typename F>
+void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
+  ParallelFor(d.planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(work_per_plane, 1)),
+              [&](int64_t p0, int64_t p1) {
+                for (int64_t p = p0; p < p1; ++p) f(p);
+              });
+}
+
+// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW)
+void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const T* x = op.inputs[0].data<T>();
+    T* y = op.outputs[0].data<T>();
+    int32_t* arg = op.outputs[1].data<int32_t>();
+    ForPlanes(d, d.oh * d.ow * d.kh * d.kw, [&](int64_t p) {
+      const T* xp = x + p * d.h * d.w;
+      T* yp = y + p * d.oh * d.ow;
+      int32_t* ap = arg + p * d.oh * d.ow;
+      for (int64_t oi = 0; oi < d.oh; ++oi) {
+        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        for (int64_t oj = 0; oj < d.ow; ++oj) {
+          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+          // The window always holds a pixel (padding is at most half the kernel).
+          int64_t best = h0 * d.w + w0;
+          T m = xp[best];
+          for (int64_t i = h0; i < h1; ++i)
+            for (int64_t j = w0; j < w1; ++j) {
+              const T v = xp[i * d.w + j];
+              if (v > m || (v != v && m == m)) {  // NaN wins, as in PyTorch
+                m = v;
+                best = i * d.w + j;
+              }
+            }
+          yp[oi * d.ow + oj] = m;
+          ap[oi * d.ow + oj] = int32_t(best);
+        }
+      }
+    });
+  });
+}
+
+// argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: (N, C, H, W)
+void MaxPool2dGradCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
+    const int32_t* arg = op.inputs[0].data<int32_t>();
+    const T* dy = op.inputs[1].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    ForPlanes(d, d.h * d.w + d.oh * d.ow, [&](int64_t p) {
+      T* dxp = dx + p * d.h * d.w;
+      const T* dyp = dy + p * d.oh * d.ow;
+      const int32_t* ap = arg + p * d.oh * d.ow;
+      std::fill(dxp, dxp + d.h * d.w, T(0));
+      for (int64_t i = 0; i < d.oh * d.ow; ++i) dxp[ap[i]] += dyp[i];
+    });
+  });
+}
+
+// The divisor of output (oi, oj): kh * kw, or with count_include_pad = 0 the pixels inside.
+inline int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_t oj) {
+  if (include_pad) return d.kh * d.kw;
+  const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+  const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+  return (h1 - h0) * (w1 - w0);
+}
+
+// x: (N, C, H, W) -> y: (N, C, OH, OW)
+void AvgPool2dCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const bool include_pad = op.attrs.Int("count_include_pad", 1) != 0;
+    const T* x = op.inputs[0].data<T>();
+    T* y = op.outputs[0].data<T>();
+    ForPlanes(d, d.oh * d.ow * d.kh * d.kw, [&](int64_t p) {
+      const T* xp = x + p * d.h * d.w;
+      T* yp = y + p * d.oh * d.ow;
+      for (int64_t oi = 0; oi < d.oh; ++oi) {
+        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        for (int64_t oj = 0; oj < d.ow; ++oj) {
+          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+          T s = 0;
+          for (int64_t i = h0; i < h1; ++i)
+            for (int64_t j = w0; j < w1; ++j) s += xp[i * d.w + j];
+          yp[oi * d.ow + oj] = s / T(AvgCount(d, include_pad, oi, oj));
+        }
+      }
+    });
+  });
+}
+
+// dy: (N, C, OH, OW) -> dx: (N, C, H, W)
+void AvgPool2dGradCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.outputs[0].dtype(), "avg_pool2d_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[0].shape());
+    const bool include_pad = op.attrs.Int("count_include_pad", 1) != 0;
+    const T* dy = op.inputs[0].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    ForPlanes(d, d.h * d.w + d.oh * d.ow * d.kh * d.kw, [&](int64_t p) {
+      T* dxp = dx + p * d.h * d.w;
+      const T* dyp = dy + p * d.oh * d.ow;
+      std::fill(dxp, dxp + d.h * d.w, T(0));
+      for (int64_t oi = 0; oi < d.oh; ++oi) {
+        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        for (int64_t oj = 0; oj < d.ow; ++oj) {
+          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+          const T g = dyp[oi * d.ow + oj] / T(AvgCount(d, include_pad, oi, oj));
+          for (int64_t i = h0; i < h1; ++i)
+            for (int64_t j = w0; j < w1; ++j) dxp[i * d.w + j] += g;
+        }
+      }
+    });
+  });
+}
+
+// x: (N, C, H, W) -> y: (N, C)
+void GlobalAvgPoolCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.inputs[0].dtype(), "global_avg_pool", [&](auto tag) {
+    using T = decltype(tag);
+    const Shape& s = op.inputs[0].shape();
+    const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
+    const T* x = op.inputs[0].data<T>();
+    T* y = op.outputs[0].data<T>();
+    ParallelFor(planes, std::max<int64_t>(1, kGrain / hw), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const T* xp = x + p * hw;
+        double acc = 0;
+        for (int64_t i = 0; i < hw; ++i) acc += double(xp[i]);
+        y[p] = T(acc / double(hw));
+      }
+    });
+  });
+}
+
+// dy: (N, C) -> dx: (N, C, H, W)
+void GlobalAvgPoolGradCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.outputs[0].dtype(), "global_avg_pool_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const Shape& s = op.outputs[0].shape();
+    const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
+    const T* dy = op.inputs[0].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    ParallelFor(planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(hw, 1)), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) std::fill(dx + p * hw, dx + (p + 1) * hw, T(dy[p] / T(hw)));
+    });
+  });
+}
+
+}  // namespace
+
+LOOM_KERNEL(max_pool2d, kCPU, MaxPool2dCpu);
+LOOM_KERNEL(max_pool2d_grad, kCPU, MaxPool2dGradCpu);
+LOOM_KERNEL(avg_pool2d, kCPU, AvgPool2dCpu);
+LOOM_KERNEL(avg_pool2d_grad, kCPU, AvgPool2dGradCpu);
+LOOM_KERNEL(global_avg_pool, kCPU, GlobalAvgPoolCpu);
+LOOM_KERNEL(global_avg_pool_grad, kCPU, GlobalAvgPoolGradCpu);
+
+}  // namespace cpu
+}  // namespace loom

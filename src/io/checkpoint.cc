@@ -1,0 +1,212 @@
+#include "io/checkpoint.h"
+
+#include <set>
+
+#include "core/ops.h"
+#include "device/device.h"
+#include "io/checkpoint_format.h"
+#include "io/file.h"
+#include "nn/optimizer.h"
+
+namespace loom {
+namespace io {
+
+namespace {
+
+// The tensor's bytes, contiguous, on the host.
+std::string HostBytes(const Tensor& t, const std::string& name) {
+  LOOM_CHECK(t.defined(), ValueError, "[checkpoint] tensor '", name, "' is undefined");
+  CheckHostReadAllowed(t, "checkpoint");
+  NoGradGuard no_grad;
+  Tensor c = t.is_contiguous() ? t : t.Detach().Contiguous();
+  std::string out(c.nbytes(), '\0');
+  if (!out.empty()) {
+    c.device()->Synchronize();
+    c.device()->MemcpyToHost(&out[0], c.raw_data(), out.size());
+  }
+  return out;
+}
+
+// Writes host bytes into an existing tensor of any layout.
+void WriteHostBytes(const Tensor& dst, const std::string& bytes) {
+  if (dst.is_contiguous()) {
+    Tensor d = dst;
+    d.CopyFromHost(bytes.data(), bytes.size());
+    return;
+  }
+  NoGradGuard no_grad;
+  Tensor staging(dst.shape(), dst.dtype(), dst.device_ptr());
+  staging.CopyFromHost(bytes.data(), bytes.size());
+  ops::CopyInto(dst.Detach(), staging);
+}
+
+}  // namespace
+
+bool Checkpoint::Has(const std::string& name) const {
+  for (const auto& kv : tensors)
+    if (kv.first == name) return true;
+  return false;
+}
+
+const Tensor& Checkpoint::Get(const std::string& name) const {
+  for (const auto& kv : tensors)
+    if (kv.first == name) return kv.second;
+  throw IOError("[checkpoint] '" + path + "' holds no tensor named '" + name + "'");
+}
+
+double Checkpoint::Meta(const std::string& name) const {
+  auto it = meta.find(name);
+  LOOM_CHECK(it != meta.end(), IOError, "[checkpoint] '", path, "' holds no metadata named '", name, "'");
+  return it->second;
+}
+
+double Checkpoint::Meta(const std::string& name, double dflt) const {
+  auto it = meta.find(name);
+  return it == meta.end() ? dflt : it->second;
+}
+
+void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
+  RawCheckpoint raw;
+  raw.meta = meta;
+  raw.tensors.reserve(tensors.size());
+  for (const auto& kv : tensors) {
+    RawTensor r;
+    r.name = kv.first;
+    r.dtype = kv.second.dtype();
+    r.shape = kv.second.shape();
+    r.data = HostBytes(kv.second, kv.first);
+    raw.tensors.push_back(std::move(r));
+  }
+  EncodedCheckpoint enc = EncodeCheckpoint(std::move(raw));
+  WriteFileAtomic(path, {enc.head, enc.payload}, "checkpoint");
+}
+
+Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source) {
+  RawCheckpoint raw = DecodeCheckpoint(bytes.data(), bytes.size(), source);
+  Checkpoint ck;
+  ck.path = source;
+  ck.meta = std::move(raw.meta);
+  auto cpu = CpuDevice();
+  for (RawTensor& r : raw.tensors) {
+    Tensor t(r.shape, r.dtype, cpu);
+    t.CopyFromHost(r.data.data(), r.data.size());
+    std::string().swap(r.data);  // give the host copy back as we go
+    ck.tensors.emplace_back(r.name, t);
+  }
+  return ck;
+}
+
+Checkpoint LoadCheckpoint(const std::string& path) {
+  return DecodeCheckpointBytes(ReadFile(path, "checkpoint"), path);
+}
+
+void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
+  std::vector<std::string> problems;
+  std::set<std::string> seen;
+  std::vector<const Tensor*> sources;
+  for (const auto& kv : targets) {
+    const std::string& name = kv.first;
+    const Tensor& dst = kv.second;
+    LOOM_CHECK(dst.defined(), ValueError, "[checkpoint] restore target '", name, "' is undefined");
+    LOOM_CHECK(seen.insert(name).second, ValueError, "[checkpoint] restore target '", name, "' is named twice");
+    LOOM_CHECK(!dst.device()->buffering(), GraphError, "[checkpoint] cannot restore '", name, "' into ",
+               dst.Describe(), " while ", dst.device()->name(), " is capturing graph '", dst.device()->capture_key(),
+               "': restore between replays");
+    const Tensor* src = nullptr;
+    for (const auto& c : ckpt.tensors)
+      if (c.first == name) src = &c.second;
+    sources.push_back(src);
+    if (!src) {
+      problems.push_back("'" + name + "': not in the file");
+      continue;
+    }
+    if (src->shape() != dst.shape())
+      problems.push_back("'" + name + "': shape " + ToString(src->shape()) + " in the file, " +
+                         ToString(dst.shape()) + " in the target");
+    if (src->dtype() != dst.dtype())
+      problems.push_back("'" + name + "': dtype " + Name(src->dtype()) + " in the file, " + Name(dst.dtype()) +
+                         " in the target");
+  }
+  if (!problems.empty()) {
+    std::string msg = detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the ", targets.size(),
+                                  " target tensor(s), nothing was restored. ", problems.size(),
+                                  " mismatch(es): ");
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw IOError(msg);
+  }
+  for (size_t i = 0; i < targets.size(); ++i) WriteHostBytes(targets[i].second, HostBytes(*sources[i], targets[i].first));
+}
+
+// ---- optimizers: Note [Optimizer state in checkpoints] in checkpoint.h ----
+
+void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,
+                       const std::string& prefix) {
+  for (const auto& kv : opt.states()) tensors->emplace_back(prefix + kv.first, kv.second);
+  (*meta)[prefix + "lr"] = opt.learning_rate();
+  if (auto* adam = dynamic_cast<nn::Adam*>(&opt)) {
+    if (!opt.states().empty())
+      (*meta)[prefix + "adam_steps"] = double(adam->steps_taken(opt.states().begin()->second.device_ptr()));
+  }
+}
+
+void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
+                           const std::string& prefix) {
+  LOOM_CHECK(dev, DeviceError, "[checkpoint] RestoreOptimizerState needs the parameters' device");
+  // The saved slots, by state key.
+  std::map<std::string, const Tensor*> saved;
+  for (const auto& kv : ckpt.tensors)
+    if (kv.first.compare(0, prefix.size(), prefix) == 0) saved[kv.first.substr(prefix.size())] = &kv.second;
+
+  auto* adam = dynamic_cast<nn::Adam*>(&opt);
+  if (adam) {
+    double want = ckpt.Meta(prefix + "adam_steps", 0);
+    int64_t have = adam->steps_taken(dev);
+    LOOM_CHECK(double(have) == want, IOError, "[checkpoint] '", ckpt.path, "': the Adam state was saved after ",
+               want, " steps, this optimizer has taken ", have,
+               "; nn::Optimizer offers no way to set Adam's step count, so restoring would resume with the "
+               "wrong bias correction");
+  } else {
+    // Create missing slots: one throw-away update per parameter key (never touches real parameters).
+    std::set<std::string> primed;
+    for (const auto& kv : saved) {
+      if (opt.states().count(kv.first)) continue;
+      size_t slash = kv.first.rfind('/');
+      LOOM_CHECK(slash != std::string::npos, IOError, "[checkpoint] '", ckpt.path, "': optimizer state '",
+                 kv.first, "' is not named <parameter>/<slot>");
+      std::string param_key = kv.first.substr(0, slash);
+      if (!primed.insert(param_key).second) continue;
+      Device::SetupScope setup(dev.get());
+      NoGradGuard no_grad;
+      Tensor scratch = ops::Zeros(kv.second->shape(), kv.second->dtype(), dev);
+      Tensor zero_grad = ops::Zeros(kv.second->shape(), kv.second->dtype(), dev);
+      opt.Apply(0, zero_grad, scratch, param_key);
+    }
+  }
+  NamedTensors targets;
+  std::vector<std::string> extra;
+  for (const auto& kv : opt.states()) targets.emplace_back(prefix + kv.first, kv.second);
+  for (const auto& kv : saved)
+    if (!opt.states().count(kv.first)) extra.push_back("'" + kv.first + "'");
+  if (!extra.empty()) {
+    std::string msg = "[checkpoint] '" + ckpt.path + "': the optimizer has no state for saved slot(s) ";
+    for (size_t i = 0; i < extra.size(); ++i) msg += (i ? ", " : "") + extra[i];
+    throw IOError(msg + " (saved by an optimizer of another kind or with other settings?)");
+  }
+  RestoreInto(ckpt, targets);
+  auto lr = ckpt.meta.find(prefix + "lr");
+  if (lr != ckpt.meta.end()) opt.SetLearningRate(lr->second);
+}
+
+void SaveOptimizer(const std::string& path, nn::Optimizer& opt) {
+  NamedTensors tensors;
+  std::map<std::string, double> meta;
+  AddOptimizerState(opt, &tensors, &meta);
+  SaveCheckpoint(path, tensors, meta);
+}
+
+void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev) {
+  RestoreOptimizerState(LoadCheckpoint(path), opt, dev);
+}
+
+}  // namespace io
+}  // namespace loom

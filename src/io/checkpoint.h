@@ -1,0 +1,87 @@
+// Checkpoints: named tensors and named scalars, saved to one protobuf file and loaded back.
+//
+//   io::SaveCheckpoint("model.ckpt", {{"w0", w0}, {"b0", b0}}, {{"step", 100}});
+//   io::Checkpoint ck = io::LoadCheckpoint("model.ckpt");      // tensors on the CPU
+//   io::RestoreInto(ck, {{"w0", w0}, {"b0", b0}});               // into existing tensors
+//
+// Saving is atomic (Note [Atomic file writes] in io/file.h): a crash or an error mid-save never
+// leaves a broken file at the destination. Loading checks the magic, the format version, the
+// length and the checksum before it looks at a single tensor; every problem is an IOError that
+// names the file and says what is wrong. The format is described in loom.proto.
+//
+// Host reads are needed to save, so saving is refused while a tensor's device is capturing a
+// graph (DESIGN.md invariant 4); so is restoring. Between replays both are fine: restoring is a
+// feed, and the next replay reads the restored values.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace loom {
+
+class Device;
+namespace nn {
+class Optimizer;
+}
+
+namespace io {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct Checkpoint {
+  std::string path;                    // where it was loaded from, for messages
+  NamedTensors tensors;                // on the CPU, in file order
+  std::map<std::string, double> meta;  // "step", "optimizer/lr", ...
+
+  bool Has(const std::string& name) const;
+  const Tensor& Get(const std::string& name) const;        // IOError naming the file if absent
+  double Meta(const std::string& name) const;              // IOError naming the file if absent
+  double Meta(const std::string& name, double dflt) const;
+};
+
+// Writes `tensors` (any device, any layout; names unique and non-empty) and `meta` to `path`.
+void SaveCheckpoint(const std::string& path, const NamedTensors& tensors,
+                    const std::map<std::string, double>& meta = {});
+
+// Reads a checkpoint written by SaveCheckpoint; its tensors land on the CPU.
+Checkpoint LoadCheckpoint(const std::string& path);
+// The same from bytes already in memory; `source` is named in errors.
+Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source);
+
+// Copies the checkpoint's values into existing tensors (any device, any layout). Every target
+// must be in the checkpoint with the same shape and dtype; the checkpoint may hold more. All
+// mismatches are reported together, by name, in one IOError, and then nothing is copied.
+void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
+
+// ---- optimizers ----
+// Note [Optimizer state in checkpoints]
+// An optimizer's state is its states() map ("<param key>/<slot>" -> tensor, e.g.
+// "w0/momentum") plus its learning rate; each is saved under `prefix` ("optimizer/w0/momentum",
+// meta "optimizer/lr"). An optimizer creates its state lazily, at the first update of each
+// parameter, so a fresh optimizer has none. To restore into one, RestoreOptimizerState has the
+// optimizer create each missing slot by one update of a throw-away zero parameter of the saved
+// shape under the saved parameter key, then overwrites the slot with the saved value: the real
+// parameters are not touched. That is exact for SGD. Adam also counts its steps in a device
+// scalar that nn::Optimizer does not expose for writing, so an Adam state can only be restored
+// into an Adam that has taken the same number of steps; otherwise the restore refuses (IOError)
+// rather than resume with the wrong bias correction.
+
+// Appends the optimizer's state tensors and learning rate (and Adam's step count) under `prefix`.
+void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,
+                       const std::string& prefix = "optimizer/");
+// Restores what AddOptimizerState saved. New state is created on `dev` (the parameters'
+// device). Mismatched or missing slots are all reported in one IOError.
+void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
+                           const std::string& prefix = "optimizer/");
+
+// An optimizer alone in a file of its own.
+void SaveOptimizer(const std::string& path, nn::Optimizer& opt);
+void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
+
+}  // namespace io
+}  // namespace loom

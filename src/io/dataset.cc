@@ -1,0 +1,275 @@
+#include "io/dataset.h"
+
+#include <sys/stat.h>
+
+#include "device/device.h"
+#include "io/file.h"
+
+namespace loom {
+namespace io {
+
+const std::vector<float> kMnistMean = {0.1307f};
+const std::vector<float> kMnistStd = {0.3081f};
+const std::vector<float> kCifar10Mean = {0.4914f, 0.4822f, 0.4465f};
+const std::vector<float> kCifar10Std = {0.2470f, 0.2435f, 0.2616f};
+
+namespace {
+
+// The file's bytes, inflated when they are gzip-compressed.
+std::vector<uint8_t> ReadMaybeGzip(const std::string& path, const char* component) {
+  std::string raw = ReadFile(path, component);
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(raw.data());
+  if (IsGzip(p, raw.size())) return Gunzip(p, raw.size(), path);
+  return std::vector<uint8_t>(p, p + raw.size());
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// `base` or `base.gz`, whichever exists.
+std::string FindEither(const std::string& dir, const std::string& name, const char* component) {
+  std::string base = dir + "/" + name;
+  if (Exists(base)) return base;
+  if (Exists(base + ".gz")) return base + ".gz";
+  throw IOError(detail::Cat("[", component, "] '", dir, "' has neither '", name, "' nor '", name, ".gz'"));
+}
+
+// splitmix64: seeds the per-epoch generator from (seed, epoch).
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::shared_ptr<ImageData> LoadMnist(const std::string& images_path, const std::string& labels_path) {
+  auto data = std::make_shared<ImageData>();
+  {
+    std::vector<uint8_t> images = ReadMaybeGzip(images_path, "mnist");
+    ParseMnistImages(images.data(), images.size(), images_path, data.get());
+  }
+  std::vector<uint8_t> labels = ReadMaybeGzip(labels_path, "mnist");
+  ParseMnistLabels(labels.data(), labels.size(), labels_path, data.get());
+  return data;
+}
+
+std::shared_ptr<ImageData> LoadMnistDir(const std::string& dir, bool train) {
+  std::string prefix = train ? "train" : "t10k";
+  std::string images = FindEither(dir, prefix + "-images-idx3-ubyte", "mnist");
+  std::string labels = FindEither(dir, prefix + "-labels-idx1-ubyte", "mnist");
+  return LoadMnist(images, labels);
+}
+
+std::shared_ptr<ImageData> LoadCifar10(const std::vector<std::string>& batch_files) {
+  LOOM_CHECK(!batch_files.empty(), ValueError, "[cifar10] no batch files given");
+  auto data = std::make_shared<ImageData>();
+  for (const std::string& path : batch_files) {
+    std::vector<uint8_t> bytes = ReadMaybeGzip(path, "cifar10");
+    AppendCifar10(bytes.data(), bytes.size(), path, data.get());
+  }
+  return data;
+}
+
+std::shared_ptr<ImageData> LoadCifar10Dir(const std::string& dir, bool train) {
+  std::vector<std::string> files;
+  if (train) {
+    for (int i = 1; i <= 5; ++i) files.push_back(FindEither(dir, "data_batch_" + std::to_string(i) + ".bin", "cifar10"));
+  } else {
+    files.push_back(FindEither(dir, "test_batch.bin", "cifar10"));
+  }
+  return LoadCifar10(files);
+}
+
+// ---------------------------------------------------------------- DataLoader
+
+DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions options)
+    : data_(std::move(data)), opt_(std::move(options)) {
+  LOOM_CHECK(data_ && data_->n > 0, ValueError, "[data_loader] the data set is empty");
+  LOOM_CHECK(data_->images.size() == size_t(data_->n) * data_->sample_size() &&
+                 data_->labels.size() == size_t(data_->n),
+             ValueError, "[data_loader] the data set is inconsistent: ", data_->n, " samples of ",
+             data_->sample_size(), " bytes, ", data_->images.size(), " image bytes, ", data_->labels.size(), " labels");
+  LOOM_CHECK(opt_.batch_size > 0, ValueError, "[data_loader] batch_size ", opt_.batch_size, " must be positive");
+  LOOM_CHECK(opt_.prefetch >= 0 && opt_.prefetch <= 2, ValueError, "[data_loader] prefetch ", opt_.prefetch,
+             " must be 0 (no background thread), 1 or 2");
+  const size_t c = size_t(data_->channels);
+  LOOM_CHECK(opt_.mean.size() == opt_.std.size() && (opt_.mean.empty() || opt_.mean.size() == c), ValueError,
+             "[data_loader] mean and std need one value per channel (", c, "), got ", opt_.mean.size(), " and ",
+             opt_.std.size());
+  if (!opt_.device) opt_.device = CpuDevice();
+  scale_.assign(c, 1.0f / 255.0f);
+  shift_.assign(c, 0.0f);
+  for (size_t i = 0; i < opt_.mean.size(); ++i) {
+    LOOM_CHECK(opt_.std[i] > 0, ValueError, "[data_loader] std[", i, "] = ", opt_.std[i], " must be positive");
+    scale_[i] = 1.0f / (255.0f * opt_.std[i]);
+    shift_[i] = -opt_.mean[i] / opt_.std[i];
+  }
+  if (opt_.prefetch > 0) thread_ = std::thread([this] { Produce(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t DataLoader::batches_per_epoch() const {
+  return opt_.drop_last ? data_->n / opt_.batch_size : (data_->n + opt_.batch_size - 1) / opt_.batch_size;
+}
+
+Shape DataLoader::x_shape(int64_t batch) const {
+  if (opt_.flat) return {batch, int64_t(data_->sample_size())};
+  return {batch, data_->channels, data_->height, data_->width};
+}
+
+void DataLoader::Reorder(int64_t epoch) {
+  if (order_epoch_ == epoch) return;
+  order_.resize(size_t(data_->n));
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = int64_t(i);
+  if (opt_.shuffle) {
+    // Fisher-Yates with our own generator: the same order on every platform (std::shuffle's
+    // and the standard distributions' results are implementation-defined).
+    uint64_t state = SplitMix64(opt_.seed ^ SplitMix64(uint64_t(epoch)));
+    for (size_t i = order_.size(); i > 1; --i) {
+      state = SplitMix64(state);
+      size_t j = size_t(state % i);
+      std::swap(order_[i - 1], order_[j]);
+    }
+  }
+  order_epoch_ = epoch;
+}
+
+HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
+  Reorder(epoch);
+  HostBatch b;
+  b.epoch = epoch;
+  b.index = index;
+  int64_t begin = index * opt_.batch_size;
+  b.size = std::min(opt_.batch_size, data_->n - begin);
+  const size_t sample = data_->sample_size(), plane = size_t(data_->height * data_->width);
+  const size_t channels = size_t(data_->channels);
+  b.x.resize(size_t(b.size) * sample);
+  b.y.resize(size_t(b.size));
+  for (int64_t i = 0; i < b.size; ++i) {
+    int64_t s = order_[size_t(begin + i)];
+    b.y[size_t(i)] = data_->labels[size_t(s)];
+    const uint8_t* src = data_->images.data() + size_t(s) * sample;
+    float* dst = b.x.data() + size_t(i) * sample;
+    for (size_t c = 0; c < channels; ++c) {
+      const float a = scale_[c], o = shift_[c];
+      for (size_t k = c * plane; k < (c + 1) * plane; ++k) dst[k] = float(src[k]) * a + o;
+    }
+  }
+  if (opt_.transform) opt_.transform(b);
+  LOOM_CHECK(b.x.size() == size_t(b.size) * sample && b.y.size() == size_t(b.size), ValueError,
+             "[data_loader] the transform changed the batch's size");
+  return b;
+}
+
+DataLoader::Item DataLoader::MakeItem(int64_t epoch, int64_t index) {
+  Item item;
+  if (index >= batches_per_epoch()) {
+    item.kind = Item::kEndOfEpoch;
+    item.batch.epoch = epoch;
+  } else {
+    item.batch = MakeBatch(epoch, index);
+  }
+  return item;
+}
+
+bool DataLoader::Push(Item item) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stop_ || int(queue_.size()) < opt_.prefetch; });
+  if (stop_) return false;
+  queue_.push_back(std::move(item));
+  cv_.notify_all();
+  return true;
+}
+
+void DataLoader::Produce() {
+  try {
+    for (int64_t epoch = 0;; ++epoch) {
+      for (int64_t index = 0; index <= batches_per_epoch(); ++index)
+        if (!Push(MakeItem(epoch, index))) return;
+    }
+  } catch (...) {
+    Item item;
+    item.kind = Item::kError;
+    item.error = std::current_exception();
+    Push(std::move(item));
+  }
+}
+
+DataLoader::Item DataLoader::Pop() {
+  if (!thread_.joinable()) {  // synchronous mode
+    Item item = MakeItem(sync_epoch_, sync_index_);
+    if (item.kind == Item::kEndOfEpoch) {
+      ++sync_epoch_;
+      sync_index_ = 0;
+    } else {
+      ++sync_index_;
+    }
+    return item;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue_.empty(); });
+  Item item = std::move(queue_.front());
+  queue_.pop_front();
+  cv_.notify_all();
+  return item;
+}
+
+bool DataLoader::NextHost(HostBatch* batch) {
+  if (failed_) std::rethrow_exception(failed_);
+  Item item;
+  try {
+    item = Pop();
+  } catch (...) {  // synchronous mode: the same contract as the thread's
+    failed_ = std::current_exception();
+    throw;
+  }
+  if (item.kind == Item::kError) {
+    failed_ = item.error;
+    std::rethrow_exception(failed_);
+  }
+  if (item.kind == Item::kEndOfEpoch) return false;
+  *batch = std::move(item.batch);
+  return true;
+}
+
+bool DataLoader::Next(Batch* batch) {
+  HostBatch hb;
+  if (!NextHost(&hb)) return false;
+  batch->x = Tensor(x_shape(hb.size), DType::kFloat32, opt_.device);
+  batch->x.CopyFromHost(hb.x.data(), hb.x.size() * sizeof(float));
+  batch->y = Tensor({hb.size}, DType::kInt32, opt_.device);
+  batch->y.CopyFromHost(hb.y.data(), hb.y.size() * sizeof(int32_t));
+  batch->epoch = hb.epoch;
+  batch->index = hb.index;
+  return true;
+}
+
+bool DataLoader::NextInto(const Tensor& x, const Tensor& y) {
+  HostBatch hb;
+  if (!NextHost(&hb)) return false;
+  Shape xs = x_shape(hb.size);
+  LOOM_CHECK(x.shape() == xs && x.dtype() == DType::kFloat32, ShapeError, "[data_loader] batch ", hb.index,
+             " of epoch ", hb.epoch, " is float32 ", ToString(xs), ", the target x is ", x.Describe(),
+             hb.size < opt_.batch_size ? " (the last batch is smaller: set drop_last)" : "");
+  LOOM_CHECK(y.shape() == Shape{hb.size} && y.dtype() == DType::kInt32, ShapeError, "[data_loader] batch ",
+             hb.index, " of epoch ", hb.epoch, " has int32 labels (", hb.size, "), the target y is ", y.Describe());
+  Tensor tx = x, ty = y;
+  tx.CopyFromHost(hb.x.data(), hb.x.size() * sizeof(float));
+  ty.CopyFromHost(hb.y.data(), hb.y.size() * sizeof(int32_t));
+  return true;
+}
+
+}  // namespace io
+}  // namespace loom

@@ -1,0 +1,129 @@
+// Data sets and the DataLoader: MNIST (idx, raw or .gz) and CIFAR-10 (binary batches) read
+// into host memory, then served as shuffled, normalised batches of Tensors on a device while a
+// background thread prepares the next batch.
+//
+//   auto data = io::LoadMnist("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
+//   io::DataLoaderOptions o;
+//   o.batch_size = 64; o.mean = io::kMnistMean; o.std = io::kMnistStd;
+//   io::DataLoader loader(data, o);
+//   io::Batch b;
+//   while (loader.Next(&b)) train(b.x, b.y);       // one epoch; the next call starts another
+//
+// With a captured graph, feed its input tensors instead: loader.NextInto(x, y).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/dataset_format.h"
+
+namespace loom {
+
+class Device;
+
+namespace io {
+
+// Reads files (gzip-compressed or not: detected from the content).
+std::shared_ptr<ImageData> LoadMnist(const std::string& images_path, const std::string& labels_path);
+// `dir` holding train-images-idx3-ubyte / train-labels-idx1-ubyte (or t10k-* when !train),
+// each raw or with ".gz".
+std::shared_ptr<ImageData> LoadMnistDir(const std::string& dir, bool train = true);
+std::shared_ptr<ImageData> LoadCifar10(const std::vector<std::string>& batch_files);
+// `dir` holding data_batch_1.bin ... data_batch_5.bin (or test_batch.bin when !train).
+std::shared_ptr<ImageData> LoadCifar10Dir(const std::string& dir, bool train = true);
+
+// The usual per-channel statistics of pixel / 255.
+extern const std::vector<float> kMnistMean, kMnistStd;
+extern const std::vector<float> kCifar10Mean, kCifar10Std;
+
+// One batch prepared on the host: x float32 in the final layout, y int32.
+struct HostBatch {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  int64_t size = 0;   // samples in this batch (the last one may be smaller)
+  int64_t epoch = 0;
+  int64_t index = 0;  // batch number within the epoch
+};
+
+struct DataLoaderOptions {
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  uint64_t seed = 0;         // the order of epoch e depends only on (seed, e)
+  bool drop_last = false;    // drop the last, smaller batch of an epoch
+  bool flat = false;         // x as (N, C*H*W) instead of (N, C, H, W): (N, 784) for MNIST
+  // x = (pixel / 255 - mean[c]) / std[c]; one value per channel, or empty for pixel / 255.
+  std::vector<float> mean, std;
+  int prefetch = 2;          // batches prepared ahead by the background thread (1-2); 0: no thread
+  std::shared_ptr<Device> device;  // where x and y go; null: the CPU
+  // Runs on the background thread after normalisation (augmentation); may throw.
+  std::function<void(HostBatch&)> transform;
+};
+
+struct Batch {
+  Tensor x;  // float32 (N, C, H, W), or (N, C*H*W) with flat
+  Tensor y;  // int32 (N)
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions options);
+  ~DataLoader();  // stops and joins the background thread
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch of the current epoch, or false at the end of the epoch (the call after
+  // that starts the next epoch). An exception raised while preparing a batch on the background
+  // thread is re-thrown here, and again on every later call.
+  bool Next(Batch* batch);
+  // The same, written into existing tensors (a captured graph's inputs: DESIGN.md invariant 6).
+  // Their shapes must fit the batch: ShapeError otherwise (use drop_last with a graph).
+  bool NextInto(const Tensor& x, const Tensor& y);
+  // The host side only, without a device.
+  bool NextHost(HostBatch* batch);
+
+  int64_t batches_per_epoch() const;
+  int64_t size() const { return data_->n; }
+  Shape x_shape(int64_t batch) const;  // the shape of x for a batch of `batch` samples
+
+ private:
+  struct Item {
+    enum Kind { kBatch, kEndOfEpoch, kError } kind = kBatch;
+    HostBatch batch;
+    std::exception_ptr error;
+  };
+  void Produce();                                  // the background thread
+  Item MakeItem(int64_t epoch, int64_t index);     // one batch or end marker, on any thread
+  HostBatch MakeBatch(int64_t epoch, int64_t index);
+  void Reorder(int64_t epoch);
+  bool Push(Item item);                            // false when stopping
+  Item Pop();
+
+  std::shared_ptr<const ImageData> data_;
+  DataLoaderOptions opt_;
+  std::vector<float> scale_, shift_;               // per channel: x = pixel * scale + shift
+  std::vector<int64_t> order_;                     // the current epoch's sample order
+  int64_t order_epoch_ = -1;
+
+  // Synchronous mode (prefetch 0): the consumer's own cursor.
+  int64_t sync_epoch_ = 0, sync_index_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::exception_ptr failed_;
+  std::thread thread_;
+};
+
+}  // namespace io
+}  // namespace loom

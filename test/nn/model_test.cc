@@ -1,0 +1,260 @@
+// Layers, the model zoo and Model: graph mode against eager on real networks, training in both
+// modes, schedules under replay, and the user errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "common/harness.h"
+#include "graph/graph.h"
+#include "nn/cnn_layers.h"
+#include "nn/model.h"
+#include "nn/models.h"
+
+namespace loom {
+namespace test {
+namespace {
+
+// Images whose class decides a bright quadrant and channel: learnable by a small CNN.
+std::pair<Tensor, Tensor> ImageBatch(int64_t n, uint32_t seed, int64_t size = 32, int64_t classes = 10) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> noise(0, 0.3f);
+  std::uniform_int_distribution<int32_t> cls(0, int32_t(classes - 1));
+  std::vector<float> x(static_cast<size_t>(n * 3 * size * size));
+  std::vector<int32_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t c = cls(gen);
+    y[size_t(i)] = c;
+    for (int64_t ch = 0; ch < 3; ++ch)
+      for (int64_t h = 0; h < size; ++h)
+        for (int64_t w = 0; w < size; ++w) {
+          bool hot = (ch == c % 3) && ((h < size / 2) == (c % 2 == 0)) && ((w < size / 2) == (c / 2 % 2 == 0));
+          x[size_t(((i * 3 + ch) * size + h) * size + w)] = (hot ? 1.0f : 0.0f) + noise(gen);
+        }
+  }
+  return {ops::FromVector(x, {n, 3, size, size}, CpuDevice()), ops::FromVector(y, {n}, CpuDevice())};
+}
+
+std::vector<std::vector<float>> Values(const nn::NamedTensors& ts) {
+  std::vector<std::vector<float>> v;
+  for (auto& t : ts) v.push_back(t.second.ToVector<float>());
+  return v;
+}
+
+bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+struct Trained {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params, states;
+};
+
+Trained TrainResNet18(bool graph, int steps) {
+  CpuDevice()->SetRandSeed(2024);
+  auto net = nn::MakeResNet18(10);
+  nn::Model m(net, std::make_shared<nn::SGD>(0.05, 0.9, 5e-4));
+  auto first = ImageBatch(4, 1);
+  m.Compile({first.first}, true, graph, true);
+  Trained t;
+  for (int s = 0; s < steps; ++s) {
+    auto b = ImageBatch(4, 1 + uint32_t(s));
+    t.losses.push_back(float(m.TrainOneBatch(b.first, b.second).loss.Item()));
+  }
+  t.params = Values(m.Params());
+  t.states = Values(m.States());
+  CpuDevice()->ResetGraph();
+  return t;
+}
+
+TEST(Model, ResNet18GraphIsBitwiseEqualToEagerIncludingRunningStats) {
+  Trained e = TrainResNet18(false, 3);
+  Trained g = TrainResNet18(true, 3);
+  ASSERT_EQ(e.losses.size(), g.losses.size());
+  EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0)
+      << e.losses[2] << " vs " << g.losses[2];
+  EXPECT_TRUE(SameBits(e.params, g.params));
+  EXPECT_TRUE(SameBits(e.states, g.states));
+  EXPECT_FALSE(e.states.empty());
+}
+
+double TrainSmallCnn(bool graph, int steps, double* first) {
+  CpuDevice()->SetRandSeed(7);
+  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  auto b0 = ImageBatch(16, 100);
+  m.Compile({b0.first}, true, graph, true);
+  double last = 0;
+  for (int s = 0; s < steps; ++s) {
+    auto b = ImageBatch(16, 100 + uint32_t(s));
+    double l = m.TrainOneBatch(b.first, b.second).loss.Item();
+    if (s == 0) *first = l;
+    last = l;
+  }
+  CpuDevice()->ResetGraph();
+  return last;
+}
+
+TEST(Model, SmallCnnLossFallsInBothModes) {
+  for (bool graph : {false, true}) {
+    double first = 0;
+    double last = TrainSmallCnn(graph, 25, &first);
+    EXPECT_LT(last, 0.5 * first) << (graph ? "graph" : "eager") << " first " << first << " last " << last;
+  }
+}
+
+TEST(Model, LearningRateScheduleTakesEffectUnderReplay) {
+  CpuDevice()->SetRandSeed(3);
+  auto opt = std::make_shared<nn::SGD>(0.1);
+  nn::Model m(nn::MakeMlp({8, 4}), opt, nn::LossKind::kMse);
+  Tensor x = RandomTensor({2, 8}, DType::kFloat32, 1);
+  Tensor y = RandomTensor({2, 4}, DType::kFloat32, 2);
+  m.Compile({x}, true, true, true);
+  const Tensor w = m.Params()[0].second;
+  auto update = [&] {
+    std::vector<float> before = w.ToVector<float>();
+    m.TrainOneBatch(x, y);
+    std::vector<float> after = w.ToVector<float>();
+    double s = 0;
+    for (size_t i = 0; i < before.size(); ++i) s += std::abs(double(after[i]) - before[i]);
+    return s;
+  };
+  update();  // capture + first replay
+  double big = update();
+  opt->SetLearningRate(0.001);
+  double small = update();
+  EXPECT_NEAR(small / big, 0.01, 0.002);  // gradients barely move at these rates
+  EXPECT_EQ(m.train_graph().stats().replays, 3u);
+  // Cosine schedule: each step's update follows the rate.
+  for (int s = 0; s < 4; ++s) {
+    double lr = 0.001 * 0.5 * (1 + std::cos(M_PI * s / 4.0));
+    opt->SetLearningRate(lr);
+    EXPECT_NEAR(update() / small, lr / 0.001, 0.05 * lr / 0.001 + 1e-3);
+  }
+  CpuDevice()->ResetGraph();
+}
+
+TEST(Model, EvalUsesRunningStatisticsAndItsOwnGraph) {
+  CpuDevice()->SetRandSeed(5);
+  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  auto b = ImageBatch(8, 3);
+  m.Compile({b.first}, true, true, true);
+  m.TrainOneBatch(b.first, b.second);
+  Tensor out1 = m.Forward(b.first);
+  std::vector<float> o1 = out1.ToVector<float>();
+  m.TrainOneBatch(b.first, b.second);
+  Tensor out2 = m.Forward(b.first);
+  EXPECT_NE(o1, out2.ToVector<float>());  // parameters moved in between
+  EXPECT_TRUE(m.net().training());        // Forward restored train mode
+  // Eval output equals an eager eval forward with the same parameters.
+  m.Eval();
+  Tensor eager;
+  {
+    NoGradGuard ng;
+    eager = m.net().Forward(b.first);
+  }
+  EXPECT_EQ(eager.ToVector<float>(), out2.ToVector<float>());
+  CpuDevice()->ResetGraph();
+}
+
+TEST(Model, Errors) {
+  CpuDevice()->SetRandSeed(1);
+  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05));
+  auto b = ImageBatch(4, 1);
+  LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(b.first, b.second), GraphError, "called before Compile");
+  Tensor four_channels = RandomTensor({4, 4, 32, 32}, DType::kFloat32, 1);
+  LOOM_EXPECT_THROW_MSG(m.Compile({four_channels}, true, true), ShapeError,
+                        "[Conv2d] input has 4 channels, the layer expects 3");
+  m.Compile({b.first}, true, true, true);
+  Tensor float_labels = RandomTensor({4}, DType::kFloat32, 2);
+  LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(b.first, float_labels), Error, "softmax_cross_entropy");
+  m.TrainOneBatch(b.first, b.second);
+  auto small = ImageBatch(3, 2);
+  LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(small.first, small.second), GraphError, "cannot replay with");
+  m.set_recapture(true);
+  EXPECT_NO_THROW(m.TrainOneBatch(small.first, small.second));
+  CpuDevice()->ResetGraph();
+}
+
+TEST(Layers, ParametersAndStatesAreNamedAndPersistent) {
+  auto net = nn::MakeResNet18(10);
+  nn::NamedTensors p = net->Params();
+  nn::NamedTensors s = net->States();
+  EXPECT_EQ(p.front().first, "conv1.weight");
+  EXPECT_EQ(p.back().first, "fc.bias");
+  bool found = false;
+  for (auto& kv : s) found = found || kv.first == "layer2.0.downsample.1.running_mean";
+  EXPECT_TRUE(found);
+  size_t count = 0;
+  for (auto& kv : p) {
+    EXPECT_TRUE(kv.second.block()->persistent()) << kv.first;
+    EXPECT_TRUE(kv.second.requires_grad()) << kv.first;
+    count += size_t(kv.second.numel());
+  }
+  EXPECT_EQ(count, 11173962u);  // ResNet-18 (CIFAR stem, 10 classes), as in torchvision's count
+}
+
+TEST(Layers, ResNet50ShapesAndParameterCount) {
+  auto net = nn::MakeResNet50(1000);
+  size_t count = 0;
+  for (auto& kv : net->Params()) count += size_t(kv.second.numel());
+  EXPECT_EQ(count, 25557032u);  // torchvision resnet50
+  // Shape inference only (a capture runs nothing): (2, 3, 224, 224) -> (2, 1000).
+  auto dev = CpuDevice();
+  Tensor x = RandomTensor({2, 3, 224, 224}, DType::kFloat32, 1);
+  NoGradGuard ng;
+  dev->EnableGraph(true, "r50_shapes");
+  Tensor y = net->Forward(x);
+  dev->EnableGraph(false);
+  EXPECT_EQ(y.shape(), (Shape{2, 1000}));
+  dev->ResetGraph("r50_shapes");
+}
+
+TEST(Optimizers, AdamMatchesReferenceFormula) {
+  Tensor w = ops::FromVector(std::vector<double>{1.0, -2.0}, {2}, CpuDevice());
+  w.set_requires_grad(true);
+  nn::Adam adam(0.1, 0.9, 0.999, 1e-8);
+  double m[2] = {0, 0}, v[2] = {0, 0}, ref[2] = {1.0, -2.0};
+  for (int t = 1; t <= 3; ++t) {
+    Tensor loss = ops::Sum(ops::Mul(w, w));  // grad = 2w
+    for (auto& pg : Backward(loss)) adam.Apply(t, pg.second, pg.first);
+    for (int i = 0; i < 2; ++i) {
+      double g = 2 * ref[i];
+      m[i] = 0.9 * m[i] + 0.1 * g;
+      v[i] = 0.999 * v[i] + 0.001 * g * g;
+      double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+      ref[i] -= 0.1 * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  std::vector<double> got = w.ToVector<double>();
+  EXPECT_NEAR(got[0], ref[0], 1e-9);
+  EXPECT_NEAR(got[1], ref[1], 1e-9);
+  EXPECT_EQ(adam.steps_taken(CpuDevice()), 3);
+}
+
+TEST(Optimizers, SgdNesterovAndWeightDecayMatchReference) {
+  Tensor w = ops::FromVector(std::vector<double>{0.5, -1.5}, {2}, CpuDevice());
+  w.set_requires_grad(true);
+  nn::SGD sgd(0.1, 0.9, 0.01, true);
+  double buf[2] = {0, 0}, ref[2] = {0.5, -1.5};
+  for (int t = 0; t < 3; ++t) {
+    Tensor loss = ops::Sum(ops::Mul(w, w));
+    for (auto& pg : Backward(loss)) sgd.Apply(t, pg.second, pg.first);
+    for (int i = 0; i < 2; ++i) {
+      double g = 2 * ref[i] + 0.01 * ref[i];
+      buf[i] = 0.9 * buf[i] + g;
+      ref[i] -= 0.1 * (g + 0.9 * buf[i]);
+    }
+  }
+  std::vector<double> got = w.ToVector<double>();
+  EXPECT_NEAR(got[0], ref[0], 1e-12);
+  EXPECT_NEAR(got[1], ref[1], 1e-12);
+  LOOM_EXPECT_THROW_MSG(nn::SGD(0.1, 0, 0, true), ValueError, "Nesterov");
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
