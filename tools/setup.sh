@@ -63,20 +63,21 @@ else
 fi
 
 # ---- build ----
-# Quiet when there is nothing to do. A dry run always lists the glob check and the CMake re-run it
-# may trigger; anything else in it is real work, announced before it starts.
+# Quiet when there is nothing to do; a build still running after 3 seconds says so.
 start=$SECONDS
 log="$BUILD/setup-build.log"
-work="$(ninja -C "$BUILD" -n 2>/dev/null |
-        grep -v -e 'Entering directory' -e 'Re-checking globbed' -e 'Re-running CMake' -e 'no work to do' || true)"
-if [ -n "$work" ]; then say "build: compiling with $(nproc) jobs (log: $log)"; fi
+(sleep 3 >/dev/null 2>&1 && say "build: compiling with $(nproc) jobs (log: $log)") &
+notice=$!
 if ! cmake --build "$BUILD" -j "$(nproc)" >"$log" 2>&1; then
+  kill "$notice" 2>/dev/null || true
   # Compiler errors first: with parallel jobs they can sit far above the tail.
   grep -E 'error:|FAILED:|multiple definition|undefined reference' "$log" | head -40 >&2 || true
   echo "---- last lines of $log ----" >&2
   tail -n 20 "$log" >&2
   die "build failed (full log: $log)"
 fi
+kill "$notice" 2>/dev/null || true
+wait "$notice" 2>/dev/null || true
 if grep -q 'no work to do' "$log"; then
   say "build: $BUILD up to date"
 else

@@ -7,7 +7,9 @@
 // of accuracy.
 //
 //   loom-mlp [--batch 64] [--steps 100] [--lr 0.01] [--momentum 0.9] [--print-every 10]
-//            [--threads N] [--json]
+//            [--threads N] [--graph [--parallel] [--dynamic]] [--json]
+// --graph captures one training step (forward, backward, updates) and replays it for every
+// batch; the default is eager, op by op.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <algorithm>
 #include <chrono>
@@ -24,6 +26,7 @@
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "graph/graph.h"
 #include "nn/optimizer.h"
 
 namespace {
@@ -45,8 +48,9 @@ struct Flags {
   int64_t print_every = 10;
   int64_t threads = 0;  // 0: LOOM_NUM_THREADS or the core count
   bool json = false;
-  // >>> graph mode: a `--graph` flag goes here (capture step 0 with dev->EnableGraph, replay the
-  // >>> rest with dev->RunGraph; see the marked spot in Train). Being written in src/graph.
+  bool graph = false;     // capture one step, replay it
+  bool parallel = false;  // graph replay on worker threads
+  bool dynamic = false;   // graph memory recycled at refcount zero instead of the arena
 };
 
 class UsageError : public std::runtime_error {
@@ -55,13 +59,16 @@ class UsageError : public std::runtime_error {
 };
 
 const char* kUsage =
-    "usage: loom-mlp [--batch N] [--steps N] [--lr X] [--momentum X] [--print-every N] [--threads N] [--json]\n"
+    "usage: loom-mlp [--batch N] [--steps N] [--lr X] [--momentum X] [--print-every N] [--threads N] [--graph] [--parallel] [--dynamic] [--json]\n"
     "  --batch N        samples per step (default 64)\n"
     "  --steps N        training steps (default 100)\n"
     "  --lr X           learning rate (default 0.01)\n"
     "  --momentum X     SGD momentum (default 0.9)\n"
     "  --print-every N  print the loss every N steps (default 10)\n"
     "  --threads N      CPU threads (default: LOOM_NUM_THREADS or the core count)\n"
+    "  --graph          capture one step as a graph and replay it (default: eager)\n"
+    "  --parallel       with --graph: replay independent ops on worker threads\n"
+    "  --dynamic        with --graph: recycle memory at refcount zero instead of the planned arena\n"
     "  --json           end with one JSON line of results; progress goes to stderr\n";
 
 int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
@@ -120,6 +127,9 @@ Flags ParseFlags(int argc, char** argv) {
       f.print_every = ParseInt(arg, next(), 1);
     } else if (arg == "--threads") {
       f.threads = ParseInt(arg, next(), 1);
+    } else if (arg == "--graph" || arg == "--parallel" || arg == "--dynamic") {
+      if (has_value) throw UsageError(arg + " takes no value");
+      (arg == "--graph" ? f.graph : arg == "--parallel" ? f.parallel : f.dynamic) = true;
     } else if (arg == "--json") {
       if (has_value) throw UsageError("--json takes no value");
       f.json = true;
@@ -127,6 +137,7 @@ Flags ParseFlags(int argc, char** argv) {
       throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
     }
   }
+  if ((f.parallel || f.dynamic) && !f.graph) throw UsageError("--parallel and --dynamic need --graph");
   return f;
 }
 
@@ -234,13 +245,31 @@ int Train(const Flags& f) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "loom-mlp: %lld-%lld-%lld-%lld ReLU MLP, SGD lr %g momentum %g, batch %lld, %lld steps, %d threads, "
-                "eager",
+                "%s",
                 (long long)kInputs, (long long)kHidden, (long long)kHidden, (long long)kClasses, f.lr, f.momentum,
-                (long long)f.batch, (long long)f.steps, loom::NumThreads());
+                (long long)f.batch, (long long)f.steps, loom::NumThreads(),
+                f.graph ? (f.parallel ? "graph (parallel replay)" : "graph (serial replay)") : "eager");
   out << line << std::endl;
 
-  // >>> graph mode (--graph) goes here: capture one step between dev->EnableGraph(true) and
-  // >>> dev->EnableGraph(false), then per step feed x and y and call dev->RunGraph().
+  auto train_step = [&](int64_t step) {
+    Tensor loss = ops::SoftmaxCrossEntropy(Forward(model, x), y);
+    // Each parameter is updated as soon as its gradient is final, so gradients do not pile up.
+    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { sgd.Apply(step, g, p, p.name()); });
+    return loss;
+  };
+  // Graph mode: the inputs get their first batch, then one step is captured (nothing runs);
+  // every step below feeds x and y and replays it.
+  Tensor graph_loss;
+  if (f.graph) {
+    data.Batch(0, f.batch, bx, by);
+    x.CopyFrom(bx);
+    y.CopyFrom(by);
+    dev->graph_options().memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
+    dev->EnableGraph(true, "mlp");
+    graph_loss = train_step(0);
+    dev->EnableGraph(false);
+    out << dev->GetGraph("mlp").Summary() << std::endl;
+  }
   std::vector<float> w_last_before = model.w.back().ToVector<float>();
   std::vector<double> times_ms;
   double first_loss = 0, last_loss = 0;
@@ -250,9 +279,13 @@ int Train(const Flags& f) {
     auto t0 = std::chrono::steady_clock::now();
     x.CopyFrom(bx);
     y.CopyFrom(by);
-    Tensor loss = ops::SoftmaxCrossEntropy(Forward(model, x), y);
-    // Each parameter is updated as soon as its gradient is final, so gradients do not pile up.
-    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { sgd.Apply(step, g, p, p.name()); });
+    Tensor loss;
+    if (f.graph) {
+      dev->RunGraph(!f.parallel, "mlp");
+      loss = graph_loss;
+    } else {
+      loss = train_step(step);
+    }
     dev->Synchronize();
     auto t1 = std::chrono::steady_clock::now();
     if (step >= kWarmup || f.steps <= kWarmup)
@@ -287,9 +320,10 @@ int Train(const Flags& f) {
   out << line << std::endl;
   if (f.json) {
     std::snprintf(line, sizeof line,
-                  "{\"model\": \"mlp-784-1024-1024-10\", \"mode\": \"eager\", \"batch\": %lld, \"steps\": %lld, "
+                  "{\"model\": \"mlp-784-1024-1024-10\",  \"mode\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
                   "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, "
                   "\"peak_bytes\": %zu, \"first_loss\": %.6f, \"last_loss\": %.6f}",
+                  f.graph ? (f.parallel ? "graph-parallel" : f.dynamic ? "graph-dynamic" : "graph-planned") : "eager",
                   (long long)f.batch, (long long)f.steps, med, p10, p90, peak, first_loss, last_loss);
     std::cout << line << std::endl;
   }

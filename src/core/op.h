@@ -88,6 +88,11 @@ struct OpDef {
   // state in place (batch_norm_train's running statistics). The record lists the tensor among
   // the outputs as well as the inputs, so graph analysis sees the read and the write.
   std::vector<std::pair<int, int>> inplace;
+  // Note [In-place reuse]: inputs whose memory output 0 MAY take over when the planner sees the
+  // input die at this op (CanRunInPlace in graph/graph.cc). Listing an input promises that every
+  // device's kernel reads element k of it before writing element k of output 0, and nothing
+  // else of it afterwards (element-wise loops). Same shape and dtype as output 0 only.
+  std::vector<int> shareable_inputs;
 
   std::array<KernelFn, kNumDeviceTypes> kernels{};
 };

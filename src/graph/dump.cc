@@ -71,7 +71,8 @@ std::string Graph::TraceJson() const {
   }
   // Memory counter track: live intermediate bytes while each op runs, and the arena.
   for (const OpTiming& t : profile_) {
-    size_t live = analysis_.live_bytes.empty() ? 0 : analysis_.live_bytes[size_t(t.op)];
+    const std::vector<size_t>& lb = stats_.memory == MemoryMode::kPlanned ? planned_live_bytes_ : analysis_.live_bytes;
+    size_t live = lb.empty() ? 0 : lb[size_t(t.op)];
     o << ",\n{\"name\":\"memory\",\"ph\":\"C\",\"pid\":0,\"ts\":" << t.start_us << ",\"args\":{\"live_bytes\":" << live
       << ",\"arena_bytes\":" << stats_.arena_bytes << "}}";
   }
@@ -81,10 +82,13 @@ std::string Graph::TraceJson() const {
 
 std::string Graph::MemoryTimelineCsv() const {
   std::ostringstream o;
-  o << "op,name,live_bytes,lower_bound_bytes,arena_bytes,persistent_bytes\n";
+  // live_bytes: intermediates alive at each op (what dynamic recycling holds); planned_live_bytes:
+  // the same with in-place reuse (what the planned arena packs).
+  o << "op,name,live_bytes,planned_live_bytes,lower_bound_bytes,arena_bytes,persistent_bytes\n";
   for (size_t i = 0; i < ops_.size(); ++i)
     o << i << "," << ops_[i].name() << "," << (analysis_.live_bytes.empty() ? 0 : analysis_.live_bytes[i]) << ","
-      << stats_.lower_bound_bytes << "," << stats_.arena_bytes << "," << stats_.persistent_bytes << "\n";
+      << (planned_live_bytes_.empty() ? 0 : planned_live_bytes_[i]) << "," << stats_.lower_bound_bytes << ","
+      << stats_.arena_bytes << "," << stats_.persistent_bytes << "\n";
   return o.str();
 }
 

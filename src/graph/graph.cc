@@ -78,37 +78,79 @@ void Graph::Finalize(const GraphOptions& options) {
   }
   analysis_ = Analyse(access_, facts_);
 
+  // ---- plan ----
   offset_of_.assign(blocks_.size(), SIZE_MAX);
-  std::vector<Lifetime> lifetimes;
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    const BlockLife& l = analysis_.blocks[b];
-    if (l.persistent || l.first < 0) continue;
-    planned_.push_back(int(b));
-    lifetimes.push_back({facts_[b].bytes, l.first, l.last});
-  }
-  if (options_.memory == MemoryMode::kPlanned) {
-    plan_ = PlanMemory(lifetimes, 64);
-    for (size_t i = 0; i < planned_.size(); ++i) offset_of_[size_t(planned_[i])] = plan_.offsets[i];
-  }
-
-  // The parallel schedule's edges (Note [Dependencies]), plus memory-reuse edges in planned
-  // mode: when two blocks share arena bytes, every op touching the earlier one finishes before
-  // the later one's first writer starts.
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (!analysis_.blocks[b].persistent && analysis_.blocks[b].first >= 0) planned_.push_back(int(b));
   size_t n = ops_.size();
+  std::vector<std::vector<int>> touching(blocks_.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (int b : access_[i].reads) touching[size_t(b)].push_back(int(i));
+    for (int b : access_[i].writes) touching[size_t(b)].push_back(int(i));
+  }
+  // The parallel schedule's edges start from the analysis (Note [Dependencies]).
   std::vector<std::vector<int>> preds = analysis_.preds;
+  size_t lower_bound = analysis_.lower_bound_bytes;
+  planned_live_bytes_ = analysis_.live_bytes;
   if (options_.memory == MemoryMode::kPlanned) {
-    std::vector<std::vector<int>> touching(blocks_.size());
+    // Note [In-place reuse]: an op's output takes over the memory of an input that dies at this
+    // op. Blocks that share memory this way form one group, planned as one lifetime. Under the
+    // parallel schedule the op must also wait for every other user of that input.
+    std::vector<int> root(blocks_.size());
+    for (size_t b = 0; b < root.size(); ++b) root[b] = int(b);
+    auto find = [&](int b) {
+      while (root[size_t(b)] != b) b = root[size_t(b)] = root[size_t(root[size_t(b)])];
+      return b;
+    };
     for (size_t i = 0; i < n; ++i) {
-      for (int b : access_[i].reads) touching[size_t(b)].push_back(int(i));
-      for (int b : access_[i].writes) touching[size_t(b)].push_back(int(i));
+      for (int k : ops_[i].def->shareable_inputs) {
+        if (size_t(k) >= ops_[i].inputs.size() || !CanRunInPlace(int(i), k)) continue;
+        int in = block_index_[ops_[i].inputs[size_t(k)].block()];
+        root[size_t(block_index_[ops_[i].outputs[0].block()])] = find(in);
+        preds[i].insert(preds[i].end(), touching[size_t(in)].begin(), touching[size_t(in)].end());
+        stats_.inplace_ops++;
+        break;
+      }
     }
-    for (size_t x = 0; x < planned_.size(); ++x) {
-      for (size_t y = 0; y < planned_.size(); ++y) {
-        const Lifetime &a = lifetimes[x], &c = lifetimes[y];
+    std::vector<int> group_of(blocks_.size(), -1);
+    std::vector<Lifetime> groups;
+    std::vector<std::vector<int>> group_touching;
+    for (int b : planned_) {
+      int r = find(b);
+      if (group_of[size_t(r)] < 0) {
+        group_of[size_t(r)] = int(groups.size());
+        groups.push_back({0, INT32_MAX, -1});
+        group_touching.emplace_back();
+      }
+      int g = group_of[size_t(r)];
+      group_of[size_t(b)] = g;
+      const BlockLife& l = analysis_.blocks[size_t(b)];
+      groups[size_t(g)].bytes = std::max(groups[size_t(g)].bytes, facts_[size_t(b)].bytes);
+      groups[size_t(g)].begin = std::min(groups[size_t(g)].begin, l.first);
+      groups[size_t(g)].end = std::max(groups[size_t(g)].end, l.last);
+      auto& t = group_touching[size_t(g)];
+      t.insert(t.end(), touching[size_t(b)].begin(), touching[size_t(b)].end());
+    }
+    plan_ = PlanMemory(groups, 64);
+    for (int b : planned_) offset_of_[size_t(b)] = plan_.offsets[size_t(group_of[size_t(b)])];
+    lower_bound = LowerBound(groups);
+    std::vector<int64_t> delta(n + 1, 0);
+    for (const Lifetime& g : groups) {
+      delta[size_t(g.begin)] += int64_t(g.bytes);
+      delta[size_t(g.end) + 1] -= int64_t(g.bytes);
+    }
+    int64_t live = 0;
+    for (size_t i = 0; i < n; ++i) planned_live_bytes_[i] = size_t(live += delta[i]);
+    // Memory-reuse edges: when two groups share arena bytes, every op touching the earlier one
+    // finishes before the later one's first op starts.
+    for (size_t x = 0; x < groups.size(); ++x) {
+      for (size_t y = 0; y < groups.size(); ++y) {
+        const Lifetime &a = groups[x], &c = groups[y];
         if (a.end >= c.begin) continue;  // a must die before c is born
         size_t a0 = plan_.offsets[x], a1 = a0 + a.bytes, c0 = plan_.offsets[y], c1 = c0 + c.bytes;
         if (!(a0 < c1 && c0 < a1)) continue;
-        for (int op : touching[size_t(planned_[x])]) preds[size_t(c.begin)].push_back(op);
+        preds[size_t(c.begin)].insert(preds[size_t(c.begin)].end(), group_touching[x].begin(),
+                                      group_touching[x].end());
       }
     }
   }
@@ -128,13 +170,36 @@ void Graph::Finalize(const GraphOptions& options) {
   stats_.num_blocks = blocks_.size();
   stats_.num_intermediate = planned_.size();
   stats_.persistent_bytes = analysis_.persistent_bytes;
-  stats_.lower_bound_bytes = analysis_.lower_bound_bytes;
+  stats_.lower_bound_bytes = lower_bound;
+  stats_.lower_bound_no_inplace_bytes = analysis_.lower_bound_bytes;
   stats_.arena_bytes = options_.memory == MemoryMode::kPlanned ? plan_.arena_bytes : 0;
   stats_.plan_strategy = options_.memory == MemoryMode::kPlanned ? plan_.strategy : "dynamic";
   stats_.memory = options_.memory;
   stats_.random_draws = rng_draws_;
   finalized_ = true;
   if (DebugLevel() >= 1) std::fprintf(stderr, "[loom] %s\n", Summary().c_str());
+}
+
+// Note [In-place reuse]: output 0 of op i may take over input k's memory when the op kind
+// allows it (OpDef::shareable_inputs), the input dies at this op (so backward does not need it:
+// it would have a later reader), the output is born here, neither persists, and both are whole,
+// contiguous blocks of the same shape and dtype.
+bool Graph::CanRunInPlace(int i, int k) const {
+  const OpRecord& op = ops_[size_t(i)];
+  if (op.outputs.empty()) return false;
+  const Tensor& in = op.inputs[size_t(k)];
+  const Tensor& out = op.outputs[0];
+  int bi = block_index_.at(in.block()), bo = block_index_.at(out.block());
+  if (bi == bo) return false;
+  const BlockLife &li = analysis_.blocks[size_t(bi)], &lo = analysis_.blocks[size_t(bo)];
+  if (li.persistent || lo.persistent || li.last != i || lo.first != i) return false;
+  if (in.dtype() != out.dtype() || in.shape() != out.shape()) return false;
+  auto whole = [&](const Tensor& t, int b) {
+    return t.offset() == 0 && t.is_contiguous() && t.nbytes() == facts_[size_t(b)].bytes;
+  };
+  for (int b : access_[size_t(i)].writes)
+    if (b == bi) return false;
+  return whole(in, bi) && whole(out, bo);
 }
 
 size_t Graph::PlannedOffset(int b) const { return offset_of_.empty() ? SIZE_MAX : offset_of_[size_t(b)]; }
@@ -150,6 +215,8 @@ std::string Graph::Summary() const {
   o << "graph '" << key_ << "' on " << device_->name() << ": " << stats_.num_ops << " ops, " << stats_.num_blocks
     << " blocks (" << stats_.num_intermediate << " intermediate), memory " << Name(stats_.memory)
     << ", lower bound " << Mb(stats_.lower_bound_bytes);
+  if (stats_.inplace_ops)
+    o << " (" << Mb(stats_.lower_bound_no_inplace_bytes) << " without the " << stats_.inplace_ops << " in-place ops)";
   if (stats_.memory == MemoryMode::kPlanned && stats_.lower_bound_bytes) {
     char ratio[32];
     std::snprintf(ratio, sizeof ratio, "%.3f", double(stats_.arena_bytes) / double(stats_.lower_bound_bytes));

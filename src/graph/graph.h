@@ -47,7 +47,10 @@ struct GraphStats {
   size_t num_blocks = 0;
   size_t num_intermediate = 0;     // non-persistent blocks: what the plan packs
   size_t persistent_bytes = 0;     // parameters, state, inputs, held outputs
-  size_t lower_bound_bytes = 0;    // liveness lower bound of the intermediates
+  size_t lower_bound_bytes = 0;    // liveness lower bound of the intermediates (with in-place reuse
+                                   // in planned mode: blocks sharing memory count once)
+  size_t lower_bound_no_inplace_bytes = 0;  // the same without in-place reuse (dynamic mode's)
+  size_t inplace_ops = 0;          // ops whose output took over an input's memory
   size_t arena_bytes = 0;          // planned arena (0 in dynamic mode)
   size_t dynamic_peak_bytes = 0;   // max intermediate bytes held at once by a dynamic replay
   std::string plan_strategy;
@@ -104,6 +107,7 @@ class Graph {
 
  private:
   int IndexOf(const std::shared_ptr<Block>& b);
+  bool CanRunInPlace(int op, int input) const;
   void BindMemory();     // first replay: persistent outputs get memory; planned: the arena
   void RunSerial(const KernelContext& ctx);
   void RunParallel(const KernelContext& ctx);
@@ -127,6 +131,7 @@ class Graph {
   MemoryPlan plan_;
   std::vector<int> planned_;        // block index per plan entry
   std::vector<size_t> offset_of_;   // per block: arena offset or SIZE_MAX
+  std::vector<size_t> planned_live_bytes_;  // per op: live intermediate bytes as planned
   // Schedule for the parallel replay: the analysis' edges plus, in planned mode, edges that
   // stop a block from being overwritten while an earlier tenant of its memory is in use.
   std::vector<std::vector<int>> sched_succs_;

@@ -134,7 +134,8 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
     for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
     throw IOError(msg);
   }
-  for (size_t i = 0; i < targets.size(); ++i) WriteHostBytes(targets[i].second, HostBytes(*sources[i], targets[i].first));
+  for (size_t i = 0; i < targets.size(); ++i)
+    WriteHostBytes(targets[i].second, HostBytes(*sources[i], targets[i].first));
 }
 
 // ---- optimizers: Note [Optimizer state in checkpoints] in checkpoint.h ----

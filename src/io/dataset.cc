@@ -77,7 +77,8 @@ std::shared_ptr<ImageData> LoadCifar10(const std::vector<std::string>& batch_fil
 std::shared_ptr<ImageData> LoadCifar10Dir(const std::string& dir, bool train) {
   std::vector<std::string> files;
   if (train) {
-    for (int i = 1; i <= 5; ++i) files.push_back(FindEither(dir, "data_batch_" + std::to_string(i) + ".bin", "cifar10"));
+    for (int i = 1; i <= 5; ++i)
+      files.push_back(FindEither(dir, "data_batch_" + std::to_string(i) + ".bin", "cifar10"));
   } else {
     files.push_back(FindEither(dir, "test_batch.bin", "cifar10"));
   }
@@ -97,16 +98,17 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
   LOOM_CHECK(opt_.prefetch >= 0 && opt_.prefetch <= 2, ValueError, "[data_loader] prefetch ", opt_.prefetch,
              " must be 0 (no background thread), 1 or 2");
   const size_t c = size_t(data_->channels);
-  LOOM_CHECK(opt_.mean.size() == opt_.std.size() && (opt_.mean.empty() || opt_.mean.size() == c), ValueError,
-             "[data_loader] mean and std need one value per channel (", c, "), got ", opt_.mean.size(), " and ",
-             opt_.std.size());
+  LOOM_CHECK(opt_.mean.size() == opt_.stddev.size() && (opt_.mean.empty() || opt_.mean.size() == c),
+             ValueError, "[data_loader] mean and stddev need one value per channel (", c, "), got ",
+             opt_.mean.size(), " and ", opt_.stddev.size());
   if (!opt_.device) opt_.device = CpuDevice();
   scale_.assign(c, 1.0f / 255.0f);
   shift_.assign(c, 0.0f);
   for (size_t i = 0; i < opt_.mean.size(); ++i) {
-    LOOM_CHECK(opt_.std[i] > 0, ValueError, "[data_loader] std[", i, "] = ", opt_.std[i], " must be positive");
-    scale_[i] = 1.0f / (255.0f * opt_.std[i]);
-    shift_[i] = -opt_.mean[i] / opt_.std[i];
+    LOOM_CHECK(opt_.stddev[i] > 0, ValueError, "[data_loader] stddev[", i, "] = ", opt_.stddev[i],
+               " must be positive");
+    scale_[i] = 1.0f / (255.0f * opt_.stddev[i]);
+    shift_[i] = -opt_.mean[i] / opt_.stddev[i];
   }
   if (opt_.prefetch > 0) thread_ = std::thread([this] { Produce(); });
 }

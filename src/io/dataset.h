@@ -4,7 +4,7 @@
 //
 //   auto data = io::LoadMnist("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
 //   io::DataLoaderOptions o;
-//   o.batch_size = 64; o.mean = io::kMnistMean; o.std = io::kMnistStd;
+//   o.batch_size = 64; o.mean = io::kMnistMean; o.stddev = io::kMnistStd;
 //   io::DataLoader loader(data, o);
 //   io::Batch b;
 //   while (loader.Next(&b)) train(b.x, b.y);       // one epoch; the next call starts another
@@ -59,8 +59,8 @@ struct DataLoaderOptions {
   uint64_t seed = 0;         // the order of epoch e depends only on (seed, e)
   bool drop_last = false;    // drop the last, smaller batch of an epoch
   bool flat = false;         // x as (N, C*H*W) instead of (N, C, H, W): (N, 784) for MNIST
-  // x = (pixel / 255 - mean[c]) / std[c]; one value per channel, or empty for pixel / 255.
-  std::vector<float> mean, std;
+  // x = (pixel / 255 - mean[c]) / stddev[c]; one value per channel, or empty for pixel / 255.
+  std::vector<float> mean, stddev;
   int prefetch = 2;          // batches prepared ahead by the background thread (1-2); 0: no thread
   std::shared_ptr<Device> device;  // where x and y go; null: the CPU
   // Runs on the background thread after normalisation (augmentation); may throw.

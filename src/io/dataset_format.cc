@@ -157,7 +157,7 @@ bool IsGzip(const uint8_t* data, size_t size) { return size >= 2 && data[0] == 0
 
 std::vector<uint8_t> Gunzip(const uint8_t* data, size_t size, const std::string& source, size_t max_bytes) {
   const std::string where = "[gzip] '" + source + "': ";
-  constexpr size_t kChunk = size_t(1) << 20;
+  constexpr size_t kChunk = size_t(64) << 10;
   constexpr size_t kMaxFeed = size_t(1) << 30;  // zlib counts input in uInt
   z_stream z;
   std::memset(&z, 0, sizeof z);

@@ -292,7 +292,8 @@ std::string GraphDump::Summary() const {
   for (const auto& kv : kinds) by_count.emplace_back(-kv.second, kv.first);
   std::sort(by_count.begin(), by_count.end());
   o << "  op kinds    ";
-  for (size_t i = 0; i < by_count.size(); ++i) o << (i ? ", " : " ") << by_count[i].second << " x" << -by_count[i].first;
+  for (size_t i = 0; i < by_count.size(); ++i)
+    o << (i ? ", " : " ") << by_count[i].second << " x" << -by_count[i].first;
   o << "\n";
   return o.str();
 }

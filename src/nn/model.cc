@@ -70,7 +70,9 @@ Tensor Model::ComputeLoss(const Tensor& out, const Tensor& y) const {
 std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
   Tensor out = net_->Forward(in[0]);
   Tensor loss = ComputeLoss(out, in[1]);
-  for (auto& pg : Backward(loss)) opt_->Apply(steps_, pg.second, pg.first, pg.first.name());
+  // Each parameter is updated as soon as its gradient is final, so gradients never pile up: the
+  // step's peak is the activations plus one layer's gradients, not all of them.
+  Backward(loss, [this](const Tensor& p, const Tensor& g) { opt_->Apply(steps_, g, p, p.name()); });
   return {out.Detach(), loss.Detach()};
 }
 

@@ -110,13 +110,25 @@ TEST(Conv, OneByOne) {
   CheckConv({{1, 3, 3, 3}, {2, 3, 1, 1}, {1, 1}, {1, 1}});                     // padded 1x1: im2col
 }
 
-TEST(Conv, LargerShapesBothThreadingPaths) {
-  // Large per-image GEMMs (images in order, OpenBLAS threading) and small ones (images split
-  // across the pool, partial weight gradients reduced in order): forward and the two gradient
-  // ops against the reference, via the gradient of sum(y * r).
-  for (const ConvCase& k : {ConvCase{{2, 16, 18, 18}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
-                            ConvCase{{7, 3, 6, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
-                            ConvCase{{5, 4, 5, 5}, {4, 4, 1, 1}}}) {
+TEST(Conv, LargerShapesEveryChunkingPath) {
+  // The kernels group images into chunks of about 1024 GEMM columns, and split chunks across
+  // the pool when each GEMM is too small for OpenBLAS to thread (kernels/conv.cc). Forward and
+  // the two gradient ops against the reference, via the gradient of sum(y * r), for:
+  for (const ConvCase& k : {
+           // one image per chunk (34 x 34 output), chunks in order
+           ConvCase{{2, 8, 34, 34}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+           // two images per chunk, one chunk, big GEMM
+           ConvCase{{2, 16, 18, 18}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+           // all seven images in one small chunk
+           ConvCase{{7, 3, 6, 6}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+           // chunks of 2, 2, 1 images split across the pool, partial weight gradients
+           ConvCase{{5, 3, 20, 20}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+           // one image per chunk, small GEMMs split across the pool, grouped
+           ConvCase{{3, 4, 32, 32}, {4, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, true},
+           // 1x1 without im2col (one image per chunk), split across the pool
+           ConvCase{{3, 4, 24, 24}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+           // 1x1 batched: im2col is a copy
+           ConvCase{{5, 4, 5, 5}, {4, 4, 1, 1}}}) {
     CheckConv(k, false);
     // Gradients of L = sum(y * r) are conv2d_grad_*(r); compare with the reference by the
     // identity dL/dx . dx = L(x + dx) - L(x) for the linear map (exact up to rounding).

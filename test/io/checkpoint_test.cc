@@ -307,6 +307,27 @@ TEST(CheckpointSaveTest, SavingDuringCaptureIsRefused) {
   EXPECT_TRUE(dir.List().empty());
 }
 
+TEST(CheckpointCudaTest, SavesFromAndRestoresIntoGpuTensors) {
+  if (!CudaAvailable()) GTEST_SKIP() << "no GPU visible: the CUDA checkpoint path is not exercised";
+  TempDir dir;
+  auto gpu = CudaDevice(0);
+  Tensor a = RandomTensor({3, 4}, DType::kFloat32, 1, -1, 1, gpu);
+  Tensor h = ops::Cast(a, DType::kFloat16);
+  io::SaveCheckpoint(dir / "gpu.ckpt", {{"a", a}, {"at", a.Transpose()}, {"h", h}});
+  io::Checkpoint ck = io::LoadCheckpoint(dir / "gpu.ckpt");
+  EXPECT_EQ(ck.Get("a").device(), CpuDevice().get());
+  EXPECT_EQ(TensorBytes(ck.Get("a")), TensorBytes(a));
+  EXPECT_EQ(TensorBytes(ck.Get("at")), TensorBytes(a.Transpose()));
+  EXPECT_EQ(TensorBytes(ck.Get("h")), TensorBytes(h));
+  Tensor a2 = ops::Zeros({3, 4}, DType::kFloat32, gpu);
+  Tensor base = ops::Zeros({3, 4}, DType::kFloat32, gpu);
+  Tensor h2 = ops::Zeros({3, 4}, DType::kFloat16, gpu);
+  io::RestoreInto(ck, {{"a", a2}, {"h", h2}, {"at", base.Transpose()}});  // the last one strided
+  EXPECT_EQ(TensorBytes(a2), TensorBytes(a));
+  EXPECT_EQ(TensorBytes(h2), TensorBytes(h));
+  EXPECT_EQ(TensorBytes(base), TensorBytes(a));
+}
+
 // ---- optimizer state and resuming ----
 
 struct Trained {

@@ -227,7 +227,7 @@ TEST_F(DatasetTest, LoaderBatchesInOrderWithNormalisation) {
   o.batch_size = 2;
   o.shuffle = false;
   o.mean = {0.5f, 0.25f, 0.f};
-  o.std = {0.5f, 2.f, 1.f};
+  o.stddev = {0.5f, 2.f, 1.f};
   io::DataLoader loader(d, o);
   EXPECT_EQ(loader.batches_per_epoch(), 3);
   io::Batch b;
@@ -245,7 +245,7 @@ TEST_F(DatasetTest, LoaderBatchesInOrderWithNormalisation) {
       for (int64_t c = 0; c < 3; ++c)
         for (int64_t k = 0; k < 4; ++k) {
           float pixel = d->images[size_t(sample * 12 + c * 4 + k)];
-          float want = (pixel / 255.0f - o.mean[size_t(c)]) / o.std[size_t(c)];
+          float want = (pixel / 255.0f - o.mean[size_t(c)]) / o.stddev[size_t(c)];
           EXPECT_NEAR(x[size_t(i * 12 + c * 4 + k)], want, 1e-5f);
         }
     }
@@ -354,7 +354,7 @@ TEST_F(DatasetTest, LoaderRejectsBadOptions) {
   auto d = Synthetic(5, 3, 2, 2);
   io::DataLoaderOptions o;
   o.mean = {0.5f};
-  o.std = {0.5f};
+  o.stddev = {0.5f};
   LOOM_EXPECT_THROW_MSG(io::DataLoader bad(d, o), ValueError, "one value per channel (3)");
   o = io::DataLoaderOptions();
   o.batch_size = 0;

@@ -34,7 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     RawCheckpoint raw = payload_only ? loom::io::DecodeCheckpointPayload(data + 1, size - 1, "fuzz")
                                      : loom::io::DecodeCheckpoint(data + 1, size - 1, "fuzz");
-    CheckRoundTrip(raw);
+    try {
+      CheckRoundTrip(raw);
+    } catch (const loom::Error&) {
+      std::abort();  // what parsed must encode and parse again
+    }
   } catch (const loom::Error&) {
   }
   return 0;

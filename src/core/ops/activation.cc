@@ -14,12 +14,16 @@ using namespace opdecl;
   LOOM_OP(opname) {                                                                              \
     def.infer = LOOM_ACT_INFER(opname);                                                          \
     if (save_output) def.saved_outputs = {0}; else def.saved_inputs = {0};                       \
+    def.shareable_inputs = {0};                                                                  \
     def.backward = [](const BackwardArgs& a) {                                                   \
       const Tensor& s = (save_output) ? a.outputs[0] : a.inputs[0];                              \
       return std::vector<Tensor>{Call1(#opname "_grad", {s, a.grad_outputs[0]}, a.attrs)};      \
     };                                                                                           \
   }                                                                                              \
-  LOOM_OP(opname##_grad) { def.infer = LOOM_GRAD_INFER(opname##_grad); }
+  LOOM_OP(opname##_grad) {                                                                       \
+    def.infer = LOOM_GRAD_INFER(opname##_grad);                                                  \
+    def.shareable_inputs = {0, 1};                                                               \
+  }
 
 LOOM_ACTIVATION(relu, true)         // relu_grad(y, dy) = dy * (y > 0)
 LOOM_ACTIVATION(leaky_relu, false)  // leaky_relu_grad(x, dy) = dy * (x > 0 ? 1 : slope)

@@ -25,6 +25,7 @@ static Tensor Unbroadcast(const Tensor& g, const TensorMeta& in) {
 }
 
 LOOM_OP(add) {
+  def.shareable_inputs = {0, 1};
   def.infer = LOOM_BINARY_INFER(add);
   def.backward = [](const BackwardArgs& a) {
     const Tensor& g = a.grad_outputs[0];
@@ -32,6 +33,7 @@ LOOM_OP(add) {
   };
 }
 LOOM_OP(sub) {
+  def.shareable_inputs = {0, 1};
   def.infer = LOOM_BINARY_INFER(sub);
   def.backward = [](const BackwardArgs& a) {
     const Tensor& g = a.grad_outputs[0];
@@ -40,6 +42,7 @@ LOOM_OP(sub) {
   };
 }
 LOOM_OP(mul) {
+  def.shareable_inputs = {0, 1};
   def.infer = LOOM_BINARY_INFER(mul);
   def.saved_inputs = {0, 1};
   def.backward = [](const BackwardArgs& a) {
@@ -51,6 +54,7 @@ LOOM_OP(mul) {
   };
 }
 LOOM_OP(div) {
+  def.shareable_inputs = {0, 1};
   def.infer = LOOM_BINARY_INFER(div);
   def.saved_inputs = {1};
   def.saved_outputs = {0};
@@ -82,16 +86,19 @@ LOOM_OP(pow) {
 }
 
 LOOM_OP(add_scalar) {
+  def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(add_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{a.grad_outputs[0]}; };
 }
 LOOM_OP(mul_scalar) {
+  def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(mul_scalar);
   def.backward = [](const BackwardArgs& a) {
     return std::vector<Tensor>{ops::MulScalar(a.grad_outputs[0], a.attrs.Float("s"))};
   };
 }
 LOOM_OP(rsub_scalar) {
+  def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(rsub_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{ops::Neg(a.grad_outputs[0])}; };
 }
@@ -114,6 +121,7 @@ LOOM_OP(pow_scalar) {  // y = x^p, dy/dx = p x^(p-1)
 }
 
 LOOM_OP(neg) {
+  def.shareable_inputs = {0};
   def.infer = LOOM_UNARY_INFER(neg);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{ops::Neg(a.grad_outputs[0])}; };
 }
@@ -141,7 +149,10 @@ LOOM_OP(abs) {
     return std::vector<Tensor>{Call1("abs_grad", {a.inputs[0], a.grad_outputs[0]})};
   };
 }
-LOOM_OP(abs_grad) { def.infer = LOOM_PAIR_INFER(abs_grad); }  // (x, dy) -> dy * sign(x)
+LOOM_OP(abs_grad) {
+  def.infer = LOOM_PAIR_INFER(abs_grad);
+  def.shareable_inputs = {0, 1};
+}  // (x, dy) -> dy * sign(x)
 LOOM_OP(clamp) {
   def.infer = LOOM_SCALAR_INFER(clamp);
   def.saved_inputs = {0};
@@ -149,7 +160,10 @@ LOOM_OP(clamp) {
     return std::vector<Tensor>{Call1("clamp_grad", {a.inputs[0], a.grad_outputs[0]}, a.attrs)};
   };
 }
-LOOM_OP(clamp_grad) { def.infer = LOOM_PAIR_INFER(clamp_grad); }  // (x, dy) -> dy where lo <= x <= hi
+LOOM_OP(clamp_grad) {
+  def.infer = LOOM_PAIR_INFER(clamp_grad);
+  def.shareable_inputs = {0, 1};
+}  // (x, dy) -> dy where lo <= x <= hi
 
 namespace ops {
 

@@ -110,6 +110,7 @@ LOOM_OP(matmul) {
 
 // x: (..., N), b: (N) -> (..., N)
 LOOM_OP(add_bias) {
+  def.shareable_inputs = {0};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("add_bias", in, 2);
     CheckFloat("add_bias", in[0], "x");

@@ -1,6 +1,7 @@
 // Shape ops. reshape, transpose and permute are views: no kernel, the output shares the input's
 // block with new shape, strides and offset. concat, slice and broadcast_to copy into fresh
 // contiguous outputs, so that the kernels downstream see plain row-major memory.
+#include <algorithm>
 #include <utility>
 
 #include "core/ops/common.h"

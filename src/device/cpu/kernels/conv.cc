@@ -1,22 +1,29 @@
-// CPU convolution: im2col + OpenBLAS GEMM, one image at a time.
+// CPU convolution: im2col + OpenBLAS GEMM over chunks of images.
 //
-// Per image, im2col lays the input patches out as a (C KH KW, OH OW) matrix whose rows are
-// ordered (c, kh, kw), so group g's rows are one contiguous block; then per group
-//   y_g (O/g, OH OW) = w_g (O/g, C/g KH KW) col_g (C/g KH KW, OH OW).
+// im2col lays the input patches of a chunk of B images out as a (C KH KW, B OH OW) matrix: rows
+// ordered (c, kh, kw), so group g's rows are one contiguous block, and image b's patches in
+// columns [b OH OW, (b + 1) OH OW). Then per group
+//   y_g (O/g, B OH OW) = w_g (O/g, C/g KH KW) col_g (C/g KH KW, B OH OW).
 // The backward passes are the same GEMMs transposed: dcol_g = w_g^T dy_g followed by col2im
-// (scatter-add into dx), and dw_g += dy_g col_g^T summed over the images in order.
-// A 1x1 convolution with stride 1 and no padding needs no im2col: the image is its own col.
+// (scatter-add into dx), and dw_g += dy_g col_g^T over the chunks in order.
 //
-// Threads: a GEMM big enough for OpenBLAS to thread runs alone, images one after another, with
-// im2col/col2im split across our pool; smaller per-image GEMMs (late, small feature maps, or
-// grouped convolutions) are instead split by image across the pool, each part with its own
-// scratch. The split is fixed by (N, thread count), never by timing, and weight gradients are
-// reduced in part order, so results are deterministic.
+// Chunks: one image when its feature map is large (the GEMM writes straight into y, reads dy in
+// place); several when it is small, so that the GEMM is wide enough to run near peak (a late
+// 8x8 layer would otherwise be 64 columns wide). With B > 1, the outputs go through a
+// (O, B OH OW) scratch matrix, and dy is gathered into one. A 1x1 convolution with stride 1 and
+// no padding, one image per chunk, needs no im2col: the image is its own col matrix.
 //
-// Scratch (the col matrices, partial weight gradients) comes from ctx.device->Malloc, so the
-// device's memory statistics count it (DESIGN.md invariant 2).
+// Threads: a GEMM big enough for OpenBLAS to thread runs alone, chunks one after another, with
+// im2col/col2im split across our pool; smaller ones (grouped convolutions, tiny layers) are
+// split by chunk across the pool instead, each part with its own scratch. The split is fixed by
+// (N, thread count), never by timing, and weight gradients are reduced in part order, so
+// results are deterministic.
+//
+// Scratch (col matrices, gathered dy, outputs, partial weight gradients) comes from
+// ctx.device->Malloc, so the device's memory statistics count it (DESIGN.md invariant 2).
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
@@ -28,6 +35,10 @@ namespace {
 
 // See kSmallGemm in kernels/linalg.cc: below this many multiply-adds OpenBLAS uses one thread.
 constexpr int64_t kSmallGemm = 65536 * 4;
+// Chunks hold enough images for this many GEMM columns (B OH OW) ...
+constexpr int64_t kTargetColumns = 1024;
+// ... as long as their col matrix stays under this many elements.
+constexpr int64_t kMaxColElements = int64_t(4) << 20;
 
 // Device memory for the duration of one kernel call, given back even when the kernel throws.
 class Scratch {
@@ -55,12 +66,11 @@ struct Geom {
   int64_t kk() const { return kh * kw; }
   int64_t hw() const { return h * w; }
   int64_t ohw() const { return oh * ow; }
-  int64_t rows() const { return c * kk(); }         // rows of col
-  int64_t col_size() const { return rows() * ohw(); }
-  bool direct() const {  // 1x1, stride 1, no padding: col is the image itself
+  int64_t rows() const { return c * kk(); }      // rows of col
+  int64_t grows() const { return cg() * kk(); }  // rows of one group's block of col
+  bool one_by_one() const {  // 1x1, stride 1, no padding: im2col would copy the image
     return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
   }
-  int64_t gemm_work() const { return og() * ohw() * cg() * kk(); }  // multiply-adds per group GEMM
 };
 
 Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
@@ -69,6 +79,44 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
   const std::vector<int64_t>& d = a.Ints("dilation");
   return Geom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
               a.Int("groups")};
+}
+
+// How the images are processed: chunks of `batch` images, the chunks split into `parts`
+// consecutive runs that run in parallel, each with its own scratch.
+struct Plan {
+  int64_t batch = 1, chunks = 1, parts = 1;
+  bool direct = false;  // 1x1 and one image per chunk: no col matrix at all
+};
+
+Plan MakePlan(const Geom& g) {
+  Plan p;
+  const int64_t ohw = std::max<int64_t>(g.ohw(), 1);
+  p.batch = std::max<int64_t>(1, std::min(g.n, kTargetColumns / ohw));
+  p.batch = std::max<int64_t>(1, std::min(p.batch, kMaxColElements / std::max<int64_t>(g.rows() * ohw, 1)));
+  p.chunks = (g.n + p.batch - 1) / p.batch;
+  p.batch = (g.n + p.chunks - 1) / p.chunks;  // even chunks
+  p.direct = p.batch == 1 && g.one_by_one();
+  const int64_t work = g.og() * p.batch * g.ohw() * g.grows() * g.groups;  // multiply-adds per chunk
+  if (work < kSmallGemm && p.chunks > 1) {
+    const int64_t per = (p.chunks + NumThreads() - 1) / NumThreads();
+    p.parts = (p.chunks + per - 1) / per;  // no empty part
+  }
+  return p;
+}
+
+// Calls f(part, n0, n1) for every chunk of images [n0, n1), the parts spread across the pool.
+template <typename F>
+void ForEachChunk(const Geom& g, const Plan& p, F f) {
+  const int64_t per = (p.chunks + p.parts - 1) / p.parts;
+  ParallelFor(p.parts, 1, [&](int64_t q0, int64_t q1) {
+    // Parts run in parallel: the im2col/col2im inside them must not fan out again. Pool tasks
+    // are serial already, but Pool::Run lets the calling thread take leftover parts after
+    // restoring its own flag, so say it explicitly.
+    std::unique_ptr<SerialRegion> serial(p.parts > 1 ? new SerialRegion : nullptr);
+    for (int64_t q = q0; q < q1; ++q)
+      for (int64_t k = q * per; k < std::min(p.chunks, (q + 1) * per); ++k)
+        f(q, k * p.batch, std::min(g.n, (k + 1) * p.batch));
+  });
 }
 
 // The range [lo, hi) of output positions o in [0, out) whose input position o*s - p + k*d lies
@@ -81,14 +129,14 @@ inline void ValidRange(int64_t in, int64_t out, int64_t s, int64_t p, int64_t kd
   if (hi < lo) hi = lo;
 }
 
-// x: (C, H, W) -> col: (C KH KW, OH OW), rows [r0, r1)
+// x: (C, H, W) -> col rows [r0, r1) of (C KH KW, OH OW), row r at col + r * ld
 template <typename T>
-void Im2ColRows(const T* x, T* col, const Geom& g, int64_t r0, int64_t r1) {
+void Im2ColRows(const T* x, T* col, int64_t ld, const Geom& g, int64_t r0, int64_t r1) {
   const int64_t ohw = g.ohw();
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t c = r / g.kk(), ki = (r / g.kw) % g.kh, kj = r % g.kw;
     const T* xc = x + c * g.hw();
-    T* cr = col + r * ohw;
+    T* cr = col + r * ld;
     int64_t ow0, ow1, oh0, oh1;
     ValidRange(g.w, g.ow, g.sw, g.pw, kj * g.dw, ow0, ow1);
     ValidRange(g.h, g.oh, g.sh, g.ph, ki * g.dh, oh0, oh1);
@@ -108,17 +156,16 @@ void Im2ColRows(const T* x, T* col, const Geom& g, int64_t r0, int64_t r1) {
   }
 }
 
-// col: (C KH KW, OH OW) -> dx: (C, H, W) = the sum of every patch entry into its pixel,
-// channels [c0, c1) (their rows touch only their own planes).
+// col (C KH KW, OH OW), row r at col + r * ld -> dx: (C, H, W), the sum of every patch entry
+// into its pixel, channels [c0, c1) (their rows touch only their own planes).
 template <typename T>
-void Col2ImChannels(const T* col, T* dx, const Geom& g, int64_t c0, int64_t c1) {
-  const int64_t ohw = g.ohw();
+void Col2ImChannels(const T* col, int64_t ld, T* dx, const Geom& g, int64_t c0, int64_t c1) {
   for (int64_t c = c0; c < c1; ++c) {
     T* xc = dx + c * g.hw();
     std::fill(xc, xc + g.hw(), T(0));
     for (int64_t ki = 0; ki < g.kh; ++ki)
       for (int64_t kj = 0; kj < g.kw; ++kj) {
-        const T* cr = col + ((c * g.kh + ki) * g.kw + kj) * ohw;
+        const T* cr = col + ((c * g.kh + ki) * g.kw + kj) * ld;
         int64_t ow0, ow1, oh0, oh1;
         ValidRange(g.w, g.ow, g.sw, g.pw, kj * g.dw, ow0, ow1);
         ValidRange(g.h, g.oh, g.sh, g.ph, ki * g.dh, oh0, oh1);
@@ -135,33 +182,41 @@ void Col2ImChannels(const T* col, T* dx, const Geom& g, int64_t c0, int64_t c1) 
   }
 }
 
+// Images [n0, n1) of x -> col (C KH KW, (n1 - n0) OH OW), split by (image, row) across the pool.
 template <typename T>
-void Im2Col(const T* x, T* col, const Geom& g) {
-  ParallelFor(g.rows(), std::max<int64_t>(1, kGrain / std::max<int64_t>(g.ohw(), 1)),
-              [&](int64_t r0, int64_t r1) { Im2ColRows(x, col, g, r0, r1); });
+void Im2Col(const T* x, T* col, const Geom& g, int64_t n0, int64_t n1) {
+  const int64_t ld = (n1 - n0) * g.ohw(), rows = g.rows();
+  ParallelFor((n1 - n0) * rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(g.ohw(), 1)),
+              [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1;) {
+                  const int64_t b = i / rows, r0 = i % rows, r1 = std::min(rows, r0 + (i1 - i));
+                  Im2ColRows(x + (n0 + b) * g.c * g.hw(), col + b * g.ohw(), ld, g, r0, r1);
+                  i += r1 - r0;
+                }
+              });
 }
 
+// col (C KH KW, (n1 - n0) OH OW) -> images [n0, n1) of dx, split by (image, channel).
 template <typename T>
-void Col2Im(const T* col, T* dx, const Geom& g) {
-  ParallelFor(g.c, std::max<int64_t>(1, kGrain / std::max<int64_t>(g.kk() * g.ohw(), 1)),
-              [&](int64_t c0, int64_t c1) { Col2ImChannels(col, dx, g, c0, c1); });
+void Col2Im(const T* col, T* dx, const Geom& g, int64_t n0, int64_t n1) {
+  const int64_t ld = (n1 - n0) * g.ohw();
+  ParallelFor((n1 - n0) * g.c, std::max<int64_t>(1, kGrain / std::max<int64_t>(g.kk() * g.ohw(), 1)),
+              [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1;) {
+                  const int64_t b = i / g.c, c0 = i % g.c, c1 = std::min(g.c, c0 + (i1 - i));
+                  Col2ImChannels(col + b * g.ohw(), ld, dx + (n0 + b) * g.c * g.hw(), g, c0, c1);
+                  i += c1 - c0;
+                }
+              });
 }
 
-// How the images are spread: `parts` parts of consecutive images, each with its own scratch.
-// One part (images in order, OpenBLAS threading each GEMM) unless the GEMMs are small.
-int64_t ImageParts(const Geom& g) {
-  if (g.gemm_work() * g.groups >= kSmallGemm || g.n < 2) return 1;
-  const int64_t chunk = (g.n + NumThreads() - 1) / NumThreads();
-  return (g.n + chunk - 1) / chunk;  // no empty part
-}
-
-// Calls f(part, n0, n1) for each part's images [n0, n1), the parts spread across the pool.
-template <typename F>
-void ForEachPart(int64_t n, int64_t parts, F f) {
-  const int64_t chunk = (n + parts - 1) / parts;
-  ParallelFor(parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) f(p, p * chunk, std::min(n, (p + 1) * chunk));
-  });
+// (n1 - n0, O, OH OW) images of t <-> (O, (n1 - n0) OH OW) matrix m
+template <typename T>
+void GatherImages(const T* t, T* m, const Geom& g, int64_t n0, int64_t n1) {
+  const int64_t nb = n1 - n0, ohw = g.ohw();
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t o = 0; o < g.o; ++o)
+      std::memcpy(m + o * nb * ohw + b * ohw, t + ((n0 + b) * g.o + o) * ohw, size_t(ohw) * sizeof(T));
 }
 
 template <typename T>
@@ -175,30 +230,34 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* bias = op.inputs.size() == 3 ? op.inputs[2].data<T>() : nullptr;
   T* y = ty.data<T>();
   if (ty.numel() == 0) return;
-  const int64_t parts = ImageParts(g);
-  const int64_t col_size = g.direct() ? 0 : g.col_size();
-  Scratch scratch(ctx.device, size_t(parts * col_size) * sizeof(T));
-  const int64_t wsize = g.og() * g.cg() * g.kk();
-  ForEachPart(g.n, parts, [&](int64_t p, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + p * col_size;
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* xn = x + n * g.c * g.hw();
-      T* yn = y + n * g.o * g.ohw();
-      const T* cn = xn;
-      if (!g.direct()) {
-        Im2Col(xn, col, g);
-        cn = col;
-      }
-      for (int64_t gi = 0; gi < g.groups; ++gi)
-        Gemm(false, false, g.og(), g.ohw(), g.cg() * g.kk(), T(1), w + gi * wsize, g.cg() * g.kk(),
-             cn + gi * g.cg() * g.kk() * g.ohw(), g.ohw(), T(0), yn + gi * g.og() * g.ohw(), g.ohw());
-      if (bias)
-        for (int64_t o = 0; o < g.o; ++o) {
-          T* row = yn + o * g.ohw();
-          const T b = bias[o];
-          for (int64_t i = 0; i < g.ohw(); ++i) row[i] += b;
-        }
+  const Plan p = MakePlan(g);
+  const int64_t cols = p.batch * g.ohw();
+  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
+  const int64_t out_size = p.batch > 1 ? g.o * cols : 0;
+  Scratch scratch(ctx.device, size_t(p.parts * (col_size + out_size)) * sizeof(T));
+  const int64_t wsize = g.og() * g.grows();
+  ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
+    T* col = scratch.as<T>() + part * (col_size + out_size);
+    T* out = col + col_size;
+    const int64_t nc = (n1 - n0) * g.ohw();
+    const T* cm = x + n0 * g.c * g.hw();
+    if (!p.direct) {
+      Im2Col(x, col, g, n0, n1);
+      cm = col;
     }
+    T* ym = n1 - n0 == 1 ? y + n0 * g.o * g.ohw() : out;
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      Gemm(false, false, g.og(), nc, g.grows(), T(1), w + gi * wsize, g.grows(), cm + gi * g.grows() * nc, nc, T(0),
+           ym + gi * g.og() * nc, nc);
+    for (int64_t b = 0; b < n1 - n0; ++b)
+      for (int64_t o = 0; o < g.o; ++o) {
+        T* dst = y + ((n0 + b) * g.o + o) * g.ohw();
+        if (ym == out) std::memcpy(dst, out + o * nc + b * g.ohw(), size_t(g.ohw()) * sizeof(T));
+        if (bias) {
+          const T bo = bias[o];
+          for (int64_t i = 0; i < g.ohw(); ++i) dst[i] += bo;
+        }
+      }
   });
 }
 
@@ -212,21 +271,26 @@ void Conv2dGradInputTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* dy = tdy.data<T>();
   T* dx = tdx.data<T>();
   if (tdx.numel() == 0) return;
-  const int64_t parts = ImageParts(g);
-  const int64_t col_size = g.direct() ? 0 : g.col_size();
-  Scratch scratch(ctx.device, size_t(parts * col_size) * sizeof(T));
-  const int64_t wsize = g.og() * g.cg() * g.kk();
-  ForEachPart(g.n, parts, [&](int64_t p, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + p * col_size;
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* dyn = dy + n * g.o * g.ohw();
-      T* dxn = dx + n * g.c * g.hw();
-      T* cn = g.direct() ? dxn : col;  // direct: dx_n is dcol itself
-      for (int64_t gi = 0; gi < g.groups; ++gi)
-        Gemm(true, false, g.cg() * g.kk(), g.ohw(), g.og(), T(1), w + gi * wsize, g.cg() * g.kk(),
-             dyn + gi * g.og() * g.ohw(), g.ohw(), T(0), cn + gi * g.cg() * g.kk() * g.ohw(), g.ohw());
-      if (!g.direct()) Col2Im(col, dxn, g);
+  const Plan p = MakePlan(g);
+  const int64_t cols = p.batch * g.ohw();
+  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
+  const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
+  Scratch scratch(ctx.device, size_t(p.parts * (col_size + dy_size)) * sizeof(T));
+  const int64_t wsize = g.og() * g.grows();
+  ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
+    T* col = scratch.as<T>() + part * (col_size + dy_size);
+    T* dym = col + col_size;
+    const int64_t nc = (n1 - n0) * g.ohw();
+    const T* dm = dy + n0 * g.o * g.ohw();
+    if (n1 - n0 > 1) {
+      GatherImages(dy, dym, g, n0, n1);
+      dm = dym;
     }
+    T* cm = p.direct ? dx + n0 * g.c * g.hw() : col;  // direct: dx_n is dcol itself
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      Gemm(true, false, g.grows(), nc, g.og(), T(1), w + gi * wsize, g.grows(), dm + gi * g.og() * nc, nc, T(0),
+           cm + gi * g.grows() * nc, nc);
+    if (!p.direct) Col2Im(col, dx, g, n0, n1);
   });
 }
 
@@ -245,30 +309,39 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
     std::fill(dw, dw + wtotal, T(0));
     return;
   }
-  const int64_t parts = ImageParts(g);
-  const int64_t col_size = g.direct() ? 0 : g.col_size();
+  const Plan p = MakePlan(g);
+  const int64_t cols = p.batch * g.ohw();
+  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
+  const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
   // Each part but the first accumulates into its own partial gradient, added in part order.
-  const int64_t partial = parts > 1 ? wtotal : 0;
-  Scratch scratch(ctx.device, size_t(parts * (col_size + partial)) * sizeof(T));
-  const int64_t wsize = g.og() * g.cg() * g.kk();
-  ForEachPart(g.n, parts, [&](int64_t p, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + p * col_size;
-    T* acc = p == 0 ? dw : scratch.as<T>() + parts * col_size + p * partial;
-    for (int64_t n = n0; n < n1; ++n) {
-      const T* xn = x + n * g.c * g.hw();
-      const T* dyn = dy + n * g.o * g.ohw();
-      const T* cn = xn;
-      if (!g.direct()) {
-        Im2Col(xn, col, g);
-        cn = col;
-      }
-      for (int64_t gi = 0; gi < g.groups; ++gi)
-        Gemm(false, true, g.og(), g.cg() * g.kk(), g.ohw(), T(1), dyn + gi * g.og() * g.ohw(), g.ohw(),
-             cn + gi * g.cg() * g.kk() * g.ohw(), g.ohw(), T(n == n0 ? 0 : 1), acc + gi * wsize, g.cg() * g.kk());
+  const int64_t partial = p.parts > 1 ? wtotal : 0;
+  const int64_t per_part = col_size + dy_size + partial;
+  Scratch scratch(ctx.device, size_t(p.parts * per_part) * sizeof(T));
+  const int64_t wsize = g.og() * g.grows();
+  std::vector<char> started(size_t(p.parts), 0);
+  ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
+    T* col = scratch.as<T>() + part * per_part;
+    T* dym = col + col_size;
+    T* acc = part == 0 ? dw : dym + dy_size;
+    const int64_t nc = (n1 - n0) * g.ohw();
+    const T* cm = x + n0 * g.c * g.hw();
+    if (!p.direct) {
+      Im2Col(x, col, g, n0, n1);
+      cm = col;
     }
+    const T* dm = dy + n0 * g.o * g.ohw();
+    if (n1 - n0 > 1) {
+      GatherImages(dy, dym, g, n0, n1);
+      dm = dym;
+    }
+    const T beta = started[size_t(part)] ? T(1) : T(0);
+    started[size_t(part)] = 1;
+    for (int64_t gi = 0; gi < g.groups; ++gi)
+      Gemm(false, true, g.og(), g.grows(), nc, T(1), dm + gi * g.og() * nc, nc, cm + gi * g.grows() * nc, nc, beta,
+           acc + gi * wsize, g.grows());
   });
-  for (int64_t p = 1; p < parts; ++p) {
-    const T* part = scratch.as<T>() + parts * col_size + p * partial;
+  for (int64_t q = 1; q < p.parts; ++q) {
+    const T* part = scratch.as<T>() + q * per_part + col_size + dy_size;
     for (int64_t i = 0; i < wtotal; ++i) dw[i] += part[i];
   }
 }

@@ -1,6 +1,7 @@
 // CPU kernels for the shape ops that copy: concat, slice (and its gradient), broadcast_to.
 // They move bytes, so one kernel serves every dtype. reshape, transpose and permute are views
 // and have no kernel.
+#include <algorithm>
 #include <cstring>
 
 #include "device/cpu/kernels/common.h"

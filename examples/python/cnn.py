@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Trains a small CNN (two conv3x3-BatchNorm-ReLU-maxpool blocks and a linear classifier) on
+synthetic CIFAR-10-shaped data, written as a SINGA-style loom.model.Model over loom.layer.
+--graph (the default) captures the first train_one_batch and replays it from C++; --eager runs
+every op from Python. Prints a progress bar, the loss, the median time per step and the
+accuracy of the trained model in eval mode.
+
+    /usr/bin/python3 examples/python/cnn.py [--graph | --eager] [--batch 32] [--steps 50]
+        [--lr 0.005] [--momentum 0.9] [--parallel] [--json]
+"""
+import argparse
+import json
+import time
+
+import numpy as np
+from common import ProgressBar, cifar_like, median
+
+from loom import autograd, device, layer, model, opt, tensor
+
+
+class CNN(model.Model):
+    def __init__(self, dev, in_channels=3, classes=10):
+        super().__init__()
+        self.features = layer.Sequential(
+            layer.Conv2d(in_channels, 32, 3, padding=1, bias=False, device=dev),
+            layer.BatchNorm2d(32, device=dev),
+            layer.ReLU(),
+            layer.MaxPool2d(2, 2),
+            layer.Conv2d(32, 64, 3, padding=1, bias=False, device=dev),
+            layer.BatchNorm2d(64, device=dev),
+            layer.ReLU(),
+            layer.MaxPool2d(2, 2),
+            layer.Flatten(),
+        )
+        self.classifier = layer.Linear(64 * 8 * 8, classes, device=dev)
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--graph", dest="graph", action="store_true", default=True, help="capture once, replay (default)")
+    mode.add_argument("--eager", dest="graph", action="store_false", help="run every op from Python")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--lr", type=float, default=0.005)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--parallel", action="store_true", help="replay independent ops on worker threads")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
+    args = ap.parse_args()
+    if args.batch < 1 or args.steps < 1:
+        ap.error("--batch and --steps must be positive")
+
+    dev = device.create_cpu_device()
+    dev.SetRandSeed(7)
+    xs, ys = cifar_like(max(1024, args.batch))
+    m = CNN(dev)
+    m.set_optimizer(opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=1e-4))
+    x = tensor.from_numpy(xs[:args.batch], dev)
+    y = tensor.from_numpy(ys[:args.batch], dev)
+    m.compile([x], is_train=True, use_graph=args.graph, sequential=not args.parallel)
+    print(f"cnn: conv32-bn-relu-pool, conv64-bn-relu-pool, linear; SGD lr {args.lr} momentum {args.momentum}, "
+          f"batch {args.batch}, {args.steps} steps, {'graph' if args.graph else 'eager'}")
+
+    bar = ProgressBar(args.steps, every=5)
+    times, losses = [], []
+    n = xs.shape[0]
+    for step in range(args.steps):
+        lo = (step * args.batch) % (n - args.batch + 1)
+        t0 = time.perf_counter()
+        x.copy_from_numpy(xs[lo:lo + args.batch])
+        y.copy_from_numpy(ys[lo:lo + args.batch])
+        out, loss = m.train_one_batch(x, y)
+        value = loss.item()
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(value)
+        bar.update(step + 1, loss=value, ms=f"{times[-1]:.1f}")
+
+    # Accuracy on held-out samples, eval mode (running statistics), no gradients.
+    m.eval()
+    xe, ye = cifar_like(256, seed=99)
+    with autograd.no_grad():
+        pred = np.argmax(m(tensor.from_numpy(xe, dev)).to_numpy(), axis=1)
+    accuracy = float(np.mean(pred == ye))
+    timed = times[2:] if len(times) > 2 else times
+    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.1f} ms/step; "
+          f"held-out accuracy {accuracy:.3f}")
+    if args.json:
+        print(json.dumps({"model": "small-cnn", "mode": "graph" if args.graph else "eager", "batch": args.batch,
+                          "steps": args.steps, "ms_per_step_median": median(timed), "first_loss": losses[0],
+                          "last_loss": losses[-1], "accuracy": accuracy}))
+
+
+if __name__ == "__main__":
+    main()

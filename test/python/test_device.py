@@ -1,0 +1,76 @@
+"""Devices: creation, identity, CUDA errors, memory statistics, threads, random seeds."""
+import numpy as np
+import pytest
+
+import loom
+from loom import device, tensor
+
+
+def test_cpu_device_is_one_device(dev):
+    a, b = device.create_cpu_device(), device.create_cpu_device()
+    assert a == b and hash(a) == hash(b)
+    assert a.name() == "cpu:0" and str(a) == "cpu:0" and repr(a) == "Device(cpu:0)"
+    assert a.type() == loom.core.DeviceType_kCPU and a.id() == 0
+    assert device.get_default_device() == a
+    assert tensor.zeros((2,)).device == a
+
+
+def test_cuda_device_without_cuda_raises_device_error():
+    if device.cuda_available():
+        d = device.create_cuda_device(0)
+        assert d.name() == "cuda:0"
+        return
+    with pytest.raises(loom.DeviceError) as e:
+        device.create_cuda_device(0)
+    assert isinstance(e.value, RuntimeError)
+    assert "cuda" in str(e.value).lower()
+
+
+def test_cuda_device_bad_ids():
+    with pytest.raises(TypeError):
+        device.create_cuda_device("0")
+    with pytest.raises(loom.DeviceError):
+        device.create_cuda_device(-1)
+    if not device.cuda_available():
+        with pytest.raises(loom.DeviceError):
+            device.create_cuda_device(7)
+
+
+def test_memory_stats_count_live_and_peak_bytes(dev):
+    keys = {"live_bytes", "peak_bytes", "reserved_bytes", "num_allocs", "num_system_allocs"}
+    s0 = dev.memory_stats()
+    assert set(s0) == keys
+    t = tensor.zeros((256, 256), dev)
+    s1 = dev.memory_stats()
+    assert s1["live_bytes"] == s0["live_bytes"] + 256 * 256 * 4
+    assert s1["peak_bytes"] >= s1["live_bytes"]
+    assert s1["num_allocs"] == s0["num_allocs"] + 1
+    del t
+    assert dev.memory_stats()["live_bytes"] == s0["live_bytes"]
+    dev.ResetPeak()
+    assert dev.memory_stats()["peak_bytes"] == dev.memory_stats()["live_bytes"]
+
+
+def test_lazy_tensor_allocates_nothing_until_written(dev):
+    live = dev.memory_stats()["live_bytes"]
+    t = tensor.Tensor((1000,), dev)
+    assert dev.memory_stats()["live_bytes"] == live
+    t.set_value(1.0)
+    assert dev.memory_stats()["live_bytes"] == live + 4000
+
+
+def test_threads_setting_round_trips():
+    n = device.num_threads()
+    device.set_num_threads(1)
+    assert device.num_threads() == 1
+    device.set_num_threads(n)
+    assert device.num_threads() == n
+
+
+def test_rand_seed_reproduces_draws(dev):
+    dev.SetRandSeed(5)
+    a = tensor.gaussian((100,), device=dev).to_numpy()
+    b = tensor.gaussian((100,), device=dev).to_numpy()
+    dev.SetRandSeed(5)
+    c = tensor.gaussian((100,), device=dev).to_numpy()
+    assert np.array_equal(a, c) and not np.array_equal(a, b)

@@ -1,0 +1,174 @@
+"""Errors cross the boundary as Python exceptions: loom's own classes, each also a standard
+exception (ValueError, TypeError, RuntimeError, OSError), raised from functions, methods and
+constructors alike; no C++ exception ever ends the interpreter."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import loom
+from loom import autograd, core, device, layer, model, opt, tensor
+
+from conftest import python_env
+
+
+def test_hierarchy():
+    pairs = {loom.ShapeError: ValueError, loom.ValueError: ValueError, loom.DTypeError: TypeError,
+             loom.DeviceError: RuntimeError, loom.GraphError: RuntimeError, loom.InternalError: RuntimeError,
+             loom.IOError: OSError}
+    for cls, builtin in pairs.items():
+        assert issubclass(cls, loom.Error) and issubclass(cls, builtin), cls
+        assert cls.__module__ == "loom" and cls.__name__ in str(cls)
+    assert loom.errors.Error is loom.Error and issubclass(loom.Error, Exception)
+    assert loom.ValueError is not ValueError and loom.IOError is not OSError
+
+
+@pytest.mark.parametrize("make,exc", [
+    (lambda: layer.Dropout(1.5), loom.ValueError),
+    (lambda: layer.Linear(0, 3), loom.ValueError),
+    (lambda: opt.SGD(lr=-1.0), loom.ValueError),
+    (lambda: opt.SGD(lr=0.1, momentum=-0.5), loom.ValueError),
+    (lambda: opt.SGD(lr=0.1, nesterov=True), loom.ValueError),
+    (lambda: opt.Adam(lr=-1.0), loom.ValueError),
+    (lambda: tensor.Tensor((2,), dtype="complex64"), loom.DTypeError),
+    (lambda: core.PyStep(device.create_cpu_device(), 42, "s", True, True), loom.ValueError),
+    (lambda: layer.Conv2d(3, 4, 3, groups=2), loom.ValueError),
+    (lambda: layer.BatchNorm2d(0), loom.ValueError),
+])
+def test_constructors_raise(make, exc):
+    if not loom.HAVE_CNN and "Conv2d" in str(make.__code__.co_names) + str(make.__code__.co_consts):
+        pytest.skip("no CNN layers")
+    with pytest.raises(exc):
+        make()
+
+
+def test_each_kind_from_cpp(dev, tmp_path):
+    a = tensor.zeros((2, 3), dev)
+    with pytest.raises(loom.ShapeError):          # ValueError
+        autograd.matmul(a, a)
+    with pytest.raises(loom.ValueError):          # ValueError
+        autograd.softmax(a, 5)
+    with pytest.raises(loom.DTypeError):          # TypeError
+        autograd.add(a, tensor.zeros((2, 3), dev, "int32"))
+    if not device.cuda_available():
+        with pytest.raises(loom.DeviceError):     # RuntimeError
+            device.create_cuda_device(0)
+    with pytest.raises(loom.GraphError):          # RuntimeError
+        dev.ExecBuffOps()
+    with dev.buffer():
+        autograd.relu(a)
+    with pytest.raises(loom.IOError):             # OSError
+        dev.write_graph_dot(str(tmp_path / "missing" / "g.dot"))
+
+
+def test_swig_argument_errors_are_type_errors(dev):
+    with pytest.raises(TypeError):
+        autograd.relu("x")
+    with pytest.raises(TypeError):
+        autograd.softmax(tensor.zeros((2,), dev), "last")
+    with pytest.raises(TypeError):
+        autograd.cat([tensor.zeros((2,), dev), 3])
+    with pytest.raises(TypeError):
+        core.call_op("relu", [tensor.zeros((2,), dev)], ["not", "a", "dict"])
+    with pytest.raises(TypeError):
+        dev.SetRandSeed("seed")
+
+
+def test_step_function_result_must_be_tensors(dev):
+    step = core.PyStep(dev, lambda xs: [1, 2], "bad", True, True)
+    with pytest.raises(TypeError, match="Tensors"):
+        step.run([tensor.zeros((2,), dev)])
+    assert not dev.buffering()
+    step2 = core.PyStep(dev, lambda xs: [xs[0] * 2.0], "good", True, True)
+    (y,) = step2.run([tensor.ones((2,), dev)])
+    assert y.to_numpy().tolist() == [2.0, 2.0]
+
+
+def test_creating_layers_while_capturing_is_refused(dev):
+    with pytest.raises(loom.GraphError, match="before the capture"):
+        with dev.buffer():
+            layer.Linear(2, 2, device=dev)
+    assert not dev.buffering()
+
+
+def test_cpp_model_errors_are_python_errors(dev):
+    m = model.NativeModel(model.mlp([3, 2], device=dev), opt.SGD(0.1))
+    m.compile([tensor.zeros((4, 3), dev)], use_graph=True)
+    with pytest.raises(loom.ShapeError):
+        m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros((5,), np.int32))
+    m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros((4,), np.int32))
+    with pytest.raises(loom.GraphError, match="captured for inputs"):  # another batch shape; C++ Model
+        m.train_one_batch(np.zeros((2, 3), np.float32), np.zeros((2,), np.int32))  # does not recapture
+
+
+def test_no_error_terminates_the_interpreter(root):
+    """Many failing calls in a fresh interpreter; it must reach the end and exit normally."""
+    script = textwrap.dedent("""
+        import numpy as np, loom
+        from loom import autograd, device, layer, model, opt, tensor
+        dev = device.create_cpu_device()
+        calls = [
+            lambda: device.create_cuda_device(3),
+            lambda: autograd.matmul(tensor.zeros((2, 3)), tensor.zeros((2, 3))),
+            lambda: layer.Dropout(2.0),
+            lambda: opt.SGD(-1),
+            lambda: dev.ExecBuffOps(),
+            lambda: dev.SetBufferFlag(False),
+            lambda: tensor.Tensor((2,)).item(),
+            lambda: tensor.zeros((2,)).item(),
+            lambda: np.asarray(tensor.Tensor((3,))),
+            lambda: tensor.zeros((2,)).copy_from_numpy(np.zeros(3)),
+            lambda: model.NativeModel(model.mlp([3, 2]), opt.SGD(0.1)).train_one_batch(np.zeros((1, 3), np.float32),
+                                                                                       np.zeros(1, np.int32)),
+            lambda: autograd.call("nope", []),
+            lambda: autograd.reshape(tensor.zeros((2, 3)), (4, 4)),
+        ]
+        caught = 0
+        for c in calls:
+            try:
+                c()
+            except Exception as e:
+                caught += 1
+        print("caught", caught, "of", len(calls))
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=python_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "caught 13 of 13"
+
+
+def test_dropping_graph_models_while_capturing_does_not_end_the_process(root):
+    """Note [Dropping a captured step during a capture] in swig/nn.i."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from loom import autograd, device, layer, model, opt, tensor
+        dev = device.create_cpu_device()
+        native = model.NativeModel(model.mlp([3, 2], device=dev), opt.SGD(0.1))
+        native.compile([tensor.zeros((4, 3), dev)], use_graph=True)
+        native.train_one_batch(np.zeros((4, 3), np.float32), np.zeros(4, np.int32))
+
+        class M(model.Model):
+            def __init__(self):
+                super().__init__()
+                self.fc = layer.Linear(3, 2, device=dev)
+            def forward(self, x):
+                return self.fc(x)
+            def train_one_batch(self, x, y):
+                loss = autograd.softmax_cross_entropy(self.forward(x), y)
+                self.optimizer(loss)
+                return loss
+
+        py = M()
+        py.set_optimizer(opt.SGD(0.1))
+        py.compile([tensor.zeros((4, 3), dev)], use_graph=True)
+        py.train_one_batch(np.zeros((4, 3), np.float32), np.zeros(4, np.int32))
+        with dev.buffer():
+            del native, py
+            autograd.relu(tensor.zeros((2,), dev))
+        dev.ExecBuffOps()
+        print("survived")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=python_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "survived"

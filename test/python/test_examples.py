@@ -1,0 +1,42 @@
+"""The Python examples run in both modes and train."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import loom
+
+from conftest import python_env
+
+
+def run(root, script, *args):
+    r = subprocess.run([sys.executable, f"{root}/examples/python/{script}", *args, "--json"], capture_output=True,
+                       text=True, env=python_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+@pytest.mark.parametrize("mode", ["--graph", "--eager"])
+def test_mlp_example(root, mode):
+    res, progress = run(root, "mlp.py", mode, "--steps", "12", "--batch", "32")
+    assert res["mode"] == mode[2:]
+    assert res["last_loss"] < res["first_loss"]
+    assert "step 12/12" in progress or "12/12" in progress
+
+
+@pytest.mark.skipif(not loom.HAVE_CNN, reason="loom built without the CNN layers")
+@pytest.mark.parametrize("mode", ["--graph", "--eager"])
+def test_cnn_example(root, mode):
+    res, _ = run(root, "cnn.py", mode, "--steps", "8", "--batch", "16")
+    assert res["mode"] == mode[2:]
+    assert res["last_loss"] < res["first_loss"]
+
+
+def test_bench_script(root):
+    r = subprocess.run([sys.executable, f"{root}/tools/bench_python.py", "--batches", "2", "--steps", "3",
+                        "--no-cpp"], capture_output=True, text=True, env=python_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert {row["mode"] for row in rows} == {"eager", "graph"}
+    assert all(row["trained"] and row["ms_per_step_median"] > 0 for row in rows)

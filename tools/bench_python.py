@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""Times the 784-1024-1024-10 ReLU MLP (SGD, momentum 0.9, softmax cross-entropy) from Python:
+eager (every op a Python call) against graph replay (train_one_batch captured once, replayed
+from C++), and against the C++ example (<build>/loom-mlp) when it is built. One JSON line per
+(implementation, mode, batch) with the median milliseconds per step, then a table.
+
+    /usr/bin/python3 tools/bench_python.py [--batches 1,8,64] [--steps N] [--warmup N]
+        [--modes eager,graph,native-eager,native-graph] [--dims 784,1024,1024,10] [--repeat R]
+        [--no-cpp] [--build DIR]
+
+A step is: copy a new batch into the input tensors, train_one_batch, read the loss (which
+synchronises). Modes: eager/graph: a loom.model.Model subclass written in Python; native-*: the
+C++ nn::Model (model.NativeModel over the zoo's MLP), for comparison. A run whose loss or
+parameters did not change is refused (exit 3), as loom's C++ harness does.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def import_loom(build):
+    try:
+        import loom  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, os.path.join(build, "python"))
+    import loom
+    return loom
+
+
+def percentile(v, q):
+    v = sorted(v)
+    return v[int(round(q * (len(v) - 1)))]
+
+
+def make_data(n, features, classes, seed=1234):
+    rng = np.random.default_rng(seed)
+    proto = (rng.random((classes, features)) < 0.15).astype(np.float32)
+    y = rng.integers(0, classes, n).astype(np.int32)
+    x = np.clip(proto[y] + rng.normal(0, 0.6, (n, features)), 0, 1).astype(np.float32)
+    return x, y
+
+
+def bench_python(loom, mode, batch, steps, warmup, dims):
+    from loom import autograd, layer, model, opt, tensor
+
+    class MLP(model.Model):
+        def __init__(self, dev):
+            super().__init__()
+            layers = []
+            for i in range(len(dims) - 1):
+                layers.append(layer.Linear(dims[i], dims[i + 1], device=dev))
+                if i + 2 < len(dims):
+                    layers.append(layer.ReLU())
+            self.net = layer.Sequential(*layers)
+
+        def forward(self, x):
+            return self.net(x)
+
+        def train_one_batch(self, x, y):
+            out = self.forward(x)
+            loss = autograd.softmax_cross_entropy(out, y)
+            self.optimizer(loss)
+            return out, loss
+
+    dev = loom.device.create_cpu_device()
+    dev.SetRandSeed(42)
+    xs, ys = make_data(max(4096, batch), dims[0], dims[-1])
+    x = tensor.from_numpy(xs[:batch], dev)
+    y = tensor.from_numpy(ys[:batch], dev)
+    sgd = opt.SGD(lr=0.01, momentum=0.9)
+    use_graph = mode.endswith("graph")
+    if mode.startswith("native"):
+        m = model.NativeModel(model.mlp(dims, device=dev), sgd)
+        m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
+        params = list(m.get_params().values())
+    else:
+        m = MLP(dev)
+        m.set_optimizer(sgd)
+        m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
+        params = list(m.get_params().values())
+    before = params[-2].to_numpy().copy()
+    n = xs.shape[0]
+    times, losses = [], []
+    for step in range(warmup + steps):
+        lo = (step * batch) % (n - batch + 1)
+        t0 = time.perf_counter()
+        x.copy_from_numpy(xs[lo:lo + batch])
+        y.copy_from_numpy(ys[lo:lo + batch])
+        _, loss = m.train_one_batch(x, y)
+        value = loss.item()
+        t1 = time.perf_counter()
+        losses.append(value)
+        if step >= warmup:
+            times.append((t1 - t0) * 1e3)
+    trained = losses[0] != losses[-1] and not np.array_equal(before, params[-2].to_numpy())
+    return {"model": "mlp-" + "-".join(map(str, dims)), "impl": "python" if not mode.startswith("native") else
+            "python-native-model", "mode": "graph" if use_graph else "eager", "batch": batch, "steps": steps,
+            "ms_per_step_median": round(percentile(times, 0.5), 4), "ms_per_step_p10": round(percentile(times, 0.1), 4),
+            "ms_per_step_p90": round(percentile(times, 0.9), 4), "first_loss": round(losses[0], 6),
+            "last_loss": round(losses[-1], 6), "trained": bool(trained)}
+
+
+def bench_cpp(build, batch, steps, warmup):
+    exe = os.path.join(build, "loom-mlp")
+    if not os.access(exe, os.X_OK):
+        return None
+    r = subprocess.run([exe, "--batch", str(batch), "--steps", str(steps + warmup), "--json"], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench_python: {exe} failed ({r.returncode}): {r.stderr.strip()}")
+    line = json.loads(r.stdout.strip().splitlines()[-1])
+    return {"model": line["model"], "impl": "cpp-example", "mode": line.get("mode", "eager"), "batch": batch,
+            "steps": line["steps"], "ms_per_step_median": round(line["ms_per_step_median"], 4),
+            "ms_per_step_p10": round(line["ms_per_step_p10"], 4), "ms_per_step_p90": round(line["ms_per_step_p90"], 4),
+            "first_loss": line["first_loss"], "last_loss": line["last_loss"], "trained": line["first_loss"] != line["last_loss"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps (default: 200 at batch 1, fewer above)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per configuration; the one with the lowest median is reported (on a shared "
+                         "machine, the least disturbed)")
+    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--dims", default="784,1024,1024,10", help="layer sizes (the C++ example is 784-1024-1024-10 only)")
+    ap.add_argument("--no-cpp", action="store_true", help="skip the C++ example")
+    ap.add_argument("--build", default=os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build")))
+    args = ap.parse_args()
+    build = args.build if os.path.isabs(args.build) else os.path.join(ROOT, args.build)
+    loom = import_loom(build)
+    dims = [int(d) for d in args.dims.split(",")]
+    cpp = not args.no_cpp and dims == [784, 1024, 1024, 10]
+    modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        if m not in ("eager", "graph", "native-eager", "native-graph"):
+            ap.error(f"unknown mode {m!r}")
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        steps = args.steps or (200 if batch <= 8 else 60)
+        best = {}
+        for rep in range(args.repeat):  # interleaved, so a burst of load hits every mode alike
+            runs = [bench_python(loom, mode, batch, steps, args.warmup, dims) for mode in modes]
+            if cpp:
+                r = bench_cpp(build, batch, steps, args.warmup)
+                if r is not None:
+                    runs.append(r)
+            for r in runs:
+                r["repeats"] = args.repeat
+                key = (r["impl"], r["mode"])
+                if key not in best or r["ms_per_step_median"] < best[key]["ms_per_step_median"]:
+                    best[key] = r
+        for r in best.values():
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    failed = [r for r in rows if not r["trained"]]
+    print("\n| batch | implementation | mode | median ms/step | p10 | p90 |", file=sys.stderr)
+    print("|---:|---|---|---:|---:|---:|", file=sys.stderr)
+    for r in rows:
+        print(f"| {r['batch']} | {r['impl']} | {r['mode']} | {r['ms_per_step_median']:.3f} | {r['ms_per_step_p10']:.3f} "
+              f"| {r['ms_per_step_p90']:.3f} |", file=sys.stderr)
+    if failed:
+        print(f"bench_python: {len(failed)} run(s) did not train; refusing to report them", file=sys.stderr)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

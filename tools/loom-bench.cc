@@ -1,0 +1,713 @@
+// loom-bench: times training steps of the model zoo (src/nn/models.h) eagerly and as replayed
+// graphs, on synthetic data, and reports speed, memory and whether training really happened.
+//
+//   loom-bench --model mlp|cnn|resnet18|resnet50 [--batch N] [--mode eager,graph-planned,...]
+//              [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json]
+//              [--timeline DIR]
+//
+// Each mode trains a fresh model built from the same seed with SGD (lr 0.01, momentum 0.9) and
+// softmax cross-entropy. Per mode it prints one JSON line (--json) and, at the end, a Markdown
+// table with the speed-up and the memory ratio against eager.
+//
+// The harness refuses to report a run that did not train (DESIGN.md, "Lessons"): the loss must
+// change between the first and the last step, the parameters' bytes must change, and the
+// model's optimizer step count must have advanced by every step taken. Otherwise it prints what
+// failed and exits 3 (SINGA's own harness once timed the forward pass only, after an API change).
+//
+// What the memory figures mean (also in --help and under the table):
+//   peak_bytes            the device allocator's peak over the timed steps (ResetPeak after the
+//                         warm-up): requested bytes of parameters, optimizer state, inputs and
+//                         everything the step allocates (a planned graph's arena included).
+//   state_bytes           parameters + optimizer state + BatchNorm statistics + the input batch.
+//   working_peak_bytes    peak_bytes - state_bytes: what the step itself needs at its worst.
+//   rss_peak_delta_bytes  growth of the process's resident set: VmHWM at the end of the run minus
+//                         VmRSS before the model was built (the high-water mark is reset then via
+//                         /proc/self/clear_refs), so it includes allocator caching, BLAS buffers
+//                         and heap fragmentation. Comparable with tools/bench_torch.py on the CPU.
+//   arena_bytes, lower_bound_bytes   from the training graph (GraphStats): the planned arena and
+//                         the liveness lower bound of the intermediates (null in eager mode).
+//
+// Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags, 3 a run that did not train.
+#include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/ops.h"
+#include "device/cpu/parallel.h"
+#include "device/device.h"
+#include "graph/graph.h"
+#include "nn/model.h"
+#include "nn/models.h"
+#include "nn/optimizer.h"
+
+namespace {
+
+using loom::DType;
+using loom::Shape;
+using loom::Tensor;
+namespace nn = loom::nn;
+namespace ops = loom::ops;
+
+constexpr uint64_t kSeed = 20240607;
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class NotTrainedError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- models
+
+struct ModelSpec {
+  std::string name;  // the --model value
+  std::string arch;  // what it is, for the report
+  Shape sample;      // one input sample
+  int64_t classes;
+  int64_t default_batch;
+  std::function<std::shared_ptr<nn::Layer>(nn::LayerOptions)> make;
+};
+
+std::vector<ModelSpec> Zoo() {
+  return {
+      {"mlp", "mlp-784-1024-1024-10", {784}, 10, 64,
+       [](nn::LayerOptions o) { return nn::MakeMlp({784, 1024, 1024, 10}, o); }},
+      {"cnn", "small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)", {3, 32, 32}, 10, 32,
+       [](nn::LayerOptions o) { return nn::MakeSmallCnn(3, 10, o); }},
+      {"resnet18", "resnet18-cifar-3x32x32", {3, 32, 32}, 10, 16,
+       [](nn::LayerOptions o) { return nn::MakeResNet18(10, o); }},
+      {"resnet50", "resnet50-3x224x224", {3, 224, 224}, 1000, 8,
+       [](nn::LayerOptions o) { return nn::MakeResNet50(1000, o); }},
+  };
+}
+
+// ---------------------------------------------------------------- modes
+
+enum class Mode { kEager, kGraphDynamic, kGraphPlanned, kGraphParallel, kCudaGraph };
+const char* kModeNames[] = {"eager", "graph-dynamic", "graph-planned", "graph-parallel", "cuda-graph"};
+const char* Name(Mode m) { return kModeNames[int(m)]; }
+bool UsesGraph(Mode m) { return m != Mode::kEager; }
+
+Mode ParseMode(const std::string& s) {
+  for (int i = 0; i < 5; ++i)
+    if (s == kModeNames[i]) return Mode(i);
+  throw UsageError("--mode: unknown mode '" + s +
+                   "' (eager, graph-dynamic, graph-planned, graph-parallel, cuda-graph)");
+}
+
+// ---------------------------------------------------------------- flags
+
+struct Flags {
+  std::string model = "mlp";
+  int64_t batch = 0;  // 0: the model's default
+  std::vector<Mode> modes = {Mode::kEager, Mode::kGraphPlanned};
+  std::string device = "cpu";
+  int64_t steps = 20;
+  int64_t warmup = 3;
+  int64_t threads = 0;  // 0: the core count
+  bool json = false;
+  std::string timeline_dir;
+  double lr = 0.01, momentum = 0.9;
+};
+
+const char* kUsage =
+    "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
+    "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
+    "                  [--lr X] [--momentum X]\n"
+    "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
+    "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
+    "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
+    "  --mode LIST    comma-separated: eager, graph-dynamic, graph-planned, graph-parallel, cuda-graph\n"
+    "                 (default eager,graph-planned); each gets a fresh model from the same seed\n"
+    "  --device D     cpu or cuda (default cpu)\n"
+    "  --steps N      timed steps (default 20)\n"
+    "  --warmup N     untimed steps first, at least 1 (the graph capture happens there; default 3)\n"
+    "  --threads N    CPU threads for loom and OpenBLAS (default: the core count)\n"
+    "  --json         one JSON line per run on stdout; the table goes to stderr\n"
+    "  --timeline DIR write the memory timelines of one step (eager, graph-dynamic, graph-planned:\n"
+    "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
+    "                 replay (trace.json) into DIR; plot them with tools/plot_memory.py DIR\n"
+    "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
+    "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
+    "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
+    "Memory: peak_bytes = device allocator peak over the timed steps (requested bytes: parameters,\n"
+    "optimizer state, inputs, intermediates, a planned arena); state_bytes = parameters + optimizer and\n"
+    "BatchNorm state + the input batch; working_peak_bytes = peak_bytes - state_bytes;\n"
+    "rss_peak_delta_bytes = process VmHWM at the end minus VmRSS before the model was built.\n";
+
+int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");
+  if (x < min) throw UsageError(flag + " must be at least " + std::to_string(min) + ", got " + v);
+  return x;
+}
+
+double ParseDouble(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != v.size() || !std::isfinite(x)) throw UsageError(flag + " expects a number, got '" + v + "'");
+  if (x < 0) throw UsageError(flag + " must not be negative, got " + v);
+  return x;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep))
+    if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    size_t eq = arg.find('=');
+    bool has_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (has_value) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      std::exit(0);
+    } else if (arg == "--model") {
+      f.model = next();
+    } else if (arg == "--batch") {
+      f.batch = ParseInt(arg, next(), 1);
+    } else if (arg == "--mode") {
+      f.modes.clear();
+      for (const std::string& m : Split(next(), ',')) {
+        Mode mode = ParseMode(m);
+        if (std::find(f.modes.begin(), f.modes.end(), mode) == f.modes.end()) f.modes.push_back(mode);
+      }
+      if (f.modes.empty()) throw UsageError("--mode needs at least one mode");
+    } else if (arg == "--device") {
+      f.device = next();
+      if (f.device != "cpu" && f.device != "cuda") throw UsageError("--device must be cpu or cuda, got '" + f.device + "'");
+    } else if (arg == "--steps") {
+      f.steps = ParseInt(arg, next(), 2);
+    } else if (arg == "--warmup") {
+      f.warmup = ParseInt(arg, next(), 1);
+    } else if (arg == "--threads") {
+      f.threads = ParseInt(arg, next(), 1);
+    } else if (arg == "--json") {
+      if (has_value) throw UsageError("--json takes no value");
+      f.json = true;
+    } else if (arg == "--timeline") {
+      f.timeline_dir = next();
+    } else if (arg == "--lr") {
+      f.lr = ParseDouble(arg, next());
+    } else if (arg == "--momentum") {
+      f.momentum = ParseDouble(arg, next());
+    } else {
+      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  bool known = false;
+  for (const ModelSpec& s : Zoo()) known = known || s.name == f.model;
+  if (!known) throw UsageError("--model must be mlp, cnn, resnet18 or resnet50, got '" + f.model + "'");
+  for (Mode m : f.modes)
+    if (m == Mode::kCudaGraph && f.device != "cuda")
+      throw UsageError("--mode cuda-graph needs --device cuda: the CPU has no device graphs");
+  return f;
+}
+
+// ---------------------------------------------------------------- data
+// Synthetic, deterministic, learnable: sample s belongs to class c(s); its values are c's binary
+// prototype (blocks of 4x4 pixels per channel for images, single features otherwise), blended
+// with another class's prototype and uniform noise. Everything is a counter-based hash of
+// (seed, sample, position), so tools/bench_torch.py generates the same recipe in numpy.
+
+uint64_t Mix64(uint64_t z) {  // splitmix64's finaliser
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+float Unit(uint64_t h) { return float(h >> 40) * (1.0f / 16777216.0f); }  // [0, 1), 24 bits
+
+struct Data {
+  int64_t n = 0, dim = 0;
+  std::vector<float> x;    // (n, dim)
+  std::vector<int32_t> y;  // (n)
+
+  // Samples [step * batch, (step + 1) * batch) modulo n.
+  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by) const {
+    bx.resize(size_t(batch * dim));
+    by.resize(size_t(batch));
+    for (int64_t j = 0; j < batch; ++j) {
+      int64_t s = (step * batch + j) % n;
+      std::copy_n(x.begin() + s * dim, dim, bx.begin() + j * dim);
+      by[size_t(j)] = y[size_t(s)];
+    }
+  }
+};
+
+// Prototype bit of class c at feature p (image features map to 4x4 blocks of one channel).
+bool ProtoBit(const Shape& sample, uint64_t seed, int64_t c, int64_t p) {
+  int64_t key = p;
+  if (sample.size() == 3) {
+    int64_t h = sample[1], w = sample[2];
+    int64_t ch = p / (h * w), r = (p / w) % h, col = p % w;
+    key = (ch * ((h + 3) / 4) + r / 4) * ((w + 3) / 4) + col / 4;
+  }
+  return Unit(Mix64(seed ^ Mix64(uint64_t(c) * 1000003ULL + uint64_t(key)))) < 0.25f;
+}
+
+Data MakeData(const ModelSpec& spec, int64_t batch, uint64_t seed) {
+  Data d;
+  d.dim = loom::NumElements(spec.sample);
+  // A pool of samples, cycled: at least two batches, about 64 MB when samples are large.
+  int64_t budget = std::max<int64_t>(64, (64ll << 20) / (d.dim * 4));
+  d.n = std::max<int64_t>(2 * batch, std::min<int64_t>(1024, budget));
+  d.x.resize(size_t(d.n * d.dim));
+  d.y.resize(size_t(d.n));
+  for (int64_t s = 0; s < d.n; ++s) {
+    uint64_t hs = Mix64(seed + 0x100000000ULL * uint64_t(s + 1));
+    int64_t c = int64_t(Mix64(hs ^ 1) % uint64_t(spec.classes));
+    int64_t other = int64_t(Mix64(hs ^ 2) % uint64_t(spec.classes));
+    float mix = 0.45f * Unit(Mix64(hs ^ 3));
+    d.y[size_t(s)] = int32_t(c);
+    float* xs = &d.x[size_t(s * d.dim)];
+    for (int64_t p = 0; p < d.dim; ++p) {
+      float v = (ProtoBit(spec.sample, seed, c, p) ? 1.0f - mix : 0.0f) +
+                (ProtoBit(spec.sample, seed, other, p) ? mix : 0.0f);
+      xs[p] = v + (Unit(Mix64(hs + uint64_t(p) + 16)) - 0.5f);
+    }
+  }
+  return d;
+}
+
+// FNV-1a of the first sample's bytes, then every label's: tools/bench_torch.py prints the same.
+std::string DataChecksum(const Data& d) {
+  uint64_t h = 1469598103934665603ULL;
+  auto eat = [&](const void* p, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  };
+  eat(d.x.data(), size_t(d.dim) * sizeof(float));
+  eat(d.y.data(), d.y.size() * sizeof(int32_t));
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+// ---------------------------------------------------------------- process memory
+
+size_t StatusKb(const char* key) {  // a "VmRSS:   1234 kB" line of /proc/self/status
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  size_t len = std::strlen(key);
+  while (std::getline(f, line))
+    if (line.compare(0, len, key) == 0) return size_t(std::strtoull(line.c_str() + len + 1, nullptr, 10));
+  return 0;
+}
+
+// Resets the kernel's resident-set high-water mark (VmHWM) to the current RSS; false when the
+// kernel refuses (then VmHWM is the whole process's, and rss_peak_delta_bytes an upper bound).
+bool ResetHighWaterMark() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f.good()) return false;
+  f << "5";
+  f.flush();
+  return f.good();
+}
+
+// ---------------------------------------------------------------- one run
+
+struct RunResult {
+  Mode mode;
+  std::vector<double> ms;  // timed steps
+  double median = 0, p10 = 0, p90 = 0;
+  double first_loss = 0, last_loss = 0;
+  size_t peak_bytes = 0, state_bytes = 0, rss_delta = 0, param_bytes = 0;
+  bool rss_exact = true;
+  bool has_graph = false;
+  loom::GraphStats gstats;
+  int64_t optimizer_steps = 0;
+};
+
+double Percentile(std::vector<double> v, double q) {  // nearest rank
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[size_t(std::lround(q * double(v.size() - 1)))];
+}
+
+uint64_t ParamChecksum(nn::Model& m) {  // FNV-1a over every parameter's bytes
+  uint64_t h = 1469598103934665603ULL;
+  for (auto& p : m.Params()) {
+    std::vector<float> v = p.second.ToVector<float>();
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+size_t StateBytes(nn::Model& m, const Tensor& x, const Tensor& y) {
+  size_t bytes = x.nbytes() + y.nbytes();
+  for (auto& p : m.Params()) bytes += p.second.nbytes();
+  for (auto& s : m.States()) bytes += s.second.nbytes();
+  for (auto& s : m.optimizer().states()) bytes += s.second.nbytes();
+  return bytes;
+}
+
+// Parameter traffic of one SGD-momentum step, unfused: the forward reads W, the backward reads W
+// (input gradients) and writes dW, the update reads W, dW, the momentum and writes W and the
+// momentum: 7 passes over the parameters' bytes. What an MLP at a small batch cannot avoid.
+size_t ParamBytes(nn::Model& m) {
+  size_t b = 0;
+  for (auto& p : m.Params()) b += p.second.nbytes();
+  return b;
+}
+
+void ConfigureGraphs(loom::Device& dev, Mode mode) {
+  dev.ResetGraph();
+  loom::GraphOptions o;
+  o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
+  o.device_graph = mode == Mode::kCudaGraph;
+  dev.graph_options() = o;
+}
+
+// A fresh model from the seed, compiled for `mode`, with its input tensors.
+struct Session {
+  std::unique_ptr<nn::Model> model;
+  Tensor x, y;
+};
+
+Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
+                   const std::shared_ptr<loom::Device>& dev, const Data& data) {
+  ConfigureGraphs(*dev, mode);
+  dev->SetRandSeed(kSeed);
+  nn::LayerOptions lo;
+  lo.device = dev;
+  Session s;
+  s.model = std::make_unique<nn::Model>(spec.make(lo), std::make_shared<nn::SGD>(f.lr, f.momentum));
+  Shape xs = {batch};
+  xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
+  s.x = ops::Empty(xs, DType::kFloat32, dev);
+  s.y = ops::Empty({batch}, DType::kInt32, dev);
+  std::vector<float> bx;
+  std::vector<int32_t> by;
+  data.Batch(0, batch, bx, by);
+  s.x.CopyFrom(bx);
+  s.y.CopyFrom(by);
+  s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
+                   /*sequential=*/mode != Mode::kGraphParallel);
+  return s;
+}
+
+RunResult RunMode(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
+                  const std::shared_ptr<loom::Device>& dev, const Data& data) {
+  RunResult r;
+  r.mode = mode;
+  dev->EmptyCache();
+  malloc_trim(0);
+  r.rss_exact = ResetHighWaterMark();
+  size_t rss0_kb = StatusKb("VmRSS:");
+
+  Session s = NewSession(f, spec, batch, mode, dev, data);
+  nn::Model& model = *s.model;
+  uint64_t sum0 = ParamChecksum(model);
+  std::vector<float> bx;
+  std::vector<int32_t> by;
+  const int64_t total = f.warmup + f.steps;
+  for (int64_t step = 0; step < total; ++step) {
+    data.Batch(step, batch, bx, by);
+    if (step == f.warmup) dev->ResetPeak();
+    auto t0 = std::chrono::steady_clock::now();
+    s.x.CopyFrom(bx);
+    s.y.CopyFrom(by);
+    double loss = model.TrainOneBatch(s.x, s.y).loss.Item();  // a host read: synchronises
+    dev->Synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    if (step >= f.warmup) r.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (!std::isfinite(loss))
+      throw NotTrainedError(loom::detail::Cat("the loss is ", loss, " at step ", step + 1, ": training diverged"));
+    if (step == 0) r.first_loss = loss;
+    r.last_loss = loss;
+  }
+  dev->Synchronize();
+  r.peak_bytes = dev->stats().peak_bytes;
+  size_t hwm_kb = StatusKb("VmHWM:");
+  r.rss_delta = hwm_kb > rss0_kb ? (hwm_kb - rss0_kb) * 1024 : 0;
+  r.state_bytes = StateBytes(model, s.x, s.y);
+  r.param_bytes = ParamBytes(model);
+  r.optimizer_steps = model.steps();
+  if (UsesGraph(mode)) {
+    r.has_graph = true;
+    r.gstats = model.train_graph().stats();
+  }
+
+  // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
+  std::string why;
+  if (r.first_loss == r.last_loss)
+    why += loom::detail::Cat(" the loss did not change (", r.first_loss, " at step 1 and at step ", total, ");");
+  if (ParamChecksum(model) == sum0) why += " the parameters did not change;";
+  if (r.optimizer_steps != total)
+    why += loom::detail::Cat(" the model counted ", r.optimizer_steps, " optimizer steps for ", total, " calls;");
+  if (r.has_graph && r.gstats.replays != uint64_t(total))
+    why += loom::detail::Cat(" the graph replayed ", r.gstats.replays, " times for ", total, " steps;");
+  if (!why.empty())
+    throw NotTrainedError(loom::detail::Cat("mode ", Name(mode), ":", why, " refusing to report this run"));
+
+  r.median = Percentile(r.ms, 0.5);
+  r.p10 = Percentile(r.ms, 0.1);
+  r.p90 = Percentile(r.ms, 0.9);
+  return r;
+}
+
+// ---------------------------------------------------------------- memory timeline
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  LOOM_CHECK(f.good(), IOError, "[loom-bench] cannot open '", path, "' for writing");
+  f << text;
+  f.flush();
+  LOOM_CHECK(f.good(), IOError, "[loom-bench] failed writing '", path, "'");
+}
+
+// One step's memory, three ways: eager (the allocator's live bytes after each op, minus what was
+// live before the step), dynamic recycling and the planned arena (from the graph's analysis).
+void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec, int64_t batch,
+                   const std::shared_ptr<loom::Device>& dev, const Data& data) {
+  std::vector<float> bx;
+  std::vector<int32_t> by;
+  size_t eager_peak = 0, eager_ops = 0;
+  {
+    Session s = NewSession(f, spec, batch, Mode::kEager, dev, data);
+    s.model->TrainOneBatch(s.x, s.y).loss.Item();  // step 1 creates the momentum buffers
+    data.Batch(1, batch, bx, by);
+    s.x.CopyFrom(bx);
+    s.y.CopyFrom(by);
+    size_t base = dev->stats().live_bytes;
+    dev->RecordEagerTimeline(true);
+    { s.model->TrainOneBatch(s.x, s.y).loss.Item(); }
+    auto tl = dev->TakeEagerTimeline();
+    dev->RecordEagerTimeline(false);
+    std::ostringstream o;
+    o << "op,name,live_bytes,live_total_bytes\n";
+    for (size_t i = 0; i < tl.size(); ++i) {
+      size_t live = tl[i].second > base ? tl[i].second - base : 0;
+      eager_peak = std::max(eager_peak, live);
+      o << i << "," << tl[i].first << "," << live << "," << tl[i].second << "\n";
+    }
+    eager_ops = tl.size();
+    WriteText(dir + "/eager.csv", o.str());
+  }
+  loom::GraphStats dyn, plan;
+  for (Mode mode : {Mode::kGraphDynamic, Mode::kGraphPlanned}) {
+    Session s = NewSession(f, spec, batch, mode, dev, data);
+    s.model->TrainOneBatch(s.x, s.y).loss.Item();  // capture + first replay
+    loom::Graph& g = s.model->train_graph();
+    if (mode == Mode::kGraphPlanned) g.set_profile(true);
+    data.Batch(1, batch, bx, by);
+    s.x.CopyFrom(bx);
+    s.y.CopyFrom(by);
+    s.model->TrainOneBatch(s.x, s.y).loss.Item();
+    WriteText(dir + (mode == Mode::kGraphDynamic ? "/dynamic.csv" : "/planned.csv"), g.MemoryTimelineCsv());
+    if (mode == Mode::kGraphPlanned) {
+      g.WriteTrace(dir + "/trace.json");
+      plan = g.stats();
+    } else {
+      dyn = g.stats();
+    }
+  }
+  char meta[1024];
+  std::snprintf(meta, sizeof meta,
+                "{\"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"eager_ops\": %zu, "
+                "\"graph_ops\": %zu, \"eager_step_peak_bytes\": %zu, \"dynamic_peak_bytes\": %zu, "
+                "\"arena_bytes\": %zu, \"lower_bound_bytes\": %zu, \"persistent_bytes\": %zu, "
+                "\"plan_strategy\": \"%s\"}\n",
+                spec.name.c_str(), spec.arch.c_str(), (long long)batch, dev->name().c_str(), eager_ops, plan.num_ops,
+                eager_peak, dyn.dynamic_peak_bytes, plan.arena_bytes, plan.lower_bound_bytes, plan.persistent_bytes,
+                plan.plan_strategy.c_str());
+  WriteText(dir + "/meta.json", meta);
+}
+
+// ---------------------------------------------------------------- report
+
+std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std::string& device, const RunResult& r,
+                 const std::string& data_checksum) {
+  auto num_or_null = [&](bool ok, size_t v) { return ok ? std::to_string(v) : std::string("null"); };
+  char buf[4096];
+  std::snprintf(
+      buf, sizeof buf,
+      "{\"tool\": \"loom-bench\", \"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
+      "\"device\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, "
+      "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, \"items_per_s\": %.2f, "
+      "\"peak_bytes\": %zu, \"state_bytes\": %zu, \"working_peak_bytes\": %zu, \"rss_peak_delta_bytes\": %zu, "
+      "\"rss_peak_delta_exact\": %s, \"arena_bytes\": %s, \"lower_bound_bytes\": %s, \"dynamic_peak_bytes\": %s, "
+      "\"persistent_bytes\": %s, \"graph_ops\": %s, \"first_loss\": %.6f, \"last_loss\": %.6f, "
+      "\"optimizer_steps\": %lld, \"params_changed\": true, \"param_bytes\": %zu, "
+      "\"param_traffic_bytes_per_step\": %zu, \"optimizer\": \"sgd lr %g momentum %g\", \"data_checksum\": \"%s\", "
+      "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
+      "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
+      "built\"}",
+      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), loom::NumThreads(),
+      (long long)f.steps, (long long)f.warmup, r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median,
+      r.peak_bytes, r.state_bytes, r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta,
+      r.rss_exact ? "true" : "false", num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned,
+                                                  r.gstats.arena_bytes).c_str(),
+      num_or_null(r.has_graph, r.gstats.lower_bound_bytes).c_str(),
+      num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kDynamic, r.gstats.dynamic_peak_bytes).c_str(),
+      num_or_null(r.has_graph, r.gstats.persistent_bytes).c_str(), num_or_null(r.has_graph, r.gstats.num_ops).c_str(),
+      r.first_loss, r.last_loss, (long long)r.optimizer_steps, r.param_bytes, 7 * r.param_bytes, f.lr, f.momentum, data_checksum.c_str());
+  return buf;
+}
+
+std::string MiB(size_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", double(b) / (1 << 20));
+  return buf;
+}
+
+std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device,
+                  const std::vector<RunResult>& runs) {
+  const RunResult* eager = nullptr;
+  for (const RunResult& r : runs)
+    if (r.mode == Mode::kEager) eager = &r;
+  std::ostringstream o;
+  char buf[1024];
+  o << "\n### " << spec.arch << ", batch " << batch << ", " << device << "\n\n";
+  o << "| mode | ms/step median | p10 | p90 | items/s | speed-up vs eager | peak MiB | peak vs eager | "
+       "working peak MiB | arena MiB | lower bound MiB | arena / bound | RSS growth MiB | loss first -> last |\n";
+  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  for (const RunResult& r : runs) {
+    std::string speedup = eager ? std::to_string(eager->median / r.median) : "-";
+    std::string memratio = eager ? std::to_string(double(r.peak_bytes) / double(eager->peak_bytes)) : "-";
+    if (eager) {
+      std::snprintf(buf, sizeof buf, "%.2fx", eager->median / r.median);
+      speedup = buf;
+      std::snprintf(buf, sizeof buf, "%.2f", double(r.peak_bytes) / double(eager->peak_bytes));
+      memratio = buf;
+    }
+    bool planned = r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned;
+    std::string arena = planned ? MiB(r.gstats.arena_bytes) : "-";
+    std::string lb = r.has_graph ? MiB(r.gstats.lower_bound_bytes) : "-";
+    std::string ratio = "-";
+    if (planned && r.gstats.lower_bound_bytes) {
+      std::snprintf(buf, sizeof buf, "%.3f", double(r.gstats.arena_bytes) / double(r.gstats.lower_bound_bytes));
+      ratio = buf;
+    }
+    std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f |\n",
+                  Name(r.mode), r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median, speedup.c_str(),
+                  MiB(r.peak_bytes).c_str(), memratio.c_str(),
+                  MiB(r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0).c_str(), arena.c_str(),
+                  lb.c_str(), ratio.c_str(), MiB(r.rss_delta).c_str(), r.rss_exact ? "" : " (upper bound)",
+                  r.first_loss, r.last_loss);
+    o << buf;
+  }
+  o << "\npeak = device allocator peak over the timed steps (parameters, optimizer state, inputs, intermediates, "
+       "planned arena); working peak = peak - (parameters + optimizer/BatchNorm state + input batch); arena and "
+       "lower bound from the training graph (liveness lower bound of the intermediates); RSS growth = process "
+       "VmHWM at the end minus VmRSS before the model was built. Every run above trained: its loss and parameters "
+       "changed and its step count advanced.\n";
+  return o.str();
+}
+
+int Main(const Flags& f) {
+  loom::SetNumThreads(f.threads > 0 ? int(f.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  std::shared_ptr<loom::Device> dev;
+  if (f.device == "cuda") {
+    LOOM_CHECK(loom::CudaAvailable(), DeviceError,
+               "[loom-bench] --device cuda: no CUDA device (loom built without CUDA, or no GPU visible)");
+    dev = loom::CudaDevice(0);
+  } else {
+    dev = loom::CpuDevice();
+  }
+  if (!f.timeline_dir.empty()) {  // fail before the runs, not after
+    ::mkdir(f.timeline_dir.c_str(), 0755);
+    struct stat st;
+    LOOM_CHECK(::stat(f.timeline_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), IOError, "[loom-bench] --timeline: '",
+               f.timeline_dir, "' is not a directory and cannot be created");
+  }
+  ModelSpec spec;
+  for (const ModelSpec& s : Zoo())
+    if (s.name == f.model) spec = s;
+  const int64_t batch = f.batch > 0 ? f.batch : spec.default_batch;
+  for (Mode m : f.modes)
+    LOOM_CHECK(m != Mode::kCudaGraph || dev->HasDeviceGraphs(), DeviceError, "[loom-bench] --mode cuda-graph: ",
+               dev->name(), " has no device graphs");
+
+  std::cerr << "loom-bench: " << spec.arch << ", batch " << batch << ", " << dev->name() << ", "
+            << loom::NumThreads() << " threads, " << f.warmup << " warm-up + " << f.steps << " timed steps per mode"
+            << std::endl;
+  Data data = MakeData(spec, batch, kSeed);
+  std::vector<RunResult> runs;
+  for (Mode m : f.modes) {
+    RunResult r = RunMode(f, spec, batch, m, dev, data);
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-15s median %9.3f ms/step (p10 %.3f, p90 %.3f), peak %s MiB, loss %.4f -> %.4f",
+                  Name(m), r.median, r.p10, r.p90, MiB(r.peak_bytes).c_str(), r.first_loss, r.last_loss);
+    std::cerr << line << std::endl;
+    if (f.json) std::cout << Json(f, spec, batch, dev->name(), r, DataChecksum(data)) << std::endl;
+    runs.push_back(std::move(r));
+  }
+  (f.json ? std::cerr : std::cout) << Table(spec, batch, dev->name(), runs) << std::flush;
+  if (!f.timeline_dir.empty()) {
+    WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);
+    std::cerr << "loom-bench: memory timelines and trace in " << f.timeline_dir
+              << " (plot: /usr/bin/python3 tools/plot_memory.py " << f.timeline_dir << ")" << std::endl;
+  }
+  dev->ResetGraph();
+  dev->graph_options() = loom::GraphOptions();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  try {
+    flags = ParseFlags(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "loom-bench: " << e.what() << " (loom-bench --help lists the flags)" << std::endl;
+    return 2;
+  }
+  try {
+    return Main(flags);
+  } catch (const NotTrainedError& e) {
+    std::cerr << "loom-bench: error: " << e.what() << std::endl;
+    return 3;
+  } catch (const loom::Error& e) {
+    std::cerr << "loom-bench: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Plots one training step's memory as written by `loom-bench --timeline DIR`.
+
+    /usr/bin/python3 tools/plot_memory.py DIR [--out DIR/memory_timeline.png]
+
+Reads DIR/eager.csv, DIR/dynamic.csv, DIR/planned.csv and DIR/meta.json and draws, per op of the
+step (x axis, issue order), the bytes the step itself holds beyond the persistent state
+(parameters, optimizer state, inputs):
+  - eager:            the device allocator's live bytes after each eagerly run op, minus what was
+                      live before the step (measured);
+  - graph, dynamic:   live intermediate bytes of a dynamic replay (allocated at the first writer,
+                      freed after the last reader: the graph's liveness per op);
+  - graph, planned:   the arena, held for the whole step (one allocation, bound once);
+  - lower bound:      the largest sum of live intermediate sizes at any op.
+Forward, backward and update phases are shaded. Prints the PNG's path. matplotlib, Agg backend.
+"""
+import argparse
+import csv
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+MIB = float(1 << 20)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def phases(names):
+    """(backward start, update start) op indices from op names; None when not found."""
+    bwd = next((i for i, n in enumerate(names) if n.endswith("_grad") or "_grad_" in n), None)
+    if bwd is not None and bwd > 0 and names[bwd - 1] == "fill":  # the seed gradient of the loss
+        bwd -= 1
+    upd = next((i for i, n in enumerate(names) if n.endswith("_update")), None)
+    return bwd, upd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("--out", default=None, help="PNG path (default DIR/memory_timeline.png)")
+    a = ap.parse_args()
+    try:
+        eager = read_csv(os.path.join(a.dir, "eager.csv"))
+        dyn = read_csv(os.path.join(a.dir, "dynamic.csv"))
+        plan = read_csv(os.path.join(a.dir, "planned.csv"))
+        with open(os.path.join(a.dir, "meta.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"plot_memory: cannot read the timeline in {a.dir}: {e} (write it with loom-bench --timeline {a.dir})",
+              file=sys.stderr)
+        return 1
+    out = a.out or os.path.join(a.dir, "memory_timeline.png")
+
+    e_y = [int(r["live_bytes"]) / MIB for r in eager]
+    d_y = [int(r["live_bytes"]) / MIB for r in dyn]
+    arena = int(meta["arena_bytes"]) / MIB
+    bound = int(meta["lower_bound_bytes"]) / MIB
+    e_peak = max(e_y) if e_y else 0.0
+    names = [r["name"] for r in dyn]
+
+    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
+    n = max(len(e_y), len(d_y), 1)
+    bwd, upd = phases(names)
+    spans = [(0, bwd if bwd is not None else n, "forward", "#f2f2f2")]
+    if bwd is not None:
+        spans.append((bwd, upd if upd is not None else n, "backward", "#e6eef7"))
+    if upd is not None:
+        spans.append((upd, n, "update", "#eef7e6"))
+    top = max(e_peak, max(d_y, default=0), arena, bound) * 1.18 or 1.0
+    for lo, hi, label, color in spans:
+        ax.axvspan(lo - 0.5, hi - 0.5, color=color, zorder=0)
+        ax.text((lo + hi - 1) / 2, top * 0.985, label, ha="center", va="top", fontsize=9, color="#555555")
+
+    steps = dict(where="mid")
+    ax.step(range(len(e_y)), e_y, color="#d62728", lw=2.4, label=f"eager (measured), peak {e_peak:.2f} MiB", **steps)
+    ax.step(range(len(d_y)), d_y, color="#1f77b4", lw=1.6, ls="--",
+            label=f"graph, dynamic recycling, peak {max(d_y, default=0):.2f} MiB", **steps)
+    ax.hlines(arena, -0.5, n - 0.5, color="#2ca02c", lw=2.0,
+              label=f"graph, planned arena {arena:.2f} MiB (held all step)")
+    ax.hlines(bound, -0.5, n - 0.5, color="black", lw=1.2, ls=":",
+              label=f"liveness lower bound {bound:.2f} MiB")
+    ax.set_xlim(-0.5, n - 0.5)
+    ax.set_ylim(0, top)
+    ax.set_xlabel(f"op of one training step (issue order; {meta.get('graph_ops', n)} ops)")
+    ax.set_ylabel("bytes held by the step, MiB (beyond persistent state)")
+    ratio = arena / bound if bound else float("nan")
+    ax.set_title(f"loom memory timeline: {meta['model']} ({meta['arch']}), batch {meta['batch']}, {meta['device']}\n"
+                 f"arena / lower bound = {ratio:.3f}; persistent state (params, momentum, inputs) "
+                 f"{int(meta['persistent_bytes']) / MIB:.2f} MiB not shown", fontsize=10)
+    if n <= 60:
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=75, fontsize=7)
+    ax.legend(loc="center right", fontsize=8.5, framealpha=0.95)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
