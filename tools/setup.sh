@@ -83,3 +83,16 @@ if grep -q 'no work to do' "$log"; then
 else
   say "build: done in $((SECONDS - start))s"
 fi
+
+# ---- Python ----
+# `import loom` for Debian's /usr/bin/python3 (the Python whose apt numpy/pytest/torch we use):
+# a loom.pth in its site-packages pointing at <build>/python. Only for the default build folder,
+# so that experiments in other folders do not redirect it.
+if [ "$BUILD" = "build" ] && grep -q "loom-python-pth" "$BUILD/build.ninja" 2>/dev/null; then
+  if cmake --build "$BUILD" --target loom-python-pth >"$BUILD/setup-python.log" 2>&1; then
+    say "python: /usr/bin/python3 imports loom from $BUILD/python"
+  else
+    cat "$BUILD/setup-python.log" >&2
+    die "could not install the loom.pth file for /usr/bin/python3 (log above)"
+  fi
+fi

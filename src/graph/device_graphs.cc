@@ -37,7 +37,9 @@ void Device::RunGraph(bool sequential, const std::string& key) {
 }
 
 void Device::ResetGraph(const std::string& key) {
-  LOOM_CHECK(!capturing_, GraphError, "[graph] ResetGraph while graph '", capture_key_, "' is being captured");
+  // Other graphs may go while one is being captured; the one being captured may not.
+  LOOM_CHECK(!capturing_ || (!key.empty() && key != capture_key_), GraphError, "[graph] ResetGraph('", key,
+             "') while graph '", capture_key_, "' is being captured");
   if (key.empty()) graphs_.clear();
   else graphs_.erase(key);
 }

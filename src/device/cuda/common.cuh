@@ -1,0 +1,208 @@
+// Helpers shared by the CUDA kernels: launch shapes, dtype dispatch, math overloads, strided and
+// broadcast indexing, float16/bfloat16 conversions identical to the CPU's (core/dtype.cc).
+//
+// Every kernel runs on the device's stream (cuda_device.h), never synchronises the host and
+// never allocates. Element loops are grid-stride loops over int64 indices.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/op.h"
+#include "device/cuda/cuda_device.h"
+
+namespace loom {
+namespace cuda {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items (n > 0).
+inline unsigned Blocks(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  return unsigned(std::min<int64_t>(std::max<int64_t>(b, 1), int64_t(1) << 20));
+}
+
+#define LOOM_GRID_STRIDE(i, n)                                                  \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(blockDim.x) * gridDim.x)
+
+// Calls f(T{}) with T = float or double for the tensor's dtype (the arithmetic dtypes).
+template <typename F>
+void FloatDispatch(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(float{}); return;
+    case DType::kFloat64: f(double{}); return;
+    default: throw DTypeError(detail::Cat("[", op, "] no CUDA kernel for dtype ", Name(t)));
+  }
+}
+
+// ---- math, overloaded on float/double so templates pick the right precision ----
+__device__ __forceinline__ float Exp(float x) { return expf(x); }
+__device__ __forceinline__ double Exp(double x) { return exp(x); }
+__device__ __forceinline__ float Log(float x) { return logf(x); }
+__device__ __forceinline__ double Log(double x) { return log(x); }
+__device__ __forceinline__ float Log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double Log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float Tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double Tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float Pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double Pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float Abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double Abs(double x) { return fabs(x); }
+template <typename T> __device__ __forceinline__ T Infinity();
+template <> __device__ __forceinline__ float Infinity<float>() { return __int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double Infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
+template <typename T> __device__ __forceinline__ T QuietNaN();
+template <> __device__ __forceinline__ float QuietNaN<float>() { return __int_as_float(0x7fc00000); }
+template <> __device__ __forceinline__ double QuietNaN<double>() { return __longlong_as_double(0x7ff8000000000000LL); }
+// std::max's semantics (the CPU kernels use it): the first argument unless the second is larger.
+template <typename T> __device__ __forceinline__ T MaxOf(T a, T b) { return a < b ? b : a; }
+
+// ---- float16 / bfloat16, bit for bit as FloatToHalf & co. in core/dtype.cc ----
+__device__ __forceinline__ uint16_t DevFloatToHalf(float f) {
+  uint32_t x = __float_as_uint(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x7fffffu;
+  int32_t exp = int32_t((x >> 23) & 0xff);
+  if (exp == 0xff) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  int32_t e = exp - 127 + 15;
+  if (e >= 0x1f) return uint16_t(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return uint16_t(sign);
+    mant |= 0x800000u;
+    uint32_t shift = uint32_t(14 - e);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | (uint32_t(e) << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
+  return uint16_t(half);
+}
+__device__ __forceinline__ float DevHalfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t x;
+  if (exp == 0) {
+    if (mant == 0) {
+      x = sign;
+    } else {
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) { mant <<= 1; --exp; }
+      mant &= 0x3ffu;
+      x = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    x = sign | 0x7f800000u | (mant << 13);
+  } else {
+    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return __uint_as_float(x);
+}
+__device__ __forceinline__ uint16_t DevFloatToBFloat16(float f) {
+  uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
+  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
+  return uint16_t((x + rounding) >> 16);
+}
+__device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// ---- strided / broadcast indexing ----
+// Maps a linear index over `shape` (row-major) to element offsets in up to kMaxOperands
+// tensors with their own strides (0 along broadcast dimensions). Built on the host with unit
+// dimensions dropped and mergeable neighbours merged, so most indexers have rank 1 to 3.
+constexpr int kMaxDims = 8;
+constexpr int kMaxOperands = 3;
+struct Indexer {
+  int rank = 0;
+  int64_t shape[kMaxDims];
+  int64_t strides[kMaxOperands][kMaxDims];
+};
+
+template <int N>
+__device__ __forceinline__ void Offsets(const Indexer& ix, int64_t i, int64_t (&off)[N]) {
+  for (int k = 0; k < N; ++k) off[k] = 0;
+  for (int d = ix.rank - 1; d >= 0; --d) {
+    int64_t idx = i % ix.shape[d];
+    i /= ix.shape[d];
+    for (int k = 0; k < N; ++k) off[k] += idx * ix.strides[k][d];
+  }
+}
+
+// Strides of `in` broadcast to `out` (numpy rules), in elements, for a contiguous `in`.
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
+// `strides[k]` has one entry per dimension of `shape`. Throws ShapeError naming `op` when the
+// collapsed rank exceeds kMaxDims.
+Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op);
+
+// ---- block reductions (blockDim.x a multiple of 32, at most 1024) ----
+template <typename T>
+__device__ __forceinline__ T WarpSum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ T WarpMax(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = MaxOf(v, __shfl_down_sync(0xffffffffu, v, o));
+  return v;
+}
+// The block's sum (fixed association: deterministic), returned to every thread.
+template <typename T>
+__device__ T BlockSum(T v) {
+  __shared__ T warp[32];
+  __shared__ T total;
+  v = WarpSum(v);
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  __syncthreads();  // `warp` may still be read by a previous call
+  if (lane == 0) warp[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = lane < int(blockDim.x >> 5) ? warp[lane] : T(0);
+    v = WarpSum(v);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+template <typename T>
+__device__ T BlockMax(T v) {
+  __shared__ T warp[32];
+  __shared__ T total;
+  v = WarpMax(v);
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) warp[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = lane < int(blockDim.x >> 5) ? warp[lane] : -Infinity<T>();
+    v = WarpMax(v);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+
+// Records the first error a kernel finds (Note [Errors found on the GPU] in cuda_device.h).
+__device__ __forceinline__ void RaiseKernelError(KernelError* e, int code, int op, long long a, long long b,
+                                                 long long c) {
+  if (atomicCAS(&e->code, 0, -1) == 0) {  // -1: being written
+    e->op = op;
+    e->a = a;
+    e->b = b;
+    e->c = c;
+    __threadfence();
+    atomicExch(&e->code, code);
+  }
+}
+
+}  // namespace cuda
+}  // namespace loom

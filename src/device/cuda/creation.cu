@@ -1,0 +1,396 @@
+// CUDA kernels for creation and data movement: fill, the Philox random fills, strided copy,
+// cast (float16/bfloat16 included), and the shape ops that copy (concat, slice, slice_grad,
+// broadcast_to). Semantics follow src/device/cpu/kernels/{creation,shape}.cc; the random fills
+// draw exactly the CPU's numbers (Note [Philox stream] below).
+#include <cmath>
+#include <cstring>
+
+#include "device/cuda/common.cuh"
+#include "device/philox.h"
+
+namespace loom {
+namespace cuda {
+
+// ---------------------------------------------------------------- host helpers (common.cuh)
+
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  Shape cs = ContiguousStrides(in);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : cs[i];
+  return st;
+}
+
+Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op) {
+  LOOM_ASSERT(strides.size() <= size_t(kMaxOperands), "indexer with ", strides.size(), " operands");
+  // Unit dimensions contribute nothing; then a dimension merges into the next one (inner) when
+  // every operand steps over it as over one longer dimension.
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> st(strides.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    dims.push_back(shape[d]);
+    for (size_t k = 0; k < strides.size(); ++k) st[k].push_back(strides[k][d]);
+  }
+  std::vector<int64_t> mdims;
+  std::vector<std::vector<int64_t>> mst(strides.size());
+  for (size_t d = 0; d < dims.size(); ++d) {
+    bool merge = !mdims.empty();
+    for (size_t k = 0; merge && k < st.size(); ++k) merge = mst[k].back() == st[k][d] * dims[d];
+    if (merge) {
+      mdims.back() *= dims[d];
+      for (size_t k = 0; k < st.size(); ++k) mst[k].back() = st[k][d];
+    } else {
+      mdims.push_back(dims[d]);
+      for (size_t k = 0; k < st.size(); ++k) mst[k].push_back(st[k][d]);
+    }
+  }
+  LOOM_CHECK(mdims.size() <= size_t(kMaxDims), ShapeError, "[", op, "] the CUDA kernel handles up to ", kMaxDims,
+             " dimensions that cannot be merged, got ", mdims.size(), " for output ", ToString(shape));
+  Indexer ix;
+  ix.rank = int(mdims.size());
+  for (int d = 0; d < ix.rank; ++d) {
+    ix.shape[d] = mdims[size_t(d)];
+    for (size_t k = 0; k < mst.size(); ++k) ix.strides[k][d] = mst[k][size_t(d)];
+  }
+  return ix;
+}
+
+__global__ void SetU64Kernel(uint64_t* p, uint64_t v) { *p = v; }
+
+void LaunchSetU64(uint64_t* p, uint64_t value, cudaStream_t stream) {
+  SetU64Kernel<<<1, 1, 0, stream>>>(p, value);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// An unsigned word of each element size: kernels that only move bytes serve every dtype.
+template <typename F>
+void WordDispatch(size_t elem, const char* op, F&& f) {
+  switch (elem) {
+    case 1: f(uint8_t{}); return;
+    case 2: f(uint16_t{}); return;
+    case 4: f(uint32_t{}); return;
+    case 8: f(uint64_t{}); return;
+  }
+  LOOM_ASSERT(false, "[", op, "] element size ", elem);
+}
+
+// ---------------------------------------------------------------- fill
+
+template <typename W>
+__global__ void FillKernel(W* y, int64_t n, W v) {
+  LOOM_GRID_STRIDE(i, n) y[i] = v;
+}
+
+// () -> y: any shape, any dtype. The value's bit pattern is made on the host, as the CPU does.
+void FillCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& y = op.outputs[0];
+  const double v = op.attrs.Float("value");
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  cudaStream_t s = Dev(ctx).stream();
+  auto launch = [&](auto word) {
+    using W = decltype(word);
+    FillKernel<<<Blocks(n), kThreads, 0, s>>>(static_cast<W*>(y.raw_data()), n, word);
+  };
+  switch (y.dtype()) {
+    case DType::kFloat32: { float f = float(v); uint32_t w; std::memcpy(&w, &f, 4); launch(w); break; }
+    case DType::kFloat64: { uint64_t w; std::memcpy(&w, &v, 8); launch(w); break; }
+    case DType::kInt32: { int32_t i = int32_t(v); uint32_t w; std::memcpy(&w, &i, 4); launch(w); break; }
+    case DType::kInt64: { int64_t i = int64_t(v); uint64_t w; std::memcpy(&w, &i, 8); launch(w); break; }
+    case DType::kUInt8:
+    case DType::kBool: launch(uint8_t(v)); break;
+    case DType::kFloat16: launch(FloatToHalf(float(v))); break;
+    case DType::kBFloat16: launch(FloatToBFloat16(float(v))); break;
+  }
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- random fills
+// Note [Philox stream]
+// Element i uses word i % 4 of Philox4x32(seed, base + offset + i / 4), as on the CPU: one
+// thread per counter. base is the run's base (KernelContext::rng_base, or the device-resident
+// rng_base_device while a device graph is recorded), offset the op's OpRecord::rng_offset.
+// The words become values with the CPU's double arithmetic. One difference can remain in the
+// last bit: GCC with -march=native on an FMA host contracts `lo + (hi - lo) * u` into one fused
+// multiply-add, which UniformF does explicitly; with low = 0 and high = 1 there is nothing to
+// round and uniform fills equal the CPU's bit for bit on any host. Normal fills call the GPU's
+// log/sin/cos, within an ulp of the host's.
+
+struct UniformF {
+  double lo, span;  // span = high - low
+  template <typename T>
+  __device__ T operator()(const Philox4& r, int j) const {
+    return T(fma(span, double(PhiloxUniformF(r.v[j])), lo));
+  }
+};
+struct NormalF {
+  double mean, sd;
+  template <typename T>
+  __device__ T operator()(const Philox4& r, int j) const {
+    int pair = j & ~1;
+    double u1 = (double(r.v[pair] >> 8) + 1.0) * (1.0 / 16777217.0);  // (0, 1]
+    double u2 = double(r.v[pair + 1] >> 8) * (1.0 / 16777216.0);
+    double rad = sqrt(-2.0 * log(u1));
+    double z = (j & 1) ? rad * sin(2 * M_PI * u2) : rad * cos(2 * M_PI * u2);
+    return T(fma(sd, z, mean));
+  }
+};
+struct BernoulliF {
+  double p;
+  template <typename T>
+  __device__ T operator()(const Philox4& r, int j) const {
+    return T(double(PhiloxUniformF(r.v[j])) < p ? 1 : 0);
+  }
+};
+
+template <typename T, typename F>
+__global__ void RandomKernel(T* y, int64_t n, uint64_t seed, const uint64_t* base_dev, uint64_t base,
+                             uint64_t offset, F f) {
+  const uint64_t b = (base_dev ? *base_dev : base) + offset;
+  LOOM_GRID_STRIDE(g, (n + 3) / 4) {
+    Philox4 r = Philox4x32(seed, b + uint64_t(g));
+    for (int j = 0; j < 4 && g * 4 + j < n; ++j) y[g * 4 + j] = f.template operator()<T>(r, j);
+  }
+}
+
+template <typename T, typename F>
+void RandomFill(const OpRecord& op, const KernelContext& ctx, F f) {
+  const int64_t n = op.outputs[0].numel();
+  if (n == 0) return;
+  RandomKernel<T><<<Blocks((n + 3) / 4), kThreads, 0, Dev(ctx).stream()>>>(
+      op.outputs[0].data<T>(), n, ctx.rng_seed, ctx.rng_base_device, ctx.rng_base, op.rng_offset, f);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// () -> y: float, uniform in [low, high)
+void UniformCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double lo = op.attrs.Float("low"), hi = op.attrs.Float("high");
+  FloatDispatch(op.outputs[0].dtype(), "uniform",
+                [&](auto t) { RandomFill<decltype(t)>(op, ctx, UniformF{lo, hi - lo}); });
+}
+
+// () -> y: float, normal(mean, std) by Box-Muller on word pairs
+void NormalCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double mean = op.attrs.Float("mean"), sd = op.attrs.Float("std");
+  FloatDispatch(op.outputs[0].dtype(), "normal", [&](auto t) { RandomFill<decltype(t)>(op, ctx, NormalF{mean, sd}); });
+}
+
+// () -> y: float or uint8, 1 with probability p
+void BernoulliCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double p = op.attrs.Float("p");
+  DType dt = op.outputs[0].dtype();
+  if (dt == DType::kUInt8 || dt == DType::kBool) return RandomFill<uint8_t>(op, ctx, BernoulliF{p});
+  FloatDispatch(dt, "bernoulli", [&](auto t) { RandomFill<decltype(t)>(op, ctx, BernoulliF{p}); });
+}
+
+// ---------------------------------------------------------------- copy, cast
+
+template <typename W>
+__global__ void StridedCopyKernel(const W* x, W* y, int64_t n, Indexer ix) {
+  LOOM_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    Offsets(ix, i, off);
+    y[off[1]] = x[off[0]];
+  }
+}
+
+// x: any strides -> y: any strides, same shape and dtype
+void CopyCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  const Tensor& y = op.outputs[0];
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cudaStream_t s = Dev(ctx).stream();
+  if (x.is_contiguous() && y.is_contiguous()) {
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(y.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  Indexer ix = MakeIndexer(x.shape(), {x.strides(), y.strides()}, "copy");
+  WordDispatch(SizeOf(x.dtype()), "copy", [&](auto w) {
+    using W = decltype(w);
+    StridedCopyKernel<<<Blocks(n), kThreads, 0, s>>>(static_cast<const W*>(x.raw_data()),
+                                                      static_cast<W*>(y.raw_data()), n, ix);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// Element i of any dtype as double, and double into any dtype: core/dtype.h's conversions.
+__device__ __forceinline__ double LoadAs(int t, const void* p, int64_t i) {
+  switch (DType(t)) {
+    case DType::kFloat32: return static_cast<const float*>(p)[i];
+    case DType::kFloat64: return static_cast<const double*>(p)[i];
+    case DType::kFloat16: return DevHalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kBFloat16: return DevBFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DType::kInt64: return double(static_cast<const long long*>(p)[i]);
+    case DType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+    case DType::kBool: return static_cast<const uint8_t*>(p)[i] != 0;
+  }
+  return 0;
+}
+__device__ __forceinline__ void StoreAs(int t, void* p, int64_t i, double v) {
+  switch (DType(t)) {
+    case DType::kFloat32: static_cast<float*>(p)[i] = float(v); return;
+    case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToHalf(float(v)); return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToBFloat16(float(v)); return;
+    case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); return;
+    case DType::kInt64: static_cast<long long*>(p)[i] = (long long)(v); return;
+    case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); return;
+    case DType::kBool: static_cast<uint8_t*>(p)[i] = v != 0; return;
+  }
+}
+
+__global__ void CastKernel(const void* x, int tx, void* y, int ty, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) StoreAs(ty, y, i, LoadAs(tx, x, i));
+}
+
+// x: (...) any dtype -> y: (...) dtype attr
+void CastCuda(const OpRecord& op, const KernelContext& ctx) {
+  const int64_t n = op.inputs[0].numel();
+  if (n == 0) return;
+  CastKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].raw_data(), int(op.inputs[0].dtype()),
+                                                             op.outputs[0].raw_data(), int(op.outputs[0].dtype()), n);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- shape ops that copy
+
+int64_t AxisOf(const OpRecord& op, int64_t rank) {
+  int64_t a = op.attrs.Int("axis");
+  return a < 0 ? a + rank : a;
+}
+int64_t Prod(const Shape& s, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end; ++i) n *= s[i];
+  return n;
+}
+
+// Copies `rows` rows of `len` words: dst[r * dst_row + dst_off + j] = src[r * src_row + src_off + j].
+template <typename W>
+__global__ void BandCopyKernel(const W* src, int64_t src_row, int64_t src_off, W* dst, int64_t dst_row,
+                               int64_t dst_off, int64_t rows, int64_t len) {
+  LOOM_GRID_STRIDE(i, rows * len) {
+    int64_t r = i / len, j = i % len;
+    dst[r * dst_row + dst_off + j] = src[r * src_row + src_off + j];
+  }
+}
+
+template <typename W>
+void BandCopy(const void* src, int64_t src_row, int64_t src_off, void* dst, int64_t dst_row, int64_t dst_off,
+              int64_t rows, int64_t len, cudaStream_t s) {
+  if (rows * len == 0) return;
+  BandCopyKernel<<<Blocks(rows * len), kThreads, 0, s>>>(static_cast<const W*>(src), src_row, src_off,
+                                                          static_cast<W*>(dst), dst_row, dst_off, rows, len);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// xs[k]: (A..., n_k, B...) -> y: (A..., sum n_k, B...), one band copy per input
+void ConcatCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& y = op.outputs[0];
+  if (y.numel() == 0) return;
+  cudaStream_t s = Dev(ctx).stream();
+  const size_t axis = size_t(AxisOf(op, y.ndim()));
+  const int64_t outer = Prod(y.shape(), 0, axis), inner = Prod(y.shape(), axis + 1, y.shape().size());
+  const int64_t yrow = y.shape()[axis] * inner;
+  WordDispatch(SizeOf(y.dtype()), "concat", [&](auto w) {
+    using W = decltype(w);
+    int64_t off = 0;
+    for (const Tensor& x : op.inputs) {
+      int64_t row = x.shape()[axis] * inner;
+      if (row) BandCopy<W>(x.raw_data(), row, 0, y.raw_data(), yrow, off, outer, row, s);
+      off += row;
+    }
+  });
+}
+
+struct Band {
+  int64_t outer, inner, full, start, len;  // full: size of the sliced axis; len = end - start
+};
+Band SliceBand(const OpRecord& op, const Shape& full) {
+  size_t axis = size_t(AxisOf(op, int64_t(full.size())));
+  int64_t n = full[axis], s = op.attrs.Int("start"), e = op.attrs.Int("end");
+  if (s < 0) s += n;
+  if (e < 0) e += n;
+  return {Prod(full, 0, axis), Prod(full, axis + 1, full.size()), n, s, e - s};
+}
+
+// x: (A..., n, B...) -> y: (A..., end - start, B...)
+void SliceCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  const Tensor& y = op.outputs[0];
+  if (y.numel() == 0) return;
+  Band b = SliceBand(op, x.shape());
+  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
+  cudaStream_t s = Dev(ctx).stream();
+  WordDispatch(SizeOf(x.dtype()), "slice", [&](auto w) {
+    BandCopy<decltype(w)>(x.raw_data(), xrow, b.start * b.inner, y.raw_data(), yrow, 0, b.outer, yrow, s);
+  });
+}
+
+template <typename W>
+__global__ void SliceGradKernel(const W* dy, W* dx, int64_t rows, int64_t xrow, int64_t head, int64_t yrow) {
+  LOOM_GRID_STRIDE(i, rows * xrow) {
+    int64_t r = i / xrow, j = i % xrow - head;
+    dx[i] = (j >= 0 && j < yrow) ? dy[r * yrow + j] : W(0);  // all-zero bits are zero in every dtype
+  }
+}
+
+// dy: (A..., end - start, B...) -> dx: (A..., n, B...), zero outside [start, end)
+void SliceGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& dy = op.inputs[0];
+  const Tensor& dx = op.outputs[0];
+  if (dx.numel() == 0) return;
+  Band b = SliceBand(op, dx.shape());
+  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
+  const void* src = dy.numel() ? dy.raw_data() : nullptr;
+  WordDispatch(SizeOf(dx.dtype()), "slice_grad", [&](auto w) {
+    using W = decltype(w);
+    SliceGradKernel<<<Blocks(dx.numel()), kThreads, 0, Dev(ctx).stream()>>>(
+        static_cast<const W*>(src), static_cast<W*>(dx.raw_data()), b.outer, xrow, b.start * b.inner, yrow);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+template <typename W>
+__global__ void BroadcastCopyKernel(const W* x, W* y, int64_t n, Indexer ix) {
+  LOOM_GRID_STRIDE(i, n) {
+    int64_t off[1];
+    Offsets(ix, i, off);
+    y[i] = x[off[0]];
+  }
+}
+
+// x: (B...) -> y: (A..., B'...), B broadcast to B' (numpy rules)
+void BroadcastToCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  const Tensor& y = op.outputs[0];
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  Indexer ix = MakeIndexer(y.shape(), {BroadcastStrides(x.shape(), y.shape())}, "broadcast_to");
+  WordDispatch(SizeOf(x.dtype()), "broadcast_to", [&](auto w) {
+    using W = decltype(w);
+    BroadcastCopyKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(static_cast<const W*>(x.raw_data()),
+                                                                        static_cast<W*>(y.raw_data()), n, ix);
+  });
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+LOOM_KERNEL(fill, kCUDA, FillCuda);
+LOOM_KERNEL(uniform, kCUDA, UniformCuda);
+LOOM_KERNEL(normal, kCUDA, NormalCuda);
+LOOM_KERNEL(bernoulli, kCUDA, BernoulliCuda);
+LOOM_KERNEL(copy, kCUDA, CopyCuda);
+LOOM_KERNEL(cast, kCUDA, CastCuda);
+LOOM_KERNEL(concat, kCUDA, ConcatCuda);
+LOOM_KERNEL(slice, kCUDA, SliceCuda);
+LOOM_KERNEL(slice_grad, kCUDA, SliceGradCuda);
+LOOM_KERNEL(broadcast_to, kCUDA, BroadcastToCuda);
+
+}  // namespace cuda
+}  // namespace loom

@@ -1,0 +1,329 @@
+// cuDNN 9 kernels: 2-D convolution (forward, input and weight gradients, bias gradient) and
+// batch normalisation (training, inference, gradient), with the semantics of
+// src/device/cpu/kernels/{conv,norm}.cc.
+//
+// Note [cuDNN plans]
+// Descriptors and the algorithm are chosen once per (device, op, dtype, shapes, geometry) and
+// cached for the life of the process. Algorithms come from cuDNN's heuristics (host-side, no
+// trial runs, no synchronisation): the first one that is deterministic, fits the workspace
+// limit and is supported in full float precision (CUDNN_FMA_MATH for float32: no TF32, so
+// results stay comparable with the CPU's). The workspace is the device's (CudaDeviceImpl::
+// Workspace), counted in its memory statistics and sized by the first run of each shape, which
+// is why a device graph is recorded only after a warm-up replay (Note [Device graph replay]).
+//
+// These are cuDNN's long-standing convolution and batch-norm entry points, which cuDNN 9 marks
+// deprecated in favour of its graph API; they are present and supported in every 9.x release.
+#include <climits>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "device/cuda/cuda_device.h"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+constexpr size_t kMaxConvWorkspace = size_t(1) << 30;
+
+cudnnDataType_t CudnnType(DType t, const char* op) {
+  if (t == DType::kFloat32) return CUDNN_DATA_FLOAT;
+  if (t == DType::kFloat64) return CUDNN_DATA_DOUBLE;
+  throw DTypeError(detail::Cat("[", op, "] no CUDA kernel for dtype ", Name(t)));
+}
+
+int Dim(int64_t v, const char* op) {
+  LOOM_CHECK(v <= INT_MAX, ShapeError, "[", op, "] dimension ", v, " is too large for cuDNN");
+  return int(v);
+}
+
+// alpha = 1 and beta = 0 or 1, in the precision cuDNN wants for the data type.
+struct Scalars {
+  float f1 = 1, f0 = 0;
+  double d1 = 1, d0 = 0;
+  const void* one(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d1) : &f1; }
+  const void* zero(DType t) const { return t == DType::kFloat64 ? static_cast<const void*>(&d0) : &f0; }
+};
+const Scalars kScalars;
+
+// ---------------------------------------------------------------- convolution
+
+enum class ConvKind { kForward, kBackwardData, kBackwardFilter };
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  int algo = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t workspace = 0;
+};
+
+// x: (N, C, H, W), w: (O, C/g, KH, KW), y: (N, O, OH, OW), all of dtype t.
+std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a) {
+  std::ostringstream k;
+  k << dev << '|' << int(kind) << '|' << int(t) << '|' << ToString(x) << ToString(w) << ToString(y)
+    << ToString(a.Ints("stride")) << ToString(a.Ints("padding")) << ToString(a.Ints("dilation")) << a.Int("groups");
+  return k.str();
+}
+
+// Picks the first usable algorithm among cuDNN's heuristic answers (best first): deterministic
+// preferred, supported under the descriptor's math type, within the workspace limit.
+template <typename Perf, typename SizeFn>
+void ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, const char* op) {
+  for (int pass = 0; pass < 2; ++pass) {  // pass 0: deterministic only
+    for (int i = 0; i < count; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+      if (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      size_t bytes = 0;
+      if (workspace_of(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
+      p.algo = int(perf[i].algo);
+      p.workspace = bytes;
+      return;
+    }
+  }
+  throw DeviceError(detail::Cat("[", op, "] cuDNN offers no algorithm for this convolution (", count,
+                                " candidates, none supported within ", kMaxConvWorkspace >> 20, " MiB of workspace)"));
+}
+
+const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& xs, const Shape& ws,
+                            const Shape& ys, const Attrs& a, const char* op) {
+  static std::mutex mu;
+  static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
+  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it != plans->end()) return it->second;
+
+  const cudnnDataType_t dt = CudnnType(t, op);
+  const std::vector<int64_t>& s = a.Ints("stride");
+  const std::vector<int64_t>& pd = a.Ints("padding");
+  const std::vector<int64_t>& dl = a.Ints("dilation");
+  ConvPlan p;
+  LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.x));
+  LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.y));
+  LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.bias));
+  LOOM_CUDA_CHECK(cudnnCreateFilterDescriptor(&p.w));
+  LOOM_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, dt, Dim(xs[0], op), Dim(xs[1], op),
+                                             Dim(xs[2], op), Dim(xs[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, dt, Dim(ys[0], op), Dim(ys[1], op),
+                                             Dim(ys[2], op), Dim(ys[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, dt, 1, Dim(ys[1], op), 1, 1));
+  LOOM_CUDA_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, Dim(ws[0], op), Dim(ws[1], op),
+                                             Dim(ws[2], op), Dim(ws[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetConvolution2dDescriptor(p.conv, Dim(pd[0], op), Dim(pd[1], op), Dim(s[0], op),
+                                                  Dim(s[1], op), Dim(dl[0], op), Dim(dl[1], op),
+                                                  CUDNN_CROSS_CORRELATION, dt));
+  LOOM_CUDA_CHECK(cudnnSetConvolutionGroupCount(p.conv, Dim(a.Int("groups"), op)));
+  LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, t == DType::kFloat32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  int n = 0, c = 0, h = 0, w = 0;
+  LOOM_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &c, &h, &w));
+  LOOM_ASSERT(n == ys[0] && c == ys[1] && h == ys[2] && w == ys[3], op, ": cuDNN computes output (", n, ", ", c,
+              ", ", h, ", ", w, ") for ", ToString(ys));
+
+  cudnnHandle_t hd = dev.cudnn();
+  constexpr int kMax = 16;
+  int found = 0;
+  if (kind == ConvKind::kForward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, kMax, &found, perf));
+    ChooseAlgo(perf, found, [&](cudnnConvolutionFwdAlgo_t al, size_t* b) {
+      return cudnnGetConvolutionForwardWorkspaceSize(hd, p.x, p.w, p.conv, p.y, al, b);
+    }, p, op);
+  } else if (kind == ConvKind::kBackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x, kMax, &found, perf));
+    ChooseAlgo(perf, found, [&](cudnnConvolutionBwdDataAlgo_t al, size_t* b) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(hd, p.w, p.y, p.conv, p.x, al, b);
+    }, p, op);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w, kMax, &found, perf));
+    ChooseAlgo(perf, found, [&](cudnnConvolutionBwdFilterAlgo_t al, size_t* b) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv, p.w, al, b);
+    }, p, op);
+  }
+  return plans->emplace(key, p).first->second;
+}
+
+// A 4-D NCHW descriptor of (N, C, S, 1), S the spatial axes flattened: batch norm and the
+// bias gradient work per channel over everything else.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc() { LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&d)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+void SetNCS(cudnnTensorDescriptor_t d, const Shape& x, DType t, const char* op) {
+  int64_t s = 1;
+  for (size_t i = 2; i < x.size(); ++i) s *= x[i];
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CudnnType(t, op), Dim(x[0], op), Dim(x[1], op),
+                                             Dim(s, op), 1));
+}
+
+// x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
+void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "conv2d";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor& x = op.inputs[0];
+  const Tensor& w = op.inputs[1];
+  const Tensor& y = op.outputs[0];
+  const DType t = y.dtype();
+  if (y.numel() == 0) return;
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  if (x.numel() == 0) {  // no input channels: only the bias (if any) remains
+    LOOM_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev.stream()));
+  } else {
+    const ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, x.shape(), w.shape(), y.shape(), op.attrs, name);
+    void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
+    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(t), p.x, x.raw_data(), p.w, w.raw_data(), p.conv,
+                                            cudnnConvolutionFwdAlgo_t(p.algo), ws, p.workspace, kScalars.zero(t), p.y,
+                                            y.raw_data()));
+  }
+  if (op.inputs.size() == 3) {  // y += bias, broadcast over N, OH, OW
+    TensorDesc yd, bd;
+    SetNCS(yd.d, y.shape(), t, name);
+    LOOM_CUDA_CHECK(
+        cudnnSetTensor4dDescriptor(bd.d, CUDNN_TENSOR_NCHW, CudnnType(t, name), 1, Dim(y.dim(1), name), 1, 1));
+    LOOM_CUDA_CHECK(cudnnAddTensor(dev.cudnn(), kScalars.one(t), bd.d, op.inputs[2].raw_data(), kScalars.one(t), yd.d,
+                                   y.raw_data()));
+  }
+}
+
+// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: (N, C, H, W)
+void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "conv2d_grad_input";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor& w = op.inputs[0];
+  const Tensor& dy = op.inputs[1];
+  const Tensor& dx = op.outputs[0];
+  const DType t = dx.dtype();
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0 || w.numel() == 0) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), dev.stream()));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, dx.shape(), w.shape(), dy.shape(), op.attrs, name);
+  void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(t), p.w, w.raw_data(), p.y, dy.raw_data(),
+                                               p.conv, cudnnConvolutionBwdDataAlgo_t(p.algo), ws, p.workspace,
+                                               kScalars.zero(t), p.x, dx.raw_data()));
+}
+
+// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW)
+void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "conv2d_grad_weight";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor& x = op.inputs[0];
+  const Tensor& dy = op.inputs[1];
+  const Tensor& dw = op.outputs[0];
+  const DType t = dw.dtype();
+  if (dw.numel() == 0) return;
+  if (x.numel() == 0 || dy.numel() == 0) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(dw.raw_data(), 0, dw.nbytes(), dev.stream()));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, x.shape(), dw.shape(), dy.shape(), op.attrs, name);
+  void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(t), p.x, x.raw_data(), p.y, dy.raw_data(),
+                                                 p.conv, cudnnConvolutionBwdFilterAlgo_t(p.algo), ws, p.workspace,
+                                                 kScalars.zero(t), p.w, dw.raw_data()));
+}
+
+// dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
+void Conv2dGradBiasCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "conv2d_grad_bias";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor& dy = op.inputs[0];
+  const Tensor& db = op.outputs[0];
+  const DType t = db.dtype();
+  if (db.numel() == 0) return;
+  if (dy.numel() == 0) {
+    LOOM_CUDA_CHECK(cudaMemsetAsync(db.raw_data(), 0, db.nbytes(), dev.stream()));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  TensorDesc dyd, dbd;
+  SetNCS(dyd.d, dy.shape(), t, name);
+  LOOM_CUDA_CHECK(
+      cudnnSetTensor4dDescriptor(dbd.d, CUDNN_TENSOR_NCHW, CudnnType(t, name), 1, Dim(db.numel(), name), 1, 1));
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardBias(dev.cudnn(), kScalars.one(t), dyd.d, dy.raw_data(), kScalars.zero(t),
+                                               dbd.d, db.raw_data()));
+}
+
+// ---------------------------------------------------------------- batch normalisation
+// cuDNN's spatial batch norm is the op's definition: statistics per channel over N and the
+// spatial axes; the saved statistics are the batch mean and 1 / sqrt(var + eps); the running
+// statistics move by `momentum` (cuDNN's exponential average factor) with the unbiased batch
+// variance. x of any rank >= 2 is described as (N, C, S, 1).
+
+struct BnDescs {
+  TensorDesc x, bn;
+  BnDescs(const Shape& xs, DType t, const char* op) {
+    SetNCS(x.d, xs, t, op);
+    LOOM_CUDA_CHECK(cudnnDeriveBNTensorDescriptor(bn.d, x.d, CUDNN_BATCHNORM_SPATIAL));
+  }
+};
+
+// x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
+//   -> y, batch mean (C), batch invstd (C), running_mean and running_var updated in place
+void BatchNormTrainCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "batch_norm_train";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const DType t = op.inputs[0].dtype();
+  if (op.inputs[0].numel() == 0) return;
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  BnDescs d(op.inputs[0].shape(), t, name);
+  LOOM_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
+      dev.cudnn(), CUDNN_BATCHNORM_SPATIAL, kScalars.one(t), kScalars.zero(t), d.x.d, op.inputs[0].raw_data(), d.x.d,
+      op.outputs[0].raw_data(), d.bn.d, op.inputs[1].raw_data(), op.inputs[2].raw_data(), op.attrs.Float("momentum"),
+      op.outputs[3].raw_data(), op.outputs[4].raw_data(), op.attrs.Float("eps"), op.outputs[1].raw_data(),
+      op.outputs[2].raw_data()));
+}
+
+// x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y
+void BatchNormInferCuda(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "batch_norm_infer";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const DType t = op.inputs[0].dtype();
+  if (op.inputs[0].numel() == 0) return;
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  BnDescs d(op.inputs[0].shape(), t, name);
+  LOOM_CUDA_CHECK(cudnnBatchNormalizationForwardInference(
+      dev.cudnn(), CUDNN_BATCHNORM_SPATIAL, kScalars.one(t), kScalars.zero(t), d.x.d, op.inputs[0].raw_data(), d.x.d,
+      op.outputs[0].raw_data(), d.bn.d, op.inputs[1].raw_data(), op.inputs[2].raw_data(), op.inputs[3].raw_data(),
+      op.inputs[4].raw_data(), op.attrs.Float("eps")));
+}
+
+// x: (N, C, ...), gamma: (C), mean: (C), invstd or running var: (C), dy -> dx, dgamma, dbeta
+void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  if (op.attrs.Int("training") == 0) return BatchNormGradInference(op, ctx);  // cnn.cu
+  const char* name = "batch_norm_grad";
+  CudaDeviceImpl& dev = Dev(ctx);
+  const DType t = op.inputs[0].dtype();
+  if (op.inputs[0].numel() == 0) return;
+  std::lock_guard<std::mutex> lock(dev.library_mutex());
+  BnDescs d(op.inputs[0].shape(), t, name);
+  LOOM_CUDA_CHECK(cudnnBatchNormalizationBackward(
+      dev.cudnn(), CUDNN_BATCHNORM_SPATIAL, kScalars.one(t), kScalars.zero(t), kScalars.one(t), kScalars.zero(t),
+      d.x.d, op.inputs[0].raw_data(), d.x.d, op.inputs[4].raw_data(), d.x.d, op.outputs[0].raw_data(), d.bn.d,
+      op.inputs[1].raw_data(), op.outputs[1].raw_data(), op.outputs[2].raw_data(), op.attrs.Float("eps"),
+      op.inputs[2].raw_data(), op.inputs[3].raw_data()));
+}
+
+}  // namespace
+
+LOOM_KERNEL(conv2d, kCUDA, Conv2dCuda);
+LOOM_KERNEL(conv2d_grad_input, kCUDA, Conv2dGradInputCuda);
+LOOM_KERNEL(conv2d_grad_weight, kCUDA, Conv2dGradWeightCuda);
+LOOM_KERNEL(conv2d_grad_bias, kCUDA, Conv2dGradBiasCuda);
+LOOM_KERNEL(batch_norm_train, kCUDA, BatchNormTrainCuda);
+LOOM_KERNEL(batch_norm_infer, kCUDA, BatchNormInferCuda);
+LOOM_KERNEL(batch_norm_grad, kCUDA, BatchNormGradCuda);
+
+}  // namespace cuda
+}  // namespace loom

@@ -1,0 +1,363 @@
+// CUDA kernels for element-wise ops, activations and their gradients (with numpy broadcasting
+// as on the CPU), add_bias, dropout and the optimizer updates. Semantics follow
+// src/device/cpu/kernels/{elementwise,linalg,dropout,optimizer}.cc expression for expression.
+#include "device/cuda/common.cuh"
+#include "device/philox.h"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+// ---------------------------------------------------------------- binary, with broadcasting
+
+template <typename T, typename F>
+__global__ void BinaryFlat(const T* a, const T* b, T* y, int64_t n, F f) {
+  LOOM_GRID_STRIDE(i, n) y[i] = f(a[i], b[i]);
+}
+template <typename T, typename F>
+__global__ void BinaryScalarRhs(const T* a, const T* b, T* y, int64_t n, F f) {
+  const T s = b[0];
+  LOOM_GRID_STRIDE(i, n) y[i] = f(a[i], s);
+}
+template <typename T, typename F>
+__global__ void BinaryScalarLhs(const T* a, const T* b, T* y, int64_t n, F f) {
+  const T s = a[0];
+  LOOM_GRID_STRIDE(i, n) y[i] = f(s, b[i]);
+}
+template <typename T, typename F>
+__global__ void BinaryIndexed(const T* a, const T* b, T* y, int64_t n, Indexer ix, F f) {
+  LOOM_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    Offsets(ix, i, off);
+    y[i] = f(a[off[0]], b[off[1]]);
+  }
+}
+
+// a: (A...), b: (B...) -> y: broadcast(A, B), all contiguous
+template <typename T, typename F>
+void BroadcastBinary(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  const Tensor& ta = op.inputs[0];
+  const Tensor& tb = op.inputs[1];
+  const Tensor& ty = op.outputs[0];
+  const int64_t n = ty.numel();
+  if (n == 0) return;
+  cudaStream_t s = Dev(ctx).stream();
+  const T* a = ta.data<T>();
+  const T* b = tb.data<T>();
+  T* y = ty.data<T>();
+  if (ta.shape() == ty.shape() && tb.shape() == ty.shape()) {
+    BinaryFlat<<<Blocks(n), kThreads, 0, s>>>(a, b, y, n, f);
+  } else if (tb.numel() == 1 && ta.shape() == ty.shape()) {
+    BinaryScalarRhs<<<Blocks(n), kThreads, 0, s>>>(a, b, y, n, f);
+  } else if (ta.numel() == 1 && tb.shape() == ty.shape()) {
+    BinaryScalarLhs<<<Blocks(n), kThreads, 0, s>>>(a, b, y, n, f);
+  } else {
+    Indexer ix = MakeIndexer(
+        ty.shape(), {BroadcastStrides(ta.shape(), ty.shape()), BroadcastStrides(tb.shape(), ty.shape())}, name);
+    BinaryIndexed<<<Blocks(n), kThreads, 0, s>>>(a, b, y, n, ix, f);
+  }
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+#define LOOM_CUDA_BINARY(opname, expr)                                                          \
+  struct opname##_f {                                                                           \
+    template <typename T>                                                                       \
+    __device__ T operator()(T a, T b) const { return expr; }                                    \
+  };                                                                                            \
+  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
+    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
+      BroadcastBinary<decltype(tag)>(op, ctx, #opname, opname##_f{});                           \
+    });                                                                                         \
+  }                                                                                             \
+  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
+
+LOOM_CUDA_BINARY(add, a + b)
+LOOM_CUDA_BINARY(sub, a - b)
+LOOM_CUDA_BINARY(mul, a * b)
+LOOM_CUDA_BINARY(div, a / b)
+LOOM_CUDA_BINARY(pow, Pow(a, b))
+
+// ---------------------------------------------------------------- unary, scalar, gradients
+
+// The attributes a unary or gradient expression may use, converted to T on the host as the CPU
+// kernels convert them.
+template <typename T>
+struct Params {
+  T s, lo, hi, slope;
+};
+template <typename T>
+Params<T> ReadParams(const OpRecord& op) {
+  return Params<T>{T(op.attrs.Float("s", 0)), T(op.attrs.Float("lo", 0)), T(op.attrs.Float("hi", 0)),
+                   T(op.attrs.Float("slope", 0))};
+}
+
+template <typename T, typename F>
+__global__ void UnaryKernel(const T* x, T* y, int64_t n, Params<T> p, F f) {
+  LOOM_GRID_STRIDE(i, n) y[i] = f(x[i], p);
+}
+template <typename T, typename F>
+__global__ void GradKernel(const T* s, const T* dy, T* dx, int64_t n, Params<T> p, F f) {
+  LOOM_GRID_STRIDE(i, n) dx[i] = f(s[i], dy[i], p);
+}
+
+template <typename T> __device__ __forceinline__ T SigmoidOf(T x) {
+  return x >= T(0) ? T(1) / (T(1) + Exp(-x)) : Exp(x) / (T(1) + Exp(x));
+}
+template <typename T> __device__ __forceinline__ T SoftplusOf(T x) {
+  return x > T(20) ? x : (x < T(-20) ? Exp(x) : Log1p(Exp(x)));
+}
+// gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi)
+template <typename T> __device__ __forceinline__ T GeluOf(T x) {
+  const T k = T(0.7978845608028654);
+  return T(0.5) * x * (T(1) + Tanh(k * (x + T(0.044715) * x * x * x)));
+}
+template <typename T> __device__ __forceinline__ T GeluGradOf(T x) {
+  const T k = T(0.7978845608028654);
+  T u = k * (x + T(0.044715) * x * x * x);
+  T t = Tanh(u);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * T(0.044715) * x * x);
+}
+
+// x: (...) -> y: (...); the expression sees x and the attributes s, lo, hi, slope
+#define LOOM_CUDA_UNARY(opname, expr)                                                           \
+  struct opname##_f {                                                                           \
+    template <typename T>                                                                       \
+    __device__ T operator()(T x, const Params<T>& p) const {                                    \
+      const T s = p.s, lo = p.lo, hi = p.hi, slope = p.slope;                                   \
+      (void)s; (void)lo; (void)hi; (void)slope;                                                 \
+      return expr;                                                                              \
+    }                                                                                           \
+  };                                                                                            \
+  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
+    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
+      using T = decltype(tag);                                                                  \
+      const int64_t n = op.outputs[0].numel();                                                  \
+      if (n == 0) return;                                                                       \
+      UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(                               \
+          op.inputs[0].data<T>(), op.outputs[0].data<T>(), n, ReadParams<T>(op), opname##_f{}); \
+      LOOM_CUDA_CHECK_LAUNCH();                                                                 \
+    });                                                                                         \
+  }                                                                                             \
+  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
+
+// (s, dy) -> dx, all (...); s is the saved input x or output y
+#define LOOM_CUDA_GRAD(opname, expr)                                                            \
+  struct opname##_f {                                                                           \
+    template <typename T>                                                                       \
+    __device__ T operator()(T s, T dy, const Params<T>& p) const {                              \
+      const T lo = p.lo, hi = p.hi, slope = p.slope;                                            \
+      (void)lo; (void)hi; (void)slope;                                                          \
+      return expr;                                                                              \
+    }                                                                                           \
+  };                                                                                            \
+  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
+    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
+      using T = decltype(tag);                                                                  \
+      const int64_t n = op.outputs[0].numel();                                                  \
+      if (n == 0) return;                                                                       \
+      GradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(                                \
+          op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), n,           \
+          ReadParams<T>(op), opname##_f{});                                                     \
+      LOOM_CUDA_CHECK_LAUNCH();                                                                 \
+    });                                                                                         \
+  }                                                                                             \
+  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
+
+LOOM_CUDA_UNARY(add_scalar, x + s)
+LOOM_CUDA_UNARY(mul_scalar, x * s)
+LOOM_CUDA_UNARY(rsub_scalar, s - x)
+LOOM_CUDA_UNARY(rdiv_scalar, s / x)
+LOOM_CUDA_UNARY(pow_scalar, s == T(2) ? x * x : Pow(x, s))
+
+LOOM_CUDA_UNARY(neg, -x)
+LOOM_CUDA_UNARY(exp, Exp(x))
+LOOM_CUDA_UNARY(log, Log(x))
+LOOM_CUDA_UNARY(sqrt, Sqrt(x))
+LOOM_CUDA_UNARY(abs, Abs(x))
+LOOM_CUDA_UNARY(clamp, x < lo ? lo : (x > hi ? hi : x))
+LOOM_CUDA_UNARY(relu, x > T(0) ? x : T(0))
+LOOM_CUDA_UNARY(leaky_relu, x > T(0) ? x : slope * x)
+LOOM_CUDA_UNARY(sigmoid, SigmoidOf(x))
+LOOM_CUDA_UNARY(tanh, Tanh(x))
+LOOM_CUDA_UNARY(gelu, GeluOf(x))
+LOOM_CUDA_UNARY(softplus, SoftplusOf(x))
+
+LOOM_CUDA_GRAD(abs_grad, s > T(0) ? dy : (s < T(0) ? -dy : T(0)))
+LOOM_CUDA_GRAD(clamp_grad, (s >= lo && s <= hi) ? dy : T(0))
+LOOM_CUDA_GRAD(relu_grad, s > T(0) ? dy : T(0))
+LOOM_CUDA_GRAD(leaky_relu_grad, s > T(0) ? dy : slope * dy)
+LOOM_CUDA_GRAD(sigmoid_grad, dy * s * (T(1) - s))
+LOOM_CUDA_GRAD(tanh_grad, dy * (T(1) - s * s))
+LOOM_CUDA_GRAD(gelu_grad, dy * GeluGradOf(s))
+LOOM_CUDA_GRAD(softplus_grad, dy * SigmoidOf(s))
+
+// ---------------------------------------------------------------- add_bias
+
+template <typename T>
+__global__ void AddBiasKernel(const T* x, const T* b, T* y, int64_t total, int64_t n) {
+  LOOM_GRID_STRIDE(i, total) y[i] = x[i] + b[i % n];
+}
+
+// x: (R, N) (leading dimensions flattened), b: (N) -> y: (R, N)
+void AddBiasCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "add_bias", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = op.inputs[1].numel(), total = op.outputs[0].numel();
+    if (n == 0 || total == 0) return;
+    AddBiasKernel<<<Blocks(total), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
+                                                                      op.outputs[0].data<T>(), total, n);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---------------------------------------------------------------- dropout
+
+// Element i keeps its value when word i % 4 of Philox(seed, base + offset + i / 4), as a
+// uniform in [0, 1), is below keep = 1 - p (src/device/cpu/kernels/dropout.cc). One thread per
+// counter. `base_dev`, when set, holds the base (device-graph replay); otherwise `base`.
+template <typename T>
+__global__ void DropoutKernel(const T* x, T* y, uint8_t* m, int64_t n, uint64_t seed, const uint64_t* base_dev,
+                              uint64_t base, uint64_t offset, double keep, T scale) {
+  const uint64_t b = (base_dev ? *base_dev : base) + offset;
+  LOOM_GRID_STRIDE(g, (n + 3) / 4) {
+    Philox4 r = Philox4x32(seed, b + uint64_t(g));
+    for (int j = 0; j < 4 && g * 4 + j < n; ++j) {
+      int64_t i = g * 4 + j;
+      bool k = double(PhiloxUniformF(r.v[j])) < keep;
+      m[i] = uint8_t(k);
+      y[i] = k ? x[i] * scale : T(0);
+    }
+  }
+}
+
+// x: (...) -> y: (...), mask: (...) uint8
+void DropoutCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double p = op.attrs.Float("p");
+  const double keep = 1 - p;
+  const int64_t n = op.inputs[0].numel();
+  if (n == 0) return;
+  FloatDispatch(op.outputs[0].dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    DropoutKernel<<<Blocks((n + 3) / 4), kThreads, 0, Dev(ctx).stream()>>>(
+        op.inputs[0].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<uint8_t>(), n, ctx.rng_seed,
+        ctx.rng_base_device, ctx.rng_base, op.rng_offset, keep, T(1 / (1 - p)));
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <typename T>
+__global__ void DropoutGradKernel(const uint8_t* m, const T* dy, T* dx, int64_t n, T scale) {
+  LOOM_GRID_STRIDE(i, n) dx[i] = m[i] ? dy[i] * scale : T(0);
+}
+
+// mask: (...) uint8, dy: (...) -> dx: (...) = dy * mask / (1 - p)
+void DropoutGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double p = op.attrs.Float("p");
+  const int64_t n = op.outputs[0].numel();
+  if (n == 0) return;
+  FloatDispatch(op.outputs[0].dtype(), "dropout_grad", [&](auto tag) {
+    using T = decltype(tag);
+    DropoutGradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+        op.inputs[0].data<uint8_t>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), n, T(1 / (1 - p)));
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---------------------------------------------------------------- optimizer updates
+// The learning rate and the step count are read from device memory inside the kernels, never
+// on the host: a recorded device graph then sees every new value (DESIGN.md, lessons).
+
+template <typename T>
+__global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
+                          int nesterov) {
+  const T tlr = T(*lr);
+  LOOM_GRID_STRIDE(i, n) {
+    if (!buf) {
+      p[i] -= tlr * (g[i] + wd * p[i]);
+    } else {
+      T d = g[i] + wd * p[i];
+      T v = mom * buf[i] + one_minus_damp * d;
+      buf[i] = v;
+      p[i] -= nesterov ? tlr * (d + mom * v) : tlr * v;
+    }
+  }
+}
+
+// param: (n), grad: (n), lr: () float64 [, buf: (n)] -> param, buf updated in place
+void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
+  const double damp = op.attrs.Float("dampening", 0);
+  const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
+  const bool has_buf = op.inputs.size() == 4;
+  const int64_t n = op.inputs[0].numel();
+  if (n == 0) return;
+  FloatDispatch(op.inputs[0].dtype(), "sgd_update", [&](auto tag) {
+    using T = decltype(tag);
+    SgdKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+        op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
+        op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov));
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <typename T>
+__global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
+                           double b1, double b2, double eps, double wd, int decoupled) {
+  // The bias corrections depend on the device-side step count: computed once per block, in
+  // double, exactly as the CPU kernel computes them.
+  __shared__ T step_size, inv_sqrt_c2, decay;
+  if (threadIdx.x == 0) {
+    const double lr = *lr_p, step = *step_p;
+    const double c1 = 1 - pow(b1, step), c2 = 1 - pow(b2, step);
+    step_size = T(lr / c1);
+    inv_sqrt_c2 = T(1 / sqrt(c2));
+    decay = T(1 - lr * wd);
+  }
+  __syncthreads();
+  const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
+  LOOM_GRID_STRIDE(i, n) {
+    T gi = decoupled ? g[i] : g[i] + twd * p[i];
+    if (decoupled) p[i] *= decay;
+    T mi = tb1 * m[i] + (T(1) - tb1) * gi;
+    T vi = tb2 * v[i] + (T(1) - tb2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step_size * mi / (Sqrt(vi) * inv_sqrt_c2 + teps);
+  }
+}
+
+// param, grad: (n), lr: (), m, v: (n), step: () -> param, m, v in place
+void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
+  const double b1 = op.attrs.Float("beta1"), b2 = op.attrs.Float("beta2"), eps = op.attrs.Float("eps");
+  const double wd = op.attrs.Float("weight_decay", 0);
+  const bool decoupled = op.attrs.Int("decoupled", 0) != 0;
+  const int64_t n = op.inputs[0].numel();
+  if (n == 0) return;
+  FloatDispatch(op.inputs[0].dtype(), "adam_update", [&](auto tag) {
+    using T = decltype(tag);
+    AdamKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+        op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
+        op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled));
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+__global__ void IncrementKernel(double* c) { *c += 1; }
+
+// counter: () float64 -> counter + 1
+void IncrementCuda(const OpRecord& op, const KernelContext& ctx) {
+  IncrementKernel<<<1, 1, 0, Dev(ctx).stream()>>>(op.outputs[0].data<double>());
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+LOOM_KERNEL(add_bias, kCUDA, AddBiasCuda);
+LOOM_KERNEL(dropout, kCUDA, DropoutCuda);
+LOOM_KERNEL(dropout_grad, kCUDA, DropoutGradCuda);
+LOOM_KERNEL(sgd_update, kCUDA, SgdUpdateCuda);
+LOOM_KERNEL(adam_update, kCUDA, AdamUpdateCuda);
+LOOM_KERNEL(increment, kCUDA, IncrementCuda);
+
+}  // namespace cuda
+}  // namespace loom

@@ -1,0 +1,210 @@
+// CUDA matmul through cuBLASLt (float32, one GEMM) and cuBLAS (float64, strided batches,
+// broadcast batches), with the semantics of src/device/cpu/kernels/linalg.cc: transposed
+// operands (ta, tb), broadcast batch dimensions, and sum_batch (the product summed over the
+// batch). add_bias and bias_grad are in elementwise.cu and reduce.cu.
+//
+// Row-major C = op(A) op(B) is, seen column-major, C^T = op(B)^T op(A)^T: each call passes B
+// first, with the transpose flags of the stored operands, and C with leading dimension N.
+// alpha and beta are host constants (1 and 0 or 1), which a recorded device graph may keep.
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "device/cuda/cuda_device.h"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+Shape BatchOf(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+
+std::vector<int64_t> BatchStrides(const Shape& in, const Shape& out) {  // 0 along broadcast dims
+  std::vector<int64_t> st(out.size(), 0);
+  Shape cs = ContiguousStrides(in);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : cs[i];
+  return st;
+}
+
+// The largest power of two (up to 256) dividing the address: cuBLASLt picks kernels by it.
+uint32_t Alignment(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al >>= 1;
+  return al;
+}
+
+// ---- cuBLASLt: one float32 GEMM; descriptors and the chosen algorithm cached per shape ----
+
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  bool ok = false;  // false: no algorithm for this shape, use cuBLAS
+};
+using LtKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+
+// Col-major C'(n, m) = op(B')(n, k) op(A')(k, m), B' = stored rhs, A' = stored lhs.
+const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                        int64_t ldb, const void* a, const void* b, void* c) {
+  static std::mutex mu;
+  static auto* plans = new std::map<LtKey, LtPlan>();  // process lifetime, like the devices
+  LtKey key{dev.id(), ta, tb, m, n, k, lda, ldb, Alignment(a), Alignment(b), Alignment(c)};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans->find(key);
+  if (it != plans->end()) return it->second;
+  LtPlan p;
+  cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LOOM_CUDA_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
+  LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  // Stored shapes, column-major: rhs is (n, k) when not transposed, else (k, n); lhs (k, m) or (m, k).
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(tb ? k : n), uint64_t(tb ? n : k), ldb));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
+  LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, uint64_t(n), uint64_t(m), n));
+  cublasLtMatmulPreference_t pref;
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = CudaDeviceImpl::kGemmWorkspaceBytes;
+  uint32_t al_a = Alignment(b), al_b = Alignment(a), al_c = Alignment(c);
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c);
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(dev.cublaslt(), p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  LOOM_CUDA_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  // No heuristic answer (CUBLAS_STATUS_NOT_SUPPORTED, or none found) is not an error: cuBLAS
+  // runs the shape instead. Anything else is.
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) LOOM_CUDA_CHECK(st);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p.algo = result.algo;
+    p.ok = true;
+  }
+  return plans->emplace(key, p).first->second;
+}
+
+// ---- one (batched) GEMM in row-major terms ----
+
+struct Gemm {
+  CudaDeviceImpl& dev;
+  DType dt;
+  bool ta, tb;
+  int64_t m, n, k, lda, ldb;
+};
+
+// C_i = op(A_i) op(B_i) (+ C_i when accumulate) for i < batch, A_i = a + i * sa (elements) etc.
+void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, void* c, int64_t sc, int64_t batch,
+         bool accumulate) {
+  const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g.dt == DType::kFloat32) {
+    const float alpha = 1, beta = accumulate ? 1.f : 0.f;
+    if (batch == 1) {
+      const LtPlan& p = GetLtPlan(g.dev, g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, a, b, c);
+      if (p.ok) {
+        LOOM_CUDA_CHECK(cublasLtMatmul(g.dev.cublaslt(), p.desc, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c,
+                                       &p.algo, g.dev.gemm_workspace(), CudaDeviceImpl::kGemmWorkspaceBytes,
+                                       g.dev.stream()));
+        return;
+      }
+      LOOM_CUDA_CHECK(cublasSgemm_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha,
+                                     static_cast<const float*>(b), g.ldb, static_cast<const float*>(a), g.lda, &beta,
+                                     static_cast<float*>(c), g.n));
+      return;
+    }
+    LOOM_CUDA_CHECK(cublasSgemmStridedBatched_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha,
+                                                 static_cast<const float*>(b), g.ldb, sb, static_cast<const float*>(a),
+                                                 g.lda, sa, &beta, static_cast<float*>(c), g.n, sc, batch));
+    return;
+  }
+  const double alpha = 1, beta = accumulate ? 1 : 0;
+  if (batch == 1) {
+    LOOM_CUDA_CHECK(cublasDgemm_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha,
+                                   static_cast<const double*>(b), g.ldb, static_cast<const double*>(a), g.lda, &beta,
+                                   static_cast<double*>(c), g.n));
+    return;
+  }
+  LOOM_CUDA_CHECK(cublasDgemmStridedBatched_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha,
+                                               static_cast<const double*>(b), g.ldb, sb, static_cast<const double*>(a),
+                                               g.lda, sa, &beta, static_cast<double*>(c), g.n, sc, batch));
+}
+
+// a: (..., M, K) or (..., K, M) with ta, b: (..., K, N) or (..., N, K) with tb
+//   -> c: (broadcast(...), M, N), or (M, N) summed over the batch with sum_batch
+void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor& ta_t = op.inputs[0];
+  const Tensor& tb_t = op.inputs[1];
+  const Tensor& tc_t = op.outputs[0];
+  const DType dt = tc_t.dtype();
+  LOOM_CHECK(dt == DType::kFloat32 || dt == DType::kFloat64, DTypeError, "[matmul] no CUDA kernel for dtype ",
+             Name(dt));
+  const bool ta = op.attrs.Int("ta", 0) != 0, tb = op.attrs.Int("tb", 0) != 0;
+  const bool sum_batch = op.attrs.Int("sum_batch", 0) != 0;
+  const Shape& sa = ta_t.shape();
+  const Shape& sb = tb_t.shape();
+  const size_t ra = sa.size(), rb = sb.size();
+  const int64_t m = ta ? sa[ra - 1] : sa[ra - 2];
+  const int64_t k = ta ? sa[ra - 2] : sa[ra - 1];
+  const int64_t n = tb ? sb[rb - 2] : sb[rb - 1];
+  const Shape ba = BatchOf(sa), bb = BatchOf(sb);
+  const Shape batch = BroadcastShapes(ba, bb, "matmul");
+  const int64_t nb = NumElements(batch), nba = NumElements(ba), nbb = NumElements(bb);
+  const int64_t size_a = m * k, size_b = k * n, size_c = m * n;
+  const size_t es = SizeOf(dt);
+  const char* a = static_cast<const char*>(ta_t.raw_data());
+  const char* b = static_cast<const char*>(tb_t.raw_data());
+  char* c = static_cast<char*>(tc_t.raw_data());
+  if (tc_t.numel() == 0) return;
+  if (k == 0 || nb == 0) {  // an empty sum
+    LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, tc_t.nbytes(), dev.stream()));
+    return;
+  }
+  Gemm g{dev, dt, ta, tb, m, n, k, ta ? m : k, tb ? k : n};
+  // One rhs for every batch: the batches of lhs are consecutive rows of one (nb * M, K) GEMM.
+  if (!ta && !sum_batch && nbb == 1) {
+    Gemm one = g;
+    one.m = nb * m;
+    return Run(one, a, 0, b, 0, c, 0, 1, false);
+  }
+  // sum_b A_b^T B_b with both unbroadcast: A is (nb * K, M), B is (nb * K, N), one GEMM over nb * K.
+  if (sum_batch && ta && !tb && nba == nb && nbb == nb) {
+    Gemm one = g;
+    one.k = nb * k;
+    return Run(one, a, 0, b, 0, c, 0, 1, false);
+  }
+  // Each operand is either the whole batch or one matrix for all: one strided-batched GEMM.
+  if (!sum_batch && (nba == nb || nba == 1) && (nbb == nb || nbb == 1))
+    return Run(g, a, nba == 1 ? 0 : size_a, b, nbb == 1 ? 0 : size_b, c, size_c, nb, false);
+  // Anything else, one GEMM per batch entry (sum_batch: accumulated in batch order, as the CPU).
+  const std::vector<int64_t> sta = BatchStrides(ba, batch), stb = BatchStrides(bb, batch);
+  const int64_t rank = int64_t(batch.size());
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t rem = i, oa = 0, ob = 0;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      int64_t idx = rem % batch[size_t(d)];
+      rem /= batch[size_t(d)];
+      oa += idx * sta[size_t(d)];
+      ob += idx * stb[size_t(d)];
+    }
+    const char* ai = a + oa * size_a * int64_t(es);
+    const char* bi = b + ob * size_b * int64_t(es);
+    if (sum_batch) Run(g, ai, 0, bi, 0, c, 0, 1, i > 0);
+    else Run(g, ai, 0, bi, 0, c + i * size_c * int64_t(es), 0, 1, false);
+  }
+}
+
+}  // namespace
+
+LOOM_KERNEL(matmul, kCUDA, MatMulCuda);
+
+}  // namespace cuda
+}  // namespace loom

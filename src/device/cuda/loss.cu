@@ -1,0 +1,346 @@
+// CUDA kernels for softmax, log-softmax, their gradients, softmax cross-entropy and MSE, as on
+// the CPU (src/device/cpu/kernels/loss.cc). The softmax family sees x as (outer, n, inner):
+// with the axis last (inner == 1) one block takes a row; otherwise one thread takes a line of n
+// elements strided by inner, neighbouring threads reading neighbouring memory.
+//
+// Scalar losses are summed by one block in double, in a fixed order: deterministic. Labels
+// outside [0, C) cannot throw from the GPU: Note [Errors found on the GPU] in cuda_device.h.
+#include <type_traits>
+
+#include "device/cuda/common.cuh"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+AxisSplit SplitAt(const Shape& s, int64_t axis, const char* op) {
+  AxisSplit r;
+  if (s.empty()) return r;  // a scalar: one line of length 1
+  int64_t a = NormalizeAxis(axis, int64_t(s.size()), op);
+  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
+    if (i < a) r.outer *= s[size_t(i)];
+    else if (i == a) r.n = s[size_t(i)];
+    else r.inner *= s[size_t(i)];
+  }
+  return r;
+}
+
+int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
+unsigned RowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20)); }
+
+// ---------------------------------------------------------------- softmax / log-softmax
+
+// y = softmax(x) or log_softmax(x) along rows of n; x - max keeps exp() in range.
+template <typename T>
+__global__ void SoftmaxRowKernel(const T* x, T* y, int64_t outer, int64_t n, bool log) {
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* xr = x + o * n;
+    T* yr = y + o * n;
+    T mx = -Infinity<T>();
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = MaxOf(mx, xr[k]);
+    mx = BlockMax(mx);
+    T sum = T(0);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+      T e = Exp(xr[k] - mx);
+      if (!log) yr[k] = e;
+      sum += e;
+    }
+    sum = BlockSum(sum);
+    if (!log) {
+      const T inv = T(1) / sum;
+      for (int64_t k = threadIdx.x; k < n; k += blockDim.x) yr[k] *= inv;  // this thread's own writes
+    } else {
+      const T lse = mx + Log(sum);
+      for (int64_t k = threadIdx.x; k < n; k += blockDim.x) yr[k] = xr[k] - lse;
+    }
+  }
+}
+
+template <typename T>
+__global__ void SoftmaxColKernel(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log) {
+  LOOM_GRID_STRIDE(t, outer * inner) {
+    const int64_t base = (t / inner) * n * inner + t % inner;
+    const T* xb = x + base;
+    T* yb = y + base;
+    T mx = -Infinity<T>();
+    for (int64_t k = 0; k < n; ++k) mx = MaxOf(mx, xb[k * inner]);
+    T sum = T(0);
+    if (!log) {
+      for (int64_t k = 0; k < n; ++k) {
+        T e = Exp(xb[k * inner] - mx);
+        yb[k * inner] = e;
+        sum += e;
+      }
+      const T inv = T(1) / sum;
+      for (int64_t k = 0; k < n; ++k) yb[k * inner] *= inv;
+    } else {
+      for (int64_t k = 0; k < n; ++k) sum += Exp(xb[k * inner] - mx);
+      const T lse = mx + Log(sum);
+      for (int64_t k = 0; k < n; ++k) yb[k * inner] = xb[k * inner] - lse;
+    }
+  }
+}
+
+template <typename T>
+void SoftmaxLines(const T* x, T* y, const AxisSplit& s, bool log, cudaStream_t st) {
+  if (s.outer * s.n * s.inner == 0) return;
+  if (s.inner == 1)
+    SoftmaxRowKernel<<<RowBlocks(s.outer), RowThreads(s.n), 0, st>>>(x, y, s.outer, s.n, log);
+  else
+    SoftmaxColKernel<<<Blocks(s.outer * s.inner), kThreads, 0, st>>>(x, y, s.outer, s.n, s.inner, log);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// dx = y * (dy - sum(dy * y)) for softmax; dx = dy - exp(y) * sum(dy) for log_softmax.
+template <typename T>
+__global__ void SoftmaxGradRowKernel(const T* y, const T* dy, T* dx, int64_t outer, int64_t n, bool log) {
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* yr = y + o * n;
+    const T* gr = dy + o * n;
+    T* out = dx + o * n;
+    T acc = T(0);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += log ? gr[k] : gr[k] * yr[k];
+    acc = BlockSum(acc);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
+      out[k] = log ? gr[k] - Exp(yr[k]) * acc : yr[k] * (gr[k] - acc);
+  }
+}
+
+template <typename T>
+__global__ void SoftmaxGradColKernel(const T* y, const T* dy, T* dx, int64_t outer, int64_t n, int64_t inner,
+                                     bool log) {
+  LOOM_GRID_STRIDE(t, outer * inner) {
+    const int64_t base = (t / inner) * n * inner + t % inner;
+    const T* yb = y + base;
+    const T* gb = dy + base;
+    T* ob = dx + base;
+    T acc = T(0);
+    for (int64_t k = 0; k < n; ++k) acc += log ? gb[k * inner] : gb[k * inner] * yb[k * inner];
+    for (int64_t k = 0; k < n; ++k)
+      ob[k * inner] = log ? gb[k * inner] - Exp(yb[k * inner]) * acc : yb[k * inner] * (gb[k * inner] - acc);
+  }
+}
+
+template <typename T>
+void SoftmaxGradLines(const T* y, const T* dy, T* dx, const AxisSplit& s, bool log, cudaStream_t st) {
+  if (s.outer * s.n * s.inner == 0) return;
+  if (s.inner == 1)
+    SoftmaxGradRowKernel<<<RowBlocks(s.outer), RowThreads(s.n), 0, st>>>(y, dy, dx, s.outer, s.n, log);
+  else
+    SoftmaxGradColKernel<<<Blocks(s.outer * s.inner), kThreads, 0, st>>>(y, dy, dx, s.outer, s.n, s.inner, log);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// x: (...) -> y: (...), along attr axis
+void SoftmaxCuda(const OpRecord& op, const KernelContext& ctx) {
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax");
+  FloatDispatch(op.outputs[0].dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, false, Dev(ctx).stream());
+  });
+}
+
+// x: (...) -> y: (...), along attr axis
+void LogSoftmaxCuda(const OpRecord& op, const KernelContext& ctx) {
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax");
+  FloatDispatch(op.outputs[0].dtype(), "log_softmax", [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, true, Dev(ctx).stream());
+  });
+}
+
+// y: (...), dy: (...) -> dx: (...), along attr axis
+void SoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax_grad");
+  FloatDispatch(op.outputs[0].dtype(), "softmax_grad", [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, false,
+                        Dev(ctx).stream());
+  });
+}
+
+// y: (...), dy: (...) -> dx: (...), along attr axis
+void LogSoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax_grad");
+  FloatDispatch(op.outputs[0].dtype(), "log_softmax_grad", [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, true,
+                        Dev(ctx).stream());
+  });
+}
+
+// ---------------------------------------------------------------- softmax cross-entropy
+
+constexpr int kLossThreads = 1024;
+
+// loss = -mean over rows of logp[i, label_i]. A label outside [0, C) makes its term NaN and is
+// reported (Note [Errors found on the GPU]).
+template <typename T, typename L>
+__global__ void __launch_bounds__(kLossThreads)
+    SceIndexLossKernel(const T* logp, const L* lab, T* loss, int64_t rows, int64_t classes, KernelError* err) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+    const long long l = (long long)lab[i];
+    if (l < 0 || l >= classes) {
+      RaiseKernelError(err, kLabelOutOfRange, kOpSoftmaxCrossEntropy, i, l, classes);
+      acc += QuietNaN<double>();
+    } else {
+      acc -= double(logp[i * classes + l]);
+    }
+  }
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) loss[0] = T(acc / double(rows));
+}
+
+// loss = -sum(t * logp) / rows over the terms with t != 0 (0 * log 0 counts as 0).
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads)
+    SceFloatLossKernel(const T* logp, const T* t, T* loss, int64_t rows, int64_t total) {
+  double acc = 0;
+  for (int64_t e = threadIdx.x; e < total; e += blockDim.x)
+    if (t[e] != T(0)) acc -= double(t[e]) * double(logp[e]);
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) loss[0] = T(acc / double(rows));
+}
+
+// logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), log_probs: (N, C)
+void SoftmaxCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& logits = op.inputs[0];
+  const Tensor& labels = op.inputs[1];
+  const int64_t rows = logits.dim(0), classes = logits.dim(1);
+  CudaDeviceImpl& dev = Dev(ctx);
+  cudaStream_t s = dev.stream();
+  FloatDispatch(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    T* logp = op.outputs[1].data<T>();
+    T* loss = op.outputs[0].data<T>();
+    SoftmaxLines<T>(logits.data<T>(), logp, AxisSplit{rows, classes, 1}, true, s);
+    if (IsFloating(labels.dtype()))
+      SceFloatLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<T>(), loss, rows, rows * classes);
+    else if (labels.dtype() == DType::kInt32)
+      SceIndexLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<int32_t>(), loss, rows, classes,
+                                                    dev.kernel_error());
+    else
+      SceIndexLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<int64_t>(), loss, rows, classes,
+                                                    dev.kernel_error());
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// dlogits = (softmax - onehot(label)) * dy / N; a row with a bad label becomes NaN.
+template <typename T, typename L>
+__global__ void SceIndexGradKernel(const T* logp, const L* lab, const T* dy, T* dx, int64_t rows, int64_t classes,
+                                   KernelError* err) {
+  const T scale = dy[0] / T(rows);
+  LOOM_GRID_STRIDE(e, rows * classes) {
+    const int64_t i = e / classes, c = e % classes;
+    const long long l = (long long)lab[i];
+    if (l < 0 || l >= classes) {
+      if (c == 0) RaiseKernelError(err, kLabelOutOfRange, kOpSoftmaxCrossEntropyGrad, i, l, classes);
+      dx[e] = QuietNaN<T>();
+    } else {
+      T v = Exp(logp[e]) * scale;
+      if (c == l) v -= scale;
+      dx[e] = v;
+    }
+  }
+}
+
+// dlogits = (softmax * sum(labels, row) - labels) * dy / N, one block per row.
+template <typename T>
+__global__ void SceFloatGradKernel(const T* logp, const T* t, const T* dy, T* dx, int64_t rows, int64_t classes) {
+  const T scale = dy[0] / T(rows);
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    const T* ti = t + i * classes;
+    T mass = T(0);
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mass += ti[c];
+    mass = BlockSum(mass);
+    for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
+      dx[i * classes + c] = (Exp(logp[i * classes + c]) * mass - ti[c]) * scale;
+  }
+}
+
+// log_probs: (N, C), labels: (N) int or (N, C) float, dy: () -> dlogits: (N, C)
+void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& lp = op.inputs[0];
+  const Tensor& labels = op.inputs[1];
+  const int64_t rows = lp.dim(0), classes = lp.dim(1);
+  if (rows * classes == 0) return;
+  CudaDeviceImpl& dev = Dev(ctx);
+  cudaStream_t s = dev.stream();
+  FloatDispatch(lp.dtype(), "softmax_cross_entropy_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const T* logp = lp.data<T>();
+    const T* dy = op.inputs[2].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    if (IsFloating(labels.dtype()))
+      SceFloatGradKernel<<<RowBlocks(rows), RowThreads(classes), 0, s>>>(logp, labels.data<T>(), dy, dx, rows,
+                                                                           classes);
+    else if (labels.dtype() == DType::kInt32)
+      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(logp, labels.data<int32_t>(), dy, dx, rows,
+                                                                      classes, dev.kernel_error());
+    else
+      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(logp, labels.data<int64_t>(), dy, dx, rows,
+                                                                      classes, dev.kernel_error());
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---------------------------------------------------------------- mean squared error
+
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads) MseKernel(const T* p, const T* t, T* loss, int64_t n) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    double d = double(p[i]) - double(t[i]);
+    acc += d * d;
+  }
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) loss[0] = T(acc / double(n));
+}
+
+// pred: (...), target: (...) -> loss: ()
+void MseCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "mse", [&](auto tag) {
+    using T = decltype(tag);
+    MseKernel<<<1, kLossThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
+                                                         op.outputs[0].data<T>(), op.inputs[0].numel());
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+template <typename T>
+__global__ void MseGradKernel(const T* p, const T* t, const T* dy, T* dx, int64_t n) {
+  const T scale = T(2) * dy[0] / T(n);
+  LOOM_GRID_STRIDE(i, n) dx[i] = (p[i] - t[i]) * scale;
+}
+
+// pred: (...), target: (...), dy: () -> dpred: (...) = 2 (pred - target) * dy / numel
+void MseGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const int64_t n = op.inputs[0].numel();
+  if (n == 0) return;
+  FloatDispatch(op.outputs[0].dtype(), "mse_grad", [&](auto tag) {
+    using T = decltype(tag);
+    MseGradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
+                                                                 op.inputs[2].data<T>(), op.outputs[0].data<T>(), n);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+LOOM_KERNEL(softmax, kCUDA, SoftmaxCuda);
+LOOM_KERNEL(log_softmax, kCUDA, LogSoftmaxCuda);
+LOOM_KERNEL(softmax_grad, kCUDA, SoftmaxGradCuda);
+LOOM_KERNEL(log_softmax_grad, kCUDA, LogSoftmaxGradCuda);
+LOOM_KERNEL(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyCuda);
+LOOM_KERNEL(softmax_cross_entropy_grad, kCUDA, SoftmaxCrossEntropyGradCuda);
+LOOM_KERNEL(mse, kCUDA, MseCuda);
+LOOM_KERNEL(mse_grad, kCUDA, MseGradCuda);
+
+}  // namespace cuda
+}  // namespace loom

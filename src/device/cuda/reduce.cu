@@ -1,0 +1,176 @@
+// CUDA reductions over a run of axes, the input seen as (outer, R, inner) as on the CPU
+// (src/device/cpu/kernels/reduce.cc): sum, max, max_grad, and bias_grad (a sum over the
+// leading dimensions). Sums accumulate in double in a fixed order per launch shape, so results
+// are deterministic from run to run.
+#include "device/cuda/common.cuh"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+struct Dims {
+  int64_t outer = 1, r = 1, inner = 1;
+};
+Dims ReduceDims(const Shape& s, int64_t a0, int64_t a1) {
+  Dims d;
+  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
+    if (i < a0) d.outer *= s[size_t(i)];
+    else if (i < a1) d.r *= s[size_t(i)];
+    else d.inner *= s[size_t(i)];
+  }
+  return d;
+}
+
+constexpr int kColX = 32, kColY = 8;  // column reductions: 32 outputs x 8 partial sums per block
+constexpr unsigned kMaxGridY = 65535;
+
+// inner == 1: one block per row of R elements (grid-stride over rows).
+template <typename T, bool kMax>
+__global__ void RowReduceKernel(const T* x, T* y, int64_t outer, int64_t r) {
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* row = x + o * r;
+    if (kMax) {
+      T m = -Infinity<T>();
+      for (int64_t k = threadIdx.x; k < r; k += blockDim.x) m = MaxOf(m, row[k]);
+      m = BlockMax(m);
+      if (threadIdx.x == 0) y[o] = m;
+    } else {
+      double acc = 0;
+      for (int64_t k = threadIdx.x; k < r; k += blockDim.x) acc += double(row[k]);
+      acc = BlockSum(acc);
+      if (threadIdx.x == 0) y[o] = T(acc);
+    }
+  }
+}
+
+// inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner); its 8 rows
+// of threads take every 8th k, and row 0 combines the 8 partials in order.
+template <typename T, bool kMax>
+__global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
+  using Acc = typename std::conditional<kMax, T, double>::type;
+  __shared__ Acc part[kColY][kColX + 1];
+  const int64_t i = int64_t(blockIdx.x) * kColX + threadIdx.x;
+  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
+    Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
+    if (i < inner)
+      for (int64_t k = threadIdx.y; k < r; k += kColY) {
+        T v = x[(o * r + k) * inner + i];
+        acc = kMax ? Acc(MaxOf(T(acc), v)) : acc + Acc(v);
+      }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && i < inner) {
+      Acc a = part[0][threadIdx.x];
+      for (int j = 1; j < kColY; ++j) a = kMax ? Acc(MaxOf(T(a), T(part[j][threadIdx.x]))) : a + part[j][threadIdx.x];
+      y[o * inner + i] = T(a);
+    }
+    __syncthreads();
+  }
+}
+
+// x: (outer, R, inner) -> y: (outer, inner)
+template <typename T, bool kMax>
+void Reduce(const T* x, T* y, const Dims& d, cudaStream_t s) {
+  if (d.outer * d.inner == 0) return;
+  if (d.inner == 1) {
+    int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
+    threads = std::min(threads, 256);
+    unsigned blocks = unsigned(std::min<int64_t>(d.outer, int64_t(1) << 20));
+    RowReduceKernel<T, kMax><<<blocks, threads, 0, s>>>(x, y, d.outer, d.r);
+  } else {
+    dim3 grid(unsigned((d.inner + kColX - 1) / kColX), unsigned(std::min<int64_t>(d.outer, kMaxGridY)));
+    ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, d.outer, d.r, d.inner);
+  }
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// x: (outer, R, inner) -> y: (outer, inner)
+void SumCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  FloatDispatch(x.dtype(), "sum", [&](auto tag) {
+    using T = decltype(tag);
+    Reduce<T, false>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+  });
+}
+
+// x: (outer, R, inner) -> y: (outer, inner)
+void MaxCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  LOOM_CHECK(d.r > 0, ShapeError, "[max] reduction over an empty axis of ", x.Describe());
+  FloatDispatch(x.dtype(), "max", [&](auto tag) {
+    using T = decltype(tag);
+    Reduce<T, true>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+  });
+}
+
+// dy: (R, N) (leading dimensions flattened) -> db: (N), the sum over R
+void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = op.outputs[0].numel();
+    if (n == 0) return;
+    Dims d{1, op.inputs[0].numel() / n, n};
+    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+  });
+}
+
+// Ties share the gradient: dx = dy / ties where x == y, else 0 (src/device/cpu/kernels/reduce.cc).
+// inner == 1: one block per row counts the ties, then writes the row.
+template <typename T>
+__global__ void MaxGradRowKernel(const T* x, const T* y, const T* dy, T* dx, int64_t outer, int64_t r) {
+  for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
+    const T* xo = x + o * r;
+    T* go = dx + o * r;
+    const T yo = y[o], g = dy[o];
+    int64_t ties = 0;
+    for (int64_t k = threadIdx.x; k < r; k += blockDim.x) ties += xo[k] == yo;
+    ties = BlockSum(ties);
+    for (int64_t k = threadIdx.x; k < r; k += blockDim.x) go[k] = xo[k] == yo ? g / T(ties) : T(0);
+  }
+}
+// inner > 1: one thread per output column (o, i), reads coalesced along inner.
+template <typename T>
+__global__ void MaxGradColKernel(const T* x, const T* y, const T* dy, T* dx, int64_t outer, int64_t r,
+                                 int64_t inner) {
+  LOOM_GRID_STRIDE(t, outer * inner) {
+    const int64_t o = t / inner, i = t % inner;
+    const T* xo = x + o * r * inner + i;
+    T* go = dx + o * r * inner + i;
+    const T yo = y[t], g = dy[t];
+    int64_t ties = 0;
+    for (int64_t k = 0; k < r; ++k) ties += xo[k * inner] == yo;
+    for (int64_t k = 0; k < r; ++k) go[k * inner] = xo[k * inner] == yo ? g / T(ties) : T(0);
+  }
+}
+
+// x: (outer, R, inner), y: (outer, 1, inner), dy: (outer, 1, inner) -> dx: (outer, R, inner)
+void MaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& x = op.inputs[0];
+  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  if (x.numel() == 0) return;
+  cudaStream_t s = Dev(ctx).stream();
+  FloatDispatch(x.dtype(), "max_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const T *xp = x.data<T>(), *yp = op.inputs[1].data<T>(), *gp = op.inputs[2].data<T>();
+    T* dx = op.outputs[0].data<T>();
+    if (d.inner == 1) {
+      unsigned blocks = unsigned(std::min<int64_t>(d.outer, int64_t(1) << 20));
+      MaxGradRowKernel<<<blocks, d.r >= 256 ? 256 : 32 * int((d.r + 31) / 32), 0, s>>>(xp, yp, gp, dx, d.outer, d.r);
+    } else {
+      MaxGradColKernel<<<Blocks(d.outer * d.inner), kThreads, 0, s>>>(xp, yp, gp, dx, d.outer, d.r, d.inner);
+    }
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+LOOM_KERNEL(sum, kCUDA, SumCuda);
+LOOM_KERNEL(max, kCUDA, MaxCuda);
+LOOM_KERNEL(max_grad, kCUDA, MaxGradCuda);
+LOOM_KERNEL(bias_grad, kCUDA, BiasGradCuda);
+
+}  // namespace cuda
+}  // namespace loom

@@ -1,0 +1,29 @@
+"""loom: a deep-learning training runtime whose define-by-run steps can be captured once as a
+graph and replayed from C++ (SINGA's API, graph mode included).
+
+    from loom import device, tensor, autograd, opt, layer, model
+
+    dev = device.create_cpu_device()
+    x = tensor.from_numpy(batch, dev)
+    with dev.buffer():              # or dev.SetBufferFlag(True) ... dev.SetBufferFlag(False)
+        loss = ...                  # ops are recorded, nothing runs
+    for _ in range(n):
+        dev.ExecBuffOps()           # replays the whole step from C++
+
+Modules: device (devices, buffering, memory statistics, graph dumps), tensor (Tensor, numpy
+round trips and zero-copy views), autograd (ops and backward), opt (SGD, Adam), layer (Linear,
+Conv2d, BatchNorm2d, ...), model (Model with compile/train_one_batch, the model zoo), errors.
+"""
+from . import core
+from . import errors
+from .errors import DeviceError, DTypeError, Error, GraphError, InternalError, ShapeError
+from . import device, tensor, autograd, opt, layer, model
+from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
+
+# loom.ValueError and loom.IOError subclass the built-ins of the same names; bound last so that
+# nothing above reads the built-ins through them.
+ValueError = errors.ValueError
+IOError = errors.IOError
+
+HAVE_CNN = core.HAVE_CNN
+__version__ = "0.1.0"

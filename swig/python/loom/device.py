@@ -1,0 +1,106 @@
+"""loom.device: devices, buffering (graph capture) and replay, memory statistics, graph dumps.
+
+    dev = create_cpu_device()          # or create_cuda_device(0): loom.DeviceError without CUDA
+    dev.SetBufferFlag(True)            # SINGA: start buffering (= dev.EnableGraph(True))
+    ...ops...                          # recorded, not run: no kernel, no intermediate memory
+    dev.SetBufferFlag(False)           # analyse and plan the graph
+    dev.ExecBuffOps()                  # SINGA: replay it (= dev.RunGraph(sequential=True))
+
+    with dev.buffer():                 # the same capture as a context manager
+        ...ops...
+
+Graphs are keyed, so a training step and an evaluation step can each have one:
+dev.EnableGraph(True, "eval"), dev.RunGraph(False, "eval") (parallel replay), dev.ResetGraph("eval").
+Inspection: dev.memory_stats(), dev.graph_stats(key), dev.graph_summary(key), dev.graph_dot(key),
+dev.write_graph_dot(path, key), dev.set_graph_profile(True, key) then dev.graph_trace_json(key) or
+dev.write_graph_trace(path, key) (Chrome trace-event JSON, viewable in Perfetto).
+"""
+import contextlib
+
+from . import core, errors
+from .core import Device
+
+
+def create_cpu_device():
+    """The process-wide CPU device."""
+    return core.cpu_device()
+
+
+def create_cuda_device(id=0):
+    """CUDA device `id`. Raises loom.DeviceError (a RuntimeError) when loom was built without
+    CUDA or no GPU is visible."""
+    if isinstance(id, bool) or not isinstance(id, int):
+        raise TypeError(f"[cuda] device id must be an int, got {type(id).__name__}")
+    if id < 0:
+        raise errors.DeviceError(f"[cuda] device id must not be negative, got {id}")
+    return core.cuda_device(id)
+
+
+def get_default_device():
+    return core.cpu_device()
+
+
+def cuda_available():
+    """Built with CUDA and at least one GPU visible."""
+    return core.cuda_available()
+
+
+def num_threads():
+    return core.num_threads()
+
+
+def set_num_threads(n):
+    """CPU kernel threads (also OpenBLAS's)."""
+    core.set_num_threads(int(n))
+
+
+# ---- methods added to core.Device ----
+
+def SetBufferFlag(self, flag):
+    """SINGA's name: True starts buffering into the default graph, False ends the capture."""
+    self.EnableGraph(bool(flag))
+
+
+def ExecBuffOps(self):
+    """SINGA's name: replays the default graph in issue order."""
+    self.RunGraph(True)
+
+
+@contextlib.contextmanager
+def buffer(self, key="default"):
+    """Captures the ops of the block into graph `key`. If the block raises, the capture ends and
+    the half-built graph is dropped before the exception propagates."""
+    self.EnableGraph(True, key)
+    try:
+        yield self
+    except BaseException:
+        try:
+            self.EnableGraph(False)
+        finally:
+            if self.HasGraph(key):
+                self.ResetGraph(key)
+        raise
+    self.EnableGraph(False)
+
+
+def _repr(self):
+    return f"Device({self.name()})"
+
+
+def _eq(self, other):
+    return isinstance(other, Device) and self._address() == other._address()
+
+
+_METHODS = {
+    "SetBufferFlag": SetBufferFlag,
+    "ExecBuffOps": ExecBuffOps,
+    "buffer": buffer,
+    "Sync": lambda self: self.Synchronize(),
+    "__repr__": _repr,
+    "__str__": lambda self: self.name(),
+    "__eq__": _eq,
+    "__hash__": lambda self: hash(self._address()),
+}
+for _k, _v in _METHODS.items():
+    setattr(Device, _k, _v)
+del _k, _v

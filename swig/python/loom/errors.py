@@ -1,0 +1,22 @@
+"""loom's exceptions. Every C++ error crosses into Python as one of these (swig/errors.i), and
+each is also a standard Python exception, so `except ValueError` catches a loom.ShapeError:
+
+    loom.Error          Exception        base of all of them
+    loom.ShapeError     ValueError       wrong shapes or ranks
+    loom.ValueError     ValueError       any other bad argument
+    loom.DTypeError     TypeError        wrong or unsupported dtype
+    loom.DeviceError    RuntimeError     wrong device, or a backend that is absent (CUDA)
+    loom.GraphError     RuntimeError     misuse of capture/replay (host reads while buffering...)
+    loom.InternalError  RuntimeError     a loom bug
+    loom.IOError        OSError          files and bytes
+"""
+from .core import (  # noqa: F401  (re-exported)
+    DeviceError,
+    DTypeError,
+    Error,
+    GraphError,
+    InternalError,
+    IOError,
+    ShapeError,
+    ValueError,
+)

@@ -1,0 +1,309 @@
+"""loom.model: training one batch at a time, eagerly or as a replayed graph (SINGA's Model).
+
+Subclass Model and write forward and train_one_batch with autograd ops and an optimizer:
+
+    class MLP(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.relu, self.fc2 = layer.Linear(784, 256), layer.ReLU(), layer.Linear(256, 10)
+        def forward(self, x):
+            return self.fc2(self.relu(self.fc1(x)))
+        def train_one_batch(self, x, y):
+            out = self.forward(x)
+            loss = autograd.softmax_cross_entropy(out, y)
+            self.optimizer(loss)                 # backward + update
+            return out, loss
+
+    m = MLP()
+    m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    m.compile([x], is_train=True, use_graph=True, sequential=True)
+    for xb, yb in batches:
+        out, loss = m.train_one_batch(xb, yb)    # first call captures, later calls replay
+
+With use_graph=True the first call of train_one_batch for an input signature (shapes, dtypes) runs
+the Python method once while the device buffers: the C++ ops it issues become the graph. Every
+later call copies the new inputs into the captured input tensors and replays the graph from C++:
+no Python runs per op. The returned tensors are the captured ones, rewritten by every replay
+(read them before the next call). A batch of another shape captures a graph of its own.
+Arguments that are not tensors (or numpy arrays) are constants of the capture: a new value
+captures a new graph.
+
+NativeModel wraps the C++ nn::Model (network, loss and optimizer in C++) for the model zoo.
+"""
+import functools
+import weakref
+
+import numpy as np
+
+from . import autograd, core, errors
+from .layer import Layer, NativeLayer, Sequential
+from .layer import _options
+from .opt import _check as _check_optimizer
+from .tensor import Tensor, from_numpy
+
+_SLOT = object()  # marks where a tensor argument goes
+
+
+def _flatten(out):
+    """Tensors of a (nested) tuple/list/dict result, and the structure to rebuild it."""
+    tensors = []
+
+    def spec(o):
+        if isinstance(o, Tensor):
+            tensors.append(o)
+            return _SLOT
+        if isinstance(o, (tuple, list)):
+            return type(o), [spec(v) for v in o]
+        if isinstance(o, dict):
+            return dict, [(k, spec(v)) for k, v in o.items()]
+        return ("const", o)
+
+    return tensors, spec(out)
+
+
+def _unflatten(spec, tensors):
+    it = iter(tensors)
+
+    def build(s):
+        if s is _SLOT:
+            return next(it)
+        kind, body = s
+        if kind == "const":
+            return body
+        if kind is dict:
+            return {k: build(v) for k, v in body}
+        return kind(build(v) for v in body)
+
+    return build(spec)
+
+
+def _graph_step(fn):
+    """Wraps a subclass's train_one_batch: graph mode captures it once per input signature."""
+
+    @functools.wraps(fn)
+    def train_one_batch(self, *args, **kwargs):
+        if self._in_step:  # a nested call while capturing: part of the same step
+            return fn(self, *args, **kwargs)
+        if not self._use_graph:
+            return fn(self, *(self._as_tensor(a, self._device) if isinstance(a, np.ndarray) else a for a in args),
+                      **kwargs)
+        return self._run_graph(fn, args, kwargs)
+
+    train_one_batch._loom_graph_step = True
+    return train_one_batch
+
+
+class Model(Layer):
+    """SINGA-style model: subclass it, define forward and train_one_batch."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("train_one_batch")
+        if fn is not None and not getattr(fn, "_loom_graph_step", False):
+            cls.train_one_batch = _graph_step(fn)
+
+    def __init__(self):
+        super().__init__()
+        self.optimizer = None
+        self._compiled = False
+        self._use_graph = False
+        self._sequential = True
+        self._recapture = True
+        self._device = None
+        self._in_step = False
+        self._steps = {}
+        self._last_step = None
+
+    # ---- setup ----
+    def set_optimizer(self, optimizer):
+        self.optimizer = _check_optimizer(optimizer)
+
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=False):
+        """Chooses the execution mode. `inputs`: example input tensors (their device is the
+        model's). With use_graph the forward pass is checked against them by a capture that runs
+        nothing, so shape errors surface here, naming the op."""
+        inputs = [self._as_tensor(x, None) for x in inputs]
+        if not inputs:
+            raise errors.ValueError("[Model] compile needs example inputs")
+        self._device = inputs[0].device
+        for name, p in self.get_params().items():
+            if p.device != self._device:
+                raise errors.DeviceError(f"[Model] parameter '{name}' is on {p.device.name()} but the inputs are "
+                                         f"on {self._device.name()}")
+        self._steps.clear()  # old graphs go with their steps
+        self._last_step = None
+        self._use_graph, self._sequential = bool(use_graph), bool(sequential)
+        self.train(is_train)
+        if use_graph:
+            key = f"__compile_check_{id(self)}"
+            with autograd.no_grad():
+                self._device.EnableGraph(True, key)
+                try:
+                    self.forward(*inputs)
+                finally:
+                    self._device.EnableGraph(False)
+                    self._device.ResetGraph(key)
+        self._compiled = True
+
+    def set_recapture(self, on):
+        """True (default): a batch of a new shape captures another graph. False: it is a
+        loom.GraphError that shows what differs."""
+        self._recapture = bool(on)
+        self._steps.clear()
+
+    def train(self, mode=True):
+        autograd.training = bool(mode)
+        return super().train(mode)
+
+    def train_one_batch(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__}.train_one_batch is not defined: subclass loom.model.Model "
+                                  "and write it with autograd ops and self.optimizer(loss)")
+
+    # ---- graph mode ----
+    def _as_tensor(self, x, device):
+        if isinstance(x, Tensor):
+            return x
+        if isinstance(x, np.ndarray):
+            return from_numpy(x, device)
+        raise TypeError(f"[Model] expected a loom Tensor or a numpy array, got {type(x).__name__}")
+
+    def _run_graph(self, fn, args, kwargs):
+        if not self._compiled:
+            raise errors.GraphError("[Model] train_one_batch called before compile(inputs, is_train, use_graph, "
+                                    "sequential)")
+        tensors, layout = [], []
+        for a in args:
+            if isinstance(a, (Tensor, np.ndarray)):
+                tensors.append(self._as_tensor(a, self._device))
+                layout.append(_SLOT)
+            else:
+                layout.append(a)
+        static_key = (fn.__qualname__, tuple(repr(a) for a in layout if a is not _SLOT),
+                      tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        entry = self._steps.get(static_key)
+        if entry is None:
+            entry = self._steps[static_key] = self._make_step(fn, layout, kwargs)
+        step, spec = entry
+        flat = step.run(tensors)
+        self._last_step = step
+        return _unflatten(spec[0], flat)
+
+    def _make_step(self, fn, layout, kwargs):
+        spec = [None]
+        me = weakref.ref(self)  # the C++ step holds this closure: no cycle through the model
+
+        def captured(placeholders):
+            model = me()
+            it = iter(placeholders)
+            call_args = [next(it) if a is _SLOT else a for a in layout]
+            model._in_step = True
+            try:
+                out = fn(model, *call_args, **kwargs)
+            finally:
+                model._in_step = False
+            flat, spec[0] = _flatten(out)
+            return flat
+
+        name = f"{type(self).__name__}@{id(self):x}.{fn.__name__}"
+        return core.PyStep(self._device, captured, name, self._recapture, self._sequential), spec
+
+    def graph_key(self):
+        """Key of the graph the last graph-mode step ran: dev.graph_summary(key), dev.graph_dot(key)."""
+        if self._last_step is None:
+            raise errors.GraphError("[Model] no graph yet: compile with use_graph=True and train a batch")
+        return self._last_step.last_graph_key()
+
+    @property
+    def device(self):
+        return self._device
+
+
+class NativeModel:
+    """The C++ nn::Model: a built-in network (NativeLayer or Sequential of them), a loss
+    ('softmax_cross_entropy' or 'mse') and an optimizer; its step is entirely C++."""
+
+    _LOSSES = {"softmax_cross_entropy": core.LossKind_kSoftmaxCrossEntropy, "mse": core.LossKind_kMse}
+
+    def __init__(self, net, optimizer, loss="softmax_cross_entropy"):
+        impl = getattr(net, "_impl", None)
+        if not isinstance(net, (NativeLayer, Sequential)) or impl is None:
+            raise TypeError("[NativeModel] net must be a built-in layer or a Sequential of built-in layers "
+                            f"(got {type(net).__name__}); subclass loom.model.Model for Python networks")
+        if loss not in self._LOSSES:
+            raise errors.ValueError(f"[NativeModel] loss must be one of {', '.join(self._LOSSES)}, got {loss!r}")
+        self.net = net
+        self.optimizer = _check_optimizer(optimizer)
+        self._impl = core.Model(impl, self.optimizer._impl, self._LOSSES[loss])
+        self._device = None
+
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=True):
+        inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]
+        self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential))
+        self._device = inputs[0].device
+
+    def train_one_batch(self, x, y):
+        """(output, loss) of one training step."""
+        if not isinstance(x, Tensor):
+            x = from_numpy(x, self._device)
+        if not isinstance(y, Tensor):
+            y = from_numpy(y, self._device)
+        return self._impl.TrainOneBatch(x, y)
+
+    def forward(self, x):
+        """Inference in eval mode, without gradients."""
+        if not isinstance(x, Tensor):
+            x = from_numpy(x, self._device)
+        return self._impl.Forward(x)
+
+    __call__ = forward
+
+    def get_params(self):
+        return dict(self._impl.Params())
+
+    def get_states(self):
+        out = dict(self._impl.Params())
+        out.update(self._impl.States())
+        return out
+
+    def train(self, mode=True):
+        self._impl.Train(bool(mode))
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def set_recapture(self, on):
+        self._impl.set_recapture(bool(on))
+
+    @property
+    def steps(self):
+        return self._impl.steps()
+
+    def graph_key(self):
+        return self._impl.train_graph_key()
+
+    @property
+    def device(self):
+        return self._device
+
+
+# ---- the model zoo (C++ networks) ----
+
+def mlp(dims, device=None, dtype=None):
+    """Linear -> ReLU -> ... -> Linear over `dims` (e.g. [784, 1024, 1024, 10])."""
+    return NativeLayer(core.make_mlp([int(d) for d in dims], _options(device, dtype)))
+
+
+def small_cnn(in_channels=3, num_classes=10, device=None, dtype=None):
+    """Two conv-BN-ReLU-maxpool blocks and a linear classifier, for (N, C, 32, 32) inputs."""
+    return NativeLayer(core.make_small_cnn(in_channels, num_classes, _options(device, dtype)))
+
+
+def resnet18(num_classes=10, device=None, dtype=None):
+    """ResNet-18 with the CIFAR stem, for (N, 3, 32, 32) inputs."""
+    return NativeLayer(core.make_resnet18(num_classes, _options(device, dtype)))
+
+
+def resnet50(num_classes=1000, device=None, dtype=None):
+    """ResNet-50, for (N, 3, 224, 224) inputs."""
+    return NativeLayer(core.make_resnet50(num_classes, _options(device, dtype)))

@@ -1,0 +1,78 @@
+"""loom.opt: optimizers. Each parameter update is one fused C++ op (sgd_update, adam_update), so
+it is buffered and replayed like any other op; the learning rate is a device scalar, so changing
+it between replays takes effect without a new capture.
+
+    sgd = opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)
+    for p, g in autograd.backward(loss):
+        sgd.apply(0, g, p, "")           # SINGA's spelling: (step, grad, param, name)
+    # or, equivalently and with less memory (each gradient dies after its update):
+    sgd(loss)
+"""
+from . import core, errors
+
+
+class Optimizer:
+    """Base of the optimizers: wraps a C++ nn::Optimizer."""
+
+    def __init__(self, impl):
+        self._impl = impl
+        self.step_count = 0
+        # The bound C++ method itself: sgd.apply(...) costs one C call.
+        self.apply = impl.apply
+
+    def apply(self, step, grad, param, name=""):  # replaced per instance in __init__
+        """Updates `param` in place with `grad`. `name` keys the optimizer state (momentum...);
+        empty: keyed by the parameter's storage."""
+        self._impl.apply(step, grad, param, name)
+
+    def __call__(self, loss):
+        """Backward from `loss`, updating every parameter as soon as its gradient is final."""
+        core.optimizer_step(self._impl, loss, self.step_count)
+        self.step_count += 1
+
+    backward_and_update = __call__
+
+    @property
+    def lr(self):
+        return self._impl.learning_rate()
+
+    @lr.setter
+    def lr(self, value):
+        self.set_learning_rate(value)
+
+    def set_learning_rate(self, lr):
+        """Takes effect at the next update, also in replays of an already captured graph."""
+        self._impl.set_learning_rate(float(lr))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(lr={self.lr:g})"
+
+
+class SGD(Optimizer):
+    def __init__(self, lr=0.1, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
+        super().__init__(core.SGD(float(lr), float(momentum), float(weight_decay), bool(nesterov),
+                                  float(dampening)))
+
+
+class Adam(Optimizer):
+    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, decoupled=False):
+        super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
+                                   bool(decoupled)))
+
+    def steps_taken(self, device):
+        """Completed steps on `device`, replays included (a host read)."""
+        return self._impl.steps_taken(device)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay."""
+
+    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=1e-2):
+        super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, decoupled=True)
+
+
+def _check(opt):
+    if not isinstance(opt, Optimizer):
+        raise TypeError(f"[optimizer] expected a loom.opt optimizer (opt.SGD, opt.Adam), got {type(opt).__name__}")
+    return opt
+

@@ -1,0 +1,120 @@
+// loom::Tensor and dtypes. The Python-facing methods (operators, numpy conversion, properties)
+// are written in Python on top of these, in loom/tensor.py; here is only what needs C++:
+// host copies through the buffer protocol (no numpy headers: any C-contiguous buffer works) and
+// the facts that decide whether a zero-copy view of a tensor's memory is safe.
+
+%{
+#include "core/tensor.h"
+#include "device/device.h"
+
+namespace loom_py {
+
+// A Python buffer released on scope exit.
+struct Buffer {
+  Py_buffer view{};
+  bool ok = false;
+  Buffer(PyObject* o, int flags) { ok = PyObject_GetBuffer(o, &view, flags) == 0; }
+  ~Buffer() { if (ok) PyBuffer_Release(&view); }
+};
+
+}  // namespace loom_py
+%}
+
+// Python names (declared before the declarations they rename).
+%rename(dtype_size) loom::SizeOf;
+%rename(dtype_name) loom::Name;  // Name(DType): the only Name declared to SWIG
+%rename(dtype_from_name) loom::DTypeFromName;
+%rename(device) loom::Tensor::device_ptr;
+%rename(detach) loom::Tensor::Detach;
+%rename(item) loom::Tensor::Item;
+%rename(to_string) loom::Tensor::ToString;
+%rename(describe) loom::Tensor::Describe;
+%rename(contiguous) loom::Tensor::Contiguous;
+
+namespace loom {
+
+enum class DType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool };
+size_t SizeOf(DType t);
+const char* Name(DType t);
+DType DTypeFromName(const std::string& name);
+
+typedef std::vector<int64_t> Shape;
+
+class Device;
+
+class Tensor {
+ public:
+  Tensor();
+  Tensor(const Shape& shape, DType dtype, std::shared_ptr<Device> device);
+
+  bool defined() const;
+  const Shape& shape() const;
+  int64_t ndim() const;
+  const Shape& strides() const;
+  int64_t offset() const;
+  DType dtype() const;
+  int64_t numel() const;
+  size_t nbytes() const;
+  bool is_contiguous() const;
+  const std::shared_ptr<Device>& device_ptr() const;
+
+  bool requires_grad() const;
+  const std::string& name() const;
+  Tensor Detach() const;
+  double Item() const;
+  std::string ToString(int64_t max_items = 8) const;
+  std::string Describe() const;
+  Tensor Contiguous() const;
+};
+
+}  // namespace loom
+
+%extend loom::Tensor {
+  // Tensor& returns would hand Python a second, non-owning proxy; these return nothing.
+  void _set_requires_grad(bool r) { $self->set_requires_grad(r); }
+  void _set_name(const std::string& n) { $self->set_name(n); }
+  bool _has_grad_fn() const { return $self->grad_fn() != nullptr; }
+
+  // Host -> tensor: `obj` is any C-contiguous buffer of exactly nbytes() bytes (the Python side
+  // has checked shape and dtype and said what it expected). A feed: allowed during a capture.
+  void _copy_from_buffer(PyObject* obj) {
+    loom_py::Buffer b(obj, PyBUF_C_CONTIGUOUS);
+    if (!b.ok) throw loom_py::PythonError();
+    $self->CopyFromHost(b.view.buf, size_t(b.view.len));
+  }
+  // Tensor -> host: `obj` is a writable C-contiguous buffer of exactly nbytes() bytes.
+  void _copy_to_buffer(PyObject* obj) {
+    loom::CheckHostReadAllowed(*$self, "to_numpy");
+    loom_py::Buffer b(obj, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE);
+    if (!b.ok) throw loom_py::PythonError();
+    LOOM_CHECK(size_t(b.view.len) == $self->nbytes(), ShapeError, "[to_numpy] ", $self->Describe(), " holds ",
+               $self->nbytes(), " bytes, the host buffer has ", b.view.len);
+    loom::Tensor c = $self->is_contiguous() ? *$self : $self->Contiguous();
+    c.device()->Synchronize();
+    c.device()->MemcpyToHost(b.view.buf, c.raw_data(), c.nbytes());
+  }
+
+  // Note [Zero-copy views from Python]
+  // The address of the first element when the host may alias this tensor's memory, else 0:
+  // the tensor is on the CPU, its block has memory of its own (a block bound to a planned
+  // arena does not: the graph recycles that memory for other blocks between uses), and its
+  // device is not capturing (a view taken then would show values no replay has written yet).
+  // The Python side keeps the Tensor alive for as long as the numpy array exists (numpy holds
+  // the object that gave it __array_interface__ as the array's base), and the Tensor keeps the
+  // block alive.
+  size_t _host_address() const {
+    if (!$self->defined()) return 0;
+    loom::Block* b = $self->block();
+    loom::Device* d = b->device();
+    if (d->type() != loom::DeviceType::kCPU || !b->allocated() || !b->owns_memory() || d->buffering()) return 0;
+    return reinterpret_cast<size_t>($self->raw_data());
+  }
+  bool _allocated() const { return $self->defined() && $self->block()->allocated(); }
+  bool _persistent() const { return $self->defined() && $self->block()->persistent(); }
+  void _set_persistent(bool p) {
+    LOOM_CHECK($self->defined(), ValueError, "[tensor] undefined tensor");
+    $self->block()->set_persistent(p);
+  }
+  // Identity of the memory: two handles share storage when their block ids are equal.
+  unsigned long long _block_id() const { return $self->defined() ? $self->block()->id() : 0; }
+}
