@@ -2,8 +2,9 @@
 //
 // Freed memory is kept in size-class free lists and handed out again for requests of the same
 // class, so a training loop stops calling the system allocator after its first step. Sizes are
-// rounded to 512 bytes below 1 MiB and to 1/8 of the next power of two above it, which bounds
-// the waste at 12.5% while letting similar sizes share memory.
+// rounded to 512 bytes below 1 MiB and to a multiple of 1/8 of the next power of two above it,
+// which bounds the waste at 1/8 of that power of two (under 25% of the request, under 12.5% for
+// most sizes) while letting similar sizes share memory.
 //
 // Statistics count the bytes callers asked for (live, peak), so that they compare directly with
 // a graph's liveness lower bound; reserved_bytes counts what the pool holds from the system.

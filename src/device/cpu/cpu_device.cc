@@ -14,8 +14,8 @@ class CpuDeviceImpl : public Device {
   CpuDeviceImpl()
       : Device(DeviceType::kCPU, 0, [](size_t bytes) { return std::aligned_alloc(64, (bytes + 63) & ~size_t(63)); },
                [](void* p) { std::free(p); }) {}
-  void MemcpyToHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-  void MemcpyFromHost(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void MemcpyToHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
+  void MemcpyFromHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
 };
 }  // namespace
 

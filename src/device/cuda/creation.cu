@@ -2,6 +2,7 @@
 // cast (float16/bfloat16 included), and the shape ops that copy (concat, slice, slice_grad,
 // broadcast_to). Semantics follow src/device/cpu/kernels/{creation,shape}.cc; the random fills
 // draw exactly the CPU's numbers (Note [Philox stream] below).
+#include "device/round_to_odd.h"
 #include <cmath>
 #include <cstring>
 
@@ -102,8 +103,8 @@ void FillCuda(const OpRecord& op, const KernelContext& ctx) {
     case DType::kInt64: { int64_t i = int64_t(v); uint64_t w; std::memcpy(&w, &i, 8); launch(w); break; }
     case DType::kUInt8:
     case DType::kBool: launch(uint8_t(v)); break;
-    case DType::kFloat16: launch(FloatToHalf(float(v))); break;
-    case DType::kBFloat16: launch(FloatToBFloat16(float(v))); break;
+    case DType::kFloat16: launch(FloatToHalf(RoundToOddFloat(v))); break;
+    case DType::kBFloat16: launch(FloatToBFloat16(RoundToOddFloat(v))); break;
   }
   LOOM_CUDA_CHECK_LAUNCH();
 }
@@ -235,8 +236,8 @@ __device__ __forceinline__ void StoreAs(int t, void* p, int64_t i, double v) {
   switch (DType(t)) {
     case DType::kFloat32: static_cast<float*>(p)[i] = float(v); return;
     case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
-    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToHalf(float(v)); return;
-    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToBFloat16(float(v)); return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToHalf(RoundToOddFloat(v)); return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToBFloat16(RoundToOddFloat(v)); return;
     case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); return;
     case DType::kInt64: static_cast<long long*>(p)[i] = (long long)(v); return;
     case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); return;

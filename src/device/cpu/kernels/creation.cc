@@ -4,6 +4,7 @@
 
 #include "device/cpu/kernels/common.h"
 #include "device/philox.h"
+#include "device/round_to_odd.h"
 
 namespace loom {
 namespace cpu {
@@ -26,10 +27,10 @@ void FillCpu(const OpRecord& op, const KernelContext&) {
     case DType::kFloat64: FillTyped(y.data<double>(), n, v); break;
     case DType::kInt32: FillTyped(y.data<int32_t>(), n, int32_t(v)); break;
     case DType::kInt64: FillTyped(y.data<int64_t>(), n, int64_t(v)); break;
-    case DType::kUInt8:
-    case DType::kBool: FillTyped(y.data<uint8_t>(), n, uint8_t(v)); break;
-    case DType::kFloat16: FillTyped(y.data<uint16_t>(), n, FloatToHalf(float(v))); break;
-    case DType::kBFloat16: FillTyped(y.data<uint16_t>(), n, FloatToBFloat16(float(v))); break;
+    case DType::kUInt8: FillTyped(y.data<uint8_t>(), n, uint8_t(v)); break;
+    case DType::kBool: FillTyped(y.data<uint8_t>(), n, uint8_t(v != 0)); break;
+    case DType::kFloat16: FillTyped(y.data<uint16_t>(), n, FloatToHalf(RoundToOddFloat(v))); break;
+    case DType::kBFloat16: FillTyped(y.data<uint16_t>(), n, FloatToBFloat16(RoundToOddFloat(v))); break;
   }
 }
 
@@ -140,8 +141,8 @@ void Store(DType t, void* p, int64_t i, double v) {
   switch (t) {
     case DType::kFloat32: static_cast<float*>(p)[i] = float(v); return;
     case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
-    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(float(v)); return;
-    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = FloatToBFloat16(float(v)); return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = FloatToHalf(RoundToOddFloat(v)); return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = FloatToBFloat16(RoundToOddFloat(v)); return;
     case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); return;
     case DType::kInt64: static_cast<int64_t*>(p)[i] = int64_t(v); return;
     case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); return;
