@@ -3,11 +3,13 @@
 # (eager and the graph modes) and tools/bench_torch.py, alternating per configuration, and prints
 # the ratios. One run; quote its medians.
 #
-#   tools/compare.sh [--device cpu|cuda] [--quick] [--with-resnet50] [--out FILE.jsonl]
+#   tools/compare.sh [--device cpu|cuda] [--threads N] [--quick] [--with-resnet50] [--out FILE.jsonl]
 #
 # Configurations (the issue's CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
 # CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16; ResNet-50 at batch 8 with --with-resnet50.
-# --quick: fewer steps (a smoke run, not a measurement).
+# --quick: fewer steps (a smoke run, not a measurement). --threads: CPU threads for both (default:
+# the core count; 1 is the fair setting on a machine other jobs load: OpenMP's spinning barriers
+# collapse under oversubscription).
 #   LOOM_BUILD_DIR   build folder with loom-bench (default: build)
 # Every JSON line goes to --out (default: a file under /tmp, printed at the end).
 set -euo pipefail
@@ -20,15 +22,18 @@ DEVICE=cpu
 QUICK=0
 R50=0
 OUT=""
+THREADS="$(nproc)"
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE="$2"; shift 2 ;;
     --device=*) DEVICE="${1#*=}"; shift ;;
     --quick) QUICK=1; shift ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --threads=*) THREADS="${1#*=}"; shift ;;
     --with-resnet50) R50=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
     --out=*) OUT="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "compare: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -45,11 +50,11 @@ MODES=eager,graph-dynamic,graph-planned,graph-parallel
 CONFIGS=("mlp 1 200 10" "mlp 8 200 10" "mlp 64 100 5" "cnn 32 30 3" "resnet18 16 12 2")
 [ "$R50" = 1 ] && CONFIGS+=("resnet50 8 6 2")
 
-echo "compare: $(nproc) cores, device $DEVICE, loom modes $MODES; JSON lines -> $OUT" >&2
+echo "compare: $(nproc) cores (load $(cut -d' ' -f1-3 /proc/loadavg)), $THREADS threads, device $DEVICE, loom modes $MODES; JSON lines -> $OUT" >&2
 for cfg in "${CONFIGS[@]}"; do
   read -r model batch steps warmup <<<"$cfg"
   if [ "$QUICK" = 1 ]; then steps=3; warmup=1; fi
-  args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --device "$DEVICE" --json)
+  args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --device "$DEVICE" --threads "$THREADS" --json)
   echo "compare: $model batch $batch: loom-bench" >&2
   "$BENCH" "${args[@]}" --mode "$MODES" 2>/dev/null | grep '^{' >>"$OUT"
   echo "compare: $model batch $batch: bench_torch.py" >&2
@@ -63,7 +68,8 @@ by = {}
 for r in rows:
     by.setdefault((r["model"], r["batch"], r["device"].split(":")[0]), {})[r["mode"]] = r
 mib = lambda b: "-" if b is None else f"{b / 2**20:.1f}"
-print("\n## loom vs PyTorch: time per training step (median) and memory\n")
+threads = sorted({r["threads"] for r in rows})
+print(f"\n## loom vs PyTorch: time per training step (median) and memory, {'/'.join(map(str, threads))} thread(s)\n")
 print("| model | batch | torch ms | loom eager ms | loom graph-planned ms | loom graph-parallel ms | "
       "torch / loom best graph | graph-planned vs eager | torch RSS growth MiB | loom planned RSS growth MiB | "
       "loom eager peak MiB | loom planned peak MiB | arena / lower bound | arena <= eager working peak |")

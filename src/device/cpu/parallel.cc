@@ -40,14 +40,16 @@ class Pool {
       ++generation_;
     }
     cv_.notify_all();
+    // The caller stays serial until every part is done: parts it picks up below must not fan
+    // out again (it holds run_mu_, so a nested Run would deadlock).
     bool prev = t_serial;
     t_serial = true;
     job(0);
-    t_serial = prev;
     std::unique_lock<std::mutex> l(mu_);
     TakeWork(l);
     done_cv_.wait(l, [&] { return done_ == parts_; });
     job_ = nullptr;
+    t_serial = prev;
   }
 
  private:
