@@ -31,6 +31,11 @@ std::string CapturedStep::Signature(const std::vector<Tensor>& inputs) {
   return o.str();
 }
 
+std::vector<Tensor> CapturedStep::Placeholders(const std::vector<Tensor>& like) const {
+  auto it = entries_.find(Signature(like));
+  return it == entries_.end() ? std::vector<Tensor>() : it->second.placeholders;
+}
+
 Graph& CapturedStep::last_graph() {
   LOOM_CHECK(!last_key_.empty(), GraphError, "[captured_step '", name_, "'] has not run yet");
   return device_->GetGraph(entries_.at(last_key_).graph_key);

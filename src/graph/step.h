@@ -32,6 +32,10 @@ class CapturedStep {
   // rewrites on every replay: read them before the next call).
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
 
+  // The graph's own input tensors for inputs shaped like `like` (empty before that capture).
+  // Writing a batch straight into them and passing them back saves the copy and the memory of a
+  // second input buffer: a call whose inputs are the placeholders copies nothing.
+  std::vector<Tensor> Placeholders(const std::vector<Tensor>& like) const;
   void set_sequential(bool s) { sequential_ = s; }
   size_t num_graphs() const { return entries_.size(); }
   // The graph for the most recent call.

@@ -119,6 +119,10 @@ Tensor Model::Forward(const Tensor& x) {
   return out;
 }
 
+std::vector<Tensor> Model::GraphInputs(const Tensor& x, const Tensor& y) const {
+  return train_step_ ? train_step_->Placeholders({x, y}) : std::vector<Tensor>();
+}
+
 Graph& Model::train_graph() {
   LOOM_CHECK(train_step_, GraphError, "[Model] no training graph yet: compile with use_graph and train a batch");
   return train_step_->last_graph();

@@ -52,6 +52,10 @@ class Model {
   bool use_graph() const { return use_graph_; }
   void set_recapture(bool on);
   int64_t steps() const { return steps_; }
+  // Graph mode: the training graph's input tensors for batches shaped like (x, y), once that
+  // graph exists (empty otherwise). Fill them with the next batch (CopyFromHost, a DataLoader's
+  // NextInto) and pass them to TrainOneBatch: no copy, no second input buffer.
+  std::vector<Tensor> GraphInputs(const Tensor& x, const Tensor& y) const;
   // The graph of the most recent graph-mode training step (throws if none).
   Graph& train_graph();
 

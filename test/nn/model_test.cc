@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/harness.h"
+#include "common/mlp.h"
 #include "graph/graph.h"
 #include "nn/cnn_layers.h"
 #include "nn/model.h"
@@ -177,6 +178,35 @@ TEST(Model, Errors) {
   m.set_recapture(true);
   EXPECT_NO_THROW(m.TrainOneBatch(small.first, small.second));
   CpuDevice()->ResetGraph();
+}
+
+TEST(Model, FeedingTheGraphInputsDirectlyMatchesPassingBatches) {
+  auto run = [](bool direct) {
+    CpuDevice()->SetRandSeed(11);
+    nn::Model m(nn::MakeMlp({8, 16, 3}), std::make_shared<nn::SGD>(0.1, 0.9));
+    Blobs data(8, 3);
+    auto b0 = data.Batch(4, 0);
+    m.Compile({b0.first}, true, true, true);
+    std::vector<float> losses;
+    for (int s = 0; s < 4; ++s) {
+      auto b = data.Batch(4, uint32_t(s));
+      std::vector<Tensor> in = m.GraphInputs(b.first, b.second);
+      if (direct && !in.empty()) {
+        EXPECT_NE(in[0].block(), b.first.block());
+        in[0].CopyFrom(b.first.ToVector<float>());
+        in[1].CopyFrom(b.second.ToVector<int32_t>());
+        uint64_t ops_before = CpuDevice()->ops_run();
+        losses.push_back(float(m.TrainOneBatch(in[0], in[1]).loss.Item()));
+        EXPECT_EQ(CpuDevice()->ops_run() - ops_before, m.train_graph().ops().size());  // no copy ops
+      } else {
+        losses.push_back(float(m.TrainOneBatch(b.first, b.second).loss.Item()));
+      }
+    }
+    EXPECT_EQ(m.GraphInputs(Tensor(Shape{5, 8}, DType::kFloat32, CpuDevice()), Tensor(Shape{5}, DType::kInt32, CpuDevice())).size(), 0u);
+    CpuDevice()->ResetGraph();
+    return losses;
+  };
+  EXPECT_EQ(run(false), run(true));
 }
 
 TEST(Layers, ParametersAndStatesAreNamedAndPersistent) {
