@@ -102,6 +102,22 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
+def loom_init(model):
+    """Initialise like loom's layers (src/nn/layer.cc): weights N(0, 2 / fan_in) (Kaiming normal),
+    biases 0, BatchNorm gamma 1 and beta 0, so both sides train the same model from the same
+    distribution (PyTorch's default Kaiming-uniform with a = sqrt(5) starts with smaller weights)."""
+    for mod in model.modules():
+        if isinstance(mod, (nn.Linear, nn.Conv2d)):
+            fan_in = mod.weight[0].numel()
+            nn.init.normal_(mod.weight, 0.0, (2.0 / fan_in) ** 0.5)
+            if mod.bias is not None:
+                nn.init.zeros_(mod.bias)
+        elif isinstance(mod, nn.BatchNorm2d):
+            nn.init.ones_(mod.weight)
+            nn.init.zeros_(mod.bias)
+    return model
+
+
 ZOO = {  # name: (arch, sample shape, classes, default batch, constructor)
     "mlp": ("mlp-784-1024-1024-10", (784,), 10, 64, mlp),
     "cnn": ("small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)", (3, 32, 32), 10, 32, small_cnn),
@@ -225,6 +241,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="default: the core count")
     ap.add_argument("--json", action="store_true", help="one JSON line on stdout, the table on stderr")
+    ap.add_argument("--torch-init", action="store_true",
+                    help="keep PyTorch's default initialisation (default: loom's, Kaiming normal)")
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--momentum", type=float, default=MOMENTUM)
     a = ap.parse_args()
@@ -254,7 +272,10 @@ def main():
     exact = reset_high_water_mark()
     rss0_kb = status_kb("VmRSS:")
     torch.manual_seed(SEED)
-    model = make().to(dev)
+    model = make()
+    if not a.torch_init:
+        loom_init(model)
+    model = model.to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     x = torch.empty((batch,) + tuple(sample), dtype=torch.float32, device=dev)
@@ -308,6 +329,9 @@ def main():
         print("bench_torch: error: " + "; ".join(why) + ": refusing to report this run", file=sys.stderr)
         return 3
 
+    if not losses[-1] < losses[0]:
+        print(f"bench_torch: warning: the loss rose ({losses[0]:.4f} -> {losses[-1]:.4f}): it trained but is not "
+              "converging at this batch and learning rate", file=sys.stderr)
     med, p10, p90 = percentile(times, 0.5), percentile(times, 0.1), percentile(times, 0.9)
     if dev.type == "cuda":
         peak, peak_is = torch.cuda.max_memory_allocated(), "torch.cuda.max_memory_allocated over the timed steps"
@@ -321,9 +345,10 @@ def main():
         "peak_bytes": peak, "state_bytes": state, "working_peak_bytes": max(0, peak - state) if dev.type == "cuda" else None,
         "rss_peak_delta_bytes": rss_delta, "rss_peak_delta_exact": exact,
         "arena_bytes": None, "lower_bound_bytes": None,
-        "first_loss": round(losses[0], 6), "last_loss": round(losses[-1], 6), "optimizer_steps": total,
-        "params_changed": True, "param_bytes": param_bytes, "param_traffic_bytes_per_step": 7 * param_bytes,
-        "optimizer": f"sgd lr {a.lr:g} momentum {a.momentum:g}", "torch": torch.__version__, "blas": blas["libraries"],
+        "first_loss": round(losses[0], 6), "last_loss": round(losses[-1], 6),
+        "loss_fell": losses[-1] < losses[0], "optimizer_steps": total,
+        "params_changed": True, "param_bytes": param_bytes, "param_traffic_bytes_per_step": 8 * param_bytes,
+        "optimizer": f"sgd lr {a.lr:g} momentum {a.momentum:g}", "init": "torch default" if a.torch_init else "loom (kaiming normal)", "torch": torch.__version__, "blas": blas["libraries"],
         "blas_is_openblas": blas["openblas"], "mkldnn": blas["mkldnn"], "data_checksum": checksum,
         "peak_bytes_is": peak_is,
         "rss_peak_delta_is": "process VmHWM at the end minus VmRSS before the model was built",

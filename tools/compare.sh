@@ -46,17 +46,17 @@ $PY -c 'import torch' 2>/dev/null || { echo "compare: PyTorch missing for $PY (a
 MODES=eager,graph-dynamic,graph-planned,graph-parallel
 [ "$DEVICE" = cuda ] && MODES="$MODES,cuda-graph"
 
-# model batch steps warmup
-CONFIGS=("mlp 1 200 10" "mlp 8 200 10" "mlp 64 100 5" "cnn 32 30 3" "resnet18 16 12 2")
-[ "$R50" = 1 ] && CONFIGS+=("resnet50 8 6 2")
+# model batch steps warmup rounds (loom-bench's modes take turns in rounds: Note [Rounds])
+CONFIGS=("mlp 1 200 10 4" "mlp 8 200 10 4" "mlp 64 100 5 4" "cnn 32 30 3 3" "resnet18 16 12 2 3")
+[ "$R50" = 1 ] && CONFIGS+=("resnet50 8 6 2 3")
 
 echo "compare: $(nproc) cores (load $(cut -d' ' -f1-3 /proc/loadavg)), $THREADS threads, device $DEVICE, loom modes $MODES; JSON lines -> $OUT" >&2
 for cfg in "${CONFIGS[@]}"; do
-  read -r model batch steps warmup <<<"$cfg"
-  if [ "$QUICK" = 1 ]; then steps=3; warmup=1; fi
+  read -r model batch steps warmup rounds <<<"$cfg"
+  if [ "$QUICK" = 1 ]; then steps=3; warmup=1; rounds=1; fi
   args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --device "$DEVICE" --threads "$THREADS" --json)
   echo "compare: $model batch $batch: loom-bench" >&2
-  "$BENCH" "${args[@]}" --mode "$MODES" 2>/dev/null | grep '^{' >>"$OUT"
+  "$BENCH" "${args[@]}" --mode "$MODES" --rounds "$rounds" 2>/dev/null | grep '^{' >>"$OUT"
   echo "compare: $model batch $batch: bench_torch.py" >&2
   $PY tools/bench_torch.py "${args[@]}" 2>/dev/null | grep '^{' >>"$OUT"
 done
@@ -77,7 +77,7 @@ print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for (model, batch, dev), m in by.items():
     t, e, p, q = m.get("torch-eager"), m.get("eager"), m.get("graph-planned"), m.get("graph-parallel")
     ms = lambda r: f"{r['ms_per_step_median']:.3f}" if r else "-"
-    graphs = [r for r in (p, q, m.get("cuda-graph")) if r]
+    graphs = [r for r in (m.get("graph-dynamic"), p, q, m.get("cuda-graph")) if r]
     best = min(graphs, key=lambda r: r["ms_per_step_median"]) if graphs else None
     vs_torch = f"{t['ms_per_step_median'] / best['ms_per_step_median']:.2f}x ({best['mode']})" if t and best else "-"
     vs_eager = f"{e['ms_per_step_median'] / p['ms_per_step_median']:.2f}x" if e and p else "-"

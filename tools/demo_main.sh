@@ -25,14 +25,14 @@ BENCH="$BUILD/loom-bench"
 
 echo
 echo "demo: small CNN, batch 32, CPU ($(nproc) cores): eager vs graph replay"
-"$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 \
+"$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 \
   --mode eager,graph-dynamic,graph-planned,graph-parallel --timeline "$OUT/cpu" 2>"$OUT/cpu.log" ||
   { cat "$OUT/cpu.log" >&2; exit 1; }
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo
   echo "demo: small CNN, batch 32, GPU: eager vs graph replay"
-  if "$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --device cuda \
+  if "$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 --device cuda \
        --mode eager,graph-dynamic,graph-planned,cuda-graph --timeline "$OUT/cuda" 2>"$OUT/cuda.log"; then
     :
   else

@@ -16,8 +16,9 @@
 //
 // What the memory figures mean (also in --help and under the table):
 //   peak_bytes            the device allocator's peak over the timed steps (ResetPeak after the
-//                         warm-up): requested bytes of parameters, optimizer state, inputs and
-//                         everything the step allocates (a planned graph's arena included).
+//                         warm-up; round 1 only with --rounds, Note [Rounds]): requested bytes of
+//                         parameters, optimizer state, inputs and everything the step allocates
+//                         (a planned graph's arena included).
 //   state_bytes           parameters + optimizer state + BatchNorm statistics + the input batch.
 //   working_peak_bytes    peak_bytes - state_bytes: what the step itself needs at its worst.
 //   rss_peak_delta_bytes  growth of the process's resident set: VmHWM at the end of the run minus
@@ -25,7 +26,9 @@
 //                         /proc/self/clear_refs), so it includes allocator caching, BLAS buffers
 //                         and heap fragmentation. Comparable with tools/bench_torch.py on the CPU.
 //   arena_bytes, lower_bound_bytes   from the training graph (GraphStats): the planned arena and
-//                         the liveness lower bound of the intermediates (null in eager mode).
+//                         the liveness lower bound of the intermediates, counting blocks that share
+//                         memory through in-place reuse once (lower_bound_no_inplace_bytes: without
+//                         that reuse, what a dynamic replay holds); null in eager mode.
 //
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags, 3 a run that did not train.
 #include <malloc.h>
@@ -89,13 +92,31 @@ struct ModelSpec {
 
 std::vector<ModelSpec> Zoo() {
   return {
-      {"mlp", "mlp-784-1024-1024-10", {784}, 10, 64,
-       [](nn::LayerOptions o) { return nn::MakeMlp({784, 1024, 1024, 10}, o); }},
-      {"cnn", "small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)", {3, 32, 32}, 10, 32,
+      {"mlp",
+       "mlp-784-1024-1024-10",
+       {784},
+       10,
+       64,
+       [](nn::LayerOptions o) {
+         return nn::MakeMlp({784, 1024, 1024, 10}, o);
+       }},
+      {"cnn",
+       "small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)",
+       {3, 32, 32},
+       10,
+       32,
        [](nn::LayerOptions o) { return nn::MakeSmallCnn(3, 10, o); }},
-      {"resnet18", "resnet18-cifar-3x32x32", {3, 32, 32}, 10, 16,
+      {"resnet18",
+       "resnet18-cifar-3x32x32",
+       {3, 32, 32},
+       10,
+       16,
        [](nn::LayerOptions o) { return nn::MakeResNet18(10, o); }},
-      {"resnet50", "resnet50-3x224x224", {3, 224, 224}, 1000, 8,
+      {"resnet50",
+       "resnet50-3x224x224",
+       {3, 224, 224},
+       1000,
+       8,
        [](nn::LayerOptions o) { return nn::MakeResNet50(1000, o); }},
   };
 }
@@ -127,12 +148,13 @@ struct Flags {
   bool json = false;
   std::string timeline_dir;
   double lr = 0.01, momentum = 0.9;
+  int64_t rounds = 1;
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
-    "                  [--lr X] [--momentum X]\n"
+    "                  [--rounds R] [--lr X] [--momentum X]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -142,6 +164,8 @@ const char* kUsage =
     "  --steps N      timed steps (default 20)\n"
     "  --warmup N     untimed steps first, at least 1 (the graph capture happens there; default 3)\n"
     "  --threads N    CPU threads for loom and OpenBLAS (default: the core count)\n"
+    "  --rounds R     split the timed steps into R chunks and let the modes take turns, chunk by chunk\n"
+    "                 (all models stay alive; memory is measured in round 1, per mode); default 1\n"
     "  --json         one JSON line per run on stdout; the table goes to stderr\n"
     "  --timeline DIR write the memory timelines of one step (eager, graph-dynamic, graph-planned:\n"
     "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
@@ -149,7 +173,8 @@ const char* kUsage =
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
-    "Memory: peak_bytes = device allocator peak over the timed steps (requested bytes: parameters,\n"
+    "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
+    "parameters, "
     "optimizer state, inputs, intermediates, a planned arena); state_bytes = parameters + optimizer and\n"
     "BatchNorm state + the input batch; working_peak_bytes = peak_bytes - state_bytes;\n"
     "rss_peak_delta_bytes = process VmHWM at the end minus VmRSS before the model was built.\n";
@@ -220,7 +245,8 @@ Flags ParseFlags(int argc, char** argv) {
       if (f.modes.empty()) throw UsageError("--mode needs at least one mode");
     } else if (arg == "--device") {
       f.device = next();
-      if (f.device != "cpu" && f.device != "cuda") throw UsageError("--device must be cpu or cuda, got '" + f.device + "'");
+      if (f.device != "cpu" && f.device != "cuda")
+        throw UsageError("--device must be cpu or cuda, got '" + f.device + "'");
     } else if (arg == "--steps") {
       f.steps = ParseInt(arg, next(), 2);
     } else if (arg == "--warmup") {
@@ -232,6 +258,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.json = true;
     } else if (arg == "--timeline") {
       f.timeline_dir = next();
+    } else if (arg == "--rounds") {
+      f.rounds = ParseInt(arg, next(), 1);
     } else if (arg == "--lr") {
       f.lr = ParseDouble(arg, next());
     } else if (arg == "--momentum") {
@@ -388,17 +416,21 @@ size_t StateBytes(nn::Model& m, const Tensor& x, const Tensor& y) {
   return bytes;
 }
 
-// Parameter traffic of one SGD-momentum step, unfused: the forward reads W, the backward reads W
-// (input gradients) and writes dW, the update reads W, dW, the momentum and writes W and the
-// momentum: 7 passes over the parameters' bytes. What an MLP at a small batch cannot avoid.
+// Parameter traffic of one SGD-momentum step, unfused: the forward reads W (1 pass), the backward
+// reads W for the input gradients (1; the first layer's is not needed) and writes dW (1), the
+// update reads W, dW and the momentum and writes W and the momentum (5): about 8 passes over the
+// parameters' bytes (param_traffic_bytes_per_step = 8 * param_bytes). What an MLP at a small
+// batch cannot avoid: its time is bounded by these bytes over the memory bandwidth.
 size_t ParamBytes(nn::Model& m) {
   size_t b = 0;
   for (auto& p : m.Params()) b += p.second.nbytes();
   return b;
 }
 
+// The device's graph options are copied into a graph when its capture ends (the first
+// TrainOneBatch), so setting them just before a mode's first step configures that mode's graph
+// alone; graphs of other modes keep theirs.
 void ConfigureGraphs(loom::Device& dev, Mode mode) {
-  dev.ResetGraph();
   loom::GraphOptions o;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
@@ -433,64 +465,103 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   return s;
 }
 
-RunResult RunMode(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
-                  const std::shared_ptr<loom::Device>& dev, const Data& data) {
+// One mode's run in progress: its model, the steps taken so far, its results.
+struct ModeRun {
   RunResult r;
-  r.mode = mode;
-  dev->EmptyCache();
-  malloc_trim(0);
-  r.rss_exact = ResetHighWaterMark();
-  size_t rss0_kb = StatusKb("VmRSS:");
+  Session s;
+  uint64_t sum0 = 0;  // parameter checksum before training
+  int64_t done = 0;   // steps taken
+};
 
-  Session s = NewSession(f, spec, batch, mode, dev, data);
-  nn::Model& model = *s.model;
-  uint64_t sum0 = ParamChecksum(model);
+// One training step on batch number run.done; returns its time in ms (copy-in to loss read).
+double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, std::vector<float>& bx,
+            std::vector<int32_t>& by) {
+  data.Batch(run.done, batch, bx, by);
+  auto t0 = std::chrono::steady_clock::now();
+  run.s.x.CopyFrom(bx);
+  run.s.y.CopyFrom(by);
+  double loss = run.s.model->TrainOneBatch(run.s.x, run.s.y).loss.Item();  // a host read: synchronises
+  dev.Synchronize();
+  auto t1 = std::chrono::steady_clock::now();
+  if (!std::isfinite(loss))
+    throw NotTrainedError(loom::detail::Cat("mode ", Name(run.r.mode), ": the loss is ", loss, " at step ",
+                                            run.done + 1, ": training diverged"));
+  if (run.done == 0) run.r.first_loss = loss;
+  run.r.last_loss = loss;
+  ++run.done;
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+// Note [Rounds]
+// On a shared machine speed drifts over seconds, so timing the modes one after the other can
+// favour whichever ran in a quiet moment. With --rounds R the timed steps are split into R
+// chunks and the modes take turns, chunk by chunk, each keeping its model (and graph) alive.
+// Memory is measured in round 1 only, in each mode's own window: its model is built, warmed up
+// and timed while the other modes' models sit idle, holding constant memory, which is
+// subtracted (peak_bytes = allocator peak in the window - live bytes before the model existed).
+std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t batch,
+                                const std::shared_ptr<loom::Device>& dev, const Data& data) {
+  std::vector<std::unique_ptr<ModeRun>> runs;
   std::vector<float> bx;
   std::vector<int32_t> by;
+  const int64_t rounds = std::max<int64_t>(1, std::min(f.rounds, f.steps));
+  auto chunk = [&](int64_t round) { return f.steps / rounds + (round < f.steps % rounds ? 1 : 0); };
+  for (int64_t round = 0; round < rounds; ++round) {
+    for (size_t i = 0; i < f.modes.size(); ++i) {
+      if (round > 0) {
+        for (int64_t k = 0; k < chunk(round); ++k) runs[i]->r.ms.push_back(Step(*runs[i], data, batch, *dev, bx, by));
+        continue;
+      }
+      auto run = std::make_unique<ModeRun>();
+      run->r.mode = f.modes[i];
+      dev->EmptyCache();  // earlier modes' cached free memory goes back: RSS growth is this mode's
+      malloc_trim(0);
+      run->r.rss_exact = ResetHighWaterMark();
+      size_t rss0_kb = StatusKb("VmRSS:");
+      size_t live0 = dev->stats().live_bytes;
+      run->s = NewSession(f, spec, batch, run->r.mode, dev, data);
+      run->sum0 = ParamChecksum(*run->s.model);
+      for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, bx, by);
+      dev->ResetPeak();
+      for (int64_t k = 0; k < chunk(0); ++k) run->r.ms.push_back(Step(*run, data, batch, *dev, bx, by));
+      dev->Synchronize();
+      size_t peak = dev->stats().peak_bytes;
+      run->r.peak_bytes = peak > live0 ? peak - live0 : 0;
+      size_t hwm_kb = StatusKb("VmHWM:");
+      run->r.rss_delta = hwm_kb > rss0_kb ? (hwm_kb - rss0_kb) * 1024 : 0;
+      runs.push_back(std::move(run));
+    }
+  }
+
+  std::vector<RunResult> out;
   const int64_t total = f.warmup + f.steps;
-  for (int64_t step = 0; step < total; ++step) {
-    data.Batch(step, batch, bx, by);
-    if (step == f.warmup) dev->ResetPeak();
-    auto t0 = std::chrono::steady_clock::now();
-    s.x.CopyFrom(bx);
-    s.y.CopyFrom(by);
-    double loss = model.TrainOneBatch(s.x, s.y).loss.Item();  // a host read: synchronises
-    dev->Synchronize();
-    auto t1 = std::chrono::steady_clock::now();
-    if (step >= f.warmup) r.ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    if (!std::isfinite(loss))
-      throw NotTrainedError(loom::detail::Cat("the loss is ", loss, " at step ", step + 1, ": training diverged"));
-    if (step == 0) r.first_loss = loss;
-    r.last_loss = loss;
+  for (auto& run : runs) {
+    RunResult& r = run->r;
+    nn::Model& model = *run->s.model;
+    r.state_bytes = StateBytes(model, run->s.x, run->s.y);
+    r.param_bytes = ParamBytes(model);
+    r.optimizer_steps = model.steps();
+    if (UsesGraph(r.mode)) {
+      r.has_graph = true;
+      r.gstats = model.train_graph().stats();
+    }
+    // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
+    std::string why;
+    if (r.first_loss == r.last_loss)
+      why += loom::detail::Cat(" the loss did not change (", r.first_loss, " at step 1 and at step ", total, ");");
+    if (ParamChecksum(model) == run->sum0) why += " the parameters did not change;";
+    if (r.optimizer_steps != total)
+      why += loom::detail::Cat(" the model counted ", r.optimizer_steps, " optimizer steps for ", total, " calls;");
+    if (r.has_graph && r.gstats.replays != uint64_t(total))
+      why += loom::detail::Cat(" the graph replayed ", r.gstats.replays, " times for ", total, " steps;");
+    if (!why.empty())
+      throw NotTrainedError(loom::detail::Cat("mode ", Name(r.mode), ":", why, " refusing to report this run"));
+    r.median = Percentile(r.ms, 0.5);
+    r.p10 = Percentile(r.ms, 0.1);
+    r.p90 = Percentile(r.ms, 0.9);
+    out.push_back(r);
   }
-  dev->Synchronize();
-  r.peak_bytes = dev->stats().peak_bytes;
-  size_t hwm_kb = StatusKb("VmHWM:");
-  r.rss_delta = hwm_kb > rss0_kb ? (hwm_kb - rss0_kb) * 1024 : 0;
-  r.state_bytes = StateBytes(model, s.x, s.y);
-  r.param_bytes = ParamBytes(model);
-  r.optimizer_steps = model.steps();
-  if (UsesGraph(mode)) {
-    r.has_graph = true;
-    r.gstats = model.train_graph().stats();
-  }
-
-  // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
-  std::string why;
-  if (r.first_loss == r.last_loss)
-    why += loom::detail::Cat(" the loss did not change (", r.first_loss, " at step 1 and at step ", total, ");");
-  if (ParamChecksum(model) == sum0) why += " the parameters did not change;";
-  if (r.optimizer_steps != total)
-    why += loom::detail::Cat(" the model counted ", r.optimizer_steps, " optimizer steps for ", total, " calls;");
-  if (r.has_graph && r.gstats.replays != uint64_t(total))
-    why += loom::detail::Cat(" the graph replayed ", r.gstats.replays, " times for ", total, " steps;");
-  if (!why.empty())
-    throw NotTrainedError(loom::detail::Cat("mode ", Name(mode), ":", why, " refusing to report this run"));
-
-  r.median = Percentile(r.ms, 0.5);
-  r.p10 = Percentile(r.ms, 0.1);
-  r.p90 = Percentile(r.ms, 0.9);
-  return r;
+  return out;
 }
 
 // ---------------------------------------------------------------- memory timeline
@@ -553,11 +624,12 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
   std::snprintf(meta, sizeof meta,
                 "{\"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"eager_ops\": %zu, "
                 "\"graph_ops\": %zu, \"eager_step_peak_bytes\": %zu, \"dynamic_peak_bytes\": %zu, "
-                "\"arena_bytes\": %zu, \"lower_bound_bytes\": %zu, \"persistent_bytes\": %zu, "
+                "\"arena_bytes\": %zu, \"lower_bound_bytes\": %zu, \"lower_bound_no_inplace_bytes\": %zu, "
+                "\"inplace_ops\": %zu, \"persistent_bytes\": %zu, "
                 "\"plan_strategy\": \"%s\"}\n",
                 spec.name.c_str(), spec.arch.c_str(), (long long)batch, dev->name().c_str(), eager_ops, plan.num_ops,
-                eager_peak, dyn.dynamic_peak_bytes, plan.arena_bytes, plan.lower_bound_bytes, plan.persistent_bytes,
-                plan.plan_strategy.c_str());
+                eager_peak, dyn.dynamic_peak_bytes, plan.arena_bytes, plan.lower_bound_bytes,
+                plan.lower_bound_no_inplace_bytes, plan.inplace_ops, plan.persistent_bytes, plan.plan_strategy.c_str());
   WriteText(dir + "/meta.json", meta);
 }
 
@@ -570,25 +642,29 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   std::snprintf(
       buf, sizeof buf,
       "{\"tool\": \"loom-bench\", \"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
-      "\"device\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, "
+      "\"device\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"rounds\": %lld, "
       "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, \"items_per_s\": %.2f, "
       "\"peak_bytes\": %zu, \"state_bytes\": %zu, \"working_peak_bytes\": %zu, \"rss_peak_delta_bytes\": %zu, "
-      "\"rss_peak_delta_exact\": %s, \"arena_bytes\": %s, \"lower_bound_bytes\": %s, \"dynamic_peak_bytes\": %s, "
+      "\"rss_peak_delta_exact\": %s, \"arena_bytes\": %s, \"lower_bound_bytes\": %s, "
+      "\"lower_bound_no_inplace_bytes\": %s, \"inplace_ops\": %s, \"dynamic_peak_bytes\": %s, "
       "\"persistent_bytes\": %s, \"graph_ops\": %s, \"first_loss\": %.6f, \"last_loss\": %.6f, "
-      "\"optimizer_steps\": %lld, \"params_changed\": true, \"param_bytes\": %zu, "
+      "\"loss_fell\": %s, \"optimizer_steps\": %lld, \"params_changed\": true, \"param_bytes\": %zu, "
       "\"param_traffic_bytes_per_step\": %zu, \"optimizer\": \"sgd lr %g momentum %g\", \"data_checksum\": \"%s\", "
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
       spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), loom::NumThreads(),
-      (long long)f.steps, (long long)f.warmup, r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median,
-      r.peak_bytes, r.state_bytes, r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta,
-      r.rss_exact ? "true" : "false", num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned,
-                                                  r.gstats.arena_bytes).c_str(),
+      (long long)f.steps, (long long)f.warmup, (long long)std::min(f.rounds, f.steps), r.median, r.p10, r.p90,
+      double(batch) * 1000.0 / r.median, r.peak_bytes, r.state_bytes,
+      r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta, r.rss_exact ? "true" : "false",
+      num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned, r.gstats.arena_bytes).c_str(),
       num_or_null(r.has_graph, r.gstats.lower_bound_bytes).c_str(),
+      num_or_null(r.has_graph, r.gstats.lower_bound_no_inplace_bytes).c_str(),
+      num_or_null(r.has_graph, r.gstats.inplace_ops).c_str(),
       num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kDynamic, r.gstats.dynamic_peak_bytes).c_str(),
       num_or_null(r.has_graph, r.gstats.persistent_bytes).c_str(), num_or_null(r.has_graph, r.gstats.num_ops).c_str(),
-      r.first_loss, r.last_loss, (long long)r.optimizer_steps, r.param_bytes, 7 * r.param_bytes, f.lr, f.momentum, data_checksum.c_str());
+      r.first_loss, r.last_loss, r.last_loss < r.first_loss ? "true" : "false", (long long)r.optimizer_steps,
+      r.param_bytes, 8 * r.param_bytes, f.lr, f.momentum, data_checksum.c_str());
   return buf;
 }
 
@@ -598,8 +674,7 @@ std::string MiB(size_t b) {
   return buf;
 }
 
-std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device,
-                  const std::vector<RunResult>& runs) {
+std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device, const std::vector<RunResult>& runs) {
   const RunResult* eager = nullptr;
   for (const RunResult& r : runs)
     if (r.mode == Mode::kEager) eager = &r;
@@ -626,12 +701,13 @@ std::string Table(const ModelSpec& spec, int64_t batch, const std::string& devic
       std::snprintf(buf, sizeof buf, "%.3f", double(r.gstats.arena_bytes) / double(r.gstats.lower_bound_bytes));
       ratio = buf;
     }
-    std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f |\n",
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f%s |\n",
                   Name(r.mode), r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median, speedup.c_str(),
                   MiB(r.peak_bytes).c_str(), memratio.c_str(),
                   MiB(r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0).c_str(), arena.c_str(),
                   lb.c_str(), ratio.c_str(), MiB(r.rss_delta).c_str(), r.rss_exact ? "" : " (upper bound)",
-                  r.first_loss, r.last_loss);
+                  r.first_loss, r.last_loss, r.last_loss < r.first_loss ? "" : " (rose)");
     o << buf;
   }
   o << "\npeak = device allocator peak over the timed steps (parameters, optimizer state, inputs, intermediates, "
@@ -663,22 +739,28 @@ int Main(const Flags& f) {
     if (s.name == f.model) spec = s;
   const int64_t batch = f.batch > 0 ? f.batch : spec.default_batch;
   for (Mode m : f.modes)
-    LOOM_CHECK(m != Mode::kCudaGraph || dev->HasDeviceGraphs(), DeviceError, "[loom-bench] --mode cuda-graph: ",
-               dev->name(), " has no device graphs");
+    LOOM_CHECK(m != Mode::kCudaGraph || dev->HasDeviceGraphs(), DeviceError,
+               "[loom-bench] --mode cuda-graph: ", dev->name(), " has no device graphs");
 
-  std::cerr << "loom-bench: " << spec.arch << ", batch " << batch << ", " << dev->name() << ", "
-            << loom::NumThreads() << " threads, " << f.warmup << " warm-up + " << f.steps << " timed steps per mode"
+  std::cerr << "loom-bench: " << spec.arch << ", batch " << batch << ", " << dev->name() << ", " << loom::NumThreads()
+            << " threads, " << f.warmup << " warm-up + " << f.steps << " timed steps per mode"
+            << (f.rounds > 1 ? ", modes taking turns in " + std::to_string(std::min(f.rounds, f.steps)) + " rounds"
+                             : "")
             << std::endl;
+  dev->ResetGraph();
   Data data = MakeData(spec, batch, kSeed);
-  std::vector<RunResult> runs;
-  for (Mode m : f.modes) {
-    RunResult r = RunMode(f, spec, batch, m, dev, data);
+  std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data);
+  for (const RunResult& r : runs) {
     char line[256];
-    std::snprintf(line, sizeof line, "  %-15s median %9.3f ms/step (p10 %.3f, p90 %.3f), peak %s MiB, loss %.4f -> %.4f",
-                  Name(m), r.median, r.p10, r.p90, MiB(r.peak_bytes).c_str(), r.first_loss, r.last_loss);
+    std::snprintf(line, sizeof line,
+                  "  %-15s median %9.3f ms/step (p10 %.3f, p90 %.3f), peak %s MiB, loss %.4f -> %.4f", Name(r.mode),
+                  r.median, r.p10, r.p90, MiB(r.peak_bytes).c_str(), r.first_loss, r.last_loss);
     std::cerr << line << std::endl;
+    if (!(r.last_loss < r.first_loss))
+      std::cerr << "  warning: the loss rose (" << r.first_loss << " -> " << r.last_loss
+                << "): it trained (the parameters moved) but is not converging at this batch and learning rate"
+                << std::endl;
     if (f.json) std::cout << Json(f, spec, batch, dev->name(), r, DataChecksum(data)) << std::endl;
-    runs.push_back(std::move(r));
   }
   (f.json ? std::cerr : std::cout) << Table(spec, batch, dev->name(), runs) << std::flush;
   if (!f.timeline_dir.empty()) {

@@ -10,8 +10,10 @@ step (x axis, issue order), the bytes the step itself holds beyond the persisten
                       live before the step (measured);
   - graph, dynamic:   live intermediate bytes of a dynamic replay (allocated at the first writer,
                       freed after the last reader: the graph's liveness per op);
-  - graph, planned:   the arena, held for the whole step (one allocation, bound once);
-  - lower bound:      the largest sum of live intermediate sizes at any op.
+  - graph, planned:   the arena, held for the whole step (one allocation, bound once), and the
+                      bytes of it in use at each op (in-place ops share their input's memory);
+  - lower bound:      the largest sum of live intermediate sizes at any op, blocks sharing memory
+                      through in-place reuse counted once (and, dotted grey, without that reuse).
 Forward, backward and update phases are shaded. Prints the PNG's path. matplotlib, Agg backend.
 """
 import argparse
@@ -34,12 +36,21 @@ def read_csv(path):
 
 
 def phases(names):
-    """(backward start, update start) op indices from op names; None when not found."""
-    bwd = next((i for i, n in enumerate(names) if n.endswith("_grad") or "_grad_" in n), None)
-    if bwd is not None and bwd > 0 and names[bwd - 1] == "fill":  # the seed gradient of the loss
+    """Shaded regions [(first op, end op, label)] from op names: the forward pass, then the
+    backward pass (with the optimizer updates it interleaves, when parameters are updated as soon
+    as their gradients are final), then updates that follow the last gradient op."""
+    n = len(names)
+    grads = [i for i, nm in enumerate(names) if nm.endswith("_grad") or "_grad_" in nm]
+    if not grads:
+        return [(0, n, "forward")]
+    bwd, last = grads[0], grads[-1]
+    if bwd > 0 and names[bwd - 1] == "fill":  # the seed gradient of the loss
         bwd -= 1
-    upd = next((i for i, n in enumerate(names) if n.endswith("_update")), None)
-    return bwd, upd
+    interleaved = any(nm.endswith("_update") for nm in names[bwd:last])
+    out = [(0, bwd, "forward"), (bwd, last + 1, "backward + updates" if interleaved else "backward")]
+    if last + 1 < n:
+        out.append((last + 1, n, "updates"))
+    return out
 
 
 def main():
@@ -61,6 +72,8 @@ def main():
 
     e_y = [int(r["live_bytes"]) / MIB for r in eager]
     d_y = [int(r["live_bytes"]) / MIB for r in dyn]
+    p_y = [int(r["planned_live_bytes"]) / MIB for r in plan] if plan and "planned_live_bytes" in plan[0] else []
+    bound_plain = int(meta.get("lower_bound_no_inplace_bytes") or 0) / MIB
     arena = int(meta["arena_bytes"]) / MIB
     bound = int(meta["lower_bound_bytes"]) / MIB
     e_peak = max(e_y) if e_y else 0.0
@@ -68,13 +81,9 @@ def main():
 
     fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
     n = max(len(e_y), len(d_y), 1)
-    bwd, upd = phases(names)
-    spans = [(0, bwd if bwd is not None else n, "forward", "#f2f2f2")]
-    if bwd is not None:
-        spans.append((bwd, upd if upd is not None else n, "backward", "#e6eef7"))
-    if upd is not None:
-        spans.append((upd, n, "update", "#eef7e6"))
-    top = max(e_peak, max(d_y, default=0), arena, bound) * 1.18 or 1.0
+    colors = {"forward": "#f2f2f2", "updates": "#eef7e6"}
+    spans = [(lo, hi, label, colors.get(label, "#e6eef7")) for lo, hi, label in phases(names)]
+    top = max(e_peak, max(d_y, default=0), arena, bound, bound_plain) * 1.18 or 1.0
     for lo, hi, label, color in spans:
         ax.axvspan(lo - 0.5, hi - 0.5, color=color, zorder=0)
         ax.text((lo + hi - 1) / 2, top * 0.985, label, ha="center", va="top", fontsize=9, color="#555555")
@@ -85,6 +94,13 @@ def main():
             label=f"graph, dynamic recycling, peak {max(d_y, default=0):.2f} MiB", **steps)
     ax.hlines(arena, -0.5, n - 0.5, color="#2ca02c", lw=2.0,
               label=f"graph, planned arena {arena:.2f} MiB (held all step)")
+    if p_y and any(abs(a - b) > 1e-9 for a, b in zip(p_y, d_y)):
+        ax.step(range(len(p_y)), p_y, color="#2ca02c", lw=1.0, alpha=0.8,
+                label=f"graph, planned: arena bytes in use (in-place reuse, {meta.get('inplace_ops', '?')} ops)",
+                **steps)
+    if bound_plain and abs(bound_plain - bound) > 1e-9:
+        ax.hlines(bound_plain, -0.5, n - 0.5, color="#777777", lw=1.0, ls=":",
+                  label=f"lower bound without in-place reuse {bound_plain:.2f} MiB")
     ax.hlines(bound, -0.5, n - 0.5, color="black", lw=1.2, ls=":",
               label=f"liveness lower bound {bound:.2f} MiB")
     ax.set_xlim(-0.5, n - 0.5)
@@ -98,7 +114,7 @@ def main():
     if n <= 60:
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, rotation=75, fontsize=7)
-    ax.legend(loc="center right", fontsize=8.5, framealpha=0.95)
+    ax.legend(loc="lower center", fontsize=8.5, framealpha=0.95)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(out)

@@ -81,6 +81,24 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
   EXPECT_NE(r.out.find("| graph-planned |"), std::string::npos) << "no Markdown table row:\n" << r.out;
 }
 
+// Note [Rounds] in tools/loom-bench.cc: with the modes taking turns, each mode's memory is
+// still its own (what the other, idle models hold is subtracted), and the losses are the same.
+TEST(LoomBench, RoundsKeepEachModesMemoryAndLosses) {
+  if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
+  const std::string args = "--model mlp --batch 4 --steps 4 --warmup 1 --mode eager,graph-planned --threads 1 --json";
+  Result one = RunBench(args), two = RunBench(args + " --rounds 2");
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  std::vector<std::string> a = JsonLines(one.out), b = JsonLines(two.out);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(Field(b[i], "rounds"), 2) << b[i];
+    EXPECT_EQ(Field(a[i], "peak_bytes"), Field(b[i], "peak_bytes")) << a[i] << "\n" << b[i];
+    EXPECT_EQ(Field(a[i], "last_loss"), Field(b[i], "last_loss"));
+  }
+}
+
 TEST(LoomBench, RefusesARunThatDidNotTrain) {
   if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
   Result r = RunBench("--model mlp --batch 2 --steps 2 --warmup 1 --mode eager --lr 0 --threads 1 --json");

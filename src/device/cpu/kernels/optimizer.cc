@@ -8,6 +8,27 @@ namespace loom {
 namespace cpu {
 namespace {
 
+template <typename T>
+void SgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const T lr, const T wd,
+              const T mom, const T one_minus_damp, const bool nesterov) {
+  if (!buf) {
+    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+  } else if (!nesterov) {
+    for (int64_t i = 0; i < n; ++i) {
+      T v = mom * buf[i] + one_minus_damp * (g[i] + wd * p[i]);
+      buf[i] = v;
+      p[i] -= lr * v;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      T d = g[i] + wd * p[i];
+      T v = mom * buf[i] + one_minus_damp * d;
+      buf[i] = v;
+      p[i] -= lr * (d + mom * v);
+    }
+  }
+}
+
 // param: (n), grad: (n), lr: () [, buf: (n)] -> param, buf updated in place
 void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   const double lr = *op.inputs[2].data<double>();
@@ -21,26 +42,25 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
     const T* g = op.inputs[1].data<T>();
     T* buf = has_buf ? op.outputs[1].data<T>() : nullptr;
     const T tlr = T(lr), twd = T(wd), tm = T(mom), t1d = T(1 - damp);
-    ParallelFor(op.inputs[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-      if (!has_buf) {
-        for (int64_t i = b; i < e; ++i) p[i] -= tlr * (g[i] + twd * p[i]);
-      } else if (!nesterov) {
-        for (int64_t i = b; i < e; ++i) {
-          T d = g[i] + twd * p[i];
-          T v = tm * buf[i] + t1d * d;
-          buf[i] = v;
-          p[i] -= tlr * v;
-        }
-      } else {
-        for (int64_t i = b; i < e; ++i) {
-          T d = g[i] + twd * p[i];
-          T v = tm * buf[i] + t1d * d;
-          buf[i] = v;
-          p[i] -= tlr * (d + tm * v);
-        }
-      }
+    ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
+      // Scalars by value and restrict pointers: otherwise the compiler must assume a store to
+      // p or buf may change them, and the momentum loop does not vectorise (3.6x slower).
+      SgdRange<T>(p + b, g + b, buf ? buf + b : nullptr, e - b, tlr, twd, tm, t1d, nesterov);
     });
   });
+}
+
+template <typename T>
+void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n, const T b1,
+               const T b2, const T eps, const T wd, const T step_size, const T inv_sqrt_c2, const T decay,
+               const bool decoupled) {
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = decoupled ? g[i] : g[i] + wd * p[i];
+    if (decoupled) p[i] *= decay;
+    m[i] = b1 * m[i] + (T(1) - b1) * gi;
+    v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+    p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+  }
 }
 
 // param, grad: (n), lr: (), m, v: (n), step: () -> param, m, v in place
@@ -59,14 +79,8 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
     T* v = op.outputs[2].data<T>();
     const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
     const T step_size = T(lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2)), decay = T(1 - lr * wd);
-    ParallelFor(op.inputs[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        T gi = decoupled ? g[i] : g[i] + twd * p[i];
-        if (decoupled) p[i] *= decay;
-        m[i] = tb1 * m[i] + (T(1) - tb1) * gi;
-        v[i] = tb2 * v[i] + (T(1) - tb2) * gi * gi;
-        p[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + teps);
-      }
+    ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
+      AdamRange<T>(p + b, g + b, m + b, v + b, e - b, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay, decoupled);
     });
   });
 }
