@@ -18,6 +18,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 PY=/usr/bin/python3
+if ! $PY -c 'import torch' 2>/dev/null; then  # the comparison's one extra dependency
+  echo "compare: installing python3-torch (PyTorch for /usr/bin/python3)"
+  SUDO=(); [ "$(id -u)" -eq 0 ] || SUDO=(sudo)
+  "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch >/dev/null ||
+    { echo "compare: could not install python3-torch" >&2; exit 1; }
+fi
 DEVICE=cpu
 QUICK=0
 R50=0

@@ -483,6 +483,15 @@ double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, st
   double loss = run.s.model->TrainOneBatch(run.s.x, run.s.y).loss.Item();  // a host read: synchronises
   dev.Synchronize();
   auto t1 = std::chrono::steady_clock::now();
+  // Graph mode: later batches go straight into the graph's own input tensors (no copy, no
+  // second input buffer), as a data loader feeding a replayed step does.
+  if (run.s.model->use_graph()) {
+    std::vector<Tensor> in = run.s.model->GraphInputs(run.s.x, run.s.y);
+    if (!in.empty() && in[0].block() != run.s.x.block()) {
+      run.s.x = in[0];
+      run.s.y = in[1];
+    }
+  }
   if (!std::isfinite(loss))
     throw NotTrainedError(loom::detail::Cat("mode ", Name(run.r.mode), ": the loss is ", loss, " at step ",
                                             run.done + 1, ": training diverged"));

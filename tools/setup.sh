@@ -10,7 +10,10 @@ PACKAGES=(
   libopenblas-dev libgtest-dev
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
+  python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
 )
+# tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
+# only the comparison needs it.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
