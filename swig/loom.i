@@ -9,6 +9,7 @@
 //   ops.i       the op functions and autograd
 //   nn.i        layers, optimizers, Model, zoo, PyStep (graph mode for Python step functions)
 //   cnn.i       convolution, pooling, normalisation ops and layers (when built)
+//   io.i        checkpoints (named tensors, optimizer state), MNIST / CIFAR-10 and the DataLoader
 %module(package="loom") core
 
 // Python names such as sum, max, abs, pow and slice are deliberate: they live in loom.core and
@@ -41,6 +42,7 @@
 #ifdef LOOM_PY_CNN
 %include "cnn.i"
 #endif
+%include "io.i"
 
 %pythoncode %{
 HAVE_CNN = "global_avg_pool" in globals()

@@ -7,14 +7,14 @@
 # Under two minutes on a 2-core machine once built.
 #   LOOM_BUILD_DIR   build folder (default: build)
 #   LOOM_DEMO_OUT    where the timeline, trace and plot go (default: <build>/demo)
-#   LOOM_DEMO_STEPS  timed steps per mode (default 20)
+#   LOOM_DEMO_STEPS  timed steps per mode (default 60)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 OUT="${LOOM_DEMO_OUT:-$BUILD/demo}"
-STEPS="${LOOM_DEMO_STEPS:-20}"
+STEPS="${LOOM_DEMO_STEPS:-60}"
 PY=/usr/bin/python3
 
 bash tools/setup.sh

@@ -1,5 +1,7 @@
 #include "device/cpu/parallel.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -22,6 +24,7 @@ class Pool {
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
+      stopping_ = true;
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -38,6 +41,7 @@ class Pool {
       next_ = 1;
       done_ = 1;
       ++generation_;
+      published_.store(generation_, std::memory_order_release);
     }
     cv_.notify_all();
     // The caller stays serial until every part is done: parts it picks up below must not fan
@@ -66,14 +70,29 @@ class Pool {
   void Loop(int) {
     t_serial = true;
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> l(mu_);
     while (true) {
+      // Spin briefly before sleeping: kernels issue fan-outs microseconds apart (the GEMMs of a
+      // step), and waking a sleeping thread costs tens of microseconds each time.
+      auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+      for (int i = 0; published_.load(std::memory_order_acquire) == seen && !stopping_.load(); ++i) {
+        if ((i & 255) == 255 && std::chrono::steady_clock::now() > spin_until) break;
+        CpuRelax();
+      }
+      std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       TakeWork(l);
     }
   }
+  static void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  static constexpr int kSpinMicros = 50;
+  std::atomic<uint64_t> published_{0};
+  std::atomic<bool> stopping_{false};
 
   int n_;
   std::vector<std::thread> workers_;

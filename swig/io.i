@@ -1,0 +1,351 @@
+// Checkpoints and data sets (src/io): named tensors + metadata in one file, optimizer state,
+// MNIST / CIFAR-10 loading and the DataLoader. loom/io.py builds the friendly API on these names.
+//
+// Every failure is a loom::IOError (bad magic, checksum, truncation, missing file...), raised in
+// Python as loom.IOError (an OSError) by the global %exception handler of errors.i.
+//
+// Arguments cross as plain Python values:
+//   named tensors   <- a sequence of (name, Tensor) pairs, or a mapping name -> Tensor
+//   metadata        <- a mapping name -> float;   -> a dict
+//   file lists      <- a sequence of str
+// Every argument is required here; loom/io.py supplies the defaults.
+
+%{
+#include <map>
+#include "io/checkpoint.h"
+#include "io/dataset.h"
+#include "nn/optimizer.h"
+
+namespace loom_py {
+
+static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom::Tensor>>& out, const char* what) {
+  PyObject* items = nullptr;
+  if (PyDict_Check(o)) {
+    items = PyDict_Items(o);
+  } else if (PyMapping_Check(o) && PyObject_HasAttrString(o, "items") && !PySequence_Check(o)) {
+    items = PyMapping_Items(o);
+  } else {
+    Py_INCREF(o);
+    items = o;
+  }
+  if (!items) return false;
+  PyObject* seq = PySequence_Fast(items, "");
+  Py_DECREF(items);
+  if (!seq) {
+    PyErr_Format(PyExc_TypeError, "[loom] %s must be a mapping or a sequence of (name, Tensor) pairs, got %s", what,
+                 Py_TYPE(o)->tp_name);
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  out.clear();
+  out.reserve(size_t(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    void* p = nullptr;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0)) ||
+        !SWIG_IsOK(SWIG_ConvertPtr(PyTuple_GET_ITEM(item, 1), &p, SWIGTYPE_p_loom__Tensor, 0)) || !p) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_TypeError, "[loom] %s: item %zd is not a (str, Tensor) pair", what, i);
+      return false;
+    }
+    const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(item, 0));
+    if (!name) { Py_DECREF(seq); return false; }
+    out.emplace_back(name, *static_cast<loom::Tensor*>(p));
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+static bool ToMeta(PyObject* o, std::map<std::string, double>& out, const char* what) {
+  out.clear();
+  if (o == Py_None) return true;
+  if (!PyDict_Check(o)) {
+    PyErr_Format(PyExc_TypeError, "[loom] %s must be a dict of str -> float, got %s", what, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(o, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) {
+      PyErr_Format(PyExc_TypeError, "[loom] %s: keys must be str", what);
+      return false;
+    }
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) return false;
+    const char* name = PyUnicode_AsUTF8(k);
+    if (!name) return false;
+    out[name] = d;
+  }
+  return true;
+}
+
+static PyObject* FromMeta(const std::map<std::string, double>& m) {
+  PyObject* d = PyDict_New();
+  if (!d) return nullptr;
+  for (const auto& kv : m) {
+    PyObject* v = PyFloat_FromDouble(kv.second);
+    if (!v || PyDict_SetItemString(d, kv.first.c_str(), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return nullptr;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const char* what) {
+  if (PyUnicode_Check(o)) {
+    const char* s = PyUnicode_AsUTF8(o);
+    if (!s) return false;
+    out.assign(1, s);
+    return true;
+  }
+  PyObject* seq = PySequence_Fast(o, "");
+  if (!seq) {
+    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of str, got %s", what, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  out.clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject* path = PyOS_FSPath(item);  // str or os.PathLike
+    const char* s = (path && PyUnicode_Check(path)) ? PyUnicode_AsUTF8(path) : nullptr;
+    if (!s) {
+      Py_XDECREF(path);
+      Py_DECREF(seq);
+      if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of str, item %zd is %s", what, i,
+                     Py_TYPE(item)->tp_name);
+      }
+      return false;
+    }
+    out.emplace_back(s);
+    Py_DECREF(path);
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+static bool ToFloatVector(PyObject* o, std::vector<float>& out, const char* what) {
+  out.clear();
+  if (o == Py_None) return true;
+  PyObject* seq = PySequence_Fast(o, "");
+  if (!seq) {
+    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of floats, got %s", what, Py_TYPE(o)->tp_name);
+    return false;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    double d = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+    if (d == -1.0 && PyErr_Occurred()) { Py_DECREF(seq); return false; }
+    out.push_back(float(d));
+  }
+  Py_DECREF(seq);
+  return true;
+}
+
+static PyObject* FromFloatVector(const std::vector<float>& v) {
+  PyObject* t = PyTuple_New(Py_ssize_t(v.size()));
+  if (!t) return nullptr;
+  for (size_t i = 0; i < v.size(); ++i) PyTuple_SET_ITEM(t, Py_ssize_t(i), PyFloat_FromDouble(v[i]));
+  return t;
+}
+
+}  // namespace loom_py
+%}
+
+// ---- argument conversions (only the io functions use these C++ types) ----
+%typemap(in) const std::vector<std::pair<std::string, loom::Tensor>>& (std::vector<std::pair<std::string, loom::Tensor>> tmp) {
+  if (!loom_py::ToNamedTensors($input, tmp, "$1_name")) SWIG_fail;
+  $1 = &tmp;
+}
+%typemap(in) const std::map<std::string, double>& (std::map<std::string, double> tmp) {
+  if (!loom_py::ToMeta($input, tmp, "$1_name")) SWIG_fail;
+  $1 = &tmp;
+}
+%typemap(in) const std::vector<std::string>& (std::vector<std::string> tmp) {
+  if (!loom_py::ToStringVector($input, tmp, "$1_name")) SWIG_fail;
+  $1 = &tmp;
+}
+%typemap(in) const std::vector<float>& (std::vector<float> tmp) {
+  if (!loom_py::ToFloatVector($input, tmp, "$1_name")) SWIG_fail;
+  $1 = &tmp;
+}
+%typemap(out) std::map<std::string, double> { $result = loom_py::FromMeta($1); }
+
+%shared_ptr(loom::io::ImageData)
+
+%rename(save_checkpoint) loom::io::SaveCheckpoint;
+%rename(load_checkpoint) loom::io::LoadCheckpoint;
+%rename(restore_into) loom::io::RestoreInto;
+%rename(restore_optimizer_state) loom::io::RestoreOptimizerState;
+%rename(save_optimizer) loom::io::SaveOptimizer;
+%rename(load_optimizer) loom::io::LoadOptimizer;
+%rename(load_mnist) loom::io::LoadMnist;
+%rename(load_mnist_dir) loom::io::LoadMnistDir;
+%rename(load_cifar10) loom::io::LoadCifar10;
+%rename(load_cifar10_dir) loom::io::LoadCifar10Dir;
+%rename(has) loom::io::Checkpoint::Has;
+%rename(ImageData) loom::io::ImageData;
+%rename(next_into) loom::io::DataLoader::NextInto;
+
+namespace loom {
+namespace io {
+
+struct Checkpoint {
+  bool Has(const std::string& name) const;
+};
+
+void SaveCheckpoint(const std::string& path, const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                    const std::map<std::string, double>& meta);
+Checkpoint LoadCheckpoint(const std::string& path);
+void RestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
+void RestoreOptimizerState(const Checkpoint& ckpt, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
+                           const std::string& prefix);
+void SaveOptimizer(const std::string& path, loom::nn::Optimizer& opt);
+void LoadOptimizer(const std::string& path, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
+
+%immutable;
+struct ImageData {
+  int64_t n, channels, height, width;
+};
+%mutable;
+
+std::shared_ptr<ImageData> LoadMnist(const std::string& images_path, const std::string& labels_path);
+std::shared_ptr<ImageData> LoadMnistDir(const std::string& dir, bool train);
+std::shared_ptr<ImageData> LoadCifar10(const std::vector<std::string>& batch_files);
+std::shared_ptr<ImageData> LoadCifar10Dir(const std::string& dir, bool train);
+
+class DataLoader {
+ public:
+  ~DataLoader();
+  bool NextInto(const Tensor& x, const Tensor& y);
+  int64_t batches_per_epoch() const;
+  int64_t size() const;
+};
+
+}  // namespace io
+}  // namespace loom
+
+%extend loom::io::Checkpoint {
+  std::string path() const { return $self->path; }
+  // [(name, Tensor)] in file order; the tensors are on the CPU.
+  std::vector<std::pair<std::string, loom::Tensor>> tensors() const { return $self->tensors; }
+  std::map<std::string, double> meta() const { return $self->meta; }
+  loom::Tensor get(const std::string& name) const { return $self->Get(name); }
+  double meta_value(const std::string& name) const { return $self->Meta(name); }
+}
+
+%extend loom::io::ImageData {
+  // The raw uint8 pixels (n, channels, height, width) and the int32 labels, as bytes.
+  PyObject* images_bytes() const {
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>($self->images.data()),
+                                     Py_ssize_t($self->images.size()));
+  }
+  PyObject* labels_bytes() const {
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char*>($self->labels.data()),
+                                     Py_ssize_t($self->labels.size() * sizeof(int32_t)));
+  }
+}
+
+%extend loom::io::DataLoader {
+  DataLoader(std::shared_ptr<loom::io::ImageData> data, int64_t batch_size, bool shuffle, uint64_t seed,
+             bool drop_last, bool flat, const std::vector<float>& mean, const std::vector<float>& stddev,
+             int prefetch, std::shared_ptr<loom::Device> device) {
+    LOOM_CHECK(data, ValueError, "[DataLoader] no data");
+    loom::io::DataLoaderOptions o;
+    o.batch_size = batch_size;
+    o.shuffle = shuffle;
+    o.seed = seed;
+    o.drop_last = drop_last;
+    o.flat = flat;
+    o.mean = mean;
+    o.stddev = stddev;
+    o.prefetch = prefetch;
+    o.device = std::move(device);
+    return new loom::io::DataLoader(std::move(data), std::move(o));
+  }
+  // (x, y, epoch, index) of the next batch, or None at the end of an epoch (the call after
+  // that starts the next epoch).
+  PyObject* next_batch() {
+    loom::io::Batch b;
+    bool more;
+    {
+      // The background thread never calls Python: waiting for it without the GIL is safe.
+      PyThreadState* ts = PyEval_SaveThread();
+      try {
+        more = $self->Next(&b);
+      } catch (...) {
+        PyEval_RestoreThread(ts);
+        throw;
+      }
+      PyEval_RestoreThread(ts);
+    }
+    if (!more) Py_RETURN_NONE;
+    PyObject* x = loom_py::WrapTensor(b.x);
+    PyObject* y = loom_py::WrapTensor(b.y);
+    if (!x || !y) {
+      Py_XDECREF(x);
+      Py_XDECREF(y);
+      throw loom_py::PythonError();
+    }
+    PyObject* t = Py_BuildValue("(NNLL)", x, y, (long long)b.epoch, (long long)b.index);
+    if (!t) throw loom_py::PythonError();
+    return t;
+  }
+  std::vector<int64_t> x_shape(int64_t batch) const { return $self->x_shape(batch); }
+}
+
+%inline %{
+namespace loom_py {
+
+// The state tensors ([(key, Tensor)], keys "<prefix><param key>/<slot>") and metadata
+// ("<prefix>lr", ...) of an optimizer: io::AddOptimizerState's output.
+PyObject* optimizer_state(loom::nn::Optimizer& opt, const std::string& prefix) {
+  loom::io::NamedTensors tensors;
+  std::map<std::string, double> meta;
+  loom::io::AddOptimizerState(opt, &tensors, &meta, prefix);
+  PyObject* t = FromNamedTensors(tensors);
+  PyObject* m = FromMeta(meta);
+  if (!t || !m) {
+    Py_XDECREF(t);
+    Py_XDECREF(m);
+    throw PythonError();
+  }
+  return Py_BuildValue("(NN)", t, m);
+}
+
+// io::RestoreOptimizerState from tensors and metadata in memory (keys as optimizer_state gives
+// them), e.g. a checkpoint's entries renamed to this process's parameter keys.
+void restore_optimizer_state_from(loom::nn::Optimizer& opt,
+                                  const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                                  const std::map<std::string, double>& meta, const std::shared_ptr<loom::Device>& dev,
+                                  const std::string& prefix, const std::string& source) {
+  loom::io::Checkpoint ck;
+  ck.path = source;
+  ck.tensors = tensors;
+  ck.meta = meta;
+  loom::io::RestoreOptimizerState(ck, opt, dev, prefix);
+}
+
+// io::DecodeCheckpointBytes from a bytes-like object; `source` is named in errors.
+loom::io::Checkpoint decode_checkpoint_bytes(PyObject* data, const std::string& source) {
+  Py_buffer view;
+  if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) throw PythonError();
+  std::string bytes(static_cast<const char*>(view.buf), size_t(view.len));
+  PyBuffer_Release(&view);
+  return loom::io::DecodeCheckpointBytes(bytes, source);
+}
+
+// The usual per-channel statistics of pixel / 255: {"mnist": (mean, std), "cifar10": (mean, std)}.
+PyObject* dataset_stats() {
+  return Py_BuildValue("{s(NN)s(NN)}", "mnist", FromFloatVector(loom::io::kMnistMean),
+                       FromFloatVector(loom::io::kMnistStd), "cifar10", FromFloatVector(loom::io::kCifar10Mean),
+                       FromFloatVector(loom::io::kCifar10Std));
+}
+
+}  // namespace loom_py
+%}

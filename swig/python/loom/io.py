@@ -1,0 +1,247 @@
+"""loom.io: checkpoints (named tensors and metadata in one file) and data sets (MNIST, CIFAR-10,
+the DataLoader). Everything is C++ (src/io); every failure is a loom.IOError (an OSError) that
+names the file and what is wrong.
+
+    io.save_checkpoint("m.ckpt", model.get_states(), {"step": 100})   # atomic: never half a file
+    ck = io.load_checkpoint("m.ckpt")           # ck.tensors (on the CPU), ck.meta, ck["w0"]
+    io.restore_into(ck, model.get_states())     # all targets checked first, then copied
+
+    data = io.load_mnist_dir("data/mnist")      # or load_mnist(images, labels), load_cifar10_dir
+    loader = io.DataLoader(data, batch_size=64, mean=io.MNIST_MEAN, std=io.MNIST_STD, device=dev)
+    for x, y in loader:                         # one epoch; iterate again for the next
+        ...
+
+Model.save_states(path) / load_states(path) (loom.model) are built on these.
+"""
+import os
+
+import numpy as np
+
+from . import core
+
+_STATS = core.dataset_stats()
+MNIST_MEAN, MNIST_STD = _STATS["mnist"]
+CIFAR10_MEAN, CIFAR10_STD = _STATS["cifar10"]
+
+OPTIMIZER_PREFIX = "optimizer/"
+
+
+def _path(p):
+    return os.fspath(p)
+
+
+def _named(tensors):
+    if tensors is None:
+        return []
+    if isinstance(tensors, dict):
+        return list(tensors.items())
+    return list(tensors)
+
+
+# ---- checkpoints ----
+
+class Checkpoint:
+    """A loaded checkpoint: `tensors` (an ordered dict name -> CPU Tensor, in file order),
+    `meta` (dict name -> float) and `path`."""
+
+    def __init__(self, impl):
+        self._impl = impl
+        self.path = impl.path()
+        self.tensors = dict(impl.tensors())
+        self.meta = impl.meta()
+
+    def __contains__(self, name):
+        return name in self.tensors
+
+    def __getitem__(self, name):
+        return self._impl.get(name)  # loom.IOError naming the file when absent
+
+    def keys(self):
+        return self.tensors.keys()
+
+    def __repr__(self):
+        return f"Checkpoint({self.path!r}, {len(self.tensors)} tensors, meta={self.meta})"
+
+
+def save_checkpoint(path, tensors, meta=None):
+    """Writes `tensors` (a dict name -> Tensor, or (name, Tensor) pairs; any device) and `meta`
+    (dict name -> float) to `path`, atomically."""
+    core.save_checkpoint(_path(path), _named(tensors), dict(meta or {}))
+
+
+def load_checkpoint(path):
+    """Reads a checkpoint written by save_checkpoint; its tensors are on the CPU."""
+    return Checkpoint(core.load_checkpoint(_path(path)))
+
+
+def decode_checkpoint(data, source="<bytes>"):
+    """The same from bytes in memory; `source` is named in errors."""
+    return Checkpoint(core.decode_checkpoint_bytes(data, str(source)))
+
+
+def restore_into(ckpt, targets):
+    """Copies the checkpoint's values into existing tensors (a dict name -> Tensor, or pairs). All
+    must be present with the same shape and dtype, else one loom.IOError lists every mismatch and
+    nothing is copied. `ckpt`: a Checkpoint or a path."""
+    if not isinstance(ckpt, Checkpoint):
+        ckpt = load_checkpoint(ckpt)
+    core.restore_into(ckpt._impl, _named(targets))
+
+
+def _opt_impl(optimizer):
+    return getattr(optimizer, "_impl", optimizer)
+
+
+def save_optimizer(path, optimizer):
+    """An optimizer's state (momentum, moments, learning rate) alone in a file. Its state is
+    keyed by the parameters' storage in this process: use Model.save_states to resume a model."""
+    core.save_optimizer(_path(path), _opt_impl(optimizer))
+
+
+def load_optimizer(path, optimizer, device):
+    core.load_optimizer(_path(path), _opt_impl(optimizer), device)
+
+
+# ---- optimizer state by parameter name (what Model.save_states stores) ----
+
+def _slot_key(param):
+    return f"block{param._block_id()}"
+
+
+def optimizer_state_by_name(optimizer, params, prefix=OPTIMIZER_PREFIX):
+    """(tensors, meta) of `optimizer`'s state with each slot named after its parameter's name in
+    `params` (dict name -> Tensor): "optimizer/fc1.weight/momentum". State of parameters not in
+    `params` is an error (it could not be restored)."""
+    tensors, meta = core.optimizer_state(_opt_impl(optimizer), "")
+    by_block = {_slot_key(p): name for name, p in params.items()}
+    out = []
+    for key, t in tensors:
+        owner, _, slot = key.rpartition("/")
+        if owner in by_block:
+            name = by_block[owner]
+        elif owner.startswith("block"):
+            raise core.IOError(f"[checkpoint] optimizer state '{key}' belongs to no parameter of the model")
+        else:
+            name = "@" + owner  # keyed by the name the caller gave the optimizer: kept as it is
+        out.append((f"{prefix}{name}/{slot}", t))
+    meta = {prefix + k: v for k, v in meta.items()}
+    step_count = getattr(optimizer, "step_count", None)
+    if step_count is not None:
+        meta[prefix + "step_count"] = float(step_count)
+    return out, meta
+
+
+def restore_optimizer_by_name(ckpt, optimizer, params, device, prefix=OPTIMIZER_PREFIX):
+    """Restores what optimizer_state_by_name saved into `optimizer`, keyed by the storage of the
+    parameters of the same names in `params`."""
+    keys = {name: _slot_key(p) for name, p in params.items()}
+    tensors = []
+    for key, t in ckpt.tensors.items():
+        if not key.startswith(prefix):
+            continue
+        name, _, slot = key[len(prefix):].rpartition("/")
+        if name.startswith("@"):
+            tensors.append((f"{name[1:]}/{slot}", t))
+            continue
+        if name not in keys:
+            raise core.IOError(f"[checkpoint] '{ckpt.path}': optimizer state '{key}' names no parameter of the model")
+        tensors.append((f"{keys[name]}/{slot}", t))
+    meta = {k[len(prefix):]: v for k, v in ckpt.meta.items() if k.startswith(prefix)}
+    step_count = meta.pop("step_count", None)
+    core.restore_optimizer_state_from(_opt_impl(optimizer), tensors, meta, device, "", ckpt.path)
+    if step_count is not None and hasattr(optimizer, "step_count"):
+        optimizer.step_count = int(step_count)
+
+
+# ---- data sets ----
+
+class ImageData:
+    """Images and labels in host memory: n, channels, height, width; images() as a uint8 array
+    (n, channels, height, width), labels() as int32 (n)."""
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    n = property(lambda self: self._impl.n)
+    channels = property(lambda self: self._impl.channels)
+    height = property(lambda self: self._impl.height)
+    width = property(lambda self: self._impl.width)
+
+    def __len__(self):
+        return self._impl.n
+
+    def images(self):
+        i = self._impl
+        return np.frombuffer(i.images_bytes(), np.uint8).reshape(i.n, i.channels, i.height, i.width)
+
+    def labels(self):
+        return np.frombuffer(self._impl.labels_bytes(), np.int32)
+
+    def __repr__(self):
+        return f"ImageData(n={self.n}, channels={self.channels}, height={self.height}, width={self.width})"
+
+
+def load_mnist(images_path, labels_path):
+    """MNIST idx files (raw or gzip)."""
+    return ImageData(core.load_mnist(_path(images_path), _path(labels_path)))
+
+
+def load_mnist_dir(directory, train=True):
+    """train-images-idx3-ubyte / train-labels-idx1-ubyte (t10k-* when not train), raw or .gz."""
+    return ImageData(core.load_mnist_dir(_path(directory), bool(train)))
+
+
+def load_cifar10(batch_files):
+    """CIFAR-10 binary batch files."""
+    if isinstance(batch_files, (str, os.PathLike)):
+        batch_files = [batch_files]
+    return ImageData(core.load_cifar10([_path(f) for f in batch_files]))
+
+
+def load_cifar10_dir(directory, train=True):
+    """data_batch_1.bin ... data_batch_5.bin (test_batch.bin when not train)."""
+    return ImageData(core.load_cifar10_dir(_path(directory), bool(train)))
+
+
+class DataLoader:
+    """Shuffled, normalised batches (x float32 (N, C, H, W) or (N, C*H*W) with flat; y int32)
+    on `device`, prepared ahead by a background thread. x = (pixel / 255 - mean[c]) / std[c].
+
+    Iterating yields (x, y) for one epoch; iterate again for the next. next() gives
+    (x, y, epoch, index) or None at the end of an epoch; next_into(x, y) writes into existing
+    tensors (a captured graph's inputs; use drop_last so every batch has the same shape)."""
+
+    def __init__(self, data, batch_size=64, shuffle=True, seed=0, drop_last=False, flat=False, mean=None,
+                 std=None, prefetch=2, device=None):
+        impl = data._impl if isinstance(data, ImageData) else data
+        self.data = data
+        self._impl = core.DataLoader(impl, int(batch_size), bool(shuffle), int(seed), bool(drop_last), bool(flat),
+                                     list(mean or []), list(std or []), int(prefetch), device)
+
+    def next(self):
+        return self._impl.next_batch()
+
+    def next_into(self, x, y):
+        """True with x, y holding the next batch; False at the end of an epoch."""
+        return self._impl.next_into(x, y)
+
+    def __iter__(self):
+        while True:
+            b = self._impl.next_batch()
+            if b is None:
+                return
+            yield b[0], b[1]
+
+    def __len__(self):
+        return self._impl.batches_per_epoch()
+
+    @property
+    def batches_per_epoch(self):
+        return self._impl.batches_per_epoch()
+
+    @property
+    def size(self):
+        return self._impl.size()
+
+    def x_shape(self, batch):
+        return tuple(self._impl.x_shape(int(batch)))

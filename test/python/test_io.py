@@ -1,0 +1,246 @@
+"""loom.io from Python: checkpoints (Model.save_states / load_states resume bitwise, corrupt and
+truncated files are loom.IOError), MNIST idx files read back exactly, the DataLoader."""
+import gzip
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import loom
+from loom import io, model, opt, tensor
+
+from test_model import MLP, batches
+
+
+def _run(dev, m, data, x, y):
+    losses = []
+    for xb, yb in data:
+        x.copy_from_numpy(xb)
+        y.copy_from_numpy(yb)
+        _, loss = m.train_one_batch(x, y)
+        losses.append(loss.item())
+    return losses
+
+
+def _fresh(dev, use_graph, data, optimizer=None):
+    dev.SetRandSeed(11)
+    m = MLP((20, 32, 32, 4), dev)
+    m.set_optimizer(optimizer or opt.SGD(0.1, momentum=0.9, weight_decay=1e-4))
+    x = tensor.from_numpy(data[0][0], dev)
+    y = tensor.from_numpy(data[0][1], dev)
+    m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
+    return m, x, y
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_save_load_states_resumes_bitwise(dev, tmp_path, use_graph):
+    data = list(batches(5))
+    m, x, y = _fresh(dev, use_graph, data)
+    straight = _run(dev, m, data, x, y)
+
+    m1, x1, y1 = _fresh(dev, use_graph, data)
+    first = _run(dev, m1, data[:2], x1, y1)
+    path = tmp_path / "m.ckpt"
+    m1.save_states(path, meta={"step": 2})
+    assert first == straight[:2]
+
+    m2, x2, y2 = _fresh(dev, use_graph, data)
+    with pytest.raises(AssertionError):  # a fresh model is not the trained one
+        for (_, a), (_, b) in zip(m1.get_params().items(), m2.get_params().items()):
+            assert a.to_numpy().tobytes() == b.to_numpy().tobytes()
+    meta = m2.load_states(str(path))
+    assert meta == {"step": 2.0}
+    if not use_graph:  # graph replays run no Python: step_count counts captures there
+        assert m2.optimizer.step_count == 2
+    for (ka, a), (kb, b) in zip(m1.get_states().items(), m2.get_states().items()):
+        assert ka == kb and a.to_numpy().tobytes() == b.to_numpy().tobytes()
+    rest = _run(dev, m2, data[2:], x2, y2)
+    assert first + rest == straight  # bitwise: momentum came back too
+
+    ck = io.load_checkpoint(path)
+    assert set(m1.get_states()) <= set(ck.tensors)
+    assert any(k.startswith("optimizer/") and k.endswith("/momentum") for k in ck.tensors)
+    assert ck.meta["optimizer/lr"] == pytest.approx(0.1)
+
+
+def test_load_states_without_momentum_differs(dev, tmp_path):
+    # The optimizer state matters: restoring only the parameters does not resume bitwise.
+    data = list(batches(4))
+    m, x, y = _fresh(dev, False, data)
+    straight = _run(dev, m, data, x, y)
+    m1, x1, y1 = _fresh(dev, False, data)
+    _run(dev, m1, data[:2], x1, y1)
+    io.save_checkpoint(tmp_path / "p.ckpt", m1.get_states())
+    m2, x2, y2 = _fresh(dev, False, data)
+    io.restore_into(io.load_checkpoint(tmp_path / "p.ckpt"), m2.get_states())
+    assert _run(dev, m2, data[2:], x2, y2) != straight[2:]
+
+
+def test_checkpoint_round_trip_and_restore_errors(dev, tmp_path):
+    a = tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3), dev)
+    b = tensor.from_numpy(np.array([1, 2, 3], dtype=np.int32), dev)
+    path = tmp_path / "t.ckpt"
+    io.save_checkpoint(path, {"a": a, "b": b}, {"step": 7})
+    ck = io.load_checkpoint(path)
+    assert list(ck.tensors) == ["a", "b"] and ck.meta == {"step": 7.0} and "a" in ck
+    assert ck["b"].to_numpy().tolist() == [1, 2, 3]
+    with pytest.raises(loom.IOError):
+        ck["missing"]
+    ck2 = io.decode_checkpoint(path.read_bytes(), "mem")
+    assert ck2["a"].to_numpy().tobytes() == a.to_numpy().tobytes()
+
+    wrong = tensor.from_numpy(np.zeros((3, 2), np.float32), dev)
+    with pytest.raises(loom.IOError, match="a"):
+        io.restore_into(ck, {"a": wrong})
+    target = tensor.from_numpy(np.zeros((2, 3), np.float32), dev)
+    io.restore_into(ck, [("a", target)])
+    assert target.to_numpy().tobytes() == a.to_numpy().tobytes()
+
+
+def test_corrupt_and_truncated_checkpoints_raise_ioerror(dev, tmp_path):
+    data = list(batches(1))
+    m, x, y = _fresh(dev, False, data)
+    _run(dev, m, data, x, y)
+    path = tmp_path / "m.ckpt"
+    m.save_states(path)
+    raw = path.read_bytes()
+
+    bad = bytearray(raw)
+    bad[len(bad) // 2] ^= 0xFF
+    (tmp_path / "flipped.ckpt").write_bytes(bytes(bad))
+    (tmp_path / "short.ckpt").write_bytes(raw[: len(raw) // 2])
+    (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint at all")
+    for name in ("flipped.ckpt", "short.ckpt", "junk.ckpt", "absent.ckpt"):
+        m2, _, _ = _fresh(dev, False, data)
+        before = {k: v.to_numpy().tobytes() for k, v in m2.get_states().items()}
+        with pytest.raises(loom.IOError) as e:
+            m2.load_states(tmp_path / name)
+        assert isinstance(e.value, OSError) and isinstance(e.value, loom.Error)
+        assert name in str(e.value)
+        assert before == {k: v.to_numpy().tobytes() for k, v in m2.get_states().items()}  # untouched
+    with pytest.raises(OSError):
+        io.decode_checkpoint(raw[:-3])
+
+
+def test_save_is_atomic_on_failure(dev, tmp_path):
+    path = tmp_path / "keep.ckpt"
+    a = tensor.from_numpy(np.ones(4, np.float32), dev)
+    io.save_checkpoint(path, {"a": a})
+    before = path.read_bytes()
+    with pytest.raises(loom.Error):
+        io.save_checkpoint(path, [("a", a), ("a", a)])  # duplicate names: refused
+    assert path.read_bytes() == before
+
+
+def _idx_images(images):
+    n, h, w = images.shape
+    return struct.pack(">IIII", 0x803, n, h, w) + images.astype(np.uint8).tobytes()
+
+
+def _idx_labels(labels):
+    return struct.pack(">II", 0x801, len(labels)) + labels.astype(np.uint8).tobytes()
+
+
+def _write_mnist(tmp_path, n=10, h=4, w=3, gz=False, prefix="train"):
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (n, h, w)).astype(np.uint8)
+    labels = rng.integers(0, 10, n).astype(np.uint8)
+    ib, lb = _idx_images(images), _idx_labels(labels)
+    suffix = ".gz" if gz else ""
+    ipath = tmp_path / f"{prefix}-images-idx3-ubyte{suffix}"
+    lpath = tmp_path / f"{prefix}-labels-idx1-ubyte{suffix}"
+    ipath.write_bytes(gzip.compress(ib) if gz else ib)
+    lpath.write_bytes(gzip.compress(lb) if gz else lb)
+    return images, labels, ipath, lpath
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_idx_read_back_exactly(tmp_path, gz):
+    images, labels, ipath, lpath = _write_mnist(tmp_path, gz=gz)
+    d = io.load_mnist(ipath, lpath)
+    assert (d.n, d.channels, d.height, d.width) == (10, 1, 4, 3) and len(d) == 10
+    assert np.array_equal(d.images(), images[:, None])
+    assert np.array_equal(d.labels(), labels.astype(np.int32))
+    d2 = io.load_mnist_dir(tmp_path)
+    assert np.array_equal(d2.images(), d.images())
+
+
+def test_mnist_loader_serves_exact_batches(dev, tmp_path):
+    images, labels, ipath, lpath = _write_mnist(tmp_path)
+    d = io.load_mnist(ipath, lpath)
+    loader = io.DataLoader(d, batch_size=4, shuffle=False, flat=True, device=dev)
+    assert len(loader) == 3 and loader.size == 10 and loader.x_shape(4) == (4, 12)
+    xs, ys = [], []
+    for x, y in loader:
+        xs.append(x.to_numpy())
+        ys.append(y.to_numpy())
+    assert [len(v) for v in ys] == [4, 4, 2]
+    x = np.concatenate(xs)
+    assert np.allclose(x, images.reshape(10, 12).astype(np.float32) / 255, rtol=0, atol=1e-6)  # pixel * scale
+    assert np.array_equal(np.concatenate(ys), labels.astype(np.int32))
+    # the next iteration is the next epoch, same order without shuffle
+    b = loader.next()
+    assert b is not None and b[2] == 1 and b[3] == 0
+    assert np.array_equal(b[1].to_numpy(), labels[:4].astype(np.int32))
+
+    # normalised, shuffled, drop_last, into existing tensors
+    loader = io.DataLoader(d, batch_size=4, shuffle=True, seed=5, drop_last=True, mean=[0.5], std=[0.25],
+                           prefetch=0, device=dev)
+    xt = tensor.from_numpy(np.zeros((4, 1, 4, 3), np.float32), dev)
+    yt = tensor.from_numpy(np.zeros(4, np.int32), dev)
+    seen = []
+    while loader.next_into(xt, yt):
+        xb, yb = xt.to_numpy(), yt.to_numpy()
+        for xi, yi in zip(xb, yb):
+            i = int(np.flatnonzero(np.all(np.isclose((images / 255 - 0.5) / 0.25, xi[0], atol=1e-6), axis=(1, 2)))[0])
+            assert labels[i] == yi
+            seen.append(i)
+    assert len(seen) == 8 and len(set(seen)) == 8
+
+
+def test_truncated_and_bad_mnist_raise_ioerror(tmp_path):
+    images, labels, ipath, lpath = _write_mnist(tmp_path)
+    raw = ipath.read_bytes()
+    short = tmp_path / "short-images"
+    short.write_bytes(raw[:-5])
+    with pytest.raises(loom.IOError, match="short-images"):
+        io.load_mnist(short, lpath)
+    badmagic = tmp_path / "bad-images"
+    badmagic.write_bytes(struct.pack(">I", 0x804) + raw[4:])
+    with pytest.raises(OSError):
+        io.load_mnist(badmagic, lpath)
+    gzshort = tmp_path / "short.gz"
+    gzshort.write_bytes(gzip.compress(raw)[:-10])
+    with pytest.raises(loom.IOError):
+        io.load_mnist(gzshort, lpath)
+    few = tmp_path / "few-labels"
+    few.write_bytes(_idx_labels(labels[:7]))
+    with pytest.raises(loom.IOError):
+        io.load_mnist(ipath, few)
+    with pytest.raises(loom.IOError):
+        io.load_mnist_dir(tmp_path / "nowhere")
+    with pytest.raises(loom.IOError):
+        io.load_cifar10([short])
+
+
+def test_native_model_save_load_states(dev, tmp_path):
+    data = list(batches(4))
+
+    def make():
+        dev.SetRandSeed(3)
+        m = model.NativeModel(model.mlp([20, 16, 4], device=dev), opt.SGD(0.1, momentum=0.9))
+        x = tensor.from_numpy(data[0][0], dev)
+        m.compile([x], is_train=True, use_graph=False)
+        return m
+
+    def run(m, part):
+        return [m.train_one_batch(xb, yb)[1].item() for xb, yb in part]
+
+    straight = run(make(), data)
+    m1 = make()
+    first = run(m1, data[:2])
+    m1.save_states(tmp_path / "n.ckpt")
+    m2 = make()
+    m2.load_states(tmp_path / "n.ckpt")
+    assert first + run(m2, data[2:]) == straight
