@@ -158,30 +158,18 @@ void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std
   for (const auto& kv : ckpt.tensors)
     if (kv.first.compare(0, prefix.size(), prefix) == 0) saved[kv.first.substr(prefix.size())] = &kv.second;
 
-  auto* adam = dynamic_cast<nn::Adam*>(&opt);
-  if (adam) {
-    double want = ckpt.Meta(prefix + "adam_steps", 0);
-    int64_t have = adam->steps_taken(dev);
-    LOOM_CHECK(double(have) == want, IOError, "[checkpoint] '", ckpt.path, "': the Adam state was saved after ",
-               want, " steps, this optimizer has taken ", have,
-               "; nn::Optimizer offers no way to set Adam's step count, so restoring would resume with the "
-               "wrong bias correction");
-  } else {
-    // Create missing slots: one throw-away update per parameter key (never touches real parameters).
-    std::set<std::string> primed;
-    for (const auto& kv : saved) {
-      if (opt.states().count(kv.first)) continue;
-      size_t slash = kv.first.rfind('/');
-      LOOM_CHECK(slash != std::string::npos, IOError, "[checkpoint] '", ckpt.path, "': optimizer state '",
-                 kv.first, "' is not named <parameter>/<slot>");
-      std::string param_key = kv.first.substr(0, slash);
-      if (!primed.insert(param_key).second) continue;
-      Device::SetupScope setup(dev.get());
-      NoGradGuard no_grad;
-      Tensor scratch = ops::Zeros(kv.second->shape(), kv.second->dtype(), dev);
-      Tensor zero_grad = ops::Zeros(kv.second->shape(), kv.second->dtype(), dev);
-      opt.Apply(0, zero_grad, scratch, param_key);
-    }
+  // Slots the optimizer keeps but has not created yet (a fresh optimizer) are created as zeros
+  // first; slots it does not keep at all are reported below.
+  for (const auto& kv : saved) {
+    size_t slash = kv.first.rfind('/');
+    LOOM_CHECK(slash != std::string::npos, IOError, "[checkpoint] '", ckpt.path, "': optimizer state '",
+               kv.first, "' is not named <parameter>/<slot>");
+    if (opt.HasSlot(kv.first.substr(slash + 1)))
+      opt.EnsureState(kv.first, kv.second->shape(), kv.second->dtype(), dev);
+  }
+  if (auto* adam = dynamic_cast<nn::Adam*>(&opt)) {
+    auto steps = ckpt.meta.find(prefix + "adam_steps");
+    if (steps != ckpt.meta.end()) adam->SetStepsTaken(dev, int64_t(steps->second));
   }
   NamedTensors targets;
   std::vector<std::string> extra;

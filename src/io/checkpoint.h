@@ -63,13 +63,11 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 // An optimizer's state is its states() map ("<param key>/<slot>" -> tensor, e.g.
 // "w0/momentum") plus its learning rate; each is saved under `prefix` ("optimizer/w0/momentum",
 // meta "optimizer/lr"). An optimizer creates its state lazily, at the first update of each
-// parameter, so a fresh optimizer has none. To restore into one, RestoreOptimizerState has the
-// optimizer create each missing slot by one update of a throw-away zero parameter of the saved
-// shape under the saved parameter key, then overwrites the slot with the saved value: the real
-// parameters are not touched. That is exact for SGD. Adam also counts its steps in a device
-// scalar that nn::Optimizer does not expose for writing, so an Adam state can only be restored
-// into an Adam that has taken the same number of steps; otherwise the restore refuses (IOError)
-// rather than resume with the wrong bias correction.
+// parameter, so a fresh optimizer has none: RestoreOptimizerState creates each saved slot the
+// optimizer keeps (Optimizer::HasSlot, EnsureState) as zeros and overwrites it with the saved
+// value; a saved slot the optimizer does not keep (momentum into plain SGD) is an IOError. Adam's
+// step count is saved as meta "<prefix>adam_steps" and restored with Adam::SetStepsTaken, so the
+// bias correction continues where it stopped.
 
 // Appends the optimizer's state tensors and learning rate (and Adam's step count) under `prefix`.
 void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,

@@ -34,18 +34,23 @@ const Tensor& Optimizer::LearningRateTensor(const std::shared_ptr<Device>& dev) 
   return it->second;
 }
 
-Tensor& Optimizer::State(const Tensor& param, const std::string& name, const std::string& slot) {
-  std::string key = (name.empty() ? "block" + std::to_string(param.block()->id()) : name) + "/" + slot;
+Tensor& Optimizer::EnsureState(const std::string& key, const Shape& shape, DType dtype,
+                               const std::shared_ptr<Device>& dev) {
   auto it = states_.find(key);
   if (it != states_.end()) {
-    LOOM_CHECK(it->second.shape() == param.shape(), ShapeError, "[optimizer] state '", key, "' is ",
-               it->second.Describe(), " but the parameter is ", param.Describe());
+    LOOM_CHECK(it->second.shape() == shape && it->second.dtype() == dtype, ShapeError, "[optimizer] state '", key,
+               "' is ", it->second.Describe(), ", wanted ", Name(dtype), " ", ToString(shape));
     return it->second;
   }
-  Device::SetupScope setup(param.device());
-  Tensor s = ops::Zeros(param.shape(), param.dtype(), param.device_ptr());
+  Device::SetupScope setup(dev.get());
+  Tensor s = ops::Zeros(shape, dtype, dev);
   s.block()->set_persistent(true);
   return states_.emplace(key, s).first->second;
+}
+
+Tensor& Optimizer::State(const Tensor& param, const std::string& name, const std::string& slot) {
+  std::string key = (name.empty() ? "block" + std::to_string(param.block()->id()) : name) + "/" + slot;
+  return EnsureState(key, param.shape(), param.dtype(), param.device_ptr());
 }
 
 static void CheckParamGrad(const char* op, const Tensor& grad, const Tensor& param) {
@@ -91,19 +96,26 @@ void Adam::Apply(int64_t, const Tensor& grad, const Tensor& param, const std::st
   NoGradGuard no_grad;
   Device* dev = param.device();
   auto it = step_tensors_.find(dev);
-  if (it == step_tensors_.end()) {
-    it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
-    step_bumped_by_[dev] = param.block();
-  }
+  if (it == step_tensors_.end()) it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
   // The step count advances once per step: with the update of the first parameter this
   // optimizer ever saw (backward hands parameters out in the same order every step).
-  if (step_bumped_by_[dev] == param.block()) CallInto("increment", {it->second}, {it->second});
+  auto bump = step_bumped_by_.find(dev);
+  if (bump == step_bumped_by_.end()) bump = step_bumped_by_.emplace(dev, param.block()).first;
+  if (bump->second == param.block()) CallInto("increment", {it->second}, {it->second});
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
   const Tensor& lr = LearningRateTensor(param.device_ptr());
   Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_},
           {"decoupled", int64_t(decoupled_)}};
   CallInto("adam_update", {param, grad, lr, m, v, it->second}, {param, m, v}, a);
+}
+
+void Adam::SetStepsTaken(const std::shared_ptr<Device>& dev, int64_t steps) {
+  LOOM_CHECK(steps >= 0, ValueError, "[adam] step count ", steps, " is negative");
+  auto it = step_tensors_.find(dev.get());
+  if (it == step_tensors_.end()) it = step_tensors_.emplace(dev.get(), DeviceScalar(dev, 0)).first;
+  double v = double(steps);
+  it->second.CopyFromHost(&v, sizeof v);
 }
 
 int64_t Adam::steps_taken(const std::shared_ptr<Device>& dev) {

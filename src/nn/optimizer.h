@@ -35,6 +35,11 @@ class Optimizer {
 
   // Named state tensors, for checkpoints: "<param key>/<slot>" -> tensor.
   const std::map<std::string, Tensor>& states() const { return states_; }
+  // The state tensor `key` ("<param key>/<slot>"), created as zeros (in setup) when missing:
+  // what a checkpoint restores into before the first update.
+  Tensor& EnsureState(const std::string& key, const Shape& shape, DType dtype, const std::shared_ptr<Device>& dev);
+  // Whether this optimizer, as configured, keeps a state slot of that name ("momentum", "m", ...).
+  virtual bool HasSlot(const std::string& slot) const = 0;
 
  protected:
   // The state slot `slot` of `param`, created as zeros (in setup) on first use.
@@ -53,6 +58,7 @@ class SGD : public Optimizer {
   explicit SGD(double lr, double momentum = 0, double weight_decay = 0, bool nesterov = false,
                double dampening = 0);
   void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+  bool HasSlot(const std::string& slot) const override { return slot == "momentum" && momentum_ > 0; }
 
  private:
   double momentum_, weight_decay_, dampening_;
@@ -66,8 +72,11 @@ class Adam : public Optimizer {
   explicit Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0,
                 bool decoupled = false);
   void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+  bool HasSlot(const std::string& slot) const override { return slot == "m" || slot == "v"; }
   // Number of completed steps (a host read: synchronises).
   int64_t steps_taken(const std::shared_ptr<Device>& dev);
+  // Sets the device step count (resuming from a checkpoint). Not during a capture.
+  void SetStepsTaken(const std::shared_ptr<Device>& dev, int64_t steps);
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
