@@ -50,6 +50,10 @@ void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn) {
   GetOrCreate(name).kernels[int(device)] = fn;
 }
 
+void RegisterScratch(const std::string& name, DeviceType device, size_t (*fn)(const OpRecord&)) {
+  GetOrCreate(name).scratch[int(device)] = fn;
+}
+
 const OpDef& GetOp(const std::string& name) {
   auto it = Registry().find(name);
   LOOM_CHECK(it != Registry().end() && it->second->infer, ValueError, "[ops] unknown op '", name, "'");

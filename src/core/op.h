@@ -41,6 +41,10 @@ struct KernelContext {
   Device* device = nullptr;
   uint64_t rng_seed = 0;  // the device generator's key
   uint64_t rng_base = 0;  // added to OpRecord::rng_offset: advances every replay (invariant 6)
+  // Note [Planned scratch]: in a planned graph, the arena bytes reserved for this op's scratch
+  // (OpDef::scratch); null in eager mode, where a kernel takes its scratch from the device pool.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
   // Set while a device graph is recorded: random kernels read the base from this device
   // address instead of rng_base, since every launch of the recording uses another base.
   const uint64_t* rng_base_device = nullptr;
@@ -95,12 +99,16 @@ struct OpDef {
   std::vector<int> shareable_inputs;
 
   std::array<KernelFn, kNumDeviceTypes> kernels{};
+  // Note [Planned scratch]: bytes of scratch a device's kernel needs for this record (registered
+  // with the kernel), so that a planned graph packs scratch into its arena like any block.
+  std::array<size_t (*)(const OpRecord&), kNumDeviceTypes> scratch{};
 };
 
 // The op registry. Op declarations (src/core/ops/*.cc) and kernels (src/device/*/...) register
 // by name from static initialisers, in any order.
 OpDef& RegisterOp(const std::string& name);
 void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn);
+void RegisterScratch(const std::string& name, DeviceType device, size_t (*fn)(const OpRecord&));
 const OpDef& GetOp(const std::string& name);  // throws ValueError for an unknown op
 std::vector<std::string> ListOps();
 
@@ -112,6 +120,10 @@ std::vector<std::string> ListOps();
   static const bool LOOM_CONCAT(loom_op_registered_, opname) =                   \
       (LOOM_CONCAT(loom_define_op_, opname)(::loom::RegisterOp(#opname)), true); \
   static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def)
+// LOOM_KERNEL_SCRATCH(conv2d, kCPU, Conv2dScratchBytes);  (Note [Planned scratch])
+#define LOOM_KERNEL_SCRATCH(opname, devtype, fn)                                                  \
+  static const bool LOOM_CONCAT(loom_scratch_registered_##opname##_, devtype) =                  \
+      (::loom::RegisterScratch(#opname, ::loom::DeviceType::devtype, fn), true)
 // LOOM_KERNEL(relu, kCPU, ReluCpu);
 #define LOOM_KERNEL(opname, devtype, fn)                                                  \
   static const bool LOOM_CONCAT(loom_kernel_registered_##opname##_, devtype) =            \

@@ -131,7 +131,21 @@ void Graph::Finalize(const GraphOptions& options) {
       auto& t = group_touching[size_t(g)];
       t.insert(t.end(), touching[size_t(b)].begin(), touching[size_t(b)].end());
     }
+    // Note [Planned scratch]: a kernel's scratch is one more lifetime, alive at its op only.
+    scratch_offset_.assign(n, SIZE_MAX);
+    scratch_size_.assign(n, 0);
+    std::vector<std::pair<size_t, size_t>> scratch_groups;  // (op, group)
+    for (size_t i = 0; i < n; ++i) {
+      auto fn = ops_[i].def->scratch[int(device_->type())];
+      size_t bytes = fn ? fn(ops_[i]) : 0;
+      if (!bytes) continue;
+      scratch_size_[i] = bytes;
+      scratch_groups.emplace_back(i, groups.size());
+      groups.push_back({bytes, int(i), int(i)});
+      group_touching.push_back({int(i)});
+    }
     plan_ = PlanMemory(groups, 64);
+    for (auto& sg : scratch_groups) scratch_offset_[sg.first] = plan_.offsets[sg.second];
     for (int b : planned_) offset_of_[size_t(b)] = plan_.offsets[size_t(group_of[size_t(b)])];
     lower_bound = LowerBound(groups);
     std::vector<int64_t> delta(n + 1, 0);

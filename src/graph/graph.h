@@ -132,6 +132,8 @@ class Graph {
   std::vector<int> planned_;        // block index per plan entry
   std::vector<size_t> offset_of_;   // per block: arena offset or SIZE_MAX
   std::vector<size_t> planned_live_bytes_;  // per op: live intermediate bytes as planned
+  std::vector<size_t> scratch_offset_;      // per op: arena offset of its scratch or SIZE_MAX
+  std::vector<size_t> scratch_size_;        // per op: scratch bytes (Note [Planned scratch])
   // Schedule for the parallel replay: the analysis' edges plus, in planned mode, edges that
   // stop a block from being overwritten while an earlier tenant of its memory is in use.
   std::vector<std::vector<int>> sched_succs_;

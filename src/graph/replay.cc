@@ -107,7 +107,7 @@ void Graph::BindMemory() {
   // once and keep it.
   for (size_t b = 0; b < blocks_.size(); ++b)
     if (analysis_.blocks[b].persistent && analysis_.blocks[b].first >= 0) blocks_[b]->Allocate();
-  if (options_.memory == MemoryMode::kPlanned && !planned_.empty()) {
+  if (options_.memory == MemoryMode::kPlanned && plan_.arena_bytes > 0) {
     // Note [Block lifetime]: planned blocks point into the arena and never own memory.
     arena_ = device_->Malloc(std::max<size_t>(plan_.arena_bytes, 1));
     for (int b : planned_) {
@@ -122,7 +122,14 @@ void Graph::BindMemory() {
 void Graph::RunOp(int i, const KernelContext& ctx, int thread) {
   const OpRecord& op = ops_[size_t(i)];
   double t0 = options_.profile ? NowUs() : 0;
-  device_->RunKernel(op, ctx);
+  if (!scratch_offset_.empty() && scratch_offset_[size_t(i)] != SIZE_MAX) {
+    KernelContext with_scratch = ctx;  // Note [Planned scratch]
+    with_scratch.scratch = static_cast<char*>(arena_) + scratch_offset_[size_t(i)];
+    with_scratch.scratch_bytes = scratch_size_[size_t(i)];
+    device_->RunKernel(op, with_scratch);
+  } else {
+    device_->RunKernel(op, ctx);
+  }
   if (options_.profile) {
     double t1 = NowUs();
     profile_[size_t(i)] = OpTiming{i, thread, t0 - profile_t0_, t1 - profile_t0_};

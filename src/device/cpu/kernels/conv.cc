@@ -40,12 +40,16 @@ constexpr int64_t kTargetColumns = 1024;
 // ... as long as their col matrix stays under this many elements.
 constexpr int64_t kMaxColElements = int64_t(4) << 20;
 
-// Device memory for the duration of one kernel call, given back even when the kernel throws.
+// Memory for the duration of one kernel call: the arena bytes a planned graph reserved for it
+// (Note [Planned scratch]), or device memory given back even when the kernel throws.
 class Scratch {
  public:
-  Scratch(Device* d, size_t bytes) : d_(d), p_(bytes ? d->Malloc(bytes) : nullptr) {}
+  Scratch(const KernelContext& ctx, size_t bytes)
+      : d_(ctx.device),
+        owned_(bytes && !(ctx.scratch && ctx.scratch_bytes >= bytes)),
+        p_(!bytes ? nullptr : owned_ ? d_->Malloc(bytes) : ctx.scratch) {}
   ~Scratch() {
-    if (p_) d_->Free(p_);
+    if (owned_) d_->Free(p_);
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -53,6 +57,7 @@ class Scratch {
 
  private:
   Device* d_;
+  bool owned_;
   void* p_;
 };
 
@@ -102,6 +107,18 @@ Plan MakePlan(const Geom& g) {
     p.parts = (p.chunks + per - 1) / per;  // no empty part
   }
   return p;
+}
+
+// Scratch elements of one kernel call: per part, a col matrix (unless direct), the gathered
+// output or dy (several images per chunk), and for the weight gradient a partial sum (parts
+// after the first). One formula for the kernels and for the planner (Note [Planned scratch]).
+enum class ConvKind { kForward, kGradInput, kGradWeight };
+int64_t ScratchElements(const Geom& g, const Plan& p, ConvKind kind, int64_t wtotal) {
+  const int64_t cols = p.batch * g.ohw();
+  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
+  const int64_t mat = p.batch > 1 ? g.o * cols : 0;
+  const int64_t partial = kind == ConvKind::kGradWeight && p.parts > 1 ? wtotal : 0;
+  return p.parts * (col_size + mat + partial);
 }
 
 // Calls f(part, n0, n1) for every chunk of images [n0, n1), the parts spread across the pool.
@@ -234,7 +251,7 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
   const int64_t out_size = p.batch > 1 ? g.o * cols : 0;
-  Scratch scratch(ctx.device, size_t(p.parts * (col_size + out_size)) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kForward, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
     T* col = scratch.as<T>() + part * (col_size + out_size);
@@ -275,7 +292,7 @@ void Conv2dGradInputTyped(const OpRecord& op, const KernelContext& ctx) {
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
   const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
-  Scratch scratch(ctx.device, size_t(p.parts * (col_size + dy_size)) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kGradInput, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
     T* col = scratch.as<T>() + part * (col_size + dy_size);
@@ -316,7 +333,7 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
   // Each part but the first accumulates into its own partial gradient, added in part order.
   const int64_t partial = p.parts > 1 ? wtotal : 0;
   const int64_t per_part = col_size + dy_size + partial;
-  Scratch scratch(ctx.device, size_t(p.parts * per_part) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kGradWeight, wtotal)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   std::vector<char> started(size_t(p.parts), 0);
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
@@ -388,7 +405,27 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
 
 }  // namespace
 
+// Scratch bytes each kernel call will ask for (0 where the kernel returns early).
+size_t ConvScratchBytes(const OpRecord& op, ConvKind kind) {
+  const Tensor& out = op.outputs[0];
+  if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64)) return 0;
+  Geom g;
+  switch (kind) {
+    case ConvKind::kForward: g = MakeGeom(op.attrs, op.inputs[0].shape(), op.inputs[1].shape(), out.shape()); break;
+    case ConvKind::kGradInput: g = MakeGeom(op.attrs, out.shape(), op.inputs[0].shape(), op.inputs[1].shape()); break;
+    case ConvKind::kGradWeight: g = MakeGeom(op.attrs, op.inputs[0].shape(), out.shape(), op.inputs[1].shape()); break;
+  }
+  if (kind == ConvKind::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
+  return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
+}
+size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kForward); }
+size_t Conv2dGradInputScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kGradInput); }
+size_t Conv2dGradWeightScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kGradWeight); }
+
 LOOM_KERNEL(conv2d, kCPU, Conv2dCpu);
+LOOM_KERNEL_SCRATCH(conv2d, kCPU, Conv2dScratch);
+LOOM_KERNEL_SCRATCH(conv2d_grad_input, kCPU, Conv2dGradInputScratch);
+LOOM_KERNEL_SCRATCH(conv2d_grad_weight, kCPU, Conv2dGradWeightScratch);
 LOOM_KERNEL(conv2d_grad_input, kCPU, Conv2dGradInputCpu);
 LOOM_KERNEL(conv2d_grad_weight, kCPU, Conv2dGradWeightCpu);
 LOOM_KERNEL(conv2d_grad_bias, kCPU, Conv2dGradBiasCpu);
