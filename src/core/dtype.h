@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/half.h"  // FloatToHalf & co.
+
 namespace loom {
 
 enum class DType : uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool };
@@ -22,10 +24,5 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
 
-// IEEE half and bfloat16 conversions (round to nearest even), used by the cast kernels.
-uint16_t FloatToHalf(float f);
-float HalfToFloat(uint16_t h);
-uint16_t FloatToBFloat16(float f);
-float BFloat16ToFloat(uint16_t b);
 
 }  // namespace loom

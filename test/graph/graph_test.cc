@@ -140,8 +140,11 @@ TEST_F(GraphTest, CaptureRunsNothingAndAllocatesNoIntermediate) {
   size_t state_bytes = 8;  // the lr scalar
   for (const Tensor& p : m.params) state_bytes += p.nbytes();
   EXPECT_EQ(dev_->stats().live_bytes, live_before + state_bytes);
-  for (size_t i = 0; i < g.blocks().size(); ++i)
-    if (!g.analysis().blocks[i].persistent) EXPECT_FALSE(g.blocks()[i]->allocated()) << "block " << i;
+  for (size_t i = 0; i < g.blocks().size(); ++i) {
+    if (!g.analysis().blocks[i].persistent) {
+      EXPECT_FALSE(g.blocks()[i]->allocated()) << "block " << i;
+    }
+  }
   EXPECT_TRUE(SameBits(before, m.Values()));  // the update did not run either
   EXPECT_FALSE(loss.block()->allocated());
   dev_->RunGraph(true, "train");

@@ -63,58 +63,11 @@ template <> __device__ __forceinline__ double QuietNaN<double>() { return __long
 // std::max's semantics (the CPU kernels use it): the first argument unless the second is larger.
 template <typename T> __device__ __forceinline__ T MaxOf(T a, T b) { return a < b ? b : a; }
 
-// ---- float16 / bfloat16, bit for bit as FloatToHalf & co. in core/dtype.cc ----
-__device__ __forceinline__ uint16_t DevFloatToHalf(float f) {
-  uint32_t x = __float_as_uint(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x7fffffu;
-  int32_t exp = int32_t((x >> 23) & 0xff);
-  if (exp == 0xff) return uint16_t(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  int32_t e = exp - 127 + 15;
-  if (e >= 0x1f) return uint16_t(sign | 0x7c00u);
-  if (e <= 0) {
-    if (e < -10) return uint16_t(sign);
-    mant |= 0x800000u;
-    uint32_t shift = uint32_t(14 - e);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return uint16_t(sign | half);
-  }
-  uint32_t half = sign | (uint32_t(e) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
-  return uint16_t(half);
-}
-__device__ __forceinline__ float DevHalfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400u)) { mant <<= 1; --exp; }
-      mant &= 0x3ffu;
-      x = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else {
-    x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  return __uint_as_float(x);
-}
-__device__ __forceinline__ uint16_t DevFloatToBFloat16(float f) {
-  uint32_t x = __float_as_uint(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);
-  uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return uint16_t((x + rounding) >> 16);
-}
-__device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+// ---- float16 / bfloat16: the host's own conversions (core/half.h), compiled for the device ----
+__device__ __forceinline__ uint16_t DevFloatToHalf(float f) { return FloatToHalf(f); }
+__device__ __forceinline__ float DevHalfToFloat(uint16_t h) { return HalfToFloat(h); }
+__device__ __forceinline__ uint16_t DevFloatToBFloat16(float f) { return FloatToBFloat16(f); }
+__device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return BFloat16ToFloat(b); }
 
 // ---- strided / broadcast indexing ----
 // Maps a linear index over `shape` (row-major) to element offsets in up to kMaxOperands

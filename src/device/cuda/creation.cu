@@ -2,7 +2,6 @@
 // cast (float16/bfloat16 included), and the shape ops that copy (concat, slice, slice_grad,
 // broadcast_to). Semantics follow src/device/cpu/kernels/{creation,shape}.cc; the random fills
 // draw exactly the CPU's numbers (Note [Philox stream] below).
-#include "device/round_to_odd.h"
 #include <cmath>
 #include <cstring>
 

@@ -4,7 +4,6 @@
 
 #include "device/cpu/kernels/common.h"
 #include "device/philox.h"
-#include "device/round_to_odd.h"
 
 namespace loom {
 namespace cpu {
