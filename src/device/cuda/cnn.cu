@@ -8,6 +8,7 @@
 // CPU's bits: forward windows are scanned in the CPU's order, and the gradients gather, for each
 // input pixel, the windows that contain it in increasing output order, which is the order in
 // which the CPU's scatter adds them.
+#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
@@ -17,17 +18,6 @@ namespace {
 __device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t Max64(int64_t a, int64_t b) { return a < b ? b : a; }
 
-struct PoolDims {
-  int64_t planes, h, w, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw;
-};
-
-PoolDims MakeDims(const Attrs& a, const Shape& x, const Shape& y) {
-  const std::vector<int64_t>& k = a.Ints("kernel");
-  const std::vector<int64_t>& s = a.Ints("stride");
-  const std::vector<int64_t>& p = a.Ints("padding");
-  return PoolDims{x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
-}
 
 // The output rows (or columns) whose window covers input position i: [lo, hi].
 __device__ __forceinline__ void Covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out, int64_t& lo,
@@ -63,7 +53,7 @@ __global__ void MaxPoolKernel(const T* x, T* y, int32_t* arg, PoolDims d) {
 void MaxPool2dCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
     const int64_t n = d.planes * d.oh * d.ow;
     if (n == 0) return;
     MaxPoolKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(),
@@ -94,7 +84,7 @@ __global__ void MaxPoolGradKernel(const int32_t* arg, const T* dy, T* dx, PoolDi
 void MaxPool2dGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
     const int64_t n = d.planes * d.h * d.w;
     if (n == 0) return;
     MaxPoolGradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
@@ -128,7 +118,7 @@ __global__ void AvgPoolKernel(const T* x, T* y, PoolDims d, bool include_pad) {
 void AvgPool2dCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
     const int64_t n = d.planes * d.oh * d.ow;
     if (n == 0) return;
     AvgPoolKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d,
@@ -155,7 +145,7 @@ __global__ void AvgPoolGradKernel(const T* dy, T* dx, PoolDims d, bool include_p
 void AvgPool2dGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "avg_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[0].shape());
     const int64_t n = d.planes * d.h * d.w;
     if (n == 0) return;
     AvgPoolGradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(),

@@ -7,27 +7,13 @@
 // outside [0, C) cannot throw from the GPU: Note [Errors found on the GPU] in cuda_device.h.
 #include <type_traits>
 
+#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
 namespace cuda {
 namespace {
 
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisSplit SplitAt(const Shape& s, int64_t axis, const char* op) {
-  AxisSplit r;
-  if (s.empty()) return r;  // a scalar: one line of length 1
-  int64_t a = NormalizeAxis(axis, int64_t(s.size()), op);
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < a) r.outer *= s[size_t(i)];
-    else if (i == a) r.n = s[size_t(i)];
-    else r.inner *= s[size_t(i)];
-  }
-  return r;
-}
 
 int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
 unsigned RowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20)); }

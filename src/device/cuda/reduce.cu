@@ -2,24 +2,13 @@
 // (src/device/cpu/kernels/reduce.cc): sum, max, max_grad, and bias_grad (a sum over the
 // leading dimensions). Sums accumulate in double in a fixed order per launch shape, so results
 // are deterministic from run to run.
+#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
 namespace cuda {
 namespace {
 
-struct Dims {
-  int64_t outer = 1, r = 1, inner = 1;
-};
-Dims ReduceDims(const Shape& s, int64_t a0, int64_t a1) {
-  Dims d;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < a0) d.outer *= s[size_t(i)];
-    else if (i < a1) d.r *= s[size_t(i)];
-    else d.inner *= s[size_t(i)];
-  }
-  return d;
-}
 
 constexpr int kColX = 32, kColY = 8;  // column reductions: 32 outputs x 8 partial sums per block
 constexpr unsigned kMaxGridY = 65535;
@@ -70,7 +59,7 @@ __global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int6
 
 // x: (outer, R, inner) -> y: (outer, inner)
 template <typename T, bool kMax>
-void Reduce(const T* x, T* y, const Dims& d, cudaStream_t s) {
+void Reduce(const T* x, T* y, const ReduceDims& d, cudaStream_t s) {
   if (d.outer * d.inner == 0) return;
   if (d.inner == 1) {
     int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
@@ -87,7 +76,7 @@ void Reduce(const T* x, T* y, const Dims& d, cudaStream_t s) {
 // x: (outer, R, inner) -> y: (outer, inner)
 void SumCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   FloatDispatch(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     Reduce<T, false>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
@@ -97,7 +86,7 @@ void SumCuda(const OpRecord& op, const KernelContext& ctx) {
 // x: (outer, R, inner) -> y: (outer, inner)
 void MaxCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   LOOM_CHECK(d.r > 0, ShapeError, "[max] reduction over an empty axis of ", x.Describe());
   FloatDispatch(x.dtype(), "max", [&](auto tag) {
     using T = decltype(tag);
@@ -111,7 +100,7 @@ void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
     using T = decltype(tag);
     const int64_t n = op.outputs[0].numel();
     if (n == 0) return;
-    Dims d{1, op.inputs[0].numel() / n, n};
+    ReduceDims d{1, op.inputs[0].numel() / n, n};
     Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
   });
 }
@@ -148,7 +137,7 @@ __global__ void MaxGradColKernel(const T* x, const T* y, const T* dy, T* dx, int
 // x: (outer, R, inner), y: (outer, 1, inner), dy: (outer, 1, inner) -> dx: (outer, R, inner)
 void MaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   if (x.numel() == 0) return;
   cudaStream_t s = Dev(ctx).stream();
   FloatDispatch(x.dtype(), "max_grad", [&](auto tag) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "device/kernel_shapes.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
@@ -17,21 +18,6 @@ namespace {
 
 constexpr int64_t kLanes = 64;
 
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-
-AxisSplit SplitAt(const Shape& s, int64_t axis, const char* op) {
-  AxisSplit r;
-  if (s.empty()) return r;  // a scalar: one line of length 1
-  int64_t a = NormalizeAxis(axis, int64_t(s.size()), op);
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < a) r.outer *= s[size_t(i)];
-    else if (i == a) r.n = s[size_t(i)];
-    else r.inner *= s[size_t(i)];
-  }
-  return r;
-}
 
 // Calls f(row, base, width) for blocks of `width` adjacent lines starting at element `base`;
 // `row` is std::true_type when the lines are contiguous rows (then width is 1).

@@ -4,23 +4,13 @@
 #include <algorithm>
 #include <limits>
 
+#include "device/kernel_shapes.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
 namespace cpu {
 namespace {
 
-struct PoolDims {
-  int64_t planes, h, w, oh, ow;
-  int64_t kh, kw, sh, sw, ph, pw;
-};
-
-PoolDims MakeDims(const Attrs& a, const Shape& x, const Shape& y) {
-  const std::vector<int64_t>& k = a.Ints("kernel");
-  const std::vector<int64_t>& s = a.Ints("stride");
-  const std::vector<int64_t>& p = a.Ints("padding");
-  return PoolDims{x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
-}
 
 template <typename F>
 void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
@@ -34,7 +24,7 @@ void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
 void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
     const T* x = op.inputs[0].data<T>();
     T* y = op.outputs[0].data<T>();
     int32_t* arg = op.outputs[1].data<int32_t>();
@@ -69,7 +59,7 @@ void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
 void MaxPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
     const int32_t* arg = op.inputs[0].data<int32_t>();
     const T* dy = op.inputs[1].data<T>();
     T* dx = op.outputs[0].data<T>();
@@ -95,7 +85,7 @@ inline int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_t
 void AvgPool2dCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
     const bool include_pad = op.attrs.Int("count_include_pad", 1) != 0;
     const T* x = op.inputs[0].data<T>();
     T* y = op.outputs[0].data<T>();
@@ -120,7 +110,7 @@ void AvgPool2dCpu(const OpRecord& op, const KernelContext&) {
 void AvgPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.outputs[0].dtype(), "avg_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakeDims(op.attrs, op.outputs[0].shape(), op.inputs[0].shape());
+    const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[0].shape());
     const bool include_pad = op.attrs.Int("count_include_pad", 1) != 0;
     const T* dy = op.inputs[0].data<T>();
     T* dx = op.outputs[0].data<T>();

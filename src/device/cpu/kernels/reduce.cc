@@ -2,31 +2,20 @@
 #include <algorithm>
 #include <limits>
 
+#include "device/kernel_shapes.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
 namespace cpu {
 namespace {
 
-struct Dims {
-  int64_t outer = 1, r = 1, inner = 1;
-};
-Dims ReduceDims(const Shape& s, int64_t a0, int64_t a1) {
-  Dims d;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) {
-    if (i < a0) d.outer *= s[size_t(i)];
-    else if (i < a1) d.r *= s[size_t(i)];
-    else d.inner *= s[size_t(i)];
-  }
-  return d;
-}
 
 // Sums in blocks of kBlock with a double accumulator per block: fixed association, whatever
 // the thread count, so results are bitwise reproducible.
 constexpr int64_t kBlock = 4096;
 
 template <typename T>
-void SumRows(const T* x, T* y, const Dims& d) {
+void SumRows(const T* x, T* y, const ReduceDims& d) {
   if (d.inner == 1) {
     ParallelFor(d.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.r, 1)), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {
@@ -66,7 +55,7 @@ void SumRows(const T* x, T* y, const Dims& d) {
 // x: (outer, R, inner) -> y: (outer, inner)
 void SumCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   FloatDispatch(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
     SumRows<T>(x.data<T>(), op.outputs[0].data<T>(), d);
@@ -76,7 +65,7 @@ void SumCpu(const OpRecord& op, const KernelContext&) {
 // x: (outer, R, inner) -> y: (outer, inner)
 void MaxCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   LOOM_CHECK(d.r > 0, ShapeError, "[max] reduction over an empty axis of ", x.Describe());
   FloatDispatch(x.dtype(), "max", [&](auto tag) {
     using T = decltype(tag);
@@ -97,7 +86,7 @@ void MaxCpu(const OpRecord& op, const KernelContext&) {
 // x: (outer, R, inner), y: (outer, 1, inner), dy: (outer, 1, inner) -> dx: (outer, R, inner)
 void MaxGradCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
-  Dims d = ReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
+  ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   FloatDispatch(x.dtype(), "max_grad", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
