@@ -88,6 +88,17 @@ void Graph::Finalize(const GraphOptions& options) {
     for (int b : access_[i].reads) touching[size_t(b)].push_back(int(i));
     for (int b : access_[i].writes) touching[size_t(b)].push_back(int(i));
   }
+  // Dynamic parallel replay drops one reference per op and block: which blocks, computed once.
+  recycled_by_.assign(n, {});
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int>& t = recycled_by_[i];
+    for (int b : access_[i].reads) t.push_back(b);
+    for (int b : access_[i].writes) t.push_back(b);
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+    t.erase(std::remove_if(t.begin(), t.end(), [&](int b) { return analysis_.blocks[size_t(b)].persistent; }),
+            t.end());
+  }
   // The parallel schedule's edges start from the analysis (Note [Dependencies]).
   std::vector<std::vector<int>> preds = analysis_.preds;
   size_t lower_bound = analysis_.lower_bound_bytes;

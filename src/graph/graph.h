@@ -134,6 +134,7 @@ class Graph {
   std::vector<size_t> planned_live_bytes_;  // per op: live intermediate bytes as planned
   std::vector<size_t> scratch_offset_;      // per op: arena offset of its scratch or SIZE_MAX
   std::vector<size_t> scratch_size_;        // per op: scratch bytes (Note [Planned scratch])
+  std::vector<std::vector<int>> recycled_by_;  // per op: the non-persistent blocks it touches (once each)
   // Schedule for the parallel replay: the analysis' edges plus, in planned mode, edges that
   // stop a block from being overwritten while an earlier tenant of its memory is in use.
   std::vector<std::vector<int>> sched_succs_;

@@ -181,12 +181,7 @@ void Graph::RunParallel(const KernelContext& ctx) {
     }
     RunOp(i, ctx, thread);
     if (dynamic) {
-      std::vector<int> touched = access_[size_t(i)].reads;
-      touched.insert(touched.end(), access_[size_t(i)].writes.begin(), access_[size_t(i)].writes.end());
-      std::sort(touched.begin(), touched.end());
-      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-      for (int b : touched) {
-        if (analysis_.blocks[size_t(b)].persistent) continue;
+      for (int b : recycled_by_[size_t(i)]) {
         if (--refs[size_t(b)] == 0) {
           blocks_[size_t(b)]->Release();
           std::lock_guard<std::mutex> l(live_mu);
