@@ -4,10 +4,11 @@
 #   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
 set -euo pipefail
 
-# Debian packages: one list, extended as the project needs more (python3-torch, libdnnl-dev...).
+# Debian packages: one list, extended as the project needs more (python3-torch...).
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libopenblas-dev libgtest-dev
+  libdnnl-dev                                   # oneDNN: float32 CPU convolutions (conv_dnnl.h)
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot

@@ -6,6 +6,8 @@
 
 #include "common/harness.h"
 #include "core/ops_cnn.h"
+#include "device/cpu/kernels/conv_dnnl.h"
+#include "device/cpu/parallel.h"
 
 namespace loom {
 namespace test {
@@ -218,8 +220,79 @@ TEST(Conv, BackwardSavesOnlyInputAndWeight) {
   EXPECT_EQ(GetOp("embedding").saved_inputs, (std::vector<int>{1}));
 }
 
+// Selects the CPU convolution for one scope (Note [oneDNN convolution]).
+class ConvImplScope {
+ public:
+  explicit ConvImplScope(cpu::CpuConvImpl impl) : prev_(cpu::GetCpuConvImpl()) { cpu::SetCpuConvImpl(impl); }
+  ~ConvImplScope() { cpu::SetCpuConvImpl(prev_); }
+
+ private:
+  cpu::CpuConvImpl prev_;
+};
+
+// The three float32 passes (forward, input and weight gradient) against float64 references,
+// under oneDNN and under im2col, for geometries that take each path of conv_dnnl.cc: batches
+// split evenly and unevenly across the pool (two primitives), one image, groups, depthwise,
+// dilation, strides that leave a negative right padding (1x1 stride 2), bias, and weights with
+// 128+ output channels (the reorder of the shared weights split across the pool).
+TEST(Conv, Float32BothImplementations) {
+  const std::vector<ConvCase> cases{
+      ConvCase{{4, 16, 8, 8}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      ConvCase{{5, 8, 7, 9}, {16, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},  // 5 images: parts of 3 and 2
+      ConvCase{{1, 3, 12, 12}, {8, 3, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, true},  // one image, first layer
+      ConvCase{{3, 16, 8, 8}, {32, 16, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false},  // downsample: right pad -1
+      ConvCase{{2, 16, 6, 6}, {16, 4, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4, false},   // groups
+      ConvCase{{2, 16, 6, 6}, {16, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 16, true},   // depthwise, dilated
+      ConvCase{{2, 4, 9, 8}, {8, 4, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 1, false},     // asymmetric everything
+      ConvCase{{2, 32, 4, 4}, {160, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},  // 160 outputs: split reorder
+  };
+  for (cpu::CpuConvImpl impl : {cpu::CpuConvImpl::kAuto, cpu::CpuConvImpl::kIm2col}) {
+    ConvImplScope scope(impl);
+    const std::string which = impl == cpu::CpuConvImpl::kAuto ? " [auto]" : " [im2col]";
+    for (const ConvCase& k : cases) {
+      const std::string what = k.Name() + which;
+      Tensor x = RandomTensor(k.x, DType::kFloat64, 51), w = RandomTensor(k.w, DType::kFloat64, 52);
+      Tensor b = k.bias ? RandomTensor({k.w[0]}, DType::kFloat64, 53) : Tensor();
+      Shape ys;
+      std::vector<double> y = RefConv(k, x.ToVector<double>(), w.ToVector<double>(),
+                                      k.bias ? b.ToVector<double>() : std::vector<double>(), &ys);
+      Tensor dy = RandomTensor(ys, DType::kFloat64, 54);
+      Attrs a{{"stride", k.stride}, {"padding", k.padding}, {"dilation", k.dilation}, {"groups", k.groups}};
+      Attrs ai = a, aw = a;
+      ai.Set("x_shape", k.x);
+      aw.Set("w_shape", k.w);
+      // float64 runs im2col under either setting: the gradients' reference.
+      std::vector<double> dx = Call1("conv2d_grad_input", {w, dy}, ai).ToVector<double>();
+      std::vector<double> dw = Call1("conv2d_grad_weight", {x, dy}, aw).ToVector<double>();
+      auto f32 = [](const Tensor& t) { return ops::Cast(t, DType::kFloat32); };
+      // Sums of up to a few hundred products of values in [-1, 1]: float32 keeps about 1e-5.
+      ExpectClose(ToDoubles(ops::Conv2d(f32(x), f32(w), k.bias ? f32(b) : Tensor(), k.Options())), y, 1e-4, 1e-4,
+                  what + " forward");
+      ExpectClose(ToDoubles(Call1("conv2d_grad_input", {f32(w), f32(dy)}, ai)), dx, 1e-4, 1e-4, what + " dx");
+      ExpectClose(ToDoubles(Call1("conv2d_grad_weight", {f32(x), f32(dy)}, aw)), dw, 1e-4, 1e-4, what + " dw");
+    }
+  }
+}
+
+TEST(Conv, OneDnnRunsFloat32WhenBuiltWithIt) {
+  // The fast path is really taken (a silent fallback would pass every accuracy test).
+  cpu::ConvDims d{16, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, false};
+  ConvImplScope scope(cpu::CpuConvImpl::kAuto);
+  for (cpu::ConvPass pass : {cpu::ConvPass::kForward, cpu::ConvPass::kGradInput, cpu::ConvPass::kGradWeight}) {
+    const cpu::DnnlConvPlan* plan = cpu::FindDnnlConv(pass, d, DType::kFloat32);
+    EXPECT_EQ(plan != nullptr, cpu::HaveDnnl());
+    if (plan) {
+      EXPECT_GT(cpu::DnnlConvScratchBytes(*plan), 0u);  // at least the reordered activations
+    }
+    EXPECT_EQ(cpu::FindDnnlConv(pass, d, DType::kFloat64), nullptr);  // float64: im2col
+  }
+  ConvImplScope im2col(cpu::CpuConvImpl::kIm2col);
+  EXPECT_EQ(cpu::FindDnnlConv(cpu::ConvPass::kForward, d, DType::kFloat32), nullptr);
+}
+
 TEST(Conv, ScratchIsCountedAndReturned) {
   // im2col buffers come from the device pool: live bytes go back to where they were.
+  ConvImplScope scope(cpu::CpuConvImpl::kIm2col);
   auto dev = Cpu();
   Tensor x = RandomTensor({2, 3, 8, 8}, DType::kFloat32, 41);
   Tensor w = RandomTensor({4, 3, 3, 3}, DType::kFloat32, 42);
@@ -230,6 +303,28 @@ TEST(Conv, ScratchIsCountedAndReturned) {
     EXPECT_EQ(dev->stats().live_bytes, live + y.nbytes());  // the output only; the scratch is back
     size_t col_bytes = 3 * 3 * 3 * 6 * 6 * sizeof(float);   // (C KH KW, OH OW) for one image
     EXPECT_GE(dev->stats().peak_bytes, live + y.nbytes() + col_bytes);
+  }
+  EXPECT_EQ(dev->stats().live_bytes, live);
+}
+
+TEST(Conv, OneDnnScratchIsCountedAndReturned) {
+  // oneDNN's reordered operands and scratchpad come from the device pool too (invariant 2).
+  if (!cpu::HaveDnnl()) GTEST_SKIP() << "built without oneDNN";
+  ConvImplScope scope(cpu::CpuConvImpl::kAuto);
+  auto dev = Cpu();
+  Tensor x = RandomTensor({4, 16, 8, 8}, DType::kFloat32, 41);
+  Tensor w = RandomTensor({32, 16, 3, 3}, DType::kFloat32, 42);
+  cpu::ConvDims d{4, 16, 8, 8, 32, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, false};
+  const cpu::DnnlConvPlan* plan = cpu::FindDnnlConv(cpu::ConvPass::kForward, d, DType::kFloat32);
+  ASSERT_NE(plan, nullptr);
+  size_t live = dev->stats().live_bytes;
+  dev->ResetPeak();
+  {
+    ops::Conv2dOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = ops::Conv2d(x, w, Tensor(), pad1);
+    EXPECT_EQ(dev->stats().live_bytes, live + y.nbytes());
+    EXPECT_GE(dev->stats().peak_bytes, live + y.nbytes() + cpu::DnnlConvScratchBytes(*plan));
   }
   EXPECT_EQ(dev->stats().live_bytes, live);
 }

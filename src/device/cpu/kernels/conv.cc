@@ -1,4 +1,6 @@
-// CPU convolution: im2col + OpenBLAS GEMM over chunks of images.
+// CPU convolution. float32 goes to oneDNN when loom is built with it (Note [oneDNN convolution]
+// in conv_dnnl.h); everything else, and everything without oneDNN, runs here: im2col + OpenBLAS
+// GEMM over chunks of images.
 //
 // im2col lays the input patches of a chunk of B images out as a (C KH KW, B OH OW) matrix: rows
 // ordered (c, kh, kw), so group g's rows are one contiguous block, and image b's patches in
@@ -24,9 +26,11 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
+#include "device/cpu/kernels/conv_dnnl.h"
 #include "device/device.h"
 
 namespace loom {
@@ -86,6 +90,26 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
               a.Int("groups")};
 }
 
+// The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
+const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype) {
+  if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
+  ConvDims d{g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, bias};
+  return FindDnnlConv(pass, d, dtype);
+}
+
+// Runs the call through oneDNN when it has a plan for it; false when im2col must.
+template <typename T>
+bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a, const T* b, const T* bias, T* out) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32)) {
+      Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
+      RunDnnlConv(*plan, a, b, bias, out, scratch.as<void>());
+      return true;
+    }
+  }
+  return false;
+}
+
 // How the images are processed: chunks of `batch` images, the chunks split into `parts`
 // consecutive runs that run in parallel, each with its own scratch.
 struct Plan {
@@ -112,12 +136,11 @@ Plan MakePlan(const Geom& g) {
 // Scratch elements of one kernel call: per part, a col matrix (unless direct), the gathered
 // output or dy (several images per chunk), and for the weight gradient a partial sum (parts
 // after the first). One formula for the kernels and for the planner (Note [Planned scratch]).
-enum class ConvKind { kForward, kGradInput, kGradWeight };
-int64_t ScratchElements(const Geom& g, const Plan& p, ConvKind kind, int64_t wtotal) {
+int64_t ScratchElements(const Geom& g, const Plan& p, ConvPass kind, int64_t wtotal) {
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
   const int64_t mat = p.batch > 1 ? g.o * cols : 0;
-  const int64_t partial = kind == ConvKind::kGradWeight && p.parts > 1 ? wtotal : 0;
+  const int64_t partial = kind == ConvPass::kGradWeight && p.parts > 1 ? wtotal : 0;
   return p.parts * (col_size + mat + partial);
 }
 
@@ -247,11 +270,12 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* bias = op.inputs.size() == 3 ? op.inputs[2].data<T>() : nullptr;
   T* y = ty.data<T>();
   if (ty.numel() == 0) return;
+  if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y)) return;
   const Plan p = MakePlan(g);
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
   const int64_t out_size = p.batch > 1 ? g.o * cols : 0;
-  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kForward, 0)) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kForward, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
     T* col = scratch.as<T>() + part * (col_size + out_size);
@@ -288,11 +312,12 @@ void Conv2dGradInputTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* dy = tdy.data<T>();
   T* dx = tdx.data<T>();
   if (tdx.numel() == 0) return;
+  if (TryDnnl(ConvPass::kGradInput, g, ctx, w, dy, static_cast<const T*>(nullptr), dx)) return;
   const Plan p = MakePlan(g);
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
   const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
-  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kGradInput, 0)) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kGradInput, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
     T* col = scratch.as<T>() + part * (col_size + dy_size);
@@ -326,6 +351,7 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
     std::fill(dw, dw + wtotal, T(0));
     return;
   }
+  if (TryDnnl(ConvPass::kGradWeight, g, ctx, x, dy, static_cast<const T*>(nullptr), dw)) return;
   const Plan p = MakePlan(g);
   const int64_t cols = p.batch * g.ohw();
   const int64_t col_size = p.direct ? 0 : g.rows() * cols;
@@ -333,7 +359,7 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
   // Each part but the first accumulates into its own partial gradient, added in part order.
   const int64_t partial = p.parts > 1 ? wtotal : 0;
   const int64_t per_part = col_size + dy_size + partial;
-  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvKind::kGradWeight, wtotal)) * sizeof(T));
+  Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kGradWeight, wtotal)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   std::vector<char> started(size_t(p.parts), 0);
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
@@ -406,21 +432,23 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
 }  // namespace
 
 // Scratch bytes each kernel call will ask for (0 where the kernel returns early).
-size_t ConvScratchBytes(const OpRecord& op, ConvKind kind) {
+size_t ConvScratchBytes(const OpRecord& op, ConvPass kind) {
   const Tensor& out = op.outputs[0];
   if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64)) return 0;
   Geom g;
   switch (kind) {
-    case ConvKind::kForward: g = MakeGeom(op.attrs, op.inputs[0].shape(), op.inputs[1].shape(), out.shape()); break;
-    case ConvKind::kGradInput: g = MakeGeom(op.attrs, out.shape(), op.inputs[0].shape(), op.inputs[1].shape()); break;
-    case ConvKind::kGradWeight: g = MakeGeom(op.attrs, op.inputs[0].shape(), out.shape(), op.inputs[1].shape()); break;
+    case ConvPass::kForward: g = MakeGeom(op.attrs, op.inputs[0].shape(), op.inputs[1].shape(), out.shape()); break;
+    case ConvPass::kGradInput: g = MakeGeom(op.attrs, out.shape(), op.inputs[0].shape(), op.inputs[1].shape()); break;
+    case ConvPass::kGradWeight: g = MakeGeom(op.attrs, op.inputs[0].shape(), out.shape(), op.inputs[1].shape()); break;
   }
-  if (kind == ConvKind::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
+  if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
+  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
+  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype())) return DnnlConvScratchBytes(*plan);
   return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
 }
-size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kForward); }
-size_t Conv2dGradInputScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kGradInput); }
-size_t Conv2dGradWeightScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvKind::kGradWeight); }
+size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
+size_t Conv2dGradInputScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kGradInput); }
+size_t Conv2dGradWeightScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kGradWeight); }
 
 LOOM_KERNEL(conv2d, kCPU, Conv2dCpu);
 LOOM_KERNEL_SCRATCH(conv2d, kCPU, Conv2dScratch);

@@ -1,0 +1,416 @@
+// oneDNN convolution plans: Note [oneDNN convolution] in conv_dnnl.h.
+#include "device/cpu/kernels/conv_dnnl.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "device/cpu/parallel.h"
+
+#ifdef LOOM_HAVE_DNNL
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace loom {
+namespace cpu {
+
+namespace {
+std::atomic<int> g_impl{-1};  // -1: not read from the environment yet
+
+CpuConvImpl ImplFromEnv() {
+  const char* s = std::getenv("LOOM_CPU_CONV");
+  return s && std::strcmp(s, "im2col") == 0 ? CpuConvImpl::kIm2col : CpuConvImpl::kAuto;
+}
+}  // namespace
+
+void SetCpuConvImpl(CpuConvImpl impl) { g_impl = int(impl); }
+CpuConvImpl GetCpuConvImpl() {
+  int v = g_impl.load();
+  if (v < 0) {
+    v = int(ImplFromEnv());
+    g_impl = v;
+  }
+  return CpuConvImpl(v);
+}
+
+#ifndef LOOM_HAVE_DNNL
+
+bool HaveDnnl() { return false; }
+class DnnlConvPlan {};
+const DnnlConvPlan* FindDnnlConv(ConvPass, const ConvDims&, DType) { return nullptr; }
+size_t DnnlConvScratchBytes(const DnnlConvPlan&) { return 0; }
+void RunDnnlConv(const DnnlConvPlan&, const float*, const float*, const float*, float*, void*) {
+  LOOM_ASSERT(false, "RunDnnlConv: loom was built without oneDNN");
+}
+
+#else  // LOOM_HAVE_DNNL
+
+bool HaveDnnl() { return true; }
+
+namespace {
+
+namespace dn = dnnl;
+using md = dn::memory::desc;
+using tag = dn::memory::format_tag;
+constexpr dn::memory::data_type kF32 = dn::memory::data_type::f32;
+constexpr size_t kAlign = 64;
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+dn::engine& Engine() {
+  static dn::engine e(dn::engine::kind::cpu, 0);
+  return e;
+}
+dn::stream& Stream() {
+  thread_local dn::stream s(Engine());
+  return s;
+}
+
+// Runs oneDNN on the calling thread alone (Note [oneDNN convolution]: threads). OpenMP's thread
+// count is per calling thread, so this is set around every oneDNN call, building included:
+// a primitive plans its own parallel split from the count it sees when it is built.
+class OneOmpThread {
+ public:
+  OneOmpThread() : prev_(omp_get_max_threads()) {
+    if (prev_ != 1) omp_set_num_threads(1);
+  }
+  ~OneOmpThread() {
+    if (prev_ != 1) omp_set_num_threads(prev_);
+  }
+  OneOmpThread(const OneOmpThread&) = delete;
+  OneOmpThread& operator=(const OneOmpThread&) = delete;
+
+ private:
+  int prev_;
+};
+
+// One operand in loom's plain layout and in the layout the convolution asked for, with the
+// reorder between them when they differ (towards the convolution for inputs, back for outputs).
+struct Operand {
+  md plain, inner;
+  bool same = true;
+  dn::reorder move;
+  size_t bytes() const { return same ? 0 : inner.get_size(); }
+
+  static Operand Make(const md& plain, const md& inner, bool is_input) {
+    Operand op;
+    op.plain = plain;
+    op.inner = inner;
+    op.same = plain == inner;
+    if (!op.same)
+      op.move = is_input ? dn::reorder(dn::reorder::primitive_desc(Engine(), plain, Engine(), inner))
+                         : dn::reorder(dn::reorder::primitive_desc(Engine(), inner, Engine(), plain));
+    return op;
+  }
+  // Returns where the convolution reads (input) or writes (output) this operand: the user's
+  // buffer when the layouts agree, else `staging` (filled from the user's buffer for an input).
+  void* In(void* user, void* staging) const {
+    if (same) return user;
+    dn::memory from(plain, Engine(), user), to(inner, Engine(), staging);
+    move.execute(Stream(), from, to);
+    return staging;
+  }
+  // An input reorder split along dim 0 into pieces the pool runs side by side (the shared copy
+  // of the weights: one thread would otherwise reorder them while the others wait). Pieces
+  // start at multiples of 64 so that they never cut a layout block.
+  std::vector<dn::reorder> pieces;
+  std::vector<std::pair<md, md>> piece_mds;
+  void Split(int64_t parts) {
+    const int64_t d0 = plain.dims()[0];
+    if (same || parts < 2 || d0 < 128) return;
+    const int64_t step = (d0 / parts + 63) / 64 * 64;
+    for (int64_t at = 0; at < d0; at += step) {
+      dn::memory::dims dims = plain.dims(), offs(dims.size(), 0);
+      dims[0] = std::min(step, d0 - at);
+      offs[0] = at;
+      md from = plain.submemory_desc(dims, offs), to = inner.submemory_desc(dims, offs);
+      piece_mds.emplace_back(from, to);
+      pieces.emplace_back(dn::reorder::primitive_desc(Engine(), from, Engine(), to));
+    }
+  }
+  void* InSplit(void* user, void* staging) const {
+    if (same) return user;
+    if (pieces.empty()) {
+      OneOmpThread one;
+      return In(user, staging);
+    }
+    ParallelFor(int64_t(pieces.size()), 1, [&](int64_t i0, int64_t i1) {
+      OneOmpThread one;
+      for (int64_t i = i0; i < i1; ++i) {
+        dn::memory from(piece_mds[size_t(i)].first, Engine(), user), to(piece_mds[size_t(i)].second, Engine(), staging);
+        pieces[size_t(i)].execute(Stream(), from, to);
+      }
+    });
+    return staging;
+  }
+  void Out(void* staging, void* user) const {
+    if (same) return;
+    dn::memory from(inner, Engine(), staging), to(plain, Engine(), user);
+    move.execute(Stream(), from, to);
+  }
+};
+
+md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t) { return md({n, c, h, w}, kF32, t); }
+md Weights(const ConvDims& d, tag t) {
+  if (d.groups == 1) return md({d.o, d.c, d.kh, d.kw}, kF32, t == tag::any ? tag::any : tag::oihw);
+  return md({d.groups, d.o / d.groups, d.c / d.groups, d.kh, d.kw}, kF32, t == tag::any ? tag::any : tag::goihw);
+}
+
+// The primitive for one part size (images per part).
+struct Shard {
+  int64_t nb = 0;
+  dn::primitive conv;
+  Operand a, b, out;  // by pass: (x, w, y), (w, dy, dx), (x, dy, dw)
+  md pad;  // oneDNN's scratchpad (user mode: it lives in the op's scratch)
+  size_t scratchpad = 0;
+  size_t part_bytes = 0;  // this part's scratch (the shared weight copy excluded)
+};
+
+}  // namespace
+
+class DnnlConvPlan {
+ public:
+  ConvPass pass;
+  ConvDims d;
+  std::vector<int64_t> first;  // first image of each part, and n at the end
+  std::vector<int> shard_of;   // part -> index into shards
+  std::vector<std::unique_ptr<Shard>> shards;
+  size_t shared_bytes = 0;               // the weights' copy, shared by the parts (forward, grad input)
+  std::vector<size_t> part_offset;       // into the scratch, per part
+  size_t total_bytes = 0;
+};
+
+namespace {
+
+std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb) {
+  const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
+      pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
+  const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, d.o, d.oh, d.ow, tag::any);
+  const md x_plain = Act(nb, d.c, d.h, d.w, tag::nchw), y_plain = Act(nb, d.o, d.oh, d.ow, tag::nchw);
+  const md w_any = Weights(d, tag::any), w_plain = Weights(d, tag::oihw);
+  const md bias_md = d.bias && pass == ConvPass::kForward ? md({d.o}, kF32, tag::x) : md();
+  dn::primitive_attr attr;
+  attr.set_scratchpad_mode(dn::scratchpad_mode::user);
+  // Backward primitives need the forward one as a hint.
+  dn::convolution_forward::desc fd(dn::prop_kind::forward_training, dn::algorithm::convolution_direct, x_any, w_any,
+                                   bias_md, y_any, strides, dil, pl, pr);
+  dn::convolution_forward::primitive_desc fpd(fd, attr, Engine());
+  auto s = std::make_unique<Shard>();
+  s->nb = nb;
+  switch (pass) {
+    case ConvPass::kForward:
+      s->conv = dn::convolution_forward(fpd);
+      s->a = Operand::Make(x_plain, fpd.src_desc(), true);
+      s->b = Operand::Make(w_plain, fpd.weights_desc(), true);
+      s->out = Operand::Make(y_plain, fpd.dst_desc(), false);
+      s->pad = fpd.scratchpad_desc();
+      s->scratchpad = s->pad.get_size();
+      break;
+    case ConvPass::kGradInput: {
+      dn::convolution_backward_data::desc bd(dn::algorithm::convolution_direct, x_any, w_any, y_any, strides, dil, pl,
+                                             pr);
+      dn::convolution_backward_data::primitive_desc bpd(bd, attr, Engine(), fpd);
+      s->conv = dn::convolution_backward_data(bpd);
+      s->a = Operand::Make(w_plain, bpd.weights_desc(), true);
+      s->b = Operand::Make(y_plain, bpd.diff_dst_desc(), true);
+      s->out = Operand::Make(x_plain, bpd.diff_src_desc(), false);
+      s->pad = bpd.scratchpad_desc();
+      s->scratchpad = s->pad.get_size();
+      break;
+    }
+    case ConvPass::kGradWeight: {
+      dn::convolution_backward_weights::desc wd(dn::algorithm::convolution_direct, x_any, w_any, md(), y_any, strides,
+                                                dil, pl, pr);
+      dn::convolution_backward_weights::primitive_desc wpd(wd, attr, Engine(), fpd);
+      s->conv = dn::convolution_backward_weights(wpd);
+      s->a = Operand::Make(x_plain, wpd.src_desc(), true);
+      s->b = Operand::Make(y_plain, wpd.diff_dst_desc(), true);
+      s->out = Operand::Make(w_plain, wpd.diff_weights_desc(), false);
+      s->pad = wpd.scratchpad_desc();
+      s->scratchpad = s->pad.get_size();
+      break;
+    }
+  }
+  return s;
+}
+
+// The weights operand the parts share (forward and input gradient).
+const Operand& SharedWeights(ConvPass pass, const Shard& s) { return pass == ConvPass::kForward ? s.b : s.a; }
+
+std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t parts) {
+  auto p = std::make_unique<DnnlConvPlan>();
+  p->pass = pass;
+  p->d = d;
+  const int64_t base = d.n / parts, extra = d.n % parts;  // the first `extra` parts take one more
+  int64_t at = 0;
+  std::map<int64_t, int> by_size;
+  for (int64_t q = 0; q < parts; ++q) {
+    const int64_t nb = base + (q < extra ? 1 : 0);
+    p->first.push_back(at);
+    at += nb;
+    auto it = by_size.find(nb);
+    if (it == by_size.end()) {
+      it = by_size.emplace(nb, int(p->shards.size())).first;
+      p->shards.push_back(MakeShard(pass, d, nb));
+    }
+    p->shard_of.push_back(it->second);
+  }
+  p->first.push_back(at);
+  // The parts share one copy of the weights, so every primitive must want the same layout.
+  if (pass != ConvPass::kGradWeight && parts > 1)
+    for (auto& s : p->shards)
+      if (SharedWeights(pass, *s).inner != SharedWeights(pass, *p->shards[0]).inner) return MakePlan(pass, d, 1);
+  const size_t w_bytes = size_t(d.o * (d.c / d.groups) * d.kh * d.kw) * sizeof(float);
+  for (auto& s : p->shards) {
+    size_t b = AlignUp(s->scratchpad);
+    switch (pass) {
+      case ConvPass::kForward: b += AlignUp(s->a.bytes()) + AlignUp(s->out.bytes()); break;
+      case ConvPass::kGradInput: b += AlignUp(s->b.bytes()) + AlignUp(s->out.bytes()); break;
+      // Inner-layout gradient, plus a plain partial for the parts after the first.
+      case ConvPass::kGradWeight: b += AlignUp(s->a.bytes()) + AlignUp(s->b.bytes()) + AlignUp(s->out.bytes()) +
+                                       (parts > 1 ? AlignUp(w_bytes) : 0); break;
+    }
+    s->part_bytes = b;
+  }
+  // The shared copy of the weights (forward: input b; grad input: input a).
+  if (pass != ConvPass::kGradWeight) {
+    Operand& w = pass == ConvPass::kForward ? p->shards[0]->b : p->shards[0]->a;
+    p->shared_bytes = AlignUp(w.bytes());
+    w.Split(parts);
+  }
+  size_t off = p->shared_bytes;
+  for (int64_t q = 0; q < parts; ++q) {
+    p->part_offset.push_back(off);
+    off += p->shards[size_t(p->shard_of[size_t(q)])]->part_bytes;
+  }
+  p->total_bytes = off;
+  return p;
+}
+
+using Key = std::tuple<int, int, std::vector<int64_t>>;  // pass, threads, dims
+
+std::mutex g_mu;
+std::map<Key, std::unique_ptr<DnnlConvPlan>>& Cache() {
+  static auto* m = new std::map<Key, std::unique_ptr<DnnlConvPlan>>;  // lives to process exit
+  return *m;
+}
+
+char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
+
+}  // namespace
+
+const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
+  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0) return nullptr;
+  Key key{int(pass), NumThreads(),
+          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias}};
+  std::lock_guard<std::mutex> l(g_mu);
+  auto it = Cache().find(key);
+  if (it != Cache().end()) return it->second.get();
+  std::unique_ptr<DnnlConvPlan> plan;
+  try {
+    OneOmpThread one;
+    plan = MakePlan(pass, d, std::max<int64_t>(1, std::min<int64_t>(NumThreads(), d.n)));
+  } catch (const dn::error&) {
+    plan.reset();  // no oneDNN implementation for this geometry: im2col runs it (cached as such)
+  }
+  return Cache().emplace(key, std::move(plan)).first->second.get();
+}
+
+size_t DnnlConvScratchBytes(const DnnlConvPlan& plan) { return plan.total_bytes; }
+
+void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const float* bias, float* out,
+                 void* scratch) {
+  const ConvDims& d = p.d;
+  const int64_t x_img = d.c * d.h * d.w, y_img = d.o * d.oh * d.ow;
+  const int64_t w_elems = d.o * (d.c / d.groups) * d.kh * d.kw;
+  const int64_t parts = int64_t(p.shard_of.size());
+  auto cp = [](const float* v) { return const_cast<float*>(v); };  // oneDNN takes void* handles
+  // The weights, shared by every part, are reordered once.
+  void* w_inner = nullptr;
+  if (p.pass != ConvPass::kGradWeight) {
+    w_inner = SharedWeights(p.pass, *p.shards[0]).InSplit(cp(p.pass == ConvPass::kForward ? b : a), scratch);
+  }
+  std::vector<float*> partial(size_t(parts), nullptr);  // grad weight: each part's plain gradient
+  auto run_part = [&](int64_t q) {
+    OneOmpThread one;
+    const Shard& s = *p.shards[size_t(p.shard_of[size_t(q)])];
+    const int64_t n0 = p.first[size_t(q)];
+    char* cur = At(scratch, p.part_offset[size_t(q)]);
+    char* pad = cur;
+    cur += AlignUp(s.scratchpad);
+    dn::memory pad_mem(s.pad, Engine(), pad);
+    std::unordered_map<int, dn::memory> args;
+    switch (p.pass) {
+      case ConvPass::kForward: {
+        char* x_st = cur;
+        char* y_st = x_st + AlignUp(s.a.bytes());
+        void* x = s.a.In(cp(a + n0 * x_img), x_st);
+        void* y = s.out.same ? static_cast<void*>(out + n0 * y_img) : y_st;
+        args = {{DNNL_ARG_SRC, dn::memory(s.a.inner, Engine(), x)},
+                {DNNL_ARG_WEIGHTS, dn::memory(s.b.inner, Engine(), w_inner)},
+                {DNNL_ARG_DST, dn::memory(s.out.inner, Engine(), y)},
+                {DNNL_ARG_SCRATCHPAD, pad_mem}};
+        if (d.bias) args.emplace(DNNL_ARG_BIAS, dn::memory(md({d.o}, kF32, tag::x), Engine(), cp(bias)));
+        s.conv.execute(Stream(), args);
+        s.out.Out(y, out + n0 * y_img);
+        break;
+      }
+      case ConvPass::kGradInput: {
+        char* dy_st = cur;
+        char* dx_st = dy_st + AlignUp(s.b.bytes());
+        void* dy = s.b.In(cp(b + n0 * y_img), dy_st);
+        void* dx = s.out.same ? static_cast<void*>(out + n0 * x_img) : dx_st;
+        args = {{DNNL_ARG_WEIGHTS, dn::memory(s.a.inner, Engine(), w_inner)},
+                {DNNL_ARG_DIFF_DST, dn::memory(s.b.inner, Engine(), dy)},
+                {DNNL_ARG_DIFF_SRC, dn::memory(s.out.inner, Engine(), dx)},
+                {DNNL_ARG_SCRATCHPAD, pad_mem}};
+        s.conv.execute(Stream(), args);
+        s.out.Out(dx, out + n0 * x_img);
+        break;
+      }
+      case ConvPass::kGradWeight: {
+        char* x_st = cur;
+        char* dy_st = x_st + AlignUp(s.a.bytes());
+        char* dw_st = dy_st + AlignUp(s.b.bytes());
+        float* plain = q == 0 ? out : reinterpret_cast<float*>(dw_st + AlignUp(s.out.bytes()));
+        partial[size_t(q)] = plain;
+        void* x = s.a.In(cp(a + n0 * x_img), x_st);
+        void* dy = s.b.In(cp(b + n0 * y_img), dy_st);
+        void* dw = s.out.same ? static_cast<void*>(plain) : dw_st;
+        args = {{DNNL_ARG_SRC, dn::memory(s.a.inner, Engine(), x)},
+                {DNNL_ARG_DIFF_DST, dn::memory(s.b.inner, Engine(), dy)},
+                {DNNL_ARG_DIFF_WEIGHTS, dn::memory(s.out.inner, Engine(), dw)},
+                {DNNL_ARG_SCRATCHPAD, pad_mem}};
+        s.conv.execute(Stream(), args);
+        s.out.Out(dw, plain);
+        break;
+      }
+    }
+  };
+  ParallelFor(parts, 1, [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) run_part(q);
+  });
+  if (p.pass == ConvPass::kGradWeight && parts > 1) {
+    // Partial gradients added in part order, split across the pool by element.
+    ParallelFor(w_elems, 16384, [&](int64_t i0, int64_t i1) {
+      for (int64_t q = 1; q < parts; ++q) {
+        const float* src = partial[size_t(q)];
+        for (int64_t i = i0; i < i1; ++i) out[i] += src[i];
+      }
+    });
+  }
+}
+
+#endif  // LOOM_HAVE_DNNL
+
+}  // namespace cpu
+}  // namespace loom

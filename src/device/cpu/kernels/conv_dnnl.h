@@ -1,0 +1,63 @@
+// CPU convolution through oneDNN (float32), behind the conv2d kernels in kernels/conv.cc.
+//
+// The conv kernels ask FindDnnlConv for a plan first and fall back to im2col + OpenBLAS when
+// there is none: loom was built without oneDNN, the dtype is not float32, oneDNN has no
+// implementation for the geometry, or the im2col path was chosen (SetCpuConvImpl, or
+// LOOM_CPU_CONV=im2col in the environment).
+//
+// Note [oneDNN convolution]
+// - Layouts. loom's tensors are NCHW and weights OIHW; oneDNN's fast kernels want blocked
+//   layouts (nChw16c on AVX-512). A plan lets oneDNN pick (format_tag::any) and reorders the
+//   operands in and the result out around each call, as PyTorch's eager mkldnn path does. The
+//   reordered copies and oneDNN's own scratchpad are the op's scratch: declared up front
+//   (Conv2dScratch & co.) so a planned graph packs them into its arena, and taken from the
+//   device pool in eager mode, so memory statistics see every byte (invariant 2).
+// - Threads. oneDNN here runs on OpenMP; a second thread team beside loom's pool would fight it
+//   for the cores. So every oneDNN call runs with one OpenMP thread, and loom splits the batch
+//   into one part per pool thread (parts differ by at most one image; at most two primitives).
+//   Inside a parallel replay worker the parts run one after another on that worker. The weight
+//   gradient of each part lands in its own buffer and the parts are added in part order, so
+//   results do not depend on timing.
+// - Cost. Primitives are built (JIT-compiled) once per geometry and kept in a process-wide
+//   cache; a call builds nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/op.h"
+
+namespace loom {
+namespace cpu {
+
+enum class ConvPass { kForward, kGradInput, kGradWeight };
+
+// Everything that selects a primitive: the forward convolution's geometry, with the image
+// count of the whole call.
+struct ConvDims {
+  int64_t n, c, h, w;  // input
+  int64_t o, kh, kw;   // weight (O, C/groups, KH, KW)
+  int64_t oh, ow;      // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  bool bias;  // forward only: the bias is added by oneDNN
+};
+
+// Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.
+enum class CpuConvImpl { kAuto, kIm2col };
+void SetCpuConvImpl(CpuConvImpl impl);
+CpuConvImpl GetCpuConvImpl();
+bool HaveDnnl();  // built with oneDNN
+
+class DnnlConvPlan;
+// The cached plan for this pass and geometry, or null when oneDNN is not to be used (see above).
+// Thread-safe.
+const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype);
+// Scratch bytes one call of the plan needs.
+size_t DnnlConvScratchBytes(const DnnlConvPlan& plan);
+// Runs the plan. kForward: a = x, b = w, bias (or null), out = y. kGradInput: a = w, b = dy,
+// out = dx. kGradWeight: a = x, b = dy, out = dw. scratch holds DnnlConvScratchBytes bytes.
+void RunDnnlConv(const DnnlConvPlan& plan, const float* a, const float* b, const float* bias, float* out,
+                 void* scratch);
+
+}  // namespace cpu
+}  // namespace loom
