@@ -234,7 +234,8 @@ class ConvImplScope {
 // under oneDNN and under im2col, for geometries that take each path of conv_dnnl.cc: batches
 // split evenly and unevenly across the pool (two primitives), one image, groups, depthwise,
 // dilation, strides that leave a negative right padding (1x1 stride 2), bias, and weights with
-// 128+ output channels (the reorder of the shared weights split across the pool).
+// 128+ output channels (the reorder of the shared weights split across the pool), and weight
+// gradients split by output channel (few output positions, many channels).
 TEST(Conv, Float32BothImplementations) {
   const std::vector<ConvCase> cases{
       ConvCase{{4, 16, 8, 8}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
@@ -245,6 +246,7 @@ TEST(Conv, Float32BothImplementations) {
       ConvCase{{2, 16, 6, 6}, {16, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 16, true},   // depthwise, dilated
       ConvCase{{2, 4, 9, 8}, {8, 4, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 1, false},     // asymmetric everything
       ConvCase{{2, 32, 4, 4}, {160, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},  // 160 outputs: split reorder
+      ConvCase{{3, 8, 5, 5}, {112, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, false},    // dw by channel: 64 + 48
   };
   for (cpu::CpuConvImpl impl : {cpu::CpuConvImpl::kAuto, cpu::CpuConvImpl::kIm2col}) {
     ConvImplScope scope(impl);
