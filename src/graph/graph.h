@@ -40,6 +40,10 @@ struct GraphOptions {
   // Sequential replays are recorded once as a device graph (a CUDA graph) and relaunched; needs
   // planned memory and a device with device graphs (Note [Device graph replay] in replay.cc).
   bool device_graph = false;
+  // A parallel replay first runs serially, timing each op, and stays serial when the schedule
+  // has too little independent work to pay for one core per op (Note [Parallel or serial] in
+  // replay.cc). false: always the parallel schedule.
+  bool parallel_fallback = true;
 };
 
 struct GraphStats {
@@ -57,6 +61,10 @@ struct GraphStats {
   MemoryMode memory = MemoryMode::kPlanned;
   uint64_t replays = 0;
   uint64_t random_draws = 0;       // Philox counters one replay consumes
+  // Parallel replays: total op time / longest dependency chain, measured by the first one
+  // (0 until then), and whether later ones run serially because it was too small.
+  double parallelism = 0;
+  bool parallel_runs_serial = false;
 };
 
 struct OpTiming {
@@ -111,6 +119,7 @@ class Graph {
   void BindMemory();     // first replay: persistent outputs get memory; planned: the arena
   void RunSerial(const KernelContext& ctx);
   void RunParallel(const KernelContext& ctx);
+  void MeasureParallelism(const KernelContext& ctx);
   void RunDeviceGraph(const KernelContext& ctx);
   void RunOp(int i, const KernelContext& ctx, int thread);
   void ReleaseDynamic();  // after a failed dynamic replay
@@ -142,6 +151,7 @@ class Graph {
   void* arena_ = nullptr;
   bool bound_ = false;
   int device_graph_stage_ = 0;  // 0: not run, 1: warmed up, 2: recorded
+  bool parallelism_measured_ = false;
   std::unique_ptr<ReplayWorkers> workers_;
   std::vector<OpTiming> profile_;
   double profile_t0_ = 0;

@@ -53,10 +53,16 @@ void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
     }
     int op = ready_.back();
     ready_.pop_back();
+    // Note [Alone in flight]: an op dispatched when nothing else is ready or running is the
+    // only one in flight until it ends (no other op can become ready before it finishes), so
+    // it gets the whole pool for its own loops. Otherwise ops run serially inside, one core
+    // each: a chain of ops is then no slower than serial replay.
+    const bool alone = ready_.empty() && busy_ == 0;
     ++busy_;
     l.unlock();
     std::exception_ptr err;
     try {
+      SerialRegion region(!alone);
       (*run_)(op, thread);
     } catch (...) {
       err = std::current_exception();
@@ -199,6 +205,52 @@ void Graph::RunParallel(const KernelContext& ctx) {
   BlasSetThreads(NumThreads());
 }
 
+// Note [Parallel or serial]
+// On a few cores, one op at a time with the whole pool inside it (serial replay) usually beats
+// several ops at once with one core each, and a chain of ops (an MLP) has nothing to run side
+// by side anyway. So the first parallel replay runs serially and times every op; the graph's
+// parallelism is then the total op time over the longest chain of dependent ops (with those
+// times). Below 0.9 x the worker count, later parallel replays run serially too
+// (GraphStats::parallel_runs_serial); at or above it, they use the dependency-driven schedule.
+// The choice is made once per graph, from one measurement, and results are the same either way
+// (a parallel replay agrees with a serial one to rounding).
+void Graph::MeasureParallelism(const KernelContext& ctx) {
+  const bool profiling = options_.profile;
+  if (!profiling) {
+    options_.profile = true;
+    profile_.assign(ops_.size(), OpTiming{0, 0, 0, 0});
+    profile_t0_ = NowUs();
+  }
+  try {
+    RunSerial(ctx);
+  } catch (...) {
+    options_.profile = profiling;
+    throw;
+  }
+  options_.profile = profiling;
+  // Earliest finish of every op with unlimited workers: ops are in issue order, and every edge
+  // of the schedule points forward.
+  std::vector<double> start(ops_.size(), 0.0);
+  double total = 0, longest = 0;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    const double cost = std::max(0.0, profile_[i].end_us - profile_[i].start_us);
+    const double finish = start[i] + cost;
+    total += cost;
+    longest = std::max(longest, finish);
+    for (int s : sched_succs_[i]) {
+      LOOM_ASSERT(size_t(s) > i, "schedule edge ", i, " -> ", s, " points backwards");
+      start[size_t(s)] = std::max(start[size_t(s)], finish);
+    }
+  }
+  const int workers = options_.num_workers > 0 ? options_.num_workers : NumThreads();
+  stats_.parallelism = longest > 0 ? total / longest : 1.0;
+  stats_.parallel_runs_serial = stats_.parallelism < 0.9 * workers;
+  parallelism_measured_ = true;
+  if (DebugLevel() >= 1)
+    std::fprintf(stderr, "[loom] graph '%s': parallelism %.2f (%d workers): later parallel replays run %s\n",
+                 key_.c_str(), stats_.parallelism, workers, stats_.parallel_runs_serial ? "serially" : "in parallel");
+}
+
 // Note [Device graph replay]
 // With GraphOptions::device_graph, a sequential replay on a device with device graphs (CUDA) is
 // recorded once and relaunched as one unit:
@@ -254,6 +306,8 @@ void Graph::Run(bool sequential) {
   try {
     if (sequential && options_.device_graph) RunDeviceGraph(ctx);
     else if (sequential) RunSerial(ctx);
+    else if (options_.parallel_fallback && !parallelism_measured_) MeasureParallelism(ctx);
+    else if (options_.parallel_fallback && stats_.parallel_runs_serial) RunSerial(ctx);
     else RunParallel(ctx);
   } catch (...) {
     if (options_.memory == MemoryMode::kDynamic) ReleaseDynamic();

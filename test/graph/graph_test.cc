@@ -69,6 +69,7 @@ RunResult Graphed(const Blobs& data, int steps, bool sequential, MemoryMode mode
   auto first = data.Batch(16, 100);
   Tensor x = first.first, y = first.second;
   dev->graph_options().memory = mode;
+  dev->graph_options().parallel_fallback = false;  // the parallel schedule itself is under test
   dev->EnableGraph(true, "train");
   Tensor loss = m.Step(x, y, opt, dropout);
   dev->EnableGraph(false);
@@ -326,6 +327,7 @@ TEST_F(GraphTest, WriteAfterReadOnParameterIsOrderedUnderParallelReplay) {
   std::vector<float> p0 = p.ToVector<float>();
   Tensor want = ops::MatMul(x, p);  // the forward pass must see the parameter before the update
   std::vector<float> want_v = want.ToVector<float>();
+  dev_->graph_options().parallel_fallback = false;
   dev_->EnableGraph(true, "war");
   Tensor y = ops::MatMul(x, p);    // op 0: reads p (slow)
   opt.Apply(0, g, p);              // op 1: writes p, depends on nothing but the WAR edge
@@ -339,6 +341,41 @@ TEST_F(GraphTest, WriteAfterReadOnParameterIsOrderedUnderParallelReplay) {
     dev_->RunGraph(/*sequential=*/false, "war");
     ASSERT_EQ(y.ToVector<float>(), want_v) << "replay " << rep;
   }
+}
+
+TEST_F(GraphTest, ParallelReplayRunsAChainSeriallyAndAWideGraphInParallel) {
+  // Note [Parallel or serial]: the first parallel replay measures the graph's parallelism.
+  dev_->graph_options().num_workers = 2;
+  Tensor x = RandomTensor({96, 96}, DType::kFloat32, 1);
+  std::vector<Tensor> w;
+  for (int i = 0; i < 16; ++i) w.push_back(RandomTensor({96, 96}, DType::kFloat32, 10 + uint32_t(i), -0.1, 0.1));
+  // A chain: every matmul needs the one before.
+  dev_->EnableGraph(true, "chain");
+  Tensor h = x;
+  for (const Tensor& wi : w) h = ops::MatMul(h, wi);
+  dev_->EnableGraph(false);
+  // Wide: sixteen matmuls that need nothing but x.
+  dev_->EnableGraph(true, "wide");
+  std::vector<Tensor> outs;
+  for (const Tensor& wi : w) outs.push_back(ops::MatMul(x, wi));
+  dev_->EnableGraph(false);
+  std::vector<float> first_h, first_wide;
+  for (int rep = 0; rep < 3; ++rep) {
+    dev_->RunGraph(/*sequential=*/false, "chain");
+    dev_->RunGraph(/*sequential=*/false, "wide");
+    if (rep == 0) {
+      first_h = h.ToVector<float>();
+      first_wide = outs[15].ToVector<float>();
+    }
+    EXPECT_EQ(h.ToVector<float>(), first_h);  // the same numbers whichever schedule ran
+    EXPECT_EQ(outs[15].ToVector<float>(), first_wide);
+  }
+  const GraphStats& chain = dev_->GetGraph("chain").stats();
+  const GraphStats& wide = dev_->GetGraph("wide").stats();
+  EXPECT_NEAR(chain.parallelism, 1.0, 1e-9);  // total time = the chain's time, whatever the timings
+  EXPECT_TRUE(chain.parallel_runs_serial);
+  EXPECT_GT(wide.parallelism, 1.8) << "16 independent equal matmuls";
+  EXPECT_FALSE(wide.parallel_runs_serial);
 }
 
 TEST_F(GraphTest, SeveralKeyedGraphsCoexist) {

@@ -159,7 +159,7 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   });
 }
 
-SerialRegion::SerialRegion() : prev_(t_serial) { t_serial = true; }
+SerialRegion::SerialRegion(bool serial) : prev_(t_serial) { t_serial = serial; }
 SerialRegion::~SerialRegion() { t_serial = prev_; }
 
 }  // namespace loom

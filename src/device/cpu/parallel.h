@@ -15,10 +15,11 @@ int NumThreads();
 void SetNumThreads(int n);  // also sets OpenBLAS's thread count
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
 
-// Marks the calling thread as one that must not fan out (graph replay workers).
+// Marks the calling thread as one that must not fan out (graph replay workers), or, with
+// serial = false, lifts that for a scope (a replay worker running the only op in flight).
 class SerialRegion {
  public:
-  SerialRegion();
+  explicit SerialRegion(bool serial = true);
   ~SerialRegion();
  private:
   bool prev_;
