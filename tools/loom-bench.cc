@@ -55,6 +55,7 @@
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "nn/model.h"
 #include "nn/models.h"
@@ -70,10 +71,9 @@ namespace ops = loom::ops;
 
 constexpr uint64_t kSeed = 20240607;
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using loom::flags::ParseDouble;
+using loom::flags::ParseInt;
+using loom::flags::UsageError;
 class NotTrainedError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -179,31 +179,6 @@ const char* kUsage =
     "BatchNorm state + the input batch; working_peak_bytes = peak_bytes - state_bytes;\n"
     "rss_peak_delta_bytes = process VmHWM at the end minus VmRSS before the model was built.\n";
 
-int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
-  size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");
-  if (x < min) throw UsageError(flag + " must be at least " + std::to_string(min) + ", got " + v);
-  return x;
-}
-
-double ParseDouble(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || !std::isfinite(x)) throw UsageError(flag + " expects a number, got '" + v + "'");
-  if (x < 0) throw UsageError(flag + " must not be negative, got " + v);
-  return x;
-}
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;

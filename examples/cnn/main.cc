@@ -18,6 +18,7 @@
 
 #include "core/ops.h"
 #include "device/device.h"
+#include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "io/dataset.h"
 #include "nn/model.h"
@@ -126,11 +127,11 @@ int main(int argc, char** argv) {
       if (a == "--model") f.model = value();
       else if (a == "--graph") f.graph = true;
       else if (a == "--eager") f.graph = false;
-      else if (a == "--batch") f.batch = std::stoll(value());
-      else if (a == "--steps") f.steps = std::stoll(value());
-      else if (a == "--lr") f.lr = std::stod(value());
+      else if (a == "--batch") f.batch = loom::flags::ParseInt(a, value(), 1);
+      else if (a == "--steps") f.steps = loom::flags::ParseInt(a, value(), 1);
+      else if (a == "--lr") f.lr = loom::flags::ParseDouble(a, value());
       else if (a == "--data") f.data = value();
-      else if (a == "--print-every") f.print_every = std::stoll(value());
+      else if (a == "--print-every") f.print_every = loom::flags::ParseInt(a, value(), 1);
       else throw std::invalid_argument("unknown argument '" + a + "'");
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");

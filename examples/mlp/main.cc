@@ -26,6 +26,7 @@
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "nn/optimizer.h"
 
@@ -53,10 +54,9 @@ struct Flags {
   bool dynamic = false;   // graph memory recycled at refcount zero instead of the arena
 };
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+using loom::flags::ParseDouble;
+using loom::flags::ParseInt;
+using loom::flags::UsageError;
 
 const char* kUsage =
     "usage: loom-mlp [--batch N] [--steps N] [--lr X] [--momentum X] [--print-every N] [--threads N] [--graph] [--parallel] [--dynamic] [--json]\n"
@@ -71,31 +71,6 @@ const char* kUsage =
     "  --dynamic        with --graph: recycle memory at refcount zero instead of the planned arena\n"
     "  --json           end with one JSON line of results; progress goes to stderr\n";
 
-int64_t ParseInt(const std::string& flag, const std::string& v, int64_t min) {
-  size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size()) throw UsageError(flag + " expects an integer, got '" + v + "'");
-  if (x < min) throw UsageError(flag + " must be at least " + std::to_string(min) + ", got " + v);
-  return x;
-}
-
-double ParseDouble(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != v.size() || !std::isfinite(x)) throw UsageError(flag + " expects a number, got '" + v + "'");
-  if (x < 0) throw UsageError(flag + " must not be negative, got " + v);
-  return x;
-}
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
