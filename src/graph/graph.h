@@ -151,7 +151,6 @@ class Graph {
   void* arena_ = nullptr;
   bool bound_ = false;
   int device_graph_stage_ = 0;  // 0: not run, 1: warmed up, 2: recorded
-  bool parallelism_measured_ = false;
   std::unique_ptr<ReplayWorkers> workers_;
   std::vector<OpTiming> profile_;
   double profile_t0_ = 0;

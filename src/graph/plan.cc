@@ -10,6 +10,13 @@ namespace loom {
 namespace {
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 bool Intersect(const Lifetime& a, const Lifetime& b) { return a.begin <= b.end && b.begin <= a.end; }
+int64_t Length(const Lifetime& b) { return int64_t(b.end) - b.begin + 1; }
+// The greedy-by-size order: larger first, then longer-lived, then by index.
+bool BySize(const std::vector<Lifetime>& blocks, size_t a, size_t b) {
+  if (blocks[a].bytes != blocks[b].bytes) return blocks[a].bytes > blocks[b].bytes;
+  if (Length(blocks[a]) != Length(blocks[b])) return Length(blocks[a]) > Length(blocks[b]);
+  return a < b;
+}
 
 // Places blocks in the given order, each into the best-fitting gap left by the already placed
 // blocks whose lifetimes intersect its own.
@@ -64,13 +71,9 @@ MemoryPlan PlanGreedyBySize(const std::vector<Lifetime>& blocks, size_t alignmen
   std::vector<size_t> order(blocks.size());
   std::iota(order.begin(), order.end(), 0);
   using Key = std::function<bool(size_t, size_t)>;
-  auto len = [&](size_t i) { return int64_t(blocks[i].end) - blocks[i].begin + 1; };
+  auto len = [&](size_t i) { return Length(blocks[i]); };
   std::vector<std::pair<std::string, Key>> orderings = {
-      {"greedy-by-size", [&](size_t a, size_t b) {
-         if (blocks[a].bytes != blocks[b].bytes) return blocks[a].bytes > blocks[b].bytes;
-         if (len(a) != len(b)) return len(a) > len(b);
-         return a < b;
-       }},
+      {"greedy-by-size", [&](size_t a, size_t b) { return BySize(blocks, a, b); }},
       {"greedy-by-area", [&](size_t a, size_t b) {
          double ka = double(blocks[a].bytes) * double(len(a)), kb = double(blocks[b].bytes) * double(len(b));
          if (ka != kb) return ka > kb;
@@ -164,11 +167,7 @@ MemoryPlan PerturbGreedy(const std::vector<Lifetime>& blocks, size_t alignment, 
   const size_t tries = std::min<size_t>(256, size_t(2e7) / (n * n) + 1);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  auto len = [&](size_t i) { return int64_t(blocks[i].end) - blocks[i].begin + 1; };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (blocks[a].bytes != blocks[b].bytes) return blocks[a].bytes > blocks[b].bytes;
-    return len(a) > len(b);
-  });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return BySize(blocks, a, b); });
   uint64_t state = 0x9E3779B97F4A7C15ull;
   auto next = [&] {  // xorshift64
     state ^= state << 13;

@@ -245,7 +245,6 @@ void Graph::MeasureParallelism(const KernelContext& ctx) {
   const int workers = options_.num_workers > 0 ? options_.num_workers : NumThreads();
   stats_.parallelism = longest > 0 ? total / longest : 1.0;
   stats_.parallel_runs_serial = stats_.parallelism < 0.9 * workers;
-  parallelism_measured_ = true;
   if (DebugLevel() >= 1)
     std::fprintf(stderr, "[loom] graph '%s': parallelism %.2f (%d workers): later parallel replays run %s\n",
                  key_.c_str(), stats_.parallelism, workers, stats_.parallel_runs_serial ? "serially" : "in parallel");
@@ -306,7 +305,7 @@ void Graph::Run(bool sequential) {
   try {
     if (sequential && options_.device_graph) RunDeviceGraph(ctx);
     else if (sequential) RunSerial(ctx);
-    else if (options_.parallel_fallback && !parallelism_measured_) MeasureParallelism(ctx);
+    else if (options_.parallel_fallback && stats_.parallelism == 0) MeasureParallelism(ctx);
     else if (options_.parallel_fallback && stats_.parallel_runs_serial) RunSerial(ctx);
     else RunParallel(ctx);
   } catch (...) {

@@ -65,11 +65,9 @@ class Scratch {
   void* p_;
 };
 
-struct Geom {
-  int64_t n, c, h, w;        // input
-  int64_t o, kh, kw;         // weight (O, C/g, KH, KW)
-  int64_t oh, ow;            // output
-  int64_t sh, sw, ph, pw, dh, dw, groups;
+// The forward convolution's geometry (ConvDims, shared with the oneDNN path) and the sizes the
+// im2col kernels derive from it.
+struct Geom : ConvDims {
   int64_t cg() const { return c / groups; }
   int64_t og() const { return o / groups; }
   int64_t kk() const { return kh * kw; }
@@ -86,14 +84,15 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
   const std::vector<int64_t>& s = a.Ints("stride");
   const std::vector<int64_t>& p = a.Ints("padding");
   const std::vector<int64_t>& d = a.Ints("dilation");
-  return Geom{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
-              a.Int("groups")};
+  return Geom{{x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
+               a.Int("groups"), false}};
 }
 
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
 const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype) {
   if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
-  ConvDims d{g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups, bias};
+  ConvDims d = g;
+  d.bias = bias;
   return FindDnnlConv(pass, d, dtype);
 }
 

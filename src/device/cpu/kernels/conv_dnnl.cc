@@ -164,9 +164,10 @@ md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t) { return md({n, c, h, 
 md ActChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
   return md({n, oq, h, w}, kF32, dn::memory::dims{o * h * w, h * w, w, 1});
 }
-md Weights(const ConvDims& d, int64_t o, tag t) {
-  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, t == tag::any ? tag::any : tag::oihw);
-  return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, kF32, t == tag::any ? tag::any : tag::goihw);
+// o output channels of the weights: plain (OIHW, or GOIHW with groups), or any layout.
+md Weights(const ConvDims& d, int64_t o, bool any) {
+  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, any ? tag::any : tag::oihw);
+  return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, kF32, any ? tag::any : tag::goihw);
 }
 
 // The primitive for one part's slice of the problem: nb images, oq output channels.
@@ -212,7 +213,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
   const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
   const md x_plain = Act(nb, d.c, d.h, d.w, tag::nchw), y_plain = ActChannels(nb, d.o, oq, d.oh, d.ow);
-  const md w_any = Weights(d, oq, tag::any), w_plain = Weights(d, oq, tag::oihw);
+  const md w_any = Weights(d, oq, true), w_plain = Weights(d, oq, false);
   const md bias_md = d.bias && pass == ConvPass::kForward ? md({oq}, kF32, tag::x) : md();
   dn::primitive_attr attr;
   attr.set_scratchpad_mode(dn::scratchpad_mode::user);
