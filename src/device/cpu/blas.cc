@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "device/cpu/parallel.h"
+#include "device/cpu/skinny_gemm.h"
 
 namespace loom {
 
@@ -51,6 +52,7 @@ void BlasSetThreads(int) { openblas_set_num_threads(1); }  // Note [One thread p
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (SkinnyGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;  // Note [Skinny GEMM]
   SplitGemm<float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
                    [&](int64_t mm, int64_t nn, const float* aa, const float* bb, float* cc) {
                      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
