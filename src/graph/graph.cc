@@ -65,6 +65,7 @@ void Graph::Finalize(const GraphOptions& options) {
   LOOM_ASSERT(!finalized_, "graph finalized twice");
   options_ = options;
   if (DebugLevel() >= 2) options_.profile = true;
+  if (options_.fuse) stats_.fused_ops = FuseWeightGradientsIntoUpdates();
 
   // Who else holds each block? The graph's own handles are its op records and blocks_.
   std::vector<long> own(blocks_.size(), 1);
@@ -248,6 +249,7 @@ std::string Graph::Summary() const {
     o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
   }
   o << ", persistent " << Mb(stats_.persistent_bytes);
+  if (stats_.fused_ops) o << ", " << stats_.fused_ops << " weight gradients computed into their updates";
   return o.str();
 }
 

@@ -4,6 +4,8 @@
 // The buffering story, in order (one file of this folder each):
 //   1. capture   (graph.cc)     Device::Submit appends OpRecords while the device buffers;
 //                               nothing runs, nothing is allocated.
+//  1b. optimise  (fuse.cc)      rewrites the captured ops where a captured step allows what
+//                               eager cannot (a weight gradient computed into its update).
 //   2. analyse   (analysis.cc)  blocks, refcounts, lifetimes, persistence, RAW/WAR/WAW edges.
 //   3. plan      (plan.cc)      lifetimes -> offsets in one arena (a pure function).
 //   4. replay    (replay.cc)    serial in issue order, or by dependency on worker threads;
@@ -44,6 +46,8 @@ struct GraphOptions {
   // has too little independent work to pay for one core per op (Note [Parallel or serial] in
   // replay.cc). false: always the parallel schedule.
   bool parallel_fallback = true;
+  // Graph passes at the end of the capture (graph/fuse.cc). false: replay the ops as issued.
+  bool fuse = true;
 };
 
 struct GraphStats {
@@ -55,6 +59,7 @@ struct GraphStats {
                                    // in planned mode: blocks sharing memory count once)
   size_t lower_bound_no_inplace_bytes = 0;  // the same without in-place reuse (dynamic mode's)
   size_t inplace_ops = 0;          // ops whose output took over an input's memory
+  size_t fused_ops = 0;            // op pairs the passes of fuse.cc made one
   size_t arena_bytes = 0;          // planned arena (0 in dynamic mode)
   size_t dynamic_peak_bytes = 0;   // max intermediate bytes held at once by a dynamic replay
   std::string plan_strategy;
@@ -116,6 +121,7 @@ class Graph {
  private:
   int IndexOf(const std::shared_ptr<Block>& b);
   bool CanRunInPlace(int op, int input) const;
+  size_t FuseWeightGradientsIntoUpdates();  // Note [Weight gradient into the update] (fuse.cc)
   void BindMemory();     // first replay: persistent outputs get memory; planned: the arena
   void RunSerial(const KernelContext& ctx);
   void RunParallel(const KernelContext& ctx);

@@ -217,6 +217,77 @@ TEST_F(GraphTest, PlannedArenaWithinFivePercentOfLowerBoundOnMlp) {
   EXPECT_EQ(dev_->stats().num_allocs, allocs);
 }
 
+// Note [Weight gradient into the update]: at batch <= 16 the pass makes each weight gradient
+// and its SGD update one op, the replay stays bitwise equal to eager for every SGD variant, and
+// the pass leaves alone what it must: a batch above 16, a layer narrower than 16, a gradient the
+// user holds, and a graph captured with fuse = false.
+TEST_F(GraphTest, WeightGradientsFuseIntoTheirUpdatesAndStayBitwiseEqual) {
+  Blobs data(32, 10);
+  struct Variant {
+    double momentum, weight_decay, dampening;
+    bool nesterov;
+  };
+  for (Variant v : {Variant{0.9, 1e-4, 0, false}, Variant{0.9, 1e-3, 0, true}, Variant{0, 1e-4, 0, false},
+                    Variant{0.5, 0, 0.25, false}}) {
+    for (int64_t batch : {int64_t(3), int64_t(16), int64_t(17)}) {
+      for (bool fuse : {true, false}) {
+        std::string what = "momentum " + std::to_string(v.momentum) + (v.nesterov ? " nesterov" : "") +
+                           " batch " + std::to_string(batch) + (fuse ? " fused" : " unfused");
+        const int steps = 4;
+        RunResult e;
+        {
+          Mlp m({32, 64, 48, 10}, 5);
+          nn::SGD opt(0.05, v.momentum, v.weight_decay, v.nesterov, v.dampening);
+          for (int s = 0; s < steps; ++s) {
+            auto b = data.Batch(batch, 100 + uint32_t(s));
+            e.losses.push_back(float(m.Step(b.first, b.second, opt).Item()));
+          }
+          e.params = m.Values();
+        }
+        Mlp m({32, 64, 48, 10}, 5);
+        nn::SGD opt(0.05, v.momentum, v.weight_decay, v.nesterov, v.dampening);
+        auto first = data.Batch(batch, 100);
+        Tensor x = first.first, y = first.second;
+        dev_->graph_options().fuse = fuse;
+        dev_->EnableGraph(true, "train");
+        Tensor loss = m.Step(x, y, opt);
+        dev_->EnableGraph(false);
+        const Graph& g = dev_->GetGraph("train");
+        size_t fused_ops = 0;
+        for (const OpRecord& op : g.ops()) fused_ops += op.name() == "matmul_sgd_update";
+        // w0 (32x64) and w1 (64x48) fuse; w2 (48x10) is narrower than 16 columns.
+        const size_t want = fuse && batch <= 16 ? 2 : 0;
+        EXPECT_EQ(g.stats().fused_ops, want) << what;
+        EXPECT_EQ(fused_ops, want) << what;
+        std::vector<float> losses;
+        for (int s = 0; s < steps; ++s) {
+          auto b = data.Batch(batch, 100 + uint32_t(s));
+          x.CopyFrom(b.first.ToVector<float>());
+          y.CopyFrom(b.second.ToVector<int32_t>());
+          dev_->RunGraph(true, "train");
+          losses.push_back(float(loss.Item()));
+        }
+        EXPECT_EQ(std::memcmp(e.losses.data(), losses.data(), losses.size() * sizeof(float)), 0) << what;
+        EXPECT_TRUE(SameBits(e.params, m.Values())) << what;
+        dev_->ResetGraph("train");
+        dev_->graph_options() = GraphOptions();
+      }
+    }
+  }
+  // A gradient the user still holds when the capture ends is stored, as the user expects.
+  Mlp m({32, 64, 48, 10}, 5);
+  nn::SGD opt(0.05, 0.9);
+  auto b = data.Batch(8, 1);
+  dev_->EnableGraph(true, "held");
+  Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(b.first), b.second);
+  auto grads = Backward(loss);
+  for (auto& pg : grads) opt.Apply(0, pg.second, pg.first, pg.first.name());
+  dev_->EnableGraph(false);
+  EXPECT_EQ(dev_->GetGraph("held").stats().fused_ops, 0u);
+  dev_->RunGraph(true, "held");
+  EXPECT_EQ(grads[0].second.ToVector<float>().size(), grads[0].second.numel());
+}
+
 TEST_F(GraphTest, HostReadsInsideCaptureRaise) {
   Tensor x = RandomTensor({4, 4}, DType::kFloat32, 1);
   dev_->EnableGraph(true, "reads");

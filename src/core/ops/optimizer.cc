@@ -24,6 +24,30 @@ LOOM_OP(sgd_update) {
   };
 }
 
+// Note [Weight gradient into the update]: made only by the graph pass in graph/fuse.cc, never
+// by user code. inputs: param (M, N), a (K, M), b (K, N), lr [, momentum buffer] -> outputs:
+// param [, buffer]; attrs as sgd_update. The same update as sgd_update with grad = a^T b (the
+// weight gradient of a linear layer, K = batch), computed a few rows at a time and applied while
+// the rows are in cache: the gradient is never stored.
+LOOM_OP(matmul_sgd_update) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    LOOM_CHECK(in.size() == 4 || in.size() == 5, ValueError, "[matmul_sgd_update] takes 4 or 5 inputs, got ",
+               in.size());
+    CheckFloat("matmul_sgd_update", in[0], "parameter");
+    CheckSameDType("matmul_sgd_update", in[0], in[1]);
+    CheckSameDType("matmul_sgd_update", in[0], in[2]);
+    const Shape &p = in[0].shape, &a = in[1].shape, &b = in[2].shape;
+    LOOM_CHECK(p.size() == 2 && a.size() == 2 && b.size() == 2 && a[0] == b[0] && a[1] == p[0] && b[1] == p[1],
+               ShapeError, "[matmul_sgd_update] parameter ", ToString(p), " is not a^T b for a ", ToString(a),
+               " and b ", ToString(b));
+    LOOM_CHECK(in[3].dtype == DType::kFloat64 && NumElements(in[3].shape) == 1, DTypeError,
+               "[matmul_sgd_update] learning rate must be a float64 scalar");
+    std::vector<TensorMeta> out{in[0]};
+    if (in.size() == 5) out.push_back(in[4]);
+    return out;
+  };
+}
+
 // inputs: param, grad, lr, m, v, step (float64 scalar, the step count after this update)
 // -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled (AdamW, 0/1)
 LOOM_OP(adam_update) {

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "core/error.h"
 #include "device/cpu/parallel.h"
 
 namespace loom {
@@ -193,7 +194,7 @@ void NT(const Args& g) {
 // Rows [i0, i1) of C: row i is sum_p A(p, i) B(p, :), p ascending, with A's K values of the row
 // held in registers while the row is written, four vectors at a time (four independent chains
 // of K multiply-adds hide their latency).
-constexpr int64_t kTNCols = 256;
+constexpr int64_t kTNCols = kSkinnyTNColumns;
 
 template <int K>
 void TNRows(const Args& g, int64_t i0, int64_t i1) {
@@ -229,14 +230,17 @@ void TNRows(const Args& g, int64_t i0, int64_t i1) {
 }
 
 template <int K>
-void TNFixed(const Args& g) {
-  Split(g, g.m, g.n * K, [&](int64_t s, int64_t e) { TNRows<K>(g, s, e); });
+void TNFixed(const Args& g, bool parallel) {
+  if (parallel)
+    Split(g, g.m, g.n * K, [&](int64_t s, int64_t e) { TNRows<K>(g, s, e); });
+  else
+    TNRows<K>(g, 0, g.m);
 }
 
 template <int... Ks>
-void TNDispatch(const Args& g, std::integer_sequence<int, Ks...>) {
+void TNDispatch(const Args& g, bool parallel, std::integer_sequence<int, Ks...>) {
   // One instantiation per K in 1..16; exactly one of them matches.
-  (void)std::initializer_list<int>{(g.k == Ks + 1 ? (TNFixed<Ks + 1>(g), 0) : 0)...};
+  (void)std::initializer_list<int>{(g.k == Ks + 1 ? (TNFixed<Ks + 1>(g, parallel), 0) : 0)...};
 }
 
 }  // namespace
@@ -254,10 +258,17 @@ bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
     return true;
   }
   if (ta && !tb && k <= kSkinny && n >= kLanes) {
-    TNDispatch(g, std::make_integer_sequence<int, int(kSkinny)>{});
+    TNDispatch(g, /*parallel=*/true, std::make_integer_sequence<int, int(kSkinny)>{});
     return true;
   }
   return false;
+}
+
+void SkinnyGemmTNRows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float* c, int64_t ldc) {
+  LOOM_ASSERT(m > 0 && n > 0 && k > 0 && k <= kSkinny, "SkinnyGemmTNRows: K = ", k, " is not skinny");
+  const Args g{m, n, k, 1.0f, 0.0f, a, lda, b, ldb, c, ldc};
+  TNDispatch(g, /*parallel=*/false, std::make_integer_sequence<int, int(kSkinny)>{});
 }
 
 }  // namespace loom

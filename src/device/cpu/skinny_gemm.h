@@ -27,4 +27,13 @@ namespace loom {
 bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// TN rows are written in blocks of this many columns.
+constexpr int64_t kSkinnyTNColumns = 256;
+// C(M,N) = A(K,M)^T B(K,N), K <= 16, on the calling thread: every element the same sum as
+// SkinnyGemm(true, false, ...) with alpha 1 and beta 0 computes for it, provided the columns
+// start at a multiple of kSkinnyTNColumns of the full product, so a caller may compute the full
+// product a few rows (or column blocks) at a time (Note [Weight gradient into the update]).
+void SkinnyGemmTNRows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float* c, int64_t ldc);
+
 }  // namespace loom

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "device/cpu/kernels/common.h"
+#include "device/cpu/skinny_gemm.h"
 
 namespace loom {
 namespace cpu {
@@ -50,6 +51,41 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// Note [Weight gradient into the update] (core/ops/optimizer.cc, graph/fuse.cc): param (M, N),
+// a (K, M), b (K, N), lr [, buf] -> param [, buf]. Rows of the gradient a^T b are computed a
+// tile at a time (16 KB, in L1) by the same skinny kernel that the matmul op uses, then SgdRange
+// applies them: bitwise the update sgd_update makes from the stored gradient, with one pass
+// fewer over memory the size of the parameter (the gradient's write) and one read fewer.
+void MatmulSgdUpdateCpu(const OpRecord& op, const KernelContext&) {
+  LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError, "[matmul_sgd_update] runs on float32 only, got ",
+             op.inputs[0].Describe());
+  const double lr = *op.inputs[3].data<double>();
+  const float tlr = float(lr), twd = float(op.attrs.Float("weight_decay", 0)),
+              tm = float(op.attrs.Float("momentum", 0)), t1d = float(1 - op.attrs.Float("dampening", 0));
+  const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
+  const int64_t m = op.inputs[0].shape()[0], n = op.inputs[0].shape()[1], k = op.inputs[1].shape()[0];
+  float* p = op.outputs[0].data<float>();
+  float* buf = op.inputs.size() == 5 ? op.outputs[1].data<float>() : nullptr;
+  const float* a = op.inputs[1].data<float>();
+  const float* b = op.inputs[2].data<float>();
+  constexpr int64_t kTile = 16 * kSkinnyTNColumns;  // floats
+  const int64_t cols = std::min(n, kTile), rows = std::max<int64_t>(1, kTile / cols);
+  ParallelFor(m, std::max<int64_t>(1, kGrain / n), [=](int64_t r0, int64_t r1) {
+    float tile[kTile];
+    for (int64_t r = r0; r < r1; r += rows) {
+      const int64_t nr = std::min(rows, r1 - r);
+      for (int64_t c = 0; c < n; c += cols) {
+        const int64_t nc = std::min(cols, n - c);
+        SkinnyGemmTNRows(nr, nc, k, a + r, m, b + c, n, tile, nc);
+        for (int64_t q = 0; q < nr; ++q) {
+          const int64_t at = (r + q) * n + c;
+          SgdRange<float>(p + at, tile + q * nc, buf ? buf + at : nullptr, nc, tlr, twd, tm, t1d, nesterov);
+        }
+      }
+    }
+  });
+}
+
 template <typename T>
 void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n, const T b1,
                const T b2, const T eps, const T wd, const T step_size, const T inv_sqrt_c2, const T decay,
@@ -91,6 +127,7 @@ void IncrementCpu(const OpRecord& op, const KernelContext&) { *op.outputs[0].dat
 }  // namespace
 
 LOOM_KERNEL(sgd_update, kCPU, SgdUpdateCpu);
+LOOM_KERNEL(matmul_sgd_update, kCPU, MatmulSgdUpdateCpu);
 LOOM_KERNEL(adam_update, kCPU, AdamUpdateCpu);
 LOOM_KERNEL(increment, kCPU, IncrementCpu);
 
