@@ -361,6 +361,7 @@ struct RunResult {
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
   size_t peak_bytes = 0, state_bytes = 0, rss_delta = 0, param_bytes = 0;
+  size_t fused_param_bytes = 0;  // parameters whose gradient the graph computes into the update
   bool rss_exact = true;
   bool has_graph = false;
   loom::GraphStats gstats;
@@ -394,8 +395,10 @@ size_t StateBytes(nn::Model& m, const Tensor& x, const Tensor& y) {
 // Parameter traffic of one SGD-momentum step, unfused: the forward reads W (1 pass), the backward
 // reads W for the input gradients (1; the first layer's is not needed) and writes dW (1), the
 // update reads W, dW and the momentum and writes W and the momentum (5): about 8 passes over the
-// parameters' bytes (param_traffic_bytes_per_step = 8 * param_bytes). What an MLP at a small
-// batch cannot avoid: its time is bounded by these bytes over the memory bandwidth.
+// parameters' bytes. What an MLP at a small batch cannot avoid: its time is bounded by these bytes
+// over the memory bandwidth. A graph that computes a weight gradient into its update (Note
+// [Weight gradient into the update]) neither writes dW nor reads it back: 6 passes over that
+// weight. param_traffic_bytes_per_step = 8 * param_bytes - 2 * fused_param_bytes.
 size_t ParamBytes(nn::Model& m) {
   size_t b = 0;
   for (auto& p : m.Params()) b += p.second.nbytes();
@@ -528,6 +531,8 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     if (UsesGraph(r.mode)) {
       r.has_graph = true;
       r.gstats = model.train_graph().stats();
+      for (const loom::OpRecord& op : model.train_graph().ops())
+        if (op.name() == "matmul_sgd_update") r.fused_param_bytes += op.inputs[0].nbytes();
     }
     // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
     std::string why;
@@ -633,7 +638,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "\"lower_bound_no_inplace_bytes\": %s, \"inplace_ops\": %s, \"dynamic_peak_bytes\": %s, "
       "\"persistent_bytes\": %s, \"graph_ops\": %s, \"first_loss\": %.6f, \"last_loss\": %.6f, "
       "\"loss_fell\": %s, \"optimizer_steps\": %lld, \"params_changed\": true, \"param_bytes\": %zu, "
-      "\"param_traffic_bytes_per_step\": %zu, \"optimizer\": \"sgd lr %g momentum %g\", \"data_checksum\": \"%s\", "
+      "\"param_traffic_bytes_per_step\": %zu, \"param_traffic_gb_per_s\": %.2f, \"optimizer\": \"sgd lr %g momentum %g\", \"data_checksum\": \"%s\", "
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
@@ -648,7 +653,8 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kDynamic, r.gstats.dynamic_peak_bytes).c_str(),
       num_or_null(r.has_graph, r.gstats.persistent_bytes).c_str(), num_or_null(r.has_graph, r.gstats.num_ops).c_str(),
       r.first_loss, r.last_loss, r.last_loss < r.first_loss ? "true" : "false", (long long)r.optimizer_steps,
-      r.param_bytes, 8 * r.param_bytes, f.lr, f.momentum, data_checksum.c_str());
+      r.param_bytes, 8 * r.param_bytes - 2 * r.fused_param_bytes,
+      double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
   return buf;
 }
 
