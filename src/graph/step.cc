@@ -31,31 +31,48 @@ std::string CapturedStep::Signature(const std::vector<Tensor>& inputs) {
   return o.str();
 }
 
+// Same Signature(), given that both are on this step's device: the signature names only the
+// dtype, shape and device of each input.
+static bool SameSignature(const std::vector<Tensor>& inputs, const std::vector<Tensor>& placeholders) {
+  if (inputs.size() != placeholders.size()) return false;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].dtype() != placeholders[i].dtype() || inputs[i].shape() != placeholders[i].shape()) return false;
+  return true;
+}
+
+CapturedStep::Entry* CapturedStep::Find(const std::vector<Tensor>& inputs) {
+  if (last_ && SameSignature(inputs, last_->placeholders)) return last_;
+  for (auto& kv : entries_)
+    if (SameSignature(inputs, kv.second.placeholders)) return &kv.second;
+  return nullptr;
+}
+
 std::vector<Tensor> CapturedStep::Placeholders(const std::vector<Tensor>& like) const {
   auto it = entries_.find(Signature(like));
   return it == entries_.end() ? std::vector<Tensor>() : it->second.placeholders;
 }
 
 Graph& CapturedStep::last_graph() {
-  LOOM_CHECK(!last_key_.empty(), GraphError, "[captured_step '", name_, "'] has not run yet");
-  return device_->GetGraph(entries_.at(last_key_).graph_key);
+  LOOM_CHECK(last_, GraphError, "[captured_step '", name_, "'] has not run yet");
+  return device_->GetGraph(last_->graph_key);
 }
 
 std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs)
     LOOM_CHECK(t.defined() && t.device() == device_.get(), DeviceError, "[captured_step '", name_, "'] input ",
                t.Describe(), " is not on ", device_->name());
-  std::string sig = Signature(inputs);
-  auto it = entries_.find(sig);
-  if (it != entries_.end()) {
-    Entry& e = it->second;
+  // A replay builds no strings: the inputs are matched by shape and dtype (Find), and the
+  // signature is spelt out only for a capture or an error.
+  if (Entry* found = Find(inputs)) {
+    Entry& e = *found;
     NoGradGuard no_grad;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].block() != e.placeholders[i].block()) ops::CopyInto(e.placeholders[i], inputs[i]);
     device_->RunGraph(sequential_, e.graph_key);
-    last_key_ = sig;
+    last_ = &e;
     return e.outputs;
   }
+  std::string sig = Signature(inputs);
   if (!entries_.empty() && !recapture_) {
     const std::string& have = entries_.begin()->first;
     throw GraphError("[captured_step '" + name_ + "'] was captured for inputs\n    " + have +
@@ -86,7 +103,7 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
   device_->RunGraph(sequential_, e.graph_key);
   auto& slot = entries_[sig];
   slot = std::move(e);
-  last_key_ = sig;
+  last_ = &slot;
   return slot.outputs;
 }
 

@@ -48,13 +48,16 @@ class CapturedStep {
     std::vector<Tensor> placeholders;
     std::vector<Tensor> outputs;
   };
+  // The entry captured for inputs of this signature, or null. Compares shapes and dtypes with
+  // the placeholders (the last entry first): no Signature string is built on a replay.
+  Entry* Find(const std::vector<Tensor>& inputs);
   std::shared_ptr<Device> device_;
   Fn fn_;
   std::string name_;
   bool recapture_;
   bool sequential_;
-  std::map<std::string, Entry> entries_;
-  std::string last_key_;
+  std::map<std::string, Entry> entries_;  // by Signature; a map: last_ stays valid as it grows
+  Entry* last_ = nullptr;                 // the entry of the most recent call
 };
 
 }  // namespace loom
