@@ -17,6 +17,25 @@ struct Buffer {
   ~Buffer() { if (ok) PyBuffer_Release(&view); }
 };
 
+// Whether a buffer of `itemsize`-byte elements with struct format `f` holds values of `dtype` as
+// they are (native byte order, same kind and width). Anything else, numpy converts first.
+static bool HoldsDType(const char* f, Py_ssize_t itemsize, loom::DType dtype) {
+  if (!f || size_t(itemsize) != loom::SizeOf(dtype)) return false;
+  if (*f == '@' || *f == '=') ++f;
+  if (f[0] == '\0' || f[1] != '\0') return false;
+  switch (dtype) {
+    case loom::DType::kFloat32: return *f == 'f';
+    case loom::DType::kFloat64: return *f == 'd';
+    case loom::DType::kFloat16: return *f == 'e';
+    case loom::DType::kInt32:
+    case loom::DType::kInt64: return *f == 'i' || *f == 'l' || *f == 'q';  // the width is itemsize's
+    case loom::DType::kUInt8: return *f == 'B';
+    case loom::DType::kBool: return *f == '?';
+    case loom::DType::kBFloat16: return false;
+  }
+  return false;
+}
+
 }  // namespace loom_py
 %}
 
@@ -26,7 +45,6 @@ struct Buffer {
 %rename(dtype_from_name) loom::DTypeFromName;
 %rename(device) loom::Tensor::device_ptr;
 %rename(detach) loom::Tensor::Detach;
-%rename(item) loom::Tensor::Item;
 %rename(to_string) loom::Tensor::ToString;
 %rename(describe) loom::Tensor::Describe;
 %rename(contiguous) loom::Tensor::Contiguous;
@@ -61,7 +79,6 @@ class Tensor {
   bool requires_grad() const;
   const std::string& name() const;
   Tensor Detach() const;
-  double Item() const;
   std::string ToString(int64_t max_items = 8) const;
   std::string Describe() const;
   Tensor Contiguous() const;
@@ -75,12 +92,42 @@ class Tensor {
   void _set_name(const std::string& n) { $self->set_name(n); }
   bool _has_grad_fn() const { return $self->grad_fn() != nullptr; }
 
+  // One element as a Python number: int for integer dtypes, bool for bool, float otherwise.
+  // One call, no Python frame: a training loop reads its loss every step.
+  PyObject* item() const {
+    double v = $self->Item();
+    switch ($self->dtype()) {
+      case loom::DType::kInt32:
+      case loom::DType::kInt64:
+      case loom::DType::kUInt8: return PyLong_FromDouble(v);
+      case loom::DType::kBool: return PyBool_FromLong(v != 0);
+      default: return PyFloat_FromDouble(v);
+    }
+  }
+
   // Host -> tensor: `obj` is any C-contiguous buffer of exactly nbytes() bytes (the Python side
   // has checked shape and dtype and said what it expected). A feed: allowed during a capture.
   void _copy_from_buffer(PyObject* obj) {
     loom_py::Buffer b(obj, PyBUF_C_CONTIGUOUS);
     if (!b.ok) throw loom_py::PythonError();
     $self->CopyFromHost(b.view.buf, size_t(b.view.len));
+  }
+  // copy_from_numpy's fast path, one call for the usual batch: when `obj` is a C-contiguous
+  // buffer of exactly this tensor's shape and dtype, writes it and returns true; otherwise
+  // writes nothing and returns false (loom/tensor.py then converts it or says what is wrong).
+  bool _copy_from_exact(PyObject* obj) {
+    loom_py::Buffer b(obj, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+    if (!b.ok) {
+      PyErr_Clear();
+      return false;
+    }
+    const loom::Shape& shape = $self->shape();
+    if (b.view.ndim != int(shape.size()) || !loom_py::HoldsDType(b.view.format, b.view.itemsize, $self->dtype()))
+      return false;
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (b.view.shape[i] != shape[i]) return false;
+    $self->CopyFromHost(b.view.buf, size_t(b.view.len));
+    return true;
   }
   // Tensor -> host: `obj` is a writable C-contiguous buffer of exactly nbytes() bytes.
   void _copy_to_buffer(PyObject* obj) {

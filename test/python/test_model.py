@@ -140,6 +140,73 @@ def test_new_batch_shape_recaptures_or_raises(dev):
     assert "(5, 20)" in str(e.value) and "(16, 20)" in str(e.value)
 
 
+def test_tensor_inputs_fast_path_still_checks_every_input(dev):
+    # Tensor-only calls skip building a key in Python (the replay fast path): a new shape must
+    # still recapture, the old shape replay again, and a new shape or dtype with recapture off
+    # (or input the step cannot take) must raise a loom error, as with numpy inputs.
+    m, _ = train(dev, use_graph=True, steps=3)
+    key16, calls = m.graph_key(), m.forward_calls
+    x5, y5 = (tensor.from_numpy(a, dev) for a in next(batches(1, batch=5)))
+    out, loss = m.train_one_batch(x5, y5)
+    assert out.shape == (5, 4) and np.isfinite(loss.item())
+    assert m.forward_calls == calls + 1 and m.graph_key() != key16
+    x16, y16 = (tensor.from_numpy(a, dev) for a in next(batches(1, seed=1)))
+    out, loss = m.train_one_batch(x16, y16)
+    assert out.shape == (16, 4) and m.graph_key() == key16 and m.forward_calls == calls + 1
+    with pytest.raises(loom.Error):  # float64 inputs against float32 weights: refused at capture
+        m.train_one_batch(x16.astype("float64"), y16)
+    assert not dev.buffering()
+    with pytest.raises(TypeError):
+        m.train_one_batch(x16, [1, 2])
+    m.set_recapture(False)
+    m.train_one_batch(x16, y16)
+    with pytest.raises(loom.GraphError) as e:
+        m.train_one_batch(x5, y5)
+    assert "(5, 20)" in str(e.value) and "(16, 20)" in str(e.value)
+    with pytest.raises(loom.GraphError) as e:
+        m.train_one_batch(x16, y16.astype("int64"))
+    assert "int64 (16,)" in str(e.value) and "int32 (16,)" in str(e.value)
+    out, loss = m.train_one_batch(x16, y16)  # the captured step is intact
+    assert out.shape == (16, 4) and np.isfinite(loss.item())
+
+
+def test_step_arguments_and_results_keep_their_structure(dev):
+    class Step(model.Model):
+        def forward(self, x):
+            return x
+
+        def train_one_batch(self, *args, result="tuple"):
+            total = args[0] - args[1]
+            for a in args[2:]:
+                total = total - a
+            if result == "tensor":
+                return total
+            if result == "dict":
+                return {"total": total, "parts": [args[0], 3]}
+            return total, total * 2
+
+    def values(t):
+        return t.to_numpy().tolist()
+
+    m = Step()
+    a, b, c = (tensor.zeros((2,), dev) for _ in range(3))
+    m.compile([a], use_graph=True)
+    for va in (5.0, 7.0):  # capture, then replay with new values (the tensor-only fast path)
+        a.copy_from_numpy(np.full((2,), va, np.float32))
+        b.copy_from_numpy(np.full((2,), 2.0, np.float32))
+        c.copy_from_numpy(np.full((2,), 1.0, np.float32))
+        total, double = m.train_one_batch(a, b)
+        assert values(total) == [va - 2] * 2 and values(double) == [2 * (va - 2)] * 2
+        assert values(m.train_one_batch(a, b, c)[0]) == [va - 3] * 2  # three tensors: a step of its own
+        # a constant's position is part of the step: a - 1 is not 1 - a
+        assert values(m.train_one_batch(a, 1.0)[0]) == [va - 1] * 2
+        assert values(m.train_one_batch(1.0, a)[0]) == [1 - va] * 2
+        assert values(m.train_one_batch(a, b, result="tensor")) == [va - 2] * 2
+        d = m.train_one_batch(a, b, result="dict")
+        assert values(d["total"]) == [va - 2] * 2 and values(d["parts"][0]) == [va] * 2 and d["parts"][1] == 3
+    assert len(m._steps) == 6 and len({s.last_graph_key() for s, _ in m._steps.values()}) == 6
+
+
 def test_python_error_during_capture_propagates_and_cleans_up(dev):
     class Broken(MLP):
         fail = True

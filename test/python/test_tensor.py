@@ -62,6 +62,40 @@ def test_copy_from_numpy_converts_within_a_kind(dev):
     assert i.to_numpy().tolist() == [1, 2, 3]
 
 
+def test_copy_from_numpy_writes_only_exact_arrays_as_they_are(dev):
+    # An array of the tensor's own shape and dtype is written in one call (the fast path); any
+    # other is converted or refused, never copied bit for bit.
+    t = Tensor((2, 2), dev)
+    a = np.arange(4, dtype=np.float32).reshape(2, 2)
+    a.flags.writeable = False
+    t.copy_from_numpy(a)
+    assert np.array_equal(t.to_numpy(), a)
+    t.copy_from_numpy(np.array([[1, 2], [3, 4]], np.int32))  # same width, other kind: converted
+    assert t.to_numpy().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    t.copy_from_numpy(np.arange(4, dtype=">f4").reshape(2, 2))  # big-endian
+    assert t.to_numpy().tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    t.copy_from_numpy(np.arange(8, dtype=np.float32).reshape(2, 4)[:, ::2])  # strided
+    assert t.to_numpy().tolist() == [[0.0, 2.0], [4.0, 6.0]]
+    for wrong in (np.zeros(4, np.float32), np.zeros((4, 1), np.float32), np.zeros((2, 2, 1), np.float32)):
+        with pytest.raises(loom.ShapeError):  # the same bytes in another shape
+            t.copy_from_numpy(wrong)
+    i = Tensor((2,), dev, "int32")
+    with pytest.raises(loom.DTypeError):  # float32 has int32's width, not its kind
+        i.copy_from_numpy(np.array([1.5, 2.5], np.float32))
+    i.copy_from_numpy(np.array([7, 8], np.uint32))
+    assert i.to_numpy().tolist() == [7, 8]
+    q = Tensor((2,), dev, "int64")
+    q.copy_from_numpy(np.array([-3, 2 ** 40], np.longlong))
+    assert q.to_numpy().tolist() == [-3, 2 ** 40]
+    u = Tensor((3,), dev, "uint8")
+    u.copy_from_numpy(np.array([True, False, True]))
+    assert u.to_numpy().tolist() == [1, 0, 1]
+    s = Tensor((), dev)
+    s.copy_from_numpy(np.float32(2.5))  # a numpy scalar, not an array: the general path
+    s.copy_from_numpy(np.array(3.5, np.float32))
+    assert s.item() == 3.5
+
+
 def test_copy_from_numpy_errors(dev):
     t = Tensor((2, 2), dev)
     with pytest.raises(loom.ShapeError) as e:

@@ -31,6 +31,8 @@ captures a new graph.
 NativeModel wraps the C++ nn::Model (network, loss and optimizer in C++) for the model zoo.
 """
 import functools
+import itertools
+import operator
 import weakref
 
 import numpy as np
@@ -43,6 +45,7 @@ from .opt import _check as _check_optimizer
 from .tensor import Tensor, from_numpy
 
 _SLOT = object()  # marks where a tensor argument goes
+_step_ids = itertools.count()
 
 
 def _flatten(out):
@@ -76,6 +79,24 @@ def _unflatten(spec, tensors):
         return kind(build(v) for v in body)
 
     return build(spec)
+
+
+def _rebuilder(spec):
+    """rebuild(flat tensors) -> the result `spec` describes: _unflatten, or a builtin for the
+    usual flat results (a tuple or list of tensors, one tensor), which a replay calls every step."""
+    if spec is _SLOT:
+        return operator.itemgetter(0)
+    kind, body = spec
+    if kind in (tuple, list) and all(s is _SLOT for s in body):
+        return kind
+    return functools.partial(_unflatten, spec)
+
+
+def _only_tensors(args):
+    for a in args:  # a loop, not all(genexpr): this runs every replay
+        if type(a) is not Tensor:
+            return False
+    return True
 
 
 def _graph_step(fn):
@@ -169,6 +190,16 @@ class Model(Layer):
         raise TypeError(f"[Model] expected a loom Tensor or a numpy array, got {type(x).__name__}")
 
     def _run_graph(self, fn, args, kwargs):
+        # Fast path, a training loop's call: loom Tensors only, no keywords, a step already made.
+        # Its key is (fn, number of arguments); the C++ step still checks the inputs' shapes,
+        # dtypes and devices, so a batch of a new shape recaptures or is refused as below.
+        if not kwargs:
+            entry = self._steps.get((fn, len(args)))
+            if entry is not None and _only_tensors(args):
+                step, rebuild = entry
+                flat = step.run(args)
+                self._last_step = step
+                return rebuild[0](flat)
         if not self._compiled:
             raise errors.GraphError("[Model] train_one_batch called before compile(inputs, is_train, use_graph, "
                                     "sequential)")
@@ -179,18 +210,22 @@ class Model(Layer):
                 layout.append(_SLOT)
             else:
                 layout.append(a)
-        static_key = (fn.__qualname__, tuple(repr(a) for a in layout if a is not _SLOT),
-                      tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+        # The constants of the capture, by position: f(x, 1) and f(1, x) are different steps.
+        if not kwargs and all(a is _SLOT for a in layout):
+            static_key = (fn, len(args))  # the fast path's key
+        else:
+            static_key = (fn, tuple(a if a is _SLOT else repr(a) for a in layout),
+                          tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         entry = self._steps.get(static_key)
         if entry is None:
             entry = self._steps[static_key] = self._make_step(fn, layout, kwargs)
-        step, spec = entry
+        step, rebuild = entry
         flat = step.run(tensors)
         self._last_step = step
-        return _unflatten(spec[0], flat)
+        return rebuild[0](flat)
 
     def _make_step(self, fn, layout, kwargs):
-        spec = [None]
+        rebuild = [None]  # set by the capture: it sees the result's structure
         me = weakref.ref(self)  # the C++ step holds this closure: no cycle through the model
 
         def captured(placeholders):
@@ -202,11 +237,14 @@ class Model(Layer):
                 out = fn(model, *call_args, **kwargs)
             finally:
                 model._in_step = False
-            flat, spec[0] = _flatten(out)
+            flat, spec = _flatten(out)
+            rebuild[0] = _rebuilder(spec)
             return flat
 
-        name = f"{type(self).__name__}@{id(self):x}.{fn.__name__}"
-        return core.PyStep(self._device, captured, name, self._recapture, self._sequential), spec
+        # One name per step, so graph keys never collide: steps of one fn with other constants, or
+        # a step made after set_recapture while the old one still lives, capture the same shapes.
+        name = f"{type(self).__name__}@{id(self):x}.{fn.__name__}#{next(_step_ids)}"
+        return core.PyStep(self._device, captured, name, self._recapture, self._sequential), rebuild
 
     def graph_key(self):
         """Key of the graph the last graph-mode step ran: dev.graph_summary(key), dev.graph_dot(key)."""

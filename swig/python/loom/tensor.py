@@ -29,7 +29,6 @@ _TO_NUMPY = {float32: np.dtype(np.float32), float64: np.dtype(np.float64), float
              int32: np.dtype(np.int32), int64: np.dtype(np.int64), uint8: np.dtype(np.uint8),
              bool_: np.dtype(np.bool_)}
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
-_INTEGRAL = (int32, int64, uint8)
 
 _c = core._core  # the extension's functions, called directly on hot paths
 
@@ -126,16 +125,6 @@ def _set_requires_grad(self, value):
     self._set_requires_grad(bool(value))
 
 
-def _item(self):
-    v = _c.Tensor_item(self)
-    d = _NAME[_c.Tensor_dtype(self)]
-    if d in _INTEGRAL:
-        return int(v)
-    if d == bool_:
-        return bool(v)
-    return v
-
-
 def _numpy_dtype(self, what):
     d = _NAME[_c.Tensor_dtype(self)]
     nd = _TO_NUMPY.get(d)
@@ -154,6 +143,8 @@ def to_numpy(self):
 def copy_from_numpy(self, arr):
     """Writes `arr` into this tensor: same shape; its dtype is converted when it is of the same
     kind (float64 -> float32, int64 -> int32), refused otherwise (float -> int)."""
+    if type(arr) is np.ndarray and self._copy_from_exact(arr):  # the usual batch: one call
+        return self
     arr = np.asarray(arr)
     shape = _c.Tensor_shape(self)
     if arr.shape != shape:
@@ -277,7 +268,7 @@ _METHODS = {
     "name": property(_c.Tensor_name, lambda self, n: self._set_name(str(n))),
     "T": property(lambda self: core.transpose(self, -2, -1)),
     "size": lambda self: _c.Tensor_numel(self),
-    "item": _item,
+    # item() is the extension's own (swig/tensor.i): one call returning an int, bool or float.
     "to_numpy": to_numpy,
     "numpy": to_numpy,
     "copy_from_numpy": copy_from_numpy,
