@@ -141,7 +141,10 @@ void NTBlock(const Args& g, const float* a, const float* b, float* c) {
     V br[NR];
     for (int r = 0; r < NR; ++r) br[r] = Load(b + r * g.ldb + p);
     for (int i = 0; i < MR; ++i) {
-      const V ai = Load(a + i * g.lda + p);
+      V ai = Load(a + i * g.lda + p);
+      // Eight rows, two columns: GCC would fold the load into both multiply-adds (loading A
+      // twice, 18 loads per 16 multiply-adds); held in a register it is 10 (M = 8: 1.15x faster).
+      if (MR > 4) asm("" : "+v"(ai));
       for (int r = 0; r < NR; ++r) acc[i][r] += ai * br[r];
     }
   }
@@ -163,7 +166,7 @@ void NTRows(const Args& g, int64_t j0, int64_t j1, const float* a, float* c) {
   for (; j < j1; ++j) NTBlock<MR, 1>(g, a, g.b + j * g.ldb, c + j);
 }
 
-constexpr int64_t kNTRows = 4;
+constexpr int64_t kNTRows = 8;
 
 void NT(const Args& g) {
   constexpr int64_t kGroup = 8;  // columns of C per unit of work
