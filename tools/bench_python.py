@@ -6,12 +6,14 @@ from C++), and against the C++ example (<build>/loom-mlp) when it is built. One 
 
     /usr/bin/python3 tools/bench_python.py [--batches 1,8,64] [--steps N] [--warmup N]
         [--modes eager,graph,native-eager,native-graph] [--dims 784,1024,1024,10] [--repeat R]
-        [--no-cpp] [--build DIR]
+        [--rounds K] [--no-cpp] [--build DIR]
 
 A step is: copy a new batch into the input tensors, train_one_batch, read the loss (which
 synchronises). Modes: eager/graph: a loom.model.Model subclass written in Python; native-*: the
-C++ nn::Model (model.NativeModel over the zoo's MLP), for comparison. A run whose loss or
-parameters did not change is refused (exit 3), as loom's C++ harness does.
+C++ nn::Model (model.NativeModel over the zoo's MLP), for comparison. The modes' models live
+side by side and take turns, K chunks of steps each (--rounds), so that they are timed under the
+same load; --repeat R runs the whole comparison R times and reports each mode's lowest median.
+A run whose loss or parameters did not change is refused (exit 3), as loom's C++ harness does.
 """
 import argparse
 import json
@@ -47,64 +49,86 @@ def make_data(n, features, classes, seed=1234):
     return x, y
 
 
-def bench_python(loom, mode, batch, steps, warmup, dims):
-    from loom import autograd, layer, model, opt, tensor
+class PythonRun:
+    """One mode's model and data, trained a chunk of steps at a time (Note [Rounds] in
+    tools/loom-bench.cc: the modes take turns, so a burst of load hits each of them alike)."""
 
-    class MLP(model.Model):
-        def __init__(self, dev):
-            super().__init__()
-            layers = []
-            for i in range(len(dims) - 1):
-                layers.append(layer.Linear(dims[i], dims[i + 1], device=dev))
-                if i + 2 < len(dims):
-                    layers.append(layer.ReLU())
-            self.net = layer.Sequential(*layers)
+    def __init__(self, loom, mode, batch, dims):
+        from loom import autograd, layer, model, opt, tensor
 
-        def forward(self, x):
-            return self.net(x)
+        class MLP(model.Model):
+            def __init__(self, dev):
+                super().__init__()
+                layers = []
+                for i in range(len(dims) - 1):
+                    layers.append(layer.Linear(dims[i], dims[i + 1], device=dev))
+                    if i + 2 < len(dims):
+                        layers.append(layer.ReLU())
+                self.net = layer.Sequential(*layers)
 
-        def train_one_batch(self, x, y):
-            out = self.forward(x)
-            loss = autograd.softmax_cross_entropy(out, y)
-            self.optimizer(loss)
-            return out, loss
+            def forward(self, x):
+                return self.net(x)
 
-    dev = loom.device.create_cpu_device()
-    dev.SetRandSeed(42)
-    xs, ys = make_data(max(4096, batch), dims[0], dims[-1])
-    x = tensor.from_numpy(xs[:batch], dev)
-    y = tensor.from_numpy(ys[:batch], dev)
-    sgd = opt.SGD(lr=0.01, momentum=0.9)
-    use_graph = mode.endswith("graph")
-    if mode.startswith("native"):
-        m = model.NativeModel(model.mlp(dims, device=dev), sgd)
-        m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
-        params = list(m.get_params().values())
-    else:
-        m = MLP(dev)
-        m.set_optimizer(sgd)
-        m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
-        params = list(m.get_params().values())
-    before = params[-2].to_numpy().copy()
-    n = xs.shape[0]
-    times, losses = [], []
-    for step in range(warmup + steps):
-        lo = (step * batch) % (n - batch + 1)
-        t0 = time.perf_counter()
-        x.copy_from_numpy(xs[lo:lo + batch])
-        y.copy_from_numpy(ys[lo:lo + batch])
-        _, loss = m.train_one_batch(x, y)
-        value = loss.item()
-        t1 = time.perf_counter()
-        losses.append(value)
-        if step >= warmup:
-            times.append((t1 - t0) * 1e3)
-    trained = losses[0] != losses[-1] and not np.array_equal(before, params[-2].to_numpy())
-    return {"model": "mlp-" + "-".join(map(str, dims)), "impl": "python" if not mode.startswith("native") else
-            "python-native-model", "mode": "graph" if use_graph else "eager", "batch": batch, "steps": steps,
-            "ms_per_step_median": round(percentile(times, 0.5), 4), "ms_per_step_p10": round(percentile(times, 0.1), 4),
-            "ms_per_step_p90": round(percentile(times, 0.9), 4), "first_loss": round(losses[0], 6),
-            "last_loss": round(losses[-1], 6), "trained": bool(trained)}
+            def train_one_batch(self, x, y):
+                out = self.forward(x)
+                loss = autograd.softmax_cross_entropy(out, y)
+                self.optimizer(loss)
+                return out, loss
+
+        self.mode, self.batch, self.dims = mode, batch, dims
+        dev = loom.device.create_cpu_device()
+        dev.SetRandSeed(42)
+        self.xs, self.ys = make_data(max(4096, batch), dims[0], dims[-1])
+        self.x = tensor.from_numpy(self.xs[:batch], dev)
+        self.y = tensor.from_numpy(self.ys[:batch], dev)
+        sgd = opt.SGD(lr=0.01, momentum=0.9)
+        self.use_graph = mode.endswith("graph")
+        if mode.startswith("native"):
+            self.m = model.NativeModel(model.mlp(dims, device=dev), sgd)
+        else:
+            self.m = MLP(dev)
+            self.m.set_optimizer(sgd)
+        self.m.compile([self.x], is_train=True, use_graph=self.use_graph, sequential=True)
+        self.params = list(self.m.get_params().values())
+        self.before = self.params[-2].to_numpy().copy()
+        self.done, self.times, self.losses = 0, [], []
+
+    def run(self, steps, timed=True):
+        n, batch = self.xs.shape[0], self.batch
+        for _ in range(steps):
+            lo = (self.done * batch) % (n - batch + 1)
+            t0 = time.perf_counter()
+            self.x.copy_from_numpy(self.xs[lo:lo + batch])
+            self.y.copy_from_numpy(self.ys[lo:lo + batch])
+            _, loss = self.m.train_one_batch(self.x, self.y)
+            value = loss.item()
+            t1 = time.perf_counter()
+            self.losses.append(value)
+            self.done += 1
+            if timed:
+                self.times.append((t1 - t0) * 1e3)
+
+    def result(self):
+        trained = self.losses[0] != self.losses[-1] and not np.array_equal(self.before, self.params[-2].to_numpy())
+        t = self.times
+        return {"model": "mlp-" + "-".join(map(str, self.dims)),
+                "impl": "python" if not self.mode.startswith("native") else "python-native-model",
+                "mode": "graph" if self.use_graph else "eager", "batch": self.batch, "steps": len(t),
+                "ms_per_step_median": round(percentile(t, 0.5), 4), "ms_per_step_p10": round(percentile(t, 0.1), 4),
+                "ms_per_step_p90": round(percentile(t, 0.9), 4), "first_loss": round(self.losses[0], 6),
+                "last_loss": round(self.losses[-1], 6), "trained": bool(trained)}
+
+
+def bench_python(loom, modes, batch, steps, warmup, dims, rounds):
+    """Every mode in `modes` trained `steps` timed steps, the modes taking turns in `rounds`."""
+    runs = [PythonRun(loom, mode, batch, dims) for mode in modes]
+    for r in runs:
+        r.run(warmup, timed=False)
+    rounds = max(1, min(rounds, steps))
+    for k in range(rounds):
+        for r in runs:
+            r.run(steps // rounds + (1 if k < steps % rounds else 0))
+    return [r.result() for r in runs]
 
 
 def bench_cpp(build, batch, steps, warmup):
@@ -127,6 +151,7 @@ def main():
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: 200 at batch 1, fewer above)")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=10, help="the Python modes take turns in this many chunks of steps")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per configuration; the one with the lowest median is reported (on a shared "
                          "machine, the least disturbed)")
@@ -148,7 +173,7 @@ def main():
         steps = args.steps or (200 if batch <= 8 else 60)
         best = {}
         for rep in range(args.repeat):  # interleaved, so a burst of load hits every mode alike
-            runs = [bench_python(loom, mode, batch, steps, args.warmup, dims) for mode in modes]
+            runs = bench_python(loom, modes, batch, steps, args.warmup, dims, args.rounds)
             if cpp:
                 r = bench_cpp(build, batch, steps, args.warmup)
                 if r is not None:
@@ -167,6 +192,11 @@ def main():
     for r in rows:
         print(f"| {r['batch']} | {r['impl']} | {r['mode']} | {r['ms_per_step_median']:.3f} | {r['ms_per_step_p10']:.3f} "
               f"| {r['ms_per_step_p90']:.3f} |", file=sys.stderr)
+    for batch in sorted({r["batch"] for r in rows}):
+        by = {r["mode"]: r for r in rows if r["batch"] == batch and r["impl"] == "python"}
+        if "eager" in by and "graph" in by:
+            ratio = by["eager"]["ms_per_step_median"] / by["graph"]["ms_per_step_median"]
+            print(f"batch {batch}: Python graph replay {ratio:.2f}x faster than Python eager", file=sys.stderr)
     if failed:
         print(f"bench_python: {len(failed)} run(s) did not train; refusing to report them", file=sys.stderr)
         return 3
