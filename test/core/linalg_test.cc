@@ -254,7 +254,8 @@ TEST(Linalg, SkinnyGemmAgainstLoops) {
                 for (int64_t j = 0; j < n; ++j) {
                   double s = 0;
                   for (int64_t q = 0; q < k; ++q)
-                    s += double(l.ta ? a[q * lda + i] : a[i * lda + q]) * double(l.tb ? b[j * ldb + q] : b[q * ldb + j]);
+                    s += double(l.ta ? a[q * lda + i] : a[i * lda + q]) *
+                         double(l.tb ? b[j * ldb + q] : b[q * ldb + j]);
                   double want = alpha * s + (beta == 0 ? 0.0 : beta * double(c0[i * ldc + j]));
                   float got = c[i * ldc + j];
                   ASSERT_NEAR(got, want, 1e-5 * (1 + std::sqrt(double(k)))) << what << " at (" << i << ", " << j << ")";
@@ -274,7 +275,7 @@ TEST(Linalg, SkinnyGemmAgainstLoops) {
   EXPECT_FALSE(SkinnyGemm(false, false, 8, 15, 64, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));   // N < 16
   EXPECT_FALSE(SkinnyGemm(false, true, 8, 64, 31, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));    // short dots
   EXPECT_FALSE(SkinnyGemm(true, false, 64, 64, 17, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));   // K > 16
-  EXPECT_FALSE(SkinnyGemm(true, true, 4, 64, 4, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));      // both transposed
+  EXPECT_FALSE(SkinnyGemm(true, true, 4, 64, 4, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));  // both transposed
   EXPECT_EQ(c, std::vector<float>(64 * 64, 3));
 }
 

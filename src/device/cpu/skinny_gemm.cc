@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "core/error.h"
@@ -15,7 +16,7 @@ namespace {
 // 16 floats: one AVX-512 register; GCC splits it into two AVX2 registers on CPUs without AVX-512.
 typedef float V __attribute__((vector_size(64)));
 constexpr int kLanes = 16;
-constexpr int64_t kSkinny = 16;                   // M (NN, NT) or K (TN) up to this is skinny
+constexpr int kSkinny = 16;                   // M (NN, NT) or K (TN) up to this is skinny
 constexpr int64_t kSplitMacs = int64_t(1) << 18;  // below this many multiply-adds: one thread
 
 inline V Load(const float* p) {
@@ -41,6 +42,17 @@ inline float SumLanes(const V& v) {
   for (int w = kLanes / 2; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) t[l] += t[l + w];
   return t[0];
+}
+
+// Calls f(std::integral_constant<int, v>{}) for the v in 1..N equal to `value`: the kernels are
+// instantiated per row count (or K), so that their accumulators are registers.
+template <typename F, int... Vs>
+void Dispatch(int64_t value, F f, std::integer_sequence<int, Vs...>) {
+  (void)std::initializer_list<int>{(value == Vs + 1 ? (f(std::integral_constant<int, Vs + 1>{}), 0) : 0)...};
+}
+template <int N, typename F>
+void WithConstant(int64_t value, F f) {
+  Dispatch(value, f, std::make_integer_sequence<int, N>{});
 }
 
 struct Args {
@@ -114,16 +126,7 @@ void NN(const Args& g) {
     for (int64_t i0 = 0; i0 < g.m; i0 += 8) {
       const float* a = g.a + i0 * g.lda;
       float* c = g.c + i0 * g.ldc;
-      switch (std::min<int64_t>(8, g.m - i0)) {
-        case 1: NNRowsOf<1>(g, j0, j1, a, c); break;
-        case 2: NNRowsOf<2>(g, j0, j1, a, c); break;
-        case 3: NNRowsOf<3>(g, j0, j1, a, c); break;
-        case 4: NNRowsOf<4>(g, j0, j1, a, c); break;
-        case 5: NNRowsOf<5>(g, j0, j1, a, c); break;
-        case 6: NNRowsOf<6>(g, j0, j1, a, c); break;
-        case 7: NNRowsOf<7>(g, j0, j1, a, c); break;
-        default: NNRowsOf<8>(g, j0, j1, a, c); break;
-      }
+      WithConstant<8>(std::min<int64_t>(8, g.m - i0), [&](auto mr) { NNRowsOf<decltype(mr)::value>(g, j0, j1, a, c); });
     }
   });
 }
@@ -166,7 +169,7 @@ void NTRows(const Args& g, int64_t j0, int64_t j1, const float* a, float* c) {
   for (; j < j1; ++j) NTBlock<MR, 1>(g, a, g.b + j * g.ldb, c + j);
 }
 
-constexpr int64_t kNTRows = 8;
+constexpr int kNTRows = 8;
 
 void NT(const Args& g) {
   constexpr int64_t kGroup = 8;  // columns of C per unit of work
@@ -176,16 +179,8 @@ void NT(const Args& g) {
     for (int64_t i0 = 0; i0 < g.m; i0 += kNTRows) {
       const float* a = g.a + i0 * g.lda;
       float* c = g.c + i0 * g.ldc;
-      switch (std::min<int64_t>(kNTRows, g.m - i0)) {
-        case 1: NTRows<1>(g, j0, j1, a, c); break;
-        case 2: NTRows<2>(g, j0, j1, a, c); break;
-        case 3: NTRows<3>(g, j0, j1, a, c); break;
-        case 4: NTRows<4>(g, j0, j1, a, c); break;
-        case 5: NTRows<5>(g, j0, j1, a, c); break;
-        case 6: NTRows<6>(g, j0, j1, a, c); break;
-        case 7: NTRows<7>(g, j0, j1, a, c); break;
-        default: NTRows<8>(g, j0, j1, a, c); break;
-      }
+      WithConstant<kNTRows>(std::min<int64_t>(kNTRows, g.m - i0),
+                            [&](auto mr) { NTRows<decltype(mr)::value>(g, j0, j1, a, c); });
     }
   });
 }
@@ -240,12 +235,6 @@ void TNFixed(const Args& g, bool parallel) {
     TNRows<K>(g, 0, g.m);
 }
 
-template <int... Ks>
-void TNDispatch(const Args& g, bool parallel, std::integer_sequence<int, Ks...>) {
-  // One instantiation per K in 1..16; exactly one of them matches.
-  (void)std::initializer_list<int>{(g.k == Ks + 1 ? (TNFixed<Ks + 1>(g, parallel), 0) : 0)...};
-}
-
 }  // namespace
 
 bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
@@ -261,7 +250,7 @@ bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
     return true;
   }
   if (ta && !tb && k <= kSkinny && n >= kLanes) {
-    TNDispatch(g, /*parallel=*/true, std::make_integer_sequence<int, int(kSkinny)>{});
+    WithConstant<kSkinny>(g.k, [&](auto k) { TNFixed<decltype(k)::value>(g, /*parallel=*/true); });
     return true;
   }
   return false;
@@ -271,7 +260,7 @@ void SkinnyGemmTNRows(int64_t m, int64_t n, int64_t k, const float* a, int64_t l
                       float* c, int64_t ldc) {
   LOOM_ASSERT(m > 0 && n > 0 && k > 0 && k <= kSkinny, "SkinnyGemmTNRows: K = ", k, " is not skinny");
   const Args g{m, n, k, 1.0f, 0.0f, a, lda, b, ldb, c, ldc};
-  TNDispatch(g, /*parallel=*/false, std::make_integer_sequence<int, int(kSkinny)>{});
+  WithConstant<kSkinny>(g.k, [&](auto k) { TNFixed<decltype(k)::value>(g, /*parallel=*/false); });
 }
 
 }  // namespace loom
