@@ -54,26 +54,12 @@ class PythonRun:
     tools/loom-bench.cc: the modes take turns, so a burst of load hits each of them alike)."""
 
     def __init__(self, loom, mode, batch, dims):
-        from loom import autograd, layer, model, opt, tensor
+        from loom import model, opt, tensor
 
-        class MLP(model.Model):
-            def __init__(self, dev):
-                super().__init__()
-                layers = []
-                for i in range(len(dims) - 1):
-                    layers.append(layer.Linear(dims[i], dims[i + 1], device=dev))
-                    if i + 2 < len(dims):
-                        layers.append(layer.ReLU())
-                self.net = layer.Sequential(*layers)
-
-            def forward(self, x):
-                return self.net(x)
-
-            def train_one_batch(self, x, y):
-                out = self.forward(x)
-                loss = autograd.softmax_cross_entropy(out, y)
-                self.optimizer(loss)
-                return out, loss
+        examples = os.path.join(ROOT, "examples", "python")
+        if examples not in sys.path:
+            sys.path.insert(0, examples)
+        from mlp import MLP  # the Python example's model, written as a user would
 
         self.mode, self.batch, self.dims = mode, batch, dims
         dev = loom.device.create_cpu_device()
@@ -86,7 +72,7 @@ class PythonRun:
         if mode.startswith("native"):
             self.m = model.NativeModel(model.mlp(dims, device=dev), sgd)
         else:
-            self.m = MLP(dev)
+            self.m = MLP(dims, dev)
             self.m.set_optimizer(sgd)
         self.m.compile([self.x], is_train=True, use_graph=self.use_graph, sequential=True)
         self.params = list(self.m.get_params().values())
