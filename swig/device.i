@@ -1,13 +1,20 @@
-// Devices, buffering (graph capture and replay), memory statistics and graph dumps.
+// Devices, buffering (graph capture and replay), graphs, memory statistics and graph dumps.
 //
-// Graphs are reached through their device by key, never as Graph objects: a Python handle on a
-// Graph would dangle once ResetGraph drops it. SINGA's spellings (SetBufferFlag, ExecBuffOps)
-// and the context manager `with dev.buffer():` are added in loom/device.py.
+// A Graph reaches Python as a shared handle (std::shared_ptr): the owner (a Model's step, the
+// keyed registry behind dev.EnableGraph) and the Python object each hold it, so a handle never
+// dangles. GraphOptions and GraphStats cross as dicts built by walking their one field list
+// (Note [One list of fields] in graph/options.h): a field added there is reachable here with no
+// edit. SINGA's spellings (SetBufferFlag, ExecBuffOps) and `with dev.buffer():` are added in
+// loom/device.py.
 
 %{
+#include <cstring>
+#include <type_traits>
+
 #include "device/cpu/parallel.h"
 #include "device/device.h"
 #include "graph/graph.h"
+#include "graph/registry.h"
 
 namespace loom_py {
 
@@ -30,29 +37,125 @@ static PyObject* MemStatsDict(const loom::MemStats& s) {
   return nullptr;
 }
 
-static PyObject* GraphStatsDict(const loom::GraphStats& s) {
+// ---- one field of GraphOptions / GraphStats <-> a Python value ----
+template <typename T>
+static PyObject* FieldToPy(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return PyBool_FromLong(v);
+  else if constexpr (std::is_same_v<T, loom::MemoryMode>) return PyUnicode_FromString(loom::Name(v));
+  else if constexpr (std::is_same_v<T, std::string>) return PyUnicode_FromString(v.c_str());
+  else if constexpr (std::is_floating_point_v<T>) return PyFloat_FromDouble(double(v));
+  else if constexpr (std::is_signed_v<T>) return PyLong_FromLongLong((long long)v);
+  else return PyLong_FromUnsignedLongLong((unsigned long long)v);
+}
+
+[[noreturn]] static void WrongFieldType(const char* name, const char* want, PyObject* v) {
+  throw loom::ValueError(loom::detail::Cat("[graph] option '", name, "' must be ", want, ", got ",
+                                           Py_TYPE(v)->tp_name));
+}
+static void FieldFromPy(const char* name, PyObject* v, bool& out) {
+  if (!PyBool_Check(v)) WrongFieldType(name, "True or False", v);
+  out = v == Py_True;
+}
+static void FieldFromPy(const char* name, PyObject* v, int& out) {
+  if (PyBool_Check(v) || !PyLong_Check(v)) WrongFieldType(name, "an int", v);
+  long x = PyLong_AsLong(v);
+  if (PyErr_Occurred() || x < INT32_MIN || x > INT32_MAX) {
+    PyErr_Clear();
+    throw loom::ValueError(loom::detail::Cat("[graph] option '", name, "' is out of range"));
+  }
+  out = int(x);
+}
+static void FieldFromPy(const char* name, PyObject* v, loom::MemoryMode& out) {
+  if (!PyUnicode_Check(v)) WrongFieldType(name, "'planned' or 'dynamic'", v);
+  out = loom::ParseMemoryMode(PyUnicode_AsUTF8(v));
+}
+
+static PyObject* OptionsDict(const loom::GraphOptions& o) {
   PyObject* d = PyDict_New();
-  if (d && DictSet(d, "num_ops", PyLong_FromSize_t(s.num_ops)) &&
-      DictSet(d, "num_blocks", PyLong_FromSize_t(s.num_blocks)) &&
-      DictSet(d, "num_intermediate", PyLong_FromSize_t(s.num_intermediate)) &&
-      DictSet(d, "persistent_bytes", PyLong_FromSize_t(s.persistent_bytes)) &&
-      DictSet(d, "lower_bound_bytes", PyLong_FromSize_t(s.lower_bound_bytes)) &&
-      DictSet(d, "arena_bytes", PyLong_FromSize_t(s.arena_bytes)) &&
-      DictSet(d, "dynamic_peak_bytes", PyLong_FromSize_t(s.dynamic_peak_bytes)) &&
-      DictSet(d, "plan_strategy", PyUnicode_FromString(s.plan_strategy.c_str())) &&
-      DictSet(d, "memory", PyUnicode_FromString(loom::Name(s.memory))) &&
-      DictSet(d, "replays", PyLong_FromUnsignedLongLong(s.replays)) &&
-      DictSet(d, "random_draws", PyLong_FromUnsignedLongLong(s.random_draws)))
-    return d;
+  bool ok = d != nullptr;
+  loom::VisitGraphOptions(o, [&](const char* name, const auto& v, const char*) {
+    ok = ok && DictSet(d, name, FieldToPy(v));
+  });
+  if (ok) return d;
   Py_XDECREF(d);
-  return nullptr;
+  throw PythonError();
+}
+
+static PyObject* StatsDict(const loom::GraphStats& s) {
+  PyObject* d = PyDict_New();
+  bool ok = d != nullptr;
+  loom::VisitGraphStats(s, [&](const char* name, const auto& v, const char*) {
+    ok = ok && DictSet(d, name, FieldToPy(v));
+  });
+  if (ok) return d;
+  Py_XDECREF(d);
+  throw PythonError();
+}
+
+// {"memory": "dynamic", "num_workers": 2, ...} over `base`; an unknown key is a ValueError that
+// lists the known ones.
+static loom::GraphOptions OptionsFromDict(PyObject* dict, loom::GraphOptions base = {}) {
+  if (dict == Py_None) return base;
+  if (!PyDict_Check(dict))
+    throw loom::ValueError(loom::detail::Cat("[graph] options must be a dict, got ", Py_TYPE(dict)->tp_name));
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dict, &pos, &key, &value)) {
+    const char* k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+    bool found = false;
+    std::string known;
+    loom::VisitGraphOptions(base, [&](const char* name, auto& field, const char*) {
+      known += known.empty() ? name : std::string(", ") + name;
+      if (k && std::strcmp(k, name) == 0) {
+        FieldFromPy(name, value, field);
+        found = true;
+      }
+    });
+    if (!found)
+      throw loom::ValueError(loom::detail::Cat("[graph] unknown option '", k ? k : "?", "' (options: ", known, ")"));
+  }
+  return base;
+}
+
+// [(name, doc)] of a field list, for documentation and the binding test.
+template <typename S, typename Visit>
+static PyObject* FieldDocs(Visit visit) {
+  PyObject* list = PyList_New(0);
+  if (!list) throw PythonError();
+  S s;
+  visit(s, [&](const char* name, const auto&, const char* doc) {
+    PyObject* t = Py_BuildValue("(ss)", name, doc);
+    if (!t || PyList_Append(list, t) != 0) {
+      Py_XDECREF(t);
+      throw PythonError();
+    }
+    Py_DECREF(t);
+  });
+  return list;
 }
 
 }  // namespace loom_py
 %}
 
+// GraphOptions arguments (Model.Compile, PyStep) take a dict of the fields to set, or None.
+namespace loom { struct GraphOptions; }
+%typemap(in) const loom::GraphOptions& (loom::GraphOptions tmp) {
+  try {
+    tmp = loom_py::OptionsFromDict($input);
+  } catch (...) {
+    loom_py::SetPythonErrorFromCurrent();
+    SWIG_fail;
+  }
+  $1 = &tmp;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_POINTER) const loom::GraphOptions& {
+  $1 = ($input == Py_None || PyDict_Check($input)) ? 1 : 0;
+}
+
 // %shared_ptr(loom::Device) is in loom.i, before tensor.i uses the type.
+%shared_ptr(loom::Graph)
 %nodefaultctor loom::Device;  // devices come from cpu_device() / cuda_device()
+%nodefaultctor loom::Graph;   // graphs come from a capture (new_graph, a Model, dev.EnableGraph)
 
 // Python names (declared before the declarations they rename).
 %rename(cpu_device) loom::CpuDevice;
@@ -60,6 +163,16 @@ static PyObject* GraphStatsDict(const loom::GraphStats& s) {
 %rename(cuda_available) loom::CudaAvailable;
 %rename(num_threads) loom::NumThreads;
 %rename(set_num_threads) loom::SetNumThreads;
+%rename(summary) loom::Graph::Summary;
+%rename(dot) loom::Graph::ToDot;
+%rename(trace_json) loom::Graph::TraceJson;
+%rename(memory_csv) loom::Graph::MemoryTimelineCsv;
+%rename(write_dot) loom::Graph::WriteDot;
+%rename(write_trace) loom::Graph::WriteTrace;
+%rename(begin_capture) loom::Graph::BeginCapture;
+%rename(end_capture) loom::Graph::EndCapture;
+%rename(abort_capture) loom::Graph::AbortCapture;
+%rename(run) loom::Graph::Run;
 
 namespace loom {
 
@@ -80,12 +193,27 @@ class Device {
   void SetRandSeed(uint64_t seed);
   uint64_t rng_seed() const;
 
-  void EnableGraph(bool on, const std::string& key = "default");
-  void RunGraph(bool sequential = true, const std::string& key = "default");
-  void ResetGraph(const std::string& key = "");
-  bool HasGraph(const std::string& key = "default") const;
+  bool capturing() const;
   bool buffering() const;
-  const std::string& capture_key() const;
+  std::string capture_name() const;
+};
+
+// A captured graph (graph/graph.h).
+class Graph {
+ public:
+  const std::string& name() const;
+  bool finalized() const;
+  void BeginCapture();
+  void EndCapture();
+  void AbortCapture();
+  void Run(bool sequential = true);
+  std::string Summary() const;
+  std::string ToDot() const;
+  std::string TraceJson() const;
+  std::string MemoryTimelineCsv() const;
+  void WriteDot(const std::string& path) const;
+  void WriteTrace(const std::string& path) const;
+  void set_profile(bool on);
 };
 
 std::shared_ptr<Device> CpuDevice();
@@ -95,6 +223,17 @@ int NumThreads();
 void SetNumThreads(int n);
 
 }  // namespace loom
+
+%extend loom::Graph {
+  PyObject* stats() const { return loom_py::StatsDict($self->stats()); }
+  PyObject* options() const { return loom_py::OptionsDict($self->options()); }
+  std::vector<std::string> op_names() const {
+    std::vector<std::string> names;
+    for (const loom::OpRecord& op : $self->ops().ops) names.push_back(op.name());
+    return names;
+  }
+  std::string device_name() const { return $self->device().name(); }
+}
 
 %extend loom::Device {
   // Identity: every call to CpuDevice() gives a new Python proxy of the same device.
@@ -106,41 +245,33 @@ void SetNumThreads(int n);
     return d;
   }
 
-  // ---- options for graphs finalised from now on ----
-  void set_graph_memory(const std::string& mode) {
-    if (mode == "planned") $self->graph_options().memory = loom::MemoryMode::kPlanned;
-    else if (mode == "dynamic") $self->graph_options().memory = loom::MemoryMode::kDynamic;
-    else throw loom::ValueError("[graph] memory mode must be 'planned' or 'dynamic', got '" + mode + "'");
-  }
-  std::string graph_memory() { return loom::Name($self->graph_options().memory); }
-  void set_graph_workers(int n) {
-    LOOM_CHECK(n >= 0, ValueError, "[graph] number of replay workers must not be negative, got ", n);
-    $self->graph_options().num_workers = n;
-  }
-  void set_graph_profile_default(bool on) { $self->graph_options().profile = on; }
-
-  // ---- one graph, by key ----
-  PyObject* graph_stats(const std::string& key = "default") {
-    PyObject* d = loom_py::GraphStatsDict($self->GetGraph(key).stats());
-    if (!d) throw loom_py::PythonError();
-    return d;
-  }
-  std::string graph_summary(const std::string& key = "default") { return $self->GetGraph(key).Summary(); }
-  std::string graph_dot(const std::string& key = "default") { return $self->GetGraph(key).ToDot(); }
-  std::string graph_trace_json(const std::string& key = "default") { return $self->GetGraph(key).TraceJson(); }
-  std::string graph_memory_csv(const std::string& key = "default") {
-    return $self->GetGraph(key).MemoryTimelineCsv();
-  }
-  void write_graph_dot(const std::string& path, const std::string& key = "default") {
-    $self->GetGraph(key).WriteDot(path);
-  }
-  void write_graph_trace(const std::string& path, const std::string& key = "default") {
-    $self->GetGraph(key).WriteTrace(path);
-  }
-  void set_graph_profile(bool on, const std::string& key = "default") { $self->GetGraph(key).set_profile(on); }
-  std::vector<std::string> graph_op_names(const std::string& key = "default") {
-    std::vector<std::string> names;
-    for (const loom::OpRecord& op : $self->GetGraph(key).ops()) names.push_back(op.name());
-    return names;
+  // ---- SINGA's keyed calls (graph/registry.h) ----
+  void EnableGraph(bool on, const std::string& key = "default") { loom::EnableGraph(*$self, on, key); }
+  void RunGraph(bool sequential = true, const std::string& key = "default") { loom::RunGraph(*$self, sequential, key); }
+  void ResetGraph(const std::string& key = "") { loom::ResetGraph(*$self, key); }
+  bool HasGraph(const std::string& key = "default") { return loom::HasGraph(*$self, key); }
+  std::shared_ptr<loom::Graph> graph(const std::string& key = "default") { return loom::GetGraph(*$self, key); }
+  // The options of the graphs EnableGraph creates from now on, as a dict; set_graph_options
+  // changes the fields it names.
+  PyObject* graph_options() { return loom_py::OptionsDict(loom::RegistryGraphOptions(*$self)); }
+  void _set_graph_options(PyObject* options) {
+    loom::SetRegistryGraphOptions(*$self, loom_py::OptionsFromDict(options, loom::RegistryGraphOptions(*$self)));
   }
 }
+
+%inline %{
+namespace loom_py {
+// A graph of one's own: capture with begin_capture()/end_capture() (or abort_capture()).
+std::shared_ptr<loom::Graph> new_graph(const std::shared_ptr<loom::Device>& device, const std::string& name,
+                                       PyObject* options) {
+  return std::make_shared<loom::Graph>(device, name, OptionsFromDict(options));
+}
+// The fields of GraphOptions and GraphStats: [(name, doc)], in declaration order.
+PyObject* graph_option_fields() {
+  return FieldDocs<loom::GraphOptions>([](auto& s, auto&& f) { loom::VisitGraphOptions(s, f); });
+}
+PyObject* graph_stats_fields() {
+  return FieldDocs<loom::GraphStats>([](auto& s, auto&& f) { loom::VisitGraphStats(s, f); });
+}
+}  // namespace loom_py
+%}

@@ -22,29 +22,18 @@ namespace loom_py {
 class PyStep {
  public:
   PyStep(std::shared_ptr<loom::Device> device, PyObject* fn, const std::string& name, bool recapture,
-         bool sequential)
-      : fn_(fn), device_(device) {
+         bool sequential, const loom::GraphOptions& options = loom::GraphOptions())
+      : fn_(fn) {
     LOOM_CHECK(PyCallable_Check(fn), ValueError, "[PyStep] the step function is not callable");
     Py_INCREF(fn_);
     PyObject* f = fn_;
     step_ = std::make_unique<loom::CapturedStep>(
         std::move(device), [f](const std::vector<loom::Tensor>& in) { return Invoke(f, in); }, name, recapture,
-        sequential);
+        sequential, options);
   }
   ~PyStep() {
-    SafeDelete(step_.release(), device_.get());
+    step_.reset();  // its graphs first: a graph never throws as it goes
     Py_DECREF(fn_);
-  }
-
-  // Note [Dropping a captured step during a capture]
-  // ~CapturedStep resets its graphs, and ResetGraph throws while the device is capturing; out of
-  // a destructor that is std::terminate. Python frees objects whenever their last reference
-  // goes, also inside `with dev.buffer():`, so such a step is left alive instead (its graphs
-  // stay until dev.ResetGraph()). Used for C++ Models too.
-  template <typename T>
-  static void SafeDelete(T* p, loom::Device* device) {
-    if (device && device->buffering()) return;
-    delete p;
   }
   PyStep(const PyStep&) = delete;
   PyStep& operator=(const PyStep&) = delete;
@@ -52,8 +41,8 @@ class PyStep {
   std::vector<loom::Tensor> run(const std::vector<loom::Tensor>& inputs) { return (*step_)(inputs); }
   void set_sequential(bool s) { step_->set_sequential(s); }
   size_t num_graphs() const { return step_->num_graphs(); }
-  // The key of the graph the last call ran (for dev.graph_summary(key) and the dumps).
-  std::string last_graph_key() { return step_->last_graph().key(); }
+  // The graph the last call ran (summary, stats, dumps).
+  std::shared_ptr<loom::Graph> last_graph() { return step_->last_graph(); }
 
  private:
   static std::vector<loom::Tensor> Invoke(PyObject* fn, const std::vector<loom::Tensor>& in) {
@@ -69,7 +58,6 @@ class PyStep {
     return out;
   }
   PyObject* fn_;
-  std::shared_ptr<loom::Device> device_;
   std::unique_ptr<loom::CapturedStep> step_;
 };
 
@@ -175,7 +163,7 @@ class Model {
  public:
   Model(std::shared_ptr<Layer> net, std::shared_ptr<Optimizer> optimizer, LossKind loss);
   void Compile(const std::vector<Tensor>& inputs, bool is_train = true, bool use_graph = false,
-               bool sequential = true);
+               bool sequential = true, const GraphOptions& options = GraphOptions());
   Tensor Forward(const Tensor& x);
   void Train(bool on = true);
   void Eval();
@@ -198,12 +186,6 @@ class Model {
 }
 
 %extend loom::nn::Model {
-  // Note [Dropping a captured step during a capture]: a graph-mode Model dropped while its
-  // device captures is left alive rather than ending the process.
-  ~Model() {
-    loom::nn::NamedTensors params = $self->Params();
-    loom_py::PyStep::SafeDelete($self, params.empty() ? nullptr : params[0].second.device());
-  }
   // (output, loss): tensors the graph rewrites on every replay; read them before the next call.
   PyObject* TrainOneBatch(const loom::Tensor& x, const loom::Tensor& y) {
     loom::nn::Model::StepResult r = $self->TrainOneBatch(x, y);
@@ -220,7 +202,7 @@ class Model {
     if (!t) throw loom_py::PythonError();
     return t;
   }
-  std::string train_graph_key() { return $self->train_graph().key(); }
+  std::shared_ptr<loom::Graph> train_graph() { return $self->train_graph(); }
 }
 
 %inline %{
@@ -238,11 +220,11 @@ namespace loom_py {
 class PyStep {
  public:
   PyStep(std::shared_ptr<loom::Device> device, PyObject* fn, const std::string& name, bool recapture,
-         bool sequential);
+         bool sequential, const loom::GraphOptions& options = loom::GraphOptions());
   ~PyStep();
   std::vector<loom::Tensor> run(const std::vector<loom::Tensor>& inputs);
   void set_sequential(bool s);
   size_t num_graphs() const;
-  std::string last_graph_key();
+  std::shared_ptr<loom::Graph> last_graph();
 };
 }  // namespace loom_py

@@ -18,7 +18,7 @@ int Usage(const char* argv0) {
   return 2;
 }
 
-void PrintOps(const loom::io::GraphDump& d) {
+void PrintOps(const loom::GraphDump& d) {
   for (size_t i = 0; i < d.ops.size(); ++i) {
     const auto& op = d.ops[i];
     std::string line = std::to_string(i) + ": " + op.kind;
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   }
   if (path.empty()) return Usage(argv[0]);
   try {
-    loom::io::GraphDump d = loom::io::ReadGraphDump(path);
+    loom::GraphDump d = loom::io::ReadGraphDump(path);
     if (dot) {
       std::fputs(d.ToDot(deps).c_str(), stdout);
     } else {

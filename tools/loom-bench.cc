@@ -405,14 +405,12 @@ size_t ParamBytes(nn::Model& m) {
   return b;
 }
 
-// The device's graph options are copied into a graph when its capture ends (the first
-// TrainOneBatch), so setting them just before a mode's first step configures that mode's graph
-// alone; graphs of other modes keep theirs.
-void ConfigureGraphs(loom::Device& dev, Mode mode) {
+// The options of a mode's graphs (each Model owns its graphs and their options).
+loom::GraphOptions GraphOptionsFor(Mode mode) {
   loom::GraphOptions o;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
-  dev.graph_options() = o;
+  return o;
 }
 
 // A fresh model from the seed, compiled for `mode`, with its input tensors.
@@ -423,7 +421,6 @@ struct Session {
 
 Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
                    const std::shared_ptr<loom::Device>& dev, const Data& data) {
-  ConfigureGraphs(*dev, mode);
   dev->SetRandSeed(kSeed);
   nn::LayerOptions lo;
   lo.device = dev;
@@ -439,7 +436,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
-                   /*sequential=*/mode != Mode::kGraphParallel);
+                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode));
   return s;
 }
 
@@ -530,8 +527,8 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     r.optimizer_steps = model.steps();
     if (UsesGraph(r.mode)) {
       r.has_graph = true;
-      r.gstats = model.train_graph().stats();
-      for (const loom::OpRecord& op : model.train_graph().ops())
+      r.gstats = model.train_graph()->stats();
+      for (const loom::OpRecord& op : model.train_graph()->ops().ops)
         if (op.name() == "matmul_sgd_update") r.fused_param_bytes += op.inputs[0].nbytes();
     }
     // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
@@ -595,7 +592,7 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
   for (Mode mode : {Mode::kGraphDynamic, Mode::kGraphPlanned}) {
     Session s = NewSession(f, spec, batch, mode, dev, data);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();  // capture + first replay
-    loom::Graph& g = s.model->train_graph();
+    loom::Graph& g = *s.model->train_graph();
     if (mode == Mode::kGraphPlanned) g.set_profile(true);
     data.Batch(1, batch, bx, by);
     s.x.CopyFrom(bx);
@@ -737,7 +734,6 @@ int Main(const Flags& f) {
             << (f.rounds > 1 ? ", modes taking turns in " + std::to_string(std::min(f.rounds, f.steps)) + " rounds"
                              : "")
             << std::endl;
-  dev->ResetGraph();
   Data data = MakeData(spec, batch, kSeed);
   std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data);
   for (const RunResult& r : runs) {
@@ -758,8 +754,6 @@ int Main(const Flags& f) {
     std::cerr << "loom-bench: memory timelines and trace in " << f.timeline_dir
               << " (plot: /usr/bin/python3 tools/plot_memory.py " << f.timeline_dir << ")" << std::endl;
   }
-  dev->ResetGraph();
-  dev->graph_options() = loom::GraphOptions();
   return 0;
 }
 

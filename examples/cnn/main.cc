@@ -104,7 +104,7 @@ int Run(const Flags& f) {
     if (!std::isfinite(loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
     if (step == 0 || (step + 1) % f.print_every == 0 || step + 1 == f.steps)
       std::printf("step %5lld  loss %.4f  %8.2f ms\n", (long long)(step + 1), loss, t);
-    if (step == 0 && f.graph) std::printf("%s\n", model.train_graph().Summary().c_str());
+    if (step == 0 && f.graph) std::printf("%s\n", model.train_graph()->Summary().c_str());
   }
   std::sort(ms.begin(), ms.end());
   if (!ms.empty())

@@ -235,15 +235,15 @@ int Train(const Flags& f) {
   // Graph mode: the inputs get their first batch, then one step is captured (nothing runs);
   // every step below feeds x and y and replays it.
   Tensor graph_loss;
+  std::unique_ptr<loom::Graph> graph;
   if (f.graph) {
     data.Batch(0, f.batch, bx, by);
     x.CopyFrom(bx);
     y.CopyFrom(by);
-    dev->graph_options().memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
-    dev->EnableGraph(true, "mlp");
-    graph_loss = train_step(0);
-    dev->EnableGraph(false);
-    out << dev->GetGraph("mlp").Summary() << std::endl;
+    loom::GraphOptions options;
+    options.memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
+    graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(0); }, options);
+    out << graph->Summary() << std::endl;
   }
   std::vector<float> w_last_before = model.w.back().ToVector<float>();
   std::vector<double> times_ms;
@@ -256,7 +256,7 @@ int Train(const Flags& f) {
     y.CopyFrom(by);
     Tensor loss;
     if (f.graph) {
-      dev->RunGraph(!f.parallel, "mlp");
+      graph->Run(/*sequential=*/!f.parallel);
       loss = graph_loss;
     } else {
       loss = train_step(step);

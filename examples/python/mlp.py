@@ -78,7 +78,7 @@ def main():
     timed = times[2:] if len(times) > 2 else times  # leave out capture and warm-up
     print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.2f} ms/step")
     if args.graph:
-        print(dev.graph_summary(m.graph_key()))
+        print(m.graph().summary())
     if args.json:
         print(json.dumps({"model": "mlp-784-1024-1024-10", "mode": "graph" if args.graph else "eager",
                           "batch": args.batch, "steps": args.steps, "ms_per_step_median": median(timed),

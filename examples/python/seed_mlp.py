@@ -77,7 +77,7 @@ def main():
     last = loss.item()
     accuracy = float(np.mean(np.argmax(x.to_numpy(), axis=1) == np.argmax(label, axis=1)))
     print(f"loss after 1001 replays: {last:.4f} (accuracy {accuracy:.3f})")
-    print(dev.graph_summary())
+    print(dev.graph().summary())
     if not last < first:
         raise SystemExit(f"seed_mlp: the loss did not fall ({first:.4f} -> {last:.4f})")
 

@@ -44,7 +44,11 @@ OpDef& GetOrCreate(const std::string& name) {
 thread_local bool g_grad_enabled = true;
 }  // namespace
 
-OpDef& RegisterOp(const std::string& name) { return GetOrCreate(name); }
+OpDef& DefineOp(const char* name, void (*define)(OpDef&)) {
+  OpDef& def = GetOrCreate(name);
+  define(def);
+  return def;
+}
 
 void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn) {
   GetOrCreate(name).kernels[int(device)] = fn;
@@ -52,6 +56,10 @@ void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn) {
 
 void RegisterScratch(const std::string& name, DeviceType device, size_t (*fn)(const OpRecord&)) {
   GetOrCreate(name).scratch[int(device)] = fn;
+}
+
+void RegisterSupports(const std::string& name, DeviceType device, bool (*fn)(const OpRecord&)) {
+  GetOrCreate(name).supports[int(device)] = fn;
 }
 
 const OpDef& GetOp(const std::string& name) {

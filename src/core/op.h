@@ -102,28 +102,53 @@ struct OpDef {
   // Note [Planned scratch]: bytes of scratch a device's kernel needs for this record (registered
   // with the kernel), so that a planned graph packs scratch into its arena like any block.
   std::array<size_t (*)(const OpRecord&), kNumDeviceTypes> scratch{};
+  // Note [What a kernel supports]: a kernel that handles only some records (shapes, dtypes,
+  // attributes) registers a predicate saying which; none means every record that passes
+  // `infer`. Graph passes ask it (Device::Supports) before they create a fused op, so that a
+  // kernel's limits are written once, beside the kernel.
+  std::array<bool (*)(const OpRecord&), kNumDeviceTypes> supports{};
 };
 
-// The op registry. Op declarations (src/core/ops/*.cc) and kernels (src/device/*/...) register
-// by name from static initialisers, in any order.
-OpDef& RegisterOp(const std::string& name);
+// The op registry. Op declarations (src/core/ops/*.cc, LOOM_OP) and kernels (src/device/*/...,
+// LOOM_KERNEL) register by name from static initialisers, in any order.
 void RegisterKernel(const std::string& name, DeviceType device, KernelFn fn);
 void RegisterScratch(const std::string& name, DeviceType device, size_t (*fn)(const OpRecord&));
+void RegisterSupports(const std::string& name, DeviceType device, bool (*fn)(const OpRecord&));
 const OpDef& GetOp(const std::string& name);  // throws ValueError for an unknown op
 std::vector<std::string> ListOps();
+
+// Note [Op kinds]
+// Code that must recognise an op (a graph pass looking for an SGD update) compares OpDef
+// addresses, never names: LOOM_OP(relu) also defines the handle `loom::op_kind::relu`, and a
+// file that needs it declares it with LOOM_OP_KIND(relu) at global scope. A misspelt kind is
+// then a link error, not a pass that silently never fires. LOOM_OP is used inside namespace loom.
+OpDef& DefineOp(const char* name, void (*define)(OpDef&));
 
 #define LOOM_CONCAT_INNER(a, b) a##b
 #define LOOM_CONCAT(a, b) LOOM_CONCAT_INNER(a, b)
 // LOOM_OP(relu) { def.infer = ...; def.backward = ...; }
-#define LOOM_OP(opname)                                                          \
-  static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def);         \
-  static const bool LOOM_CONCAT(loom_op_registered_, opname) =                   \
-      (LOOM_CONCAT(loom_define_op_, opname)(::loom::RegisterOp(#opname)), true); \
+#define LOOM_OP(opname)                                                                     \
+  static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def);                    \
+  namespace op_kind {                                                                       \
+  extern const ::loom::OpDef& opname;                                                       \
+  const ::loom::OpDef& opname = ::loom::DefineOp(#opname, &LOOM_CONCAT(loom_define_op_, opname)); \
+  }                                                                                         \
   static void LOOM_CONCAT(loom_define_op_, opname)(::loom::OpDef & def)
+// LOOM_OP_KIND(sgd_update);  declares loom::op_kind::sgd_update (Note [Op kinds]).
+#define LOOM_OP_KIND(opname) \
+  namespace loom {           \
+  namespace op_kind {        \
+  extern const ::loom::OpDef& opname; \
+  }                          \
+  }
 // LOOM_KERNEL_SCRATCH(conv2d, kCPU, Conv2dScratchBytes);  (Note [Planned scratch])
 #define LOOM_KERNEL_SCRATCH(opname, devtype, fn)                                                  \
   static const bool LOOM_CONCAT(loom_scratch_registered_##opname##_, devtype) =                  \
       (::loom::RegisterScratch(#opname, ::loom::DeviceType::devtype, fn), true)
+// LOOM_KERNEL_SUPPORTS(matmul_sgd_update, kCPU, Fn);  (Note [What a kernel supports])
+#define LOOM_KERNEL_SUPPORTS(opname, devtype, fn)                                                \
+  static const bool LOOM_CONCAT(loom_supports_registered_##opname##_, devtype) =                \
+      (::loom::RegisterSupports(#opname, ::loom::DeviceType::devtype, fn), true)
 // LOOM_KERNEL(relu, kCPU, ReluCpu);
 #define LOOM_KERNEL(opname, devtype, fn)                                                  \
   static const bool LOOM_CONCAT(loom_kernel_registered_##opname##_, devtype) =            \

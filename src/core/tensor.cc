@@ -80,9 +80,9 @@ void CheckHostReadAllowed(const Tensor& t, const char* what) {
   LOOM_CHECK(t.defined(), ValueError, "[", what, "] undefined tensor");
   Device* d = t.device();
   LOOM_CHECK(!d->buffering(), GraphError, "[", what, "] cannot read ", t.Describe(),
-             " on the host while ", d->name(), " is capturing graph '", d->capture_key(),
-             "': capture runs nothing, so there is no value yet. Read it after EnableGraph(false) and a "
-             "RunGraph()");
+             " on the host while ", d->name(), " is capturing ", d->capture_name(),
+             ": capture runs nothing, so there is no value yet. Read it after the capture ends and the "
+             "graph has run (EnableGraph(false) and RunGraph())");
   LOOM_CHECK(t.block()->allocated(), ValueError, "[", what, "] ", t.Describe(),
              " holds no value (it was never written, or its memory was recycled by a graph)");
 }

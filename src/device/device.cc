@@ -1,15 +1,13 @@
 #include "device/device.h"
 
+#include <algorithm>
+
 #include "core/error.h"
-#include "graph/graph.h"
 
 namespace loom {
 
 Device::Device(DeviceType type, int id, CachingAllocator::RawAlloc alloc, CachingAllocator::RawFree free)
-    : type_(type),
-      id_(id),
-      alloc_(std::make_unique<CachingAllocator>(std::move(alloc), std::move(free))),
-      graph_options_(std::make_unique<GraphOptions>()) {}
+    : type_(type), id_(id), alloc_(std::make_unique<CachingAllocator>(std::move(alloc), std::move(free))) {}
 
 Device::~Device() = default;
 
@@ -32,7 +30,45 @@ void Device::RunKernel(const OpRecord& op, const KernelContext& ctx) {
   KernelFn fn = op.def->kernels[int(type_)];
   LOOM_ASSERT(fn, "no ", Name(type_), " kernel for ", op.name());
   fn(op, ctx);
-  ++ops_run_;
+  ops_run_.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+// The devices with a SetupScope open on this thread (Note [Setup inside a capture]).
+thread_local std::vector<const Device*> t_setup_scopes;
+}  // namespace
+
+Device::SetupScope::SetupScope(Device* d) : d_(d) { t_setup_scopes.push_back(d_); }
+Device::SetupScope::~SetupScope() {
+  auto it = std::find(t_setup_scopes.rbegin(), t_setup_scopes.rend(), d_);
+  if (it != t_setup_scopes.rend()) t_setup_scopes.erase(std::next(it).base());
+}
+
+void Device::BeginCapture(CaptureSink* sink) {
+  LOOM_ASSERT(sink, "BeginCapture without a sink");
+  std::lock_guard<std::mutex> l(capture_mu_);
+  CaptureSink* active = sink_.load(std::memory_order_acquire);
+  LOOM_CHECK(!active, GraphError, "[graph] ", name(), " is already capturing ", active ? active->capture_name() : "",
+             "; end that capture first");
+  capture_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  sink_.store(sink, std::memory_order_release);
+}
+
+void Device::EndCapture(const CaptureSink* sink) noexcept {
+  std::lock_guard<std::mutex> l(capture_mu_);
+  if (sink_.load(std::memory_order_acquire) != sink) return;
+  sink_.store(nullptr, std::memory_order_release);
+  capture_thread_.store(std::thread::id(), std::memory_order_relaxed);
+}
+
+bool Device::buffering() const {
+  if (!capturing() || capture_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return false;
+  return std::find(t_setup_scopes.begin(), t_setup_scopes.end(), this) == t_setup_scopes.end();
+}
+
+std::string Device::capture_name() const {
+  CaptureSink* s = sink_.load(std::memory_order_acquire);
+  return s ? s->capture_name() : std::string();
 }
 
 void Device::Submit(OpRecord op) {
@@ -41,13 +77,21 @@ void Device::Submit(OpRecord op) {
     LOOM_CHECK(t.device() == this, DeviceError, "[", op.name(), "] input ", t.Describe(), " is not on ", name());
   for (const Tensor& t : op.outputs)
     LOOM_CHECK(t.device() == this, DeviceError, "[", op.name(), "] output ", t.Describe(), " is not on ", name());
-  if (buffering()) {
-    capturing_->Append(std::move(op));
-    return;
+  if (CaptureSink* sink = sink_.load(std::memory_order_acquire)) {
+    // Note [Capture sink]: the capturing thread's ops go to the sink (unless it is setting up
+    // state); another thread's op would land in a graph it knows nothing of.
+    LOOM_CHECK(capture_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id(), GraphError, "[",
+               op.name(), "] submitted to ", name(), " by another thread while ", sink->capture_name(),
+               " is being captured; a capture belongs to the thread that began it (DESIGN.md invariant 10)");
+    if (buffering()) {
+      sink->Append(std::move(op));
+      return;
+    }
   }
   for (size_t i = 0; i < op.inputs.size(); ++i)
     LOOM_CHECK(op.inputs[i].block()->allocated(), ValueError, "[", op.name(), "] input ", i, " (",
                op.inputs[i].Describe(), ") was never written");
+  auto in_use = Use();  // Note [One user at a time]
   for (const Tensor& t : op.outputs) t.block()->Allocate();
   if (op.def->random_draws) {
     op.rng_offset = rng_counter_;

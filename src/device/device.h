@@ -1,13 +1,14 @@
 // Device: where kernels run and memory lives. A device either runs each submitted op at once
-// (eager) or, between EnableGraph(true) and EnableGraph(false), buffers it into a Graph that is
-// analysed once and replayed by RunGraph (src/graph). Buffering is a property of one device and
-// of one keyed graph: a training step and an evaluation step can each have their own.
+// (eager) or, while a capture sink is active, hands it to the sink (a Graph of src/graph, which
+// the device knows only through this interface).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,8 +17,20 @@
 
 namespace loom {
 
-class Graph;
-struct GraphOptions;
+// Note [Capture sink]
+// While a sink is active on a device, Submit appends every op to it instead of running it
+// (DESIGN.md invariant 4: capture runs nothing). A device has at most one active sink, and it
+// belongs to the thread that began the capture (invariant 10): an op another thread submits
+// meanwhile raises GraphError instead of landing in someone else's graph. Ops of a SetupScope
+// on the capturing thread run eagerly (Note [Setup inside a capture]).
+class CaptureSink {
+ public:
+  virtual void Append(OpRecord op) = 0;
+  virtual const std::string& capture_name() const = 0;  // for messages: "graph 'train'"
+
+ protected:
+  ~CaptureSink() = default;
+};
 
 class Device : public std::enable_shared_from_this<Device> {
  public:
@@ -56,12 +69,18 @@ class Device : public std::enable_shared_from_this<Device> {
 
   // ---- ops ----
   // Eager: allocates the outputs' blocks if needed and runs the kernel. Buffering: appends the
-  // record to the graph being captured; nothing runs and nothing is allocated.
+  // record to the active capture sink; nothing runs and nothing is allocated.
   void Submit(OpRecord op);
   // Runs a kernel on blocks that already have memory. Used by eager Submit and by replay.
   void RunKernel(const OpRecord& op, const KernelContext& ctx);
   bool HasKernel(const OpDef& def) const { return def.kernels[int(type_)] != nullptr; }
-  uint64_t ops_run() const { return ops_run_; }
+  // This device has a kernel for op.def and that kernel handles this record (Note [What a kernel
+  // supports] in core/op.h). Graph passes ask it before they create a fused op.
+  bool Supports(const OpRecord& op) const {
+    auto pred = op.def->supports[int(type_)];
+    return HasKernel(*op.def) && (!pred || pred(op));
+  }
+  uint64_t ops_run() const { return ops_run_.load(std::memory_order_relaxed); }
   // Eager memory timeline: when on, every eagerly run op appends (op name, live bytes after it).
   // For plots and tests; off by default.
   void RecordEagerTimeline(bool on) { record_timeline_ = on; timeline_.clear(); }
@@ -73,19 +92,22 @@ class Device : public std::enable_shared_from_this<Device> {
   uint64_t rng_counter() const { return rng_counter_; }
   void AdvanceRng(uint64_t n) { rng_counter_ += n; }
 
-  // ---- graphs (defined in src/graph/device_graphs.cc) ----
-  // EnableGraph(true, key) starts capturing into the graph named key (replacing an old graph
-  // of that name); EnableGraph(false) ends the capture, analyses and plans it.
-  void EnableGraph(bool on, const std::string& key = "default");
-  // Replays a captured graph: serially in issue order, or on worker threads by dependency.
-  void RunGraph(bool sequential = true, const std::string& key = "default");
-  // Drops one graph ("" drops all of them) and the memory it planned.
-  void ResetGraph(const std::string& key = "");
-  bool HasGraph(const std::string& key = "default") const;
-  Graph& GetGraph(const std::string& key = "default");
-  bool buffering() const { return capturing_ != nullptr && setup_depth_ == 0; }
-  const std::string& capture_key() const { return capture_key_; }
-  GraphOptions& graph_options();
+  // ---- capture (Note [Capture sink]) ----
+  // Makes `sink` the active sink, owned by the calling thread; GraphError if one is active.
+  void BeginCapture(CaptureSink* sink);
+  // Ends `sink`'s capture (nothing if it is not the active one).
+  void EndCapture(const CaptureSink* sink) noexcept;
+  bool capturing() const { return sink_.load(std::memory_order_acquire) != nullptr; }
+  // The calling thread's ops are being captured (it owns the active sink, outside a SetupScope).
+  bool buffering() const;
+  std::string capture_name() const;  // "" when nothing is captured
+
+  // Note [One user at a time]
+  // A device runs one thing at a time (DESIGN.md invariant 10): an eager op and a graph replay
+  // each hold this lock while they run, so a second thread waits instead of interleaving
+  // kernels on the same memory (two replays of one graph, a replay and an eager update of the
+  // same weights). Recursive: a replay may submit eager ops (a CapturedStep's input copies).
+  std::unique_lock<std::recursive_mutex> Use() { return std::unique_lock<std::recursive_mutex>(use_mu_); }
 
   // Note [Setup inside a capture]
   // Creating persistent state (parameters, optimizer moments, running statistics) is setup,
@@ -94,8 +116,11 @@ class Device : public std::enable_shared_from_this<Device> {
   // creates such state opens a SetupScope; ops submitted inside it run eagerly.
   class SetupScope {
    public:
-    explicit SetupScope(Device* d) : d_(d) { ++d_->setup_depth_; }
-    ~SetupScope() { --d_->setup_depth_; }
+    explicit SetupScope(Device* d);
+    ~SetupScope();
+    SetupScope(const SetupScope&) = delete;
+    SetupScope& operator=(const SetupScope&) = delete;
+
    private:
     Device* d_;
   };
@@ -106,14 +131,13 @@ class Device : public std::enable_shared_from_this<Device> {
   std::unique_ptr<CachingAllocator> alloc_;
   uint64_t rng_seed_ = 0x5eed;
   uint64_t rng_counter_ = 0;
-  uint64_t ops_run_ = 0;
-  int setup_depth_ = 0;
+  std::atomic<uint64_t> ops_run_{0};  // parallel replay workers count too
   bool record_timeline_ = false;
   std::vector<std::pair<std::string, size_t>> timeline_;
-  std::map<std::string, std::unique_ptr<Graph>> graphs_;
-  std::unique_ptr<GraphOptions> graph_options_;
-  Graph* capturing_ = nullptr;
-  std::string capture_key_;
+  std::mutex capture_mu_;  // Begin/EndCapture
+  std::atomic<CaptureSink*> sink_{nullptr};
+  std::atomic<std::thread::id> capture_thread_{};
+  std::recursive_mutex use_mu_;
 };
 
 // The process-wide CPU device (created on first use).

@@ -16,7 +16,7 @@ Analysis Analyse(const std::vector<AccessList>& ops, const std::vector<BlockFact
   const int n = int(ops.size());
   a.blocks.resize(blocks.size());
   a.preds.resize(size_t(n));
-  a.succs.resize(size_t(n));
+  a.touches.resize(size_t(n));
   a.allocs.resize(size_t(n));
   a.frees.resize(size_t(n));
 
@@ -56,11 +56,11 @@ Analysis Analyse(const std::vector<AccessList>& ops, const std::vector<BlockFact
       l.last = i;
       l.accessors++;
     }
+    a.touches[size_t(i)] = std::move(touched);
   }
   for (auto& e : edges) {
     a.deps.push_back({e.first.first, e.first.second, e.second});
     a.preds[size_t(e.first.second)].push_back(e.first.first);
-    a.succs[size_t(e.first.first)].push_back(e.first.second);
   }
 
   // Lifetimes, persistence, allocation and release points.
@@ -78,6 +78,8 @@ Analysis Analyse(const std::vector<AccessList>& ops, const std::vector<BlockFact
     delta[size_t(l.first)] += int64_t(blocks[b].bytes);
     delta[size_t(l.last) + 1] -= int64_t(blocks[b].bytes);
   }
+  for (auto& t : a.touches)
+    t.erase(std::remove_if(t.begin(), t.end(), [&](int b) { return a.blocks[size_t(b)].persistent; }), t.end());
   a.live_bytes.resize(size_t(n));
   int64_t live = 0;
   for (int i = 0; i < n; ++i) {

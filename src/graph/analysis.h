@@ -1,4 +1,6 @@
-// Analysis of a captured graph: a pure function of which blocks each op reads and writes.
+// Step 2 of graph.h: the analysis, a pure function of which blocks each op reads and writes
+// (AccessList, by the index spaces of Note [Index spaces] in capture.h) and of what the capture
+// knew of each block (BlockFacts).
 //
 // Note [Dependencies]
 // For every block, parameters and inputs included, three hazards order two ops:
@@ -18,23 +20,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 #include <vector>
 
+#include "graph/capture.h"
+
 namespace loom {
-
-// The graph as the analysis sees it: ops as sets of block indices.
-struct AccessList {
-  std::vector<int> reads;
-  std::vector<int> writes;
-};
-
-struct BlockFacts {
-  size_t bytes = 0;
-  bool marked_persistent = false;  // parameters, optimizer state, running statistics
-  bool held_outside = false;       // the user still holds a handle (the loss)
-  bool has_memory = false;         // had memory before the capture (an input or other state)
-};
 
 struct BlockLife {
   int first = -1;       // first op touching the block
@@ -56,10 +46,10 @@ struct Dep {
 struct Analysis {
   std::vector<BlockLife> blocks;
   std::vector<Dep> deps;                  // unique (from, to) pairs, from < to
-  std::vector<std::vector<int>> preds;    // per op
-  std::vector<std::vector<int>> succs;    // per op
+  std::vector<std::vector<int>> preds;    // per op: the ops it depends on (deps, by target)
   std::vector<std::vector<int>> allocs;   // per op: non-persistent blocks first written here
   std::vector<std::vector<int>> frees;    // per op: non-persistent blocks last touched here
+  std::vector<std::vector<int>> touches;  // per op: non-persistent blocks it reads or writes, once each
   size_t persistent_bytes = 0;
   size_t lower_bound_bytes = 0;           // max over ops of live non-persistent bytes
   std::vector<size_t> live_bytes;         // per op: live non-persistent bytes while it runs

@@ -1,4 +1,4 @@
-// Graph passes (step 1b of graph.h): rewrites of the captured ops, before the analysis sees them.
+// Step 1b of graph.h: the passes (passes.h).
 //
 // Note [Weight gradient into the update]
 // At a small batch a linear layer's step is bound by memory traffic over its weights: the
@@ -10,92 +10,72 @@
 //     sgd_update(W, g, lr[, v]) -> W[, v]
 // by one matmul_sgd_update(W, x, dy, lr[, v]) at the update's place, whose kernel computes the
 // gradient a few rows at a time in cache and applies them. g is never stored; the plan no
-// longer holds its bytes. The kernel computes each gradient element with the same skinny kernel
-// and the same summation order as the matmul op, and applies it with the same code as
-// sgd_update, so replay stays bitwise equal to eager (DESIGN.md invariant 5). Hence the pass
-// fires only where the matmul would take that skinny kernel: float32, batch (K) <= 16, N >= 16,
-// and only on devices with the fused kernel (the CPU).
+// longer holds its bytes. The fused kernel promises the same sums in the same order as the two
+// ops it replaces only for some shapes (on the CPU: where that matmul takes the skinny TN
+// kernel), and says which through its supports predicate, so the pass fires only there and
+// replay stays bitwise equal to eager (DESIGN.md invariant 5).
 // Conditions, each needed for the rewrite to be exact:
 //   - g is written by that matmul alone, read by that update alone, and held by nothing outside
 //     the graph (a user holding the gradient still sees it stored);
 //   - no op between the two writes x or dy (they are now read at the update's place).
-#include <algorithm>
+#include "graph/passes.h"
 
 #include "device/device.h"
-#include "graph/graph.h"
+
+LOOM_OP_KIND(matmul);
+LOOM_OP_KIND(sgd_update);
+LOOM_OP_KIND(matmul_sgd_update);
 
 namespace loom {
 
-namespace {
-constexpr int64_t kFuseMaxBatch = 16;  // K of the skinny TN kernel (device/cpu/skinny_gemm.h)
-constexpr int64_t kFuseMinColumns = 16;
-
-bool Plain2D(const Tensor& t) {
-  return t.dtype() == DType::kFloat32 && t.shape().size() == 2 && t.is_contiguous();
-}
-}  // namespace
-
-size_t Graph::FuseWeightGradientsIntoUpdates() {
-  const OpDef& fused_def = GetOp("matmul_sgd_update");
-  if (!device_->HasKernel(fused_def)) return 0;
-  const size_t n = ops_.size();
-  std::vector<std::vector<int>> readers(blocks_.size()), writers(blocks_.size());
-  std::vector<long> refs(blocks_.size(), 1);  // the graph's own handles: blocks_ and op records
+PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
+  const size_t n = list.size();
+  std::vector<std::vector<int>> readers(list.blocks.size()), writers(list.blocks.size());
   for (size_t i = 0; i < n; ++i) {
-    for (int b : access_[i].reads) readers[size_t(b)].push_back(int(i));
-    for (int b : access_[i].writes) writers[size_t(b)].push_back(int(i));
-    for (const Tensor& t : ops_[i].inputs) refs[size_t(block_index_[t.block()])]++;
-    for (const Tensor& t : ops_[i].outputs) refs[size_t(block_index_[t.block()])]++;
+    for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
+    for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
   }
-  auto written_between = [&](int b, int i, int j) {
-    for (int w : writers[size_t(b)])
+  auto written_between = [&](const Tensor& t, int i, int j) {
+    for (int w : writers[size_t(list.BlockIndex(t.block()))])
       if (w > i && w < j) return true;
     return false;
   };
   std::vector<bool> drop(n, false);
   size_t fused = 0;
   for (size_t j = 0; j < n; ++j) {
-    const OpRecord& up = ops_[j];
-    if (up.def->name != "sgd_update") continue;
-    const int g = block_index_[up.inputs[1].block()];
+    const OpRecord& up = list.ops[j];
+    if (up.def != &op_kind::sgd_update) continue;
+    const int g = list.BlockIndex(up.inputs[1].block());
     if (writers[size_t(g)].size() != 1 || readers[size_t(g)] != std::vector<int>{int(j)}) continue;
-    if (blocks_[size_t(g)]->persistent() || blocks_[size_t(g)].use_count() > refs[size_t(g)]) continue;
+    if (list.facts[size_t(g)].marked_persistent || list.facts[size_t(g)].held_outside) continue;
     const int i = writers[size_t(g)][0];
-    const OpRecord& mm = ops_[size_t(i)];
-    if (i >= int(j) || mm.def->name != "matmul" || mm.attrs.Int("ta", 0) != 1 || mm.attrs.Int("tb", 0) != 0 ||
-        mm.attrs.Int("sum_batch", 0) != 0)
+    const OpRecord& mm = list.ops[size_t(i)];
+    if (i >= int(j) || mm.def != &op_kind::matmul || mm.attrs.Int("ta", 0) != 1 || mm.attrs.Int("tb", 0) != 0 ||
+        mm.attrs.Int("sum_batch", 0) != 0 || mm.outputs[0].shape() != up.inputs[0].shape())
       continue;
-    const Tensor &x = mm.inputs[0], &dy = mm.inputs[1], &param = up.inputs[0];
-    if (!Plain2D(x) || !Plain2D(dy) || !Plain2D(param) || !Plain2D(up.inputs[1])) continue;
-    if (x.shape()[0] > kFuseMaxBatch || dy.shape()[1] < kFuseMinColumns || param.shape() != mm.outputs[0].shape())
-      continue;
-    if (written_between(block_index_[x.block()], i, int(j)) || written_between(block_index_[dy.block()], i, int(j)))
-      continue;
+    const Tensor &x = mm.inputs[0], &dy = mm.inputs[1];
+    if (written_between(x, i, int(j)) || written_between(dy, i, int(j))) continue;
     OpRecord f;
-    f.def = &fused_def;
+    f.def = &op_kind::matmul_sgd_update;
     f.attrs = up.attrs;
-    f.inputs = {param, x, dy, up.inputs[2]};
+    f.inputs = {up.inputs[0], x, dy, up.inputs[2]};
     if (up.inputs.size() == 4) f.inputs.push_back(up.inputs[3]);
     f.outputs = up.outputs;
-    ops_[j] = std::move(f);
+    if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+    list.ops[j] = std::move(f);
     drop[size_t(i)] = true;
     ++fused;
   }
-  if (!fused) return 0;
-  // Capture the rewritten list afresh: blocks (the gradients are gone), access lists and random
-  // offsets come out as if the user had issued these ops.
-  std::vector<OpRecord> ops;
+  if (!fused) return {std::move(list), 0};
+  std::vector<OpRecord> kept;
   for (size_t i = 0; i < n; ++i)
-    if (!drop[i]) ops.push_back(std::move(ops_[i]));
-  ops_.clear();
-  access_.clear();
-  blocks_.clear();
-  block_index_.clear();
-  facts_.clear();
-  written_.clear();
-  rng_draws_ = 0;
-  for (OpRecord& op : ops) Append(std::move(op));
-  return fused;
+    if (!drop[i]) kept.push_back(std::move(list.ops[i]));
+  return {Rebuild(std::move(kept), list), fused};
+}
+
+PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options) {
+  if (!options.fuse) return {std::move(ops), 0};
+  return FuseWeightGradientsIntoUpdates(std::move(ops), device);
 }
 
 }  // namespace loom

@@ -3,26 +3,15 @@
 #include <sstream>
 
 #include "core/ops.h"
-#include "device/device.h"
 #include "graph/graph.h"
 
 namespace loom {
 
-CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string name, bool recapture, bool sequential)
+CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string name, bool recapture, bool sequential,
+                           GraphOptions options)
     : device_(std::move(device)), fn_(std::move(fn)), name_(std::move(name)), recapture_(recapture),
-      sequential_(sequential) {
+      sequential_(sequential), options_(options) {
   LOOM_CHECK(device_, DeviceError, "[captured_step] no device");
-}
-
-CapturedStep::~CapturedStep() {
-  // A destructor must not throw: a graph that cannot go now (its device is capturing it) is left
-  // to the device, which drops it at the next capture of that key or at ResetGraph().
-  for (auto& kv : entries_) {
-    try {
-      if (device_->HasGraph(kv.second.graph_key)) device_->ResetGraph(kv.second.graph_key);
-    } catch (const Error&) {
-    }
-  }
 }
 
 std::string CapturedStep::Signature(const std::vector<Tensor>& inputs) {
@@ -52,9 +41,9 @@ std::vector<Tensor> CapturedStep::Placeholders(const std::vector<Tensor>& like) 
   return it == entries_.end() ? std::vector<Tensor>() : it->second.placeholders;
 }
 
-Graph& CapturedStep::last_graph() {
+const std::shared_ptr<Graph>& CapturedStep::last_graph() const {
   LOOM_CHECK(last_, GraphError, "[captured_step '", name_, "'] has not run yet");
-  return device_->GetGraph(last_->graph_key);
+  return last_->graph;
 }
 
 std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) {
@@ -65,10 +54,11 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
   // signature is spelt out only for a capture or an error.
   if (Entry* found = Find(inputs)) {
     Entry& e = *found;
+    auto in_use = device_->Use();  // the copies and the replay as one use (Note [One user at a time])
     NoGradGuard no_grad;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].block() != e.placeholders[i].block()) ops::CopyInto(e.placeholders[i], inputs[i]);
-    device_->RunGraph(sequential_, e.graph_key);
+    e.graph->Run(sequential_);
     last_ = &e;
     return e.outputs;
   }
@@ -80,7 +70,6 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
                      "\n  (enable recapture to capture a graph per input shape)");
   }
   Entry e;
-  e.graph_key = name_ + "[" + sig + "]";
   {
     NoGradGuard no_grad;
     for (const Tensor& t : inputs) {
@@ -90,17 +79,11 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
       e.placeholders.push_back(p);
     }
   }
-  device_->EnableGraph(true, e.graph_key);
-  try {
-    e.outputs = fn_(e.placeholders);
-  } catch (...) {
-    device_->EnableGraph(false);
-    device_->ResetGraph(e.graph_key);
-    throw;
-  }
-  device_->EnableGraph(false);
+  std::vector<Tensor> outputs;
+  e.graph = Graph::Capture(device_, name_ + "[" + sig + "]", [&] { outputs = fn_(e.placeholders); }, options_);
+  e.outputs = std::move(outputs);
   // Capture ran nothing: this call's results come from the first replay.
-  device_->RunGraph(sequential_, e.graph_key);
+  e.graph->Run(sequential_);
   auto& slot = entries_[sig];
   slot = std::move(e);
   last_ = &slot;

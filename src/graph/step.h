@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "graph/options.h"
 
 namespace loom {
 
@@ -25,8 +26,7 @@ class CapturedStep {
  public:
   using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
   CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string name = "step", bool recapture = true,
-               bool sequential = true);
-  ~CapturedStep();
+               bool sequential = true, GraphOptions options = {});
 
   // Runs the step on `inputs`; returns the step's outputs (tensors the graph keeps alive and
   // rewrites on every replay: read them before the next call).
@@ -37,14 +37,15 @@ class CapturedStep {
   // second input buffer: a call whose inputs are the placeholders copies nothing.
   std::vector<Tensor> Placeholders(const std::vector<Tensor>& like) const;
   void set_sequential(bool s) { sequential_ = s; }
+  const GraphOptions& options() const { return options_; }
   size_t num_graphs() const { return entries_.size(); }
-  // The graph for the most recent call.
-  Graph& last_graph();
+  // The graph of the most recent call (shared: a handle stays valid after the step is gone).
+  const std::shared_ptr<Graph>& last_graph() const;
   static std::string Signature(const std::vector<Tensor>& inputs);
 
  private:
   struct Entry {
-    std::string graph_key;
+    std::shared_ptr<Graph> graph;
     std::vector<Tensor> placeholders;
     std::vector<Tensor> outputs;
   };
@@ -56,6 +57,7 @@ class CapturedStep {
   std::string name_;
   bool recapture_;
   bool sequential_;
+  GraphOptions options_;
   std::map<std::string, Entry> entries_;  // by Signature; a map: last_ stays valid as it grows
   Entry* last_ = nullptr;                 // the entry of the most recent call
 };

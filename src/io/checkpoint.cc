@@ -110,8 +110,8 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
     LOOM_CHECK(dst.defined(), ValueError, "[checkpoint] restore target '", name, "' is undefined");
     LOOM_CHECK(seen.insert(name).second, ValueError, "[checkpoint] restore target '", name, "' is named twice");
     LOOM_CHECK(!dst.device()->buffering(), GraphError, "[checkpoint] cannot restore '", name, "' into ",
-               dst.Describe(), " while ", dst.device()->name(), " is capturing graph '", dst.device()->capture_key(),
-               "': restore between replays");
+               dst.Describe(), " while ", dst.device()->name(), " is capturing ", dst.device()->capture_name(),
+               ": restore between replays");
     const Tensor* src = nullptr;
     for (const auto& c : ckpt.tensors)
       if (c.first == name) src = &c.second;

@@ -4,11 +4,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <sstream>
-#include <unordered_map>
 
-#include "device/device.h"
 #include "io/file.h"
 #include "io/loom.pb.h"
 
@@ -19,64 +16,7 @@ namespace {
 
 constexpr size_t kMagicSize = sizeof(kGraphDumpMagic);
 
-std::string Escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-std::string Mb(size_t bytes) {
-  char buf[32];
-  if (bytes < 10000) std::snprintf(buf, sizeof buf, "%zu B", bytes);
-  else if (bytes < 10000000) std::snprintf(buf, sizeof buf, "%.1f KB", double(bytes) / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.2f MB", double(bytes) / 1e6);
-  return buf;
-}
-
 }  // namespace
-
-std::string DepKindsToString(uint8_t kinds) {
-  std::string s;
-  if (kinds & uint8_t(DepKind::kRAW)) s += "RAW";
-  if (kinds & uint8_t(DepKind::kWAR)) s += s.empty() ? "WAR" : "|WAR";
-  if (kinds & uint8_t(DepKind::kWAW)) s += s.empty() ? "WAW" : "|WAW";
-  return s.empty() ? "none" : s;
-}
-
-GraphDump MakeGraphDump(const Graph& graph) {
-  LOOM_CHECK(graph.finalized(), GraphError, "[graph_dump] graph '", graph.key(),
-             "' is still being captured: dump it after EnableGraph(false)");
-  GraphDump d;
-  d.key = graph.key();
-  d.device = graph.device()->name();
-  std::unordered_map<const Block*, int> index;
-  for (size_t b = 0; b < graph.blocks().size(); ++b) index[graph.blocks()[b].get()] = int(b);
-  for (const OpRecord& op : graph.ops()) {
-    GraphDump::Op o;
-    o.kind = op.name();
-    o.attrs = op.attrs;
-    for (const Tensor& t : op.inputs) o.reads.push_back(index.at(t.block()));
-    for (const Tensor& t : op.outputs) o.writes.push_back(index.at(t.block()));
-    o.rng_offset = op.rng_offset;
-    d.ops.push_back(std::move(o));
-  }
-  const Analysis& a = graph.analysis();
-  for (size_t b = 0; b < graph.blocks().size(); ++b) {
-    GraphDump::BlockInfo info;
-    info.id = graph.blocks()[b]->id();
-    info.facts = graph.block_facts()[b];
-    info.life = a.blocks[b];
-    info.offset = graph.PlannedOffset(int(b));
-    d.blocks.push_back(info);
-  }
-  d.deps = a.deps;
-  d.stats = graph.stats();
-  d.live_bytes = a.live_bytes;
-  return d;
-}
 
 std::string EncodeGraphDump(const GraphDump& d) {
   GraphDumpProto p;
@@ -252,78 +192,6 @@ void WriteGraphDump(const Graph& graph, const std::string& path) {
 GraphDump ReadGraphDump(const std::string& path) {
   std::string bytes = ReadFile(path, "graph_dump");
   return DecodeGraphDump(bytes.data(), bytes.size(), path);
-}
-
-std::string GraphDump::Summary() const {
-  std::ostringstream o;
-  size_t planned = 0, persistent = 0, total_bytes = 0;
-  for (const BlockInfo& b : blocks) {
-    planned += b.offset != SIZE_MAX;
-    persistent += b.life.persistent;
-    total_bytes += b.facts.bytes;
-  }
-  size_t raw = 0, war = 0, waw = 0;
-  for (const Dep& dep : deps) {
-    raw += (dep.kinds & uint8_t(DepKind::kRAW)) != 0;
-    war += (dep.kinds & uint8_t(DepKind::kWAR)) != 0;
-    waw += (dep.kinds & uint8_t(DepKind::kWAW)) != 0;
-  }
-  o << "graph '" << key << "' on " << device << "\n"
-    << "  ops          " << ops.size() << "\n"
-    << "  blocks       " << blocks.size() << " (" << persistent << " persistent, " << planned << " planned, "
-    << Mb(total_bytes) << " in all)\n"
-    << "  dependencies " << deps.size() << " (RAW " << raw << ", WAR " << war << ", WAW " << waw << ")\n"
-    << "  memory       " << (stats.memory == MemoryMode::kPlanned ? "planned" : "dynamic") << ", lower bound "
-    << Mb(stats.lower_bound_bytes);
-  if (stats.memory == MemoryMode::kPlanned) {
-    o << ", arena " << Mb(stats.arena_bytes);
-    if (stats.lower_bound_bytes) {
-      char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.3f", double(stats.arena_bytes) / double(stats.lower_bound_bytes));
-      o << " (" << ratio << "x, " << stats.plan_strategy << ")";
-    }
-  }
-  o << ", persistent " << Mb(stats.persistent_bytes) << "\n";
-  if (stats.replays) o << "  replays      " << stats.replays << "\n";
-  if (stats.random_draws) o << "  random draws " << stats.random_draws << " per replay\n";
-  std::map<std::string, int> kinds;
-  for (const Op& op : ops) kinds[op.kind]++;
-  std::vector<std::pair<int, std::string>> by_count;
-  for (const auto& kv : kinds) by_count.emplace_back(-kv.second, kv.first);
-  std::sort(by_count.begin(), by_count.end());
-  o << "  op kinds    ";
-  for (size_t i = 0; i < by_count.size(); ++i)
-    o << (i ? ", " : " ") << by_count[i].second << " x" << -by_count[i].first;
-  o << "\n";
-  return o.str();
-}
-
-std::string GraphDump::ToDot(bool with_deps) const {
-  std::ostringstream o;
-  o << "digraph \"" << Escape(key) << "\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n";
-  for (size_t i = 0; i < ops.size(); ++i) {
-    std::string attrs = ops[i].attrs.ToString();
-    if (attrs.size() > 60) attrs = attrs.substr(0, 57) + "...";
-    o << "  op" << i << " [shape=box, style=rounded, label=\"" << i << ": " << Escape(ops[i].kind)
-      << (attrs.empty() ? "" : "\\n" + Escape(attrs)) << "\"];\n";
-  }
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    const BlockInfo& info = blocks[b];
-    o << "  b" << b << " [shape=ellipse, label=\"#" << info.id << "\\n" << info.facts.bytes << " B";
-    if (!info.life.persistent && info.life.first >= 0) o << "\\nlive " << info.life.first << ".." << info.life.last;
-    if (info.offset != SIZE_MAX) o << "\\n@" << info.offset;
-    o << "\"" << (info.life.persistent ? ", style=filled, fillcolor=\"#dddddd\"" : "") << "];\n";
-  }
-  for (size_t i = 0; i < ops.size(); ++i) {
-    for (int b : ops[i].reads) o << "  b" << b << " -> op" << i << ";\n";
-    for (int b : ops[i].writes) o << "  op" << i << " -> b" << b << " [color=\"#1f77b4\"];\n";
-  }
-  if (with_deps)
-    for (const Dep& dep : deps)
-      o << "  op" << dep.from << " -> op" << dep.to << " [style=dashed, color=\"#999999\", label=\""
-        << DepKindsToString(dep.kinds) << "\", fontsize=8];\n";
-  o << "}\n";
-  return o.str();
 }
 
 }  // namespace io

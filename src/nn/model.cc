@@ -2,7 +2,6 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "device/device.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -28,7 +27,8 @@ void Model::set_recapture(bool on) {
   }
 }
 
-void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential) {
+void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential,
+                    const GraphOptions& options) {
   LOOM_CHECK(!inputs.empty() && inputs[0].defined(), ValueError, "[Model] Compile needs example inputs");
   device_ = inputs[0].device_ptr();
   for (auto& p : net_->Params())  // also gives every parameter its full path as name
@@ -38,21 +38,20 @@ void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_g
   // or channel mismatch raises here, naming the op.
   {
     NoGradGuard no_grad;
-    const std::string key = "__compile_check_" + std::to_string(id_);
-    device_->EnableGraph(true, key);
+    Graph check(device_, "model" + std::to_string(id_) + ".compile_check");
+    check.BeginCapture();
     try {
       net_->Forward(inputs[0]);
     } catch (...) {
-      device_->EnableGraph(false);
-      device_->ResetGraph(key);
+      check.AbortCapture();
       throw;
     }
-    device_->EnableGraph(false);
-    device_->ResetGraph(key);
+    check.AbortCapture();  // nothing to replay: the capture was the check
   }
   is_train_ = is_train;
   use_graph_ = use_graph;
   sequential_ = sequential;
+  graph_options_ = options;
   train_step_.reset();
   eval_step_.reset();
   net_->Train(is_train);
@@ -86,7 +85,7 @@ Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
     if (!train_step_)
       train_step_ = std::make_unique<CapturedStep>(
           device_, [this](const std::vector<Tensor>& in) { return Step(in); },
-          "model" + std::to_string(id_) + ".train", recapture_, sequential_);
+          "model" + std::to_string(id_) + ".train", recapture_, sequential_, graph_options_);
     r = (*train_step_)({x, y});
   } else {
     r = Step({x, y});
@@ -106,7 +105,7 @@ Tensor Model::Forward(const Tensor& x) {
       if (!eval_step_)
         eval_step_ = std::make_unique<CapturedStep>(
             device_, [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{net_->Forward(in[0])}; },
-            "model" + std::to_string(id_) + ".eval", /*recapture=*/true, sequential_);
+            "model" + std::to_string(id_) + ".eval", /*recapture=*/true, sequential_, graph_options_);
       out = (*eval_step_)({x})[0];
     } else {
       out = net_->Forward(x);
@@ -123,7 +122,7 @@ std::vector<Tensor> Model::GraphInputs(const Tensor& x, const Tensor& y) const {
   return train_step_ ? train_step_->Placeholders({x, y}) : std::vector<Tensor>();
 }
 
-Graph& Model::train_graph() {
+const std::shared_ptr<Graph>& Model::train_graph() const {
   LOOM_CHECK(train_step_, GraphError, "[Model] no training graph yet: compile with use_graph and train a batch");
   return train_step_->last_graph();
 }

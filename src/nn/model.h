@@ -31,8 +31,9 @@ class Model {
 
   // Validates the network against example inputs (shape inference only: a capture that runs
   // nothing), and chooses the execution mode.
+  // options: for the graphs of use_graph (memory mode, workers, passes...).
   void Compile(const std::vector<Tensor>& inputs, bool is_train = true, bool use_graph = false,
-               bool sequential = true);
+               bool sequential = true, const GraphOptions& options = {});
 
   struct StepResult {
     Tensor output;  // the network's output for the batch
@@ -50,6 +51,7 @@ class Model {
   Optimizer& optimizer() { return *opt_; }
   bool compiled() const { return compiled_; }
   bool use_graph() const { return use_graph_; }
+  const GraphOptions& graph_options() const { return graph_options_; }
   void set_recapture(bool on);
   int64_t steps() const { return steps_; }
   // Graph mode: the training graph's input tensors for batches shaped like (x, y), once that
@@ -57,7 +59,7 @@ class Model {
   // NextInto) and pass them to TrainOneBatch: no copy, no second input buffer.
   std::vector<Tensor> GraphInputs(const Tensor& x, const Tensor& y) const;
   // The graph of the most recent graph-mode training step (throws if none).
-  Graph& train_graph();
+  const std::shared_ptr<Graph>& train_graph() const;
 
  private:
   void CheckCompiled(const char* what) const;
@@ -68,6 +70,7 @@ class Model {
   std::shared_ptr<Optimizer> opt_;
   LossKind loss_;
   bool compiled_ = false, is_train_ = true, use_graph_ = false, sequential_ = true, recapture_ = false;
+  GraphOptions graph_options_;
   std::shared_ptr<Device> device_;
   std::unique_ptr<CapturedStep> train_step_, eval_step_;
   int64_t steps_ = 0;

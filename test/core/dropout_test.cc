@@ -3,6 +3,7 @@
 // dy * mask / (1 - p) with the mask the forward drew.
 #include "common/harness.h"
 #include "device/philox.h"
+#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -84,19 +85,19 @@ TEST(Dropout, GraphReplayDrawsFreshNumbersLikeEager) {
   ASSERT_NE(e1, e2);
 
   dev->SetRandSeed(99);
-  dev->EnableGraph(true, "dropout_test");
+  EnableGraph(*dev, true, "dropout_test");
   Tensor y = ops::Dropout(x, 0.5);
-  dev->EnableGraph(false);
+  EnableGraph(*dev, false);
   EXPECT_EQ(dev->rng_counter(), 0u);  // capture draws nothing
   for (bool sequential : {true, false}) {
     dev->SetRandSeed(99);
-    dev->RunGraph(sequential, "dropout_test");
+    RunGraph(*dev, sequential, "dropout_test");
     EXPECT_EQ(y.ToVector<float>(), e1) << "sequential " << sequential;
-    dev->RunGraph(sequential, "dropout_test");
+    RunGraph(*dev, sequential, "dropout_test");
     EXPECT_EQ(y.ToVector<float>(), e2) << "sequential " << sequential;
     EXPECT_EQ(dev->rng_counter(), 2 * uint64_t(1001 + 3) / 4);
   }
-  dev->ResetGraph("dropout_test");
+  ResetGraph(*dev, "dropout_test");
 }
 
 TEST(Dropout, KeptFractionIsOneMinusP) {

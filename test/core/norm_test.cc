@@ -6,6 +6,7 @@
 
 #include "common/harness.h"
 #include "core/ops_cnn.h"
+#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -205,17 +206,17 @@ TEST(Norm, BatchNormGraphReplayUpdatesRunningStats) {
   };
   for (int i = 0; i < 3; ++i) step(e);
   std::vector<float> rm_before = g.rm.ToVector<float>();
-  dev->EnableGraph(true, "bn_test");
+  EnableGraph(*dev, true, "bn_test");
   Tensor loss = step(g);
-  dev->EnableGraph(false);
+  EnableGraph(*dev, false);
   EXPECT_EQ(g.rm.ToVector<float>(), rm_before);
-  for (int i = 0; i < 3; ++i) dev->RunGraph(true, "bn_test");
+  for (int i = 0; i < 3; ++i) RunGraph(*dev, true, "bn_test");
   std::vector<float> a = e.rm.ToVector<float>(), b = g.rm.ToVector<float>();
   std::vector<float> av = e.rv.ToVector<float>(), bv = g.rv.ToVector<float>();
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(av.data(), bv.data(), av.size() * sizeof(float)));
   EXPECT_NE(a, rm_before);
-  dev->ResetGraph("bn_test");
+  ResetGraph(*dev, "bn_test");
 }
 
 TEST(Norm, BatchNormErrors) {

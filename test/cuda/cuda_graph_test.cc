@@ -45,23 +45,20 @@ RunResult Graphed(const std::shared_ptr<Device>& dev, const Blobs& data, int ste
   else opt = std::make_unique<nn::SGD>(0.05, 0.9, 1e-4);
   auto first = data.Batch(kBatch, 100, dev);
   Tensor x = first.first, y = first.second;
-  GraphOptions saved = dev->graph_options();
-  dev->graph_options().memory = mode;
-  dev->graph_options().device_graph = device_graph;
-  dev->EnableGraph(true, "train");
-  Tensor loss = m.Step(x, y, *opt, dropout);
-  dev->EnableGraph(false);
-  dev->graph_options() = saved;
+  GraphOptions options;
+  options.memory = mode;
+  options.device_graph = device_graph;
+  Tensor loss;
+  auto graph = Graph::Capture(dev, "train", [&] { loss = m.Step(x, y, *opt, dropout); }, options);
   RunResult r;
   for (int s = 0; s < steps; ++s) {
     auto batch = data.Batch(kBatch, 100 + uint32_t(s), dev);
     x.CopyFrom(batch.first.ToVector<float>());
     y.CopyFrom(batch.second.ToVector<int32_t>());
-    dev->RunGraph(true, "train");
+    graph->Run(/*sequential=*/true);
     r.losses.push_back(float(loss.Item()));
   }
   r.params = m.Values();
-  dev->ResetGraph("train");
   return r;
 }
 
@@ -81,10 +78,6 @@ class CudaGraphTest : public ::testing::Test {
   void SetUp() override {
     LOOM_REQUIRE_GPU();
     dev_ = CudaDevice(0);
-    dev_->ResetGraph();
-  }
-  void TearDown() override {
-    if (dev_) dev_->ResetGraph();
   }
   std::shared_ptr<Device> dev_;
 };
@@ -137,48 +130,41 @@ TEST_F(CudaGraphTest, DeviceGraphSeesNewLearningRate) {
   Mlp m({32, 64, 10}, 5, dev_);
   nn::SGD opt(0.05);
   auto b = data.Batch(kBatch, 1, dev_);
-  dev_->graph_options().device_graph = true;
-  dev_->EnableGraph(true, "lr");
-  Tensor loss = m.Step(b.first, b.second, opt);
-  dev_->EnableGraph(false);
-  dev_->graph_options().device_graph = false;
-  for (int i = 0; i < 3; ++i) dev_->RunGraph(true, "lr");  // warm-up, record + launch, launch
+  GraphOptions options;
+  options.device_graph = true;
+  auto graph = Graph::Capture(dev_, "lr", [&] { m.Step(b.first, b.second, opt); }, options);
+  for (int i = 0; i < 3; ++i) graph->Run();  // warm-up, record + launch, launch
   std::vector<std::vector<float>> before = m.Values();
   opt.SetLearningRate(0);
-  dev_->RunGraph(true, "lr");
+  graph->Run();
   std::vector<std::vector<float>> after = m.Values();
   for (size_t p = 0; p < before.size(); ++p)
     EXPECT_EQ(std::memcmp(before[p].data(), after[p].data(), before[p].size() * sizeof(float)), 0) << "param " << p;
   opt.SetLearningRate(0.05);
-  dev_->RunGraph(true, "lr");
+  graph->Run();
   EXPECT_NE(std::memcmp(before[0].data(), m.Values()[0].data(), before[0].size() * sizeof(float)), 0);
 }
 
 TEST_F(CudaGraphTest, DeviceGraphNeedsPlannedMemory) {
   Tensor x = RandomTensor({8, 8}, DType::kFloat32, 1, -1, 1, dev_);
-  dev_->graph_options().device_graph = true;
-  dev_->graph_options().memory = MemoryMode::kDynamic;
-  dev_->EnableGraph(true, "dyn");
-  Tensor y = ops::Relu(x);
-  dev_->EnableGraph(false);
-  dev_->graph_options() = GraphOptions();
-  LOOM_EXPECT_THROW_MSG(dev_->RunGraph(true, "dyn"), GraphError, "planned memory");
+  GraphOptions options;
+  options.device_graph = true;
+  options.memory = MemoryMode::kDynamic;
+  auto graph = Graph::Capture(dev_, "dyn", [&] { ops::Relu(x); }, options);
+  LOOM_EXPECT_THROW_MSG(graph->Run(), GraphError, "planned memory");
 }
 
 // No GPU needed: the CPU refuses device graphs before running anything.
 TEST(DeviceGraphContract, CpuRefusesDeviceGraphs) {
   auto cpu = CpuDevice();
-  cpu->ResetGraph();
   Tensor x = RandomTensor({4, 4}, DType::kFloat32, 1);
-  cpu->graph_options().device_graph = true;
-  cpu->EnableGraph(true, "dg");
-  Tensor y = ops::Relu(x);
-  cpu->EnableGraph(false);
-  cpu->graph_options() = GraphOptions();
-  LOOM_EXPECT_THROW_MSG(cpu->RunGraph(true, "dg"), DeviceError, "device graphs are not supported on cpu:0");
+  GraphOptions options;
+  options.device_graph = true;
+  Tensor y;
+  auto graph = Graph::Capture(cpu, "dg", [&] { y = ops::Relu(x); }, options);
+  LOOM_EXPECT_THROW_MSG(graph->Run(), DeviceError, "device graphs are not supported on cpu:0");
   EXPECT_FALSE(y.block()->allocated());  // nothing ran
   LOOM_EXPECT_THROW_MSG(cpu->BeginDeviceGraphCapture(&x), DeviceError, "not supported on cpu:0");
-  cpu->ResetGraph();
 }
 
 }  // namespace

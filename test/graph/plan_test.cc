@@ -1,99 +1,114 @@
-// The memory planner on synthetic lifetimes: validity, optimality on known cases, and the
-// arena / lower bound ratio on graphs with many short-lived blocks of mixed sizes.
+// Step 3 of the graph (graph/plan.h) on hand-built op lists: in-place groups, scratch entries,
+// offsets and the planned live bytes. Nothing runs.
 #include <gtest/gtest.h>
 
-#include <random>
-
+#include "common/harness.h"
 #include "graph/plan.h"
 
 namespace loom {
+namespace test {
 namespace {
 
-TEST(Plan, LowerBoundIsMaxLiveSum) {
-  std::vector<Lifetime> b = {{100, 0, 2}, {50, 1, 3}, {70, 3, 4}, {10, 4, 4}};
-  // step 1-2: 150; step 3: 120; step 4: 80
-  EXPECT_EQ(LowerBound(b), 150u);
+OpRecord Record(const char* op, std::vector<Tensor> in, std::vector<Tensor> out) {
+  OpRecord r;
+  r.def = &GetOp(op);
+  r.inputs = std::move(in);
+  r.outputs = std::move(out);
+  return r;
 }
 
-TEST(Plan, DisjointLifetimesShareMemory) {
-  std::vector<Lifetime> b = {{4096, 0, 1}, {4096, 2, 3}, {4096, 4, 5}};
-  MemoryPlan p = PlanMemory(b, 64);
-  EXPECT_TRUE(PlanIsValid(b, p));
-  EXPECT_EQ(p.arena_bytes, 4096u);
-  EXPECT_EQ(p.offsets[0], p.offsets[1]);
-}
+Tensor Lazy(int64_t n) { return Tensor(Shape{n}, DType::kFloat32, CpuDevice()); }
 
-TEST(Plan, OverlappingLifetimesDoNotOverlapInMemory) {
-  std::vector<Lifetime> b = {{1000, 0, 5}, {2000, 1, 2}, {3000, 2, 4}, {500, 3, 6}};
-  for (const MemoryPlan& p : {PlanGreedyBySize(b, 64), PlanOpOrder(b, 64), PlanMemory(b, 64)}) {
-    EXPECT_TRUE(PlanIsValid(b, p)) << p.strategy;
-    EXPECT_GE(p.arena_bytes, LowerBound(b)) << p.strategy;
+struct Planned {
+  OpList list{"plan"};
+  Analysis analysis;
+  MemoryLayout layout;
+  void Finish(const std::vector<size_t>& scratch = {}) {
+    list.NoteHolders();
+    analysis = Analyse(list.access, list.facts);
+    layout = PlanMemory(list, analysis, scratch);
   }
-}
+  int Entry(const Block* b) const { return layout.entry_of_block[size_t(list.BlockIndex(b))]; }
+};
 
-TEST(Plan, OffsetsAreAligned) {
-  std::vector<Lifetime> b = {{100, 0, 3}, {37, 1, 2}, {1, 1, 3}, {999, 2, 3}};
-  MemoryPlan p = PlanMemory(b, 256);
-  for (size_t o : p.offsets) EXPECT_EQ(o % 256, 0u);
-  EXPECT_TRUE(PlanIsValid(b, p));
-}
-
-// A chain like a network's forward and backward: activations live until their gradient step.
-std::vector<Lifetime> NetworkLike(int layers, size_t act, size_t grad) {
-  std::vector<Lifetime> b;
-  int n = 2 * layers;
-  for (int l = 0; l < layers; ++l) {
-    b.push_back({act * size_t(1 + l % 3), l, n - 1 - l});        // activation, read by backward
-    b.push_back({grad * size_t(1 + l % 2), n - 1 - l, n - l});   // gradient, short-lived
+TEST(Plan, AnElementwiseChainRunsInPlace) {
+  // x -> relu -> a -> sigmoid -> b -> tanh -> out (held): a dies at sigmoid, so b takes a's memory.
+  Tensor x = ops::Zeros({256}, DType::kFloat32, CpuDevice());
+  Tensor out = Lazy(256);
+  Planned p;
+  const Block *a_block, *b_block;
+  {
+    Tensor a = Lazy(256), b = Lazy(256);  // only the records hold them at the end
+    a_block = a.block();
+    b_block = b.block();
+    p.list.Append(Record("relu", {x}, {a}));
+    p.list.Append(Record("sigmoid", {a}, {b}));
+    p.list.Append(Record("tanh", {b}, {out}));
   }
-  return b;
+  p.Finish();
+  EXPECT_EQ(p.Entry(a_block), p.Entry(b_block));
+  EXPECT_GE(p.Entry(a_block), 0);
+  EXPECT_EQ(p.Entry(x.block()), -1);    // an input persists
+  EXPECT_EQ(p.Entry(out.block()), -1);  // held outside: persists
+  ASSERT_EQ(p.layout.inplace.size(), 1u);
+  EXPECT_EQ(p.layout.inplace[0].op, 1);
+  ASSERT_EQ(p.layout.entries.size(), 1u);
+  EXPECT_EQ(p.layout.entries[0].begin, 0);
+  EXPECT_EQ(p.layout.entries[0].end, 2);
+  EXPECT_EQ(p.layout.entry_ops[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(p.layout.lower_bound_bytes, 1024u);
+  EXPECT_EQ(p.layout.packing.arena_bytes, 1024u);
 }
 
-TEST(Plan, NetworkLikeGraphWithinFivePercent) {
-  std::vector<Lifetime> b = NetworkLike(20, 1 << 20, 1 << 19);
-  MemoryPlan p = PlanMemory(b, 64);
-  ASSERT_TRUE(PlanIsValid(b, p));
-  EXPECT_LE(double(p.arena_bytes), 1.05 * double(LowerBound(b))) << p.strategy;
+TEST(Plan, AnInputStillReadLaterIsNotOverwritten) {
+  // a is read by sigmoid and again by add: sigmoid may not write into it.
+  Tensor x = ops::Zeros({64}, DType::kFloat32, CpuDevice());
+  Tensor out = Lazy(64);
+  Planned p;
+  Tensor a = Lazy(64), b = Lazy(64);
+  p.list.Append(Record("relu", {x}, {a}));
+  p.list.Append(Record("sigmoid", {a}, {b}));
+  p.list.Append(Record("add", {a, b}, {out}));
+  a = b = Tensor();
+  p.Finish();
+  EXPECT_FALSE(CanRunInPlace(p.list, p.analysis, 1, 0));
+  EXPECT_TRUE(p.layout.inplace.empty() || p.layout.inplace[0].op == 2);
+  EXPECT_TRUE(PackingIsValid(p.layout.entries, p.layout.packing));
 }
 
-TEST(Plan, ManyShortLivedMixedSizesWithinFivePercent) {
-  std::mt19937 gen(42);
-  std::uniform_int_distribution<int> len(0, 4);
-  std::uniform_int_distribution<int> kind(0, 9);
-  std::vector<Lifetime> b;
-  for (int step = 0; step < 400; ++step) {
-    // Each step makes 1-3 blocks of mixed sizes (64 KiB .. 4 MiB, some tiny) that die soon.
-    int k = 1 + step % 3;
-    for (int j = 0; j < k; ++j) {
-      size_t sz = kind(gen) == 0 ? size_t(64 + 32 * j) : (size_t(64) << 10) << (kind(gen) % 7);
-      b.push_back({sz, step, step + len(gen)});
-    }
+TEST(Plan, ScratchIsOneMoreEntryAliveAtItsOpOnly) {
+  Tensor x = ops::Zeros({64}, DType::kFloat32, CpuDevice());
+  Tensor out = Lazy(64);
+  Planned p;
+  {
+    Tensor a = Lazy(64), b = Lazy(64);
+    p.list.Append(Record("relu", {x}, {a}));
+    p.list.Append(Record("exp", {x}, {b}));
+    p.list.Append(Record("add", {a, b}, {out}));
   }
-  MemoryPlan p = PlanMemory(b, 64);
-  ASSERT_TRUE(PlanIsValid(b, p));
-  double ratio = double(p.arena_bytes) / double(LowerBound(b));
-  EXPECT_LE(ratio, 1.05) << p.strategy << " arena " << p.arena_bytes << " lower bound " << LowerBound(b);
-}
-
-TEST(Plan, BothStrategiesAreValidOnRandomGraphs) {
-  std::mt19937 gen(7);
-  for (int trial = 0; trial < 20; ++trial) {
-    std::vector<Lifetime> b;
-    std::uniform_int_distribution<int> begin(0, 50), len(0, 20), size(1, 100000);
-    for (int i = 0; i < 60; ++i) {
-      int s = begin(gen);
-      b.push_back({size_t(size(gen)), s, s + len(gen)});
-    }
-    EXPECT_TRUE(PlanIsValid(b, PlanGreedyBySize(b, 64)));
-    EXPECT_TRUE(PlanIsValid(b, PlanOpOrder(b, 64)));
+  p.Finish({0, 1000, 0});
+  const int e = p.layout.scratch_entry[1];
+  ASSERT_GE(e, 0);
+  EXPECT_EQ(p.layout.scratch_entry[0], -1);
+  EXPECT_EQ(p.layout.entries[size_t(e)].bytes, 1000u);
+  EXPECT_EQ(p.layout.entries[size_t(e)].begin, 1);
+  EXPECT_EQ(p.layout.entries[size_t(e)].end, 1);
+  EXPECT_EQ(p.layout.ScratchBytes(1), 1000u);
+  EXPECT_EQ(p.layout.ScratchBytes(0), 0u);
+  EXPECT_NE(p.layout.ScratchOffset(1), SIZE_MAX);
+  EXPECT_EQ(p.layout.ScratchOffset(2), SIZE_MAX);
+  // At op 1: a (256 B), b (256 B) and the scratch.
+  EXPECT_EQ(p.layout.live_bytes[1], 256u + 256u + 1000u);
+  EXPECT_TRUE(PackingIsValid(p.layout.entries, p.layout.packing));
+  // Offsets of blocks and scratch never overlap while both live.
+  const size_t s0 = p.layout.ScratchOffset(1), s1 = s0 + 1000;
+  for (int b = 0; b < int(p.list.blocks.size()); ++b) {
+    const size_t o = p.layout.BlockOffset(b);
+    if (o == SIZE_MAX) continue;
+    EXPECT_TRUE(o + p.list.facts[size_t(b)].bytes <= s0 || s1 <= o) << "block " << b;
   }
-}
-
-TEST(Plan, EmptyGraph) {
-  MemoryPlan p = PlanMemory({}, 64);
-  EXPECT_EQ(p.arena_bytes, 0u);
-  EXPECT_EQ(LowerBound({}), 0u);
 }
 
 }  // namespace
+}  // namespace test
 }  // namespace loom

@@ -15,6 +15,7 @@
 #include "io/checksum.h"
 #include "io/file.h"
 #include "io_test_util.h"
+#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -299,11 +300,11 @@ TEST(CheckpointSaveTest, SavingDuringCaptureIsRefused) {
   TempDir dir;
   auto dev = CpuDevice();
   Tensor x = RandomTensor({4}, DType::kFloat32, 3);
-  dev->EnableGraph(true, "ckpt");
+  EnableGraph(*dev, true, "ckpt");
   Tensor y = ops::Relu(x);
   LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(dir / "c.ckpt", {{"y", y}}), GraphError, "capturing");
-  dev->EnableGraph(false);
-  dev->ResetGraph("ckpt");
+  EnableGraph(*dev, false);
+  ResetGraph(*dev, "ckpt");
   EXPECT_TRUE(dir.List().empty());
 }
 

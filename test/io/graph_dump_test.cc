@@ -6,6 +6,7 @@
 #include "graph/graph.h"
 #include "io/graph_dump.h"
 #include "io_test_util.h"
+#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -13,8 +14,8 @@ namespace {
 
 class GraphDumpTest : public ::testing::Test {
  protected:
-  void SetUp() override { dev_ = CpuDevice(); dev_->ResetGraph(); }
-  void TearDown() override { dev_->ResetGraph(); }
+  void SetUp() override { dev_ = CpuDevice(); ResetGraph(*dev_); }
+  void TearDown() override { ResetGraph(*dev_); }
   std::shared_ptr<Device> dev_;
 };
 
@@ -23,26 +24,26 @@ TEST_F(GraphDumpTest, AnMlpStepRoundTripsWithItsOpsBlocksAndEdges) {
   Mlp m({16, 32, 32, 4}, 3);
   nn::SGD opt(0.1, 0.9);
   auto b = data.Batch(8, 1);
-  dev_->EnableGraph(true, "step");
+  EnableGraph(*dev_, true, "step");
   Tensor loss = m.Step(b.first, b.second, opt, /*dropout=*/0.1);
-  dev_->EnableGraph(false);
-  dev_->RunGraph(true, "step");
-  const Graph& g = dev_->GetGraph("step");
+  EnableGraph(*dev_, false);
+  RunGraph(*dev_, true, "step");
+  const Graph& g = *GetGraph(*dev_, "step");
 
   TempDir dir;
   io::WriteGraphDump(g, dir / "step.lgd");
   EXPECT_EQ(dir.List(), std::vector<std::string>{"step.lgd"});
-  io::GraphDump d = io::ReadGraphDump(dir / "step.lgd");
+  GraphDump d = io::ReadGraphDump(dir / "step.lgd");
 
   EXPECT_EQ(d.key, "step");
   EXPECT_EQ(d.device, "cpu:0");
   ASSERT_EQ(d.ops.size(), g.ops().size());
-  ASSERT_EQ(d.blocks.size(), g.blocks().size());
+  ASSERT_EQ(d.blocks.size(), g.ops().blocks.size());
   ASSERT_GT(d.ops.size(), 10u);
   std::map<const Block*, int> index;
-  for (size_t i = 0; i < g.blocks().size(); ++i) index[g.blocks()[i].get()] = int(i);
+  for (size_t i = 0; i < g.ops().blocks.size(); ++i) index[g.ops().blocks[i].get()] = int(i);
   for (size_t i = 0; i < d.ops.size(); ++i) {
-    const OpRecord& op = g.ops()[i];
+    const OpRecord& op = g.ops().ops[i];
     EXPECT_EQ(d.ops[i].kind, op.name()) << i;
     EXPECT_EQ(d.ops[i].attrs.ToString(), op.attrs.ToString()) << i;
     ASSERT_EQ(d.ops[i].reads.size(), op.inputs.size()) << i;
@@ -53,13 +54,13 @@ TEST_F(GraphDumpTest, AnMlpStepRoundTripsWithItsOpsBlocksAndEdges) {
   }
   size_t planned = 0;
   for (size_t i = 0; i < d.blocks.size(); ++i) {
-    const io::GraphDump::BlockInfo& info = d.blocks[i];
-    EXPECT_EQ(info.id, g.blocks()[i]->id());
-    EXPECT_EQ(info.facts.bytes, g.block_facts()[i].bytes);
+    const GraphDump::BlockInfo& info = d.blocks[i];
+    EXPECT_EQ(info.id, g.ops().blocks[i]->id());
+    EXPECT_EQ(info.facts.bytes, g.ops().facts[i].bytes);
     EXPECT_EQ(info.life.persistent, g.analysis().blocks[i].persistent);
     EXPECT_EQ(info.life.first, g.analysis().blocks[i].first);
     EXPECT_EQ(info.life.last, g.analysis().blocks[i].last);
-    EXPECT_EQ(info.offset, g.PlannedOffset(int(i)));
+    EXPECT_EQ(info.offset, g.layout().BlockOffset(int(i)));
     planned += info.offset != SIZE_MAX;
   }
   EXPECT_EQ(planned, g.stats().num_intermediate);
@@ -95,17 +96,17 @@ TEST_F(GraphDumpTest, AnMlpStepRoundTripsWithItsOpsBlocksAndEdges) {
   EXPECT_EQ(edges, want);
   EXPECT_NE(d.Summary().find(std::to_string(d.ops.size()) + "\n"), std::string::npos) << d.Summary();
   // Encoding is deterministic.
-  EXPECT_EQ(io::EncodeGraphDump(d), io::EncodeGraphDump(io::MakeGraphDump(g)));
+  EXPECT_EQ(io::EncodeGraphDump(d), io::EncodeGraphDump(MakeGraphDump(g)));
 }
 
 TEST_F(GraphDumpTest, DumpingDuringCaptureAndBrokenFilesRaise) {
   Tensor x = RandomTensor({4}, DType::kFloat32, 1);
-  dev_->EnableGraph(true, "tiny");
+  EnableGraph(*dev_, true, "tiny");
   Tensor y = ops::Relu(x);
   TempDir dir;
-  LOOM_EXPECT_THROW_MSG(io::WriteGraphDump(dev_->GetGraph("tiny"), dir / "t.lgd"), GraphError, "still being captured");
-  dev_->EnableGraph(false);
-  io::WriteGraphDump(dev_->GetGraph("tiny"), dir / "t.lgd");
+  LOOM_EXPECT_THROW_MSG(io::WriteGraphDump(*GetGraph(*dev_, "tiny"), dir / "t.lgd"), GraphError, "no finished capture");
+  EnableGraph(*dev_, false);
+  io::WriteGraphDump(*GetGraph(*dev_, "tiny"), dir / "t.lgd");
   std::vector<uint8_t> good = ReadBytes(dir / "t.lgd");
   WriteBytes(dir / "cut.lgd", std::vector<uint8_t>(good.begin(), good.end() - 3));
   LOOM_EXPECT_THROW_MSG(io::ReadGraphDump(dir / "cut.lgd"), IOError, "cut.lgd");

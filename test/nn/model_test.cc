@@ -11,6 +11,7 @@
 #include "nn/cnn_layers.h"
 #include "nn/model.h"
 #include "nn/models.h"
+#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -68,7 +69,6 @@ Trained TrainResNet18(bool graph, int steps) {
   }
   t.params = Values(m.Params());
   t.states = Values(m.States());
-  CpuDevice()->ResetGraph();
   return t;
 }
 
@@ -95,7 +95,6 @@ double TrainSmallCnn(bool graph, int steps, double* first) {
     if (s == 0) *first = l;
     last = l;
   }
-  CpuDevice()->ResetGraph();
   return last;
 }
 
@@ -122,7 +121,6 @@ TEST(Model, PlannedCnnReplayAllocatesNothingAndStaysUnderEagerPeak) {
     m.TrainOneBatch(b.first, b.second).loss.Item();
     *replay_allocs = CpuDevice()->stats().num_allocs - allocs;
     size_t peak = CpuDevice()->stats().peak_bytes;
-    CpuDevice()->ResetGraph();
     return peak;
   };
   uint64_t eager_allocs = 0, graph_allocs = 0;
@@ -154,14 +152,13 @@ TEST(Model, LearningRateScheduleTakesEffectUnderReplay) {
   opt->SetLearningRate(0.001);
   double small = update();
   EXPECT_NEAR(small / big, 0.01, 0.002);  // gradients barely move at these rates
-  EXPECT_EQ(m.train_graph().stats().replays, 3u);
+  EXPECT_EQ(m.train_graph()->stats().replays, 3u);
   // Cosine schedule: each step's update follows the rate.
   for (int s = 0; s < 4; ++s) {
     double lr = 0.001 * 0.5 * (1 + std::cos(M_PI * s / 4.0));
     opt->SetLearningRate(lr);
     EXPECT_NEAR(update() / small, lr / 0.001, 0.05 * lr / 0.001 + 1e-3);
   }
-  CpuDevice()->ResetGraph();
 }
 
 TEST(Model, EvalUsesRunningStatisticsAndItsOwnGraph) {
@@ -184,7 +181,6 @@ TEST(Model, EvalUsesRunningStatisticsAndItsOwnGraph) {
     eager = m.net().Forward(b.first);
   }
   EXPECT_EQ(eager.ToVector<float>(), out2.ToVector<float>());
-  CpuDevice()->ResetGraph();
 }
 
 TEST(Model, Errors) {
@@ -203,7 +199,6 @@ TEST(Model, Errors) {
   LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(small.first, small.second), GraphError, "cannot replay with");
   m.set_recapture(true);
   EXPECT_NO_THROW(m.TrainOneBatch(small.first, small.second));
-  CpuDevice()->ResetGraph();
 }
 
 TEST(Model, FeedingTheGraphInputsDirectlyMatchesPassingBatches) {
@@ -223,13 +218,12 @@ TEST(Model, FeedingTheGraphInputsDirectlyMatchesPassingBatches) {
         in[1].CopyFrom(b.second.ToVector<int32_t>());
         uint64_t ops_before = CpuDevice()->ops_run();
         losses.push_back(float(m.TrainOneBatch(in[0], in[1]).loss.Item()));
-        EXPECT_EQ(CpuDevice()->ops_run() - ops_before, m.train_graph().ops().size());  // no copy ops
+        EXPECT_EQ(CpuDevice()->ops_run() - ops_before, m.train_graph()->ops().size());  // no copy ops
       } else {
         losses.push_back(float(m.TrainOneBatch(b.first, b.second).loss.Item()));
       }
     }
     EXPECT_EQ(m.GraphInputs(Tensor(Shape{5, 8}, DType::kFloat32, CpuDevice()), Tensor(Shape{5}, DType::kInt32, CpuDevice())).size(), 0u);
-    CpuDevice()->ResetGraph();
     return losses;
   };
   EXPECT_EQ(run(false), run(true));
@@ -262,11 +256,11 @@ TEST(Layers, ResNet50ShapesAndParameterCount) {
   auto dev = CpuDevice();
   Tensor x = RandomTensor({2, 3, 224, 224}, DType::kFloat32, 1);
   NoGradGuard ng;
-  dev->EnableGraph(true, "r50_shapes");
+  EnableGraph(*dev, true, "r50_shapes");
   Tensor y = net->Forward(x);
-  dev->EnableGraph(false);
+  EnableGraph(*dev, false);
   EXPECT_EQ(y.shape(), (Shape{2, 1000}));
-  dev->ResetGraph("r50_shapes");
+  ResetGraph(*dev, "r50_shapes");
 }
 
 TEST(Optimizers, AdamMatchesReferenceFormula) {

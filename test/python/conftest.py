@@ -29,14 +29,15 @@ def dev():
     """The CPU device, with no graphs and the default graph options before and after the test."""
     from loom import device
     d = device.create_cpu_device()
+    defaults = loom.core.new_graph(d, "defaults", None).options()  # GraphOptions() as a dict
     d.ResetGraph()
-    d.set_graph_memory("planned")
+    d.set_graph_options(**defaults)
     d.SetRandSeed(1234)
     yield d
     if d.buffering():  # a failed test must not leave the device capturing for the next one
         d.EnableGraph(False)
     d.ResetGraph()
-    d.set_graph_memory("planned")
+    d.set_graph_options(**defaults)
 
 
 @pytest.fixture

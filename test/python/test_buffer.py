@@ -85,8 +85,8 @@ def test_parallel_replay_agrees_with_serial(dev):
 
 
 def test_enable_graph_spelling_and_dynamic_memory(dev):
-    dev.set_graph_memory("dynamic")
-    assert dev.graph_memory() == "dynamic"
+    dev.set_graph_options(memory="dynamic")
+    assert dev.graph_options()["memory"] == "dynamic"
     params, run = mlp_step(dev)
     dev.EnableGraph(True)
     loss = run()
@@ -95,9 +95,14 @@ def test_enable_graph_spelling_and_dynamic_memory(dev):
     first = loss.item()
     dev.RunGraph(True)
     assert loss.item() != first
-    assert dev.graph_stats()["memory"] == "dynamic"
+    assert dev.graph().stats()["memory"] == "dynamic"
     with pytest.raises(loom.ValueError):
-        dev.set_graph_memory("magic")
+        dev.set_graph_options(memory="magic")
+    with pytest.raises(loom.ValueError, match="num_workers' must be an int, got str"):
+        dev.set_graph_options(num_workers="two")
+    with pytest.raises(loom.ValueError, match="unknown option 'memroy'"):
+        dev.set_graph_options(memroy="dynamic")
+    assert dev.graph_options()["memory"] == "dynamic"  # a refused change changes nothing
 
 
 def test_buffer_context_drops_the_graph_when_the_body_raises(dev):
@@ -157,41 +162,45 @@ def test_graph_misuse_errors(dev):
         dev.ResetGraph()
     dev.SetBufferFlag(False)
     with pytest.raises(loom.GraphError):
-        dev.graph_summary("nope")
+        dev.graph("nope")
 
 
 def test_graph_stats_and_dumps(dev, tmp_path):
     params, run = mlp_step(dev)
     with dev.buffer("train"):
         run()
-    s = dev.graph_stats("train")
-    assert s["num_ops"] == len(dev.graph_op_names("train")) > 10
+    g = dev.graph("train")
+    assert isinstance(g, loom.Graph) and g.name() == "train" and g.finalized()
+    s = g.stats()
+    assert s["num_ops"] == len(g.op_names()) > 10
     assert s["arena_bytes"] >= s["lower_bound_bytes"] > 0
-    assert "matmul" in dev.graph_op_names("train")
-    assert "graph 'train'" in dev.graph_summary("train")
-    dot = dev.graph_dot("train")
+    assert "matmul" in g.op_names()
+    assert "graph 'train'" in g.summary()
+    dot = g.dot()
     assert dot.startswith("digraph") and "matmul" in dot
-    assert dev.graph_memory_csv("train").startswith("op,")
+    assert g.memory_csv().startswith("op,")
     path = tmp_path / "g.dot"
-    dev.write_graph_dot(str(path), "train")
+    g.write_dot(str(path))
     assert path.read_text() == dot
     with pytest.raises(loom.GraphError):
-        dev.write_graph_trace(str(tmp_path / "t.json"), "train")  # nothing profiled yet
-    dev.set_graph_profile(True, "train")
+        g.write_trace(str(tmp_path / "t.json"))  # nothing profiled yet
+    g.set_profile(True)
     dev.RunGraph(True, "train")
-    trace = json.loads(dev.graph_trace_json("train"))
+    trace = json.loads(g.trace_json())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert any(e.get("name") == "matmul" for e in events)
-    dev.write_graph_trace(str(tmp_path / "t.json"), "train")
+    g.write_trace(str(tmp_path / "t.json"))
     assert json.loads((tmp_path / "t.json").read_text())
-    assert dev.graph_stats("train")["replays"] == 1
+    assert g.stats()["replays"] == 1
+    dev.ResetGraph("train")
+    assert g.stats()["replays"] == 1 and "matmul" in g.dot()  # a handle outlives the registry's
 
 
 def test_dump_to_a_bad_path_is_an_os_error(dev, tmp_path):
     with dev.buffer():
         autograd.relu(tensor.ones((2,), dev))
     with pytest.raises(loom.IOError) as e:
-        dev.write_graph_dot(os.path.join(str(tmp_path), "no", "such", "dir", "g.dot"))
+        dev.graph().write_dot(os.path.join(str(tmp_path), "no", "such", "dir", "g.dot"))
     assert isinstance(e.value, OSError)
 
 

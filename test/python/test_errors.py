@@ -60,7 +60,7 @@ def test_each_kind_from_cpp(dev, tmp_path):
     with dev.buffer():
         autograd.relu(a)
     with pytest.raises(loom.IOError):             # OSError
-        dev.write_graph_dot(str(tmp_path / "missing" / "g.dot"))
+        dev.graph().write_dot(str(tmp_path / "missing" / "g.dot"))
 
 
 def test_swig_argument_errors_are_type_errors(dev):

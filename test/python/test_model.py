@@ -128,11 +128,13 @@ def test_graph_replay_runs_no_python_per_op(dev):
 
 def test_new_batch_shape_recaptures_or_raises(dev):
     m, _ = train(dev, use_graph=True, steps=2)
-    key16 = m.graph_key()
+    g16 = m.graph()
     x, y = next(batches(1, batch=5))
     out, loss = m.train_one_batch(x, y)
     assert out.shape == (5, 4) and np.isfinite(loss.item())
-    assert m.graph_key() != key16 and dev.HasGraph(key16) and dev.HasGraph(m.graph_key())
+    g5 = m.graph()
+    assert g5.name() != g16.name() and g16.finalized() and g5.finalized()
+    assert not dev.HasGraph(g16.name())  # a model's graphs are its own, not the device's registry's
     m.set_recapture(False)
     m.train_one_batch(*next(batches(1, batch=16)))
     with pytest.raises(loom.GraphError) as e:
@@ -145,14 +147,14 @@ def test_tensor_inputs_fast_path_still_checks_every_input(dev):
     # still recapture, the old shape replay again, and a new shape or dtype with recapture off
     # (or input the step cannot take) must raise a loom error, as with numpy inputs.
     m, _ = train(dev, use_graph=True, steps=3)
-    key16, calls = m.graph_key(), m.forward_calls
+    key16, calls = m.graph().name(), m.forward_calls
     x5, y5 = (tensor.from_numpy(a, dev) for a in next(batches(1, batch=5)))
     out, loss = m.train_one_batch(x5, y5)
     assert out.shape == (5, 4) and np.isfinite(loss.item())
-    assert m.forward_calls == calls + 1 and m.graph_key() != key16
+    assert m.forward_calls == calls + 1 and m.graph().name() != key16
     x16, y16 = (tensor.from_numpy(a, dev) for a in next(batches(1, seed=1)))
     out, loss = m.train_one_batch(x16, y16)
-    assert out.shape == (16, 4) and m.graph_key() == key16 and m.forward_calls == calls + 1
+    assert out.shape == (16, 4) and m.graph().name() == key16 and m.forward_calls == calls + 1
     with pytest.raises(loom.Error):  # float64 inputs against float32 weights: refused at capture
         m.train_one_batch(x16.astype("float64"), y16)
     assert not dev.buffering()
@@ -204,7 +206,7 @@ def test_step_arguments_and_results_keep_their_structure(dev):
         assert values(m.train_one_batch(a, b, result="tensor")) == [va - 2] * 2
         d = m.train_one_batch(a, b, result="dict")
         assert values(d["total"]) == [va - 2] * 2 and values(d["parts"][0]) == [va] * 2 and d["parts"][1] == 3
-    assert len(m._steps) == 6 and len({s.last_graph_key() for s, _ in m._steps.values()}) == 6
+    assert len(m._steps) == 6 and len({s.last_graph().name() for s, _ in m._steps.values()}) == 6
 
 
 def test_python_error_during_capture_propagates_and_cleans_up(dev):
@@ -305,7 +307,7 @@ def test_native_model_mlp_graph_equals_eager(dev):
         assert list(m.get_params()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
         assert m.forward(data[0][0]).shape == (16, 4)
         if use_graph:
-            assert "graph" in dev.graph_summary(m.graph_key())
+            assert "graph" in m.graph().summary()
     assert results[False] == results[True]
     assert results[True][-1] < results[True][0]
 

@@ -59,7 +59,7 @@ def test_seed_program_runs_as_written_and_trains(dev):
     after = eager_loss(inputs, target, w0, b0, w1, b1)
     assert loss.item() < 0.5 * before
     assert after < 0.5 * before
-    assert dev.graph_stats()["replays"] == 1001
+    assert dev.graph().stats()["replays"] == 1001
 
 
 def test_seed_replays_equal_eager_iterations_bitwise(dev):

@@ -48,7 +48,7 @@ void SplitGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, in
 }
 }  // namespace
 
-void BlasSetThreads(int) { openblas_set_num_threads(1); }  // Note [One thread pool]
+void BlasUseOneThread() { openblas_set_num_threads(1); }
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -6,7 +6,8 @@
 
 namespace loom {
 
-void BlasSetThreads(int n);
+// OpenBLAS runs on the calling thread only (Note [One thread pool]).
+void BlasUseOneThread();
 // Row-major C = alpha * op(A) op(B) + beta * C.  A: (M, K) or (K, M) when ta; B: (K, N) or (N, K).
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

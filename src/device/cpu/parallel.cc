@@ -124,7 +124,7 @@ Pool& GetPool() {
   if (!p) {
     int n = DefaultThreads();
     p = std::make_unique<Pool>(n);
-    BlasSetThreads(n);
+    BlasUseOneThread();  // Note [One thread pool]
   }
   return *p;
 }
@@ -136,7 +136,6 @@ void SetNumThreads(int n) {
   if (n < 1) n = 1;
   std::lock_guard<std::mutex> l(g_pool_mu);
   PoolSlot() = std::make_unique<Pool>(n);
-  BlasSetThreads(n);
 }
 
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {

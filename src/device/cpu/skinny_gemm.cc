@@ -237,23 +237,22 @@ void TNFixed(const Args& g, bool parallel) {
 
 }  // namespace
 
+bool IsSkinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return false;
+  if (!ta && !tb) return m <= kSkinny && n >= kLanes;
+  if (!ta && tb) return m <= kSkinny && k >= 2 * kLanes;
+  if (ta && !tb) return k <= kSkinny && n >= kLanes;
+  return false;
+}
+
 bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0 || k <= 0) return false;
+  if (!IsSkinny(ta, tb, m, n, k)) return false;
   const Args g{m, n, k, alpha, beta, a, lda, b, ldb, c, ldc};
-  if (!ta && !tb && m <= kSkinny && n >= kLanes) {
-    NN(g);
-    return true;
-  }
-  if (!ta && tb && m <= kSkinny && k >= 2 * kLanes) {
-    NT(g);
-    return true;
-  }
-  if (ta && !tb && k <= kSkinny && n >= kLanes) {
-    WithConstant<kSkinny>(g.k, [&](auto k) { TNFixed<decltype(k)::value>(g, /*parallel=*/true); });
-    return true;
-  }
-  return false;
+  if (!ta && !tb) NN(g);
+  else if (!ta && tb) NT(g);
+  else WithConstant<kSkinny>(g.k, [&](auto k) { TNFixed<decltype(k)::value>(g, /*parallel=*/true); });
+  return true;
 }
 
 void SkinnyGemmTNRows(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,

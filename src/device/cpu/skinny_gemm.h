@@ -22,6 +22,9 @@
 
 namespace loom {
 
+// Whether SkinnyGemm takes this product (the shapes above); else it is left to OpenBLAS.
+bool IsSkinny(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
+
 // C = alpha op(A) op(B) + beta C (row-major; beta == 0 ignores C's contents, as BLAS does).
 // Returns false, touching nothing, when the shape is not skinny (the caller uses OpenBLAS).
 bool SkinnyGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

@@ -5,7 +5,6 @@
 #include <memory>
 #include <vector>
 
-#include "graph/graph.h"
 
 namespace loom {
 namespace cuda {
@@ -57,10 +56,10 @@ CudaDeviceImpl::CudaDeviceImpl(int id)
 }
 
 // CUDA devices live as long as the process (CudaDevice never drops them); this runs only for a
-// device destroyed explicitly, not at exit, when the CUDA runtime may already be gone.
+// device destroyed explicitly, not at exit, when the CUDA runtime may already be gone. No graph
+// is left then: every graph holds its device.
 CudaDeviceImpl::~CudaDeviceImpl() {
   try {
-    ResetGraph();  // graphs first: they hold device graphs and arena memory of this device
     MakeCurrent();
     cudaStreamSynchronize(stream_);
     if (gemm_workspace_) Free(gemm_workspace_);

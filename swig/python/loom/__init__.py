@@ -20,6 +20,7 @@ from . import errors
 from .errors import DeviceError, DTypeError, Error, GraphError, InternalError, ShapeError
 from . import device, tensor, autograd, opt, layer, model, io
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
+from .core import Graph, graph_option_fields, graph_stats_fields
 
 # loom.ValueError and loom.IOError subclass the built-ins of the same names; bound last so that
 # nothing above reads the built-ins through them.

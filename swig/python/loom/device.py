@@ -9,16 +9,21 @@
     with dev.buffer():                 # the same capture as a context manager
         ...ops...
 
-Graphs are keyed, so a training step and an evaluation step can each have one:
-dev.EnableGraph(True, "eval"), dev.RunGraph(False, "eval") (parallel replay), dev.ResetGraph("eval").
-Inspection: dev.memory_stats(), dev.graph_stats(key), dev.graph_summary(key), dev.graph_dot(key),
-dev.write_graph_dot(path, key), dev.set_graph_profile(True, key) then dev.graph_trace_json(key) or
-dev.write_graph_trace(path, key) (Chrome trace-event JSON, viewable in Perfetto).
+These keyed graphs live in a registry beside the device, so a training step and an evaluation
+step can each have one: dev.EnableGraph(True, "eval"), dev.RunGraph(False, "eval") (parallel
+replay), dev.ResetGraph("eval"). dev.set_graph_options(memory="dynamic", ...) sets the options of
+the graphs created after it (loom.graph_option_fields() lists them). A Model owns its graphs
+instead (model.graph()).
+
+A graph, dev.graph(key) or model.graph(), is a loom.Graph: g.summary(), g.stats() (a dict of
+loom.graph_stats_fields()), g.options(), g.op_names(), g.dot(), g.write_dot(path),
+g.set_profile(True) then after a replay g.trace_json() or g.write_trace(path) (Chrome trace-event
+JSON, viewable in Perfetto), g.memory_csv(). dev.memory_stats() gives the allocator's figures.
 """
 import contextlib
 
 from . import core, errors
-from .core import Device
+from .core import Device, Graph
 
 
 def create_cpu_device():
@@ -83,6 +88,11 @@ def buffer(self, key="default"):
     self.EnableGraph(False)
 
 
+def set_graph_options(self, **options):
+    """Options of the graphs EnableGraph creates from now on (the fields it names change)."""
+    self._set_graph_options(options)
+
+
 def _repr(self):
     return f"Device({self.name()})"
 
@@ -95,6 +105,7 @@ _METHODS = {
     "SetBufferFlag": SetBufferFlag,
     "ExecBuffOps": ExecBuffOps,
     "buffer": buffer,
+    "set_graph_options": set_graph_options,
     "Sync": lambda self: self.Synchronize(),
     "__repr__": _repr,
     "__str__": lambda self: self.name(),
@@ -104,3 +115,5 @@ _METHODS = {
 for _k, _v in _METHODS.items():
     setattr(Device, _k, _v)
 del _k, _v
+
+Graph.__repr__ = lambda self: f"Graph({self.name()!r} on {self.device_name()})"

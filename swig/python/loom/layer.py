@@ -99,7 +99,7 @@ def _options(device, dtype):
     o.device = _check_device(device)
     o.dtype = _enum(dtype)
     if o.device.buffering():
-        raise errors.GraphError(f"[layer] {o.device.name()} is capturing graph '{o.device.capture_key()}': create "
+        raise errors.GraphError(f"[layer] {o.device.name()} is capturing {o.device.capture_name()}: create "
                                 "layers before the capture (their initialisation would be replayed every step)")
     return o
 

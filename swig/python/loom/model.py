@@ -132,6 +132,7 @@ class Model(Layer):
         self._sequential = True
         self._recapture = True
         self._device = None
+        self._graph_options = None
         self._in_step = False
         self._steps = {}
         self._last_step = None
@@ -140,10 +141,11 @@ class Model(Layer):
     def set_optimizer(self, optimizer):
         self.optimizer = _check_optimizer(optimizer)
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=False):
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None):
         """Chooses the execution mode. `inputs`: example input tensors (their device is the
         model's). With use_graph the forward pass is checked against them by a capture that runs
-        nothing, so shape errors surface here, naming the op."""
+        nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
+        loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}."""
         inputs = [self._as_tensor(x, None) for x in inputs]
         if not inputs:
             raise errors.ValueError("[Model] compile needs example inputs")
@@ -155,16 +157,16 @@ class Model(Layer):
         self._steps.clear()  # old graphs go with their steps
         self._last_step = None
         self._use_graph, self._sequential = bool(use_graph), bool(sequential)
+        self._graph_options = None if graph_options is None else dict(graph_options)
         self.train(is_train)
         if use_graph:
-            key = f"__compile_check_{id(self)}"
+            check = core.new_graph(self._device, f"{type(self).__name__}.compile_check", self._graph_options)
             with autograd.no_grad():
-                self._device.EnableGraph(True, key)
+                check.begin_capture()
                 try:
                     self.forward(*inputs)
                 finally:
-                    self._device.EnableGraph(False)
-                    self._device.ResetGraph(key)
+                    check.abort_capture()  # the capture was the check: nothing to replay
         self._compiled = True
 
     def set_recapture(self, on):
@@ -244,13 +246,14 @@ class Model(Layer):
         # One name per step, so graph keys never collide: steps of one fn with other constants, or
         # a step made after set_recapture while the old one still lives, capture the same shapes.
         name = f"{type(self).__name__}@{id(self):x}.{fn.__name__}#{next(_step_ids)}"
-        return core.PyStep(self._device, captured, name, self._recapture, self._sequential), rebuild
+        return core.PyStep(self._device, captured, name, self._recapture, self._sequential,
+                           self._graph_options), rebuild
 
-    def graph_key(self):
-        """Key of the graph the last graph-mode step ran: dev.graph_summary(key), dev.graph_dot(key)."""
+    def graph(self):
+        """The graph the last graph-mode step ran (loom.Graph: summary(), stats(), dot(), ...)."""
         if self._last_step is None:
             raise errors.GraphError("[Model] no graph yet: compile with use_graph=True and train a batch")
-        return self._last_step.last_graph_key()
+        return self._last_step.last_graph()
 
     @property
     def device(self):
@@ -289,9 +292,9 @@ class NativeModel:
         self._impl = core.Model(impl, self.optimizer._impl, self._LOSSES[loss])
         self._device = None
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=True):
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None):
         inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]
-        self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential))
+        self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential), graph_options)
         self._device = inputs[0].device
 
     def train_one_batch(self, x, y):
@@ -332,8 +335,9 @@ class NativeModel:
     def steps(self):
         return self._impl.steps()
 
-    def graph_key(self):
-        return self._impl.train_graph_key()
+    def graph(self):
+        """The graph of the last graph-mode training step."""
+        return self._impl.train_graph()
 
     @property
     def device(self):

@@ -86,6 +86,16 @@ void MatmulSgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// Note [What a kernel supports]: the fused update is bitwise sgd_update(matmul(a, b, ta=1)) only
+// where that matmul takes the skinny TN kernel (the same sums, in the same order); elsewhere the
+// graph keeps the two ops.
+bool MatmulSgdUpdateSupportedCpu(const OpRecord& op) {
+  const Tensor &p = op.inputs[0], &a = op.inputs[1], &b = op.inputs[2];
+  for (const Tensor* t : {&p, &a, &b})
+    if (t->dtype() != DType::kFloat32 || t->shape().size() != 2 || !t->is_contiguous()) return false;
+  return IsSkinny(/*ta=*/true, /*tb=*/false, p.shape()[0], p.shape()[1], a.shape()[0]);
+}
+
 template <typename T>
 void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n, const T b1,
                const T b2, const T eps, const T wd, const T step_size, const T inv_sqrt_c2, const T decay,
@@ -128,6 +138,7 @@ void IncrementCpu(const OpRecord& op, const KernelContext&) { *op.outputs[0].dat
 
 LOOM_KERNEL(sgd_update, kCPU, SgdUpdateCpu);
 LOOM_KERNEL(matmul_sgd_update, kCPU, MatmulSgdUpdateCpu);
+LOOM_KERNEL_SUPPORTS(matmul_sgd_update, kCPU, MatmulSgdUpdateSupportedCpu);
 LOOM_KERNEL(adam_update, kCPU, AdamUpdateCpu);
 LOOM_KERNEL(increment, kCPU, IncrementCpu);
 

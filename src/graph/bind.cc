@@ -1,0 +1,58 @@
+// Step 5 of graph.h: binding blocks to memory before the first replay (bind.h).
+#include "graph/bind.h"
+
+#include <algorithm>
+
+#include "device/device.h"
+
+namespace loom {
+
+void Binding::Bind(Device& device, const OpList& ops, const Analysis& analysis, const MemoryLayout& layout,
+                   MemoryMode memory) {
+  LOOM_ASSERT(!bound_, "graph memory bound twice");
+  device_ = &device;
+  planned_ = memory == MemoryMode::kPlanned;
+  for (size_t b = 0; b < ops.blocks.size(); ++b) {
+    const BlockLife& l = analysis.blocks[b];
+    if (l.first < 0) continue;
+    if (l.persistent) ops.blocks[b]->Allocate();
+    else intermediates_.push_back(ops.blocks[b].get());
+  }
+  if (planned_ && layout.packing.arena_bytes > 0) {
+    arena_ = device.Malloc(std::max<size_t>(layout.packing.arena_bytes, 1));
+    for (size_t b = 0; b < ops.blocks.size(); ++b) {
+      const size_t offset = layout.BlockOffset(int(b));
+      if (offset == SIZE_MAX) continue;
+      Block& blk = *ops.blocks[b];
+      LOOM_ASSERT(!blk.allocated(), "intermediate block ", blk.id(), " already has memory");
+      blk.Bind(static_cast<char*>(arena_) + offset);
+    }
+  }
+  bound_ = true;
+}
+
+void* Binding::Scratch(const MemoryLayout& layout, int op) const {
+  const size_t offset = layout.ScratchOffset(op);
+  return offset == SIZE_MAX || !arena_ ? nullptr : static_cast<char*>(arena_) + offset;
+}
+
+void Binding::ReleaseIntermediates() noexcept {
+  if (planned_) return;
+  for (Block* b : intermediates_) b->Release();
+}
+
+void Binding::Release() noexcept {
+  if (!bound_) return;
+  if (planned_) {
+    for (Block* b : intermediates_)
+      if (arena_) b->Unbind();
+  } else {
+    ReleaseIntermediates();
+  }
+  if (arena_) device_->Free(arena_);
+  arena_ = nullptr;
+  intermediates_.clear();
+  bound_ = false;
+}
+
+}  // namespace loom

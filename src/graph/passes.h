@@ -1,0 +1,33 @@
+// Step 1b of graph.h: graph passes — pure functions from an op list to an op list, run at the
+// end of a capture, before the analysis. They rewrite what a captured step allows and eager
+// execution cannot (eager runs each op before the next one is known).
+//
+// Rules for a pass (DESIGN.md, "Passes"):
+//  - it matches ops by kind (OpDef addresses, Note [Op kinds] in core/op.h), never by name;
+//  - before it creates a fused op it asks the device whether that kernel supports the record
+//    (Device::Supports, Note [What a kernel supports]), never copying a kernel's limits;
+//  - a pass that changes arithmetic says so; one that keeps it keeps replay bitwise equal to
+//    eager (DESIGN.md invariant 5), and its test checks that.
+#pragma once
+
+#include <cstddef>
+
+#include "graph/capture.h"
+#include "graph/options.h"
+
+namespace loom {
+
+class Device;
+
+struct PassResult {
+  OpList ops;
+  size_t rewrites = 0;  // op pairs made one (GraphStats::fused_ops)
+};
+
+// Note [Weight gradient into the update] (fuse.cc). Keeps arithmetic: bitwise equal to eager.
+PassResult FuseWeightGradientsIntoUpdates(OpList ops, const Device& device);
+
+// Every pass the options ask for, in order.
+PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options);
+
+}  // namespace loom

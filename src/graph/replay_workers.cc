@@ -1,0 +1,96 @@
+// The worker threads of the dependency-driven replay (replay_workers.h).
+#include "graph/replay_workers.h"
+
+#include "device/cpu/parallel.h"
+
+namespace loom {
+
+ReplayWorkers::ReplayWorkers(int n) {
+  for (int i = 1; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
+}
+
+ReplayWorkers::~ReplayWorkers() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ReplayWorkers::Loop(int thread) {
+  SerialRegion serial;
+  uint64_t seen = 0;
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+    if (stop_) return;
+    seen = generation_;
+    Work(thread, l);
+  }
+}
+
+void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
+  while (true) {
+    cv_.wait(l, [&] { return !ready_.empty() || finished_ == total_ || error_ || stop_; });
+    if (ready_.empty() || error_ || stop_) {
+      if (finished_ == total_ || error_ || stop_) return;
+      continue;
+    }
+    int op = ready_.back();
+    ready_.pop_back();
+    // Note [Alone in flight]: an op dispatched when nothing else is ready or running is the
+    // only one in flight until it ends (no other op can become ready before it finishes), so
+    // it gets the whole pool for its own loops. Otherwise ops run serially inside, one core
+    // each: a chain of ops is then no slower than serial replay.
+    const bool alone = ready_.empty() && busy_ == 0;
+    ++busy_;
+    l.unlock();
+    std::exception_ptr err;
+    try {
+      SerialRegion region(!alone);
+      (*run_)(op, thread);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    l.lock();
+    --busy_;
+    if (err && !error_) error_ = err;
+    ++finished_;
+    if (!err)
+      for (int s : (*succs_)[size_t(op)])
+        if (--remaining_[size_t(s)] == 0) ready_.push_back(s);
+    if (finished_ == total_ || error_) done_cv_.notify_all();
+    cv_.notify_all();
+  }
+}
+
+void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::vector<int>& npreds,
+                        const std::function<void(int, int)>& run) {
+  std::unique_lock<std::mutex> l(mu_);
+  succs_ = &succs;
+  run_ = &run;
+  remaining_ = npreds;
+  ready_.clear();
+  // Seed in reverse so that the vector pops ops in issue order first.
+  for (size_t i = npreds.size(); i-- > 0;)
+    if (npreds[i] == 0) ready_.push_back(int(i));
+  finished_ = 0;
+  total_ = npreds.size();
+  error_ = nullptr;
+  ++generation_;
+  cv_.notify_all();
+  {
+    SerialRegion serial;
+    Work(0, l);
+  }
+  done_cv_.wait(l, [&] { return busy_ == 0 && (finished_ == total_ || error_); });
+  std::exception_ptr err = error_;
+  succs_ = nullptr;
+  run_ = nullptr;
+  total_ = 0;
+  finished_ = 0;
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// Step 4 of graph.h: schedule edges and the parallel-or-serial choice (schedule.h).
+#include "graph/schedule.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace loom {
+
+Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const MemoryLayout& layout) {
+  const size_t n = ops.size();
+  std::vector<std::vector<int>> preds = analysis.preds;  // Note [Dependencies]
+  // Note [Schedule edges], in-place: the op waits for every other user of the input it overwrites.
+  if (!layout.inplace.empty()) {
+    std::vector<std::vector<int>> touching(ops.blocks.size());
+    for (size_t j = 0; j < n; ++j) {
+      for (int b : ops.access[j].reads) touching[size_t(b)].push_back(int(j));
+      for (int b : ops.access[j].writes) touching[size_t(b)].push_back(int(j));
+    }
+    for (const InPlace& ip : layout.inplace) {
+      auto& p = preds[size_t(ip.op)];
+      p.insert(p.end(), touching[size_t(ip.in)].begin(), touching[size_t(ip.in)].end());
+    }
+  }
+  // Note [Schedule edges], reuse: entries sharing bytes, the earlier dead before the later is born.
+  const auto& entries = layout.entries;
+  for (size_t x = 0; x < entries.size(); ++x) {
+    for (size_t y = 0; y < entries.size(); ++y) {
+      const Lifetime &a = entries[x], &c = entries[y];
+      if (a.end >= c.begin) continue;
+      const size_t a0 = layout.packing.offsets[x], a1 = a0 + a.bytes;
+      const size_t c0 = layout.packing.offsets[y], c1 = c0 + c.bytes;
+      if (!(a0 < c1 && c0 < a1)) continue;
+      auto& p = preds[size_t(c.begin)];
+      p.insert(p.end(), layout.entry_ops[x].begin(), layout.entry_ops[x].end());
+    }
+  }
+  Schedule s;
+  s.succs.assign(n, {});
+  s.npreds.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    std::sort(preds[i].begin(), preds[i].end());
+    preds[i].erase(std::unique(preds[i].begin(), preds[i].end()), preds[i].end());
+    for (int p : preds[i]) {
+      if (p == int(i)) continue;
+      LOOM_ASSERT(p < int(i), "schedule edge ", p, " -> ", i, " points backwards");
+      s.succs[size_t(p)].push_back(int(i));
+      s.npreds[i]++;
+    }
+  }
+  return s;
+}
+
+ParallelChoice ChooseParallelOrSerial(const Schedule& schedule, const std::vector<double>& op_costs, int workers) {
+  const size_t n = schedule.succs.size();
+  LOOM_ASSERT(op_costs.size() == n, "op costs for ", op_costs.size(), " ops, schedule of ", n);
+  // Earliest finish of every op with unlimited workers: every edge points forward.
+  std::vector<double> start(n, 0.0);
+  double total = 0, longest = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double cost = std::max(0.0, op_costs[i]);
+    const double finish = start[i] + cost;
+    total += cost;
+    longest = std::max(longest, finish);
+    for (int s : schedule.succs[i]) start[size_t(s)] = std::max(start[size_t(s)], finish);
+  }
+  ParallelChoice c;
+  c.parallelism = longest > 0 ? total / longest : 1.0;
+  c.run_serially = c.parallelism < 0.9 * workers;
+  return c;
+}
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+// Step 4 of graph.h: the schedule of the parallel replay — which op must finish before which may
+// start — and the choice between parallel and serial replay. Pure functions (no device, no
+// clock): test/graph/schedule_test.cc drives them with synthetic graphs and injected op costs.
+//
+// Note [Schedule edges]
+// The analysis' edges (Note [Dependencies]) order every pair of ops that touch a block in a
+// conflicting way. Planned memory adds two kinds, because blocks then share bytes:
+//   in-place   an op writing into its input's memory (Note [In-place reuse]) waits for every
+//              other op touching that input;
+//   reuse      when two plan entries share arena bytes, every op touching the earlier one
+//              finishes before the first op of the later one starts.
+// Every edge points forward in issue order, so issue order is always a valid schedule.
+#pragma once
+
+#include <vector>
+
+#include "graph/analysis.h"
+#include "graph/capture.h"
+#include "graph/plan.h"
+
+namespace loom {
+
+struct Schedule {
+  std::vector<std::vector<int>> succs;  // per op: the ops waiting for it, ascending
+  std::vector<int> npreds;              // per op: how many ops it waits for
+};
+
+// layout: empty for dynamic memory (no in-place reuse, no shared bytes).
+Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const MemoryLayout& layout);
+
+// Note [Parallel or serial]
+// On a few cores, one op at a time with the whole pool inside it (serial replay) usually beats
+// several ops at once with one core each, and a chain of ops (an MLP) has nothing to run side by
+// side anyway. So the first parallel replay runs serially and times every op; the graph's
+// parallelism is then the total op time over the longest chain of dependent ops (with those
+// times). Below 0.9 x the worker count, later parallel replays run serially too
+// (GraphStats::parallel_runs_serial); at or above it, they use the dependency-driven schedule.
+// The choice is made once per graph, from one measurement, and results are the same either way
+// (a parallel replay agrees with a serial one to rounding).
+struct ParallelChoice {
+  double parallelism = 1;  // total cost / cost of the longest dependent chain
+  bool run_serially = true;
+};
+// op_costs: per op, in any unit (the replay measures microseconds).
+ParallelChoice ChooseParallelOrSerial(const Schedule& schedule, const std::vector<double>& op_costs, int workers);
+
+}  // namespace loom
