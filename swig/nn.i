@@ -150,7 +150,7 @@ std::shared_ptr<Layer> MakeMlp(const std::vector<int64_t>& dims, LayerOptions o)
 class Optimizer {
  public:
   virtual ~Optimizer();
-  virtual void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "");
+  virtual void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "");
   void SetLearningRate(double lr);
   double learning_rate() const;
  private:
@@ -228,8 +228,8 @@ namespace loom_py {
 // Backward from `loss` with each gradient handed to `opt` as soon as it is final (the memory-
 // friendly order: a gradient dies right after its update). Optimizer state is keyed by the
 // parameter's storage, so two parameters that share a name never share momentum.
-void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss, int64_t step) {
-  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(step, g, p, ""); });
+void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss) {
+  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(g, p, ""); });
 }
 }  // namespace loom_py
 %}

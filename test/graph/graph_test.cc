@@ -281,7 +281,7 @@ TEST_F(GraphTest, WeightGradientsFuseIntoTheirUpdatesAndStayBitwiseEqual) {
   dev_->EnableGraph(true, "held");
   Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(b.first), b.second);
   auto grads = Backward(loss);
-  for (auto& pg : grads) opt.Apply(0, pg.second, pg.first, pg.first.name());
+  for (auto& pg : grads) opt.Apply(pg.second, pg.first, pg.first.name());
   dev_->EnableGraph(false);
   EXPECT_EQ(dev_->GetGraph("held").stats().fused_ops, 0u);
   dev_->RunGraph(true, "held");
@@ -369,7 +369,7 @@ TEST_F(GraphTest, LearningRateScheduleTakesEffectWithoutRecapture) {
   nn::SGD opt(0.1);
   dev_->EnableGraph(true, "lr");
   Tensor loss = ops::Sum(ops::Mul(w, x));
-  for (auto& pg : Backward(loss)) opt.Apply(0, pg.second, pg.first);
+  for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first);
   dev_->EnableGraph(false);
   auto step_size = [&] {
     std::vector<double> before = w.ToVector<double>();
@@ -401,7 +401,7 @@ TEST_F(GraphTest, WriteAfterReadOnParameterIsOrderedUnderParallelReplay) {
   dev_->graph_options().parallel_fallback = false;
   dev_->EnableGraph(true, "war");
   Tensor y = ops::MatMul(x, p);    // op 0: reads p (slow)
-  opt.Apply(0, g, p);              // op 1: writes p, depends on nothing but the WAR edge
+  opt.Apply(g, p);                 // op 1: writes p, depends on nothing but the WAR edge
   dev_->EnableGraph(false);
   const Graph& graph = dev_->GetGraph("war");
   bool war = false;
