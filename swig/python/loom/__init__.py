@@ -26,5 +26,4 @@ from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, i
 ValueError = errors.ValueError
 IOError = errors.IOError
 
-HAVE_CNN = core.HAVE_CNN
 __version__ = "0.1.0"
