@@ -176,8 +176,6 @@ namespace loom { struct GraphOptions; }
 
 namespace loom {
 
-enum class DeviceType { kCPU = 0, kCUDA = 1 };
-
 class Device {
  public:
   virtual ~Device();

@@ -1,14 +1,28 @@
 // loom.core: the SWIG-generated layer of the Python package. Users import `loom` (the pure-
 // Python package in swig/python/loom/), which builds SINGA's API on these names.
 //
+// Note [Bindings come from the headers]
+// SWIG reads the C++ headers themselves (%include "core/ops.h", "nn/layer.h", ...): no
+// signature is typed twice, so a binding cannot drift from its declaration, and adding an op
+// (declaration in core/ops.h, LOOM_OP registration, kernels) needs no edit under swig/:
+// loom.core gets the function under the naming rule below and loom.autograd re-exports every
+// core function that is a registered, user-facing op (test/python/test_bindings.py checks it).
+// What a header declares that Python cannot use (std::function members, templates, raw
+// pointers, references into C++ objects) is %ignore'd by name next to its %include, and a
+// C++ signature that Python should see differently gets an adapter in loom_py (%inline)
+// rather than a second declaration.
+//
+// The naming rule: a C++ function or method FooBar is foo_bar in Python (SWIG's undercase),
+// except the members of Device and nn::Model, which keep SINGA's spellings (EnableGraph,
+// RunGraph, Compile, ...). Exceptions to the rule are %rename'd where the header is included.
+//
 // One file per concern, in the order the types depend on each other:
 //   errors.i    C++ exceptions -> loom.Error and its subclasses (ValueError, TypeError, ...)
 //   typemaps.i  sequences <-> Shape, vectors of Tensors, (name, Tensor) lists
 //   tensor.i    Tensor, dtypes, host copies and zero-copy facts
+//   ops.i       the op functions (core/ops.h, core/ops_cnn.h), gradient mode, ops by name
 //   device.i    Device, buffering and replay, memory statistics, graph dumps
-//   ops.i       the op functions and autograd
 //   nn.i        layers, optimizers, Model, zoo, PyStep (graph mode for Python step functions)
-//   cnn.i       convolution, pooling, normalisation ops and layers (when built)
 //   io.i        checkpoints (named tensors, optimizer state), MNIST / CIFAR-10 and the DataLoader
 %module(package="loom") core
 
@@ -28,6 +42,10 @@
 %include <std_string.i>
 %include <std_shared_ptr.i>
 
+// The naming rule (Note [Bindings come from the headers]). Of two matching rules the later wins.
+%rename("%(undercase)s", %$isfunction) "";
+%rename("%(regex:/^.*::(\\w+)$/\\1/)s", regextarget=1, fullname=1, %$isfunction) "^loom::(Device|nn::Model)::";
+
 // Every smart-pointer type is declared before any signature mentions it: a declaration that
 // comes later leaves the earlier uses wrapped as raw pointers into C++ objects (dangling once
 // those die).
@@ -36,14 +54,7 @@
 %include "errors.i"
 %include "typemaps.i"
 %include "tensor.i"
-%include "device.i"
 %include "ops.i"
+%include "device.i"
 %include "nn.i"
-#ifdef LOOM_PY_CNN
-%include "cnn.i"
-#endif
 %include "io.i"
-
-%pythoncode %{
-HAVE_CNN = "global_avg_pool" in globals()
-%}

@@ -2,11 +2,14 @@
 // step function written in Python (loom.model.Model subclasses), built on graph/step.h's
 // CapturedStep so that Python and C++ share one capture/replay contract.
 //
-// A layer is one %shared_ptr line and its constructor; loom/layer.py gives it SINGA's name.
+// The classes come from their headers (Note [Bindings come from the headers] in loom.i): a new
+// layer is one %shared_ptr line below (before any signature mentions it), plus a small class in
+// loom/layer.py that gives it SINGA's name and argument conventions.
 
 %{
 #include "graph/graph.h"
 #include "graph/step.h"
+#include "nn/cnn_layers.h"
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/models.h"
@@ -70,113 +73,57 @@ class PyStep {
 %shared_ptr(loom::nn::Dropout)
 %shared_ptr(loom::nn::Flatten)
 %shared_ptr(loom::nn::Sequential)
+%shared_ptr(loom::nn::Conv2d)
+%shared_ptr(loom::nn::BatchNorm2d)
+%shared_ptr(loom::nn::LayerNorm)
+%shared_ptr(loom::nn::MaxPool2d)
+%shared_ptr(loom::nn::AvgPool2d)
+%shared_ptr(loom::nn::GlobalAvgPool)
+%shared_ptr(loom::nn::Embedding)
+%shared_ptr(loom::nn::BasicBlock)
+%shared_ptr(loom::nn::Bottleneck)
 %shared_ptr(loom::nn::Optimizer)
 %shared_ptr(loom::nn::SGD)
 %shared_ptr(loom::nn::Adam)
 
-%rename(forward) loom::nn::Layer::Forward;
-%rename(params) loom::nn::Layer::Params;
-%rename(states) loom::nn::Layer::States;
-%rename(train) loom::nn::Layer::Train;
-%rename(type_name) loom::nn::Layer::TypeName;
-%rename(apply) loom::nn::Optimizer::Apply;
-%rename(set_learning_rate) loom::nn::Optimizer::SetLearningRate;
-%rename(make_mlp) loom::nn::MakeMlp;
+// ---- nn/layer.h, nn/cnn_layers.h ----
+%ignore loom::nn::Layer::operator();
+%ignore loom::nn::ReLU;  // C++ shorthand for Activation(Act::kReLU); Python has layer.ReLU
+%ignore loom::nn::Sequential::Sequential(std::vector<std::shared_ptr<Layer>>);  // Python adds one by one
+%ignore loom::nn::Sequential::Add;  // returns Sequential&; add() below returns nothing
+%include "nn/layer.h"
+%include "nn/cnn_layers.h"
 
-namespace loom {
-namespace nn {
+// ---- nn/optimizer.h ----
+// Ignored: references into the optimizer's own tensors (a non-owning Python proxy would outlive
+// them) and Step, whose (param, grad) vector Python does not build (optimizer_step below).
+%ignore loom::nn::Optimizer::Step;
+%ignore loom::nn::Optimizer::LearningRateTensor;
+%ignore loom::nn::Optimizer::states;
+%ignore loom::nn::Optimizer::EnsureState;
+%include "nn/optimizer.h"
 
-typedef std::vector<std::pair<std::string, Tensor>> NamedTensors;
-
-class Layer {
- public:
-  virtual ~Layer();
-  virtual Tensor Forward(const Tensor& x);  // pure in C++; declared plain so subclasses get constructors
-  virtual std::string TypeName() const;
-  NamedTensors Params() const;
-  NamedTensors States() const;
-  void Train(bool on = true);
-  bool training() const;
- private:
-  Layer();
-};
-
-struct LayerOptions {
-  std::shared_ptr<Device> device;
-  DType dtype;
-};
-
-class Linear : public Layer {
- public:
-  Linear(int64_t in, int64_t out, bool bias, LayerOptions o);
-};
-
-enum class Act { kReLU, kLeakyReLU, kSigmoid, kTanh, kGELU, kSoftplus };
-class Activation : public Layer {
- public:
-  Activation(Act kind, double slope = 0.01);
-};
-
-class Dropout : public Layer {
- public:
-  explicit Dropout(double p);
-};
-
-class Flatten : public Layer {
- public:
-  explicit Flatten(int64_t start_axis = 1);
-};
-
-class Sequential : public Layer {
- public:
-  Sequential();
-  size_t size() const;
-};
-
-std::shared_ptr<Layer> MakeMlp(const std::vector<int64_t>& dims, LayerOptions o);
-
-class Optimizer {
- public:
-  virtual ~Optimizer();
-  virtual void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "");
-  void SetLearningRate(double lr);
-  double learning_rate() const;
- private:
-  Optimizer();
-};
-
-class SGD : public Optimizer {
- public:
-  SGD(double lr, double momentum = 0, double weight_decay = 0, bool nesterov = false, double dampening = 0);
-};
-
-class Adam : public Optimizer {
- public:
-  Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0,
-       bool decoupled = false);
-  int64_t steps_taken(const std::shared_ptr<Device>& dev);
-};
-
-enum class LossKind { kSoftmaxCrossEntropy, kMse };
-
-class Model {
- public:
-  Model(std::shared_ptr<Layer> net, std::shared_ptr<Optimizer> optimizer, LossKind loss);
-  void Compile(const std::vector<Tensor>& inputs, bool is_train = true, bool use_graph = false,
-               bool sequential = true, const GraphOptions& options = GraphOptions());
-  Tensor Forward(const Tensor& x);
-  void Train(bool on = true);
-  void Eval();
-  NamedTensors Params() const;
-  NamedTensors States() const;
-  bool compiled() const;
-  bool use_graph() const;
-  void set_recapture(bool on);
-  int64_t steps() const;
-};
-
-}  // namespace nn
-}  // namespace loom
+// ---- nn/model.h, nn/models.h ----
+// TrainOneBatch's result, (output, loss): tensors the graph rewrites on every replay; read them
+// before the next call.
+%ignore loom::nn::Model::StepResult;
+%typemap(out) loom::nn::Model::StepResult {
+  PyObject* out = loom_py::WrapTensor($1.output);
+  PyObject* loss = loom_py::WrapTensor($1.loss);
+  $result = out && loss ? PyTuple_Pack(2, out, loss) : nullptr;
+  Py_XDECREF(out);
+  Py_XDECREF(loss);
+  if (!$result) SWIG_fail;
+}
+// References into the model (net, optimizer) would be non-owning proxies; the net and optimizer
+// are reached from Python's own handles. train_graph is a shared handle (device.i).
+%ignore loom::nn::Model::net;
+%ignore loom::nn::Model::optimizer;
+%include "nn/model.h"
+// Exceptions to the naming rule: SINGA's zoo spells ResNet as one word.
+%rename(make_resnet18) loom::nn::MakeResNet18;
+%rename(make_resnet50) loom::nn::MakeResNet50;
+%include "nn/models.h"
 
 %extend loom::nn::Sequential {
   void add(std::shared_ptr<loom::nn::Layer> layer) {
@@ -185,33 +132,13 @@ class Model {
   }
 }
 
-%extend loom::nn::Model {
-  // (output, loss): tensors the graph rewrites on every replay; read them before the next call.
-  PyObject* TrainOneBatch(const loom::Tensor& x, const loom::Tensor& y) {
-    loom::nn::Model::StepResult r = $self->TrainOneBatch(x, y);
-    PyObject* out = loom_py::WrapTensor(r.output);
-    PyObject* loss = loom_py::WrapTensor(r.loss);
-    if (!out || !loss) {
-      Py_XDECREF(out);
-      Py_XDECREF(loss);
-      throw loom_py::PythonError();
-    }
-    PyObject* t = PyTuple_Pack(2, out, loss);
-    Py_DECREF(out);
-    Py_DECREF(loss);
-    if (!t) throw loom_py::PythonError();
-    return t;
-  }
-  std::shared_ptr<loom::Graph> train_graph() { return $self->train_graph(); }
-}
-
 %inline %{
 namespace loom_py {
 // Backward from `loss` with each gradient handed to `opt` as soon as it is final (the memory-
 // friendly order: a gradient dies right after its update). Optimizer state is keyed by the
 // parameter's storage, so two parameters that share a name never share momentum.
-void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss, int64_t step) {
-  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(step, g, p, ""); });
+void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss) {
+  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(g, p, ""); });
 }
 }  // namespace loom_py
 %}

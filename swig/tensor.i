@@ -39,52 +39,37 @@ static bool HoldsDType(const char* f, Py_ssize_t itemsize, loom::DType dtype) {
 }  // namespace loom_py
 %}
 
-// Python names (declared before the declarations they rename).
-%rename(dtype_size) loom::SizeOf;
-%rename(dtype_name) loom::Name;  // Name(DType): the only Name declared to SWIG
-%rename(dtype_from_name) loom::DTypeFromName;
-%rename(device) loom::Tensor::device_ptr;
-%rename(detach) loom::Tensor::Detach;
-%rename(to_string) loom::Tensor::ToString;
-%rename(describe) loom::Tensor::Describe;
-%rename(contiguous) loom::Tensor::Contiguous;
+// Exceptions to the naming rule (Note [Bindings come from the headers] in loom.i).
+%rename(dtype_size) loom::SizeOf;  // size_of would not say of what
+%rename(dtype_name) loom::Name(DType);
+%rename(device) loom::Tensor::device_ptr;  // Tensor::device() is the raw pointer, ignored below
 
-namespace loom {
+// Type information only: Shape is std::vector<int64_t>, converted by typemaps.i; the shape
+// helpers stay C++'s.
+%import "core/shape.h"
 
-enum class DType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kBool };
-size_t SizeOf(DType t);
-const char* Name(DType t);
-DType DTypeFromName(const std::string& name);
+// dtype.h: the DType enum, SizeOf, Name, IsFloating, DTypeFromName.
+%ignore loom::DTypeOf;  // a compile-time trait
+%include "core/dtype.h"
 
-typedef std::vector<int64_t> Shape;
-
-class Device;
-
-class Tensor {
- public:
-  Tensor();
-  Tensor(const Shape& shape, DType dtype, std::shared_ptr<Device> device);
-
-  bool defined() const;
-  const Shape& shape() const;
-  int64_t ndim() const;
-  const Shape& strides() const;
-  int64_t offset() const;
-  DType dtype() const;
-  int64_t numel() const;
-  size_t nbytes() const;
-  bool is_contiguous() const;
-  const std::shared_ptr<Device>& device_ptr() const;
-
-  bool requires_grad() const;
-  const std::string& name() const;
-  Tensor Detach() const;
-  std::string ToString(int64_t max_items = 8) const;
-  std::string Describe() const;
-  Tensor Contiguous() const;
-};
-
-}  // namespace loom
+// tensor.h: the Tensor handle. Ignored: what hands out raw pointers, blocks or autograd nodes
+// (kernels' and autograd's business), templates, and the setters that return Tensor& (a
+// second, non-owning Python proxy); the %extend below has Python's versions of those.
+%ignore loom::AutogradMeta;
+%ignore loom::Tensor::Tensor(std::shared_ptr<Block>, Shape, Shape, int64_t, DType);
+%ignore loom::Tensor::block;
+%ignore loom::Tensor::block_ptr;
+%ignore loom::Tensor::device;
+%ignore loom::Tensor::raw_data;
+%ignore loom::Tensor::set_requires_grad;
+%ignore loom::Tensor::grad_fn;
+%ignore loom::Tensor::meta;
+%ignore loom::Tensor::set_meta;
+%ignore loom::Tensor::set_name;
+%ignore loom::Tensor::Item;          // item() below returns an int, bool or float by dtype
+%ignore loom::Tensor::CopyFromHost;  // _copy_from_buffer below takes any Python buffer
+%ignore loom::CheckHostReadAllowed;
+%include "core/tensor.h"
 
 %extend loom::Tensor {
   // Tensor& returns would hand Python a second, non-owning proxy; these return nothing.

@@ -226,10 +226,10 @@ int Train(const Flags& f) {
                 f.graph ? (f.parallel ? "graph (parallel replay)" : "graph (serial replay)") : "eager");
   out << line << std::endl;
 
-  auto train_step = [&](int64_t step) {
+  auto train_step = [&]() {
     Tensor loss = ops::SoftmaxCrossEntropy(Forward(model, x), y);
     // Each parameter is updated as soon as its gradient is final, so gradients do not pile up.
-    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { sgd.Apply(step, g, p, p.name()); });
+    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { sgd.Apply(g, p, p.name()); });
     return loss;
   };
   // Graph mode: the inputs get their first batch, then one step is captured (nothing runs);
@@ -242,7 +242,7 @@ int Train(const Flags& f) {
     y.CopyFrom(by);
     loom::GraphOptions options;
     options.memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
-    graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(0); }, options);
+    graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(); }, options);
     out << graph->Summary() << std::endl;
   }
   std::vector<float> w_last_before = model.w.back().ToVector<float>();
@@ -259,7 +259,7 @@ int Train(const Flags& f) {
       graph->Run(/*sequential=*/!f.parallel);
       loss = graph_loss;
     } else {
-      loss = train_step(step);
+      loss = train_step();
     }
     dev->Synchronize();
     auto t1 = std::chrono::steady_clock::now();

@@ -71,6 +71,9 @@ struct BackwardArgs {
 
 struct OpDef {
   std::string name;
+  // Why the op has no Python function of its name ("backward of relu", "made by a graph pass");
+  // null for a user-facing op, which loom.autograd then provides (test/python/test_bindings.py).
+  const char* internal = nullptr;
   // Validates inputs and attributes (throwing typed errors that name the op) and returns the
   // outputs' shapes and dtypes.
   std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;

@@ -71,7 +71,7 @@ std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
   Tensor loss = ComputeLoss(out, in[1]);
   // Each parameter is updated as soon as its gradient is final, so gradients never pile up: the
   // step's peak is the activations plus one layer's gradients, not all of them.
-  Backward(loss, [this](const Tensor& p, const Tensor& g) { opt_->Apply(steps_, g, p, p.name()); });
+  Backward(loss, [this](const Tensor& p, const Tensor& g) { opt_->Apply(g, p, p.name()); });
   return {out.Detach(), loss.Detach()};
 }
 

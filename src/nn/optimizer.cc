@@ -11,7 +11,7 @@ Optimizer::Optimizer(double lr) : lr_(lr) {
 }
 
 void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
-  for (const auto& pg : param_grads) Apply(0, pg.second, pg.first, pg.first.name());
+  for (const auto& pg : param_grads) Apply(pg.second, pg.first, pg.first.name());
 }
 
 Tensor Optimizer::DeviceScalar(const std::shared_ptr<Device>& dev, double value) {
@@ -70,7 +70,7 @@ SGD::SGD(double lr, double momentum, double weight_decay, bool nesterov, double 
              "[sgd] Nesterov momentum needs momentum > 0 and no dampening");
 }
 
-void SGD::Apply(int64_t, const Tensor& grad, const Tensor& param, const std::string& name) {
+void SGD::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {
   CheckParamGrad("sgd", grad, param);
   NoGradGuard no_grad;
   Attrs a{{"momentum", momentum_}, {"weight_decay", weight_decay_}, {"nesterov", int64_t(nesterov_)},
@@ -91,7 +91,7 @@ Adam::Adam(double lr, double beta1, double beta2, double eps, double weight_deca
   LOOM_CHECK(eps > 0, ValueError, "[adam] eps ", eps, " must be positive");
 }
 
-void Adam::Apply(int64_t, const Tensor& grad, const Tensor& param, const std::string& name) {
+void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {
   CheckParamGrad("adam", grad, param);
   NoGradGuard no_grad;
   Device* dev = param.device();

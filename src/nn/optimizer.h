@@ -21,10 +21,9 @@ class Optimizer {
   explicit Optimizer(double lr);
   virtual ~Optimizer() = default;
 
-  // SINGA's spelling: update `param` in place with `grad`. `step` is the caller's step number
-  // (informational: the device-side count is what the update reads); `name` keys the state
-  // (empty: keyed by the parameter's storage).
-  virtual void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") = 0;
+  // Updates `param` in place with `grad`; `name` keys the state (empty: keyed by the parameter's
+  // storage). Step counts live on the device (Adam's), never in the call.
+  virtual void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") = 0;
   // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss).
   void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
 
@@ -57,7 +56,7 @@ class SGD : public Optimizer {
  public:
   explicit SGD(double lr, double momentum = 0, double weight_decay = 0, bool nesterov = false,
                double dampening = 0);
-  void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+  void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") override;
   bool HasSlot(const std::string& slot) const override { return slot == "momentum" && momentum_ > 0; }
 
  private:
@@ -71,7 +70,7 @@ class Adam : public Optimizer {
  public:
   explicit Adam(double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8, double weight_decay = 0,
                 bool decoupled = false);
-  void Apply(int64_t step, const Tensor& grad, const Tensor& param, const std::string& name = "") override;
+  void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") override;
   bool HasSlot(const std::string& slot) const override { return slot == "m" || slot == "v"; }
   // Number of completed steps (a host read: synchronises).
   int64_t steps_taken(const std::shared_ptr<Device>& dev);

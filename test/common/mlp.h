@@ -46,7 +46,7 @@ struct Mlp {
   // One training step: forward, backward, an optimizer update per parameter. Returns the loss.
   Tensor Step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, double dropout = 0) const {
     Tensor loss = ops::SoftmaxCrossEntropy(Logits(x, dropout), y);
-    for (auto& pg : Backward(loss)) opt.Apply(0, pg.second, pg.first, pg.first.name());
+    for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
     return loss;
   }
 

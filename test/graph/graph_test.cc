@@ -284,7 +284,7 @@ TEST_F(GraphTest, WeightGradientsFuseIntoTheirUpdatesAndStayBitwiseEqual) {
   auto held = Capture("held", [&] {
     Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(b.first), b.second);
     grads = Backward(loss);
-    for (auto& pg : grads) opt.Apply(0, pg.second, pg.first, pg.first.name());
+    for (auto& pg : grads) opt.Apply(pg.second, pg.first, pg.first.name());
   });
   EXPECT_EQ(held->stats().fused_ops, 0u);
   held->Run();
@@ -369,7 +369,7 @@ TEST_F(GraphTest, LearningRateScheduleTakesEffectWithoutRecapture) {
   nn::SGD opt(0.1);
   auto g = Capture("lr", [&] {
     Tensor loss = ops::Sum(ops::Mul(w, x));
-    for (auto& pg : Backward(loss)) opt.Apply(0, pg.second, pg.first);
+    for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first);
   });
   auto step_size = [&] {
     std::vector<double> before = w.ToVector<double>();
@@ -403,7 +403,7 @@ TEST_F(GraphTest, WriteAfterReadOnParameterIsOrderedUnderParallelReplay) {
   Tensor y;
   auto captured = Capture("war", [&] {
     y = ops::MatMul(x, p);  // op 0: reads p (slow)
-    opt.Apply(0, g, p);     // op 1: writes p, depends on nothing but the WAR edge
+    opt.Apply(g, p);     // op 1: writes p, depends on nothing but the WAR edge
   }, options);
   const Graph& graph = *captured;
   bool war = false;

@@ -270,7 +270,7 @@ TEST(Optimizers, AdamMatchesReferenceFormula) {
   double m[2] = {0, 0}, v[2] = {0, 0}, ref[2] = {1.0, -2.0};
   for (int t = 1; t <= 3; ++t) {
     Tensor loss = ops::Sum(ops::Mul(w, w));  // grad = 2w
-    for (auto& pg : Backward(loss)) adam.Apply(t, pg.second, pg.first);
+    for (auto& pg : Backward(loss)) adam.Apply(pg.second, pg.first);
     for (int i = 0; i < 2; ++i) {
       double g = 2 * ref[i];
       m[i] = 0.9 * m[i] + 0.1 * g;
@@ -292,7 +292,7 @@ TEST(Optimizers, SgdNesterovAndWeightDecayMatchReference) {
   double buf[2] = {0, 0}, ref[2] = {0.5, -1.5};
   for (int t = 0; t < 3; ++t) {
     Tensor loss = ops::Sum(ops::Mul(w, w));
-    for (auto& pg : Backward(loss)) sgd.Apply(t, pg.second, pg.first);
+    for (auto& pg : Backward(loss)) sgd.Apply(pg.second, pg.first);
     for (int i = 0; i < 2; ++i) {
       double g = 2 * ref[i] + 0.01 * ref[i];
       buf[i] = 0.9 * buf[i] + g;

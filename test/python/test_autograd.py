@@ -152,10 +152,6 @@ def pool_np(x, k, s, mode):
     return out
 
 
-needs_cnn = pytest.mark.skipif(not loom.HAVE_CNN, reason="loom built without the CNN ops")
-
-
-@needs_cnn
 @pytest.mark.parametrize("stride,pad", [(1, 0), (1, 1), (2, 1)])
 def test_conv2d(dev, stride, pad):
     x, w, b = RNG.normal(size=(2, 3, 5, 5)), RNG.normal(size=(4, 3, 3, 3)), RNG.normal(size=(4,))
@@ -165,7 +161,6 @@ def test_conv2d(dev, stride, pad):
              [x, w], fd=False)
 
 
-@needs_cnn
 def test_pooling(dev):
     x = RNG.normal(size=(2, 2, 6, 6))
     check_op(dev, lambda x: ag.pooling(x, 2, 2), lambda x: pool_np(x, 2, 2, "max"), [x])
@@ -174,7 +169,6 @@ def test_pooling(dev):
     check_op(dev, ag.global_avg_pool, lambda x: x.mean(axis=(2, 3)), [x])
 
 
-@needs_cnn
 def test_batchnorm_training_and_running_statistics(dev):
     x, g, b = RNG.normal(2, 3, size=(4, 3, 2, 2)), RNG.normal(size=(3,)), RNG.normal(size=(3,))
 
@@ -196,7 +190,6 @@ def test_batchnorm_training_and_running_statistics(dev):
     np.testing.assert_allclose(y.to_numpy(), want * g[None, :, None, None] + b[None, :, None, None], rtol=1e-8)
 
 
-@needs_cnn
 def test_layernorm_and_embedding(dev):
     x, g, b = RNG.normal(size=(3, 4)), RNG.normal(size=(4,)), RNG.normal(size=(4,))
 
@@ -258,8 +251,7 @@ def test_op_errors_name_the_op(dev):
         ag.add(a, b)  # shapes do not broadcast
     with pytest.raises(TypeError):
         ag.matmul(a, tensor.zeros((3, 2), dev, "int32"))  # loom.DTypeError
-    if loom.HAVE_CNN:
-        with pytest.raises(loom.ShapeError):
-            ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 2, 3, 3), dev))
-        with pytest.raises(loom.ValueError):
-            ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 3, 3, 3), dev), stride=(1, 2, 3))
+    with pytest.raises(loom.ShapeError):
+        ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 2, 3, 3), dev))
+    with pytest.raises(loom.ValueError):
+        ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 3, 3, 3), dev), stride=(1, 2, 3))

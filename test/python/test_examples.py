@@ -5,8 +5,6 @@ import sys
 
 import pytest
 
-import loom
-
 from conftest import python_env
 
 
@@ -25,7 +23,6 @@ def test_mlp_example(root, mode):
     assert "step 12/12" in progress or "12/12" in progress
 
 
-@pytest.mark.skipif(not loom.HAVE_CNN, reason="loom built without the CNN layers")
 @pytest.mark.parametrize("mode", ["--graph", "--eager"])
 def test_cnn_example(root, mode):
     res, _ = run(root, "cnn.py", mode, "--steps", "8", "--batch", "16")

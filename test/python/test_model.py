@@ -328,7 +328,6 @@ def test_native_model_errors(dev):
         m.compile([tensor.zeros((2, 5), dev)])
 
 
-@pytest.mark.skipif(not loom.HAVE_CNN, reason="loom built without the CNN layers")
 def test_cnn_models_train_in_both_modes(dev):
     class CNN(model.Model):
         def __init__(self):

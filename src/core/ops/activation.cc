@@ -21,6 +21,7 @@ using namespace opdecl;
     };                                                                                           \
   }                                                                                              \
   LOOM_OP(opname##_grad) {                                                                       \
+    def.internal = "backward of " #opname;                                                       \
     def.infer = LOOM_GRAD_INFER(opname##_grad);                                                  \
     def.shareable_inputs = {0, 1};                                                               \
   }

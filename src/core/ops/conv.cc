@@ -106,6 +106,7 @@ LOOM_OP(conv2d) {
 
 // w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(conv2d_grad_input) {
+  def.internal = "backward of conv2d";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_input";
     CheckArity(op, in, 2);
@@ -119,6 +120,7 @@ LOOM_OP(conv2d_grad_input) {
 
 // x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: w_shape (O, C/g, KH, KW)
 LOOM_OP(conv2d_grad_weight) {
+  def.internal = "backward of conv2d";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_weight";
     CheckArity(op, in, 2);
@@ -132,6 +134,7 @@ LOOM_OP(conv2d_grad_weight) {
 
 // dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
 LOOM_OP(conv2d_grad_bias) {
+  def.internal = "backward of conv2d";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("conv2d_grad_bias", in, 1);
     CheckFloat("conv2d_grad_bias", in[0], "dy");

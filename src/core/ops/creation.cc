@@ -24,6 +24,7 @@ LOOM_OP(bernoulli) {
 }
 
 LOOM_OP(copy) {
+  def.internal = "made by ops::CopyInto (loom.core.copy_into, Tensor.copy) and Tensor::Contiguous";
   def.accepts_strided = true;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("copy", in, 1);

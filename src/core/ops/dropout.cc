@@ -33,6 +33,7 @@ LOOM_OP(dropout) {
 
 // (mask, dy) -> dx = dy * mask / (1 - p)
 LOOM_OP(dropout_grad) {
+  def.internal = "backward of dropout";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("dropout_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kUInt8, DTypeError, "[dropout_grad] mask must be uint8, got ",

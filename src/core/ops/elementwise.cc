@@ -150,6 +150,7 @@ LOOM_OP(abs) {
   };
 }
 LOOM_OP(abs_grad) {
+  def.internal = "backward of abs";
   def.infer = LOOM_PAIR_INFER(abs_grad);
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy * sign(x)
@@ -161,6 +162,7 @@ LOOM_OP(clamp) {
   };
 }
 LOOM_OP(clamp_grad) {
+  def.internal = "backward of clamp";
   def.infer = LOOM_PAIR_INFER(clamp_grad);
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy where lo <= x <= hi

@@ -131,6 +131,7 @@ LOOM_OP(add_bias) {
 
 // dy: (..., N) -> db: (N), the sum over all leading dimensions
 LOOM_OP(bias_grad) {
+  def.internal = "backward of add_bias";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("bias_grad", in, 1);
     CheckFloat("bias_grad", in[0]);

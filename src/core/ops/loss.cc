@@ -42,6 +42,7 @@ LOOM_OP(softmax) {
 }
 // (y, dy) -> dx = y * (dy - sum(dy * y, axis))
 LOOM_OP(softmax_grad) {
+  def.internal = "backward of softmax";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmaxGrad("softmax_grad", in, a); };
 }
 
@@ -55,6 +56,7 @@ LOOM_OP(log_softmax) {
 }
 // (y, dy) -> dx = dy - exp(y) * sum(dy, axis)
 LOOM_OP(log_softmax_grad) {
+  def.internal = "backward of log_softmax";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     return InferSoftmaxGrad("log_softmax_grad", in, a);
   };
@@ -104,6 +106,7 @@ LOOM_OP(softmax_cross_entropy) {
 }
 // (log_probs (N, C), labels, dy ()) -> dlogits (N, C) = (softmax * sum(labels, row) - labels) * dy / N
 LOOM_OP(softmax_cross_entropy_grad) {
+  def.internal = "backward of softmax_cross_entropy";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     return InferLossGrad("softmax_cross_entropy_grad", in);
   };
@@ -128,6 +131,7 @@ LOOM_OP(mse) {
 }
 // (pred, target, dy ()) -> dpred = 2 (pred - target) * dy / numel
 LOOM_OP(mse_grad) {
+  def.internal = "backward of mse";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return InferLossGrad("mse_grad", in); };
 }
 

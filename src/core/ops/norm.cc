@@ -41,6 +41,7 @@ void CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
 //   -> y: (N, C, ...), batch mean (C), batch invstd (C), running_mean, running_var (in place)
 LOOM_OP(batch_norm_train) {
+  def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in training mode";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckBatchNormInputs("batch_norm_train", in);
     const Shape& x = in[0].shape;
@@ -68,6 +69,7 @@ LOOM_OP(batch_norm_train) {
 
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y: (N, C, ...)
 LOOM_OP(batch_norm_infer) {
+  def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in inference mode";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckBatchNormInputs("batch_norm_infer", in);
     return std::vector<TensorMeta>{in[0]};
@@ -88,6 +90,7 @@ LOOM_OP(batch_norm_infer) {
 // training = 1: mean and s are the batch mean and invstd, and dx includes the gradient through
 // the batch statistics. training = 0: they are the running mean and variance, constants.
 LOOM_OP(batch_norm_grad) {
+  def.internal = "backward of batch_norm_train";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("batch_norm_grad", in, 5);
     CheckFloat("batch_norm_grad", in[0]);
@@ -133,6 +136,7 @@ LOOM_OP(layer_norm) {
 // x: (..., D), gamma: (D), mean, invstd: (...), dy: (..., D) -> dx, dgamma (D), dbeta (D)
 // (D stands for the normalised axes, flattened)
 LOOM_OP(layer_norm_grad) {
+  def.internal = "backward of layer_norm";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("layer_norm_grad", in, 5);
     CheckFloat("layer_norm_grad", in[0]);

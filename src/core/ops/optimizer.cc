@@ -10,6 +10,7 @@ using namespace opdecl;
 // inputs: param, grad, lr (float64 scalar) [, momentum buffer] -> outputs: param [, buffer]
 // attrs: momentum, weight_decay, nesterov (0/1), dampening
 LOOM_OP(sgd_update) {
+  def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() == 3 || in.size() == 4, ValueError, "[sgd_update] takes 3 or 4 inputs, got ", in.size());
     CheckFloat("sgd_update", in[0], "parameter");
@@ -30,6 +31,7 @@ LOOM_OP(sgd_update) {
 // weight gradient of a linear layer, K = batch), computed a few rows at a time and applied while
 // the rows are in cache: the gradient is never stored.
 LOOM_OP(matmul_sgd_update) {
+  def.internal = "made only by the graph pass in graph/fuse.cc";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     LOOM_CHECK(in.size() == 4 || in.size() == 5, ValueError, "[matmul_sgd_update] takes 4 or 5 inputs, got ",
                in.size());
@@ -51,6 +53,7 @@ LOOM_OP(matmul_sgd_update) {
 // inputs: param, grad, lr, m, v, step (float64 scalar, the step count after this update)
 // -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled (AdamW, 0/1)
 LOOM_OP(adam_update) {
+  def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("adam_update", in, 6);
     CheckFloat("adam_update", in[0], "parameter");
@@ -64,6 +67,7 @@ LOOM_OP(adam_update) {
 // inputs: counter (float64 scalar) -> outputs: counter + 1, in place. Keeps the optimizer's
 // step count on the device so that replays advance it.
 LOOM_OP(increment) {
+  def.internal = "nn::Adam's step count, reached through loom.opt.Adam";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("increment", in, 1);
     return std::vector<TensorMeta>{in[0]};

@@ -91,6 +91,7 @@ LOOM_OP(max_pool2d) {
 }
 // argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(max_pool2d_grad) {
+  def.internal = "backward of max_pool2d";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("max_pool2d_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kInt32 && in[0].shape == in[1].shape, ShapeError,
@@ -108,6 +109,7 @@ LOOM_OP(avg_pool2d) {
 }
 // dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(avg_pool2d_grad) {
+  def.internal = "backward of avg_pool2d";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("avg_pool2d_grad", in, 1);
     return InferPoolGrad("avg_pool2d_grad", in[0], a);
@@ -130,6 +132,7 @@ LOOM_OP(global_avg_pool) {
 }
 // dy: (N, C) -> dx: x_shape (N, C, H, W) = dy / (H W) everywhere in the plane
 LOOM_OP(global_avg_pool_grad) {
+  def.internal = "backward of global_avg_pool";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("global_avg_pool_grad", in, 1);
     CheckFloat("global_avg_pool_grad", in[0], "dy");

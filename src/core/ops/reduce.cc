@@ -60,6 +60,7 @@ LOOM_OP(max) {  // attrs as sum; ties share the gradient equally
 }
 // (x (outer, R, inner), y (outer, 1, inner), dy (outer, 1, inner)) -> dx: dy / ties where x == y
 LOOM_OP(max_grad) {
+  def.internal = "backward of max";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("max_grad", in, 3);
     return std::vector<TensorMeta>{in[0]};

@@ -206,6 +206,7 @@ LOOM_OP(slice) {
 // dy: the slice's output gradient -> dx: zeros of the input's shape ("shape" attr) with dy
 // written at [start, end) along axis.
 LOOM_OP(slice_grad) {
+  def.internal = "backward of slice";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("slice_grad", in, 1);
     const Shape& full = a.Ints("shape");

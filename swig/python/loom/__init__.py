@@ -27,5 +27,4 @@ from .core import Graph, graph_option_fields, graph_stats_fields
 ValueError = errors.ValueError
 IOError = errors.IOError
 
-HAVE_CNN = core.HAVE_CNN
 __version__ = "0.1.0"

@@ -12,31 +12,23 @@ it is recorded into the graph instead of running.
 import contextlib
 
 from . import core, errors
-from .core import (  # noqa: F401  (re-exported: these are the op functions themselves)
-    abs,
-    add_bias,
-    broadcast_to,
-    clamp,
-    exp,
-    gelu,
-    leaky_relu,
-    log,
-    log_softmax,
-    matmul,
-    mse_loss,
-    neg,
-    permute,
-    relu,
-    sigmoid,
-    softmax,
-    softmax_cross_entropy,
-    softplus,
-    sqrt,
-    sum_to,
-    tanh,
-    transpose,
-)
 from .tensor import Tensor, _axes, _shape
+
+
+def _op_functions():
+    """{name: core function} for every user-facing registered op (OpDef::internal unset) that
+    loom.core binds under the op's own name: what SWIG read from core/ops.h and core/ops_cnn.h
+    (Note [Bindings come from the headers] in swig/loom.i). A new op appears here by itself."""
+    return {name: getattr(core, name) for name in core.list_ops()
+            if not core.op_internal(name) and callable(getattr(core, name, None))}
+
+
+# The op functions themselves (one C call, no Python in between). The definitions below replace
+# the few whose SINGA spelling takes other arguments (numbers, None, axis=None, pairs).
+globals().update(_op_functions())
+from .core import mse_loss, sum_to  # noqa: E402,F401  (core/ops.h functions made of other ops)
+
+mse = mse_loss  # the registered op's name
 
 # SINGA's global mode flag: the default `training` of dropout and batchnorm here. Model.train()
 # and Model.eval() set it.
@@ -147,12 +139,7 @@ def dropout(x, ratio=0.5, training=None):
     return core.dropout(x, float(ratio), globals()["training"] if training is None else bool(training))
 
 
-# ---- convolutional networks (bound when loom is built with the CNN ops) ----
-
-def _need_cnn(op):
-    if not core.HAVE_CNN:
-        raise errors.Error(f"[{op}] this loom was built without the CNN ops (src/core/ops_cnn.h)")
-
+# ---- convolutional networks ----
 
 def _pair(v, what):
     if isinstance(v, int):
@@ -165,20 +152,17 @@ def _pair(v, what):
 
 def conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1):
     """x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None -> (N, O, OH, OW)."""
-    _need_cnn("conv2d")
     return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"),
                        _pair(padding, "conv2d padding"), _pair(dilation, "conv2d dilation"), groups)
 
 
 def max_pool_2d(x, kernel_size, stride=None, padding=0):
-    _need_cnn("max_pool_2d")
     return core.max_pool2d(x, _pair(kernel_size, "max_pool_2d kernel"),
                            () if stride is None else _pair(stride, "max_pool_2d stride"),
                            _pair(padding, "max_pool_2d padding"))
 
 
 def avg_pool_2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
-    _need_cnn("avg_pool_2d")
     return core.avg_pool2d(x, _pair(kernel_size, "avg_pool_2d kernel"),
                            () if stride is None else _pair(stride, "avg_pool_2d stride"),
                            _pair(padding, "avg_pool_2d padding"), count_include_pad)
@@ -195,14 +179,12 @@ pooling_2d = pooling
 
 
 def global_avg_pool(x):
-    _need_cnn("global_avg_pool")
     return core.global_avg_pool(x)
 
 
 def batchnorm(x, scale, bias, running_mean, running_var, training=None, momentum=0.1, eps=1e-5):
     """x: (N, C, ...); scale, bias, running_mean, running_var: (C). Training: batch statistics,
     running statistics updated in place; otherwise the running statistics."""
-    _need_cnn("batchnorm")
     t = globals()["training"] if training is None else bool(training)
     return core.batch_norm(x, scale, bias, running_mean, running_var, t, float(momentum), float(eps))
 
@@ -211,12 +193,10 @@ batchnorm_2d = batchnorm
 
 
 def layernorm(x, gamma, beta, eps=1e-5):
-    _need_cnn("layernorm")
     return core.layer_norm(x, gamma, beta, float(eps))
 
 
 def embedding(table, indices):
-    _need_cnn("embedding")
     return core.embedding(table, indices)
 
 

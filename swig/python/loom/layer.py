@@ -216,17 +216,11 @@ class Sequential(Layer):
 
 # ---- convolutional networks (NCHW) ----
 
-def _need_cnn(name):
-    if not core.HAVE_CNN:
-        raise errors.Error(f"[{name}] this loom was built without the CNN layers (src/nn/cnn_layers.h)")
-
-
 class Conv2d(NativeLayer):
     """x: (N, in_channels, H, W) -> (N, out_channels, OH, OW); square kernel, zero padding."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, dilation=1,
                  groups=1, device=None, dtype=None):
-        _need_cnn("Conv2d")
         super().__init__(core.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bool(bias), dilation,
                                      groups, _options(device, dtype)))
 
@@ -236,25 +230,21 @@ class BatchNorm2d(NativeLayer):
     mode as running = (1 - momentum) running + momentum batch."""
 
     def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
-        _need_cnn("BatchNorm2d")
         super().__init__(core.BatchNorm2d(num_features, float(momentum), float(eps), _options(device, dtype)))
 
 
 class LayerNorm(NativeLayer):
     def __init__(self, normalized_shape, eps=1e-5, device=None, dtype=None):
-        _need_cnn("LayerNorm")
         super().__init__(core.LayerNorm(_shape(normalized_shape), float(eps), _options(device, dtype)))
 
 
 class MaxPool2d(NativeLayer):
     def __init__(self, kernel_size, stride=None, padding=0):
-        _need_cnn("MaxPool2d")
         super().__init__(core.MaxPool2d(kernel_size, 0 if stride is None else stride, padding))
 
 
 class AvgPool2d(NativeLayer):
     def __init__(self, kernel_size, stride=None, padding=0):
-        _need_cnn("AvgPool2d")
         super().__init__(core.AvgPool2d(kernel_size, 0 if stride is None else stride, padding))
 
 
@@ -262,7 +252,6 @@ class GlobalAvgPool(NativeLayer):
     """(N, C, H, W) -> (N, C)."""
 
     def __init__(self):
-        _need_cnn("GlobalAvgPool")
         super().__init__(core.GlobalAvgPool())
 
 
@@ -270,7 +259,6 @@ class Embedding(NativeLayer):
     """indices: int (...) -> (..., dim)."""
 
     def __init__(self, num_embeddings, embedding_dim, device=None, dtype=None):
-        _need_cnn("Embedding")
         super().__init__(core.Embedding(num_embeddings, embedding_dim, _options(device, dtype)))
 
 
@@ -278,7 +266,6 @@ class BasicBlock(NativeLayer):
     """ResNet basic block (two 3x3 convolutions and a shortcut)."""
 
     def __init__(self, in_channels, out_channels, stride=1, device=None, dtype=None):
-        _need_cnn("BasicBlock")
         super().__init__(core.BasicBlock(in_channels, out_channels, stride, _options(device, dtype)))
 
 
@@ -286,5 +273,4 @@ class Bottleneck(NativeLayer):
     """ResNet bottleneck block (1x1, 3x3, 1x1; output channels 4 * mid_channels)."""
 
     def __init__(self, in_channels, mid_channels, stride=1, device=None, dtype=None):
-        _need_cnn("Bottleneck")
         super().__init__(core.Bottleneck(in_channels, mid_channels, stride, _options(device, dtype)))

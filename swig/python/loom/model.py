@@ -115,7 +115,39 @@ def _graph_step(fn):
     return train_one_batch
 
 
-class Model(Layer):
+class _Checkpoints:
+    """save_states / load_states, for Model and NativeModel: whatever has get_states(),
+    get_params(), `optimizer` and `device`."""
+
+    def save_states(self, path, meta=None):
+        """Writes every parameter and state (get_states(), by name) and, when the model has an
+        optimizer, its state (momentum, moments, learning rate, step count) to `path`, atomically
+        (a failure never leaves half a file). `meta`: extra dict name -> float."""
+        tensors = list(self.get_states().items())
+        all_meta = {k: float(v) for k, v in (meta or {}).items()}
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None:
+            opt_tensors, opt_meta = _io.optimizer_state_by_name(optimizer, self.get_params())
+            tensors += opt_tensors
+            all_meta.update(opt_meta)
+        _io.save_checkpoint(path, tensors, all_meta)
+
+    def load_states(self, path):
+        """Restores what save_states wrote into this model (same architecture: every state must
+        be in the file with the same shape and dtype, else one loom.IOError lists the mismatches
+        and nothing is copied), and into its optimizer when both have optimizer state. Returns the
+        checkpoint's metadata."""
+        ck = _io.load_checkpoint(path)
+        _io.restore_into(ck, self.get_states())
+        optimizer = getattr(self, "optimizer", None)
+        if optimizer is not None and _io.OPTIMIZER_PREFIX + "lr" in ck.meta:
+            params = self.get_params()
+            device = self.device or (next(iter(params.values())).device if params else None)
+            _io.restore_optimizer_by_name(ck, optimizer, params, device)
+        return {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
+
+
+class Model(Layer, _Checkpoints):
     """SINGA-style model: subclass it, define forward and train_one_batch."""
 
     def __init_subclass__(cls, **kwargs):
@@ -259,22 +291,8 @@ class Model(Layer):
     def device(self):
         return self._device
 
-    # ---- checkpoints ----
-    def save_states(self, path, meta=None):
-        """Writes every parameter and state (get_states(), by name) and, when the model has an
-        optimizer, its state (momentum, moments, learning rate, step count) to `path`, atomically
-        (a failure never leaves half a file). `meta`: extra dict name -> float."""
-        _save_states(self, path, meta)
 
-    def load_states(self, path):
-        """Restores what save_states wrote into this model (same architecture: every state must
-        be in the file with the same shape and dtype, else one loom.IOError lists the mismatches
-        and nothing is copied), and into its optimizer when both have optimizer state. Returns the
-        checkpoint's metadata."""
-        return _load_states(self, path)
-
-
-class NativeModel:
+class NativeModel(_Checkpoints):
     """The C++ nn::Model: a built-in network (NativeLayer or Sequential of them), a loss
     ('softmax_cross_entropy' or 'mse') and an optimizer; its step is entirely C++."""
 
@@ -342,44 +360,6 @@ class NativeModel:
     @property
     def device(self):
         return self._device
-
-    # ---- checkpoints ----
-    def save_states(self, path, meta=None):
-        """Writes every parameter and state (get_states(), by name) and, when the model has an
-        optimizer, its state (momentum, moments, learning rate, step count) to `path`, atomically
-        (a failure never leaves half a file). `meta`: extra dict name -> float."""
-        _save_states(self, path, meta)
-
-    def load_states(self, path):
-        """Restores what save_states wrote into this model (same architecture: every state must
-        be in the file with the same shape and dtype, else one loom.IOError lists the mismatches
-        and nothing is copied), and into its optimizer when both have optimizer state. Returns the
-        checkpoint's metadata."""
-        return _load_states(self, path)
-
-
-def _save_states(model, path, meta):
-    states = model.get_states()
-    tensors = list(states.items())
-    all_meta = {k: float(v) for k, v in (meta or {}).items()}
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None:
-        opt_tensors, opt_meta = _io.optimizer_state_by_name(optimizer, model.get_params())
-        tensors += opt_tensors
-        all_meta.update(opt_meta)
-    _io.save_checkpoint(path, tensors, all_meta)
-
-
-def _load_states(model, path):
-    ck = _io.load_checkpoint(path)
-    states = model.get_states()
-    _io.restore_into(ck, states)
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None and _io.OPTIMIZER_PREFIX + "lr" in ck.meta:
-        params = model.get_params()
-        device = model.device or (next(iter(params.values())).device if params else None)
-        _io.restore_optimizer_by_name(ck, optimizer, params, device)
-    return {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
 
 
 # ---- the model zoo (C++ networks) ----

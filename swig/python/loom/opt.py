@@ -17,17 +17,17 @@ class Optimizer:
     def __init__(self, impl):
         self._impl = impl
         self.step_count = 0
-        # The bound C++ method itself: sgd.apply(...) costs one C call.
-        self.apply = impl.apply
+        self._apply = impl.apply  # the bound C++ method
 
-    def apply(self, step, grad, param, name=""):  # replaced per instance in __init__
-        """Updates `param` in place with `grad`. `name` keys the optimizer state (momentum...);
+    def apply(self, step, grad, param, name=""):
+        """Updates `param` in place with `grad`. `step` is SINGA's and unused: the step count
+        lives on the device (replays advance it). `name` keys the optimizer state (momentum...);
         empty: keyed by the parameter's storage."""
-        self._impl.apply(step, grad, param, name)
+        self._apply(grad, param, name)
 
     def __call__(self, loss):
         """Backward from `loss`, updating every parameter as soon as its gradient is final."""
-        core.optimizer_step(self._impl, loss, self.step_count)
+        core.optimizer_step(self._impl, loss)
         self.step_count += 1
 
     backward_and_update = __call__
