@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Two builds of loom side by side: loom-bench from build A and build B, alternating per
+configuration and repetition (A first on even repetitions, B first on odd ones), so that the
+machine's drift hits both alike. Prints, per configuration and mode, the median over repetitions
+of each build's median ms per step, the ratio B / A, and peak memory of each.
+
+    tools/ab_bench.py --a OLD_BUILD --b NEW_BUILD [--reps 3] [--quick] [--out FILE.json]
+
+A typical before/after check of a change: build the old commit in its own folder (git worktree
+add /tmp/old OLD && cmake -S /tmp/old -B /tmp/old/build -G Ninja && cmake --build
+/tmp/old/build --target loom-bench), then run this with --a /tmp/old/build --b build.
+Configurations: the MLP at batch 1, 8 and 64, the small CNN at batch 32 and ResNet-18 at batch
+16 (the issue targets of tools/compare.sh), every CPU mode.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+# model, batch, timed steps, warm-up steps, rounds, learning rate (as tools/compare.sh)
+CONFIGS = [("mlp", 1, 200, 10, 4, 0.002), ("mlp", 8, 200, 10, 4, 0.01), ("mlp", 64, 100, 5, 4, 0.01),
+           ("cnn", 32, 30, 3, 3, 0.01), ("resnet18", 16, 8, 2, 2, 0.01)]
+MODES = "eager,graph-dynamic,graph-planned,graph-parallel"
+
+
+def run(build, model, batch, steps, warmup, rounds, lr, threads):
+    cmd = [os.path.join(build, "loom-bench"), "--model", model, "--batch", str(batch), "--mode", MODES,
+           "--steps", str(steps), "--warmup", str(warmup), "--rounds", str(rounds), "--lr", str(lr),
+           "--threads", str(threads), "--json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--a", required=True, help="build folder A (the reference)")
+    ap.add_argument("--b", required=True, help="build folder B")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--quick", action="store_true", help="a tenth of the steps: a smoke run, not a measurement")
+    ap.add_argument("--only", default="", help="comma-separated models to keep (mlp,cnn,resnet18)")
+    ap.add_argument("--out", default="", help="write every run's JSON and the summary here")
+    args = ap.parse_args()
+    configs = [c for c in CONFIGS if not args.only or c[0] in args.only.split(",")]
+    runs = {}  # (model, batch, mode, build) -> [median ms], [peak bytes]
+    for rep in range(args.reps):
+        for model, batch, steps, warmup, rounds, lr in configs:
+            if args.quick:
+                steps, rounds = max(2, steps // 10), 1
+            order = [("A", args.a), ("B", args.b)] if rep % 2 == 0 else [("B", args.b), ("A", args.a)]
+            for name, build in order:
+                for r in run(build, model, batch, steps, warmup, rounds, lr, args.threads):
+                    key = (model, batch, r["mode"], name)
+                    runs.setdefault(key, ([], []))
+                    runs[key][0].append(r["ms_per_step_median"])
+                    runs[key][1].append(r["peak_bytes"])
+            print(f"ab_bench: repetition {rep + 1}/{args.reps}: {model} batch {batch} done", file=sys.stderr)
+    rows = []
+    print(f"| model | batch | mode | A ms | B ms | B / A | A peak MiB | B peak MiB |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for model, batch, *_ in configs:
+        for mode in MODES.split(","):
+            a, b = runs.get((model, batch, mode, "A")), runs.get((model, batch, mode, "B"))
+            if not a or not b:
+                continue
+            ma, mb = statistics.median(a[0]), statistics.median(b[0])
+            pa, pb = max(a[1]) / 2**20, max(b[1]) / 2**20
+            rows.append({"model": model, "batch": batch, "mode": mode, "a_ms": a[0], "b_ms": b[0],
+                         "a_median_ms": ma, "b_median_ms": mb, "ratio": mb / ma, "a_peak_mib": pa, "b_peak_mib": pb})
+            print(f"| {model} | {batch} | {mode} | {ma:.3f} | {mb:.3f} | {mb / ma:.3f} | {pa:.2f} | {pb:.2f} |")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"a": args.a, "b": args.b, "reps": args.reps, "threads": args.threads, "rows": rows}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
