@@ -39,21 +39,14 @@ void FloatDispatch(DType t, const char* op, F&& f) {
   }
 }
 
-// ---- math, overloaded on float/double so templates pick the right precision ----
+// ---- math, overloaded on float/double so templates pick the right precision (the element-wise
+// ops' formulas are shared with the CPU instead: device/elementwise_formulas.h) ----
 __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
 __device__ __forceinline__ float Log(float x) { return logf(x); }
 __device__ __forceinline__ double Log(double x) { return log(x); }
-__device__ __forceinline__ float Log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double Log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float Tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double Tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float Pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double Pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float Abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double Abs(double x) { return fabs(x); }
 template <typename T> __device__ __forceinline__ T Infinity();
 template <> __device__ __forceinline__ float Infinity<float>() { return __int_as_float(0x7f800000); }
 template <> __device__ __forceinline__ double Infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
