@@ -7,16 +7,12 @@
 // outside [0, C) cannot throw from the GPU: Note [Errors found on the GPU] in cuda_device.h.
 #include <type_traits>
 
-#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
 namespace cuda {
 namespace {
 
-
-int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
-unsigned RowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20)); }
 
 // ---------------------------------------------------------------- softmax / log-softmax
 
