@@ -5,10 +5,10 @@
 //   graph_dump step.lgd --dot > g.dot   the Graphviz graph (dot -Tsvg g.dot > g.svg)
 //   graph_dump step.lgd --dot --no-deps without the dashed dependency edges
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
+#include "examples/common/flags.h"
 #include "io/graph_dump.h"
 
 namespace {
@@ -37,13 +37,19 @@ void PrintOps(const loom::GraphDump& d) {
 int main(int argc, char** argv) {
   std::string path;
   bool dot = false, ops = false, deps = true;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--dot")) dot = true;
-    else if (!std::strcmp(argv[i], "--ops")) ops = true;
-    else if (!std::strcmp(argv[i], "--no-deps")) deps = false;
-    else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) return Usage(argv[0]), 0;
-    else if (argv[i][0] == '-' || !path.empty()) return Usage(argv[0]);
-    else path = argv[i];
+  try {
+    loom::flags::Args a(argc, argv);
+    while (a.Next()) {
+      if (a.Is("-h") || a.Is("--help")) return Usage(argv[0]), 0;
+      else if (a.Switch("--dot")) dot = true;
+      else if (a.Switch("--ops")) ops = true;
+      else if (a.Switch("--no-deps")) deps = false;
+      else if (a.Positional() && path.empty()) path = a.name();
+      else a.Unknown();
+    }
+  } catch (const loom::flags::UsageError& e) {
+    std::fprintf(stderr, "graph_dump: %s\n", e.what());
+    return Usage(argv[0]);
   }
   if (path.empty()) return Usage(argv[0]);
   try {

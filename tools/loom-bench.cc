@@ -71,8 +71,6 @@ namespace ops = loom::ops;
 
 constexpr uint64_t kSeed = 20240607;
 
-using loom::flags::ParseDouble;
-using loom::flags::ParseInt;
 using loom::flags::UsageError;
 class NotTrainedError : public std::runtime_error {
  public:
@@ -191,56 +189,44 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    size_t eq = arg.find('=');
-    bool has_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_value) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
+  loom::flags::Args a(argc, argv);
+  while (a.Next()) {
+    if (a.Is("--help") || a.Is("-h")) {
       std::cout << kUsage;
       std::exit(0);
-    } else if (arg == "--model") {
-      f.model = next();
-    } else if (arg == "--batch") {
-      f.batch = ParseInt(arg, next(), 1);
-    } else if (arg == "--mode") {
+    } else if (a.Is("--model")) {
+      f.model = a.Value();
+    } else if (a.Is("--batch")) {
+      f.batch = a.Int(1);
+    } else if (a.Is("--mode")) {
       f.modes.clear();
-      for (const std::string& m : Split(next(), ',')) {
+      for (const std::string& m : Split(a.Value(), ',')) {
         Mode mode = ParseMode(m);
         if (std::find(f.modes.begin(), f.modes.end(), mode) == f.modes.end()) f.modes.push_back(mode);
       }
       if (f.modes.empty()) throw UsageError("--mode needs at least one mode");
-    } else if (arg == "--device") {
-      f.device = next();
+    } else if (a.Is("--device")) {
+      f.device = a.Value();
       if (f.device != "cpu" && f.device != "cuda")
         throw UsageError("--device must be cpu or cuda, got '" + f.device + "'");
-    } else if (arg == "--steps") {
-      f.steps = ParseInt(arg, next(), 2);
-    } else if (arg == "--warmup") {
-      f.warmup = ParseInt(arg, next(), 1);
-    } else if (arg == "--threads") {
-      f.threads = ParseInt(arg, next(), 1);
-    } else if (arg == "--json") {
-      if (has_value) throw UsageError("--json takes no value");
+    } else if (a.Is("--steps")) {
+      f.steps = a.Int(2);
+    } else if (a.Is("--warmup")) {
+      f.warmup = a.Int(1);
+    } else if (a.Is("--threads")) {
+      f.threads = a.Int(1);
+    } else if (a.Switch("--json")) {
       f.json = true;
-    } else if (arg == "--timeline") {
-      f.timeline_dir = next();
-    } else if (arg == "--rounds") {
-      f.rounds = ParseInt(arg, next(), 1);
-    } else if (arg == "--lr") {
-      f.lr = ParseDouble(arg, next());
-    } else if (arg == "--momentum") {
-      f.momentum = ParseDouble(arg, next());
+    } else if (a.Is("--timeline")) {
+      f.timeline_dir = a.Value();
+    } else if (a.Is("--rounds")) {
+      f.rounds = a.Int(1);
+    } else if (a.Is("--lr")) {
+      f.lr = a.Double();
+    } else if (a.Is("--momentum")) {
+      f.momentum = a.Double();
     } else {
-      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+      a.Unknown();
     }
   }
   bool known = false;

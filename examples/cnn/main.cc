@@ -118,21 +118,17 @@ int Run(const Flags& f) {
 int main(int argc, char** argv) {
   Flags f;
   try {
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--model") f.model = value();
-      else if (a == "--graph") f.graph = true;
-      else if (a == "--eager") f.graph = false;
-      else if (a == "--batch") f.batch = loom::flags::ParseInt(a, value(), 1);
-      else if (a == "--steps") f.steps = loom::flags::ParseInt(a, value(), 1);
-      else if (a == "--lr") f.lr = loom::flags::ParseDouble(a, value());
-      else if (a == "--data") f.data = value();
-      else if (a == "--print-every") f.print_every = loom::flags::ParseInt(a, value(), 1);
-      else throw std::invalid_argument("unknown argument '" + a + "'");
+    loom::flags::Args a(argc, argv);
+    while (a.Next()) {
+      if (a.Is("--model")) f.model = a.Value();
+      else if (a.Switch("--graph")) f.graph = true;
+      else if (a.Switch("--eager")) f.graph = false;
+      else if (a.Is("--batch")) f.batch = a.Int(1);
+      else if (a.Is("--steps")) f.steps = a.Int(1);
+      else if (a.Is("--lr")) f.lr = a.Double();
+      else if (a.Is("--data")) f.data = a.Value();
+      else if (a.Is("--print-every")) f.print_every = a.Int(1);
+      else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
     if (f.batch < 1 || f.steps < 1 || f.print_every < 1) throw std::invalid_argument("sizes must be positive");

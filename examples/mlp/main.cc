@@ -54,8 +54,6 @@ struct Flags {
   bool dynamic = false;   // graph memory recycled at refcount zero instead of the arena
 };
 
-using loom::flags::ParseDouble;
-using loom::flags::ParseInt;
 using loom::flags::UsageError;
 
 const char* kUsage =
@@ -74,42 +72,33 @@ const char* kUsage =
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    size_t eq = arg.find('=');
-    bool has_value = arg.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_value) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw UsageError(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
+  loom::flags::Args a(argc, argv);
+  while (a.Next()) {
+    if (a.Is("--help") || a.Is("-h")) {
       std::cout << kUsage;
       std::exit(0);
-    } else if (arg == "--batch") {
-      f.batch = ParseInt(arg, next(), 1);
-    } else if (arg == "--steps") {
-      f.steps = ParseInt(arg, next(), 1);
-    } else if (arg == "--lr") {
-      f.lr = ParseDouble(arg, next());
-    } else if (arg == "--momentum") {
-      f.momentum = ParseDouble(arg, next());
-    } else if (arg == "--print-every") {
-      f.print_every = ParseInt(arg, next(), 1);
-    } else if (arg == "--threads") {
-      f.threads = ParseInt(arg, next(), 1);
-    } else if (arg == "--graph" || arg == "--parallel" || arg == "--dynamic") {
-      if (has_value) throw UsageError(arg + " takes no value");
-      (arg == "--graph" ? f.graph : arg == "--parallel" ? f.parallel : f.dynamic) = true;
-    } else if (arg == "--json") {
-      if (has_value) throw UsageError("--json takes no value");
+    } else if (a.Is("--batch")) {
+      f.batch = a.Int(1);
+    } else if (a.Is("--steps")) {
+      f.steps = a.Int(1);
+    } else if (a.Is("--lr")) {
+      f.lr = a.Double();
+    } else if (a.Is("--momentum")) {
+      f.momentum = a.Double();
+    } else if (a.Is("--print-every")) {
+      f.print_every = a.Int(1);
+    } else if (a.Is("--threads")) {
+      f.threads = a.Int(1);
+    } else if (a.Switch("--graph")) {
+      f.graph = true;
+    } else if (a.Switch("--parallel")) {
+      f.parallel = true;
+    } else if (a.Switch("--dynamic")) {
+      f.dynamic = true;
+    } else if (a.Switch("--json")) {
       f.json = true;
     } else {
-      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+      a.Unknown();
     }
   }
   if ((f.parallel || f.dynamic) && !f.graph) throw UsageError("--parallel and --dynamic need --graph");

@@ -5,15 +5,11 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define LOOM_HALF_HD __host__ __device__ __forceinline__
-#else
-#define LOOM_HALF_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace loom {
 
-LOOM_HALF_HD uint16_t FloatToHalf(float f) {
+LOOM_HD uint16_t FloatToHalf(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -38,7 +34,7 @@ LOOM_HALF_HD uint16_t FloatToHalf(float f) {
   return uint16_t(half);
 }
 
-LOOM_HALF_HD float HalfToFloat(uint16_t h) {
+LOOM_HD float HalfToFloat(uint16_t h) {
   uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ffu;
@@ -62,7 +58,7 @@ LOOM_HALF_HD float HalfToFloat(uint16_t h) {
   return f;
 }
 
-LOOM_HALF_HD uint16_t FloatToBFloat16(float f) {
+LOOM_HD uint16_t FloatToBFloat16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40u);  // quiet nan
@@ -70,7 +66,7 @@ LOOM_HALF_HD uint16_t FloatToBFloat16(float f) {
   return uint16_t((x + rounding) >> 16);
 }
 
-LOOM_HALF_HD float BFloat16ToFloat(uint16_t b) {
+LOOM_HD float BFloat16ToFloat(uint16_t b) {
   uint32_t x = uint32_t(b) << 16;
   float f;
   std::memcpy(&f, &x, 4);
@@ -80,7 +76,7 @@ LOOM_HALF_HD float BFloat16ToFloat(uint16_t b) {
 // float64 -> float32 rounded to odd, for casts to float16/bfloat16: a second rounding of the
 // result to at most 11 significant bits is then correctly rounded (24 >= 2 * 11 + 2), whereas
 // rounding twice to nearest is not.
-LOOM_HALF_HD float RoundToOddFloat(double v) {
+LOOM_HD float RoundToOddFloat(double v) {
   float f = float(v);
   uint32_t b;
   std::memcpy(&b, &f, 4);

@@ -44,6 +44,8 @@ Shape BroadcastShapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+Shape BatchOf(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
+
 int64_t NormalizeAxis(int64_t axis, int64_t rank, const char* op) {
   int64_t a = axis < 0 ? axis + rank : axis;
   LOOM_CHECK(a >= 0 && a < std::max<int64_t>(rank, 1), ValueError, "[", op, "] axis ", axis,

@@ -1,14 +1,44 @@
 // How kernels view their operands, shared by every backend so that the CPU and CUDA kernels of
 // an op agree on the layout by construction (STYLE.md: share shape logic, not copies of it).
+// Host code, except the LOOM_HD functions, which CUDA kernels call on the device too.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/attrs.h"
+#include "core/host_device.h"
 #include "core/shape.h"
 
 namespace loom {
+
+// ---- broadcasting ----
+
+// Strides of a contiguous `in` broadcast to `out` (numpy rules), in elements: 0 along the
+// dimensions `in` repeats.
+inline std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> st(out.size(), 0);
+  Shape cs = ContiguousStrides(in);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : cs[i];
+  return st;
+}
+
+// The offsets, in elements, of entry i of the leading `rank` dimensions of `shape` (row-major)
+// in two operands with strides sa and sb (BroadcastStrides).
+inline void BroadcastOffsets(const Shape& shape, int64_t rank, const std::vector<int64_t>& sa,
+                             const std::vector<int64_t>& sb, int64_t i, int64_t& oa, int64_t& ob) {
+  oa = 0;
+  ob = 0;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    int64_t idx = i % shape[size_t(d)];
+    i /= shape[size_t(d)];
+    oa += idx * sa[size_t(d)];
+    ob += idx * sb[size_t(d)];
+  }
+}
+
+// ---- reductions and ops along one axis ----
 
 // A reduction over the run of axes [a0, a1): the input seen as (outer, r, inner).
 struct ReduceDims {
@@ -24,7 +54,7 @@ inline ReduceDims MakeReduceDims(const Shape& s, int64_t a0, int64_t a1) {
   return d;
 }
 
-// An op along one axis (softmax and friends): the input seen as (outer, n, inner).
+// An op along one axis (softmax and friends, concat): the input seen as (outer, n, inner).
 struct AxisSplit {
   int64_t outer = 1, n = 1, inner = 1;
 };
@@ -40,6 +70,91 @@ inline AxisSplit SplitAt(const Shape& s, int64_t axis, const char* op) {
   return r;
 }
 
+// slice and slice_grad along attr axis: the unsliced tensor `full` seen as `outer` rows of
+// `full_row` elements, of which the slice keeps `slice_row` elements from element `head` on.
+struct SliceRows {
+  int64_t outer, full_row, slice_row, head;
+};
+inline SliceRows MakeSliceRows(const Attrs& a, const Shape& full, const char* op) {
+  const AxisSplit sp = SplitAt(full, a.Int("axis"), op);
+  int64_t s = a.Int("start"), e = a.Int("end");
+  if (s < 0) s += sp.n;
+  if (e < 0) e += sp.n;
+  return SliceRows{sp.outer, sp.n * sp.inner, (e - s) * sp.inner, s * sp.inner};
+}
+
+// ---- matmul ----
+
+// a: (..., M, K) or with ta (..., K, M), b: (..., K, N) or with tb (..., N, K)
+//   -> c: (broadcast(...), M, N), or with sum_batch (M, N) summed over the batch.
+// Every matrix is contiguous row-major: lda and ldb are the stored rows' lengths.
+struct MatMulLayout {
+  bool ta, tb, sum_batch;
+  int64_t m, n, k, lda, ldb;
+  Shape ba, bb, batch;                  // batch dimensions of a, of b, and their broadcast
+  int64_t nb, nba, nbb;                 // entries of each
+  int64_t size_a, size_b, size_c;       // elements of one matrix of a, b, c
+  std::vector<int64_t> sta, stb;        // strides of a's and b's batches over `batch`, in matrices
+
+  // One rhs for every batch: the batches of lhs are consecutive rows of one (nb * M, K) GEMM.
+  bool RowsOfOneGemm() const { return !ta && !sum_batch && nbb == 1; }
+  // sum_b A_b^T B_b with both unbroadcast: A is (nb * K, M), B is (nb * K, N), one GEMM over nb * K.
+  bool SumIsOneGemm() const { return sum_batch && ta && !tb && nba == nb && nbb == nb; }
+  // The offsets, in elements, of batch entry i's matrices in a and b.
+  void Offsets(int64_t i, int64_t& oa, int64_t& ob) const {
+    BroadcastOffsets(batch, int64_t(batch.size()), sta, stb, i, oa, ob);
+    oa *= size_a;
+    ob *= size_b;
+  }
+};
+inline MatMulLayout MakeMatMulLayout(const Attrs& attrs, const Shape& sa, const Shape& sb) {
+  MatMulLayout l;
+  l.ta = attrs.Int("ta", 0) != 0;
+  l.tb = attrs.Int("tb", 0) != 0;
+  l.sum_batch = attrs.Int("sum_batch", 0) != 0;
+  const size_t ra = sa.size(), rb = sb.size();
+  l.m = l.ta ? sa[ra - 1] : sa[ra - 2];
+  l.k = l.ta ? sa[ra - 2] : sa[ra - 1];
+  l.n = l.tb ? sb[rb - 2] : sb[rb - 1];
+  l.lda = l.ta ? l.m : l.k;
+  l.ldb = l.tb ? l.k : l.n;
+  l.ba = BatchOf(sa);
+  l.bb = BatchOf(sb);
+  l.batch = BroadcastShapes(l.ba, l.bb, "matmul");
+  l.nb = NumElements(l.batch);
+  l.nba = NumElements(l.ba);
+  l.nbb = NumElements(l.bb);
+  l.size_a = l.m * l.k;
+  l.size_b = l.k * l.n;
+  l.size_c = l.m * l.n;
+  l.sta = BroadcastStrides(l.ba, l.batch);
+  l.stb = BroadcastStrides(l.bb, l.batch);
+  return l;
+}
+
+// ---- normalisation ----
+
+// Batch norm: x (N, C, ...) seen as (N, C, S), S the spatial axes flattened.
+struct ChannelDims {
+  int64_t n, c, s;
+};
+inline ChannelDims MakeChannelDims(const Shape& x) {
+  int64_t s = 1;
+  for (size_t i = 2; i < x.size(); ++i) s *= x[i];
+  return ChannelDims{x[0], x[1], s};
+}
+
+// Layer norm: x (..., D...) with gamma (D...) seen as (R, D).
+struct RowDims {
+  int64_t r, d;
+};
+inline RowDims MakeRowDims(const Shape& x, const Shape& gamma) {
+  int64_t d = NumElements(gamma);
+  return RowDims{d ? NumElements(x) / d : 0, d};
+}
+
+// ---- pooling ----
+
 // 2-D pooling: x (N, C, H, W) -> y (N, C, OH, OW) as planes = N * C images.
 struct PoolDims {
   int64_t planes, h, w, oh, ow;
@@ -50,6 +165,44 @@ inline PoolDims MakePoolDims(const Attrs& a, const Shape& x, const Shape& y) {
   const std::vector<int64_t>& s = a.Ints("stride");
   const std::vector<int64_t>& p = a.Ints("padding");
   return PoolDims{x[0] * x[1], x[2], x[3], y[2], y[3], k[0], k[1], s[0], s[1], p[0], p[1]};
+}
+
+// The input positions [lo, hi) that the window of output position o covers along one axis
+// (kernel k, stride s, padding p, input size n), clipped to the input.
+struct Span {
+  int64_t lo, hi;
+};
+LOOM_HD Span WindowSpan(int64_t o, int64_t k, int64_t s, int64_t p, int64_t n) {
+  const int64_t first = o * s - p, end = o * s - p + k;
+  return Span{first < 0 ? 0 : first, end < n ? end : n};
+}
+LOOM_HD Span RowSpan(const PoolDims& d, int64_t oi) { return WindowSpan(oi, d.kh, d.sh, d.ph, d.h); }
+LOOM_HD Span ColSpan(const PoolDims& d, int64_t oj) { return WindowSpan(oj, d.kw, d.sw, d.pw, d.w); }
+
+// avg_pool2d's divisor of output (oi, oj): kh * kw, or with count_include_pad = 0 the pixels
+// inside the image.
+LOOM_HD int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_t oj) {
+  if (include_pad) return d.kh * d.kw;
+  const Span r = RowSpan(d, oi), c = ColSpan(d, oj);
+  return (r.hi - r.lo) * (c.hi - c.lo);
+}
+
+// max_pool2d of one window of plane xp (width w): its value in m, and the index in the plane of
+// its first maximum, scanned row by row; NaN wins, as in PyTorch. The window always holds a
+// pixel (padding is at most half the kernel).
+template <typename T>
+LOOM_HD int64_t WindowArgMax(const T* xp, int64_t w, Span rows, Span cols, T& m) {
+  int64_t best = rows.lo * w + cols.lo;
+  m = xp[best];
+  for (int64_t i = rows.lo; i < rows.hi; ++i)
+    for (int64_t j = cols.lo; j < cols.hi; ++j) {
+      const T v = xp[i * w + j];
+      if (v > m || (v != v && m == m)) {
+        m = v;
+        best = i * w + j;
+      }
+    }
+  return best;
 }
 
 }  // namespace loom

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define LOOM_HD __host__ __device__ __forceinline__
-#else
-#define LOOM_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace loom {
 

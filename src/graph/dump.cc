@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 
+#include "core/file.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -30,18 +30,8 @@ std::string Mb(size_t bytes) {
   return buf;
 }
 
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    LOOM_CHECK(f.good(), IOError, "[graph] cannot open '", tmp, "' for writing");
-    f << text;
-    f.flush();
-    LOOM_CHECK(f.good(), IOError, "[graph] failed writing '", tmp, "'");
-  }
-  LOOM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, IOError, "[graph] cannot rename '", tmp, "' to '", path,
-             "'");
-}
+// Note [Atomic file writes] in core/file.h.
+void WriteFileAtomically(const std::string& path, const std::string& text) { WriteFileAtomic(path, {text}, "graph"); }
 }  // namespace
 
 std::string DepKindsToString(uint8_t kinds) {

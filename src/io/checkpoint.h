@@ -4,7 +4,7 @@
 //   io::Checkpoint ck = io::LoadCheckpoint("model.ckpt");      // tensors on the CPU
 //   io::RestoreInto(ck, {{"w0", w0}, {"b0", b0}});               // into existing tensors
 //
-// Saving is atomic (Note [Atomic file writes] in io/file.h): a crash or an error mid-save never
+// Saving is atomic (Note [Atomic file writes] in core/file.h): a crash or an error mid-save never
 // leaves a broken file at the destination. Loading checks the magic, the format version, the
 // length and the checksum before it looks at a single tensor; every problem is an IOError that
 // names the file and says what is wrong. The format is described in loom.proto.

@@ -1,30 +1,15 @@
-// Whole files in and out, with the guarantees every loom file needs.
-//
-// Note [Atomic file writes]
-// A writer never leaves a broken file at `path`: it writes `path + ".tmp.<pid>"`, fsyncs it,
-// renames it over `path` (atomic on POSIX file systems) and fsyncs the directory so that the
-// rename itself survives a crash. On any error the temporary file is removed and an IOError
-// names the file and the system's reason. A crash mid-save leaves at most a stray ".tmp.<pid>"
-// file, never a truncated `path`.
+// io's whole-file reads and atomic writes are core/file.h's (Note [Atomic file writes]), which
+// src/graph uses too; the io:: names stay for io's callers.
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <string_view>
-#include <vector>
+#include "core/file.h"
 
 namespace loom {
 namespace io {
 
-// Writes the concatenation of `pieces` to `path` atomically. `component` starts the error
-// messages: "[checkpoint] cannot write 'x.ckpt': No such file or directory".
-void WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces, const char* component);
-
-// Reads a whole file; IOError naming `path` when it cannot.
-std::string ReadFile(const std::string& path, const char* component);
-
-// The temporary name WriteFileAtomic uses for `path` in this process.
-std::string TempPathFor(const std::string& path);
+using ::loom::ReadFile;
+using ::loom::TempPathFor;
+using ::loom::WriteFileAtomic;
 
 }  // namespace io
 }  // namespace loom

@@ -16,7 +16,7 @@ namespace io {
 constexpr uint32_t kGraphDumpFormatVersion = 1;
 constexpr char kGraphDumpMagic[8] = {'L', 'O', 'O', 'M', 'G', 'R', 'P', 'H'};
 
-void WriteGraphDump(const Graph& graph, const std::string& path);  // atomic (io/file.h)
+void WriteGraphDump(const Graph& graph, const std::string& path);  // atomic (core/file.h)
 GraphDump ReadGraphDump(const std::string& path);
 
 // Bytes <-> dump, for tests and fuzzing. Decode checks magic, version and every index.

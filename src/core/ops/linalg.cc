@@ -19,8 +19,6 @@ struct MatMulDims {
   Shape batch;  // broadcast batch shape of the product
 };
 
-Shape BatchOf(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
-
 MatMulDims InferMatMulDims(const TensorMeta& a, const TensorMeta& b, const Attrs& attrs) {
   const Shape& sa = a.shape;
   const Shape& sb = b.shape;

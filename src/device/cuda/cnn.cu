@@ -8,7 +8,6 @@
 // CPU's bits: forward windows are scanned in the CPU's order, and the gradients gather, for each
 // input pixel, the windows that contain it in increasing output order, which is the order in
 // which the CPU's scatter adds them.
-#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
@@ -16,8 +15,6 @@ namespace cuda {
 namespace {
 
 __device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ int64_t Max64(int64_t a, int64_t b) { return a < b ? b : a; }
-
 
 // The output rows (or columns) whose window covers input position i: [lo, hi].
 __device__ __forceinline__ void Covering(int64_t i, int64_t k, int64_t s, int64_t p, int64_t out, int64_t& lo,
@@ -27,24 +24,28 @@ __device__ __forceinline__ void Covering(int64_t i, int64_t k, int64_t s, int64_
   hi = Min64((i + p) / s, out - 1);  // o * s <= i + p
 }
 
+// Thread t of a pooling gradient kernel: input pixel (ih, iw) of plane p, and the outputs
+// [oi0, oi1] x [oj0, oj1] whose windows cover it.
+struct Covered {
+  int64_t p, ih, iw, oi0, oi1, oj0, oj1;
+};
+__device__ __forceinline__ Covered CoveredBy(const PoolDims& d, int64_t t) {
+  Covered c;
+  c.p = t / (d.h * d.w);
+  c.ih = (t / d.w) % d.h;
+  c.iw = t % d.w;
+  Covering(c.ih, d.kh, d.sh, d.ph, d.oh, c.oi0, c.oi1);
+  Covering(c.iw, d.kw, d.sw, d.pw, d.ow, c.oj0, c.oj1);
+  return c;
+}
+
 // x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); one thread per output
 template <typename T>
 __global__ void MaxPoolKernel(const T* x, T* y, int32_t* arg, PoolDims d) {
   LOOM_GRID_STRIDE(t, d.planes * d.oh * d.ow) {
     const int64_t p = t / (d.oh * d.ow), oi = (t / d.ow) % d.oh, oj = t % d.ow;
-    const T* xp = x + p * d.h * d.w;
-    const int64_t h0 = Max64(oi * d.sh - d.ph, 0), h1 = Min64(oi * d.sh - d.ph + d.kh, d.h);
-    const int64_t w0 = Max64(oj * d.sw - d.pw, 0), w1 = Min64(oj * d.sw - d.pw + d.kw, d.w);
-    int64_t best = h0 * d.w + w0;
-    T m = xp[best];
-    for (int64_t i = h0; i < h1; ++i)
-      for (int64_t j = w0; j < w1; ++j) {
-        const T v = xp[i * d.w + j];
-        if (v > m || (v != v && m == m)) {  // NaN wins, as in PyTorch
-          m = v;
-          best = i * d.w + j;
-        }
-      }
+    T m;
+    const int64_t best = WindowArgMax(x + p * d.h * d.w, d.w, RowSpan(d, oi), ColSpan(d, oj), m);
     y[t] = m;
     arg[t] = int32_t(best);
   }
@@ -66,16 +67,13 @@ void MaxPool2dCuda(const OpRecord& op, const KernelContext& ctx) {
 template <typename T>
 __global__ void MaxPoolGradKernel(const int32_t* arg, const T* dy, T* dx, PoolDims d) {
   LOOM_GRID_STRIDE(t, d.planes * d.h * d.w) {
-    const int64_t p = t / (d.h * d.w), ih = (t / d.w) % d.h, iw = t % d.w;
-    const int32_t self = int32_t(ih * d.w + iw);
-    const int32_t* ap = arg + p * d.oh * d.ow;
-    const T* dyp = dy + p * d.oh * d.ow;
-    int64_t oi0, oi1, oj0, oj1;
-    Covering(ih, d.kh, d.sh, d.ph, d.oh, oi0, oi1);
-    Covering(iw, d.kw, d.sw, d.pw, d.ow, oj0, oj1);
+    const Covered c = CoveredBy(d, t);
+    const int32_t self = int32_t(c.ih * d.w + c.iw);
+    const int32_t* ap = arg + c.p * d.oh * d.ow;
+    const T* dyp = dy + c.p * d.oh * d.ow;
     T acc = T(0);
-    for (int64_t oi = oi0; oi <= oi1; ++oi)
-      for (int64_t oj = oj0; oj <= oj1; ++oj)
+    for (int64_t oi = c.oi0; oi <= c.oi1; ++oi)
+      for (int64_t oj = c.oj0; oj <= c.oj1; ++oj)
         if (ap[oi * d.ow + oj] == self) acc += dyp[oi * d.ow + oj];
     dx[t] = acc;
   }
@@ -93,24 +91,15 @@ void MaxPool2dGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// The divisor of output (oi, oj): kh * kw, or with count_include_pad = 0 the pixels inside.
-__device__ __forceinline__ int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_t oj) {
-  if (include_pad) return d.kh * d.kw;
-  const int64_t h0 = Max64(oi * d.sh - d.ph, 0), h1 = Min64(oi * d.sh - d.ph + d.kh, d.h);
-  const int64_t w0 = Max64(oj * d.sw - d.pw, 0), w1 = Min64(oj * d.sw - d.pw + d.kw, d.w);
-  return (h1 - h0) * (w1 - w0);
-}
-
 template <typename T>
 __global__ void AvgPoolKernel(const T* x, T* y, PoolDims d, bool include_pad) {
   LOOM_GRID_STRIDE(t, d.planes * d.oh * d.ow) {
     const int64_t p = t / (d.oh * d.ow), oi = (t / d.ow) % d.oh, oj = t % d.ow;
     const T* xp = x + p * d.h * d.w;
-    const int64_t h0 = Max64(oi * d.sh - d.ph, 0), h1 = Min64(oi * d.sh - d.ph + d.kh, d.h);
-    const int64_t w0 = Max64(oj * d.sw - d.pw, 0), w1 = Min64(oj * d.sw - d.pw + d.kw, d.w);
+    const Span rows = RowSpan(d, oi), cols = ColSpan(d, oj);
     T s = T(0);
-    for (int64_t i = h0; i < h1; ++i)
-      for (int64_t j = w0; j < w1; ++j) s += xp[i * d.w + j];
+    for (int64_t i = rows.lo; i < rows.hi; ++i)
+      for (int64_t j = cols.lo; j < cols.hi; ++j) s += xp[i * d.w + j];
     y[t] = s / T(AvgCount(d, include_pad, oi, oj));
   }
 }
@@ -130,14 +119,11 @@ void AvgPool2dCuda(const OpRecord& op, const KernelContext& ctx) {
 template <typename T>
 __global__ void AvgPoolGradKernel(const T* dy, T* dx, PoolDims d, bool include_pad) {
   LOOM_GRID_STRIDE(t, d.planes * d.h * d.w) {
-    const int64_t p = t / (d.h * d.w), ih = (t / d.w) % d.h, iw = t % d.w;
-    const T* dyp = dy + p * d.oh * d.ow;
-    int64_t oi0, oi1, oj0, oj1;
-    Covering(ih, d.kh, d.sh, d.ph, d.oh, oi0, oi1);
-    Covering(iw, d.kw, d.sw, d.pw, d.ow, oj0, oj1);
+    const Covered c = CoveredBy(d, t);
+    const T* dyp = dy + c.p * d.oh * d.ow;
     T acc = T(0);
-    for (int64_t oi = oi0; oi <= oi1; ++oi)
-      for (int64_t oj = oj0; oj <= oj1; ++oj) acc += dyp[oi * d.ow + oj] / T(AvgCount(d, include_pad, oi, oj));
+    for (int64_t oi = c.oi0; oi <= c.oi1; ++oi)
+      for (int64_t oj = c.oj0; oj <= c.oj1; ++oj) acc += dyp[oi * d.ow + oj] / T(AvgCount(d, include_pad, oi, oj));
     dx[t] = acc;
   }
 }
@@ -222,18 +208,15 @@ __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y,
   }
 }
 
-int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
-unsigned RowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20)); }
-
 // x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
 void LayerNormCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t d = op.inputs[1].numel(), rows = d ? op.inputs[0].numel() / d : 0;
-    if (rows == 0) return;
-    LayerNormKernel<<<RowBlocks(rows), RowThreads(d), 0, Dev(ctx).stream()>>>(
+    const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
+    if (d.r == 0) return;
+    LayerNormKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, Dev(ctx).stream()>>>(
         op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.outputs[0].data<T>(),
-        op.outputs[1].data<T>(), op.outputs[2].data<T>(), rows, d, op.attrs.Float("eps"));
+        op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.r, d.d, op.attrs.Float("eps"));
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -282,18 +265,18 @@ __global__ void LayerNormGradColsKernel(const T* x, const T* mean, const T* invs
 void LayerNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "layer_norm_grad", [&](auto tag) {
     using T = decltype(tag);
-    const int64_t d = op.inputs[1].numel(), rows = d ? op.inputs[0].numel() / d : 0;
-    if (d == 0) return;
+    const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
+    if (d.d == 0) return;
     cudaStream_t s = Dev(ctx).stream();
     const T *x = op.inputs[0].data<T>(), *gamma = op.inputs[1].data<T>(), *mean = op.inputs[2].data<T>();
     const T *invstd = op.inputs[3].data<T>(), *dy = op.inputs[4].data<T>();
-    if (rows > 0) {
-      LayerNormGradRowsKernel<<<RowBlocks(rows), RowThreads(d), 0, s>>>(x, gamma, mean, invstd, dy,
-                                                                        op.outputs[0].data<T>(), rows, d);
+    if (d.r > 0) {
+      LayerNormGradRowsKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, s>>>(x, gamma, mean, invstd, dy,
+                                                                         op.outputs[0].data<T>(), d.r, d.d);
       LOOM_CUDA_CHECK_LAUNCH();
     }
-    LayerNormGradColsKernel<<<Blocks(d), kThreads, 0, s>>>(x, mean, invstd, dy, op.outputs[1].data<T>(),
-                                                           op.outputs[2].data<T>(), rows, d);
+    LayerNormGradColsKernel<<<Blocks(d.d), kThreads, 0, s>>>(x, mean, invstd, dy, op.outputs[1].data<T>(),
+                                                             op.outputs[2].data<T>(), d.r, d.d);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -314,15 +297,6 @@ __global__ void EmbeddingKernel(const T* table, const I* idx, T* y, int64_t n, i
     } else {
       y[t] = table[k * d + j];
     }
-  }
-}
-
-template <typename F>
-void IndexDispatch(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kInt32: f(int32_t{}); return;
-    case DType::kInt64: f(int64_t{}); return;
-    default: throw DTypeError(detail::Cat("[", op, "] indices must be int32 or int64, got ", Name(t)));
   }
 }
 
@@ -421,15 +395,12 @@ __global__ void BatchNormGradInferKernel(const T* x, const T* gamma, const T* me
 void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
     using T = decltype(tag);
-    const Shape& xs = op.inputs[0].shape();
-    int64_t s = 1;
-    for (size_t i = 2; i < xs.size(); ++i) s *= xs[i];
-    const int64_t n = xs[0], c = xs[1];
-    if (c == 0) return;
-    BatchNormGradInferKernel<<<RowBlocks(c), RowThreads(n * s), 0, Dev(ctx).stream()>>>(
+    const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
+    if (d.c == 0) return;
+    BatchNormGradInferKernel<<<RowBlocks(d.c), RowThreads(d.n * d.s), 0, Dev(ctx).stream()>>>(
         op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.inputs[3].data<T>(),
-        op.inputs[4].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(), n, c, s,
-        op.attrs.Float("eps"));
+        op.inputs[4].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.n, d.c,
+        d.s, op.attrs.Float("eps"));
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,5 +1,6 @@
 // Helpers shared by the CUDA kernels: launch shapes, dtype dispatch, math overloads, strided and
-// broadcast indexing, float16/bfloat16 conversions identical to the CPU's (core/dtype.cc).
+// broadcast indexing, float16/bfloat16 conversions identical to the CPU's (core/dtype.cc). What
+// the CPU kernels share too is in device/kernel_shapes.h and device/kernel_dispatch.h.
 //
 // Every kernel runs on the device's stream (cuda_device.h), never synchronises the host and
 // never allocates. Element loops are grid-stride loops over int64 indices.
@@ -13,6 +14,8 @@
 
 #include "core/op.h"
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_dispatch.h"
+#include "device/kernel_shapes.h"
 
 namespace loom {
 namespace cuda {
@@ -25,6 +28,13 @@ inline unsigned Blocks(int64_t n, int threads = kThreads) {
   return unsigned(std::min<int64_t>(std::max<int64_t>(b, 1), int64_t(1) << 20));
 }
 
+// One block per row (up to 2^20 blocks, then a block takes several rows), and the threads of a
+// block for rows of n elements: a multiple of the warp size, at most 256.
+inline unsigned RowBlocks(int64_t rows) {
+  return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20));
+}
+inline int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
+
 #define LOOM_GRID_STRIDE(i, n)                                                  \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(blockDim.x) * gridDim.x)
@@ -32,28 +42,17 @@ inline unsigned Blocks(int64_t n, int threads = kThreads) {
 // Calls f(T{}) with T = float or double for the tensor's dtype (the arithmetic dtypes).
 template <typename F>
 void FloatDispatch(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kFloat32: f(float{}); return;
-    case DType::kFloat64: f(double{}); return;
-    default: throw DTypeError(detail::Cat("[", op, "] no CUDA kernel for dtype ", Name(t)));
-  }
+  DispatchFloat(t, op, "CUDA", f);
 }
 
-// ---- math, overloaded on float/double so templates pick the right precision ----
+// ---- math, overloaded on float/double so templates pick the right precision (the element-wise
+// ops' formulas are shared with the CPU instead: device/elementwise_formulas.h) ----
 __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
 __device__ __forceinline__ float Log(float x) { return logf(x); }
 __device__ __forceinline__ double Log(double x) { return log(x); }
-__device__ __forceinline__ float Log1p(float x) { return log1pf(x); }
-__device__ __forceinline__ double Log1p(double x) { return log1p(x); }
 __device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
-__device__ __forceinline__ float Tanh(float x) { return tanhf(x); }
-__device__ __forceinline__ double Tanh(double x) { return tanh(x); }
-__device__ __forceinline__ float Pow(float x, float y) { return powf(x, y); }
-__device__ __forceinline__ double Pow(double x, double y) { return pow(x, y); }
-__device__ __forceinline__ float Abs(float x) { return fabsf(x); }
-__device__ __forceinline__ double Abs(double x) { return fabs(x); }
 template <typename T> __device__ __forceinline__ T Infinity();
 template <> __device__ __forceinline__ float Infinity<float>() { return __int_as_float(0x7f800000); }
 template <> __device__ __forceinline__ double Infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
@@ -91,57 +90,48 @@ __device__ __forceinline__ void Offsets(const Indexer& ix, int64_t i, int64_t (&
   }
 }
 
-// Strides of `in` broadcast to `out` (numpy rules), in elements, for a contiguous `in`.
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 // `strides[k]` has one entry per dimension of `shape`. Throws ShapeError naming `op` when the
 // collapsed rank exceeds kMaxDims.
 Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op);
 
 // ---- block reductions (blockDim.x a multiple of 32, at most 1024) ----
-template <typename T>
-__device__ __forceinline__ T WarpSum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+struct SumOp {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return MaxOf(a, b); }
+};
+template <typename T, typename Op>
+__device__ __forceinline__ T WarpReduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
   return v;
 }
-template <typename T>
-__device__ __forceinline__ T WarpMax(T v) {
-  for (int o = 16; o > 0; o >>= 1) v = MaxOf(v, __shfl_down_sync(0xffffffffu, v, o));
-  return v;
-}
-// The block's sum (fixed association: deterministic), returned to every thread.
-template <typename T>
-__device__ T BlockSum(T v) {
+// The block's reduction of v by op (fixed association: deterministic), returned to every
+// thread; `identity` fills the lanes of missing warps.
+template <typename T, typename Op>
+__device__ T BlockReduce(T v, Op op, T identity) {
   __shared__ T warp[32];
   __shared__ T total;
-  v = WarpSum(v);
+  v = WarpReduce(v, op);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   __syncthreads();  // `warp` may still be read by a previous call
   if (lane == 0) warp[w] = v;
   __syncthreads();
   if (w == 0) {
-    v = lane < int(blockDim.x >> 5) ? warp[lane] : T(0);
-    v = WarpSum(v);
+    v = lane < int(blockDim.x >> 5) ? warp[lane] : identity;
+    v = WarpReduce(v, op);
     if (lane == 0) total = v;
   }
   __syncthreads();
   return total;
 }
 template <typename T>
+__device__ T BlockSum(T v) {
+  return BlockReduce(v, SumOp{}, T(0));
+}
+template <typename T>
 __device__ T BlockMax(T v) {
-  __shared__ T warp[32];
-  __shared__ T total;
-  v = WarpMax(v);
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) warp[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < int(blockDim.x >> 5) ? warp[lane] : -Infinity<T>();
-    v = WarpMax(v);
-    if (lane == 0) total = v;
-  }
-  __syncthreads();
-  return total;
+  return BlockReduce(v, MaxOp{}, -Infinity<T>());
 }
 
 // Records the first error a kernel finds (Note [Errors found on the GPU] in cuda_device.h).

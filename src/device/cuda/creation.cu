@@ -13,14 +13,6 @@ namespace cuda {
 
 // ---------------------------------------------------------------- host helpers (common.cuh)
 
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> st(out.size(), 0);
-  Shape cs = ContiguousStrides(in);
-  size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : cs[i];
-  return st;
-}
-
 Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op) {
   LOOM_ASSERT(strides.size() <= size_t(kMaxOperands), "indexer with ", strides.size(), " operands");
   // Unit dimensions contribute nothing; then a dimension merges into the next one (inner) when
@@ -64,18 +56,6 @@ void LaunchSetU64(uint64_t* p, uint64_t value, cudaStream_t stream) {
 }
 
 namespace {
-
-// An unsigned word of each element size: kernels that only move bytes serve every dtype.
-template <typename F>
-void WordDispatch(size_t elem, const char* op, F&& f) {
-  switch (elem) {
-    case 1: f(uint8_t{}); return;
-    case 2: f(uint16_t{}); return;
-    case 4: f(uint32_t{}); return;
-    case 8: f(uint64_t{}); return;
-  }
-  LOOM_ASSERT(false, "[", op, "] element size ", elem);
-}
 
 // ---------------------------------------------------------------- fill
 
@@ -259,16 +239,6 @@ void CastCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // ---------------------------------------------------------------- shape ops that copy
 
-int64_t AxisOf(const OpRecord& op, int64_t rank) {
-  int64_t a = op.attrs.Int("axis");
-  return a < 0 ? a + rank : a;
-}
-int64_t Prod(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= s[i];
-  return n;
-}
-
 // Copies `rows` rows of `len` words: dst[r * dst_row + dst_off + j] = src[r * src_row + src_off + j].
 template <typename W>
 __global__ void BandCopyKernel(const W* src, int64_t src_row, int64_t src_off, W* dst, int64_t dst_row,
@@ -293,29 +263,18 @@ void ConcatCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& y = op.outputs[0];
   if (y.numel() == 0) return;
   cudaStream_t s = Dev(ctx).stream();
-  const size_t axis = size_t(AxisOf(op, y.ndim()));
-  const int64_t outer = Prod(y.shape(), 0, axis), inner = Prod(y.shape(), axis + 1, y.shape().size());
-  const int64_t yrow = y.shape()[axis] * inner;
+  const int64_t axis = NormalizeAxis(op.attrs.Int("axis"), y.ndim(), "concat");
+  const AxisSplit sy = SplitAt(y.shape(), axis, "concat");
+  const int64_t yrow = sy.n * sy.inner;
   WordDispatch(SizeOf(y.dtype()), "concat", [&](auto w) {
     using W = decltype(w);
     int64_t off = 0;
     for (const Tensor& x : op.inputs) {
-      int64_t row = x.shape()[axis] * inner;
-      if (row) BandCopy<W>(x.raw_data(), row, 0, y.raw_data(), yrow, off, outer, row, s);
+      int64_t row = x.shape()[size_t(axis)] * sy.inner;
+      if (row) BandCopy<W>(x.raw_data(), row, 0, y.raw_data(), yrow, off, sy.outer, row, s);
       off += row;
     }
   });
-}
-
-struct Band {
-  int64_t outer, inner, full, start, len;  // full: size of the sliced axis; len = end - start
-};
-Band SliceBand(const OpRecord& op, const Shape& full) {
-  size_t axis = size_t(AxisOf(op, int64_t(full.size())));
-  int64_t n = full[axis], s = op.attrs.Int("start"), e = op.attrs.Int("end");
-  if (s < 0) s += n;
-  if (e < 0) e += n;
-  return {Prod(full, 0, axis), Prod(full, axis + 1, full.size()), n, s, e - s};
 }
 
 // x: (A..., n, B...) -> y: (A..., end - start, B...)
@@ -323,11 +282,10 @@ void SliceCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
   const Tensor& y = op.outputs[0];
   if (y.numel() == 0) return;
-  Band b = SliceBand(op, x.shape());
-  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
+  const SliceRows b = MakeSliceRows(op.attrs, x.shape(), "slice");
   cudaStream_t s = Dev(ctx).stream();
   WordDispatch(SizeOf(x.dtype()), "slice", [&](auto w) {
-    BandCopy<decltype(w)>(x.raw_data(), xrow, b.start * b.inner, y.raw_data(), yrow, 0, b.outer, yrow, s);
+    BandCopy<decltype(w)>(x.raw_data(), b.full_row, b.head, y.raw_data(), b.slice_row, 0, b.outer, b.slice_row, s);
   });
 }
 
@@ -344,13 +302,12 @@ void SliceGradCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& dy = op.inputs[0];
   const Tensor& dx = op.outputs[0];
   if (dx.numel() == 0) return;
-  Band b = SliceBand(op, dx.shape());
-  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
+  const SliceRows b = MakeSliceRows(op.attrs, dx.shape(), "slice_grad");
   const void* src = dy.numel() ? dy.raw_data() : nullptr;
   WordDispatch(SizeOf(dx.dtype()), "slice_grad", [&](auto w) {
     using W = decltype(w);
     SliceGradKernel<<<Blocks(dx.numel()), kThreads, 0, Dev(ctx).stream()>>>(
-        static_cast<const W*>(src), static_cast<W*>(dx.raw_data()), b.outer, xrow, b.start * b.inner, yrow);
+        static_cast<const W*>(src), static_cast<W*>(dx.raw_data()), b.outer, b.full_row, b.head, b.slice_row);
   });
   LOOM_CUDA_CHECK_LAUNCH();
 }

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_shapes.h"
 
 namespace loom {
 namespace cuda {
@@ -157,10 +158,9 @@ struct TensorDesc {
 };
 
 void SetNCS(cudnnTensorDescriptor_t d, const Shape& x, DType t, const char* op) {
-  int64_t s = 1;
-  for (size_t i = 2; i < x.size(); ++i) s *= x[i];
-  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CudnnType(t, op), Dim(x[0], op), Dim(x[1], op),
-                                             Dim(s, op), 1));
+  const ChannelDims c = MakeChannelDims(x);
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CudnnType(t, op), Dim(c.n, op), Dim(c.c, op),
+                                             Dim(c.s, op), 1));
 }
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)

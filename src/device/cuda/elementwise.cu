@@ -1,7 +1,9 @@
 // CUDA kernels for element-wise ops, activations and their gradients (with numpy broadcasting
-// as on the CPU), add_bias, dropout and the optimizer updates. Semantics follow
+// as on the CPU; their formulas are the CPU's own, Note [Element-wise formulas] in
+// device/elementwise_formulas.h), add_bias, dropout and the optimizer updates. Semantics follow
 // src/device/cpu/kernels/{elementwise,linalg,dropout,optimizer}.cc expression for expression.
 #include "device/cuda/common.cuh"
+#include "device/elementwise_formulas.h"
 #include "device/philox.h"
 
 namespace loom {
@@ -59,137 +61,61 @@ void BroadcastBinary(const OpRecord& op, const KernelContext& ctx, const char* n
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-#define LOOM_CUDA_BINARY(opname, expr)                                                          \
-  struct opname##_f {                                                                           \
-    template <typename T>                                                                       \
-    __device__ T operator()(T a, T b) const { return expr; }                                    \
-  };                                                                                            \
-  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
-    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
-      BroadcastBinary<decltype(tag)>(op, ctx, #opname, opname##_f{});                           \
-    });                                                                                         \
-  }                                                                                             \
-  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
-
-LOOM_CUDA_BINARY(add, a + b)
-LOOM_CUDA_BINARY(sub, a - b)
-LOOM_CUDA_BINARY(mul, a * b)
-LOOM_CUDA_BINARY(div, a / b)
-LOOM_CUDA_BINARY(pow, Pow(a, b))
-
 // ---------------------------------------------------------------- unary, scalar, gradients
 
-// The attributes a unary or gradient expression may use, converted to T on the host as the CPU
-// kernels convert them.
-template <typename T>
-struct Params {
-  T s, lo, hi, slope;
-};
-template <typename T>
-Params<T> ReadParams(const OpRecord& op) {
-  return Params<T>{T(op.attrs.Float("s", 0)), T(op.attrs.Float("lo", 0)), T(op.attrs.Float("hi", 0)),
-                   T(op.attrs.Float("slope", 0))};
-}
-
 template <typename T, typename F>
-__global__ void UnaryKernel(const T* x, T* y, int64_t n, Params<T> p, F f) {
+__global__ void UnaryKernel(const T* x, T* y, int64_t n, ew::Params<T> p, F f) {
   LOOM_GRID_STRIDE(i, n) y[i] = f(x[i], p);
 }
 template <typename T, typename F>
-__global__ void GradKernel(const T* s, const T* dy, T* dx, int64_t n, Params<T> p, F f) {
+__global__ void GradKernel(const T* s, const T* dy, T* dx, int64_t n, ew::Params<T> p, F f) {
   LOOM_GRID_STRIDE(i, n) dx[i] = f(s[i], dy[i], p);
 }
 
-template <typename T> __device__ __forceinline__ T SigmoidOf(T x) {
-  return x >= T(0) ? T(1) / (T(1) + Exp(-x)) : Exp(x) / (T(1) + Exp(x));
-}
-template <typename T> __device__ __forceinline__ T SoftplusOf(T x) {
-  return x > T(20) ? x : (x < T(-20) ? Exp(x) : Log1p(Exp(x)));
-}
-// gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi)
-template <typename T> __device__ __forceinline__ T GeluOf(T x) {
-  const T k = T(0.7978845608028654);
-  return T(0.5) * x * (T(1) + Tanh(k * (x + T(0.044715) * x * x * x)));
-}
-template <typename T> __device__ __forceinline__ T GeluGradOf(T x) {
-  const T k = T(0.7978845608028654);
-  T u = k * (x + T(0.044715) * x * x * x);
-  T t = Tanh(u);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * T(0.044715) * x * x);
+// a: (A...), b: (B...) -> y: broadcast(A, B)
+template <typename F>
+void BinaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) { BroadcastBinary<decltype(tag)>(op, ctx, name, f); });
 }
 
-// x: (...) -> y: (...); the expression sees x and the attributes s, lo, hi, slope
-#define LOOM_CUDA_UNARY(opname, expr)                                                           \
-  struct opname##_f {                                                                           \
-    template <typename T>                                                                       \
-    __device__ T operator()(T x, const Params<T>& p) const {                                    \
-      const T s = p.s, lo = p.lo, hi = p.hi, slope = p.slope;                                   \
-      (void)s; (void)lo; (void)hi; (void)slope;                                                 \
-      return expr;                                                                              \
-    }                                                                                           \
-  };                                                                                            \
-  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
-    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
-      using T = decltype(tag);                                                                  \
-      const int64_t n = op.outputs[0].numel();                                                  \
-      if (n == 0) return;                                                                       \
-      UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(                               \
-          op.inputs[0].data<T>(), op.outputs[0].data<T>(), n, ReadParams<T>(op), opname##_f{}); \
-      LOOM_CUDA_CHECK_LAUNCH();                                                                 \
-    });                                                                                         \
-  }                                                                                             \
-  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
+// x: (...) -> y: (...)
+template <typename F>
+void UnaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = op.outputs[0].numel();
+    if (n == 0) return;
+    UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), n,
+                                                               ew::ReadParams<T>(op.attrs), f);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
 
 // (s, dy) -> dx, all (...); s is the saved input x or output y
-#define LOOM_CUDA_GRAD(opname, expr)                                                            \
-  struct opname##_f {                                                                           \
-    template <typename T>                                                                       \
-    __device__ T operator()(T s, T dy, const Params<T>& p) const {                              \
-      const T lo = p.lo, hi = p.hi, slope = p.slope;                                            \
-      (void)lo; (void)hi; (void)slope;                                                          \
-      return expr;                                                                              \
-    }                                                                                           \
-  };                                                                                            \
-  void opname##_cuda(const OpRecord& op, const KernelContext& ctx) {                            \
-    FloatDispatch(op.outputs[0].dtype(), #opname, [&](auto tag) {                               \
-      using T = decltype(tag);                                                                  \
-      const int64_t n = op.outputs[0].numel();                                                  \
-      if (n == 0) return;                                                                       \
-      GradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(                                \
-          op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), n,           \
-          ReadParams<T>(op), opname##_f{});                                                     \
-      LOOM_CUDA_CHECK_LAUNCH();                                                                 \
-    });                                                                                         \
-  }                                                                                             \
-  LOOM_KERNEL(opname, kCUDA, opname##_cuda);
+template <typename F>
+void GradCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = op.outputs[0].numel();
+    if (n == 0) return;
+    GradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
+                                                              op.outputs[0].data<T>(), n, ew::ReadParams<T>(op.attrs),
+                                                              f);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
 
-LOOM_CUDA_UNARY(add_scalar, x + s)
-LOOM_CUDA_UNARY(mul_scalar, x * s)
-LOOM_CUDA_UNARY(rsub_scalar, s - x)
-LOOM_CUDA_UNARY(rdiv_scalar, s / x)
-LOOM_CUDA_UNARY(pow_scalar, s == T(2) ? x * x : Pow(x, s))
+// One kernel per row of the formula lists (Note [Element-wise formulas]).
+#define LOOM_CUDA_EW(op, runner)                                                                     \
+  void op##_cuda(const OpRecord& o, const KernelContext& ctx) { runner(o, ctx, #op, ew::op##_f{}); } \
+  LOOM_KERNEL(op, kCUDA, op##_cuda);
+#define LOOM_CUDA_BINARY(op, formula) LOOM_CUDA_EW(op, BinaryCuda)
+#define LOOM_CUDA_UNARY(op, formula) LOOM_CUDA_EW(op, UnaryCuda)
+#define LOOM_CUDA_GRAD(op, formula) LOOM_CUDA_EW(op, GradCuda)
 
-LOOM_CUDA_UNARY(neg, -x)
-LOOM_CUDA_UNARY(exp, Exp(x))
-LOOM_CUDA_UNARY(log, Log(x))
-LOOM_CUDA_UNARY(sqrt, Sqrt(x))
-LOOM_CUDA_UNARY(abs, Abs(x))
-LOOM_CUDA_UNARY(clamp, x < lo ? lo : (x > hi ? hi : x))
-LOOM_CUDA_UNARY(relu, x > T(0) ? x : T(0))
-LOOM_CUDA_UNARY(leaky_relu, x > T(0) ? x : slope * x)
-LOOM_CUDA_UNARY(sigmoid, SigmoidOf(x))
-LOOM_CUDA_UNARY(tanh, Tanh(x))
-LOOM_CUDA_UNARY(gelu, GeluOf(x))
-LOOM_CUDA_UNARY(softplus, SoftplusOf(x))
-
-LOOM_CUDA_GRAD(abs_grad, s > T(0) ? dy : (s < T(0) ? -dy : T(0)))
-LOOM_CUDA_GRAD(clamp_grad, (s >= lo && s <= hi) ? dy : T(0))
-LOOM_CUDA_GRAD(relu_grad, s > T(0) ? dy : T(0))
-LOOM_CUDA_GRAD(leaky_relu_grad, s > T(0) ? dy : slope * dy)
-LOOM_CUDA_GRAD(sigmoid_grad, dy * s * (T(1) - s))
-LOOM_CUDA_GRAD(tanh_grad, dy * (T(1) - s * s))
-LOOM_CUDA_GRAD(gelu_grad, dy * GeluGradOf(s))
-LOOM_CUDA_GRAD(softplus_grad, dy * SigmoidOf(s))
+LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)
+LOOM_UNARY_FORMULAS(LOOM_CUDA_UNARY)
+LOOM_GRAD_FORMULAS(LOOM_CUDA_GRAD)
 
 // ---------------------------------------------------------------- add_bias
 

@@ -12,20 +12,11 @@
 #include <tuple>
 
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_shapes.h"
 
 namespace loom {
 namespace cuda {
 namespace {
-
-Shape BatchOf(const Shape& s) { return Shape(s.begin(), s.end() - 2); }
-
-std::vector<int64_t> BatchStrides(const Shape& in, const Shape& out) {  // 0 along broadcast dims
-  std::vector<int64_t> st(out.size(), 0);
-  Shape cs = ContiguousStrides(in);
-  size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : cs[i];
-  return st;
-}
 
 // The largest power of two (up to 256) dividing the address: cuBLASLt picks kernels by it.
 uint32_t Alignment(const void* p) {
@@ -147,58 +138,38 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
   const DType dt = tc_t.dtype();
   LOOM_CHECK(dt == DType::kFloat32 || dt == DType::kFloat64, DTypeError, "[matmul] no CUDA kernel for dtype ",
              Name(dt));
-  const bool ta = op.attrs.Int("ta", 0) != 0, tb = op.attrs.Int("tb", 0) != 0;
-  const bool sum_batch = op.attrs.Int("sum_batch", 0) != 0;
-  const Shape& sa = ta_t.shape();
-  const Shape& sb = tb_t.shape();
-  const size_t ra = sa.size(), rb = sb.size();
-  const int64_t m = ta ? sa[ra - 1] : sa[ra - 2];
-  const int64_t k = ta ? sa[ra - 2] : sa[ra - 1];
-  const int64_t n = tb ? sb[rb - 2] : sb[rb - 1];
-  const Shape ba = BatchOf(sa), bb = BatchOf(sb);
-  const Shape batch = BroadcastShapes(ba, bb, "matmul");
-  const int64_t nb = NumElements(batch), nba = NumElements(ba), nbb = NumElements(bb);
-  const int64_t size_a = m * k, size_b = k * n, size_c = m * n;
+  const MatMulLayout l = MakeMatMulLayout(op.attrs, ta_t.shape(), tb_t.shape());
   const size_t es = SizeOf(dt);
   const char* a = static_cast<const char*>(ta_t.raw_data());
   const char* b = static_cast<const char*>(tb_t.raw_data());
   char* c = static_cast<char*>(tc_t.raw_data());
   if (tc_t.numel() == 0) return;
-  if (k == 0 || nb == 0) {  // an empty sum
+  if (l.k == 0 || l.nb == 0) {  // an empty sum
     LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, tc_t.nbytes(), dev.stream()));
     return;
   }
-  Gemm g{dev, dt, ta, tb, m, n, k, ta ? m : k, tb ? k : n};
-  // One rhs for every batch: the batches of lhs are consecutive rows of one (nb * M, K) GEMM.
-  if (!ta && !sum_batch && nbb == 1) {
+  Gemm g{dev, dt, l.ta, l.tb, l.m, l.n, l.k, l.lda, l.ldb};
+  if (l.RowsOfOneGemm()) {
     Gemm one = g;
-    one.m = nb * m;
+    one.m = l.nb * l.m;
     return Run(one, a, 0, b, 0, c, 0, 1, false);
   }
-  // sum_b A_b^T B_b with both unbroadcast: A is (nb * K, M), B is (nb * K, N), one GEMM over nb * K.
-  if (sum_batch && ta && !tb && nba == nb && nbb == nb) {
+  if (l.SumIsOneGemm()) {
     Gemm one = g;
-    one.k = nb * k;
+    one.k = l.nb * l.k;
     return Run(one, a, 0, b, 0, c, 0, 1, false);
   }
   // Each operand is either the whole batch or one matrix for all: one strided-batched GEMM.
-  if (!sum_batch && (nba == nb || nba == 1) && (nbb == nb || nbb == 1))
-    return Run(g, a, nba == 1 ? 0 : size_a, b, nbb == 1 ? 0 : size_b, c, size_c, nb, false);
+  if (!l.sum_batch && (l.nba == l.nb || l.nba == 1) && (l.nbb == l.nb || l.nbb == 1))
+    return Run(g, a, l.nba == 1 ? 0 : l.size_a, b, l.nbb == 1 ? 0 : l.size_b, c, l.size_c, l.nb, false);
   // Anything else, one GEMM per batch entry (sum_batch: accumulated in batch order, as the CPU).
-  const std::vector<int64_t> sta = BatchStrides(ba, batch), stb = BatchStrides(bb, batch);
-  const int64_t rank = int64_t(batch.size());
-  for (int64_t i = 0; i < nb; ++i) {
-    int64_t rem = i, oa = 0, ob = 0;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      int64_t idx = rem % batch[size_t(d)];
-      rem /= batch[size_t(d)];
-      oa += idx * sta[size_t(d)];
-      ob += idx * stb[size_t(d)];
-    }
-    const char* ai = a + oa * size_a * int64_t(es);
-    const char* bi = b + ob * size_b * int64_t(es);
-    if (sum_batch) Run(g, ai, 0, bi, 0, c, 0, 1, i > 0);
-    else Run(g, ai, 0, bi, 0, c + i * size_c * int64_t(es), 0, 1, false);
+  for (int64_t i = 0; i < l.nb; ++i) {
+    int64_t oa, ob;
+    l.Offsets(i, oa, ob);
+    const char* ai = a + oa * int64_t(es);
+    const char* bi = b + ob * int64_t(es);
+    if (l.sum_batch) Run(g, ai, 0, bi, 0, c, 0, 1, i > 0);
+    else Run(g, ai, 0, bi, 0, c + i * l.size_c * int64_t(es), 0, 1, false);
   }
 }
 

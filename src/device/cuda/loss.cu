@@ -7,16 +7,11 @@
 // outside [0, C) cannot throw from the GPU: Note [Errors found on the GPU] in cuda_device.h.
 #include <type_traits>
 
-#include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {
 namespace cuda {
 namespace {
-
-
-int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
-unsigned RowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20)); }
 
 // ---------------------------------------------------------------- softmax / log-softmax
 
@@ -121,40 +116,25 @@ void SoftmaxGradLines(const T* y, const T* dy, T* dx, const AxisSplit& s, bool l
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
-// x: (...) -> y: (...), along attr axis
+// x: (...) -> y: (...), along attr axis; log_softmax when kLog
+template <bool kLog>
 void SoftmaxCuda(const OpRecord& op, const KernelContext& ctx) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax");
-  FloatDispatch(op.outputs[0].dtype(), "softmax", [&](auto tag) {
+  const char* name = kLog ? "log_softmax" : "softmax";
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), name);
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, false, Dev(ctx).stream());
+    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, kLog, Dev(ctx).stream());
   });
 }
 
-// x: (...) -> y: (...), along attr axis
-void LogSoftmaxCuda(const OpRecord& op, const KernelContext& ctx) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax");
-  FloatDispatch(op.outputs[0].dtype(), "log_softmax", [&](auto tag) {
-    using T = decltype(tag);
-    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, true, Dev(ctx).stream());
-  });
-}
-
-// y: (...), dy: (...) -> dx: (...), along attr axis
+// y: (...), dy: (...) -> dx: (...), along attr axis; log_softmax_grad when kLog
+template <bool kLog>
 void SoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax_grad");
-  FloatDispatch(op.outputs[0].dtype(), "softmax_grad", [&](auto tag) {
+  const char* name = kLog ? "log_softmax_grad" : "softmax_grad";
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), name);
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, false,
-                        Dev(ctx).stream());
-  });
-}
-
-// y: (...), dy: (...) -> dx: (...), along attr axis
-void LogSoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax_grad");
-  FloatDispatch(op.outputs[0].dtype(), "log_softmax_grad", [&](auto tag) {
-    using T = decltype(tag);
-    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, true,
+    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, kLog,
                         Dev(ctx).stream());
   });
 }
@@ -319,10 +299,10 @@ void MseGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 }  // namespace
 
-LOOM_KERNEL(softmax, kCUDA, SoftmaxCuda);
-LOOM_KERNEL(log_softmax, kCUDA, LogSoftmaxCuda);
-LOOM_KERNEL(softmax_grad, kCUDA, SoftmaxGradCuda);
-LOOM_KERNEL(log_softmax_grad, kCUDA, LogSoftmaxGradCuda);
+LOOM_KERNEL(softmax, kCUDA, SoftmaxCuda<false>);
+LOOM_KERNEL(log_softmax, kCUDA, SoftmaxCuda<true>);
+LOOM_KERNEL(softmax_grad, kCUDA, SoftmaxGradCuda<false>);
+LOOM_KERNEL(log_softmax_grad, kCUDA, SoftmaxGradCuda<true>);
 LOOM_KERNEL(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyCuda);
 LOOM_KERNEL(softmax_cross_entropy_grad, kCUDA, SoftmaxCrossEntropyGradCuda);
 LOOM_KERNEL(mse, kCUDA, MseCuda);

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/op.h"
 #include "device/cpu/parallel.h"
+#include "device/kernel_dispatch.h"
+#include "device/kernel_shapes.h"
 
 namespace loom {
 namespace cpu {
@@ -17,11 +19,7 @@ constexpr int64_t kGrain = 32768;
 // Calls f(T{}) with T = float or double for the tensor's dtype.
 template <typename F>
 void FloatDispatch(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kFloat32: f(float{}); return;
-    case DType::kFloat64: f(double{}); return;
-    default: throw DTypeError(detail::Cat("[", op, "] no CPU kernel for dtype ", Name(t)));
-  }
+  DispatchFloat(t, op, "CPU", f);
 }
 
 // out[i] = f(x[i]) for contiguous tensors.
@@ -39,9 +37,6 @@ void BinaryLoop(const T* a, const T* b, T* y, int64_t n, F f) {
     for (int64_t i = s; i < e; ++i) y[i] = f(a[i], b[i]);
   });
 }
-
-// Strides of `in` broadcast to `out_shape` (0 along broadcast dimensions), in elements.
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out_shape);
 
 // y = f(a, b) with numpy broadcasting: a, b contiguous, y contiguous of the broadcast shape.
 template <typename T, typename F>
@@ -76,13 +71,8 @@ void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) 
   int64_t ia_in = sa.back(), ib_in = sb.back();
   ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(inner, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t rem = r, oa = 0, ob = 0;
-      for (int64_t d = rank - 2; d >= 0; --d) {
-        int64_t idx = rem % os[size_t(d)];
-        rem /= os[size_t(d)];
-        oa += idx * sa[size_t(d)];
-        ob += idx * sb[size_t(d)];
-      }
+      int64_t oa, ob;
+      BroadcastOffsets(os, rank - 1, sa, sb, r, oa, ob);
       T* yr = y + r * inner;
       for (int64_t j = 0; j < inner; ++j) yr[j] = f(a[oa + j * ia_in], b[ob + j * ib_in]);
     }

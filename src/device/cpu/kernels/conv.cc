@@ -132,15 +132,21 @@ Plan MakePlan(const Geom& g) {
   return p;
 }
 
-// Scratch elements of one kernel call: per part, a col matrix (unless direct), the gathered
-// output or dy (several images per chunk), and for the weight gradient a partial sum (parts
-// after the first). One formula for the kernels and for the planner (Note [Planned scratch]).
-int64_t ScratchElements(const Geom& g, const Plan& p, ConvPass kind, int64_t wtotal) {
+// The scratch of one part, in elements, laid out in this order: a col matrix (unless direct),
+// the gathered output or dy (several images per chunk), and for the weight gradient a partial
+// sum (parts after the first). The parts' scratch lies back to back. One layout for the kernels
+// and for the planner (Note [Planned scratch]).
+struct PartScratch {
+  int64_t col, mat, partial;
+  int64_t total() const { return col + mat + partial; }
+};
+PartScratch ScratchOfPart(const Geom& g, const Plan& p, ConvPass kind, int64_t wtotal) {
   const int64_t cols = p.batch * g.ohw();
-  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
-  const int64_t mat = p.batch > 1 ? g.o * cols : 0;
-  const int64_t partial = kind == ConvPass::kGradWeight && p.parts > 1 ? wtotal : 0;
-  return p.parts * (col_size + mat + partial);
+  return PartScratch{p.direct ? 0 : g.rows() * cols, p.batch > 1 ? g.o * cols : 0,
+                     kind == ConvPass::kGradWeight && p.parts > 1 ? wtotal : 0};
+}
+int64_t ScratchElements(const Geom& g, const Plan& p, ConvPass kind, int64_t wtotal) {
+  return p.parts * ScratchOfPart(g, p, kind, wtotal).total();
 }
 
 // Calls f(part, n0, n1) for every chunk of images [n0, n1), the parts spread across the pool.
@@ -258,6 +264,23 @@ void GatherImages(const T* t, T* m, const Geom& g, int64_t n0, int64_t n1) {
       std::memcpy(m + o * nb * ohw + b * ohw, t + ((n0 + b) * g.o + o) * ohw, size_t(ohw) * sizeof(T));
 }
 
+// The col matrix of images [n0, n1) of x: the image itself when direct, else im2col into col.
+template <typename T>
+const T* ColMatrix(const T* x, T* col, const Geom& g, const Plan& p, int64_t n0, int64_t n1) {
+  if (p.direct) return x + n0 * g.c * g.hw();
+  Im2Col(x, col, g, n0, n1);
+  return col;
+}
+
+// Images [n0, n1) of dy as an (O, (n1 - n0) OH OW) matrix: dy itself for one image, else
+// gathered into m.
+template <typename T>
+const T* DyMatrix(const T* dy, T* m, const Geom& g, int64_t n0, int64_t n1) {
+  if (n1 - n0 == 1) return dy + n0 * g.o * g.ohw();
+  GatherImages(dy, m, g, n0, n1);
+  return m;
+}
+
 template <typename T>
 void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& tx = op.inputs[0];
@@ -271,20 +294,14 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   if (ty.numel() == 0) return;
   if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y)) return;
   const Plan p = MakePlan(g);
-  const int64_t cols = p.batch * g.ohw();
-  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
-  const int64_t out_size = p.batch > 1 ? g.o * cols : 0;
+  const PartScratch ps = ScratchOfPart(g, p, ConvPass::kForward, 0);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kForward, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + part * (col_size + out_size);
-    T* out = col + col_size;
+    T* col = scratch.as<T>() + part * ps.total();
+    T* out = col + ps.col;
     const int64_t nc = (n1 - n0) * g.ohw();
-    const T* cm = x + n0 * g.c * g.hw();
-    if (!p.direct) {
-      Im2Col(x, col, g, n0, n1);
-      cm = col;
-    }
+    const T* cm = ColMatrix(x, col, g, p, n0, n1);
     T* ym = n1 - n0 == 1 ? y + n0 * g.o * g.ohw() : out;
     for (int64_t gi = 0; gi < g.groups; ++gi)
       Gemm(false, false, g.og(), nc, g.grows(), T(1), w + gi * wsize, g.grows(), cm + gi * g.grows() * nc, nc, T(0),
@@ -313,20 +330,13 @@ void Conv2dGradInputTyped(const OpRecord& op, const KernelContext& ctx) {
   if (tdx.numel() == 0) return;
   if (TryDnnl(ConvPass::kGradInput, g, ctx, w, dy, static_cast<const T*>(nullptr), dx)) return;
   const Plan p = MakePlan(g);
-  const int64_t cols = p.batch * g.ohw();
-  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
-  const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
+  const PartScratch ps = ScratchOfPart(g, p, ConvPass::kGradInput, 0);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kGradInput, 0)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + part * (col_size + dy_size);
-    T* dym = col + col_size;
+    T* col = scratch.as<T>() + part * ps.total();
     const int64_t nc = (n1 - n0) * g.ohw();
-    const T* dm = dy + n0 * g.o * g.ohw();
-    if (n1 - n0 > 1) {
-      GatherImages(dy, dym, g, n0, n1);
-      dm = dym;
-    }
+    const T* dm = DyMatrix(dy, col + ps.col, g, n0, n1);
     T* cm = p.direct ? dx + n0 * g.c * g.hw() : col;  // direct: dx_n is dcol itself
     for (int64_t gi = 0; gi < g.groups; ++gi)
       Gemm(true, false, g.grows(), nc, g.og(), T(1), w + gi * wsize, g.grows(), dm + gi * g.og() * nc, nc, T(0),
@@ -352,30 +362,17 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
   }
   if (TryDnnl(ConvPass::kGradWeight, g, ctx, x, dy, static_cast<const T*>(nullptr), dw)) return;
   const Plan p = MakePlan(g);
-  const int64_t cols = p.batch * g.ohw();
-  const int64_t col_size = p.direct ? 0 : g.rows() * cols;
-  const int64_t dy_size = p.batch > 1 ? g.o * cols : 0;
   // Each part but the first accumulates into its own partial gradient, added in part order.
-  const int64_t partial = p.parts > 1 ? wtotal : 0;
-  const int64_t per_part = col_size + dy_size + partial;
+  const PartScratch ps = ScratchOfPart(g, p, ConvPass::kGradWeight, wtotal);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kGradWeight, wtotal)) * sizeof(T));
   const int64_t wsize = g.og() * g.grows();
   std::vector<char> started(size_t(p.parts), 0);
   ForEachChunk(g, p, [&](int64_t part, int64_t n0, int64_t n1) {
-    T* col = scratch.as<T>() + part * per_part;
-    T* dym = col + col_size;
-    T* acc = part == 0 ? dw : dym + dy_size;
+    T* col = scratch.as<T>() + part * ps.total();
+    T* acc = part == 0 ? dw : col + ps.col + ps.mat;
     const int64_t nc = (n1 - n0) * g.ohw();
-    const T* cm = x + n0 * g.c * g.hw();
-    if (!p.direct) {
-      Im2Col(x, col, g, n0, n1);
-      cm = col;
-    }
-    const T* dm = dy + n0 * g.o * g.ohw();
-    if (n1 - n0 > 1) {
-      GatherImages(dy, dym, g, n0, n1);
-      dm = dym;
-    }
+    const T* cm = ColMatrix(x, col, g, p, n0, n1);
+    const T* dm = DyMatrix(dy, col + ps.col, g, n0, n1);
     const T beta = started[size_t(part)] ? T(1) : T(0);
     started[size_t(part)] = 1;
     for (int64_t gi = 0; gi < g.groups; ++gi)
@@ -383,7 +380,7 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
            acc + gi * wsize, g.grows());
   });
   for (int64_t q = 1; q < p.parts; ++q) {
-    const T* part = scratch.as<T>() + q * per_part + col_size + dy_size;
+    const T* part = scratch.as<T>() + q * ps.total() + ps.col + ps.mat;
     for (int64_t i = 0; i < wtotal; ++i) dw[i] += part[i];
   }
 }

@@ -16,15 +16,6 @@ void CheckRange(const char* op, const I* idx, int64_t n, int64_t rows) {
                " at position ", i, " is out of range for a table of ", rows, " rows");
 }
 
-template <typename F>
-void IndexDispatch(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kInt32: f(int32_t{}); return;
-    case DType::kInt64: f(int64_t{}); return;
-    default: throw DTypeError(detail::Cat("[", op, "] indices must be int32 or int64, got ", Name(t)));
-  }
-}
-
 // table: (V, D), indices: (L) (flattened) -> y: (L, D)
 void EmbeddingCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& table = op.inputs[0];

@@ -9,7 +9,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "device/kernel_shapes.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
@@ -17,7 +16,6 @@ namespace cpu {
 namespace {
 
 constexpr int64_t kLanes = 64;
-
 
 // Calls f(row, base, width) for blocks of `width` adjacent lines starting at element `base`;
 // `row` is std::true_type when the lines are contiguous rows (then width is 1).
@@ -97,39 +95,25 @@ void SoftmaxGradLines(const T* y, const T* dy, T* dx, const AxisSplit& s, bool l
   });
 }
 
-// x: (...) -> y: (...), along attr axis
+// x: (...) -> y: (...), along attr axis; log_softmax when kLog
+template <bool kLog>
 void SoftmaxCpu(const OpRecord& op, const KernelContext&) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax");
-  FloatDispatch(op.outputs[0].dtype(), "softmax", [&](auto tag) {
+  const char* name = kLog ? "log_softmax" : "softmax";
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), name);
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, false);
+    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, kLog);
   });
 }
 
-// x: (...) -> y: (...), along attr axis
-void LogSoftmaxCpu(const OpRecord& op, const KernelContext&) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax");
-  FloatDispatch(op.outputs[0].dtype(), "log_softmax", [&](auto tag) {
-    using T = decltype(tag);
-    SoftmaxLines<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), s, true);
-  });
-}
-
-// y: (...), dy: (...) -> dx: (...), along attr axis
+// y: (...), dy: (...) -> dx: (...), along attr axis; log_softmax_grad when kLog
+template <bool kLog>
 void SoftmaxGradCpu(const OpRecord& op, const KernelContext&) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "softmax_grad");
-  FloatDispatch(op.outputs[0].dtype(), "softmax_grad", [&](auto tag) {
+  const char* name = kLog ? "log_softmax_grad" : "softmax_grad";
+  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), name);
+  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, false);
-  });
-}
-
-// y: (...), dy: (...) -> dx: (...), along attr axis
-void LogSoftmaxGradCpu(const OpRecord& op, const KernelContext&) {
-  AxisSplit s = SplitAt(op.inputs[0].shape(), op.attrs.Int("axis", -1), "log_softmax_grad");
-  FloatDispatch(op.outputs[0].dtype(), "log_softmax_grad", [&](auto tag) {
-    using T = decltype(tag);
-    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, true);
+    SoftmaxGradLines<T>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), s, kLog);
   });
 }
 
@@ -259,10 +243,10 @@ void MseGradCpu(const OpRecord& op, const KernelContext&) {
 
 }  // namespace
 
-LOOM_KERNEL(softmax, kCPU, SoftmaxCpu);
-LOOM_KERNEL(log_softmax, kCPU, LogSoftmaxCpu);
-LOOM_KERNEL(softmax_grad, kCPU, SoftmaxGradCpu);
-LOOM_KERNEL(log_softmax_grad, kCPU, LogSoftmaxGradCpu);
+LOOM_KERNEL(softmax, kCPU, SoftmaxCpu<false>);
+LOOM_KERNEL(log_softmax, kCPU, SoftmaxCpu<true>);
+LOOM_KERNEL(softmax_grad, kCPU, SoftmaxGradCpu<false>);
+LOOM_KERNEL(log_softmax_grad, kCPU, SoftmaxGradCpu<true>);
 LOOM_KERNEL(softmax_cross_entropy, kCPU, SoftmaxCrossEntropyCpu);
 LOOM_KERNEL(softmax_cross_entropy_grad, kCPU, SoftmaxCrossEntropyGradCpu);
 LOOM_KERNEL(mse, kCPU, MseCpu);

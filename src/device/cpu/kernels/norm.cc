@@ -12,20 +12,48 @@ namespace loom {
 namespace cpu {
 namespace {
 
-struct NCS {
-  int64_t n, c, s;
-};
-NCS ViewNCS(const Shape& x) {
-  int64_t s = 1;
-  for (size_t i = 2; i < x.size(); ++i) s *= x[i];
-  return NCS{x[0], x[1], s};
-}
-
 template <typename F>
-void ForChannels(const NCS& d, F f) {
+void ForChannels(const ChannelDims& d, F f) {
   ParallelFor(d.c, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.n * d.s, 1)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) f(c);
   });
+}
+
+template <typename F>
+void ForRows(const RowDims& d, F f) {
+  ParallelFor(d.r, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.d, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) f(r);
+  });
+}
+
+// The mean of `runs` runs of `len` elements (run i at x + i * stride) and the sum of squared
+// deviations from it: two passes, summed in double in order.
+template <typename T>
+void MeanAndSquares(const T* x, int64_t runs, int64_t len, int64_t stride, double& mean, double& sq) {
+  double sum = 0;
+  for (int64_t i = 0; i < runs; ++i)
+    for (int64_t k = 0; k < len; ++k) sum += double(x[i * stride + k]);
+  mean = sum / double(runs * len);
+  sq = 0;
+  for (int64_t i = 0; i < runs; ++i)
+    for (int64_t k = 0; k < len; ++k) {
+      const double v = double(x[i * stride + k]) - mean;
+      sq += v * v;
+    }
+}
+
+// Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
+// shift = beta - mean gamma invstd.
+template <typename T>
+void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamma, double beta, double mean,
+                  double invstd) {
+  const T scale = T(gamma * invstd);
+  const T shift = T(beta - mean * gamma * invstd);
+  for (int64_t i = 0; i < d.n; ++i) {
+    const T* xr = x + (i * d.c + c) * d.s;
+    T* yr = y + (i * d.c + c) * d.s;
+    for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
+  }
 }
 
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
@@ -33,7 +61,7 @@ void ForChannels(const NCS& d, F f) {
 void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
     using T = decltype(tag);
-    const NCS d = ViewNCS(op.inputs[0].shape());
+    const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
     const double momentum = op.attrs.Float("momentum"), eps = op.attrs.Float("eps");
     const T* x = op.inputs[0].data<T>();
     const T* gamma = op.inputs[1].data<T>();
@@ -45,29 +73,11 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
     T* rvar = op.outputs[4].data<T>();
     const double m = double(d.n * d.s);
     ForChannels(d, [&](int64_t c) {
-      double sum = 0;
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) sum += double(xr[k]);
-      }
-      const double mean = sum / m;
-      double sq = 0;
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) {
-          const double v = double(xr[k]) - mean;
-          sq += v * v;
-        }
-      }
+      double mean, sq;
+      MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
       const double var = sq / m;
       const double invstd = 1.0 / std::sqrt(var + eps);
-      const T scale = T(double(gamma[c]) * invstd);
-      const T shift = T(double(beta[c]) - mean * double(gamma[c]) * invstd);
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        T* yr = y + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
-      }
+      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
       mean_out[c] = T(mean);
       invstd_out[c] = T(invstd);
       rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mean);
@@ -80,7 +90,7 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
 void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_infer", [&](auto tag) {
     using T = decltype(tag);
-    const NCS d = ViewNCS(op.inputs[0].shape());
+    const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
     const double eps = op.attrs.Float("eps");
     const T* x = op.inputs[0].data<T>();
     const T* gamma = op.inputs[1].data<T>();
@@ -90,13 +100,7 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
     T* y = op.outputs[0].data<T>();
     ForChannels(d, [&](int64_t c) {
       const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
-      const T scale = T(double(gamma[c]) * invstd);
-      const T shift = T(double(beta[c]) - double(rmean[c]) * double(gamma[c]) * invstd);
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        T* yr = y + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
-      }
+      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), double(rmean[c]), invstd);
     });
   });
 }
@@ -106,7 +110,7 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
 void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
     using T = decltype(tag);
-    const NCS d = ViewNCS(op.inputs[0].shape());
+    const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
     const bool training = op.attrs.Int("training") != 0;
     const double eps = op.attrs.Float("eps");
     const T* x = op.inputs[0].data<T>();
@@ -148,19 +152,11 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-struct RD {
-  int64_t r, d;
-};
-RD ViewRD(const Shape& x, const Shape& gamma) {
-  int64_t d = NumElements(gamma);
-  return RD{d ? NumElements(x) / d : 0, d};
-}
-
 // x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
 void LayerNormCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
-    const RD d = ViewRD(op.inputs[0].shape(), op.inputs[1].shape());
+    const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
     const double eps = op.attrs.Float("eps");
     const T* x = op.inputs[0].data<T>();
     const T* gamma = op.inputs[1].data<T>();
@@ -168,24 +164,16 @@ void LayerNormCpu(const OpRecord& op, const KernelContext&) {
     T* y = op.outputs[0].data<T>();
     T* mean_out = op.outputs[1].data<T>();
     T* invstd_out = op.outputs[2].data<T>();
-    ParallelFor(d.r, std::max<int64_t>(1, kGrain / d.d), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * d.d;
-        T* yr = y + r * d.d;
-        double sum = 0;
-        for (int64_t j = 0; j < d.d; ++j) sum += double(xr[j]);
-        const double mean = sum / double(d.d);
-        double sq = 0;
-        for (int64_t j = 0; j < d.d; ++j) {
-          const double v = double(xr[j]) - mean;
-          sq += v * v;
-        }
-        const double invstd = 1.0 / std::sqrt(sq / double(d.d) + eps);
-        const T tm = T(mean), ti = T(invstd);
-        for (int64_t j = 0; j < d.d; ++j) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
-        mean_out[r] = tm;
-        invstd_out[r] = ti;
-      }
+    ForRows(d, [&](int64_t r) {
+      const T* xr = x + r * d.d;
+      T* yr = y + r * d.d;
+      double mean, sq;
+      MeanAndSquares(xr, 1, d.d, d.d, mean, sq);
+      const double invstd = 1.0 / std::sqrt(sq / double(d.d) + eps);
+      const T tm = T(mean), ti = T(invstd);
+      for (int64_t j = 0; j < d.d; ++j) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
+      mean_out[r] = tm;
+      invstd_out[r] = ti;
     });
   });
 }
@@ -195,7 +183,7 @@ void LayerNormCpu(const OpRecord& op, const KernelContext&) {
 void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "layer_norm_grad", [&](auto tag) {
     using T = decltype(tag);
-    const RD d = ViewRD(op.inputs[0].shape(), op.inputs[1].shape());
+    const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
     const T* x = op.inputs[0].data<T>();
     const T* gamma = op.inputs[1].data<T>();
     const T* mean = op.inputs[2].data<T>();
@@ -204,23 +192,21 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
     T* dx = op.outputs[0].data<T>();
     T* dgamma = op.outputs[1].data<T>();
     T* dbeta = op.outputs[2].data<T>();
-    ParallelFor(d.r, std::max<int64_t>(1, kGrain / d.d), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * d.d;
-        const T* gr = dy + r * d.d;
-        T* dr = dx + r * d.d;
-        const double mu = double(mean[r]), is = double(invstd[r]);
-        double s1 = 0, s2 = 0;  // sum(dxhat), sum(dxhat * xhat) with dxhat = dy * gamma
-        for (int64_t j = 0; j < d.d; ++j) {
-          const double g = double(gr[j]) * double(gamma[j]);
-          s1 += g;
-          s2 += g * (double(xr[j]) - mu) * is;
-        }
-        const double a = s1 / double(d.d), b = s2 / double(d.d);
-        for (int64_t j = 0; j < d.d; ++j) {
-          const double xhat = (double(xr[j]) - mu) * is;
-          dr[j] = T(is * (double(gr[j]) * double(gamma[j]) - a - xhat * b));
-        }
+    ForRows(d, [&](int64_t r) {
+      const T* xr = x + r * d.d;
+      const T* gr = dy + r * d.d;
+      T* dr = dx + r * d.d;
+      const double mu = double(mean[r]), is = double(invstd[r]);
+      double s1 = 0, s2 = 0;  // sum(dxhat), sum(dxhat * xhat) with dxhat = dy * gamma
+      for (int64_t j = 0; j < d.d; ++j) {
+        const double g = double(gr[j]) * double(gamma[j]);
+        s1 += g;
+        s2 += g * (double(xr[j]) - mu) * is;
+      }
+      const double a = s1 / double(d.d), b = s2 / double(d.d);
+      for (int64_t j = 0; j < d.d; ++j) {
+        const double xhat = (double(xr[j]) - mu) * is;
+        dr[j] = T(is * (double(gr[j]) * double(gamma[j]) - a - xhat * b));
       }
     });
     ParallelFor(d.d, std::max<int64_t>(1, kGrain / std::max<int64_t>(d.r, 1)), [&](int64_t j0, int64_t j1) {

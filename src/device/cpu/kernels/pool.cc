@@ -2,15 +2,12 @@
 // gradients write each plane of dx from that plane of dy only, so they need no atomics and
 // give the same bits for any thread count.
 #include <algorithm>
-#include <limits>
 
-#include "device/kernel_shapes.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
 namespace cpu {
 namespace {
-
 
 template <typename F>
 void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
@@ -33,20 +30,10 @@ void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
       T* yp = y + p * d.oh * d.ow;
       int32_t* ap = arg + p * d.oh * d.ow;
       for (int64_t oi = 0; oi < d.oh; ++oi) {
-        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        const Span rows = RowSpan(d, oi);
         for (int64_t oj = 0; oj < d.ow; ++oj) {
-          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
-          // The window always holds a pixel (padding is at most half the kernel).
-          int64_t best = h0 * d.w + w0;
-          T m = xp[best];
-          for (int64_t i = h0; i < h1; ++i)
-            for (int64_t j = w0; j < w1; ++j) {
-              const T v = xp[i * d.w + j];
-              if (v > m || (v != v && m == m)) {  // NaN wins, as in PyTorch
-                m = v;
-                best = i * d.w + j;
-              }
-            }
+          T m;
+          const int64_t best = WindowArgMax(xp, d.w, rows, ColSpan(d, oj), m);
           yp[oi * d.ow + oj] = m;
           ap[oi * d.ow + oj] = int32_t(best);
         }
@@ -73,14 +60,6 @@ void MaxPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// The divisor of output (oi, oj): kh * kw, or with count_include_pad = 0 the pixels inside.
-inline int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_t oj) {
-  if (include_pad) return d.kh * d.kw;
-  const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
-  const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
-  return (h1 - h0) * (w1 - w0);
-}
-
 // x: (N, C, H, W) -> y: (N, C, OH, OW)
 void AvgPool2dCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "avg_pool2d", [&](auto tag) {
@@ -93,12 +72,12 @@ void AvgPool2dCpu(const OpRecord& op, const KernelContext&) {
       const T* xp = x + p * d.h * d.w;
       T* yp = y + p * d.oh * d.ow;
       for (int64_t oi = 0; oi < d.oh; ++oi) {
-        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        const Span rows = RowSpan(d, oi);
         for (int64_t oj = 0; oj < d.ow; ++oj) {
-          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+          const Span cols = ColSpan(d, oj);
           T s = 0;
-          for (int64_t i = h0; i < h1; ++i)
-            for (int64_t j = w0; j < w1; ++j) s += xp[i * d.w + j];
+          for (int64_t i = rows.lo; i < rows.hi; ++i)
+            for (int64_t j = cols.lo; j < cols.hi; ++j) s += xp[i * d.w + j];
           yp[oi * d.ow + oj] = s / T(AvgCount(d, include_pad, oi, oj));
         }
       }
@@ -119,12 +98,12 @@ void AvgPool2dGradCpu(const OpRecord& op, const KernelContext&) {
       const T* dyp = dy + p * d.oh * d.ow;
       std::fill(dxp, dxp + d.h * d.w, T(0));
       for (int64_t oi = 0; oi < d.oh; ++oi) {
-        const int64_t h0 = std::max<int64_t>(oi * d.sh - d.ph, 0), h1 = std::min(oi * d.sh - d.ph + d.kh, d.h);
+        const Span rows = RowSpan(d, oi);
         for (int64_t oj = 0; oj < d.ow; ++oj) {
-          const int64_t w0 = std::max<int64_t>(oj * d.sw - d.pw, 0), w1 = std::min(oj * d.sw - d.pw + d.kw, d.w);
+          const Span cols = ColSpan(d, oj);
           const T g = dyp[oi * d.ow + oj] / T(AvgCount(d, include_pad, oi, oj));
-          for (int64_t i = h0; i < h1; ++i)
-            for (int64_t j = w0; j < w1; ++j) dxp[i * d.w + j] += g;
+          for (int64_t i = rows.lo; i < rows.hi; ++i)
+            for (int64_t j = cols.lo; j < cols.hi; ++j) dxp[i * d.w + j] += g;
         }
       }
     });

@@ -10,15 +10,6 @@ namespace loom {
 namespace cpu {
 namespace {
 
-int64_t AxisOf(const OpRecord& op, int64_t rank) {
-  int64_t a = op.attrs.Int("axis");
-  return a < 0 ? a + rank : a;
-}
-int64_t Prod(const Shape& s, size_t begin, size_t end) {
-  int64_t n = 1;
-  for (size_t i = begin; i < end; ++i) n *= s[i];
-  return n;
-}
 // Rows per task so that a task moves about kGrain elements.
 int64_t RowGrain(int64_t row) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(row, 1)); }
 
@@ -26,16 +17,16 @@ int64_t RowGrain(int64_t row) { return std::max<int64_t>(1, kGrain / std::max<in
 void ConcatCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& y = op.outputs[0];
   if (y.numel() == 0) return;
-  const size_t axis = size_t(AxisOf(op, y.ndim()));
+  const int64_t axis = NormalizeAxis(op.attrs.Int("axis"), y.ndim(), "concat");
+  const AxisSplit sy = SplitAt(y.shape(), axis, "concat");
   const int64_t es = int64_t(SizeOf(y.dtype()));
-  const int64_t outer = Prod(y.shape(), 0, axis), inner = Prod(y.shape(), axis + 1, y.shape().size());
-  const int64_t yrow = y.shape()[axis] * inner;  // elements of y per outer index
+  const int64_t yrow = sy.n * sy.inner;  // elements of y per outer index
   char* d = static_cast<char*>(y.raw_data());
-  ParallelFor(outer, RowGrain(yrow), [&](int64_t o0, int64_t o1) {
+  ParallelFor(sy.outer, RowGrain(yrow), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       int64_t off = 0;
       for (const Tensor& x : op.inputs) {
-        int64_t row = x.shape()[axis] * inner;
+        int64_t row = x.shape()[size_t(axis)] * sy.inner;
         if (row) std::memcpy(d + (o * yrow + off) * es, static_cast<const char*>(x.raw_data()) + o * row * es,
                              size_t(row * es));
         off += row;
@@ -44,30 +35,18 @@ void ConcatCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-struct Band {
-  int64_t outer, inner, full, start, len;  // full: size of the sliced axis; len = end - start
-};
-Band SliceBand(const OpRecord& op, const Shape& full) {
-  size_t axis = size_t(AxisOf(op, int64_t(full.size())));
-  int64_t n = full[axis], s = op.attrs.Int("start"), e = op.attrs.Int("end");
-  if (s < 0) s += n;
-  if (e < 0) e += n;
-  return {Prod(full, 0, axis), Prod(full, axis + 1, full.size()), n, s, e - s};
-}
-
 // x: (A..., n, B...) -> y: (A..., end - start, B...)
 void SliceCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
   const Tensor& y = op.outputs[0];
   if (y.numel() == 0) return;
-  Band b = SliceBand(op, x.shape());
+  const SliceRows b = MakeSliceRows(op.attrs, x.shape(), "slice");
   const int64_t es = int64_t(SizeOf(x.dtype()));
   const char* s = static_cast<const char*>(x.raw_data());
   char* d = static_cast<char*>(y.raw_data());
-  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
+  const int64_t xrow = b.full_row, yrow = b.slice_row;
   ParallelFor(b.outer, RowGrain(yrow), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      std::memcpy(d + o * yrow * es, s + (o * xrow + b.start * b.inner) * es, size_t(yrow * es));
+    for (int64_t o = o0; o < o1; ++o) std::memcpy(d + o * yrow * es, s + (o * xrow + b.head) * es, size_t(yrow * es));
   });
 }
 
@@ -76,12 +55,11 @@ void SliceGradCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& dy = op.inputs[0];
   const Tensor& dx = op.outputs[0];
   if (dx.numel() == 0) return;
-  Band b = SliceBand(op, dx.shape());
+  const SliceRows b = MakeSliceRows(op.attrs, dx.shape(), "slice_grad");
   const int64_t es = int64_t(SizeOf(dx.dtype()));
   const char* s = static_cast<const char*>(dy.numel() ? dy.raw_data() : nullptr);
   char* d = static_cast<char*>(dx.raw_data());
-  const int64_t xrow = b.full * b.inner, yrow = b.len * b.inner;
-  const int64_t head = b.start * b.inner, tail = xrow - head - yrow;
+  const int64_t xrow = b.full_row, yrow = b.slice_row, head = b.head, tail = xrow - head - yrow;
   ParallelFor(b.outer, RowGrain(xrow), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       char* row = d + o * xrow * es;
@@ -121,13 +99,7 @@ void BroadcastToCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
   const Tensor& y = op.outputs[0];
   if (y.numel() == 0) return;
-  switch (SizeOf(x.dtype())) {
-    case 1: BroadcastCopy<uint8_t>(x, y); return;
-    case 2: BroadcastCopy<uint16_t>(x, y); return;
-    case 4: BroadcastCopy<uint32_t>(x, y); return;
-    case 8: BroadcastCopy<uint64_t>(x, y); return;
-  }
-  LOOM_ASSERT(false, "[broadcast_to] element size ", SizeOf(x.dtype()));
+  WordDispatch(SizeOf(x.dtype()), "broadcast_to", [&](auto w) { BroadcastCopy<decltype(w)>(x, y); });
 }
 
 }  // namespace

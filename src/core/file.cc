@@ -1,4 +1,4 @@
-#include "io/file.h"
+#include "core/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,6 @@
 #include "core/error.h"
 
 namespace loom {
-namespace io {
 
 namespace {
 
@@ -53,8 +52,8 @@ std::string TempPathFor(const std::string& path) { return path + ".tmp." + std::
 void WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces, const char* component) {
   const std::string tmp = TempPathFor(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot write '", path, "': cannot create '", tmp,
-             "': ", SysError(errno));
+  LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot write '", path, "': cannot open '", tmp,
+             "' for writing: ", SysError(errno));
   TempFile file(tmp, fd);
   for (std::string_view piece : pieces) {
     const char* p = piece.data();
@@ -112,5 +111,4 @@ std::string ReadFile(const std::string& path, const char* component) {
   return data;
 }
 
-}  // namespace io
 }  // namespace loom

@@ -1,0 +1,140 @@
+// The element-wise ops' scalar formulas, forward and derivative, written once for every backend:
+// the CPU kernels (cpu/kernels/elementwise.cc) and the CUDA kernels (cuda/elementwise.cu) both
+// expand the lists below, so the two cannot drift apart.
+//
+// Note [Element-wise formulas]
+// Each list is an X-macro: one row X(op, formula) per op kind, where `formula` is an expression
+// in the element type T. A backend passes its own X, which turns the row into a kernel
+// registered for `op`; the formula itself becomes the functor ew::op_f below, compiled by nvcc
+// as __host__ __device__, so both backends evaluate the same expression in the same type.
+//   LOOM_BINARY_FORMULAS  sees a, b: y = f(a, b) with numpy broadcasting.
+//   LOOM_UNARY_FORMULAS   sees x and the op's attributes s, lo, hi, slope (converted to T on the
+//                         host, 0 when the op has none): y = f(x).
+//   LOOM_GRAD_FORMULAS    sees s (the input x or the output y that the op's backward saved, see
+//                         its declaration in core/ops/), dy and the attributes lo, hi, slope:
+//                         dx = f(s, dy).
+// Math functions are spelled std::exp, std::tanh, ...: on the host they are the C library's; in
+// device code nvcc resolves them to CUDA's expf/exp (float/double), tanhf/tanh, and so on.
+// Adding an element-wise op is one row here for its forward and one for its derivative.
+#pragma once
+
+#include <cmath>
+
+#include "core/attrs.h"
+#include "core/host_device.h"
+
+namespace loom {
+namespace ew {
+
+template <typename T>
+LOOM_HD T SigmoidOf(T x) {
+  return x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+}
+template <typename T>
+LOOM_HD T SoftplusOf(T x) {
+  return x > T(20) ? x : (x < T(-20) ? std::exp(x) : std::log1p(std::exp(x)));
+}
+// gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi)
+template <typename T>
+LOOM_HD T GeluOf(T x) {
+  const T k = T(0.7978845608028654);
+  return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+}
+template <typename T>
+LOOM_HD T GeluGradOf(T x) {
+  const T k = T(0.7978845608028654);
+  T u = k * (x + T(0.044715) * x * x * x);
+  T t = std::tanh(u);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * T(0.044715) * x * x);
+}
+
+}  // namespace ew
+}  // namespace loom
+
+// a: (A...), b: (B...) -> y: broadcast(A, B)
+#define LOOM_BINARY_FORMULAS(X) \
+  X(add, a + b)                 \
+  X(sub, a - b)                 \
+  X(mul, a * b)                 \
+  X(div, a / b)                 \
+  X(pow, std::pow(a, b))
+
+// x: (...) -> y: (...)
+#define LOOM_UNARY_FORMULAS(X)                           \
+  X(add_scalar, x + s)                                   \
+  X(mul_scalar, x * s)                                   \
+  X(rsub_scalar, s - x)                                  \
+  X(rdiv_scalar, s / x)                                  \
+  X(pow_scalar, s == T(2) ? x * x : std::pow(x, s))      \
+  X(neg, -x)                                             \
+  X(exp, std::exp(x))                                    \
+  X(log, std::log(x))                                    \
+  X(sqrt, std::sqrt(x))                                  \
+  X(abs, std::abs(x))                                    \
+  X(clamp, x < lo ? lo : (x > hi ? hi : x))              \
+  X(relu, x > T(0) ? x : T(0))                           \
+  X(leaky_relu, x > T(0) ? x : slope * x)                \
+  X(sigmoid, ew::SigmoidOf(x))                           \
+  X(tanh, std::tanh(x))                                  \
+  X(gelu, ew::GeluOf(x))                                 \
+  X(softplus, ew::SoftplusOf(x))
+
+// (s, dy) -> dx, all (...)
+#define LOOM_GRAD_FORMULAS(X)                                  \
+  X(abs_grad, s > T(0) ? dy : (s < T(0) ? -dy : T(0)))         \
+  X(clamp_grad, (s >= lo && s <= hi) ? dy : T(0))              \
+  X(relu_grad, s > T(0) ? dy : T(0))                           \
+  X(leaky_relu_grad, s > T(0) ? dy : slope * dy)               \
+  X(sigmoid_grad, dy * s * (T(1) - s))                         \
+  X(tanh_grad, dy * (T(1) - s * s))                            \
+  X(gelu_grad, dy * ew::GeluGradOf(s))                         \
+  X(softplus_grad, dy * ew::SigmoidOf(s))
+
+namespace loom {
+namespace ew {
+
+// The attributes a unary or gradient formula may read, converted to T once, on the host.
+template <typename T>
+struct Params {
+  T s, lo, hi, slope;
+};
+template <typename T>
+Params<T> ReadParams(const Attrs& a) {
+  return Params<T>{T(a.Float("s", 0)), T(a.Float("lo", 0)), T(a.Float("hi", 0)), T(a.Float("slope", 0))};
+}
+
+// One functor per row: ew::add_f{}(a, b), ew::relu_f{}(x, params), ew::relu_grad_f{}(s, dy, params).
+#define LOOM_EW_BINARY_FUNCTOR(op, formula)              \
+  struct op##_f {                                        \
+    template <typename T>                                \
+    LOOM_HD T operator()(T a, T b) const {               \
+      return formula;                                    \
+    }                                                    \
+  };
+#define LOOM_EW_UNARY_FUNCTOR(op, formula)                                  \
+  struct op##_f {                                                           \
+    template <typename T>                                                   \
+    LOOM_HD T operator()(T x, const Params<T>& p) const {                   \
+      const T s = p.s, lo = p.lo, hi = p.hi, slope = p.slope;               \
+      (void)s, (void)lo, (void)hi, (void)slope;                             \
+      return formula;                                                       \
+    }                                                                       \
+  };
+#define LOOM_EW_GRAD_FUNCTOR(op, formula)                                   \
+  struct op##_f {                                                           \
+    template <typename T>                                                   \
+    LOOM_HD T operator()(T s, T dy, const Params<T>& p) const {             \
+      const T lo = p.lo, hi = p.hi, slope = p.slope;                        \
+      (void)lo, (void)hi, (void)slope;                                      \
+      return formula;                                                       \
+    }                                                                       \
+  };
+LOOM_BINARY_FORMULAS(LOOM_EW_BINARY_FUNCTOR)
+LOOM_UNARY_FORMULAS(LOOM_EW_UNARY_FUNCTOR)
+LOOM_GRAD_FORMULAS(LOOM_EW_GRAD_FUNCTOR)
+#undef LOOM_EW_BINARY_FUNCTOR
+#undef LOOM_EW_UNARY_FUNCTOR
+#undef LOOM_EW_GRAD_FUNCTOR
+
+}  // namespace ew
+}  // namespace loom
