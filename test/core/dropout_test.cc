@@ -1,9 +1,11 @@
 // Dropout: the mask follows the device's Philox stream (fresh on every call, reproducible from
 // the seed), the kept fraction is 1 - p, y = x * mask / (1 - p), and backward is
 // dy * mask / (1 - p) with the mask the forward drew.
+#include <cmath>
+
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "device/philox.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -85,19 +87,17 @@ TEST(Dropout, GraphReplayDrawsFreshNumbersLikeEager) {
   ASSERT_NE(e1, e2);
 
   dev->SetRandSeed(99);
-  EnableGraph(*dev, true, "dropout_test");
-  Tensor y = ops::Dropout(x, 0.5);
-  EnableGraph(*dev, false);
+  CapturedGraph graph(dev, "dropout_test");
+  Tensor y = graph.Capture([&] { return ops::Dropout(x, 0.5); });
   EXPECT_EQ(dev->rng_counter(), 0u);  // capture draws nothing
   for (bool sequential : {true, false}) {
     dev->SetRandSeed(99);
-    RunGraph(*dev, sequential, "dropout_test");
+    graph.Replay(sequential);
     EXPECT_EQ(y.ToVector<float>(), e1) << "sequential " << sequential;
-    RunGraph(*dev, sequential, "dropout_test");
+    graph.Replay(sequential);
     EXPECT_EQ(y.ToVector<float>(), e2) << "sequential " << sequential;
     EXPECT_EQ(dev->rng_counter(), 2 * uint64_t(1001 + 3) / 4);
   }
-  ResetGraph(*dev, "dropout_test");
 }
 
 TEST(Dropout, KeptFractionIsOneMinusP) {

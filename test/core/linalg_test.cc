@@ -1,6 +1,8 @@
 // matmul (broadcast batches, the internal transpose and batch-sum attributes), add_bias and
 // bias_grad: forward against plain double loops, gradients by finite differences, the errors.
+#include <cmath>
 #include <cstring>
+#include <random>
 
 #include "common/harness.h"
 #include "device/cpu/parallel.h"

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "core/ops_cnn.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -206,17 +206,15 @@ TEST(Norm, BatchNormGraphReplayUpdatesRunningStats) {
   };
   for (int i = 0; i < 3; ++i) step(e);
   std::vector<float> rm_before = g.rm.ToVector<float>();
-  EnableGraph(*dev, true, "bn_test");
-  Tensor loss = step(g);
-  EnableGraph(*dev, false);
+  CapturedGraph graph(dev, "bn_test");
+  Tensor loss = graph.Capture([&] { return step(g); });
   EXPECT_EQ(g.rm.ToVector<float>(), rm_before);
-  for (int i = 0; i < 3; ++i) RunGraph(*dev, true, "bn_test");
+  for (int i = 0; i < 3; ++i) graph.Replay();
   std::vector<float> a = e.rm.ToVector<float>(), b = g.rm.ToVector<float>();
   std::vector<float> av = e.rv.ToVector<float>(), bv = g.rv.ToVector<float>();
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(av.data(), bv.data(), av.size() * sizeof(float)));
   EXPECT_NE(a, rm_before);
-  ResetGraph(*dev, "bn_test");
 }
 
 TEST(Norm, BatchNormErrors) {

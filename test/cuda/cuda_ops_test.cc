@@ -10,7 +10,6 @@
 
 #include "common/harness.h"
 #include "core/ops_cnn.h"
-#include "cuda/cuda_util.h"
 
 namespace loom {
 namespace test {
