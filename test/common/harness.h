@@ -68,16 +68,6 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps = 1e-6, double tol = 1e-6,
                const std::string& what = "", const std::vector<bool>& differentiable = {});
 
-// Runs `f` on float32 casts of `inputs64` and compares with `want` (computed independently, in
-// double precision, by the test).
-inline void CheckForward32(const OpFn& f, const std::vector<Tensor>& inputs64, const std::vector<double>& want,
-                           double rtol = 1e-5, double atol = 1e-6, const std::string& what = "") {
-  std::vector<Tensor> in32;
-  for (const Tensor& t : inputs64) in32.push_back(IsFloating(t.dtype()) ? ops::Cast(t, DType::kFloat32) : t);
-  ExpectClose(ToDoubles(f(in32)), want, rtol, atol, what + " (float32)");
-  ExpectClose(ToDoubles(f(inputs64)), want, 1e-12, 1e-12, what + " (float64)");
-}
-
 // Expects `stmt` to throw exception type E whose message contains `needle`.
 #define LOOM_EXPECT_THROW_MSG(stmt, E, needle)                                              \
   do {                                                                                      \
