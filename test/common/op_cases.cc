@@ -231,7 +231,7 @@ void AddLinalg(Table& t) {
     Shape a, b;
     bool ta = false, tb = false, sum = false;
     bool grad = false;   // above the small-row size, yet gradient-checked
-    double f32_tol = 1e-5;
+    double f32_tol = 0;  // 0: the float32 default
   };
   const std::vector<MatMul> cases = {
       // 2-D, K = 1 (an outer product), batched, broadcast batches
@@ -257,8 +257,8 @@ void AddLinalg(Table& t) {
       // empty: K = 0 sums nothing, M = 0 has no rows
       {{2, 0}, {0, 3}}, {{4, 0}, {0, 3}}, {{0, 4}, {4, 3}},
       // large GEMMs (batches one after another), many small ones (split by batch), broadcast lhs
-      {{2, 70, 80}, {2, 80, 60}, false, false, false, false, 1e-4},
-      {{130, 257}, {257, 129}, false, false, false, false, 1e-4},
+      {{2, 70, 80}, {2, 80, 60}},
+      {{130, 257}, {257, 129}, false, false, false, false, 1e-5},  // sums of 257 products
       {{300, 8, 8}, {300, 8, 8}}, {{8, 8}, {300, 8, 8}},
       // a small-batch linear layer in float32 takes the skinny kernels (Note [Skinny GEMM]):
       // forward x W (NN), input gradient dy W^T (NT), weight gradient x^T dy (TN)
@@ -277,7 +277,7 @@ void AddLinalg(Table& t) {
                       .Attr("ta", int64_t(m.ta))
                       .Attr("tb", int64_t(m.tb))
                       .Attr("sum_batch", int64_t(m.sum));
-      if (dt == kF32) c.Tol(m.f32_tol, m.f32_tol);
+      if (dt == kF32 && m.f32_tol > 0) c.Tol(m.f32_tol, m.f32_tol);
       if (m.sum) c.NoGrad("a batch-summed product is itself a gradient: it has no backward");
       if (m.grad && dt == kF64) c.Grad();
     }
@@ -289,14 +289,12 @@ void AddLinalg(Table& t) {
   // would leave a rounding error above any useful float32 tolerance.
   struct BiasGrad {
     Shape dy;
-    double lo, f32_tol;
+    double lo;
   };
-  for (const BiasGrad& b : {BiasGrad{{3, 40000}, -1, 1e-5}, BiasGrad{{5000, 7}, 0, 1e-5}, BiasGrad{{5000, 3}, 0, 1e-5},
-                            BiasGrad{{2, 3, 5}, -1, 1e-5}, BiasGrad{{4, 3, 7}, -1, 1e-5}, BiasGrad{{300, 1}, -1, 1e-5}})
-    for (DType dt : kFloats) {
-      OpCase& c = t.Add("bias_grad", S(b.dy) + " " + Range(b.lo, 1), dt, ref::BiasGrad).In(Uniform(b.dy, b.lo, 1));
-      if (dt == kF32) c.Tol(b.f32_tol, b.f32_tol);
-    }
+  for (const BiasGrad& b : {BiasGrad{{3, 40000}, -1}, BiasGrad{{5000, 7}, 0}, BiasGrad{{5000, 3}, 0}, BiasGrad{{2, 3, 5}, -1},
+                            BiasGrad{{4, 3, 7}, -1}, BiasGrad{{300, 1}, -1}})
+    for (DType dt : kFloats)
+      t.Add("bias_grad", S(b.dy) + " " + Range(b.lo, 1), dt, ref::BiasGrad).In(Uniform(b.dy, b.lo, 1));
 }
 
 // ---------------------------------------------------------------- reductions
@@ -313,9 +311,7 @@ void AddReductions(Table& t) {
     for (const Reduce& r : cases)
       for (DType dt : kFloats) {
         Attrs a{{"begin", r.begin}, {"end", r.end}, {"keepdims", r.keepdims}};
-        OpCase& c = t.Add(op, WithAttrs(S(r.x), a), dt, std::string(op) == "sum" ? ref::Sum : ref::Max).In(Uniform(r.x));
-        c.attrs = a;
-        if (dt == kF32) c.Tol(1e-5, 1e-4);  // float32 sums of up to 5000 values
+        t.Add(op, WithAttrs(S(r.x), a), dt, std::string(op) == "sum" ? ref::Sum : ref::Max).In(Uniform(r.x)).attrs = a;
       }
   // max_grad: values on a grid of 0.5, so that lines have ties which share the gradient.
   for (const Reduce& r : {Reduce{{6, 30}, 1, 2, 1}, Reduce{{3, 20, 5}, 1, 2, 1}, Reduce{{4, 9}, 0, 2, 1}})
@@ -422,8 +418,7 @@ void AddLosses(Table& t) {
   }
   for (const Shape& s : {Shape{3, 4}, Shape{7}, Shape{}, Shape{7, 9}, Shape{70000}, Shape{250000}})
     for (DType dt : kFloats) {
-      OpCase& c = t.Add("mse", S(s), dt, ref::Mse).In(Uniform(s)).In(Uniform(s));
-      if (dt == kF32) c.Tol(1e-5, 1e-5);
+      t.Add("mse", S(s), dt, ref::Mse).In(Uniform(s)).In(Uniform(s));
     }
   for (const Shape& s : {Shape{7, 9}, Shape{250000}})
     for (DType dt : kFloats)
@@ -495,7 +490,7 @@ void AddRandom(Table& t) {
     // A key of 64 bits and a counter well away from 0.
     t.Add("uniform", "(4099,) [-1, 1) at counter 1000", dt, ref::Uniform).Fresh().Random(0xabcdef12345ULL, 1000).attrs =
         Creation({4099}, dt).Set("low", -1.0).Set("high", 1.0);
-    t.Add("normal", "(999,) mean=0.5 std=2", dt, ref::Normal).Fresh().Random().Tol(1e-5, 1e-5).attrs =
+    t.Add("normal", "(999,) mean=0.5 std=2", dt, ref::Normal).Fresh().Random().attrs =
         Creation({999}, dt).Set("mean", 0.5).Set("std", 2.0);
     t.Add("bernoulli", "(1003,) p=0.3", dt, ref::Bernoulli).Fresh().Random().attrs = Creation({1003}, dt).Set("p", 0.3);
     // dropout: y = x mask / (1 - p) and the mask, which is bernoulli(1 - p) at the same counter

@@ -2,6 +2,7 @@
 // forward against its float64 reference, the gradient check where it applies, and graph replay
 // against eager execution, one test per op. And the table itself: every op with a CPU kernel
 // has rows, every differentiable op a gradient check, and the rows are well formed.
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -26,6 +27,25 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpCaseTest, ::testing::ValuesIn(OpsWithCases()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 bool IsTestProbe(const std::string& op) { return op.rfind("test_", 0) == 0; }
+
+// A second CPU device ("cpu:1", CPU kernels, memory of its own): the other device of
+// CheckAgainstCpu, so that the CUDA mode's path (inputs copied to another device and viewed
+// there, creation ops on it, outputs compared) runs in CPU CI too.
+class SecondCpu : public Device {
+ public:
+  SecondCpu() : Device(DeviceType::kCPU, 1, &Allocate, [](void* p) { std::free(p); }) {}
+  // Host memory both: the process's CPU device copies.
+  void MemcpyToHost(void* dst, const void* src, size_t n) override { CpuDevice()->MemcpyToHost(dst, src, n); }
+  void MemcpyFromHost(void* dst, const void* src, size_t n) override { CpuDevice()->MemcpyFromHost(dst, src, n); }
+
+ private:
+  static void* Allocate(size_t bytes) { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+};
+
+TEST(OpCaseTable, EveryRowRunsOnAnotherDeviceAsOnTheCpu) {
+  auto other = std::make_shared<SecondCpu>();
+  for (const OpCase& c : AllOpCases()) CheckAgainstCpu(c, other);
+}
 
 TEST(OpCaseTable, EveryOpWithACpuKernelHasARow) {
   std::vector<std::string> with = OpsWithCases();
