@@ -3,13 +3,11 @@
 // <dtype>"; the variant names what differs between rows of an op (shapes, attributes, ranges).
 #include "common/op_cases.h"
 
-#include <algorithm>
 #include <cmath>
-#include <deque>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "common/harness.h"
 #include "common/op_case_table.h"
@@ -71,6 +69,7 @@ bool OpCase::ChecksGradient(std::string* why) const {
 }
 
 namespace table {
+namespace {
 
 // ---------------------------------------------------------------- element-wise
 
@@ -683,6 +682,7 @@ void AddShape(Table& t) {
   }
 }
 
+}  // namespace
 }  // namespace table
 
 const std::vector<OpCase>& AllOpCases() {
