@@ -3,41 +3,25 @@
 // cannot train (learning rate 0) is refused with exit code 3. loom-bench is found next to this
 // test executable (both are built into the build folder's root).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "common/programs.h"
+
 namespace {
 
-std::string BenchPath() {
-  std::array<char, 4096> buf{};
-  ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  if (n <= 0) return "loom-bench";
-  std::string self(buf.data(), size_t(n));
-  return self.substr(0, self.rfind('/') + 1) + "loom-bench";
+using loom::test::ProgramBuilt;
+using loom::test::ProgramPath;
+using loom::test::ProgramRun;
+
+const std::string& BenchPath() {
+  static const std::string path = ProgramPath("loom-bench");
+  return path;
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr
-};
-
-Result RunBench(const std::string& args) {
-  Result r;
-  std::string cmd = BenchPath() + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+ProgramRun RunBench(const std::string& args) { return loom::test::RunProgram(BenchPath(), args); }
 
 std::vector<std::string> JsonLines(const std::string& out) {
   std::vector<std::string> lines;
@@ -58,8 +42,8 @@ double Field(const std::string& json, const std::string& key) {
 }
 
 TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
-  if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
-  Result r = RunBench("--model mlp --batch 4 --steps 3 --warmup 1 --mode eager,graph-planned --threads 1 --json");
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  ProgramRun r = RunBench("--model mlp --batch 4 --steps 3 --warmup 1 --mode eager,graph-planned --threads 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::vector<std::string> lines = JsonLines(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
@@ -84,9 +68,9 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
 // Note [Rounds] in tools/loom-bench.cc: with the modes taking turns, each mode's memory is
 // still its own (what the other, idle models hold is subtracted), and the losses are the same.
 TEST(LoomBench, RoundsKeepEachModesMemoryAndLosses) {
-  if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
   const std::string args = "--model mlp --batch 4 --steps 4 --warmup 1 --mode eager,graph-planned --threads 1 --json";
-  Result one = RunBench(args), two = RunBench(args + " --rounds 2");
+  ProgramRun one = RunBench(args), two = RunBench(args + " --rounds 2");
   ASSERT_EQ(one.exit_code, 0) << one.out;
   ASSERT_EQ(two.exit_code, 0) << two.out;
   std::vector<std::string> a = JsonLines(one.out), b = JsonLines(two.out);
@@ -100,15 +84,15 @@ TEST(LoomBench, RoundsKeepEachModesMemoryAndLosses) {
 }
 
 TEST(LoomBench, RefusesARunThatDidNotTrain) {
-  if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
-  Result r = RunBench("--model mlp --batch 2 --steps 2 --warmup 1 --mode eager --lr 0 --threads 1 --json");
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  ProgramRun r = RunBench("--model mlp --batch 2 --steps 2 --warmup 1 --mode eager --lr 0 --threads 1 --json");
   EXPECT_EQ(r.exit_code, 3) << r.out;
   EXPECT_NE(r.out.find("parameters did not change"), std::string::npos) << r.out;
   EXPECT_TRUE(JsonLines(r.out).empty()) << r.out;
 }
 
 TEST(LoomBench, RejectsBadFlags) {
-  if (::access(BenchPath().c_str(), X_OK) != 0) GTEST_SKIP() << BenchPath() << " not built";
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
   EXPECT_EQ(RunBench("--model vgg").exit_code, 2);
   EXPECT_EQ(RunBench("--mode cuda-graph --device cpu").exit_code, 2);
   EXPECT_EQ(RunBench("--mode warp-speed").exit_code, 2);

@@ -1,5 +1,6 @@
 // A small MLP for graph and end-to-end tests: Linear -> ReLU -> ... -> Linear, softmax
-// cross-entropy on integer labels, and a synthetic classification data set.
+// cross-entropy on integer labels, a synthetic classification data set, and training runs of
+// the two, eager or replayed, to compare with each other.
 #pragma once
 
 #include <random>
@@ -7,6 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
+#include "common/graph_capture.h"
 #include "device/device.h"
 #include "nn/optimizer.h"
 
@@ -83,6 +85,26 @@ struct Blobs {
     return {ops::FromVector(x, {batch, features}, dev), ops::FromVector(y, {batch}, dev)};
   }
 };
+
+// The losses and final parameters of a training run.
+struct TrainRun {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> params;
+};
+
+// Where a run's batches come from: step s trains on data.Batch(batch, seed + s).
+struct BatchPlan {
+  int64_t batch = 16;
+  uint32_t seed = 100;
+};
+
+// Eager steps [from, to) of `m` with `opt`; appends the losses and records the parameters.
+void TrainEager(const Mlp& m, nn::Optimizer& opt, const Blobs& data, int from, int to, TrainRun* run,
+                BatchPlan plan = BatchPlan(), double dropout = 0);
+// One step captured into `graph` on the batch of step 0, then replayed for steps [0, steps)
+// with each step's batch copied into the captured inputs.
+TrainRun TrainReplayed(CapturedGraph& graph, const Mlp& m, nn::Optimizer& opt, const Blobs& data, int steps,
+                       BatchPlan plan = BatchPlan(), double dropout = 0, bool sequential = true);
 
 }  // namespace test
 }  // namespace loom

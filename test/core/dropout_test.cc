@@ -1,9 +1,10 @@
-// Dropout: the mask follows the device's Philox stream (fresh on every call, reproducible from
-// the seed), the kept fraction is 1 - p, y = x * mask / (1 - p), and backward is
-// dy * mask / (1 - p) with the mask the forward drew.
+// Dropout beyond the op-case table (common/op_cases.cc, run by test/ops, holds y, the mask
+// against the Philox stream and the gradients): the device counter, fresh numbers on every call
+// and replay, reproducibility from the seed, the kept fraction, the wrapper, and the errors.
+#include <cmath>
+
+#include "common/graph_capture.h"
 #include "common/harness.h"
-#include "device/philox.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -18,27 +19,9 @@ std::pair<Tensor, Tensor> DropoutWithMask(const Tensor& x, double p) {
   return {out[0], out[1]};
 }
 
-TEST(Dropout, ForwardScalesKeptValues) {
-  const double p = 0.3;
-  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
-    Tensor x = RandomTensor({50, 40}, dt, 1, 0.5, 2);  // nonzero, so y == 0 exactly where dropped
-    auto [y, mask] = DropoutWithMask(x, p);
-    std::vector<double> xv = ToDoubles(x), yv = ToDoubles(y);
-    std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
-    std::vector<double> want(xv.size());
-    for (size_t i = 0; i < xv.size(); ++i) {
-      ASSERT_LE(mv[i], 1);
-      want[i] = mv[i] ? xv[i] / (1 - p) : 0;
-    }
-    ExpectClose(yv, want, dt == DType::kFloat32 ? 1e-6 : 1e-15, 0, std::string("dropout ") + Name(dt));
-    // ops::Dropout returns y only.
-    Tensor y2 = ops::Dropout(x, p);
-    EXPECT_EQ(y2.shape(), x.shape());
-    EXPECT_EQ(y2.dtype(), dt);
-  }
-}
-
-TEST(Dropout, MaskIsPhiloxBernoulliAtTheDeviceCounter) {
+// The mask against Philox itself is the op-case table's; here: the counter moves by one per four
+// elements, and the mask is bernoulli(1 - p) drawn at the same counter.
+TEST(Dropout, MaskIsBernoulliAtTheDeviceCounter) {
   auto dev = Cpu();
   const double p = 0.25;
   const int64_t n = 1001;  // not a multiple of 4
@@ -49,11 +32,6 @@ TEST(Dropout, MaskIsPhiloxBernoulliAtTheDeviceCounter) {
   auto [y, mask] = DropoutWithMask(x, p);
   EXPECT_EQ(dev->rng_counter(), c0 + uint64_t(n + 3) / 4);
   std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    Philox4 r = Philox4x32(77, c0 + uint64_t(i / 4));
-    ASSERT_EQ(mv[size_t(i)], uint8_t(PhiloxUniformF(r.v[i % 4]) < 1 - p)) << "element " << i;
-  }
-  // The same draw as bernoulli(1 - p) at the same counter.
   dev->SetRandSeed(77);
   dev->AdvanceRng(5);
   Tensor b = ops::Bernoulli({n}, 1 - p, DType::kUInt8, dev);
@@ -85,19 +63,17 @@ TEST(Dropout, GraphReplayDrawsFreshNumbersLikeEager) {
   ASSERT_NE(e1, e2);
 
   dev->SetRandSeed(99);
-  EnableGraph(*dev, true, "dropout_test");
-  Tensor y = ops::Dropout(x, 0.5);
-  EnableGraph(*dev, false);
+  CapturedGraph graph(dev, "dropout_test");
+  Tensor y = graph.Capture([&] { return ops::Dropout(x, 0.5); });
   EXPECT_EQ(dev->rng_counter(), 0u);  // capture draws nothing
   for (bool sequential : {true, false}) {
     dev->SetRandSeed(99);
-    RunGraph(*dev, sequential, "dropout_test");
+    graph.Replay(sequential);
     EXPECT_EQ(y.ToVector<float>(), e1) << "sequential " << sequential;
-    RunGraph(*dev, sequential, "dropout_test");
+    graph.Replay(sequential);
     EXPECT_EQ(y.ToVector<float>(), e2) << "sequential " << sequential;
     EXPECT_EQ(dev->rng_counter(), 2 * uint64_t(1001 + 3) / 4);
   }
-  ResetGraph(*dev, "dropout_test");
 }
 
 TEST(Dropout, KeptFractionIsOneMinusP) {
@@ -116,25 +92,10 @@ TEST(Dropout, KeptFractionIsOneMinusP) {
   }
 }
 
-TEST(Dropout, BackwardIsGradTimesMaskOverKeep) {
+// Through ops::Dropout, which returns y only, the mask is recovered from y (x has no zeros):
+// dx = dy (y != 0) / (1 - p). (dropout's own gradient, for each dtype, is the op-case table's.)
+TEST(Dropout, BackwardThroughTheWrapperUsesTheForwardsMask) {
   const double p = 0.4;
-  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
-    Tensor x = RandomTensor({6, 7}, dt, 2).set_requires_grad(true);
-    auto [y, mask] = DropoutWithMask(x, p);
-    ASSERT_TRUE(y.requires_grad());
-    EXPECT_FALSE(mask.requires_grad());
-    Tensor dy = RandomTensor({6, 7}, dt, 3);
-    std::vector<double> got;
-    Backward(y, [&](const Tensor& param, const Tensor& g) {
-      EXPECT_EQ(param.block(), x.block());
-      got = ToDoubles(g);
-    }, dy);
-    std::vector<double> dyv = ToDoubles(dy), want(dyv.size());
-    std::vector<uint8_t> mv = mask.ToVector<uint8_t>();
-    for (size_t i = 0; i < dyv.size(); ++i) want[i] = mv[i] ? dyv[i] / (1 - p) : 0;
-    ExpectClose(got, want, dt == DType::kFloat32 ? 1e-6 : 1e-15, 0, std::string("dropout backward ") + Name(dt));
-  }
-  // Through ops::Dropout, the mask is recovered from y (x has no zeros): dx = dy * (y != 0) / (1 - p).
   Tensor x = RandomTensor({100}, DType::kFloat64, 4, 0.5, 1).set_requires_grad(true);
   Tensor y = ops::Dropout(x, p);
   Tensor dy = RandomTensor({100}, DType::kFloat64, 5);
@@ -143,13 +104,6 @@ TEST(Dropout, BackwardIsGradTimesMaskOverKeep) {
   std::vector<double> yv = y.ToVector<double>(), dyv = dy.ToVector<double>(), want(100);
   for (size_t i = 0; i < 100; ++i) want[i] = yv[i] != 0 ? dyv[i] / (1 - p) : 0;
   ExpectClose(got, want, 1e-15, 0, "ops::Dropout backward");
-}
-
-TEST(Dropout, DropoutGradIsLinearInDy) {
-  // Second order: dropout_grad(mask, dy) is linear in dy, so its gradient check is exact.
-  Tensor mask = ops::FromVector<uint8_t>({1, 0, 1, 1, 0, 1}, {2, 3}, Cpu());
-  GradCheck([&](const std::vector<Tensor>& in) { return Call1("dropout_grad", {mask, in[0]}, Attrs{{"p", 0.5}}); },
-            {RandomTensor({2, 3}, DType::kFloat64, 6)}, 1e-6, 1e-6, "dropout_grad");
 }
 
 TEST(Dropout, IdentityWhenNotTrainingOrPZero) {

@@ -2,9 +2,9 @@
 // dumps and the graph's DOT and trace files all use, and whole-file reads.
 #include <sys/stat.h>
 
+#include "common/files.h"
 #include "common/harness.h"
 #include "core/file.h"
-#include "io/io_test_util.h"
 
 namespace loom {
 namespace test {

@@ -1,6 +1,9 @@
-// matmul (broadcast batches, the internal transpose and batch-sum attributes), add_bias and
-// bias_grad: forward against plain double loops, gradients by finite differences, the errors.
+// Linear algebra beyond the op-case table (common/op_cases.cc, run by test/ops, holds matmul,
+// add_bias and bias_grad): a linear layer's gradient, the skinny GEMM kernels straight, and the
+// errors.
+#include <cmath>
 #include <cstring>
+#include <random>
 
 #include "common/harness.h"
 #include "device/cpu/parallel.h"
@@ -9,197 +12,6 @@
 namespace loom {
 namespace test {
 namespace {
-
-// op(a) op(b) for every batch of the broadcast batch shape, by plain loops in double. With
-// sum_batch the batches are added up into one (M, N) matrix.
-std::vector<double> RefMatMul(const Tensor& ta, const Tensor& tb, bool transa, bool transb, bool sum_batch,
-                              Shape* out_shape) {
-  std::vector<double> a = ToDoubles(ta), b = ToDoubles(tb);
-  const Shape& sa = ta.shape();
-  const Shape& sb = tb.shape();
-  size_t ra = sa.size(), rb = sb.size();
-  int64_t m = transa ? sa[ra - 1] : sa[ra - 2], k = transa ? sa[ra - 2] : sa[ra - 1];
-  int64_t n = transb ? sb[rb - 2] : sb[rb - 1];
-  Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
-  size_t r = std::max(ba.size(), bb.size());
-  Shape batch(r);
-  for (size_t i = 0; i < r; ++i) {
-    int64_t x = i + ba.size() < r ? 1 : ba[i + ba.size() - r];
-    int64_t y = i + bb.size() < r ? 1 : bb[i + bb.size() - r];
-    batch[i] = std::max(x, y);
-  }
-  int64_t nb = 1;
-  for (int64_t d : batch) nb *= d;
-  // Linear batch index of `which` (ba or bb) for the output batch index `i`.
-  auto source = [&](int64_t i, const Shape& src) {
-    int64_t idx = 0, stride = 1;
-    for (size_t d = r; d-- > 0;) {
-      int64_t coord = i % batch[d];
-      i /= batch[d];
-      if (d + src.size() >= r) {
-        int64_t dim = src[d + src.size() - r];
-        idx += (dim == 1 ? 0 : coord) * stride;
-        stride *= dim;
-      }
-    }
-    return idx;
-  };
-  std::vector<double> out(size_t((sum_batch ? 1 : nb) * m * n), 0.0);
-  for (int64_t bi = 0; bi < nb; ++bi) {
-    const double* pa = a.data() + source(bi, ba) * m * k;
-    const double* pb = b.data() + source(bi, bb) * k * n;
-    double* pc = out.data() + (sum_batch ? 0 : bi * m * n);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t q = 0; q < k; ++q)
-          s += (transa ? pa[q * m + i] : pa[i * k + q]) * (transb ? pb[j * k + q] : pb[q * n + j]);
-        pc[i * n + j] += s;
-      }
-  }
-  *out_shape = sum_batch ? Shape{} : batch;
-  out_shape->push_back(m);
-  out_shape->push_back(n);
-  return out;
-}
-
-Tensor MatMulAttr(const Tensor& a, const Tensor& b, bool ta, bool tb, bool sum_batch = false) {
-  return Call1("matmul", {a, b}, Attrs{{"ta", int64_t(ta)}, {"tb", int64_t(tb)}, {"sum_batch", int64_t(sum_batch)}});
-}
-
-void CheckMatMul(const Shape& sa, const Shape& sb, bool grad = true) {
-  std::string what = "matmul " + ToString(sa) + " @ " + ToString(sb);
-  Tensor a = RandomTensor(sa, DType::kFloat64, 21);
-  Tensor b = RandomTensor(sb, DType::kFloat64, 22);
-  Shape want_shape;
-  std::vector<double> want = RefMatMul(a, b, false, false, false, &want_shape);
-  EXPECT_EQ(ops::MatMul(a, b).shape(), want_shape) << what;
-  auto f = [](const std::vector<Tensor>& in) { return ops::MatMul(in[0], in[1]); };
-  CheckForward32(f, {a, b}, want, 1e-5, 1e-5, what);
-  if (grad) GradCheck(f, {a, b}, 1e-6, 1e-6, what);
-}
-
-TEST(Linalg, MatMul2D) {
-  CheckMatMul({3, 4}, {4, 5});
-  CheckMatMul({1, 2}, {2, 1});
-  CheckMatMul({4, 1}, {1, 3});  // K = 1: an outer product
-}
-
-TEST(Linalg, MatMulBatched) {
-  CheckMatMul({2, 3, 4}, {2, 4, 5});
-  CheckMatMul({2, 2, 3, 4}, {2, 2, 4, 2});
-}
-
-TEST(Linalg, MatMulBroadcastBatches) {
-  CheckMatMul({2, 3, 4}, {4, 5});        // a weight shared by the batch (rows folded into one GEMM)
-  CheckMatMul({2, 3, 3, 4}, {4, 2});     // two batch dimensions, 2-D rhs
-  CheckMatMul({3, 4}, {2, 4, 5});        // 2-D lhs, batched rhs
-  CheckMatMul({2, 1, 3, 4}, {3, 4, 5});  // both broadcast: output batch (2, 3)
-  CheckMatMul({1, 3, 4}, {2, 4, 5});     // unit batch dimension
-  CheckMatMul({2, 3, 4}, {1, 4, 5});
-  CheckMatMul({3, 4}, {1, 4, 5});        // 2-D lhs against a unit batch
-}
-
-TEST(Linalg, MatMulTransposeAttributes) {
-  // Stored operands: lhs (.., M, K) or (.., K, M); rhs (.., K, N) or (.., N, K). M=3, K=4, N=5.
-  for (int ta = 0; ta < 2; ++ta)
-    for (int tb = 0; tb < 2; ++tb) {
-      std::string what = "matmul ta=" + std::to_string(ta) + " tb=" + std::to_string(tb);
-      Tensor a = RandomTensor(ta ? Shape{2, 4, 3} : Shape{2, 3, 4}, DType::kFloat64, 31);
-      Tensor b = RandomTensor(tb ? Shape{5, 4} : Shape{4, 5}, DType::kFloat64, 32);
-      Shape want_shape;
-      std::vector<double> want = RefMatMul(a, b, ta, tb, false, &want_shape);
-      EXPECT_EQ(want_shape, (Shape{2, 3, 5}));
-      auto f = [&](const std::vector<Tensor>& in) { return MatMulAttr(in[0], in[1], ta, tb); };
-      CheckForward32(f, {a, b}, want, 1e-5, 1e-5, what);
-      GradCheck(f, {a, b}, 1e-6, 1e-6, what);
-      // Batched rhs too, so that both gradients are summed over a broadcast batch.
-      Tensor b3 = RandomTensor(tb ? Shape{3, 1, 5, 4} : Shape{3, 1, 4, 5}, DType::kFloat64, 33);
-      std::vector<double> want3 = RefMatMul(a, b3, ta, tb, false, &want_shape);
-      EXPECT_EQ(want_shape, (Shape{3, 2, 3, 5}));
-      CheckForward32(f, {a, b3}, want3, 1e-5, 1e-5, what + " batched rhs");
-      GradCheck(f, {a, b3}, 1e-6, 1e-6, what + " batched rhs");
-    }
-}
-
-TEST(Linalg, MatMulSumBatch) {
-  struct Case {
-    Shape sa, sb;
-    bool ta, tb;
-  };
-  // (1) both batched and A transposed: one GEMM over the folded batch; (2)-(4) the batch loop
-  // accumulating into one output, with broadcasting.
-  std::vector<Case> cases = {{{3, 4, 2}, {3, 4, 5}, true, false},
-                             {{2, 3, 4}, {2, 5, 4}, false, true},
-                             {{2, 3, 4}, {4, 5}, false, false},
-                             {{2, 1, 4, 3}, {3, 4, 5}, true, false}};
-  for (const Case& c : cases) {
-    std::string what = "matmul sum_batch " + ToString(c.sa) + " @ " + ToString(c.sb);
-    Tensor a = RandomTensor(c.sa, DType::kFloat64, 41);
-    Tensor b = RandomTensor(c.sb, DType::kFloat64, 42);
-    Shape want_shape;
-    std::vector<double> want = RefMatMul(a, b, c.ta, c.tb, true, &want_shape);
-    auto f = [&](const std::vector<Tensor>& in) { return MatMulAttr(in[0], in[1], c.ta, c.tb, true); };
-    EXPECT_EQ(f({a, b}).shape(), want_shape) << what;
-    CheckForward32(f, {a, b}, want, 1e-5, 1e-5, what);
-  }
-}
-
-TEST(Linalg, MatMulLargeAndManySmall) {
-  // Each GEMM above OpenBLAS's threading threshold: batches run one after another.
-  Tensor a = RandomTensor({2, 70, 80}, DType::kFloat64, 51);
-  Tensor b = RandomTensor({2, 80, 60}, DType::kFloat64, 52);
-  Shape s;
-  std::vector<double> want = RefMatMul(a, b, false, false, false, &s);
-  auto f = [](const std::vector<Tensor>& in) { return ops::MatMul(in[0], in[1]); };
-  CheckForward32(f, {a, b}, want, 1e-4, 1e-4, "large batched matmul");
-  // Many tiny GEMMs: split across threads by batch.
-  Tensor c = RandomTensor({300, 8, 8}, DType::kFloat64, 53);
-  Tensor d = RandomTensor({300, 8, 8}, DType::kFloat64, 54);
-  want = RefMatMul(c, d, false, false, false, &s);
-  CheckForward32(f, {c, d}, want, 1e-5, 1e-5, "many small matmuls");
-  // Broadcast lhs against many rhs batches (no row folding possible).
-  Tensor e = RandomTensor({8, 8}, DType::kFloat64, 55);
-  want = RefMatMul(e, d, false, false, false, &s);
-  CheckForward32(f, {e, d}, want, 1e-5, 1e-5, "2-D lhs, many rhs batches");
-}
-
-TEST(Linalg, MatMulEmpty) {
-  Tensor a = ops::Zeros({2, 0}, DType::kFloat64, Cpu());
-  Tensor b = ops::Zeros({0, 3}, DType::kFloat64, Cpu());
-  Tensor y = ops::MatMul(a, b);  // an empty sum: zeros
-  EXPECT_EQ(y.shape(), (Shape{2, 3}));
-  ExpectClose(ToDoubles(y), std::vector<double>(6, 0.0), 0, 0, "K = 0");
-  Tensor c = RandomTensor({0, 4}, DType::kFloat32, 1);
-  Tensor d = RandomTensor({4, 3}, DType::kFloat32, 2);
-  EXPECT_EQ(ops::MatMul(c, d).shape(), (Shape{0, 3}));
-}
-
-TEST(Linalg, AddBias) {
-  for (const Shape& sx : {Shape{2, 3, 4}, Shape{5}, Shape{6, 4}}) {
-    std::string what = "add_bias " + ToString(sx);
-    Tensor x = RandomTensor(sx, DType::kFloat64, 61);
-    Tensor b = RandomTensor({sx.back()}, DType::kFloat64, 62);
-    std::vector<double> xv = x.ToVector<double>(), bv = b.ToVector<double>(), want(xv.size());
-    for (size_t i = 0; i < xv.size(); ++i) want[i] = xv[i] + bv[i % bv.size()];
-    auto f = [](const std::vector<Tensor>& in) { return ops::AddBias(in[0], in[1]); };
-    CheckForward32(f, {x, b}, want, 1e-6, 1e-6, what);
-    GradCheck(f, {x, b}, 1e-6, 1e-6, what);
-  }
-}
-
-TEST(Linalg, BiasGradSumsLeadingDimensions) {
-  // Wide (split by columns across threads) and tall (one column block, many rows).
-  for (const Shape& s : {Shape{3, 40000}, Shape{5000, 7}, Shape{2, 3, 5}}) {
-    Tensor dy = RandomTensor(s, DType::kFloat64, 71);
-    std::vector<double> v = dy.ToVector<double>();
-    int64_t n = s.back();
-    std::vector<double> want(size_t(n), 0.0);
-    for (size_t i = 0; i < v.size(); ++i) want[i % size_t(n)] += v[i];
-    auto f = [](const std::vector<Tensor>& in) { return Call1("bias_grad", {in[0]}); };
-    CheckForward32(f, {dy}, want, 1e-4, 1e-3, "bias_grad " + ToString(s));
-  }
-}
 
 TEST(Linalg, LinearLayerGradient) {
   // y = tanh(x W + b) on a (batch, time, features) input: every parameter against finite differences.
@@ -277,14 +89,6 @@ TEST(Linalg, SkinnyGemmAgainstLoops) {
   EXPECT_FALSE(SkinnyGemm(true, false, 64, 64, 17, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));   // K > 16
   EXPECT_FALSE(SkinnyGemm(true, true, 4, 64, 4, 1, a.data(), 64, b.data(), 64, 0, c.data(), 64));  // both transposed
   EXPECT_EQ(c, std::vector<float>(64 * 64, 3));
-}
-
-// The matmul op on float32 over shapes of a small-batch linear layer: forward (NN), input
-// gradient (NT) and weight gradient (TN) take the skinny kernels.
-TEST(Linalg, MatMulSmallBatchLinear) {
-  CheckMatMul({8, 100}, {100, 40});
-  CheckMatMul({1, 64}, {64, 33});
-  CheckMatMul({2, 5, 70}, {70, 48});  // rows of a batch folded: M = 10
 }
 
 TEST(Linalg, Errors) {

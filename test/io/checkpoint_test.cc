@@ -8,21 +8,18 @@
 #include <cstring>
 #include <random>
 
+#include "common/files.h"
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/checksum.h"
 #include "io/file.h"
-#include "io_test_util.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
 namespace {
-
-const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                            DType::kInt32,   DType::kInt64,   DType::kUInt8,   DType::kBool};
 
 // Random bytes, valid for the dtype (bool: 0 or 1). Floats get arbitrary bit patterns, NaNs
 // and infinities included: a checkpoint stores bits, not values.
@@ -61,7 +58,7 @@ TEST(CheckpointTest, RoundTripsEveryDTypeBitwise) {
     EXPECT_EQ(got.second.dtype(), saved[i].second.dtype()) << got.first;
     EXPECT_EQ(got.second.shape(), saved[i].second.shape()) << got.first;
     EXPECT_EQ(got.second.device(), CpuDevice().get());
-    EXPECT_EQ(TensorBytes(got.second), TensorBytes(saved[i].second)) << got.first;
+    EXPECT_EQ(HostBytes(got.second), HostBytes(saved[i].second)) << got.first;
   }
   EXPECT_EQ(ck.meta, meta);
   EXPECT_EQ(ck.Meta("step"), 12345);
@@ -298,13 +295,12 @@ TEST(CheckpointSaveTest, BadInputsAreRefusedBeforeAnythingIsWritten) {
 
 TEST(CheckpointSaveTest, SavingDuringCaptureIsRefused) {
   TempDir dir;
-  auto dev = CpuDevice();
   Tensor x = RandomTensor({4}, DType::kFloat32, 3);
-  EnableGraph(*dev, true, "ckpt");
-  Tensor y = ops::Relu(x);
-  LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(dir / "c.ckpt", {{"y", y}}), GraphError, "capturing");
-  EnableGraph(*dev, false);
-  ResetGraph(*dev, "ckpt");
+  CapturedGraph graph(CpuDevice(), "ckpt");
+  graph.Capture([&] {
+    Tensor y = ops::Relu(x);
+    LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(dir / "c.ckpt", {{"y", y}}), GraphError, "capturing");
+  });
   EXPECT_TRUE(dir.List().empty());
 }
 
@@ -317,58 +313,40 @@ TEST(CheckpointCudaTest, SavesFromAndRestoresIntoGpuTensors) {
   io::SaveCheckpoint(dir / "gpu.ckpt", {{"a", a}, {"at", a.Transpose()}, {"h", h}});
   io::Checkpoint ck = io::LoadCheckpoint(dir / "gpu.ckpt");
   EXPECT_EQ(ck.Get("a").device(), CpuDevice().get());
-  EXPECT_EQ(TensorBytes(ck.Get("a")), TensorBytes(a));
-  EXPECT_EQ(TensorBytes(ck.Get("at")), TensorBytes(a.Transpose()));
-  EXPECT_EQ(TensorBytes(ck.Get("h")), TensorBytes(h));
+  EXPECT_EQ(HostBytes(ck.Get("a")), HostBytes(a));
+  EXPECT_EQ(HostBytes(ck.Get("at")), HostBytes(a.Transpose()));
+  EXPECT_EQ(HostBytes(ck.Get("h")), HostBytes(h));
   Tensor a2 = ops::Zeros({3, 4}, DType::kFloat32, gpu);
   Tensor base = ops::Zeros({3, 4}, DType::kFloat32, gpu);
   Tensor h2 = ops::Zeros({3, 4}, DType::kFloat16, gpu);
   io::RestoreInto(ck, {{"a", a2}, {"h", h2}, {"at", base.Transpose()}});  // the last one strided
-  EXPECT_EQ(TensorBytes(a2), TensorBytes(a));
-  EXPECT_EQ(TensorBytes(h2), TensorBytes(h));
-  EXPECT_EQ(TensorBytes(base), TensorBytes(a));
+  EXPECT_EQ(HostBytes(a2), HostBytes(a));
+  EXPECT_EQ(HostBytes(h2), HostBytes(h));
+  EXPECT_EQ(HostBytes(base), HostBytes(a));
 }
 
 // ---- optimizer state and resuming ----
 
-struct Trained {
-  std::vector<std::vector<float>> params;
-  std::vector<float> losses;
-};
-
-void Train(Mlp& m, nn::Optimizer& opt, const Blobs& data, int from, int to, Trained* out) {
-  for (int s = from; s < to; ++s) {
-    auto batch = data.Batch(16, 1000 + uint32_t(s));
-    out->losses.push_back(float(m.Step(batch.first, batch.second, opt).Item()));
-  }
-  out->params = m.Values();
-}
-
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  return true;
-}
+// Step s trains on batch 16 of data seeded 1000 + s.
+const BatchPlan kBatches{16, 1000};
 
 TEST(CheckpointResumeTest, SaveLoadAndContinueIsBitwiseEqualToTrainingStraight) {
   const int n = 4, m = 5;
   Blobs data(12, 5);
   // Straight: N + M steps.
-  Trained straight;
+  TrainRun straight;
   {
     Mlp model({12, 32, 5}, 21);
     nn::SGD opt(0.05, 0.9, 1e-3, /*nesterov=*/true);
-    Train(model, opt, data, 0, n + m, &straight);
+    TrainEager(model, opt, data, 0, n + m, &straight, kBatches);
   }
   // N steps, save parameters and optimizer state, then continue in fresh objects.
   TempDir dir;
-  Trained first, resumed;
+  TrainRun first, resumed;
   {
     Mlp model({12, 32, 5}, 21);
     nn::SGD opt(0.05, 0.9, 1e-3, true);
-    Train(model, opt, data, 0, n, &first);
+    TrainEager(model, opt, data, 0, n, &first, kBatches);
     io::NamedTensors tensors;
     for (const Tensor& p : model.params) tensors.emplace_back("model/" + p.name(), p);
     std::map<std::string, double> meta = {{"step", n}};
@@ -387,7 +365,7 @@ TEST(CheckpointResumeTest, SaveLoadAndContinueIsBitwiseEqualToTrainingStraight) 
     EXPECT_EQ(opt.learning_rate(), 0.05);
     EXPECT_EQ(opt.states().size(), model.params.size());
     EXPECT_EQ(ck.Meta("step"), n);
-    Train(model, opt, data, n, n + m, &resumed);
+    TrainEager(model, opt, data, n, n + m, &resumed, kBatches);
   }
   EXPECT_TRUE(SameBits(resumed.params, straight.params));
   std::vector<float> tail(straight.losses.begin() + n, straight.losses.end());
@@ -399,8 +377,8 @@ TEST(CheckpointResumeTest, OptimizerFileRoundTripAndMismatches) {
   Blobs data(6, 3);
   Mlp model({6, 8, 3}, 4);
   nn::SGD opt(0.1, 0.5);
-  Trained t;
-  Train(model, opt, data, 0, 2, &t);
+  TrainRun t;
+  TrainEager(model, opt, data, 0, 2, &t, kBatches);
   io::SaveOptimizer(dir / "opt.ckpt", opt);
   io::Checkpoint ck = io::LoadCheckpoint(dir / "opt.ckpt");
   EXPECT_TRUE(ck.Has("optimizer/w0/momentum"));
@@ -420,8 +398,8 @@ TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
   Blobs data(6, 3);
   Mlp model({6, 8, 3}, 4);
   nn::Adam opt(0.01);
-  Trained t;
-  Train(model, opt, data, 0, 3, &t);
+  TrainRun t;
+  TrainEager(model, opt, data, 0, 3, &t, kBatches);
   io::SaveOptimizer(dir / "adam.ckpt", opt);
   EXPECT_EQ(io::LoadCheckpoint(dir / "adam.ckpt").Meta("optimizer/adam_steps"), 3);
   // A fresh Adam gets the moments and the step count (its bias correction continues).

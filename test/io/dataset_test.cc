@@ -8,9 +8,9 @@
 #include <thread>
 #include <set>
 
+#include "common/files.h"
 #include "common/harness.h"
 #include "io/dataset.h"
-#include "io_test_util.h"
 
 namespace loom {
 namespace test {

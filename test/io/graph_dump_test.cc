@@ -1,12 +1,12 @@
 // Graph dumps: capture an MLP step, dump it, read it back, and compare with the live graph.
 #include <gtest/gtest.h>
 
+#include "common/files.h"
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "graph/graph.h"
 #include "io/graph_dump.h"
-#include "io_test_util.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -14,8 +14,7 @@ namespace {
 
 class GraphDumpTest : public ::testing::Test {
  protected:
-  void SetUp() override { dev_ = CpuDevice(); ResetGraph(*dev_); }
-  void TearDown() override { ResetGraph(*dev_); }
+  void SetUp() override { dev_ = CpuDevice(); }
   std::shared_ptr<Device> dev_;
 };
 
@@ -24,11 +23,10 @@ TEST_F(GraphDumpTest, AnMlpStepRoundTripsWithItsOpsBlocksAndEdges) {
   Mlp m({16, 32, 32, 4}, 3);
   nn::SGD opt(0.1, 0.9);
   auto b = data.Batch(8, 1);
-  EnableGraph(*dev_, true, "step");
-  Tensor loss = m.Step(b.first, b.second, opt, /*dropout=*/0.1);
-  EnableGraph(*dev_, false);
-  RunGraph(*dev_, true, "step");
-  const Graph& g = *GetGraph(*dev_, "step");
+  CapturedGraph graph(dev_, "step");
+  Tensor loss = graph.Capture([&] { return m.Step(b.first, b.second, opt, /*dropout=*/0.1); });
+  graph.Replay();
+  const Graph& g = graph.graph();
 
   TempDir dir;
   io::WriteGraphDump(g, dir / "step.lgd");
@@ -101,12 +99,13 @@ TEST_F(GraphDumpTest, AnMlpStepRoundTripsWithItsOpsBlocksAndEdges) {
 
 TEST_F(GraphDumpTest, DumpingDuringCaptureAndBrokenFilesRaise) {
   Tensor x = RandomTensor({4}, DType::kFloat32, 1);
-  EnableGraph(*dev_, true, "tiny");
-  Tensor y = ops::Relu(x);
   TempDir dir;
-  LOOM_EXPECT_THROW_MSG(io::WriteGraphDump(*GetGraph(*dev_, "tiny"), dir / "t.lgd"), GraphError, "no finished capture");
-  EnableGraph(*dev_, false);
-  io::WriteGraphDump(*GetGraph(*dev_, "tiny"), dir / "t.lgd");
+  CapturedGraph graph(dev_, "tiny");
+  graph.Capture([&] {
+    Tensor y = ops::Relu(x);
+    LOOM_EXPECT_THROW_MSG(io::WriteGraphDump(graph.graph(), dir / "t.lgd"), GraphError, "no finished capture");
+  });
+  io::WriteGraphDump(graph.graph(), dir / "t.lgd");
   std::vector<uint8_t> good = ReadBytes(dir / "t.lgd");
   WriteBytes(dir / "cut.lgd", std::vector<uint8_t>(good.begin(), good.end() - 3));
   LOOM_EXPECT_THROW_MSG(io::ReadGraphDump(dir / "cut.lgd"), IOError, "cut.lgd");

@@ -5,13 +5,13 @@
 #include <cstring>
 #include <random>
 
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "graph/graph.h"
 #include "nn/cnn_layers.h"
 #include "nn/model.h"
 #include "nn/models.h"
-#include "graph/registry.h"
 
 namespace loom {
 namespace test {
@@ -41,14 +41,6 @@ std::vector<std::vector<float>> Values(const nn::NamedTensors& ts) {
   std::vector<std::vector<float>> v;
   for (auto& t : ts) v.push_back(t.second.ToVector<float>());
   return v;
-}
-
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  return true;
 }
 
 struct Trained {
@@ -253,14 +245,11 @@ TEST(Layers, ResNet50ShapesAndParameterCount) {
   for (auto& kv : net->Params()) count += size_t(kv.second.numel());
   EXPECT_EQ(count, 25557032u);  // torchvision resnet50
   // Shape inference only (a capture runs nothing): (2, 3, 224, 224) -> (2, 1000).
-  auto dev = CpuDevice();
   Tensor x = RandomTensor({2, 3, 224, 224}, DType::kFloat32, 1);
   NoGradGuard ng;
-  EnableGraph(*dev, true, "r50_shapes");
-  Tensor y = net->Forward(x);
-  EnableGraph(*dev, false);
+  CapturedGraph graph(CpuDevice(), "r50_shapes");
+  Tensor y = graph.Capture([&] { return net->Forward(x); });
   EXPECT_EQ(y.shape(), (Shape{2, 1000}));
-  ResetGraph(*dev, "r50_shapes");
 }
 
 TEST(Optimizers, AdamMatchesReferenceFormula) {

@@ -1,5 +1,4 @@
-// Helpers for the io tests: a temporary directory that cleans up after itself, and raw bytes
-// of files and tensors.
+// Files for tests: a temporary directory that cleans up after itself, and raw bytes of files.
 #pragma once
 
 #include <dirent.h>
@@ -11,11 +10,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "core/tensor.h"
-#include "device/device.h"
 
 namespace loom {
 namespace test {
@@ -24,7 +21,7 @@ class TempDir {
  public:
   TempDir() {
     const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base && *base ? base : "/tmp") + "/loom_io_test_XXXXXX";
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/loom_test_XXXXXX";
     std::vector<char> buf(templ.begin(), templ.end());
     buf.push_back('\0');
     if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
@@ -75,24 +72,6 @@ inline std::vector<uint8_t> ReadBytes(const std::string& p) {
 inline void WriteBytes(const std::string& p, const std::vector<uint8_t>& bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-}
-
-// A tensor's bytes (any dtype), read through the device.
-inline std::vector<uint8_t> TensorBytes(const Tensor& t) {
-  Tensor c = t.is_contiguous() ? t : t.Detach().Contiguous();
-  std::vector<uint8_t> out(c.nbytes());
-  if (!out.empty()) {
-    c.device()->Synchronize();
-    c.device()->MemcpyToHost(out.data(), c.raw_data(), out.size());
-  }
-  return out;
-}
-
-// A CPU tensor holding exactly `bytes`.
-inline Tensor TensorWithBytes(const Shape& shape, DType dtype, const std::vector<uint8_t>& bytes) {
-  Tensor t(shape, dtype, CpuDevice());
-  t.CopyFromHost(bytes.data(), bytes.size());
-  return t;
 }
 
 }  // namespace test
