@@ -42,59 +42,31 @@ class GraphTest : public ::testing::Test {
   std::shared_ptr<Device> dev_;
 };
 
-bool SameBits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  return true;
-}
-
-struct RunResult {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params;
-};
-
-RunResult Eager(const Blobs& data, int steps, double dropout = 0) {
+// The MLP run of test/common/mlp.h, eager or captured once and replayed (Note [The graph API in
+// tests]); the parallel schedule itself is under test, so it never falls back to serial.
+TrainRun Eager(const Blobs& data, int steps, double dropout = 0) {
   Mlp m({32, 64, 64, 10}, 5);
   nn::SGD opt(0.05, 0.9, 1e-4);
-  RunResult r;
-  for (int s = 0; s < steps; ++s) {
-    auto batch = data.Batch(16, 100 + uint32_t(s));
-    r.losses.push_back(float(m.Step(batch.first, batch.second, opt, dropout).Item()));
-  }
-  r.params = m.Values();
+  TrainRun r;
+  TrainEager(m, opt, data, 0, steps, &r, BatchPlan{16, 100}, dropout);
   return r;
 }
 
-RunResult Graphed(const Blobs& data, int steps, bool sequential, MemoryMode mode, double dropout = 0) {
-  auto dev = CpuDevice();
+TrainRun Graphed(const Blobs& data, int steps, bool sequential, MemoryMode mode, double dropout = 0) {
   Mlp m({32, 64, 64, 10}, 5);
   nn::SGD opt(0.05, 0.9, 1e-4);
-  auto first = data.Batch(16, 100);
-  Tensor x = first.first, y = first.second;
   GraphOptions options;
   options.memory = mode;
-  options.parallel_fallback = false;  // the parallel schedule itself is under test
-  Tensor loss;
-  auto graph = Graph::Capture(dev, "train", [&] { loss = m.Step(x, y, opt, dropout); }, options);
-  RunResult r;
-  for (int s = 0; s < steps; ++s) {
-    auto batch = data.Batch(16, 100 + uint32_t(s));
-    x.CopyFrom(batch.first.ToVector<float>());
-    y.CopyFrom(batch.second.ToVector<int32_t>());
-    graph->Run(sequential);
-    r.losses.push_back(float(loss.Item()));
-  }
-  r.params = m.Values();
-  return r;
+  options.parallel_fallback = false;
+  CapturedGraph g(CpuDevice(), "train", options);
+  return TrainReplayed(g, m, opt, data, steps, BatchPlan{16, 100}, dropout, sequential);
 }
 
 TEST_F(GraphTest, SerialReplayIsBitwiseEqualToEager) {
   Blobs data(32, 10);
-  RunResult e = Eager(data, 5);
+  TrainRun e = Eager(data, 5);
   for (MemoryMode mode : {MemoryMode::kPlanned, MemoryMode::kDynamic}) {
-    RunResult g = Graphed(data, 5, true, mode);
+    TrainRun g = Graphed(data, 5, true, mode);
     EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << Name(mode);
     EXPECT_TRUE(SameBits(e.params, g.params)) << Name(mode);
   }
@@ -102,8 +74,8 @@ TEST_F(GraphTest, SerialReplayIsBitwiseEqualToEager) {
 
 TEST_F(GraphTest, SerialReplayWithDropoutIsBitwiseEqualToEager) {
   Blobs data(32, 10);
-  RunResult e = Eager(data, 4, 0.3);
-  RunResult g = Graphed(data, 4, true, MemoryMode::kPlanned, 0.3);
+  TrainRun e = Eager(data, 4, 0.3);
+  TrainRun g = Graphed(data, 4, true, MemoryMode::kPlanned, 0.3);
   EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0);
   EXPECT_TRUE(SameBits(e.params, g.params));
   EXPECT_NE(e.losses[0], e.losses[1]);
@@ -111,9 +83,9 @@ TEST_F(GraphTest, SerialReplayWithDropoutIsBitwiseEqualToEager) {
 
 TEST_F(GraphTest, ParallelReplayAgreesWithEager) {
   Blobs data(32, 10);
-  RunResult e = Eager(data, 5);
+  TrainRun e = Eager(data, 5);
   for (MemoryMode mode : {MemoryMode::kPlanned, MemoryMode::kDynamic}) {
-    RunResult g = Graphed(data, 5, false, mode);
+    TrainRun g = Graphed(data, 5, false, mode);
     for (size_t i = 0; i < e.losses.size(); ++i) EXPECT_NEAR(g.losses[i], e.losses[i], 1e-6 * std::abs(e.losses[i]));
     for (size_t p = 0; p < e.params.size(); ++p)
       for (size_t k = 0; k < e.params[p].size(); ++k)
@@ -123,7 +95,7 @@ TEST_F(GraphTest, ParallelReplayAgreesWithEager) {
 
 TEST_F(GraphTest, ReplayWithNewDataKeepsTraining) {
   Blobs data(32, 10);
-  RunResult g = Graphed(data, 60, true, MemoryMode::kPlanned);
+  TrainRun g = Graphed(data, 60, true, MemoryMode::kPlanned);
   EXPECT_LT(g.losses.back(), 0.5f * g.losses.front());
 }
 
@@ -238,7 +210,7 @@ TEST_F(GraphTest, WeightGradientsFuseIntoTheirUpdatesAndStayBitwiseEqual) {
         std::string what = "momentum " + std::to_string(v.momentum) + (v.nesterov ? " nesterov" : "") +
                            " batch " + std::to_string(batch) + (fuse ? " fused" : " unfused");
         const int steps = 4;
-        RunResult e;
+        TrainRun e;
         {
           Mlp m({32, 64, 48, 10}, 5);
           nn::SGD opt(0.05, v.momentum, v.weight_decay, v.nesterov, v.dampening);
