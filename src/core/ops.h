@@ -51,6 +51,9 @@ Tensor Log(const Tensor& x);
 Tensor Sqrt(const Tensor& x);
 Tensor Abs(const Tensor& x);
 Tensor Clamp(const Tensor& x, double lo, double hi);
+Tensor Erf(const Tensor& x);
+// x where cond (bool or uint8) is true, else y; the three broadcast together.
+Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y);
 
 // ---- activations (src/core/ops/activation.cc) ----
 Tensor Relu(const Tensor& x);

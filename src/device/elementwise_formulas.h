@@ -71,6 +71,7 @@ LOOM_HD T GeluGradOf(T x) {
   X(log, std::log(x))                                    \
   X(sqrt, std::sqrt(x))                                  \
   X(abs, std::abs(x))                                    \
+  X(erf, std::erf(x))                                    \
   X(clamp, x < lo ? lo : (x > hi ? hi : x))              \
   X(relu, x > T(0) ? x : T(0))                           \
   X(leaky_relu, x > T(0) ? x : slope * x)                \
@@ -82,6 +83,7 @@ LOOM_HD T GeluGradOf(T x) {
 // (s, dy) -> dx, all (...)
 #define LOOM_GRAD_FORMULAS(X)                                  \
   X(abs_grad, s > T(0) ? dy : (s < T(0) ? -dy : T(0)))         \
+  X(erf_grad, dy * T(1.1283791670955126) * std::exp(-s * s))   \
   X(clamp_grad, (s >= lo && s <= hi) ? dy : T(0))              \
   X(relu_grad, s > T(0) ? dy : T(0))                           \
   X(leaky_relu_grad, s > T(0) ? dy : slope * dy)               \

@@ -93,6 +93,7 @@ const std::map<std::string, Fn1>& UnaryForms() {
       {"log", [](double x, const Attrs&) { return std::log(x); }},
       {"sqrt", [](double x, const Attrs&) { return std::sqrt(x); }},
       {"abs", [](double x, const Attrs&) { return std::fabs(x); }},
+      {"erf", [](double x, const Attrs&) { return std::erf(x); }},
       {"clamp", [](double x, const Attrs& a) { return std::min(a.Float("hi"), std::max(a.Float("lo"), x)); }},
       {"add_scalar", [](double x, const Attrs& a) { return x + a.Float("s"); }},
       {"mul_scalar", [](double x, const Attrs& a) { return x * a.Float("s"); }},
@@ -118,6 +119,7 @@ const std::map<std::string, Fn2>& BinaryForms() {
       {"div", [](double a, double b, const Attrs&) { return a / b; }},
       {"pow", [](double a, double b, const Attrs&) { return std::pow(a, b); }},
       {"abs_grad", [](double x, double dy, const Attrs&) { return x > 0 ? dy : x < 0 ? -dy : 0.0; }},
+      {"erf_grad", [](double x, double dy, const Attrs&) { return dy * 2 / std::sqrt(M_PI) * std::exp(-x * x); }},
       {"clamp_grad",
        [](double x, double dy, const Attrs& a) { return x >= a.Float("lo") && x <= a.Float("hi") ? dy : 0.0; }},
       {"relu_grad", [](double y, double dy, const Attrs&) { return y > 0 ? dy : 0.0; }},
@@ -144,6 +146,7 @@ void AddElementwise(Table& t) {
       {"log", {3, 5}, 0.2, 3, {}},
       {"sqrt", {3, 5}, 0.2, 3, {}},
       {"abs", {3, 5}, -2, 2, {}},
+      {"erf", {3, 5}, -2, 2, {}},
       {"clamp", {3, 5}, -2, 2, {{"lo", -0.5}, {"hi", 0.7}}},
       {"add_scalar", {3, 5}, -2, 2, {{"s", 1.5}}},
       {"mul_scalar", {3, 5}, -2, 2, {{"s", -3.0}}},
@@ -168,6 +171,7 @@ void AddElementwise(Table& t) {
       {"neg", {1000}, -6, 6, {}},
       {"exp", {1000}, -6, 6, {}},
       {"abs", {1000}, -6, 6, {}},
+      {"erf", {1000}, -4, 4, {}},
       {"relu", {1000}, -6, 6, {}},
       {"sigmoid", {1000}, -6, 6, {}},
       {"sigmoid", {1000}, -40, 40, {}},
@@ -210,9 +214,24 @@ void AddElementwise(Table& t) {
             .In(Uniform(sa, r.alo, r.ahi))
             .In(Uniform(sb, r.blo, r.bhi));
 
+  // where(cond, x, y): the condition bool or uint8, the three broadcast together.
+  const std::vector<std::vector<Shape>> where_shapes = {
+      {{2, 3}, {2, 3}, {2, 3}}, {{2, 1}, {2, 3}, {3}}, {{3}, {2, 3}, {}}, {{4, 1, 3}, {2, 1}, {1}}, {{}, {5}, {5}}};
+  for (const auto& sh : where_shapes)
+    for (DType cond : {DType::kBool, DType::kUInt8})
+      for (DType dt : kFloats) {
+        std::vector<double> c(size_t(NumElements(sh[0])));
+        for (size_t i = 0; i < c.size(); ++i) c[i] = (i * 7 + 3) % 3 == 0 ? 1 : 0;  // mixed, not alternating
+        if (c.size() == 1) c[0] = 1;
+        t.Add("where", S(sh[0]) + " " + S(sh[1]) + " " + S(sh[2]) + " " + Name(cond), dt, ref::Where)
+            .In(Values(sh[0], c, cond).Constant())
+            .In(Uniform(sh[1]))
+            .In(Uniform(sh[2]));
+      }
+
   // The gradient ops of activations: (x or y, dy) -> dx.
   const std::vector<std::pair<std::string, Attrs>> grads = {
-      {"abs_grad", {}},     {"relu_grad", {}},     {"sigmoid_grad", {}},
+      {"abs_grad", {}},     {"relu_grad", {}},     {"sigmoid_grad", {}},     {"erf_grad", {}},
       {"tanh_grad", {}},    {"gelu_grad", {}},     {"softplus_grad", {}},
       {"clamp_grad", {{"lo", -0.5}, {"hi", 0.75}}}, {"leaky_relu_grad", {{"slope", 0.2}}}};
   for (const auto& [op, attrs] : grads)

@@ -153,6 +153,18 @@ Reference Binary(std::function<double(double, double, const Attrs&)> f) {
   };
 }
 
+std::vector<HostTensor> Where(const RefArgs& a) {
+  const HostTensor &c = a.in[0], &x = a.in[1], &z = a.in[2];
+  HostTensor y(Broadcast(Broadcast(c.shape, x.shape), z.shape));
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    std::vector<int64_t> oi = Unravel(i, y.shape);
+    y.v[size_t(i)] = c.v[size_t(BroadcastSource(oi, c.shape, y.shape))] != 0
+                         ? x.v[size_t(BroadcastSource(oi, x.shape, y.shape))]
+                         : z.v[size_t(BroadcastSource(oi, z.shape, y.shape))];
+  }
+  return {y};
+}
+
 // ---------------------------------------------------------------- linear algebra, reductions
 
 // op(a) op(b) for every batch of the broadcast batch shape; with sum_batch the batches are

@@ -41,6 +41,8 @@ namespace ref {
 Reference Unary(std::function<double(double, const Attrs&)> f);
 // y = f(a, b, attrs) with numpy broadcasting.
 Reference Binary(std::function<double(double, double, const Attrs&)> f);
+// where(cond, x, y): x where cond is nonzero, else y, the three broadcast together.
+std::vector<HostTensor> Where(const RefArgs& a);
 
 // linear algebra and reductions
 std::vector<HostTensor> MatMul(const RefArgs& a);

@@ -255,3 +255,17 @@ def test_op_errors_name_the_op(dev):
         ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 2, 3, 3), dev))
     with pytest.raises(loom.ValueError):
         ag.conv2d(tensor.zeros((1, 3, 8, 8), dev), tensor.zeros((4, 3, 3, 3), dev), stride=(1, 2, 3))
+
+
+def test_where_and_erf(dev):
+    # Ops added with only their declaration, kernels and case-table rows: Python has them.
+    import math
+    x = RNG.uniform(-2, 2, (3, 4))
+    y = RNG.uniform(-2, 2, (4,))
+    cond = RNG.uniform(size=(3, 1)) > 0.5
+    c = tensor.from_numpy(cond, dev)
+    check_op(dev, lambda a, b: ag.where(c, a, b), lambda a, b: np.where(cond, a, b), [x, y])
+    erf = np.vectorize(math.erf)
+    check_op(dev, ag.erf, erf, [x])
+    with pytest.raises(loom.DTypeError, match=r"\[where\] the condition must be bool or uint8"):
+        ag.where(t64(x, dev, False), t64(x, dev), t64(x, dev))

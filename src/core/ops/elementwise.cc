@@ -166,6 +166,42 @@ LOOM_OP(clamp_grad) {
   def.infer = LOOM_PAIR_INFER(clamp_grad);
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy where lo <= x <= hi
+LOOM_OP(erf) {  // d erf(x) / dx = 2 / sqrt(pi) exp(-x^2)
+  def.infer = LOOM_UNARY_INFER(erf);
+  def.saved_inputs = {0};
+  def.backward = [](const BackwardArgs& a) {
+    return std::vector<Tensor>{Call1("erf_grad", {a.inputs[0], a.grad_outputs[0]})};
+  };
+}
+LOOM_OP(erf_grad) {
+  def.internal = "backward of erf";
+  def.infer = LOOM_PAIR_INFER(erf_grad);
+  def.shareable_inputs = {0, 1};
+}  // (x, dy) -> dy * 2 / sqrt(pi) exp(-x^2)
+
+// cond: bool or uint8 (nonzero: true), x, y: one float dtype -> broadcast(cond, x, y), x where
+// cond holds, else y. The gradient reaches x where cond holds and y elsewhere.
+LOOM_OP(where) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckArity("where", in, 3);
+    LOOM_CHECK(in[0].dtype == DType::kBool || in[0].dtype == DType::kUInt8, DTypeError,
+               "[where] the condition must be bool or uint8, got ", Name(in[0].dtype));
+    CheckFloat("where", in[1], "x");
+    CheckFloat("where", in[2], "y");
+    CheckSameDType("where", in[1], in[2]);
+    const Shape s = BroadcastShapes(BroadcastShapes(in[0].shape, in[1].shape, "where"), in[2].shape, "where");
+    return std::vector<TensorMeta>{{s, in[1].dtype}};
+  };
+  def.saved_inputs = {0};
+  def.backward = [](const BackwardArgs& a) {
+    const Tensor& g = a.grad_outputs[0];
+    const Tensor zero = ops::Zeros({}, g.dtype(), g.device_ptr());
+    Tensor gx, gy;
+    if (a.needs_input_grad[1]) gx = Unbroadcast(ops::Where(a.inputs[0], g, zero), a.input_metas[1]);
+    if (a.needs_input_grad[2]) gy = Unbroadcast(ops::Where(a.inputs[0], zero, g), a.input_metas[2]);
+    return std::vector<Tensor>{Tensor(), gx, gy};
+  };
+}
 
 namespace ops {
 
@@ -189,6 +225,8 @@ Tensor Exp(const Tensor& x) { return Call1("exp", {x}); }
 Tensor Log(const Tensor& x) { return Call1("log", {x}); }
 Tensor Sqrt(const Tensor& x) { return Call1("sqrt", {x}); }
 Tensor Abs(const Tensor& x) { return Call1("abs", {x}); }
+Tensor Erf(const Tensor& x) { return Call1("erf", {x}); }
+Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y) { return Call1("where", {cond, x, y}); }
 Tensor Clamp(const Tensor& x, double lo, double hi) {
   LOOM_CHECK(lo <= hi, ValueError, "[clamp] low ", lo, " is above high ", hi);
   return Call1("clamp", {x}, Attrs{{"lo", lo}, {"hi", hi}});

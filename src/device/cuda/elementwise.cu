@@ -117,6 +117,45 @@ LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)
 LOOM_UNARY_FORMULAS(LOOM_CUDA_UNARY)
 LOOM_GRAD_FORMULAS(LOOM_CUDA_GRAD)
 
+// ---------------------------------------------------------------- where
+
+template <typename T>
+__global__ void WhereFlat(const uint8_t* c, const T* x, const T* y, T* out, int64_t n) {
+  LOOM_GRID_STRIDE(i, n) out[i] = c[i] ? x[i] : y[i];
+}
+template <typename T>
+__global__ void WhereIndexed(const uint8_t* c, const T* x, const T* y, T* out, int64_t n, Indexer ix) {
+  LOOM_GRID_STRIDE(i, n) {
+    int64_t off[3];
+    Offsets(ix, i, off);
+    out[i] = c[off[0]] ? x[off[1]] : y[off[2]];
+  }
+}
+
+// cond: (C...) bool or uint8, x: (X...), y: (Y...) -> out: broadcast(C, X, Y)
+void WhereCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "where", [&](auto tag) {
+    using T = decltype(tag);
+    const Tensor &tc = op.inputs[0], &tx = op.inputs[1], &ty = op.inputs[2], &to = op.outputs[0];
+    const int64_t n = to.numel();
+    if (n == 0) return;
+    cudaStream_t s = Dev(ctx).stream();
+    const Shape& shape = to.shape();
+    if (tc.shape() == shape && tx.shape() == shape && ty.shape() == shape) {
+      WhereFlat<<<Blocks(n), kThreads, 0, s>>>(tc.data<uint8_t>(), tx.data<T>(), ty.data<T>(), to.data<T>(), n);
+    } else {
+      Indexer ix = MakeIndexer(shape,
+                               {BroadcastStrides(tc.shape(), shape), BroadcastStrides(tx.shape(), shape),
+                                BroadcastStrides(ty.shape(), shape)},
+                               "where");
+      WhereIndexed<<<Blocks(n), kThreads, 0, s>>>(tc.data<uint8_t>(), tx.data<T>(), ty.data<T>(), to.data<T>(), n,
+                                                  ix);
+    }
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+LOOM_KERNEL(where, kCUDA, WhereCuda);
+
 // ---------------------------------------------------------------- add_bias
 
 template <typename T>

@@ -49,6 +49,41 @@ LOOM_BINARY_FORMULAS(LOOM_CPU_BINARY)
 LOOM_UNARY_FORMULAS(LOOM_CPU_UNARY)
 LOOM_GRAD_FORMULAS(LOOM_CPU_GRAD)
 
+// cond: (C...) bool or uint8, x: (X...), y: (Y...) -> out: broadcast(C, X, Y)
+void WhereCpu(const OpRecord& op, const KernelContext&) {
+  FloatDispatch(op.outputs[0].dtype(), "where", [&](auto tag) {
+    using T = decltype(tag);
+    const Tensor &tc = op.inputs[0], &tx = op.inputs[1], &ty = op.inputs[2], &to = op.outputs[0];
+    const uint8_t* c = tc.data<uint8_t>();
+    const T* x = tx.data<T>();
+    const T* y = ty.data<T>();
+    T* out = to.data<T>();
+    const Shape& s = to.shape();
+    if (tc.shape() == s && tx.shape() == s && ty.shape() == s) {
+      ParallelFor(to.numel(), kGrain, [=](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) out[i] = c[i] ? x[i] : y[i];
+      });
+      return;
+    }
+    const std::vector<int64_t> sc = BroadcastStrides(tc.shape(), s), sx = BroadcastStrides(tx.shape(), s),
+                               sy = BroadcastStrides(ty.shape(), s);
+    ParallelFor(to.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        int64_t oc = 0, ox = 0, oy = 0, rest = i;
+        for (int64_t d = int64_t(s.size()) - 1; d >= 0; --d) {
+          const int64_t idx = rest % s[size_t(d)];
+          rest /= s[size_t(d)];
+          oc += idx * sc[size_t(d)];
+          ox += idx * sx[size_t(d)];
+          oy += idx * sy[size_t(d)];
+        }
+        out[i] = c[oc] ? x[ox] : y[oy];
+      }
+    });
+  });
+}
+LOOM_KERNEL(where, kCPU, WhereCpu);
+
 }  // namespace
 }  // namespace cpu
 }  // namespace loom
