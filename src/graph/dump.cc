@@ -30,8 +30,6 @@ std::string Mb(size_t bytes) {
   return buf;
 }
 
-// Note [Atomic file writes] in core/file.h.
-void WriteFileAtomically(const std::string& path, const std::string& text) { WriteFileAtomic(path, {text}, "graph"); }
 }  // namespace
 
 std::string DepKindsToString(uint8_t kinds) {
@@ -145,6 +143,23 @@ std::string GraphDump::ToDot(bool with_deps) const {
   return o.str();
 }
 
+std::string Graph::Summary() const {
+  std::ostringstream o;
+  o << quoted_name_ << " on " << device_->name() << ": " << stats_.num_ops << " ops, " << stats_.num_blocks
+    << " blocks (" << stats_.num_intermediate << " intermediate), memory " << Name(stats_.memory)
+    << ", lower bound " << Mb(stats_.lower_bound_bytes);
+  if (stats_.inplace_ops)
+    o << " (" << Mb(stats_.lower_bound_no_inplace_bytes) << " without the " << stats_.inplace_ops << " in-place ops)";
+  if (stats_.memory == MemoryMode::kPlanned && stats_.lower_bound_bytes) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.3f", double(stats_.arena_bytes) / double(stats_.lower_bound_bytes));
+    o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
+  }
+  o << ", persistent " << Mb(stats_.persistent_bytes);
+  if (stats_.fused_ops) o << ", " << stats_.fused_ops << " weight gradients computed into their updates";
+  return o.str();
+}
+
 std::string Graph::ToDot() const { return MakeGraphDump(*this).ToDot(/*with_deps=*/false); }
 
 std::string Graph::TraceJson() const {
@@ -182,12 +197,13 @@ std::string Graph::MemoryTimelineCsv() const {
   return o.str();
 }
 
-void Graph::WriteDot(const std::string& path) const { WriteFileAtomically(path, ToDot()); }
+// Note [Atomic file writes] in core/file.h.
+void Graph::WriteDot(const std::string& path) const { WriteFileAtomic(path, {ToDot()}, "graph"); }
 
 void Graph::WriteTrace(const std::string& path) const {
   LOOM_CHECK(!last_profile().empty(), GraphError, "[", capture_name(),
              "] no profiled replay to write: set_profile(true) (or LOOM_DEBUG=2) and run it first");
-  WriteFileAtomically(path, TraceJson());
+  WriteFileAtomic(path, {TraceJson()}, "graph");
 }
 
 }  // namespace loom

@@ -2,7 +2,6 @@
 #include "graph/graph.h"
 
 #include <cstdio>
-#include <sstream>
 
 #include "core/debug.h"
 #include "graph/passes.h"
@@ -100,29 +99,6 @@ void Graph::Run(bool sequential) {
              state_ == State::kCapturing ? "is still being captured" : "has no finished capture to replay");
   auto in_use = device_->Use();  // Note [One user at a time]
   replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, binding_}, sequential, stats_);
-}
-
-static std::string Mb(size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MB", double(bytes) / 1e6);
-  return buf;
-}
-
-std::string Graph::Summary() const {
-  std::ostringstream o;
-  o << quoted_name_ << " on " << device_->name() << ": " << stats_.num_ops << " ops, " << stats_.num_blocks
-    << " blocks (" << stats_.num_intermediate << " intermediate), memory " << Name(stats_.memory)
-    << ", lower bound " << Mb(stats_.lower_bound_bytes);
-  if (stats_.inplace_ops)
-    o << " (" << Mb(stats_.lower_bound_no_inplace_bytes) << " without the " << stats_.inplace_ops << " in-place ops)";
-  if (stats_.memory == MemoryMode::kPlanned && stats_.lower_bound_bytes) {
-    char ratio[32];
-    std::snprintf(ratio, sizeof ratio, "%.3f", double(stats_.arena_bytes) / double(stats_.lower_bound_bytes));
-    o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
-  }
-  o << ", persistent " << Mb(stats_.persistent_bytes);
-  if (stats_.fused_ops) o << ", " << stats_.fused_ops << " weight gradients computed into their updates";
-  return o.str();
 }
 
 }  // namespace loom
