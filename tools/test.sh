@@ -81,6 +81,7 @@ stage_asan() {
   # Every GoogleTest executable but the GPU one (test/cuda, label gpu), and loom-bench, which
   # test_bench runs as a process.
   local targets
+  ninja -C "$dir" build.ninja >/dev/null  # re-runs CMake first if the tree has changed (a new test folder)
   mapfile -t targets < <(ninja -C "$dir" -t targets all | sed -n 's/^\(test_[A-Za-z0-9_]*\): .*/\1/p' | grep -vx test_cuda)
   [ ${#targets[@]} -gt 0 ] || { echo "test: no test executables in $dir" >&2; return 1; }
   build_targets "$dir" "${targets[@]}" loom-bench
@@ -93,13 +94,15 @@ stage_asan() {
 }
 
 # The tests that use threads, as "executable gtest-filter": capture and replay from two threads,
-# a reset during replays and the parallel replay (all of test_graph); every kernel that splits
-# its work across the CPU pool (test_core); the DataLoader's background thread (test_io).
+# a reset during replays and the parallel replay (all of test_graph); the kernels that split
+# their work across the CPU pool (test_core's chunking and threading tests, and test_ops: every
+# op forward, backward and replayed); the DataLoader's background thread (test_io).
 # Left out, and said so: Linalg.SkinnyGemmAgainstLoops rebuilds the CPU pool 5,040 times (40 s
 # under TSan); the plain and ASan stages run it.
 TSAN_RUNS=(
   "test_graph *"
   "test_core -Linalg.SkinnyGemmAgainstLoops"
+  "test_ops *"
   "test_io *"
 )
 
