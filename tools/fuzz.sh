@@ -1,29 +1,46 @@
 #!/usr/bin/env bash
-# Fuzzes loom's parsers with libFuzzer + AddressSanitizer (targets in tools/fuzz/).
+# Fuzzes loom's parsers with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (targets in
+# tools/fuzz/: checkpoint, idx, cifar, graph_dump).
 #
 #   tools/fuzz.sh            60 s per target
 #   tools/fuzz.sh 300        300 s per target
+#   tools/fuzz.sh 5          what CI runs (tools/test.sh fuzz)
 #   LOOM_FUZZ_BUILD=/tmp/f tools/fuzz.sh 10
 #
-# Builds with clang in its own folder (default build-fuzz/, never the main build), seeds each
-# target's corpus with valid files, runs each target for the given time and prints how many
-# inputs it executed. Exits non-zero when a target finds a crash; the input that crashed it is
-# kept under build-fuzz/artifacts/.
+# Builds with clang (from tools/setup.sh's packages) in its own folder (default build-fuzz/,
+# never the main build), seeds each target's corpus with valid files (the graph-dump seeds are
+# real dumps, written by the main build's graph_dump_seeds), runs each target for the given
+# time and prints how many inputs it executed. Every run first executes the inputs that once
+# crashed a target (tools/fuzz/regressions/<target>/). Exits non-zero when a target finds a crash:
+# the log then shows the stack, the crashing input (base64) and the command that reproduces it;
+# the input itself is kept under build-fuzz/artifacts/.
+#   LOOM_BUILD_DIR   the main build folder (default: build), for graph_dump_seeds
 set -euo pipefail
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 
 secs="${1:-60}"
+[[ "$secs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: seconds per target must be a positive integer, got '$secs'" >&2; exit 2; }
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
 build="${LOOM_FUZZ_BUILD:-$root/build-fuzz}"
-targets=(checkpoint idx cifar)
+main_build="${LOOM_BUILD_DIR:-build}"
+targets=(checkpoint idx cifar graph_dump)
 
-if ! command -v clang++ >/dev/null 2>&1; then
-  echo "fuzz.sh: clang++ not found; installing clang" >&2
-  apt-get install -y clang >&2
+# clang with libFuzzer's runtime (Debian: clang, libclang-rt-dev) and a configured main build:
+# tools/setup.sh provides both.
+probe="$(mktemp -d)"
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/p.cc"
+if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cc" -o "$probe/p" >/dev/null 2>&1 ||
+   [ ! -f "$main_build/build.ninja" ]; then
+  echo "fuzz.sh: clang with libFuzzer or the main build ($main_build) missing: running tools/setup.sh"
+  bash tools/setup.sh
 fi
+rm -rf "$probe"
 
+cmake --build "$main_build" --target graph_dump_seeds >/dev/null
 cmake -G Ninja -S "$root/tools/fuzz" -B "$build" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-ninja -C "$build" >/dev/null
+ninja -C "$build" -j "$(nproc)" >"$build/build.log" 2>&1 || { tail -40 "$build/build.log" >&2; echo "fuzz.sh: build failed (log: $build/build.log)" >&2; exit 1; }
 
 status=0
 summary=()
@@ -31,20 +48,39 @@ mkdir -p "$build/artifacts"
 for t in "${targets[@]}"; do
   corpus="$build/corpus/$t"
   mkdir -p "$corpus"
-  "$build/make_seeds" "$t" "$corpus"
+  if [ "$t" = graph_dump ]; then
+    "$main_build/graph_dump_seeds" "$corpus"
+  else
+    "$build/make_seeds" "$t" "$corpus"
+  fi
+  dirs=("$corpus")  # new inputs go to the first folder only
+  [ -d "tools/fuzz/regressions/$t" ] && dirs+=("tools/fuzz/regressions/$t")
   log="$build/fuzz_$t.log"
+  prefix="$build/artifacts/$t-"
+  rm -f "$prefix"*
   echo "== fuzz_$t for ${secs}s (corpus $corpus, log $log)"
   set +e
-  "$build/fuzz_$t" -max_total_time="$secs" -print_final_stats=1 -max_len=16384 -timeout=10 \
-    -artifact_prefix="$build/artifacts/$t-" "$corpus" >"$log" 2>&1
+  # libFuzzer stops itself after max_total_time; the outer timeout only bounds a hang in start-up.
+  timeout --kill-after=10 $((2 * secs + 60)) "$build/fuzz_$t" -max_total_time="$secs" -print_final_stats=1 \
+    -max_len=16384 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$prefix" "${dirs[@]}" >"$log" 2>&1
   rc=$?
   set -e
   execs="$(awk '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)"
   cov="$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 || true)"
   if [ "$rc" -ne 0 ]; then
     status=1
-    summary+=("fuzz_$t: FAILED (exit $rc) after ${execs:-?} executions; see $log")
-    tail -30 "$log" >&2
+    summary+=("fuzz_$t: FAILED (exit $rc) after ${execs:-?} executions; see above and $log")
+    {
+      echo "---- fuzz_$t: last lines of $log ----"
+      grep -v '^#[0-9]' "$log" | tail -60
+      for a in "$prefix"*; do
+        [ -f "$a" ] || continue
+        echo "---- fuzz_$t: reproducer $a ($(stat -c %s "$a") bytes), base64:"
+        head -c 65536 "$a" | base64 -w 0
+        echo
+        echo "---- reproduce: base64 -d > input <<< '<the line above>' && $build/fuzz_$t input"
+      done
+    } >&2
   else
     summary+=("fuzz_$t: ${execs:-?} executions in ${secs}s, ${cov:-cov: ?}, no crash")
   fi

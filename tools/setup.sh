@@ -12,6 +12,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
+  clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
 )
 # tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
 # only the comparison needs it.

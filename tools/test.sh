@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Builds loom (tools/setup.sh) and runs every test suite. Exits non-zero on any failure.
-#   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
+# Builds loom (tools/setup.sh) and runs test stages. Exits non-zero when any stage fails; every
+# stage runs even after another failed, and the summary names each one with its time.
+#
+#   tools/test.sh                 the plain suites: cpp python (what developers run)
+#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all five:
+#     cpp      C++ suites (GoogleTest through ctest) in the main build
+#     python   pytest on the SWIG module of the main build
+#     asan     C++ suites (label cpu) under AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
+#     tsan     the tests that use threads under ThreadSanitizer, build-tsan/
+#     fuzz     each libFuzzer target for a few seconds (tools/fuzz.sh), build-fuzz/
+#   LOOM_BUILD_DIR      main build folder, absolute or relative to the repository root (default: build)
+#   LOOM_FUZZ_SECONDS   seconds per fuzz target in the fuzz stage (default 5)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,24 +18,155 @@ cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 case "$BUILD" in /*) BUILD_ABS="$BUILD" ;; *) BUILD_ABS="$ROOT/$BUILD" ;; esac
 
+ALL_STAGES=(cpp python asan tsan fuzz)
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(cpp python)
+for s in "${stages[@]}"; do
+  [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || { echo "test: unknown stage '$s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
+done
+
+# ---- plain suites, in the main build ----
+
+stage_cpp() {
+  # GPU suites carry the label "gpu"; without a visible GPU they are left out.
+  local args=(--test-dir "$BUILD" --output-on-failure --no-tests=error -j2)
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "test: GPU visible, running all labels"
+  else
+    echo "test: no GPU visible, skipping tests labelled gpu"
+    args+=(-LE gpu)
+  fi
+  ctest "${args[@]}"
+}
+
+stage_python() {
+  # The SWIG module (swig/) is built into <build>/python, for Debian's /usr/bin/python3 (the one
+  # apt's numpy/pytest/torch serve).
+  if [ -d test/python ]; then
+    PYTHONPATH="$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python
+  else
+    echo "test: no test/python yet, pytest skipped"
+  fi
+}
+
+# ---- sanitizer stages, each in a build folder of its own ----
+
+# configure_sanitized DIR SANITIZERS: -O1 -g, CUDA and Python off (the CPU suites are what they
+# check), ccache as in the main build. Configured once; ninja re-runs CMake when it must.
+configure_sanitized() {
+  local dir="$1" sanitize="$2"
+  [ -f "$dir/build.ninja" ] && return 0
+  mkdir -p "$dir"
+  cmake -G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DLOOM_SANITIZE="$sanitize" \
+    -DLOOM_USE_CUDA=OFF -DLOOM_BUILD_PYTHON=OFF >"$dir/configure.log" 2>&1 ||
+    { cat "$dir/configure.log" >&2; return 1; }
+}
+
+# build_targets DIR TARGET...: quiet unless it fails.
+build_targets() {
+  local dir="$1" start=$SECONDS
+  shift
+  if ! cmake --build "$dir" -j "$(nproc)" --target "$@" >"$dir/stage-build.log" 2>&1; then
+    grep -E 'error:|FAILED:|undefined reference' "$dir/stage-build.log" | head -40 >&2 || true
+    tail -n 20 "$dir/stage-build.log" >&2
+    echo "test: building $* in $dir failed (log: $dir/stage-build.log)" >&2
+    return 1
+  fi
+  echo "test: built $* in $dir in $((SECONDS - start))s"
+}
+
+stage_asan() {
+  local dir=build-asan
+  configure_sanitized "$dir" address,undefined
+  # Every GoogleTest executable but the GPU one (test/cuda, label gpu), and loom-bench, which
+  # test_bench runs as a process.
+  local targets
+  ninja -C "$dir" build.ninja >/dev/null  # re-runs CMake first if the tree has changed (a new test folder)
+  mapfile -t targets < <(ninja -C "$dir" -t targets all | sed -n 's/^\(test_[A-Za-z0-9_]*\): .*/\1/p' | grep -vx test_cuda)
+  [ ${#targets[@]} -gt 0 ] || { echo "test: no test executables in $dir" >&2; return 1; }
+  build_targets "$dir" "${targets[@]}" loom-bench
+  # Leaks, initialisation order and use after return too; a UBSan finding aborts (it is built
+  # with -fno-sanitize-recover=all) with its stack. test_cuda is not built here, so its
+  # placeholder test is left out by name; any other missing executable fails the stage.
+  ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+  UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+    ctest --test-dir "$dir" -LE gpu -E '^test_cuda_NOT_BUILT$' --output-on-failure --no-tests=error -j2
+}
+
+# The tests that use threads, as "executable gtest-filter": capture and replay from two threads,
+# a reset during replays and the parallel replay (all of test_graph); the kernels that split
+# their work across the CPU pool (test_core's chunking and threading tests, and test_ops: every
+# op forward, backward and replayed); the DataLoader's background thread (test_io).
+# Left out, and said so: Linalg.SkinnyGemmAgainstLoops rebuilds the CPU pool 5,040 times (40 s
+# under TSan); the plain and ASan stages run it.
+TSAN_RUNS=(
+  "test_graph *"
+  "test_core -Linalg.SkinnyGemmAgainstLoops"
+  "test_ops *"
+  "test_io *"
+)
+
+stage_tsan() {
+  local dir=build-tsan
+  # oneDNN stays on: loom runs each oneDNN call on one OpenMP thread (Note [oneDNN convolution]),
+  # so libgomp starts no threads and has nothing for TSan to misreport. Should that change, build
+  # this folder with -DLOOM_USE_DNNL=OFF rather than suppress reports.
+  configure_sanitized "$dir" thread
+  local run exes=()
+  for run in "${TSAN_RUNS[@]}"; do exes+=("${run%% *}"); done
+  build_targets "$dir" "${exes[@]}"
+  local exe filter log out failed=0
+  for run in "${TSAN_RUNS[@]}"; do
+    exe="${run%% *}" filter="${run#* }"
+    log="$dir/$exe.tsan.log"
+    [ "$filter" = "*" ] && echo "test: tsan: $exe, every test" || echo "test: tsan: $exe --gtest_filter=$filter"
+    # Four pool threads whatever the machine's core count, so that the pool always fans out;
+    # TSan's exit code is 66 when it reported anything, and every report is printed.
+    if LOOM_NUM_THREADS=4 TSAN_OPTIONS="second_deadlock_stack=1${TSAN_OPTIONS:+ $TSAN_OPTIONS}" \
+        "$dir/$exe" --gtest_filter="$filter" >"$log" 2>&1; then
+      out="$(grep -E '^\[==========\] [0-9]+ tests? from .* ran' "$log" || true)"
+      if [[ "$out" =~ \]\ ([0-9]+)\ test ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]; then
+        echo "test: tsan: $exe: ${BASH_REMATCH[1]} tests passed, no report"
+        continue
+      fi
+      echo "test: tsan: $exe ran no test with --gtest_filter=$filter (log: $log)" >&2
+    else
+      grep -E '^\[  FAILED  \]' "$log" >&2 || true
+      # Each report whole: the two stacks and where the memory came from.
+      awk '/^WARNING: ThreadSanitizer/ {p = 1} p {print} /^SUMMARY: ThreadSanitizer/ {p = 0}' "$log" | head -400 >&2
+      echo "test: tsan: $exe FAILED (log: $log)" >&2
+    fi
+    failed=1
+  done
+  return "$failed"
+}
+
+stage_fuzz() {
+  bash tools/fuzz.sh "${LOOM_FUZZ_SECONDS:-5}"
+}
+
+# ---- run ----
+
+start=$SECONDS
 bash tools/setup.sh
-
-# ---- C++ (GoogleTest through ctest) ----
-# GPU suites carry the label "gpu"; without a visible GPU they are left out.
-ctest_args=(--test-dir "$BUILD" --output-on-failure --no-tests=error -j2)
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "test: GPU visible, running all labels"
-else
-  echo "test: no GPU visible, skipping tests labelled gpu"
-  ctest_args+=(-LE gpu)
-fi
-ctest "${ctest_args[@]}"
-
-# ---- Python (pytest) ----
-# >>> Python tests: run once test/python exists. The SWIG module (swig/) is built into
-# >>> <build>/python, for Debian's /usr/bin/python3 (the one apt's numpy/pytest/torch serve).
-if [ -d test/python ]; then
-  PYTHONPATH="$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python
-else
-  echo "test: no test/python yet, pytest skipped"
-fi
+results=("setup: done in $((SECONDS - start))s")
+status=0
+for s in "${stages[@]}"; do
+  echo "==== test: stage $s"
+  start=$SECONDS
+  # A subshell with its own -e: a failing command ends the stage, not the script.
+  set +e
+  (set -e; "stage_$s")
+  rc=$?
+  set -e
+  if [ "$rc" -eq 0 ]; then
+    results+=("$s: passed in $((SECONDS - start))s")
+  else
+    results+=("$s: FAILED (exit $rc) after $((SECONDS - start))s")
+    status=1
+  fi
+  echo "==== test: stage ${results[-1]}"
+done
+echo "==== test: summary"
+printf '  %s\n' "${results[@]}"
+exit "$status"

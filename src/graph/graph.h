@@ -25,6 +25,7 @@
 // calls are a registry of them, registry.h) and keeps its device alive.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,7 +91,9 @@ class Graph final : public CaptureSink {
   std::shared_ptr<Device> device_;
   std::string name_, quoted_name_;
   GraphOptions options_;
-  State state_ = State::kEmpty;
+  // Atomic: Run on another thread (RunGraph while its key is recaptured, registry.h) reads it;
+  // the store of kReady after Finalize publishes the op list, plan and schedule to that thread.
+  std::atomic<State> state_{State::kEmpty};
   OpList ops_;             // 1, 1b
   Analysis analysis_;      // 2
   MemoryLayout layout_;    // 3 (empty for dynamic memory)

@@ -100,8 +100,10 @@ IdxHeader ParseIdxHeader(const uint8_t* data, size_t size, const std::string& so
 
 void ParseMnistImages(const uint8_t* data, size_t size, const std::string& source, ImageData* out) {
   IdxHeader h = MnistHeader(data, size, source, 3, "images", "count, rows, columns");
-  LOOM_CHECK(h.dims[1] > 0 && h.dims[2] > 0, IOError, "[mnist] '", source, "': wrong dimensions: images of ",
-             h.dims[1], " x ", h.dims[2], " pixels");
+  // With no images the header declares 0 bytes whatever the image size: the bound on rows x columns
+  // (ParseIdxHeader's) keeps ImageData::sample_size() from overflowing.
+  LOOM_CHECK(h.dims[1] > 0 && h.dims[2] > 0 && uint64_t(h.dims[1]) * uint64_t(h.dims[2]) <= (uint64_t(1) << 48),
+             IOError, "[mnist] '", source, "': wrong dimensions: images of ", h.dims[1], " x ", h.dims[2], " pixels");
   LOOM_CHECK(out->labels.empty() || int64_t(out->labels.size()) == h.dims[0], IOError, "[mnist] '", source,
              "': wrong dimensions: ", h.dims[0], " images for ", out->labels.size(), " labels");
   out->n = h.dims[0];
