@@ -154,6 +154,16 @@ static PyObject* FromFloatVector(const std::vector<float>& v) {
   return t;
 }
 
+// A checkpoint held in memory; `source` is named in errors.
+static loom::io::Checkpoint InMemory(const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                                     const std::map<std::string, double>& meta, const std::string& source) {
+  loom::io::Checkpoint ck;
+  ck.path = source;
+  ck.tensors = tensors;
+  ck.meta = meta;
+  return ck;
+}
+
 }  // namespace loom_py
 %}
 
@@ -181,6 +191,7 @@ static PyObject* FromFloatVector(const std::vector<float>& v) {
 %rename(save_checkpoint) loom::io::SaveCheckpoint;
 %rename(load_checkpoint) loom::io::LoadCheckpoint;
 %rename(restore_into) loom::io::RestoreInto;
+%rename(check_restore_into) loom::io::CheckRestoreInto;
 %rename(restore_optimizer_state) loom::io::RestoreOptimizerState;
 %rename(save_optimizer) loom::io::SaveOptimizer;
 %rename(load_optimizer) loom::io::LoadOptimizer;
@@ -203,6 +214,7 @@ void SaveCheckpoint(const std::string& path, const std::vector<std::pair<std::st
                     const std::map<std::string, double>& meta);
 Checkpoint LoadCheckpoint(const std::string& path);
 void RestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
+void CheckRestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
 void RestoreOptimizerState(const Checkpoint& ckpt, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
                            const std::string& prefix);
 void SaveOptimizer(const std::string& path, loom::nn::Optimizer& opt);
@@ -324,11 +336,15 @@ void restore_optimizer_state_from(loom::nn::Optimizer& opt,
                                   const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
                                   const std::map<std::string, double>& meta, const std::shared_ptr<loom::Device>& dev,
                                   const std::string& prefix, const std::string& source) {
-  loom::io::Checkpoint ck;
-  ck.path = source;
-  ck.tensors = tensors;
-  ck.meta = meta;
-  loom::io::RestoreOptimizerState(ck, opt, dev, prefix);
+  loom::io::RestoreOptimizerState(InMemory(tensors, meta, source), opt, dev, prefix);
+}
+// io::CheckOptimizerState on the same arguments: what restore_optimizer_state_from would refuse,
+// raised before anything changes (Note [Check everything, then copy] in io/checkpoint.h).
+void check_optimizer_state_from(const loom::nn::Optimizer& opt,
+                                const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                                const std::map<std::string, double>& meta, const std::string& prefix,
+                                const std::string& source) {
+  loom::io::CheckOptimizerState(InMemory(tensors, meta, source), opt, prefix);
 }
 
 // io::DecodeCheckpointBytes from a bytes-like object; `source` is named in errors.

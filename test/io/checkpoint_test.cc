@@ -416,6 +416,44 @@ TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
   for (const auto& kv : opt.states()) EXPECT_EQ(kv.second.ToVector<float>(), saved[kv.first]) << kv.first;
 }
 
+// Note [Check everything, then copy]: a refused optimizer restore leaves the optimizer as it was
+// (issue 16, class 3: slots used to be created and Adam's step count set before the refusal).
+TEST(CheckpointResumeTest, ARefusedOptimizerRestoreChangesNothing) {
+  TempDir dir;
+  Blobs data(6, 3);
+  Mlp model({6, 8, 3}, 4);
+  nn::Adam opt(0.01);
+  TrainRun t;
+  TrainEager(model, opt, data, 0, 3, &t, kBatches);
+  io::SaveOptimizer(dir / "adam.ckpt", opt);
+  io::Checkpoint ck = io::LoadCheckpoint(dir / "adam.ckpt");
+
+  // A slot Adam does not keep, beside the ones it does: nothing is created, the count stays 0.
+  io::Checkpoint mixed = ck;
+  mixed.tensors.emplace_back("optimizer/w0/momentum", ck.Get("optimizer/w0/m"));
+  nn::Adam fresh(0.02);
+  LOOM_EXPECT_THROW_MSG(io::CheckOptimizerState(mixed, fresh), IOError, "keeps no 'momentum'");
+  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(mixed, fresh, CpuDevice()), IOError, "nothing was restored");
+  EXPECT_TRUE(fresh.states().empty());
+  EXPECT_EQ(fresh.steps_taken(CpuDevice()), 0);
+  EXPECT_EQ(fresh.learning_rate(), 0.02);
+
+  // An Adam of a bigger model: its third layer's slots are not in the file, its second's differ
+  // in shape. Its step count and moments stay as they were.
+  Mlp bigger({6, 8, 8, 3}, 5);
+  nn::Adam other(0.03);
+  TrainRun t2;
+  TrainEager(bigger, other, data, 0, 5, &t2, kBatches);
+  std::map<std::string, std::vector<float>> before;
+  for (const auto& kv : other.states()) before[kv.first] = kv.second.ToVector<float>();
+  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(ck, other, CpuDevice()), IOError,
+                        "'optimizer/w2/m': not in the file");
+  EXPECT_EQ(other.steps_taken(CpuDevice()), 5);
+  EXPECT_EQ(other.learning_rate(), 0.03);
+  ASSERT_EQ(other.states().size(), before.size());
+  for (const auto& kv : other.states()) EXPECT_EQ(kv.second.ToVector<float>(), before[kv.first]) << kv.first;
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace loom

@@ -244,3 +244,56 @@ def test_native_model_save_load_states(dev, tmp_path):
     m2 = make()
     m2.load_states(tmp_path / "n.ckpt")
     assert first + run(m2, data[2:]) == straight
+
+
+def _snapshot(m):
+    """The bytes of every state of `m` and of its optimizer, and the learning rate."""
+    states = {k: v.to_numpy().tobytes() for k, v in m.get_states().items()}
+    slots, meta = loom.core.optimizer_state(m.optimizer._impl, "")
+    return states, {k: t.to_numpy().tobytes() for k, t in slots}, meta
+
+
+def _native(dev, data):
+    dev.SetRandSeed(3)
+    m = model.NativeModel(model.mlp([20, 16, 4], device=dev), opt.SGD(0.1, momentum=0.9))
+    m.compile([tensor.from_numpy(data[0][0], dev)], is_train=True, use_graph=False)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["eager", "graph", "native"])
+def test_load_states_that_does_not_fit_the_optimizer_changes_nothing(dev, tmp_path, kind):
+    """Issue 16, class 3. Saved before the first step (no optimizer slots yet), loaded after
+    training (momentum exists): refused, and neither the weights nor the optimizer changed."""
+    data = list(batches(3))
+    if kind == "native":
+        m = _native(dev, data)
+        m.save_states(tmp_path / "early.ckpt")
+        for xb, yb in data:
+            m.train_one_batch(xb, yb)
+    else:
+        m, x, y = _fresh(dev, kind == "graph", data)
+        m.save_states(tmp_path / "early.ckpt")
+        _run(dev, m, data, x, y)
+    before = _snapshot(m)
+    assert before[1], "training created momentum"
+    with pytest.raises(loom.IOError, match="nothing was restored") as e:
+        m.load_states(tmp_path / "early.ckpt")
+    assert "momentum" in str(e.value) and "not in the file" in str(e.value)
+    assert _snapshot(m) == before  # the weights too: nothing was restored, as the message says
+
+
+def test_load_states_with_a_bad_parameter_leaves_the_optimizer_alone(dev, tmp_path):
+    data = list(batches(2))
+    m, x, y = _fresh(dev, False, data)
+    _run(dev, m, data, x, y)
+    m.save_states(tmp_path / "m.ckpt")
+    ck = io.load_checkpoint(tmp_path / "m.ckpt")
+    tensors = dict(ck.tensors)
+    first = next(iter(m.get_states()))
+    tensors[first] = tensor.zeros((1,), dev)  # a parameter of the wrong shape
+    io.save_checkpoint(tmp_path / "bad.ckpt", tensors, ck.meta)
+    _run(dev, m, data, x, y)
+    before = _snapshot(m)
+    with pytest.raises(loom.IOError, match=first):
+        m.load_states(tmp_path / "bad.ckpt")
+    assert _snapshot(m) == before
