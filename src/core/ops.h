@@ -52,6 +52,11 @@ Tensor Sqrt(const Tensor& x);
 Tensor Abs(const Tensor& x);
 Tensor Clamp(const Tensor& x, double lo, double hi);
 
+// ---- comparisons, with numpy broadcasting, to bool (src/core/ops/compare.cc) ----
+// a, b: one dtype (float32, float64, int32, int64, uint8 or bool). Not differentiable.
+Tensor Equal(const Tensor& a, const Tensor& b);
+Tensor NotEqual(const Tensor& a, const Tensor& b);
+
 // ---- activations (src/core/ops/activation.cc) ----
 Tensor Relu(const Tensor& x);
 Tensor LeakyRelu(const Tensor& x, double slope = 0.01);
