@@ -66,7 +66,7 @@ double Checkpoint::Meta(const std::string& name, double dflt) const {
   return it == meta.end() ? dflt : it->second;
 }
 
-void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
+EncodedCheckpoint EncodeCheckpointOf(const NamedTensors& tensors, const std::map<std::string, double>& meta) {
   RawCheckpoint raw;
   raw.meta = meta;
   raw.tensors.reserve(tensors.size());
@@ -78,8 +78,18 @@ void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const 
     r.data = HostBytes(kv.second, kv.first);
     raw.tensors.push_back(std::move(r));
   }
-  EncodedCheckpoint enc = EncodeCheckpoint(std::move(raw));
+  return EncodeCheckpoint(std::move(raw));
+}
+
+void WriteCheckpointFile(const std::string& path, const EncodedCheckpoint& enc) {
   WriteFileAtomic(path, {enc.head, enc.payload}, "checkpoint");
+}
+
+std::string ReadCheckpointFile(const std::string& path) { return ReadFile(path, "checkpoint"); }
+
+void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
+  CheckNoNulByte(path, "checkpoint", "the path");  // before the host reads, not only at the write
+  WriteCheckpointFile(path, EncodeCheckpointOf(tensors, meta));
 }
 
 Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source) {
@@ -97,9 +107,7 @@ Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& so
   return ck;
 }
 
-Checkpoint LoadCheckpoint(const std::string& path) {
-  return DecodeCheckpointBytes(ReadFile(path, "checkpoint"), path);
-}
+Checkpoint LoadCheckpoint(const std::string& path) { return DecodeCheckpointBytes(ReadCheckpointFile(path), path); }
 
 namespace {
 
@@ -245,8 +253,28 @@ void SaveOptimizer(const std::string& path, nn::Optimizer& opt) {
   SaveCheckpoint(path, tensors, meta);
 }
 
+void RestoreOptimizerFile(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev) {
+  const std::string prefix = "optimizer/";
+  std::vector<std::string> others;
+  for (const auto& kv : ckpt.tensors)
+    if (kv.first.compare(0, prefix.size(), prefix) != 0) others.push_back(kv.first);
+  std::string why;
+  if (!ckpt.meta.count(prefix + "lr"))
+    why += "it has no metadata '" + prefix + "lr', which SaveOptimizer always writes";
+  if (!others.empty()) {
+    why += detail::Cat(why.empty() ? "" : "; ", "it holds ", others.size(), " tensor(s) outside '", prefix, "' (");
+    for (size_t i = 0; i < others.size() && i < 3; ++i) why += (i ? ", '" : "'") + others[i] + "'";
+    why += others.size() > 3 ? ", ...)" : ")";
+  }
+  if (!others.empty())
+    why += ". A model checkpoint? Restore it with its model (Model.load_states in Python; RestoreInto and "
+           "RestoreOptimizerState)";
+  if (!why.empty()) throw IOError("[checkpoint] '" + ckpt.path + "' is not an optimizer file: " + why);
+  RestoreOptimizerState(ckpt, opt, dev, prefix);
+}
+
 void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev) {
-  RestoreOptimizerState(LoadCheckpoint(path), opt, dev);
+  RestoreOptimizerFile(LoadCheckpoint(path), opt, dev);
 }
 
 }  // namespace io

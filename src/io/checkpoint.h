@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/checkpoint_format.h"
 
 namespace loom {
 
@@ -52,6 +53,14 @@ void SaveCheckpoint(const std::string& path, const NamedTensors& tensors,
 Checkpoint LoadCheckpoint(const std::string& path);
 // The same from bytes already in memory; `source` is named in errors.
 Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source);
+
+// The halves of SaveCheckpoint (encode: host reads of the tensors; write: the file alone) and of
+// LoadCheckpoint (read: the file alone; DecodeCheckpointBytes), for a caller that keeps the file
+// I/O apart from the device work: swig/io.i releases Python's interpreter lock around the file
+// I/O only (Note [The interpreter lock and file I/O] there).
+EncodedCheckpoint EncodeCheckpointOf(const NamedTensors& tensors, const std::map<std::string, double>& meta);
+void WriteCheckpointFile(const std::string& path, const EncodedCheckpoint& enc);
+std::string ReadCheckpointFile(const std::string& path);
 
 // Note [Check everything, then copy]
 // A restore either changes nothing or everything it was asked to: every restore path checks
@@ -91,9 +100,13 @@ void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std
 // What RestoreOptimizerState would refuse, without changing the optimizer.
 void CheckOptimizerState(const Checkpoint& ckpt, const nn::Optimizer& opt, const std::string& prefix = "optimizer/");
 
-// An optimizer alone in a file of its own.
+// An optimizer alone in a file of its own. LoadOptimizer reads what SaveOptimizer wrote and
+// refuses any other file instead of restoring nothing: tensors outside "optimizer/" (a model
+// checkpoint) or no "optimizer/lr" are an IOError naming them. RestoreOptimizerFile is its
+// second half, on a checkpoint already read.
 void SaveOptimizer(const std::string& path, nn::Optimizer& opt);
 void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
+void RestoreOptimizerFile(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
 
 }  // namespace io
 }  // namespace loom

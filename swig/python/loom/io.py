@@ -1,6 +1,8 @@
 """loom.io: checkpoints (named tensors and metadata in one file) and data sets (MNIST, CIFAR-10,
 the DataLoader). Everything is C++ (src/io); every failure is a loom.IOError (an OSError) that
-names the file and what is wrong.
+names the file and what is wrong, except a path or name with a NUL byte (loom.ValueError). Only
+regular files are read (a FIFO is refused, never waited on); re-saving a file keeps its mode; the
+file I/O runs without the interpreter lock, so other Python threads go on meanwhile.
 
     io.save_checkpoint("m.ckpt", model.get_states(), {"step": 100})   # atomic: never half a file
     ck = io.load_checkpoint("m.ckpt")           # ck.tensors (on the CPU), ck.meta, ck["w0"]
@@ -99,6 +101,8 @@ def save_optimizer(path, optimizer):
 
 
 def load_optimizer(path, optimizer, device):
+    """Restores what save_optimizer wrote. Any other file (a model checkpoint: use
+    Model.load_states) is a loom.IOError naming what it lacks, and the optimizer is unchanged."""
     core.load_optimizer(_path(path), _opt_impl(optimizer), device)
 
 
