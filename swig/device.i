@@ -163,6 +163,7 @@ namespace loom { struct GraphOptions; }
 %rename(cuda_available) loom::CudaAvailable;
 %rename(num_threads) loom::NumThreads;
 %rename(set_num_threads) loom::SetNumThreads;
+%rename(max_threads) loom::MaxThreads;
 %rename(summary) loom::Graph::Summary;
 %rename(dot) loom::Graph::ToDot;
 %rename(trace_json) loom::Graph::TraceJson;
@@ -218,7 +219,8 @@ std::shared_ptr<Device> CpuDevice();
 std::shared_ptr<Device> CudaDevice(int id = 0);
 bool CudaAvailable();
 int NumThreads();
-void SetNumThreads(int n);
+int MaxThreads();
+void SetNumThreads(int64_t n);
 
 }  // namespace loom
 

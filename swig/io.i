@@ -2,7 +2,9 @@
 // MNIST / CIFAR-10 loading and the DataLoader. loom/io.py builds the friendly API on these names.
 //
 // Every failure is a loom::IOError (bad magic, checksum, truncation, missing file...), raised in
-// Python as loom.IOError (an OSError) by the global %exception handler of errors.i.
+// Python as loom.IOError (an OSError) by the global %exception handler of errors.i; a path or a
+// name with a NUL byte is a loom.ValueError (Note [Names are C strings] in core/file.h). File
+// I/O runs without the interpreter lock (Note [The interpreter lock and file I/O] below).
 //
 // Arguments cross as plain Python values:
 //   named tensors   <- a sequence of (name, Tensor) pairs, or a mapping name -> Tensor
@@ -12,11 +14,44 @@
 
 %{
 #include <map>
+#include "core/file.h"
 #include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "nn/optimizer.h"
 
 namespace loom_py {
+
+// A str's UTF-8 bytes, all of them: a NUL byte stays in the string (PyUnicode_AsUTF8 would end
+// it there), so that C++ refuses the name instead of using a shortened one (Note [Names are C
+// strings] in core/file.h).
+static bool Utf8(PyObject* o, std::string& out) {
+  Py_ssize_t n = 0;
+  const char* s = PyUnicode_AsUTF8AndSize(o, &n);
+  if (!s) return false;
+  out.assign(s, size_t(n));
+  return true;
+}
+
+// Note [The interpreter lock and file I/O]
+// Reading or writing a file can take long (a large checkpoint, a slow or network disk, a data
+// set); holding Python's interpreter lock meanwhile would stop every other Python thread. The
+// io functions release it around the file I/O only, with this guard: the work that touches a
+// device or Python objects (reading tensors to the host, making the loaded tensors, restoring
+// into an optimizer) keeps the lock, as every other call does, so that releasing it never lets
+// another thread into a device in the middle of an op (DESIGN.md invariant 10). Nothing done
+// without the lock calls back into Python or touches a Python object. The guard takes the lock
+// back when it is destroyed, also while an exception unwinds, before errors.i's handler turns
+// the exception into a Python error.
+class WithoutGil {
+ public:
+  WithoutGil() : state_(PyEval_SaveThread()) {}
+  ~WithoutGil() { PyEval_RestoreThread(state_); }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
 
 static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom::Tensor>>& out, const char* what) {
   PyObject* items = nullptr;
@@ -48,9 +83,9 @@ static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom:
       PyErr_Format(PyExc_TypeError, "[loom] %s: item %zd is not a (str, Tensor) pair", what, i);
       return false;
     }
-    const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(item, 0));
-    if (!name) { Py_DECREF(seq); return false; }
-    out.emplace_back(name, *static_cast<loom::Tensor*>(p));
+    std::string name;
+    if (!Utf8(PyTuple_GET_ITEM(item, 0), name)) { Py_DECREF(seq); return false; }
+    out.emplace_back(std::move(name), *static_cast<loom::Tensor*>(p));
   }
   Py_DECREF(seq);
   return true;
@@ -72,8 +107,8 @@ static bool ToMeta(PyObject* o, std::map<std::string, double>& out, const char* 
     }
     double d = PyFloat_AsDouble(v);
     if (d == -1.0 && PyErr_Occurred()) return false;
-    const char* name = PyUnicode_AsUTF8(k);
-    if (!name) return false;
+    std::string name;
+    if (!Utf8(k, name)) return false;
     out[name] = d;
   }
   return true;
@@ -83,12 +118,15 @@ static PyObject* FromMeta(const std::map<std::string, double>& m) {
   PyObject* d = PyDict_New();
   if (!d) return nullptr;
   for (const auto& kv : m) {
+    PyObject* k = PyUnicode_FromStringAndSize(kv.first.data(), Py_ssize_t(kv.first.size()));
     PyObject* v = PyFloat_FromDouble(kv.second);
-    if (!v || PyDict_SetItemString(d, kv.first.c_str(), v) < 0) {
+    if (!k || !v || PyDict_SetItem(d, k, v) < 0) {
+      Py_XDECREF(k);
       Py_XDECREF(v);
       Py_DECREF(d);
       return nullptr;
     }
+    Py_DECREF(k);
     Py_DECREF(v);
   }
   return d;
@@ -96,10 +134,8 @@ static PyObject* FromMeta(const std::map<std::string, double>& m) {
 
 static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const char* what) {
   if (PyUnicode_Check(o)) {
-    const char* s = PyUnicode_AsUTF8(o);
-    if (!s) return false;
-    out.assign(1, s);
-    return true;
+    out.resize(1);
+    return Utf8(o, out[0]);
   }
   PyObject* seq = PySequence_Fast(o, "");
   if (!seq) {
@@ -111,8 +147,8 @@ static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const cha
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
     PyObject* path = PyOS_FSPath(item);  // str or os.PathLike
-    const char* s = (path && PyUnicode_Check(path)) ? PyUnicode_AsUTF8(path) : nullptr;
-    if (!s) {
+    std::string s;
+    if (!path || !PyUnicode_Check(path) || !Utf8(path, s)) {
       Py_XDECREF(path);
       Py_DECREF(seq);
       if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -122,7 +158,7 @@ static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const cha
       }
       return false;
     }
-    out.emplace_back(s);
+    out.push_back(std::move(s));
     Py_DECREF(path);
   }
   Py_DECREF(seq);
@@ -154,6 +190,16 @@ static PyObject* FromFloatVector(const std::vector<float>& v) {
   return t;
 }
 
+// A checkpoint held in memory; `source` is named in errors.
+static loom::io::Checkpoint InMemory(const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                                     const std::map<std::string, double>& meta, const std::string& source) {
+  loom::io::Checkpoint ck;
+  ck.path = source;
+  ck.tensors = tensors;
+  ck.meta = meta;
+  return ck;
+}
+
 }  // namespace loom_py
 %}
 
@@ -178,12 +224,27 @@ static PyObject* FromFloatVector(const std::vector<float>& v) {
 
 %shared_ptr(loom::io::ImageData)
 
-%rename(save_checkpoint) loom::io::SaveCheckpoint;
-%rename(load_checkpoint) loom::io::LoadCheckpoint;
+// Reading a data set is file I/O and host work only: the whole call runs without the
+// interpreter lock (Note [The interpreter lock and file I/O]).
+%define LOOM_WITHOUT_GIL(fn)
+%exception fn {
+  try {
+    loom_py::WithoutGil io;
+    $action
+  } catch (...) {
+    loom_py::SetPythonErrorFromCurrent();
+    SWIG_fail;
+  }
+}
+%enddef
+LOOM_WITHOUT_GIL(loom::io::LoadMnist)
+LOOM_WITHOUT_GIL(loom::io::LoadMnistDir)
+LOOM_WITHOUT_GIL(loom::io::LoadCifar10)
+LOOM_WITHOUT_GIL(loom::io::LoadCifar10Dir)
+
 %rename(restore_into) loom::io::RestoreInto;
+%rename(check_restore_into) loom::io::CheckRestoreInto;
 %rename(restore_optimizer_state) loom::io::RestoreOptimizerState;
-%rename(save_optimizer) loom::io::SaveOptimizer;
-%rename(load_optimizer) loom::io::LoadOptimizer;
 %rename(load_mnist) loom::io::LoadMnist;
 %rename(load_mnist_dir) loom::io::LoadMnistDir;
 %rename(load_cifar10) loom::io::LoadCifar10;
@@ -199,14 +260,10 @@ struct Checkpoint {
   bool Has(const std::string& name) const;
 };
 
-void SaveCheckpoint(const std::string& path, const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
-                    const std::map<std::string, double>& meta);
-Checkpoint LoadCheckpoint(const std::string& path);
 void RestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
+void CheckRestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
 void RestoreOptimizerState(const Checkpoint& ckpt, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
                            const std::string& prefix);
-void SaveOptimizer(const std::string& path, loom::nn::Optimizer& opt);
-void LoadOptimizer(const std::string& path, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
 
 %immutable;
 struct ImageData {
@@ -275,14 +332,8 @@ class DataLoader {
     bool more;
     {
       // The background thread never calls Python: waiting for it without the GIL is safe.
-      PyThreadState* ts = PyEval_SaveThread();
-      try {
-        more = $self->Next(&b);
-      } catch (...) {
-        PyEval_RestoreThread(ts);
-        throw;
-      }
-      PyEval_RestoreThread(ts);
+      loom_py::WithoutGil wait;
+      more = $self->Next(&b);
     }
     if (!more) Py_RETURN_NONE;
     PyObject* x = loom_py::WrapTensor(b.x);
@@ -301,6 +352,33 @@ class DataLoader {
 
 %inline %{
 namespace loom_py {
+
+// io::SaveCheckpoint / LoadCheckpoint / SaveOptimizer / LoadOptimizer, with the file I/O
+// outside the interpreter lock (Note [The interpreter lock and file I/O]).
+void save_checkpoint(const std::string& path, const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                     const std::map<std::string, double>& meta) {
+  loom::CheckNoNulByte(path, "checkpoint", "the path");
+  loom::io::EncodedCheckpoint enc = loom::io::EncodeCheckpointOf(tensors, meta);
+  WithoutGil io;
+  loom::io::WriteCheckpointFile(path, enc);
+}
+loom::io::Checkpoint load_checkpoint(const std::string& path) {
+  std::string bytes;
+  {
+    WithoutGil io;
+    bytes = loom::io::ReadCheckpointFile(path);
+  }
+  return loom::io::DecodeCheckpointBytes(bytes, path);
+}
+void save_optimizer(const std::string& path, loom::nn::Optimizer& opt) {
+  loom::io::NamedTensors tensors;
+  std::map<std::string, double> meta;
+  loom::io::AddOptimizerState(opt, &tensors, &meta);
+  save_checkpoint(path, tensors, meta);
+}
+void load_optimizer(const std::string& path, loom::nn::Optimizer& opt, const std::shared_ptr<loom::Device>& dev) {
+  loom::io::RestoreOptimizerFile(load_checkpoint(path), opt, dev);
+}
 
 // The state tensors ([(key, Tensor)], keys "<prefix><param key>/<slot>") and metadata
 // ("<prefix>lr", ...) of an optimizer: io::AddOptimizerState's output.
@@ -324,11 +402,15 @@ void restore_optimizer_state_from(loom::nn::Optimizer& opt,
                                   const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
                                   const std::map<std::string, double>& meta, const std::shared_ptr<loom::Device>& dev,
                                   const std::string& prefix, const std::string& source) {
-  loom::io::Checkpoint ck;
-  ck.path = source;
-  ck.tensors = tensors;
-  ck.meta = meta;
-  loom::io::RestoreOptimizerState(ck, opt, dev, prefix);
+  loom::io::RestoreOptimizerState(InMemory(tensors, meta, source), opt, dev, prefix);
+}
+// io::CheckOptimizerState on the same arguments: what restore_optimizer_state_from would refuse,
+// raised before anything changes (Note [Check everything, then copy] in io/checkpoint.h).
+void check_optimizer_state_from(const loom::nn::Optimizer& opt,
+                                const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
+                                const std::map<std::string, double>& meta, const std::string& prefix,
+                                const std::string& source) {
+  loom::io::CheckOptimizerState(InMemory(tensors, meta, source), opt, prefix);
 }
 
 // io::DecodeCheckpointBytes from a bytes-like object; `source` is named in errors.

@@ -102,7 +102,7 @@ static PyObject* FromNamedTensors(const std::vector<std::pair<std::string, loom:
   if (!l) return nullptr;
   for (size_t i = 0; i < v.size(); ++i) {
     PyObject* pair = PyTuple_New(2);
-    PyTuple_SET_ITEM(pair, 0, PyUnicode_FromString(v[i].first.c_str()));
+    PyTuple_SET_ITEM(pair, 0, PyUnicode_FromStringAndSize(v[i].first.data(), Py_ssize_t(v[i].first.size())));
     PyTuple_SET_ITEM(pair, 1, WrapTensor(v[i].second));
     PyList_SET_ITEM(l, Py_ssize_t(i), pair);
   }

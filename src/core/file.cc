@@ -46,15 +46,31 @@ class TempFile {
 
 }  // namespace
 
+// Note [Names are C strings] in file.h.
+void CheckNoNulByte(const std::string& text, const char* component, const char* what) {
+  size_t nul = text.find('\0');
+  if (nul == std::string::npos) return;
+  std::string shown;
+  for (char c : text) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+  throw ValueError(detail::Cat("[", component, "] ", what, " '", shown, "' contains a NUL byte (at ", nul,
+                               "), which it cannot hold"));
+}
+
 std::string TempPathFor(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
 // Note [Atomic file writes] in file.h.
 void WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces, const char* component) {
+  CheckNoNulByte(path, component, "the path");
   const std::string tmp = TempPathFor(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot write '", path, "': cannot open '", tmp,
              "' for writing: ", SysError(errno));
   TempFile file(tmp, fd);
+  // Replacing a file keeps its permission bits: a checkpoint made private (0600) stays private.
+  struct stat old;
+  if (::stat(path.c_str(), &old) == 0 && S_ISREG(old.st_mode))
+    LOOM_CHECK(::fchmod(fd, old.st_mode & 07777) == 0, IOError, "[", component, "] cannot write '", path,
+               "': cannot give '", tmp, "' the mode of the file it replaces: ", SysError(errno));
   for (std::string_view piece : pieces) {
     const char* p = piece.data();
     size_t left = piece.size();
@@ -82,10 +98,19 @@ void WriteFileAtomic(const std::string& path, const std::vector<std::string_view
   }
 }
 
+// Only regular files are read. A FIFO (or a terminal, a socket) would block the reader in open()
+// or read() for as long as nothing writes to it, so the kind is checked before the file is
+// opened, and opening does not wait (O_NONBLOCK) in case the path changed in between; the
+// descriptor is checked again once open.
 std::string ReadFile(const std::string& path, const char* component) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot open '", path, "': ", SysError(errno));
+  CheckNoNulByte(path, component, "the path");
   struct stat st;
+  LOOM_CHECK(::stat(path.c_str(), &st) == 0, IOError, "[", component, "] cannot open '", path, "': ",
+             SysError(errno));
+  LOOM_CHECK(S_ISREG(st.st_mode), IOError, "[", component, "] cannot read '", path, "': not a regular file",
+             S_ISDIR(st.st_mode) ? " (a directory)" : S_ISFIFO(st.st_mode) ? " (a FIFO)" : "");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot open '", path, "': ", SysError(errno));
   bool stat_ok = ::fstat(fd, &st) == 0;
   if (!stat_ok || !S_ISREG(st.st_mode)) {
     int err = stat_ok ? 0 : errno;

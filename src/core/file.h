@@ -8,6 +8,17 @@
 // rename itself survives a crash. On any error the temporary file is removed and an IOError
 // names the file and the system's reason. A crash mid-save leaves at most a stray ".tmp.<pid>"
 // file, never a truncated `path`.
+//
+// The writer keeps the permission bits of a file it replaces (a checkpoint made 0600 stays so);
+// a new file gets 0644 less the umask. The reader reads regular files only: a FIFO, a socket or
+// a directory is an IOError raised before the file is opened, so a read never blocks waiting
+// for a writer.
+//
+// Note [Names are C strings]
+// The system sees a path up to its first NUL byte, so "a\0b.ckpt" would silently be "a"; a
+// name stored in a file and shown in messages and in Python (a checkpoint's tensor names) would
+// be cut there too. Such names are refused with a ValueError, the NUL shown escaped (a message
+// is a C string as well).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +34,10 @@ void WriteFileAtomic(const std::string& path, const std::vector<std::string_view
 
 // Reads a whole file; IOError naming `path` when it cannot.
 std::string ReadFile(const std::string& path, const char* component);
+
+// ValueError unless `text` is free of NUL bytes: "[<component>] <what> 'a\0b' contains a NUL
+// byte (at 1), ..." (Note [Names are C strings]). WriteFileAtomic and ReadFile check their paths.
+void CheckNoNulByte(const std::string& text, const char* component, const char* what);
 
 // The temporary name WriteFileAtomic uses for `path` in this process.
 std::string TempPathFor(const std::string& path);

@@ -55,6 +55,11 @@ Tensor Erf(const Tensor& x);
 // x where cond (bool or uint8) is true, else y; the three broadcast together.
 Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y);
 
+// ---- comparisons, with numpy broadcasting, to bool (src/core/ops/compare.cc) ----
+// a, b: one dtype (float32, float64, int32, int64, uint8 or bool). Not differentiable.
+Tensor Equal(const Tensor& a, const Tensor& b);
+Tensor NotEqual(const Tensor& a, const Tensor& b);
+
 // ---- activations (src/core/ops/activation.cc) ----
 Tensor Relu(const Tensor& x);
 Tensor LeakyRelu(const Tensor& x, double slope = 0.01);

@@ -1,5 +1,6 @@
 #include "io/checkpoint.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/ops.h"
@@ -65,7 +66,7 @@ double Checkpoint::Meta(const std::string& name, double dflt) const {
   return it == meta.end() ? dflt : it->second;
 }
 
-void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
+EncodedCheckpoint EncodeCheckpointOf(const NamedTensors& tensors, const std::map<std::string, double>& meta) {
   RawCheckpoint raw;
   raw.meta = meta;
   raw.tensors.reserve(tensors.size());
@@ -77,8 +78,18 @@ void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const 
     r.data = HostBytes(kv.second, kv.first);
     raw.tensors.push_back(std::move(r));
   }
-  EncodedCheckpoint enc = EncodeCheckpoint(std::move(raw));
+  return EncodeCheckpoint(std::move(raw));
+}
+
+void WriteCheckpointFile(const std::string& path, const EncodedCheckpoint& enc) {
   WriteFileAtomic(path, {enc.head, enc.payload}, "checkpoint");
+}
+
+std::string ReadCheckpointFile(const std::string& path) { return ReadFile(path, "checkpoint"); }
+
+void SaveCheckpoint(const std::string& path, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
+  CheckNoNulByte(path, "checkpoint", "the path");  // before the host reads, not only at the write
+  WriteCheckpointFile(path, EncodeCheckpointOf(tensors, meta));
 }
 
 Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source) {
@@ -96,14 +107,18 @@ Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& so
   return ck;
 }
 
-Checkpoint LoadCheckpoint(const std::string& path) {
-  return DecodeCheckpointBytes(ReadFile(path, "checkpoint"), path);
-}
+Checkpoint LoadCheckpoint(const std::string& path) { return DecodeCheckpointBytes(ReadCheckpointFile(path), path); }
 
-void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
-  std::vector<std::string> problems;
+namespace {
+
+// Note [Check everything, then copy] in checkpoint.h. Appends to `problems` every reason the
+// checkpoint cannot be restored into `targets` and sets (*sources)[i] to target i's source
+// (null when absent). Mistakes in the call itself (an undefined target, a name given twice, a
+// device that is capturing) throw at once.
+void CollectRestoreProblems(const Checkpoint& ckpt, const NamedTensors& targets, std::vector<const Tensor*>* sources,
+                            std::vector<std::string>* problems) {
   std::set<std::string> seen;
-  std::vector<const Tensor*> sources;
+  sources->clear();
   for (const auto& kv : targets) {
     const std::string& name = kv.first;
     const Tensor& dst = kv.second;
@@ -115,25 +130,44 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
     const Tensor* src = nullptr;
     for (const auto& c : ckpt.tensors)
       if (c.first == name) src = &c.second;
-    sources.push_back(src);
+    sources->push_back(src);
     if (!src) {
-      problems.push_back("'" + name + "': not in the file");
+      problems->push_back("'" + name + "': not in the file");
       continue;
     }
     if (src->shape() != dst.shape())
-      problems.push_back("'" + name + "': shape " + ToString(src->shape()) + " in the file, " +
-                         ToString(dst.shape()) + " in the target");
+      problems->push_back("'" + name + "': shape " + ToString(src->shape()) + " in the file, " +
+                          ToString(dst.shape()) + " in the target");
     if (src->dtype() != dst.dtype())
-      problems.push_back("'" + name + "': dtype " + Name(src->dtype()) + " in the file, " + Name(dst.dtype()) +
-                         " in the target");
+      problems->push_back("'" + name + "': dtype " + Name(src->dtype()) + " in the file, " + Name(dst.dtype()) +
+                          " in the target");
   }
-  if (!problems.empty()) {
-    std::string msg = detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the ", targets.size(),
-                                  " target tensor(s), nothing was restored. ", problems.size(),
-                                  " mismatch(es): ");
-    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-    throw IOError(msg);
-  }
+}
+
+[[noreturn]] void ThrowProblems(const std::string& head, const std::vector<std::string>& problems) {
+  std::string msg = detail::Cat(head, ", nothing was restored. ", problems.size(), " mismatch(es): ");
+  for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+  throw IOError(msg);
+}
+
+std::string DoesNotFit(const Checkpoint& ckpt, size_t n) {
+  return detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the ", n, " target tensor(s)");
+}
+
+}  // namespace
+
+void CheckRestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
+  std::vector<const Tensor*> sources;
+  std::vector<std::string> problems;
+  CollectRestoreProblems(ckpt, targets, &sources, &problems);
+  if (!problems.empty()) ThrowProblems(DoesNotFit(ckpt, targets.size()), problems);
+}
+
+void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets) {
+  std::vector<const Tensor*> sources;
+  std::vector<std::string> problems;
+  CollectRestoreProblems(ckpt, targets, &sources, &problems);
+  if (!problems.empty()) ThrowProblems(DoesNotFit(ckpt, targets.size()), problems);
   for (size_t i = 0; i < targets.size(); ++i)
     WriteHostBytes(targets[i].second, HostBytes(*sources[i], targets[i].first));
 }
@@ -150,38 +184,64 @@ void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::
   }
 }
 
-void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
-                           const std::string& prefix) {
-  LOOM_CHECK(dev, DeviceError, "[checkpoint] RestoreOptimizerState needs the parameters' device");
-  // The saved slots, by state key.
+namespace {
+
+// The saved slots under `prefix`, by state key ("w0/momentum").
+std::map<std::string, const Tensor*> SavedSlots(const Checkpoint& ckpt, const std::string& prefix) {
   std::map<std::string, const Tensor*> saved;
   for (const auto& kv : ckpt.tensors)
     if (kv.first.compare(0, prefix.size(), prefix) == 0) saved[kv.first.substr(prefix.size())] = &kv.second;
+  return saved;
+}
 
-  // Slots the optimizer keeps but has not created yet (a fresh optimizer) are created as zeros
-  // first; slots it does not keep at all are reported below.
-  for (const auto& kv : saved) {
+// The optimizer's existing state as restore targets, named as in the file.
+NamedTensors StateTargets(const nn::Optimizer& opt, const std::string& prefix) {
+  NamedTensors targets;
+  for (const auto& kv : opt.states()) targets.emplace_back(prefix + kv.first, kv.second);
+  return targets;
+}
+
+}  // namespace
+
+void CheckOptimizerState(const Checkpoint& ckpt, const nn::Optimizer& opt, const std::string& prefix) {
+  std::vector<std::string> problems;
+  // Slots the optimizer keeps already: in the file, with their shape and dtype.
+  std::vector<const Tensor*> sources;
+  CollectRestoreProblems(ckpt, StateTargets(opt, prefix), &sources, &problems);
+  // Saved slots: each one the optimizer keeps (those it has not created yet are created at restore).
+  for (const auto& kv : SavedSlots(ckpt, prefix)) {
     size_t slash = kv.first.rfind('/');
-    LOOM_CHECK(slash != std::string::npos, IOError, "[checkpoint] '", ckpt.path, "': optimizer state '",
-               kv.first, "' is not named <parameter>/<slot>");
-    if (opt.HasSlot(kv.first.substr(slash + 1)))
-      opt.EnsureState(kv.first, kv.second->shape(), kv.second->dtype(), dev);
+    if (slash == std::string::npos) {
+      problems.push_back("saved state '" + kv.first + "' is not named <parameter>/<slot>");
+    } else if (!opt.HasSlot(kv.first.substr(slash + 1))) {
+      problems.push_back("saved slot '" + kv.first + "': the optimizer keeps no '" + kv.first.substr(slash + 1) +
+                         "' (saved by an optimizer of another kind or with other settings?)");
+    }
   }
+  auto lr = ckpt.meta.find(prefix + "lr");
+  if (lr != ckpt.meta.end() && !(std::isfinite(lr->second) && lr->second >= 0))
+    problems.push_back(detail::Cat("'", lr->first, "' is ", lr->second, ", not a finite learning rate >= 0"));
+  auto steps = ckpt.meta.find(prefix + "adam_steps");
+  if (steps != ckpt.meta.end() && dynamic_cast<const nn::Adam*>(&opt) &&
+      !(steps->second >= 0 && steps->second <= 9.0e15 && steps->second == std::floor(steps->second)))
+    problems.push_back(detail::Cat("'", steps->first, "' is ", steps->second, ", not a step count"));
+  if (!problems.empty())
+    ThrowProblems(detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the optimizer"), problems);
+}
+
+void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
+                           const std::string& prefix) {
+  LOOM_CHECK(dev, DeviceError, "[checkpoint] RestoreOptimizerState needs the parameters' device");
+  CheckOptimizerState(ckpt, opt, prefix);  // Note [Check everything, then copy]: nothing changed yet
+  // Slots the optimizer keeps but has not created yet (a fresh optimizer) are created as zeros,
+  // then everything is overwritten with the saved values.
+  for (const auto& kv : SavedSlots(ckpt, prefix))
+    opt.EnsureState(kv.first, kv.second->shape(), kv.second->dtype(), dev);
   if (auto* adam = dynamic_cast<nn::Adam*>(&opt)) {
     auto steps = ckpt.meta.find(prefix + "adam_steps");
     if (steps != ckpt.meta.end()) adam->SetStepsTaken(dev, int64_t(steps->second));
   }
-  NamedTensors targets;
-  std::vector<std::string> extra;
-  for (const auto& kv : opt.states()) targets.emplace_back(prefix + kv.first, kv.second);
-  for (const auto& kv : saved)
-    if (!opt.states().count(kv.first)) extra.push_back("'" + kv.first + "'");
-  if (!extra.empty()) {
-    std::string msg = "[checkpoint] '" + ckpt.path + "': the optimizer has no state for saved slot(s) ";
-    for (size_t i = 0; i < extra.size(); ++i) msg += (i ? ", " : "") + extra[i];
-    throw IOError(msg + " (saved by an optimizer of another kind or with other settings?)");
-  }
-  RestoreInto(ckpt, targets);
+  RestoreInto(ckpt, StateTargets(opt, prefix));
   auto lr = ckpt.meta.find(prefix + "lr");
   if (lr != ckpt.meta.end()) opt.SetLearningRate(lr->second);
 }
@@ -193,8 +253,28 @@ void SaveOptimizer(const std::string& path, nn::Optimizer& opt) {
   SaveCheckpoint(path, tensors, meta);
 }
 
+void RestoreOptimizerFile(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev) {
+  const std::string prefix = "optimizer/";
+  std::vector<std::string> others;
+  for (const auto& kv : ckpt.tensors)
+    if (kv.first.compare(0, prefix.size(), prefix) != 0) others.push_back(kv.first);
+  std::string why;
+  if (!ckpt.meta.count(prefix + "lr"))
+    why += "it has no metadata '" + prefix + "lr', which SaveOptimizer always writes";
+  if (!others.empty()) {
+    why += detail::Cat(why.empty() ? "" : "; ", "it holds ", others.size(), " tensor(s) outside '", prefix, "' (");
+    for (size_t i = 0; i < others.size() && i < 3; ++i) why += (i ? ", '" : "'") + others[i] + "'";
+    why += others.size() > 3 ? ", ...)" : ")";
+  }
+  if (!others.empty())
+    why += ". A model checkpoint? Restore it with its model (Model.load_states in Python; RestoreInto and "
+           "RestoreOptimizerState)";
+  if (!why.empty()) throw IOError("[checkpoint] '" + ckpt.path + "' is not an optimizer file: " + why);
+  RestoreOptimizerState(ckpt, opt, dev, prefix);
+}
+
 void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev) {
-  RestoreOptimizerState(LoadCheckpoint(path), opt, dev);
+  RestoreOptimizerFile(LoadCheckpoint(path), opt, dev);
 }
 
 }  // namespace io

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/checkpoint_format.h"
 
 namespace loom {
 
@@ -53,10 +54,27 @@ Checkpoint LoadCheckpoint(const std::string& path);
 // The same from bytes already in memory; `source` is named in errors.
 Checkpoint DecodeCheckpointBytes(const std::string& bytes, const std::string& source);
 
+// The halves of SaveCheckpoint (encode: host reads of the tensors; write: the file alone) and of
+// LoadCheckpoint (read: the file alone; DecodeCheckpointBytes), for a caller that keeps the file
+// I/O apart from the device work: swig/io.i releases Python's interpreter lock around the file
+// I/O only (Note [The interpreter lock and file I/O] there).
+EncodedCheckpoint EncodeCheckpointOf(const NamedTensors& tensors, const std::map<std::string, double>& meta);
+void WriteCheckpointFile(const std::string& path, const EncodedCheckpoint& enc);
+std::string ReadCheckpointFile(const std::string& path);
+
+// Note [Check everything, then copy]
+// A restore either changes nothing or everything it was asked to: every restore path checks
+// all of its targets first (parameters, states, optimizer slots, metadata) and reports every
+// problem in one error, and only then writes. A caller restoring several things at once (a
+// model and its optimizer: loom.model's load_states) runs every Check* first and every write
+// after, so a bad optimizer section never leaves the weights already overwritten.
+
 // Copies the checkpoint's values into existing tensors (any device, any layout). Every target
 // must be in the checkpoint with the same shape and dtype; the checkpoint may hold more. All
 // mismatches are reported together, by name, in one IOError, and then nothing is copied.
 void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
+// What RestoreInto would refuse, without copying anything: throws its error, or returns.
+void CheckRestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 
 // ---- optimizers ----
 // Note [Optimizer state in checkpoints]
@@ -73,13 +91,22 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,
                        const std::string& prefix = "optimizer/");
 // Restores what AddOptimizerState saved. New state is created on `dev` (the parameters'
-// device). Mismatched or missing slots are all reported in one IOError.
+// device). Mismatched or missing slots are all reported in one IOError, before the optimizer
+// changes at all (Note [Check everything, then copy]). A slot the optimizer already keeps must
+// be in the file: a checkpoint saved before the first update has no slots, and restoring it
+// into an optimizer that has stepped since is refused rather than half done.
 void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
                            const std::string& prefix = "optimizer/");
+// What RestoreOptimizerState would refuse, without changing the optimizer.
+void CheckOptimizerState(const Checkpoint& ckpt, const nn::Optimizer& opt, const std::string& prefix = "optimizer/");
 
-// An optimizer alone in a file of its own.
+// An optimizer alone in a file of its own. LoadOptimizer reads what SaveOptimizer wrote and
+// refuses any other file instead of restoring nothing: tensors outside "optimizer/" (a model
+// checkpoint) or no "optimizer/lr" are an IOError naming them. RestoreOptimizerFile is its
+// second half, on a checkpoint already read.
 void SaveOptimizer(const std::string& path, nn::Optimizer& opt);
 void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
+void RestoreOptimizerFile(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
 
 }  // namespace io
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "io/checksum.h"
 #include "io/loom.pb.h"
 
@@ -90,6 +91,7 @@ EncodedCheckpoint EncodeCheckpoint(RawCheckpoint raw) {
   std::set<std::string> names;
   for (RawTensor& t : raw.tensors) {
     LOOM_CHECK(!t.name.empty(), ValueError, "[checkpoint] a tensor has an empty name");
+    CheckNoNulByte(t.name, "checkpoint", "the tensor name");
     LOOM_CHECK(names.insert(t.name).second, ValueError, "[checkpoint] two tensors are named '", t.name, "'");
     size_t want = CheckedBytes(t.shape, t.dtype, "[checkpoint] tensor '" + t.name + "'");
     LOOM_CHECK(t.data.size() == want, ValueError, "[checkpoint] tensor '", t.name, "' is ", Name(t.dtype), " ",
@@ -102,6 +104,7 @@ EncodedCheckpoint EncodeCheckpoint(RawCheckpoint raw) {
     t.data.clear();
   }
   for (const auto& kv : raw.meta) {  // std::map: sorted, so files are reproducible
+    CheckNoNulByte(kv.first, "checkpoint", "the metadata name");
     ScalarProto* s = payload.add_meta();
     s->set_name(kv.first);
     s->set_value(kv.second);

@@ -118,6 +118,8 @@ const std::map<std::string, Fn2>& BinaryForms() {
       {"mul", [](double a, double b, const Attrs&) { return a * b; }},
       {"div", [](double a, double b, const Attrs&) { return a / b; }},
       {"pow", [](double a, double b, const Attrs&) { return std::pow(a, b); }},
+      {"equal", [](double a, double b, const Attrs&) { return a == b ? 1.0 : 0.0; }},
+      {"not_equal", [](double a, double b, const Attrs&) { return a != b ? 1.0 : 0.0; }},
       {"abs_grad", [](double x, double dy, const Attrs&) { return x > 0 ? dy : x < 0 ? -dy : 0.0; }},
       {"erf_grad", [](double x, double dy, const Attrs&) { return dy * 2 / std::sqrt(M_PI) * std::exp(-x * x); }},
       {"clamp_grad",
@@ -228,6 +230,15 @@ void AddElementwise(Table& t) {
             .In(Uniform(sh[1]))
             .In(Uniform(sh[2]));
       }
+
+  // Comparisons, to bool, on every comparable dtype (Note [Comparisons] in
+  // device/compare_formulas.h): values on a coarse grid, so that both outcomes occur.
+  for (const char* op : {"equal", "not_equal"})
+    for (const auto& [sa, sb] : shapes)
+      for (DType dt : {kF32, kF64, DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool})
+        t.Add(op, S(sa) + " " + S(sb), dt, ref::Binary(BinaryForms().at(op)))
+            .In(Grid(sa, 0, 1.5))
+            .In(Grid(sb, 0, 1.5));
 
   // The gradient ops of activations: (x or y, dy) -> dx.
   const std::vector<std::pair<std::string, Attrs>> grads = {

@@ -2,10 +2,15 @@
 // state, resuming training bitwise, and a clear IOError for every kind of broken file.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstring>
+#include <future>
 #include <random>
 
 #include "common/files.h"
@@ -414,6 +419,128 @@ TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
   for (const auto& kv : opt.states()) ops::Fill(kv.second, 0.5);
   io::LoadOptimizer(dir / "adam.ckpt", opt, CpuDevice());
   for (const auto& kv : opt.states()) EXPECT_EQ(kv.second.ToVector<float>(), saved[kv.first]) << kv.first;
+}
+
+// Note [Check everything, then copy]: a refused optimizer restore leaves the optimizer as it was
+// (issue 16, class 3: slots used to be created and Adam's step count set before the refusal).
+TEST(CheckpointResumeTest, ARefusedOptimizerRestoreChangesNothing) {
+  TempDir dir;
+  Blobs data(6, 3);
+  Mlp model({6, 8, 3}, 4);
+  nn::Adam opt(0.01);
+  TrainRun t;
+  TrainEager(model, opt, data, 0, 3, &t, kBatches);
+  io::SaveOptimizer(dir / "adam.ckpt", opt);
+  io::Checkpoint ck = io::LoadCheckpoint(dir / "adam.ckpt");
+
+  // A slot Adam does not keep, beside the ones it does: nothing is created, the count stays 0.
+  io::Checkpoint mixed = ck;
+  mixed.tensors.emplace_back("optimizer/w0/momentum", ck.Get("optimizer/w0/m"));
+  nn::Adam fresh(0.02);
+  LOOM_EXPECT_THROW_MSG(io::CheckOptimizerState(mixed, fresh), IOError, "keeps no 'momentum'");
+  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(mixed, fresh, CpuDevice()), IOError, "nothing was restored");
+  EXPECT_TRUE(fresh.states().empty());
+  EXPECT_EQ(fresh.steps_taken(CpuDevice()), 0);
+  EXPECT_EQ(fresh.learning_rate(), 0.02);
+
+  // An Adam of a bigger model: its third layer's slots are not in the file, its second's differ
+  // in shape. Its step count and moments stay as they were.
+  Mlp bigger({6, 8, 8, 3}, 5);
+  nn::Adam other(0.03);
+  TrainRun t2;
+  TrainEager(bigger, other, data, 0, 5, &t2, kBatches);
+  std::map<std::string, std::vector<float>> before;
+  for (const auto& kv : other.states()) before[kv.first] = kv.second.ToVector<float>();
+  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(ck, other, CpuDevice()), IOError,
+                        "'optimizer/w2/m': not in the file");
+  EXPECT_EQ(other.steps_taken(CpuDevice()), 5);
+  EXPECT_EQ(other.learning_rate(), 0.03);
+  ASSERT_EQ(other.states().size(), before.size());
+  for (const auto& kv : other.states()) EXPECT_EQ(kv.second.ToVector<float>(), before[kv.first]) << kv.first;
+}
+
+// ---- files (issue 16, class 6) ----
+
+// Note [Names are C strings] in core/file.h: "a\0b.ckpt" used to write "a".
+TEST(CheckpointFileTest, ANulByteInAPathOrANameIsRefused) {
+  TempDir dir;
+  const std::string nul_path = dir / std::string("a\0b.ckpt", 8);
+  LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(nul_path, SmallSet()), ValueError, "contains a NUL byte");
+  LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(nul_path, SmallSet()), ValueError, "a\\0b.ckpt");
+  EXPECT_TRUE(dir.List().empty());  // no 'a', no temporary file
+  io::SaveCheckpoint(dir / "a", SmallSet());
+  LOOM_EXPECT_THROW_MSG(io::LoadCheckpoint(nul_path), ValueError, "contains a NUL byte");  // not 'a'
+  Tensor t = SmallSet()[0].second;
+  LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(dir / "n.ckpt", {{std::string("w\0x", 3), t}}), ValueError,
+                        "tensor name 'w\\0x' contains a NUL byte");
+  LOOM_EXPECT_THROW_MSG(io::SaveCheckpoint(dir / "n.ckpt", {{"w", t}}, {{std::string("s\0t", 3), 1.0}}),
+                        ValueError, "metadata name 's\\0t'");
+  EXPECT_EQ(dir.List(), std::vector<std::string>{"a"});
+}
+
+TEST(CheckpointFileTest, ResavingKeepsTheFilesMode) {
+  TempDir dir;
+  const std::string p = dir / "private.ckpt";
+  io::SaveCheckpoint(p, SmallSet());
+  for (mode_t mode : {0600, 0640, 0604}) {
+    ASSERT_EQ(::chmod(p.c_str(), mode), 0);
+    io::SaveCheckpoint(p, SmallSet());
+    struct stat st;
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, mode);
+  }
+}
+
+// A FIFO with no writer used to block the reader forever in open(). The call runs on another
+// thread so that a regression fails instead of hanging: after a generous wait the test opens
+// the FIFO's write end itself, which lets a blocked reader go on.
+TEST(CheckpointFileTest, AFifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const std::string fifo = dir / "pipe.ckpt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto load = std::async(std::launch::async, [&] {
+    try {
+      io::LoadCheckpoint(fifo);
+    } catch (const IOError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  if (load.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "LoadCheckpoint blocked on a FIFO";
+    int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd >= 0) ::close(fd);
+  }
+  std::string msg = load.get();
+  EXPECT_NE(msg.find("not a regular file (a FIFO)"), std::string::npos) << msg;
+  LOOM_EXPECT_THROW_MSG(io::LoadCheckpoint(dir.path()), IOError, "not a regular file (a directory)");
+}
+
+TEST(CheckpointFileTest, LoadOptimizerRefusesAModelCheckpointNamingWhatIsMissing) {
+  TempDir dir;
+  Blobs data(6, 3);
+  Mlp model({6, 8, 3}, 4);
+  nn::SGD opt(0.1, 0.5);
+  TrainRun t;
+  TrainEager(model, opt, data, 0, 2, &t, kBatches);
+  io::NamedTensors params;
+  for (const Tensor& p : model.params) params.emplace_back(p.name(), p);
+  io::SaveCheckpoint(dir / "params.ckpt", params);
+  io::NamedTensors both = params;
+  std::map<std::string, double> meta;
+  io::AddOptimizerState(opt, &both, &meta);
+  io::SaveCheckpoint(dir / "both.ckpt", both, meta);
+
+  nn::SGD fresh(0.3, 0.5);
+  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
+                        "no metadata 'optimizer/lr'");
+  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
+                        "4 tensor(s) outside 'optimizer/' ('w0', 'b0', 'w1', ...)");
+  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "both.ckpt", fresh, CpuDevice()), IOError, "A model checkpoint?");
+  EXPECT_TRUE(fresh.states().empty());
+  EXPECT_EQ(fresh.learning_rate(), 0.3);
+  io::RestoreOptimizerState(io::LoadCheckpoint(dir / "both.ckpt"), fresh, CpuDevice());  // the way to read it
+  EXPECT_EQ(fresh.states().size(), opt.states().size());
 }
 
 }  // namespace

@@ -67,6 +67,38 @@ def test_threads_setting_round_trips():
     assert device.num_threads() == n
 
 
+@pytest.mark.parametrize("bad", [0, -4, 100000, 2 ** 40])
+def test_thread_counts_out_of_range_are_value_errors(bad):
+    """Issue 16, class 7: 100000 used to start 100000 threads, 0 and -4 silently meant 1."""
+    n = device.num_threads()
+    cap = device.max_threads()
+    with pytest.raises(loom.ValueError, match="at least 1" if bad < 1 else f"more than {cap}, 4 x the"):
+        device.set_num_threads(bad)
+    assert device.num_threads() == n
+    device.set_num_threads(cap)  # the cap itself is allowed
+    assert device.num_threads() == cap
+    device.set_num_threads(n)
+
+
+@pytest.mark.parametrize("value,message", [("0", "at least 1"), ("-4", "at least 1"), ("100000", "more than"),
+                                           ("four", "is not a thread count"), ("2x", "is not a thread count")])
+def test_an_invalid_loom_num_threads_is_a_clear_error(value, message):
+    import subprocess
+    import sys
+
+    from conftest import python_env
+    script = ("import loom\nfrom loom import autograd, tensor\n"
+              "try:\n    autograd.relu(tensor.ones((1 << 20,)))\nexcept loom.ValueError as e:\n    print(e)\n")
+    env = dict(python_env(), LOOM_NUM_THREADS=value)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("[LOOM_NUM_THREADS]") and message in r.stdout, r.stdout
+    env["LOOM_NUM_THREADS"] = "2"
+    r = subprocess.run([sys.executable, "-c", "from loom import device; print(device.num_threads())"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.stdout.strip() == "2", r.stderr
+
+
 def test_rand_seed_reproduces_draws(dev):
     dev.SetRandSeed(5)
     a = tensor.gaussian((100,), device=dev).to_numpy()

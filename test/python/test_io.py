@@ -244,3 +244,161 @@ def test_native_model_save_load_states(dev, tmp_path):
     m2 = make()
     m2.load_states(tmp_path / "n.ckpt")
     assert first + run(m2, data[2:]) == straight
+
+
+def _snapshot(m):
+    """The bytes of every state of `m` and of its optimizer, and the learning rate."""
+    states = {k: v.to_numpy().tobytes() for k, v in m.get_states().items()}
+    slots, meta = loom.core.optimizer_state(m.optimizer._impl, "")
+    return states, {k: t.to_numpy().tobytes() for k, t in slots}, meta
+
+
+def _native(dev, data):
+    dev.SetRandSeed(3)
+    m = model.NativeModel(model.mlp([20, 16, 4], device=dev), opt.SGD(0.1, momentum=0.9))
+    m.compile([tensor.from_numpy(data[0][0], dev)], is_train=True, use_graph=False)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["eager", "graph", "native"])
+def test_load_states_that_does_not_fit_the_optimizer_changes_nothing(dev, tmp_path, kind):
+    """Issue 16, class 3. Saved before the first step (no optimizer slots yet), loaded after
+    training (momentum exists): refused, and neither the weights nor the optimizer changed."""
+    data = list(batches(3))
+    if kind == "native":
+        m = _native(dev, data)
+        m.save_states(tmp_path / "early.ckpt")
+        for xb, yb in data:
+            m.train_one_batch(xb, yb)
+    else:
+        m, x, y = _fresh(dev, kind == "graph", data)
+        m.save_states(tmp_path / "early.ckpt")
+        _run(dev, m, data, x, y)
+    before = _snapshot(m)
+    assert before[1], "training created momentum"
+    with pytest.raises(loom.IOError, match="nothing was restored") as e:
+        m.load_states(tmp_path / "early.ckpt")
+    assert "momentum" in str(e.value) and "not in the file" in str(e.value)
+    assert _snapshot(m) == before  # the weights too: nothing was restored, as the message says
+
+
+def test_load_states_with_a_bad_parameter_leaves_the_optimizer_alone(dev, tmp_path):
+    data = list(batches(2))
+    m, x, y = _fresh(dev, False, data)
+    _run(dev, m, data, x, y)
+    m.save_states(tmp_path / "m.ckpt")
+    ck = io.load_checkpoint(tmp_path / "m.ckpt")
+    tensors = dict(ck.tensors)
+    first = next(iter(m.get_states()))
+    tensors[first] = tensor.zeros((1,), dev)  # a parameter of the wrong shape
+    io.save_checkpoint(tmp_path / "bad.ckpt", tensors, ck.meta)
+    _run(dev, m, data, x, y)
+    before = _snapshot(m)
+    with pytest.raises(loom.IOError, match=first):
+        m.load_states(tmp_path / "bad.ckpt")
+    assert _snapshot(m) == before
+
+
+# ---- files (issue 16, class 6) ----
+
+def test_a_nul_byte_in_a_path_or_a_name_is_a_value_error(dev, tmp_path):
+    a = tensor.ones((2,), dev)
+    with pytest.raises(loom.ValueError, match="NUL byte"):
+        io.save_checkpoint(str(tmp_path / "a\0b.ckpt"), {"a": a})
+    assert list(tmp_path.iterdir()) == []  # used to write 'a'
+    with pytest.raises(loom.ValueError, match=r"tensor name 'w\\0x'"):
+        io.save_checkpoint(tmp_path / "n.ckpt", {"w\0x": a})
+    with pytest.raises(loom.ValueError, match="metadata name"):
+        io.save_checkpoint(tmp_path / "n.ckpt", {"w": a}, {"s\0t": 1.0})
+    io.save_checkpoint(tmp_path / "a", {"a": a})
+    with pytest.raises(loom.ValueError, match="NUL byte"):
+        io.load_checkpoint(str(tmp_path / "a\0b.ckpt"))
+    with pytest.raises(loom.ValueError, match="NUL byte"):
+        io.load_mnist(str(tmp_path / "a\0i"), str(tmp_path / "a"))
+    assert [p.name for p in tmp_path.iterdir()] == ["a"]
+
+
+def test_resaving_keeps_a_private_checkpoint_private(dev, tmp_path):
+    data = list(batches(1))
+    m, x, y = _fresh(dev, False, data)
+    path = tmp_path / "m.ckpt"
+    m.save_states(path)
+    os.chmod(path, 0o600)
+    m.save_states(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def _in_child(script, timeout=60):
+    """Runs `script` in a fresh interpreter: a call that blocks while holding the interpreter
+    lock then fails the test by the timeout instead of hanging the suite. Its stdout, split."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import python_env
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                       env=python_env(), timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\n")[0].split()
+
+
+def test_load_checkpoint_refuses_a_fifo_without_blocking(tmp_path):
+    """A FIFO with no writer used to block load_checkpoint forever, with the lock held."""
+    fifo = tmp_path / "pipe.ckpt"
+    os.mkfifo(fifo)
+    out = _in_child(f"""
+        import loom
+        from loom import io
+        try:
+            io.load_checkpoint({str(fifo)!r})
+        except loom.IOError as e:
+            print("IOError", "(a FIFO)" in str(e))
+    """)
+    assert out == ["IOError", "True"]
+
+
+def test_saving_releases_the_interpreter_lock_during_the_write(tmp_path):
+    """Note [The interpreter lock and file I/O] in swig/io.i. The writer's temporary file is made
+    a FIFO beforehand, so that the save blocks in its write until the child's main thread
+    reads the FIFO: only possible while the saving thread does not hold the lock. In a child
+    process, so that a save holding the lock (a deadlock) fails the test by its timeout."""
+    out = _in_child(f"""
+        import os, threading
+        from loom import io, tensor
+        path = {str(tmp_path / "m.ckpt")!r}
+        tmp = path + ".tmp." + str(os.getpid())
+        os.mkfifo(tmp)
+        t = tensor.ones((1000,))
+        def save():
+            try:
+                io.save_checkpoint(path, {{"t": t}})
+            except OSError:  # fsync of a FIFO fails: the write itself is what this test is about
+                pass
+        saver = threading.Thread(target=save)
+        saver.start()
+        fd = os.open(tmp, os.O_RDONLY)  # Python code running while the saver is in its write
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+        os.close(fd)
+        saver.join()
+        print(data[:8].decode(), len(data) > 4000)
+    """)
+    assert out == ["LOOMCKPT", "True"]
+
+
+def test_load_optimizer_refuses_a_model_checkpoint_naming_what_is_missing(dev, tmp_path):
+    data = list(batches(2))
+    m, x, y = _fresh(dev, False, data)
+    _run(dev, m, data, x, y)
+    m.save_states(tmp_path / "model.ckpt")
+    io.save_checkpoint(tmp_path / "params.ckpt", m.get_states())
+    fresh = opt.SGD(0.3, momentum=0.9)
+    with pytest.raises(loom.IOError, match="not an optimizer file: it holds .* outside 'optimizer/'"):
+        io.load_optimizer(tmp_path / "model.ckpt", fresh, dev)
+    with pytest.raises(loom.IOError, match="no metadata 'optimizer/lr'"):
+        io.load_optimizer(tmp_path / "params.ckpt", fresh, dev)
+    assert fresh.lr == pytest.approx(0.3) and not loom.core.optimizer_state(fresh._impl, "")[0]
+    io.save_optimizer(tmp_path / "opt.ckpt", m.optimizer)  # what load_optimizer reads
+    io.load_optimizer(tmp_path / "opt.ckpt", fresh, dev)
+    assert fresh.lr == pytest.approx(0.1)

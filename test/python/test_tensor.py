@@ -230,3 +230,89 @@ def test_wrong_argument_types_are_type_errors(dev):
         autograd.reshape(t, ["a"])
     with pytest.raises(TypeError):
         Tensor((2,), "cpu")
+
+
+# ---- truth value and comparisons (issue 16, class 4) ----
+
+def test_bool_is_numpys(dev):
+    assert bool(tensor.zeros((1,), dev)) is False
+    assert bool(tensor.full((), 2.5, dev)) is True
+    assert bool(tensor.from_numpy(np.array([[True]]), dev)) is True
+    assert not tensor.zeros((1, 1), dev, "int32")
+    for shape in [(2,), (2, 3), (0,)]:
+        with pytest.raises(loom.ValueError, match="truth value .* ambiguous"):
+            bool(tensor.ones(shape, dev))
+    with pytest.raises(loom.ValueError, match="undefined"):
+        bool(Tensor())
+
+
+def test_a_branch_on_a_value_during_capture_is_a_graph_error(dev):
+    x = tensor.ones((1,), dev)
+    with pytest.raises(loom.GraphError, match="branch on a tensor's value cannot be captured"):
+        with dev.buffer():
+            loss = autograd.mul(x, 2.0)
+            if loss:  # DESIGN.md invariant 4: raises, never silently taken
+                autograd.relu(loss)
+
+
+def test_a_branch_in_a_graph_model_step_is_a_graph_error(dev):
+    from loom import layer, model, opt
+
+    class Branchy(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc = layer.Linear(3, 2, device=dev)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def train_one_batch(self, x, y):
+            loss = autograd.softmax_cross_entropy(self.forward(x), y)
+            if loss:
+                self.optimizer(loss)
+            return loss
+
+    m = Branchy()
+    m.set_optimizer(opt.SGD(0.1))
+    m.compile([tensor.zeros((4, 3), dev)], use_graph=True)
+    with pytest.raises(loom.GraphError, match="capturing"):
+        m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros(4, np.int32))
+    assert not dev.buffering()
+
+
+def test_eq_and_ne_are_element_wise(dev):
+    a = tensor.from_numpy(np.array([[1, 2, 3], [4, 5, 6]], np.float32), dev)
+    b = tensor.from_numpy(np.array([[1, 0, 3], [4, 5, 0]], np.float32), dev)
+    eq = a == b
+    assert isinstance(eq, Tensor) and eq.dtype == "bool" and eq.shape == (2, 3)
+    assert eq.to_numpy().tolist() == [[True, False, True], [True, True, False]]
+    assert (a != b).to_numpy().tolist() == [[False, True, False], [False, False, True]]
+    assert (a == a.copy()).to_numpy().all()  # equal values, distinct tensors: was False (identity)
+    row = tensor.from_numpy(np.array([1, 5, 6], np.float32), dev)
+    assert (a == row).to_numpy().tolist() == [[True, False, False], [False, True, True]]  # broadcast
+    assert (a == np.array([4, 5, 6])).to_numpy().tolist() == [[False] * 3, [True] * 3]
+    assert (np.array([4, 5, 6], np.float32) == a).to_numpy().tolist() == [[False] * 3, [True] * 3]
+    assert (a == 2).to_numpy().tolist() == [[False, True, False], [False] * 3]
+    assert (a != 2.0).to_numpy().tolist() == [[True, False, True], [True] * 3]
+    f32 = tensor.from_numpy(np.array([0.1], np.float32), dev)
+    assert (f32 == 0.1).to_numpy().tolist() == [True]  # numpy's weak scalar: compared in float32
+    i = tensor.from_numpy(np.array([1, 2], np.int32), dev)
+    assert (i == 1.5).to_numpy().tolist() == [False, False] and (i != 1.5).to_numpy().tolist() == [True, True]
+    assert (i == 2 ** 40).to_numpy().tolist() == [False, False]
+    assert (i == 2).to_numpy().tolist() == [False, True]
+    assert autograd.equal(i, i).to_numpy().all() and not autograd.not_equal(i, i).to_numpy().any()
+    assert (a == "x") is False and (a != None) is True  # noqa: E711  other types: Python's default
+    with pytest.raises(loom.DTypeError):
+        a == i  # noqa: B015  dtypes differ, as for a + i
+
+
+def test_tensors_stay_hashable_by_identity(dev):
+    w = tensor.ones((2,), dev)
+    w.requires_grad = True
+    twin = tensor.ones((2,), dev)
+    d = {w: "w", twin: "twin"}
+    assert d[w] == "w" and d[twin] == "twin" and hash(w) != hash(twin)
+    assert w in [w] and w in {w}
+    loss = autograd.sum(autograd.mul(w, w))
+    grads = autograd.gradients(loss)
+    assert len(grads) == 1 and next(iter(grads.values())).to_numpy().tolist() == [2.0, 2.0]

@@ -2,12 +2,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "device/cpu/blas.h"
 
 namespace loom {
@@ -104,13 +106,29 @@ class Pool {
   bool stop_ = false;
 };
 
-int DefaultThreads() {
-  if (const char* s = std::getenv("LOOM_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n > 0) return n;
-  }
+int Cores() {
   unsigned h = std::thread::hardware_concurrency();
   return h ? int(h) : 1;
+}
+
+// Note [Thread counts] in parallel.h.
+void CheckThreadCount(int64_t n, const char* what) {
+  LOOM_CHECK(n >= 1, ValueError, "[", what, "] ", n, " threads: at least 1 is needed");
+  LOOM_CHECK(n <= MaxThreads(), ValueError, "[", what, "] ", n, " threads is more than ", MaxThreads(),
+             ", 4 x the ", Cores(), " cores of this machine (more threads than that only contend)");
+}
+
+int DefaultThreads() {
+  const char* s = std::getenv("LOOM_NUM_THREADS");
+  if (!s || !*s) return Cores();
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(s, &end, 10);
+  LOOM_CHECK(errno == 0 && end != s && *end == '\0', ValueError, "[LOOM_NUM_THREADS] '", s,
+             "' is not a thread count: give an integer from 1 to ", MaxThreads(), " (4 x the ", Cores(),
+             " cores), or unset it for ", Cores());
+  CheckThreadCount(n, "LOOM_NUM_THREADS");
+  return int(n);
 }
 
 std::mutex g_pool_mu;
@@ -132,10 +150,12 @@ Pool& GetPool() {
 
 int NumThreads() { return GetPool().size(); }
 
-void SetNumThreads(int n) {
-  if (n < 1) n = 1;
+int MaxThreads() { return 4 * Cores(); }
+
+void SetNumThreads(int64_t n) {
+  CheckThreadCount(n, "set_num_threads");
   std::lock_guard<std::mutex> l(g_pool_mu);
-  PoolSlot() = std::make_unique<Pool>(n);
+  PoolSlot() = std::make_unique<Pool>(int(n));
 }
 
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {

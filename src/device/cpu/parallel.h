@@ -1,4 +1,5 @@
-// Work splitting on the CPU: a small fixed pool (LOOM_NUM_THREADS, default: the core count).
+// Work splitting on the CPU: a small fixed pool (LOOM_NUM_THREADS, default: the core count;
+// Note [Thread counts]).
 //
 // ParallelFor(n, grain, f) calls f(begin, end) on disjoint ranges covering [0, n). Ranges are a
 // pure function of (n, grain, thread count), never of timing, so results are deterministic.
@@ -11,8 +12,15 @@
 
 namespace loom {
 
+// Note [Thread counts]
+// A thread count is an integer from 1 to MaxThreads() = 4 x the machine's cores: more threads
+// than that only contend (and 100000 of them would not even start in reasonable time), fewer
+// than one is no pool. SetNumThreads refuses anything else with a ValueError that says the
+// range; so does the first use of the pool when LOOM_NUM_THREADS (read then, once) holds
+// anything but such a number (an empty value counts as unset: the default, the core count).
 int NumThreads();
-void SetNumThreads(int n);  // also sets OpenBLAS's thread count
+int MaxThreads();
+void SetNumThreads(int64_t n);
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
 
 // Marks the calling thread as one that must not fan out (graph replay workers), or, with

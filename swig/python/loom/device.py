@@ -54,8 +54,14 @@ def num_threads():
     return core.num_threads()
 
 
+def max_threads():
+    """The most CPU threads set_num_threads accepts: 4 x the machine's cores."""
+    return core.max_threads()
+
+
 def set_num_threads(n):
-    """CPU kernel threads (also OpenBLAS's)."""
+    """CPU kernel threads: an integer from 1 to max_threads(), else loom.ValueError. The
+    LOOM_NUM_THREADS environment variable sets the first count (checked the same way)."""
     core.set_num_threads(int(n))
 
 

@@ -1,6 +1,8 @@
 """loom.io: checkpoints (named tensors and metadata in one file) and data sets (MNIST, CIFAR-10,
 the DataLoader). Everything is C++ (src/io); every failure is a loom.IOError (an OSError) that
-names the file and what is wrong.
+names the file and what is wrong, except a path or name with a NUL byte (loom.ValueError). Only
+regular files are read (a FIFO is refused, never waited on); re-saving a file keeps its mode; the
+file I/O runs without the interpreter lock, so other Python threads go on meanwhile.
 
     io.save_checkpoint("m.ckpt", model.get_states(), {"step": 100})   # atomic: never half a file
     ck = io.load_checkpoint("m.ckpt")           # ck.tensors (on the CPU), ck.meta, ck["w0"]
@@ -99,6 +101,8 @@ def save_optimizer(path, optimizer):
 
 
 def load_optimizer(path, optimizer, device):
+    """Restores what save_optimizer wrote. Any other file (a model checkpoint: use
+    Model.load_states) is a loom.IOError naming what it lacks, and the optimizer is unchanged."""
     core.load_optimizer(_path(path), _opt_impl(optimizer), device)
 
 
@@ -131,9 +135,9 @@ def optimizer_state_by_name(optimizer, params, prefix=OPTIMIZER_PREFIX):
     return out, meta
 
 
-def restore_optimizer_by_name(ckpt, optimizer, params, device, prefix=OPTIMIZER_PREFIX):
-    """Restores what optimizer_state_by_name saved into `optimizer`, keyed by the storage of the
-    parameters of the same names in `params`."""
+def _optimizer_entries(ckpt, params, prefix):
+    """(tensors, meta, step_count) of what optimizer_state_by_name saved in `ckpt`, renamed to
+    the storage keys of the parameters of the same names in `params`. Reads only."""
     keys = {name: _slot_key(p) for name, p in params.items()}
     tensors = []
     for key, t in ckpt.tensors.items():
@@ -148,9 +152,30 @@ def restore_optimizer_by_name(ckpt, optimizer, params, device, prefix=OPTIMIZER_
         tensors.append((f"{keys[name]}/{slot}", t))
     meta = {k[len(prefix):]: v for k, v in ckpt.meta.items() if k.startswith(prefix)}
     step_count = meta.pop("step_count", None)
-    core.restore_optimizer_state_from(_opt_impl(optimizer), tensors, meta, device, "", ckpt.path)
-    if step_count is not None and hasattr(optimizer, "step_count"):
-        optimizer.step_count = int(step_count)
+    return tensors, meta, step_count
+
+
+class _OptimizerRestore:
+    """A restore of optimizer_state_by_name's state, checked when made (every mismatch raises
+    one loom.IOError and nothing changes) and applied by apply(): Note [Check everything, then
+    copy] in src/io/checkpoint.h."""
+
+    def __init__(self, ckpt, optimizer, params, device, prefix=OPTIMIZER_PREFIX):
+        self._optimizer, self._device, self._path = optimizer, device, ckpt.path
+        self._tensors, self._meta, self._step_count = _optimizer_entries(ckpt, params, prefix)
+        core.check_optimizer_state_from(_opt_impl(optimizer), self._tensors, self._meta, "", ckpt.path)
+
+    def apply(self):
+        core.restore_optimizer_state_from(_opt_impl(self._optimizer), self._tensors, self._meta, self._device, "",
+                                          self._path)
+        if self._step_count is not None and hasattr(self._optimizer, "step_count"):
+            self._optimizer.step_count = int(self._step_count)
+
+
+def restore_optimizer_by_name(ckpt, optimizer, params, device, prefix=OPTIMIZER_PREFIX):
+    """Restores what optimizer_state_by_name saved into `optimizer`, keyed by the storage of the
+    parameters of the same names in `params`: all checked first, then copied."""
+    _OptimizerRestore(ckpt, optimizer, params, device, prefix).apply()
 
 
 # ---- data sets ----

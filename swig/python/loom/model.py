@@ -134,16 +134,23 @@ class _Checkpoints:
 
     def load_states(self, path):
         """Restores what save_states wrote into this model (same architecture: every state must
-        be in the file with the same shape and dtype, else one loom.IOError lists the mismatches
-        and nothing is copied), and into its optimizer when both have optimizer state. Returns the
-        checkpoint's metadata."""
+        be in the file with the same shape and dtype) and into its optimizer when both have
+        optimizer state (every slot the optimizer keeps must be in the file). Everything is
+        checked before anything is copied: on a mismatch one loom.IOError lists it and neither
+        the model nor the optimizer has changed (Note [Check everything, then copy] in
+        src/io/checkpoint.h). Returns the checkpoint's metadata."""
         ck = _io.load_checkpoint(path)
-        _io.restore_into(ck, self.get_states())
+        states = list(self.get_states().items())
+        core.check_restore_into(ck._impl, states)
+        optimizer_restore = None
         optimizer = getattr(self, "optimizer", None)
         if optimizer is not None and _io.OPTIMIZER_PREFIX + "lr" in ck.meta:
             params = self.get_params()
             device = self.device or (next(iter(params.values())).device if params else None)
-            _io.restore_optimizer_by_name(ck, optimizer, params, device)
+            optimizer_restore = _io._OptimizerRestore(ck, optimizer, params, device)
+        core.restore_into(ck._impl, states)  # checked above: copies
+        if optimizer_restore is not None:
+            optimizer_restore.apply()
         return {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
 
 

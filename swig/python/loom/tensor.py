@@ -216,6 +216,59 @@ def _rbinary(tensor_op, scalar_op):
     return op
 
 
+# ---- truth value and comparisons (numpy's semantics) ----
+
+def _bool(self):
+    """bool(t), `if t:`: the value of a one-element tensor (a host read); anything else is
+    ambiguous, as in numpy. During a capture it is a loom.GraphError: the branch would depend
+    on a value that does not exist yet (DESIGN.md invariant 4)."""
+    if not self.defined():
+        raise errors.ValueError("[tensor] the truth value of an undefined tensor is ambiguous")
+    dev = _c.Tensor_device(self)
+    if dev.buffering():
+        raise errors.GraphError(f"[tensor] bool() / `if` on {self.describe()} while {dev.name()} is capturing "
+                                f"{dev.capture_name()}: a branch on a tensor's value cannot be captured (capture "
+                                "runs nothing, so there is no value yet). Branch outside the step, or compute both "
+                                "sides with ops")
+    n = _c.Tensor_numel(self)
+    if n != 1:
+        raise errors.ValueError(f"[tensor] the truth value of {self.describe()} ({n} elements) is ambiguous: "
+                                "reduce it first (t.sum(), t.max()) or compare element-wise")
+    return bool(self.item())
+
+
+def _comparand(self, other):
+    """`other` as a tensor of self's dtype for == and !=; None when it cannot be one. A number
+    is a scalar of self's dtype (numpy's weak scalars: t_float32 == 0.1 compares with float32
+    0.1); one that self's dtype cannot hold exactly (1.5 or 300 for uint8) equals no element:
+    False is returned for it."""
+    t = _operand(self, other)
+    if t is not None:
+        return t
+    if not isinstance(other, (bool, int, float, np.number)):
+        return None
+    d = _NAME[_c.Tensor_dtype(self)]
+    nd = _TO_NUMPY.get(d)
+    if nd is not None and nd.kind in "iub":
+        info = np.iinfo(nd) if nd.kind != "b" else None
+        v = float(other)
+        exact = v == other and (v in (0.0, 1.0) if info is None else info.min <= v <= info.max)
+        if not (exact and v == int(v)):
+            return False
+    return core.full((), float(other), _c.Tensor_dtype(self), _c.Tensor_device(self))
+
+
+def _compare(tensor_op, const_result):
+    def op(self, other):
+        t = _comparand(self, other)
+        if t is None:
+            return NotImplemented
+        if t is False:  # a number self's dtype cannot hold: equal to no element
+            return core.full(_c.Tensor_shape(self), const_result, _ENUM[bool_], _c.Tensor_device(self))
+        return tensor_op(self, t)
+    return op
+
+
 def _reshape(self, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = shape[0]
@@ -299,6 +352,12 @@ _METHODS = {
     "__rtruediv__": _rbinary(core.div, core.rdiv_scalar),
     "__pow__": _binary(core.pow, core.pow_scalar),
     "__matmul__": lambda self, other: core.matmul(self, other),
+    # Element-wise, to bool tensors (numpy's ==, !=); bool(t) as numpy's. Tensors stay hashable by
+    # identity (autograd.gradients keys a dict by them), which defining __eq__ would otherwise undo.
+    "__eq__": _compare(core.equal, 0.0),
+    "__ne__": _compare(core.not_equal, 1.0),
+    "__hash__": object.__hash__,
+    "__bool__": _bool,
     "__neg__": lambda self: core.neg(self),
     "__abs__": lambda self: core.abs(self),
 }

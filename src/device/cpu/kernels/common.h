@@ -22,28 +22,29 @@ void FloatDispatch(DType t, const char* op, F&& f) {
   DispatchFloat(t, op, "CPU", f);
 }
 
-// out[i] = f(x[i]) for contiguous tensors.
-template <typename T, typename F>
-void UnaryLoop(const T* x, T* y, int64_t n, F f) {
+// out[i] = f(x[i]) for contiguous tensors (y's element type Y is T's, or bool's for comparisons).
+template <typename T, typename Y, typename F>
+void UnaryLoop(const T* x, Y* y, int64_t n, F f) {
   ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
   });
 }
 
 // out[i] = f(a[i], b[i]) for contiguous tensors of the same shape.
-template <typename T, typename F>
-void BinaryLoop(const T* a, const T* b, T* y, int64_t n, F f) {
+template <typename T, typename Y, typename F>
+void BinaryLoop(const T* a, const T* b, Y* y, int64_t n, F f) {
   ParallelFor(n, kGrain, [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; ++i) y[i] = f(a[i], b[i]);
   });
 }
 
 // y = f(a, b) with numpy broadcasting: a, b contiguous, y contiguous of the broadcast shape.
-template <typename T, typename F>
+// a and b hold T; y holds Y (T, or uint8_t for a comparison's bool: Note [Comparisons]).
+template <typename T, typename Y = T, typename F>
 void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) {
   const T* a = ta.data<T>();
   const T* b = tb.data<T>();
-  T* y = ty.data<T>();
+  Y* y = ty.data<Y>();
   int64_t n = ty.numel();
   if (ta.shape() == ty.shape() && tb.shape() == ty.shape()) return BinaryLoop(a, b, y, n, f);
   if (tb.numel() == 1 && ta.shape() == ty.shape()) {
@@ -73,7 +74,7 @@ void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) 
     for (int64_t r = r0; r < r1; ++r) {
       int64_t oa, ob;
       BroadcastOffsets(os, rank - 1, sa, sb, r, oa, ob);
-      T* yr = y + r * inner;
+      Y* yr = y + r * inner;
       for (int64_t j = 0; j < inner; ++j) yr[j] = f(a[oa + j * ia_in], b[ob + j * ib_in]);
     }
   });
