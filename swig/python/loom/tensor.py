@@ -116,7 +116,12 @@ def _repr(self):
     if not self.defined():
         return "Tensor(undefined)"
     try:
-        return self.to_string(8)
+        if _NAME[_c.Tensor_dtype(self)] in (float32, float64, int32, int64):
+            return self.to_string(8)
+        # C++'s to_string prints the values of those four dtypes only (src/core/tensor.cc)
+        flat = self.astype(float32).to_numpy().ravel() if self.dtype == bfloat16 else self.to_numpy().ravel()
+        values = ", ".join(str(v) for v in flat[:8].tolist()) + (", ..." if flat.size > 8 else "")
+        return f"Tensor({self.describe()}, [{values}])"
     except errors.Error:  # capturing, or no value yet: describe without reading
         return f"Tensor({self.describe()}, <no value on the host>)"
 
