@@ -68,7 +68,7 @@ def _check_device(device):
     if device is None:
         return _default_device()
     if not isinstance(device, core.Device):
-        raise TypeError(f"[tensor] device must be a loom Device (loom.device.create_cpu_device()), "
+        raise errors.TypeError(f"[tensor] device must be a loom Device (loom.device.create_cpu_device()), "
                         f"got {type(device).__name__}")
     return device
 
@@ -79,7 +79,7 @@ def _shape(shape):
     try:
         return tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise TypeError(f"[tensor] shape must be a sequence of ints, got {shape!r}") from None
+        raise errors.TypeError(f"[tensor] shape must be a sequence of ints, got {shape!r}") from None
 
 
 # ---------------------------------------------------------------------------------------------
