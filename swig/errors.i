@@ -15,8 +15,21 @@
 //   loom::Error (other)  loom.Error          (Exception)
 //   std::bad_alloc       MemoryError
 //   std::exception       RuntimeError
+//
+// Note [Every user mistake is a loom.Error]
+// Mistakes caught by the bindings themselves are loom errors too, so that `except loom.Error`
+// sees every one: an argument SWIG cannot convert is a loom.TypeError (loom.Error, TypeError; a
+// Python-only kind: C++ types are checked by the compiler), None where a Tensor goes and an
+// integer out of the C++ type's range are loom.ValueError (SWIG_Error, redefined below), and the
+// typemaps raise loom.TypeError for sequences of the wrong things. Only Python's own call
+// protocol (a wrong number of arguments) stays a plain TypeError.
+//
+// Functions with default arguments get one wrapper each (compactdefaultargs in loom.i), not an
+// overload set: SWIG's dispatcher would take a loom.DTypeError (a TypeError) raised inside for
+// an argument mismatch and append its "Wrong number or type of arguments" text.
 
 %{
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include "core/error.h"
@@ -27,7 +40,7 @@ namespace loom_py {
 // Python error is already set and must reach the caller unchanged.
 struct PythonError {};
 
-enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kNumErrorKinds };
+enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kType, kNumErrorKinds };
 static PyObject* g_errors[kNumErrorKinds] = {};
 
 static void SetError(ErrorKind k, const char* what) { PyErr_SetString(g_errors[k], what); }
@@ -65,6 +78,7 @@ static int CreateErrors(PyObject* d) {
       {kGraph, "GraphError", PyExc_RuntimeError, "Misuse of graph capture or replay."},
       {kInternal, "InternalError", PyExc_RuntimeError, "A loom bug: an internal invariant did not hold."},
       {kIO, "IOError", PyExc_OSError, "Files and bytes."},
+      {kType, "TypeError", PyExc_TypeError, "An argument of the wrong type (a str where a Tensor goes...)."},
   };
   for (const Spec& s : specs) {
     PyObject* bases = PyTuple_Pack(2, g_errors[kError], s.builtin);
@@ -77,7 +91,46 @@ static int CreateErrors(PyObject* d) {
   return 0;
 }
 
+// The Python class SWIG raises for an argument it could not convert (Note [Every user mistake
+// is a loom.Error]).
+static PyObject* ArgErrorType(int code) {
+  switch (code) {
+    case SWIG_TypeError: return g_errors[kType];
+    case SWIG_ValueError:     // None for a Tensor: "invalid null reference"
+    case SWIG_OverflowError:  // 2**70 for an int64_t
+      return g_errors[kValue];
+    default: return SWIG_Python_ErrorType(code);
+  }
+}
+
+// SWIG's message for an argument it could not convert, in loom's form: "in method 'relu',
+// argument 1 of type 'loom::Tensor const &'" becomes "[relu] argument 1 must be of type Tensor";
+// None there: "[relu] argument 1 is None, not a Tensor"; an int too large for the C++ type:
+// "[softmax] argument 2 is out of the range of int64_t". Any other message is kept as it is.
+static void SetArgError(int code, const char* msg) {
+  const std::string m = msg;
+  const std::string method = "method '", argument = "', argument ", type = " of type '";
+  size_t a = m.find(method), b = m.find(argument), c = m.find(type);
+  if (a == std::string::npos || b == std::string::npos || c == std::string::npos || m.back() != '\'') {
+    PyErr_SetString(ArgErrorType(code), msg);
+    return;
+  }
+  std::string op = m.substr(a + method.size(), b - a - method.size());
+  std::string n = m.substr(b + argument.size(), c - b - argument.size());
+  std::string t = m.substr(c + type.size(), m.size() - 1 - c - type.size());
+  for (const char* noise : {"const ", " const", " &", " *", "loom::", "std::"})
+    for (size_t p; (p = t.find(noise)) != std::string::npos;) t.erase(p, std::strlen(noise));
+  std::string out = "[" + op + "] argument " + n;
+  if (m.compare(0, 22, "invalid null reference") == 0) out += " is None, not a " + t;
+  else if (code == SWIG_OverflowError) out += " is out of the range of " + t;
+  else out += " must be of type " + t;
+  PyErr_SetString(ArgErrorType(code), out.c_str());
+}
+
 }  // namespace loom_py
+
+#undef SWIG_Error
+#define SWIG_Error(code, msg) loom_py::SetArgError(code, msg)
 %}
 
 %exception {
@@ -102,4 +155,5 @@ DeviceError = _core.DeviceError
 GraphError = _core.GraphError
 InternalError = _core.InternalError
 IOError = _core.IOError
+TypeError = _core.TypeError
 %}

@@ -67,7 +67,7 @@ static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom:
   PyObject* seq = PySequence_Fast(items, "");
   Py_DECREF(items);
   if (!seq) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a mapping or a sequence of (name, Tensor) pairs, got %s", what,
+    PyErr_Format(g_errors[kType], "[loom] %s must be a mapping or a sequence of (name, Tensor) pairs, got %s", what,
                  Py_TYPE(o)->tp_name);
     return false;
   }
@@ -80,7 +80,7 @@ static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom:
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0)) ||
         !SWIG_IsOK(SWIG_ConvertPtr(PyTuple_GET_ITEM(item, 1), &p, SWIGTYPE_p_loom__Tensor, 0)) || !p) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "[loom] %s: item %zd is not a (str, Tensor) pair", what, i);
+      PyErr_Format(g_errors[kType], "[loom] %s: item %zd is not a (str, Tensor) pair", what, i);
       return false;
     }
     std::string name;
@@ -95,14 +95,14 @@ static bool ToMeta(PyObject* o, std::map<std::string, double>& out, const char* 
   out.clear();
   if (o == Py_None) return true;
   if (!PyDict_Check(o)) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a dict of str -> float, got %s", what, Py_TYPE(o)->tp_name);
+    PyErr_Format(g_errors[kType], "[loom] %s must be a dict of str -> float, got %s", what, Py_TYPE(o)->tp_name);
     return false;
   }
   PyObject *k, *v;
   Py_ssize_t pos = 0;
   while (PyDict_Next(o, &pos, &k, &v)) {
     if (!PyUnicode_Check(k)) {
-      PyErr_Format(PyExc_TypeError, "[loom] %s: keys must be str", what);
+      PyErr_Format(g_errors[kType], "[loom] %s: keys must be str", what);
       return false;
     }
     double d = PyFloat_AsDouble(v);
@@ -139,7 +139,7 @@ static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const cha
   }
   PyObject* seq = PySequence_Fast(o, "");
   if (!seq) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of str, got %s", what, Py_TYPE(o)->tp_name);
+    PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of str, got %s", what, Py_TYPE(o)->tp_name);
     return false;
   }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -153,7 +153,7 @@ static bool ToStringVector(PyObject* o, std::vector<std::string>& out, const cha
       Py_DECREF(seq);
       if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of str, item %zd is %s", what, i,
+        PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of str, item %zd is %s", what, i,
                      Py_TYPE(item)->tp_name);
       }
       return false;
@@ -170,7 +170,7 @@ static bool ToFloatVector(PyObject* o, std::vector<float>& out, const char* what
   if (o == Py_None) return true;
   PyObject* seq = PySequence_Fast(o, "");
   if (!seq) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of floats, got %s", what, Py_TYPE(o)->tp_name);
+    PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of floats, got %s", what, Py_TYPE(o)->tp_name);
     return false;
   }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);

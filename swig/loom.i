@@ -51,6 +51,11 @@
 // those die).
 %shared_ptr(loom::Device)
 
+// One wrapper per function with default arguments, not an overload set: SWIG's overload
+// dispatcher takes any TypeError raised inside (loom.DTypeError is one) for an argument mismatch
+// and appends "Wrong number or type of arguments" to loom's message (errors.i).
+%feature("compactdefaultargs");
+
 %include "errors.i"
 %include "typemaps.i"
 %include "tensor.i"

@@ -19,7 +19,7 @@ static loom::Attrs ToAttrs(PyObject* dict) {
   loom::Attrs a;
   if (dict == Py_None) return a;
   if (!PyDict_Check(dict)) {
-    PyErr_Format(PyExc_TypeError, "[call_op] attributes must be a dict, got %s", Py_TYPE(dict)->tp_name);
+    PyErr_Format(g_errors[kType], "[call_op] attributes must be a dict, got %s", Py_TYPE(dict)->tp_name);
     throw PythonError();
   }
   PyObject *key, *value;

@@ -11,16 +11,25 @@
 
 namespace loom_py {
 
+// An int as int64_t; one out of its range is a loom.ValueError naming `what`.
+static bool ToInt64(PyObject* o, int64_t& out, const char* what) {
+  out = PyLong_AsLongLong(o);
+  if (out != -1 || !PyErr_Occurred()) return true;
+  if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+    PyErr_Clear();
+    PyErr_Format(g_errors[kValue], "[loom] %s: %R is out of the range of int64", what, o);
+  }
+  return false;
+}
+
 static bool ToInt64Vector(PyObject* o, std::vector<int64_t>& out, const char* what) {
   if (PyLong_Check(o)) {  // a bare int: one element (convenient for axes)
-    int64_t v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred()) return false;
-    out.assign(1, v);
-    return true;
+    out.resize(1);
+    return ToInt64(o, out[0], what);
   }
   PyObject* seq = PySequence_Fast(o, "");
   if (!seq) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of ints, got %s", what, Py_TYPE(o)->tp_name);
+    PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of ints, got %s", what, Py_TYPE(o)->tp_name);
     return false;
   }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -30,13 +39,13 @@ static bool ToInt64Vector(PyObject* o, std::vector<int64_t>& out, const char* wh
     PyObject* idx = PyNumber_Index(item);  // ints and numpy integers; refuses floats
     if (!idx) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of ints, item %zd is %s", what, i,
+      PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of ints, item %zd is %s", what, i,
                    Py_TYPE(item)->tp_name);
       return false;
     }
-    out[size_t(i)] = PyLong_AsLongLong(idx);
+    bool ok = ToInt64(idx, out[size_t(i)], what);
     Py_DECREF(idx);
-    if (out[size_t(i)] == -1 && PyErr_Occurred()) { Py_DECREF(seq); return false; }
+    if (!ok) { Py_DECREF(seq); return false; }
   }
   Py_DECREF(seq);
   return true;
@@ -57,7 +66,7 @@ static PyObject* WrapTensor(const loom::Tensor& t) {
 static bool ToTensorVector(PyObject* o, std::vector<loom::Tensor>& out, const char* what) {
   PyObject* seq = PySequence_Fast(o, "");
   if (!seq) {
-    PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of Tensors, got %s", what, Py_TYPE(o)->tp_name);
+    PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of Tensors, got %s", what, Py_TYPE(o)->tp_name);
     return false;
   }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -68,7 +77,7 @@ static bool ToTensorVector(PyObject* o, std::vector<loom::Tensor>& out, const ch
     void* p = nullptr;
     if (!SWIG_IsOK(SWIG_ConvertPtr(item, &p, SWIGTYPE_p_loom__Tensor, 0)) || !p) {
       Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "[loom] %s must be a sequence of Tensors, item %zd is %s", what, i,
+      PyErr_Format(g_errors[kType], "[loom] %s must be a sequence of Tensors, item %zd is %s", what, i,
                    Py_TYPE(item)->tp_name);
       return false;
     }

@@ -90,7 +90,25 @@ static Device* CommonDevice(const OpDef& def, const std::vector<Tensor>& inputs)
   return dev;
 }
 
+// Note [Attribute types] in attrs.h: an attribute error, read anywhere while the op is called
+// (shape inference, an eager kernel), gets the op's name in front.
+template <typename F>
+static auto NamingAttrErrors(const std::string& name, F&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const AttrError& e) {
+    if (e.what()[0] == '[') throw;  // named already (an op called inside another)
+    throw AttrError(detail::Cat("[", name, "] ", e.what()));
+  }
+}
+
+static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs);
+
 std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
+  return NamingAttrErrors(name, [&] { return CallOp(name, given, attrs); });
+}
+
+static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
   const OpDef& def = GetOp(name);
   Device* dev = CommonDevice(def, given);
   LOOM_CHECK(dev, ValueError, "[", name, "] needs at least one input (use CallInto for creation ops)");
@@ -143,8 +161,16 @@ Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const A
   return out[0];
 }
 
+static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                       const Attrs& attrs);
+
 void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
               const Attrs& attrs) {
+  NamingAttrErrors(name, [&] { CallIntoOp(name, inputs, outputs, attrs); });
+}
+
+static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                       const Attrs& attrs) {
   const OpDef& def = GetOp(name);
   LOOM_ASSERT(!def.view, "CallInto on view op ", name);
   std::vector<Tensor> all = inputs;

@@ -1,5 +1,7 @@
 #include "nn/optimizer.h"
 
+#include <cmath>
+
 #include "core/ops.h"
 #include "device/device.h"
 
@@ -7,6 +9,7 @@ namespace loom {
 namespace nn {
 
 Optimizer::Optimizer(double lr) : lr_(lr) {
+  LOOM_CHECK(std::isfinite(lr), ValueError, "[optimizer] learning rate ", lr, ": must be a finite number");
   LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
 }
 
@@ -22,6 +25,7 @@ Tensor Optimizer::DeviceScalar(const std::shared_ptr<Device>& dev, double value)
 }
 
 void Optimizer::SetLearningRate(double lr) {
+  LOOM_CHECK(std::isfinite(lr), ValueError, "[optimizer] learning rate ", lr, ": must be a finite number");
   LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
   lr_ = lr;
   // A host write is a feed: it reaches the block now and every later replay reads it.
@@ -64,7 +68,10 @@ static void CheckParamGrad(const char* op, const Tensor& grad, const Tensor& par
 
 SGD::SGD(double lr, double momentum, double weight_decay, bool nesterov, double dampening)
     : Optimizer(lr), momentum_(momentum), weight_decay_(weight_decay), dampening_(dampening), nesterov_(nesterov) {
+  LOOM_CHECK(std::isfinite(momentum), ValueError, "[sgd] momentum ", momentum, ": must be a finite number");
   LOOM_CHECK(momentum >= 0, ValueError, "[sgd] momentum ", momentum, " is negative");
+  LOOM_CHECK(std::isfinite(weight_decay), ValueError, "[sgd] weight decay ", weight_decay,
+             ": must be a finite number");
   LOOM_CHECK(weight_decay >= 0, ValueError, "[sgd] weight decay ", weight_decay, " is negative");
   LOOM_CHECK(!nesterov || (momentum > 0 && dampening == 0), ValueError,
              "[sgd] Nesterov momentum needs momentum > 0 and no dampening");
@@ -88,7 +95,7 @@ Adam::Adam(double lr, double beta1, double beta2, double eps, double weight_deca
     : Optimizer(lr), beta1_(beta1), beta2_(beta2), eps_(eps), weight_decay_(weight_decay), decoupled_(decoupled) {
   LOOM_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, ValueError, "[adam] betas (", beta1, ", ", beta2,
              ") must lie in [0, 1)");
-  LOOM_CHECK(eps > 0, ValueError, "[adam] eps ", eps, " must be positive");
+  LOOM_CHECK(std::isfinite(eps) && eps > 0, ValueError, "[adam] eps ", eps, ": must be a finite number > 0");
 }
 
 void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {

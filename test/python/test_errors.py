@@ -17,12 +17,12 @@ from conftest import python_env
 def test_hierarchy():
     pairs = {loom.ShapeError: ValueError, loom.ValueError: ValueError, loom.DTypeError: TypeError,
              loom.DeviceError: RuntimeError, loom.GraphError: RuntimeError, loom.InternalError: RuntimeError,
-             loom.IOError: OSError}
+             loom.IOError: OSError, loom.TypeError: TypeError}
     for cls, builtin in pairs.items():
         assert issubclass(cls, loom.Error) and issubclass(cls, builtin), cls
         assert cls.__module__ == "loom" and cls.__name__ in str(cls)
     assert loom.errors.Error is loom.Error and issubclass(loom.Error, Exception)
-    assert loom.ValueError is not ValueError and loom.IOError is not OSError
+    assert loom.ValueError is not ValueError and loom.IOError is not OSError and loom.TypeError is not TypeError
 
 
 @pytest.mark.parametrize("make,exc", [
@@ -170,3 +170,97 @@ def test_dropping_graph_models_while_capturing_does_not_end_the_process(root):
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=python_env(), timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "survived"
+
+
+# ---- every user mistake is a loom.Error, with loom's message alone (issue 16, class 8) ----
+
+def _no_optimizer_model(use_graph):
+    dev = device.create_cpu_device()
+
+    class M(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc = layer.Linear(3, 2, device=dev)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def train_one_batch(self, x, y):
+            loss = autograd.softmax_cross_entropy(self.forward(x), y)
+            self.optimizer(loss)
+            return loss
+
+    m = M()
+    m.compile([tensor.zeros((4, 3), dev)], use_graph=use_graph)
+    return lambda: m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros(4, np.int32))
+
+
+def _f32():
+    return tensor.ones((2, 3))
+
+
+def _i32():
+    return tensor.ones((2, 3), dtype="int32")
+
+
+NAN = float("nan")
+# (id, call, loom class, text the message must contain). Overloaded wrappers (functions with
+# default arguments) used to append SWIG's "Wrong number or type of arguments" to loom's message.
+USER_MISTAKES = [
+    ("sum dtype", lambda: autograd.sum(tensor.ones((2,), dtype="bool")), loom.DTypeError, "[sum] input must be float"),
+    ("mean dtype", lambda: autograd.mean(_i32()), loom.DTypeError, "input must be float32 or float64, got int32"),
+    ("max dtype", lambda: autograd.max(_i32(), axis=0), loom.DTypeError, "[max] input must be float"),
+    ("softmax dtype", lambda: autograd.softmax(_i32()), loom.DTypeError, "[softmax] input must be float"),
+    ("log_softmax dtype", lambda: autograd.log_softmax(_i32(), 0), loom.DTypeError, "[log_softmax] input must be"),
+    ("leaky_relu dtype", lambda: autograd.leaky_relu(_i32()), loom.DTypeError, "[leaky_relu] input must be float"),
+    ("dropout dtype", lambda: autograd.dropout(_i32(), 0.5), loom.DTypeError, "[dropout] input must be float"),
+    ("apply dtype", lambda: opt.SGD(0.1).apply(0, tensor.ones((2, 3), dtype="float64"), _f32()), loom.DTypeError,
+     "[sgd_update] dtypes differ"),
+    ("apply shape", lambda: opt.Adam().apply(0, tensor.ones((3,)), _f32()), loom.ShapeError, "[adam] parameter"),
+    # attributes of the wrong type or missing (call_op passes any value)
+    ("attribute type", lambda: core.call_op("softmax", [_f32()], {"axis": "x"}), loom.ValueError,
+     "[softmax] attribute 'axis' must be an int, got a str"),
+    ("attribute type kw", lambda: autograd.call("add_scalar", [_f32()], s="x"), loom.ValueError,
+     "[add_scalar] attribute 's' must be a number, got a str"),
+    ("attribute list", lambda: autograd.call("reshape", [_f32()], shape=1.5), loom.ValueError,
+     "[reshape] attribute 'shape' must be a list of ints, got a float"),
+    ("attribute missing", lambda: core.call_op("reshape", [_f32()], {}), loom.ValueError,
+     "[reshape] needs attribute 'shape' (a list of ints)"),
+    # NaN and infinities are not "negative"
+    ("std nan", lambda: tensor.gaussian((2,), 0.0, NAN), loom.ValueError, "standard deviation nan: must be a finite"),
+    ("std inf", lambda: tensor.gaussian((2,), 0.0, float("inf")), loom.ValueError, "must be a finite number"),
+    ("mean nan", lambda: tensor.gaussian((2,), NAN, 1.0), loom.ValueError, "[normal] mean nan: must be a finite"),
+    ("uniform nan", lambda: tensor.uniform((2,), NAN, 1.0), loom.ValueError, "must be finite numbers"),
+    ("lr nan", lambda: opt.SGD(NAN), loom.ValueError, "learning rate nan: must be a finite number"),
+    ("adam lr nan", lambda: opt.Adam(NAN), loom.ValueError, "learning rate nan: must be a finite number"),
+    ("set lr nan", lambda: opt.SGD(0.1).set_learning_rate(NAN), loom.ValueError, "must be a finite number"),
+    ("momentum nan", lambda: opt.SGD(0.1, momentum=NAN), loom.ValueError, "momentum nan: must be a finite"),
+    ("eps nan", lambda: opt.Adam(epsilon=NAN), loom.ValueError, "eps nan: must be a finite number"),
+    # None or another type where a tensor goes
+    ("None tensor", lambda: autograd.relu(None), loom.ValueError, "[relu] argument 1 is None, not a Tensor"),
+    ("None rhs", lambda: autograd.matmul(_f32(), None), loom.ValueError, "[matmul] argument 2 is None, not a Tensor"),
+    ("None layer input", lambda: layer.Linear(3, 2)(None), loom.ValueError, "is None, not a Tensor"),
+    ("None number", lambda: autograd.add(_f32(), None), loom.TypeError, "[add] expects a Tensor or a number"),
+    ("str tensor", lambda: autograd.relu("x"), loom.TypeError, "[relu] argument 1 must be of type Tensor"),
+    ("list item", lambda: autograd.cat([_f32(), 3]), loom.TypeError, "item 1 is int"),
+    ("axes type", lambda: autograd.sum(_f32(), axis="x"), loom.TypeError, "must be a sequence of ints"),
+    ("int range", lambda: autograd.sum(_f32(), axis=2 ** 70), loom.ValueError, "out of the range of int64"),
+    ("int arg range", lambda: autograd.softmax(_f32(), 2 ** 70), loom.ValueError,
+     "[softmax] argument 2 is out of the range of int64_t"),
+    ("not an optimizer", lambda: model.NativeModel(model.mlp([3, 2]), "sgd"), loom.TypeError, "[optimizer]"),
+    # a Model trained without an optimizer
+    ("no optimizer", lambda: _no_optimizer_model(False)(), loom.ValueError, "call model.set_optimizer"),
+    ("no optimizer graph", lambda: _no_optimizer_model(True)(), loom.ValueError, "call model.set_optimizer"),
+]
+
+
+@pytest.mark.parametrize("call,cls,text", [c[1:] for c in USER_MISTAKES], ids=[c[0] for c in USER_MISTAKES])
+def test_every_user_mistake_is_a_loom_error_with_its_own_message(call, cls, text):
+    with pytest.raises(loom.Error) as e:
+        call()
+    assert type(e.value) is cls, f"{type(e.value).__name__}: {e.value}"
+    msg = str(e.value)
+    assert text in msg, msg
+    assert "Wrong number or type" not in msg and "Additional information" not in msg, msg
+    assert "negative" not in msg or "nan" not in msg, msg
+    assert not isinstance(e.value, loom.InternalError)  # reserved for loom's own bugs

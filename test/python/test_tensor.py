@@ -316,3 +316,12 @@ def test_tensors_stay_hashable_by_identity(dev):
     loss = autograd.sum(autograd.mul(w, w))
     grads = autograd.gradients(loss)
     assert len(grads) == 1 and next(iter(grads.values())).to_numpy().tolist() == [2.0, 2.0]
+
+
+def test_repr_shows_the_values_of_every_dtype(dev):
+    """C++'s to_string prints float32/64 and int32/64 only; a comparison's bool result printed []."""
+    assert repr(tensor.from_numpy(np.array([1.0, 2.0]) == 1.0, dev)) == "Tensor(bool (2,) on cpu:0, [True, False])"
+    t = tensor.from_numpy(np.array([1, 2], np.float32), dev)
+    assert repr(t == 1) == "Tensor(bool (2,) on cpu:0, [True, False])"
+    assert repr(tensor.from_numpy(np.arange(10, dtype=np.uint8), dev)).endswith("[0, 1, 2, 3, 4, 5, 6, 7, ...])")
+    assert repr(tensor.ones((1,), dev, "bfloat16")).endswith("[1.0])")

@@ -1,4 +1,6 @@
 // Creation and copying: fill, random fills, copy (honours strides), cast.
+#include <cmath>
+
 #include "core/ops/common.h"
 #include "device/device.h"
 
@@ -82,10 +84,15 @@ template Tensor FromVector<int64_t>(const std::vector<int64_t>&, const Shape&, c
 template Tensor FromVector<uint8_t>(const std::vector<uint8_t>&, const Shape&, const std::shared_ptr<Device>&);
 
 void UniformInto(const Tensor& t, double lo, double hi) {
+  LOOM_CHECK(std::isfinite(lo) && std::isfinite(hi), ValueError, "[uniform] bounds (", lo, ", ", hi,
+             ") must be finite numbers");
   LOOM_CHECK(lo <= hi, ValueError, "[uniform] low ", lo, " is above high ", hi);
   CallInto("uniform", {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("low", lo).Set("high", hi));
 }
 void NormalInto(const Tensor& t, double mean, double stddev) {
+  LOOM_CHECK(std::isfinite(mean), ValueError, "[normal] mean ", mean, ": must be a finite number");
+  LOOM_CHECK(std::isfinite(stddev), ValueError, "[normal] standard deviation ", stddev,
+             ": must be a finite number");
   LOOM_CHECK(stddev >= 0, ValueError, "[normal] standard deviation ", stddev, " is negative");
   CallInto("normal", {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("mean", mean).Set("std", stddev));
 }

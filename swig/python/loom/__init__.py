@@ -22,9 +22,10 @@ from . import device, tensor, autograd, opt, layer, model, io
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
 from .core import Graph, graph_option_fields, graph_stats_fields
 
-# loom.ValueError and loom.IOError subclass the built-ins of the same names; bound last so that
-# nothing above reads the built-ins through them.
+# loom.ValueError, loom.IOError and loom.TypeError subclass the built-ins of the same names;
+# bound last so that nothing above reads the built-ins through them.
 ValueError = errors.ValueError
 IOError = errors.IOError
+TypeError = errors.TypeError
 
 __version__ = "0.1.0"

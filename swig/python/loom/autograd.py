@@ -11,6 +11,8 @@ it is recorded into the graph instead of running.
 """
 import contextlib
 
+import numpy as np
+
 from . import core, errors
 from .tensor import Tensor, _axes, _shape
 
@@ -64,14 +66,20 @@ def grad_enabled():
 
 # ---- element-wise, with numbers ----
 
+def _number(op, v):
+    if isinstance(v, (int, float, np.number)):
+        return float(v)
+    raise errors.TypeError(f"[{op.__name__}] expects a Tensor or a number, got {type(v).__name__}")
+
+
 def _binary(tensor_op, scalar_op, rscalar_op):
     def op(a, b):
         if isinstance(a, Tensor):
-            return tensor_op(a, b) if isinstance(b, Tensor) else scalar_op(a, float(b))
+            return tensor_op(a, b) if isinstance(b, Tensor) else scalar_op(a, _number(tensor_op, b))
         if isinstance(b, Tensor):
-            return rscalar_op(b, float(a))
-        raise TypeError(f"[{tensor_op.__name__}] needs at least one Tensor, got {type(a).__name__} and "
-                        f"{type(b).__name__}")
+            return rscalar_op(b, _number(tensor_op, a))
+        raise errors.TypeError(f"[{tensor_op.__name__}] needs at least one Tensor, got {type(a).__name__} and "
+                               f"{type(b).__name__}")
     op.__name__ = tensor_op.__name__
     return op
 
@@ -83,7 +91,7 @@ div = _binary(core.div, core.div_scalar, core.rdiv_scalar)
 
 
 def pow(x, p):
-    return core.pow(x, p) if isinstance(p, Tensor) else core.pow_scalar(x, float(p))
+    return core.pow(x, p) if isinstance(p, Tensor) else core.pow_scalar(x, _number(core.pow, p))
 
 
 def square(x):

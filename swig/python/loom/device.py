@@ -35,7 +35,7 @@ def create_cuda_device(id=0):
     """CUDA device `id`. Raises loom.DeviceError (a RuntimeError) when loom was built without
     CUDA or no GPU is visible."""
     if isinstance(id, bool) or not isinstance(id, int):
-        raise TypeError(f"[cuda] device id must be an int, got {type(id).__name__}")
+        raise errors.TypeError(f"[cuda] device id must be an int, got {type(id).__name__}")
     if id < 0:
         raise errors.DeviceError(f"[cuda] device id must not be negative, got {id}")
     return core.cuda_device(id)

@@ -9,6 +9,11 @@ each is also a standard Python exception, so `except ValueError` catches a loom.
     loom.GraphError     RuntimeError     misuse of capture/replay (host reads while buffering...)
     loom.InternalError  RuntimeError     a loom bug
     loom.IOError        OSError          files and bytes
+    loom.TypeError      TypeError        an argument of the wrong type (a str where a Tensor goes)
+
+Every mistake a caller can make is one of these (a wrongly typed argument, None for a tensor, a
+number out of range...); only Python's own call protocol (a wrong number of arguments) raises a
+plain TypeError.
 """
 from .core import (  # noqa: F401  (re-exported)
     DeviceError,
@@ -18,5 +23,6 @@ from .core import (  # noqa: F401  (re-exported)
     InternalError,
     IOError,
     ShapeError,
+    TypeError,
     ValueError,
 )

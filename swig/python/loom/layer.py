@@ -182,7 +182,7 @@ class Sequential(Layer):
             layers = tuple(layers[0])
         for i, l in enumerate(layers):
             if not isinstance(l, Layer):
-                raise TypeError(f"[Sequential] item {i} is a {type(l).__name__}, not a loom layer")
+                raise errors.TypeError(f"[Sequential] item {i} is a {type(l).__name__}, not a loom layer")
         self.layers = list(layers)
         self._impl = None
         if all(isinstance(l, NativeLayer) for l in layers):

@@ -115,6 +115,36 @@ def _graph_step(fn):
     return train_one_batch
 
 
+class _NoOptimizer:
+    """Model.optimizer until set_optimizer: calling it (self.optimizer(loss) in train_one_batch)
+    is a loom.ValueError that says what to do, not "'NoneType' object is not callable"."""
+
+    __slots__ = ()
+    _MESSAGE = ("[Model] no optimizer: call model.set_optimizer(opt.SGD(...)) before training "
+                "(train_one_batch calls self.optimizer(loss))")
+
+    def __call__(self, *args, **kwargs):
+        raise errors.ValueError(self._MESSAGE)
+
+    def __getattr__(self, name):
+        raise AttributeError(f"{self._MESSAGE}; no attribute '{name}'")
+
+    def __bool__(self):
+        return False
+
+    def __repr__(self):
+        return "<no optimizer: call set_optimizer>"
+
+
+_NO_OPTIMIZER = _NoOptimizer()
+
+
+def _optimizer_of(model):
+    """The model's optimizer, or None before set_optimizer."""
+    o = getattr(model, "optimizer", None)
+    return None if o is None or o is _NO_OPTIMIZER else o
+
+
 class _Checkpoints:
     """save_states / load_states, for Model and NativeModel: whatever has get_states(),
     get_params(), `optimizer` and `device`."""
@@ -125,7 +155,7 @@ class _Checkpoints:
         (a failure never leaves half a file). `meta`: extra dict name -> float."""
         tensors = list(self.get_states().items())
         all_meta = {k: float(v) for k, v in (meta or {}).items()}
-        optimizer = getattr(self, "optimizer", None)
+        optimizer = _optimizer_of(self)
         if optimizer is not None:
             opt_tensors, opt_meta = _io.optimizer_state_by_name(optimizer, self.get_params())
             tensors += opt_tensors
@@ -143,7 +173,7 @@ class _Checkpoints:
         states = list(self.get_states().items())
         core.check_restore_into(ck._impl, states)
         optimizer_restore = None
-        optimizer = getattr(self, "optimizer", None)
+        optimizer = _optimizer_of(self)
         if optimizer is not None and _io.OPTIMIZER_PREFIX + "lr" in ck.meta:
             params = self.get_params()
             device = self.device or (next(iter(params.values())).device if params else None)
@@ -165,7 +195,7 @@ class Model(Layer, _Checkpoints):
 
     def __init__(self):
         super().__init__()
-        self.optimizer = None
+        self.optimizer = _NO_OPTIMIZER  # falsy; calling it says to call set_optimizer
         self._compiled = False
         self._use_graph = False
         self._sequential = True
@@ -228,7 +258,7 @@ class Model(Layer, _Checkpoints):
             return x
         if isinstance(x, np.ndarray):
             return from_numpy(x, device)
-        raise TypeError(f"[Model] expected a loom Tensor or a numpy array, got {type(x).__name__}")
+        raise errors.TypeError(f"[Model] expected a loom Tensor or a numpy array, got {type(x).__name__}")
 
     def _run_graph(self, fn, args, kwargs):
         # Fast path, a training loop's call: loom Tensors only, no keywords, a step already made.
@@ -308,7 +338,7 @@ class NativeModel(_Checkpoints):
     def __init__(self, net, optimizer, loss="softmax_cross_entropy"):
         impl = getattr(net, "_impl", None)
         if not isinstance(net, (NativeLayer, Sequential)) or impl is None:
-            raise TypeError("[NativeModel] net must be a built-in layer or a Sequential of built-in layers "
+            raise errors.TypeError("[NativeModel] net must be a built-in layer or a Sequential of built-in layers "
                             f"(got {type(net).__name__}); subclass loom.model.Model for Python networks")
         if loss not in self._LOSSES:
             raise errors.ValueError(f"[NativeModel] loss must be one of {', '.join(self._LOSSES)}, got {loss!r}")

@@ -73,6 +73,7 @@ class AdamW(Adam):
 
 def _check(opt):
     if not isinstance(opt, Optimizer):
-        raise TypeError(f"[optimizer] expected a loom.opt optimizer (opt.SGD, opt.Adam), got {type(opt).__name__}")
+        raise errors.TypeError(f"[optimizer] expected a loom.opt optimizer (opt.SGD, opt.Adam), "
+                               f"got {type(opt).__name__}")
     return opt
 

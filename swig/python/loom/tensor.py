@@ -68,7 +68,7 @@ def _check_device(device):
     if device is None:
         return _default_device()
     if not isinstance(device, core.Device):
-        raise TypeError(f"[tensor] device must be a loom Device (loom.device.create_cpu_device()), "
+        raise errors.TypeError(f"[tensor] device must be a loom Device (loom.device.create_cpu_device()), "
                         f"got {type(device).__name__}")
     return device
 
@@ -79,7 +79,7 @@ def _shape(shape):
     try:
         return tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise TypeError(f"[tensor] shape must be a sequence of ints, got {shape!r}") from None
+        raise errors.TypeError(f"[tensor] shape must be a sequence of ints, got {shape!r}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,7 +116,12 @@ def _repr(self):
     if not self.defined():
         return "Tensor(undefined)"
     try:
-        return self.to_string(8)
+        if _NAME[_c.Tensor_dtype(self)] in (float32, float64, int32, int64):
+            return self.to_string(8)
+        # C++'s to_string prints the values of those four dtypes only (src/core/tensor.cc)
+        flat = self.astype(float32).to_numpy().ravel() if self.dtype == bfloat16 else self.to_numpy().ravel()
+        values = ", ".join(str(v) for v in flat[:8].tolist()) + (", ..." if flat.size > 8 else "")
+        return f"Tensor({self.describe()}, [{values}])"
     except errors.Error:  # capturing, or no value yet: describe without reading
         return f"Tensor({self.describe()}, <no value on the host>)"
 
