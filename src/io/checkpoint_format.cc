@@ -227,6 +227,8 @@ RawCheckpoint DecodeCheckpointPayload(const void* data, size_t size, const std::
   for (TensorProto& p : *payload.mutable_tensors()) {
     const std::string what = where + "tensor '" + p.name() + "'";
     LOOM_CHECK(!p.name().empty(), IOError, where, "a tensor record has no name");
+    // A name with a NUL byte could not have been written (Note [Names are C strings]).
+    LOOM_CHECK(p.name().find('\0') == std::string::npos, IOError, where, "a tensor name holds a NUL byte");
     LOOM_CHECK(names.insert(p.name()).second, IOError, where, "two tensors are named '", p.name(), "'");
     RawTensor t;
     t.name = p.name();
@@ -243,6 +245,7 @@ RawCheckpoint DecodeCheckpointPayload(const void* data, size_t size, const std::
     raw.tensors.push_back(std::move(t));
   }
   for (const ScalarProto& s : payload.meta()) {
+    LOOM_CHECK(s.name().find('\0') == std::string::npos, IOError, where, "a metadata name holds a NUL byte");
     LOOM_CHECK(raw.meta.emplace(s.name(), s.value()).second, IOError, where, "two metadata entries are named '",
                s.name(), "'");
   }
