@@ -28,6 +28,9 @@ class GraphError : public Error { public: using Error::Error; };
 class IOError : public Error { public: using Error::Error; };
 // Any other bad argument (out of range...).   Python: ValueError
 class ValueError : public Error { public: using Error::Error; };
+// A collective failed: a peer rank died, raised, timed out, or captured another graph.
+//                                             Python: RuntimeError
+class CommError : public Error { public: using Error::Error; };
 // A loom bug: an invariant did not hold.      Python: RuntimeError
 class InternalError : public Error { public: using Error::Error; };
 

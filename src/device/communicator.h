@@ -1,0 +1,43 @@
+// What a collective kernel calls: a group of `size()` ranks that reduce, gather and broadcast
+// buffers together (issue 15). The interface lives in the device room because kernels call it;
+// the implementations live in src/io/comm/ (MPI, NCCL, in-process threads for tests), the same
+// way a device knows only the CaptureSink interface and src/graph implements it.
+//
+// Note [Collectives keep issue order]
+// Every rank must issue the same collectives in the same order, or ranks wait on each other for
+// ever. Callers (the collective ops, DistOpt) guarantee the order; an implementation may assume it
+// and never reorders. A failure (a peer that died, raised or timed out) throws CommError naming the
+// rank and the collective on every rank that can still run, within the communicator's timeout.
+//
+// Buffers are host memory for host communicators and device memory for device ones
+// (`on_device()`); collectives are in place or from `send` into `recv`, `count` elements each.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace loom {
+
+enum class ReduceOp : uint8_t { kSum, kMax };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "mpi", "nccl", "inproc"
+  virtual bool on_device() const { return false; }  // buffers live in GPU memory (NCCL)
+
+  // In place: every rank ends with the element-wise reduction over ranks of `data[0, count)`.
+  virtual void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+  // recv[r * count, (r + 1) * count) = rank r's send[0, count); recv holds size() * count.
+  virtual void AllGather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // Every rank ends with root's data[0, count).
+  virtual void Broadcast(void* data, int64_t count, DType dtype, int root) = 0;
+  virtual void Barrier() = 0;
+};
+
+}  // namespace loom
