@@ -142,6 +142,9 @@ class Device : public std::enable_shared_from_this<Device> {
 
 // The process-wide CPU device (created on first use).
 std::shared_ptr<Device> CpuDevice();
+// A CPU device of its own (pool, capture, lock): one per rank of an in-process group of ranks
+// (io/comm/inproc.h), whose threads would otherwise wait on each other's Use() and capture.
+std::shared_ptr<Device> NewCpuDevice(int id);
 // CUDA device `id`; throws DeviceError when the CUDA backend is not built or no GPU is visible.
 std::shared_ptr<Device> CudaDevice(int id = 0);
 bool CudaAvailable();  // built with CUDA and at least one GPU visible

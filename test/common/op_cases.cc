@@ -748,8 +748,12 @@ std::vector<std::string> OpsWithCases() {
 }
 
 const std::vector<std::pair<std::string, std::string>>& OpsWithoutCases() {
-  static const std::vector<std::pair<std::string, std::string>> none;
-  return none;
+  static const std::vector<std::pair<std::string, std::string>> without{
+      {"allreduce", "a collective: runs on the ranks of a communicator, tested in test/dist"},
+      {"allgather", "a collective: runs on the ranks of a communicator, tested in test/dist"},
+      {"broadcast", "a collective: runs on the ranks of a communicator, tested in test/dist"},
+  };
+  return without;
 }
 
 }  // namespace test

@@ -11,8 +11,8 @@ namespace loom {
 namespace {
 class CpuDeviceImpl : public Device {
  public:
-  CpuDeviceImpl()
-      : Device(DeviceType::kCPU, 0, [](size_t bytes) { return std::aligned_alloc(64, (bytes + 63) & ~size_t(63)); },
+  explicit CpuDeviceImpl(int id)
+      : Device(DeviceType::kCPU, id, [](size_t bytes) { return std::aligned_alloc(64, (bytes + 63) & ~size_t(63)); },
                [](void* p) { std::free(p); }) {}
   void MemcpyToHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
   void MemcpyFromHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
@@ -20,8 +20,10 @@ class CpuDeviceImpl : public Device {
 }  // namespace
 
 std::shared_ptr<Device> CpuDevice() {
-  static std::shared_ptr<Device> dev = std::make_shared<CpuDeviceImpl>();
+  static std::shared_ptr<Device> dev = std::make_shared<CpuDeviceImpl>(0);
   return dev;
 }
+
+std::shared_ptr<Device> NewCpuDevice(int id) { return std::make_shared<CpuDeviceImpl>(id); }
 
 }  // namespace loom

@@ -1,0 +1,35 @@
+// Collectives as ops (issue 15; DESIGN.md invariant 11): `allreduce`, `allgather` and
+// `broadcast` are op records like any other, submitted to the tensor's device, so they run now
+// (eager, blocking) or are captured, analysed, planned and replayed with the rest of a step.
+// The communicator is named by its registry id (device/comm_registry.h); every collective
+// also reads and writes the communicator's token (Note [The collective token]).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "device/communicator.h"
+
+namespace loom {
+
+// What goes on the wire for an all-reduce of float32/float64 data.
+enum class Compression : uint8_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
+const char* Name(Compression c);
+Compression ParseCompression(const std::string& s);  // "none", "fp16", "bf16"; ValueError otherwise
+
+namespace ops {
+
+// In place: t = scale * reduce_over_ranks(t). With compression, t is rounded to 16 bits before
+// it is sent and the result read back from 16 bits (float accumulation in between).
+// `members`: tensors on blocks whose memory lies inside t's (gradients bound into a bucket,
+// Note [Gradient buckets] in graph/buckets.cc) — recorded as read and written so that the
+// analysis orders the collective after their writers and before their readers.
+void AllReduce(int comm, const Tensor& t, ReduceOp op = ReduceOp::kSum, double scale = 1.0,
+               Compression compression = Compression::kNone, const std::vector<Tensor>& members = {});
+// (size, ...t.shape): row r is rank r's t.
+Tensor AllGather(int comm, const Tensor& t);
+// In place: every rank ends with root's t.
+void Broadcast(int comm, const Tensor& t, int root);
+
+}  // namespace ops
+}  // namespace loom

@@ -1,0 +1,117 @@
+// Collective op declarations (core/collective.h). Inputs: the buffer, the communicator's token
+// (Note [The collective token]), then, for allreduce, member tensors aliasing the buffer.
+// Outputs list the same tensors (in place), except allgather's gathered result.
+// attrs: comm (registry id); allreduce: reduce (0 sum, 1 max), scale, compress (Compression);
+// allgather: size (ranks); broadcast: root.
+#include "core/collective.h"
+
+#include "core/ops/common.h"
+#include "device/comm_registry.h"
+
+namespace loom {
+
+using namespace opdecl;
+
+const char* Name(Compression c) {
+  switch (c) {
+    case Compression::kNone: return "none";
+    case Compression::kFloat16: return "fp16";
+    case Compression::kBFloat16: return "bf16";
+  }
+  return "?";
+}
+
+Compression ParseCompression(const std::string& s) {
+  if (s == "none" || s.empty()) return Compression::kNone;
+  if (s == "fp16" || s == "float16") return Compression::kFloat16;
+  if (s == "bf16" || s == "bfloat16") return Compression::kBFloat16;
+  throw ValueError(detail::Cat("[allreduce] compression '", s, "': expected none, fp16 or bf16"));
+}
+
+namespace {
+void CheckToken(const char* op, const std::vector<TensorMeta>& in) {
+  LOOM_CHECK(in.size() >= 2 && in[1].dtype == DType::kInt64 && NumElements(in[1].shape) == 1, ValueError, "[", op,
+             "] input 1 must be the communicator's token (int64, one element)");
+}
+}  // namespace
+
+LOOM_OP(allreduce) {
+  def.internal = "reached through DistOpt, SyncBatchNorm2d and the gradient-bucket pass";
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckToken("allreduce", in);
+    LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[allreduce] buffer must be floating, got ", Name(in[0].dtype));
+    const auto c = Compression(a.Int("compress", 0));
+    LOOM_CHECK(c == Compression::kNone || in[0].dtype == DType::kFloat32 || in[0].dtype == DType::kFloat64,
+               DTypeError, "[allreduce] ", Name(c), " compression needs float32 or float64 data, got ",
+               Name(in[0].dtype));
+    const int64_t r = a.Int("reduce", 0);
+    LOOM_CHECK(r == 0 || r == 1, ValueError, "[allreduce] reduce ", r, ": 0 (sum) or 1 (max)");
+    return in;
+  };
+}
+
+LOOM_OP(allgather) {
+  def.internal = "reached through loom.collective";
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("allgather", in, 2);
+    CheckToken("allgather", in);
+    const int64_t n = a.Int("size");
+    LOOM_CHECK(n >= 1, ValueError, "[allgather] size ", n, " must be >= 1");
+    Shape s{n};
+    s.insert(s.end(), in[0].shape.begin(), in[0].shape.end());
+    return std::vector<TensorMeta>{{s, in[0].dtype}, in[1]};
+  };
+}
+
+LOOM_OP(broadcast) {
+  def.internal = "reached through DistOpt (parameters from rank 0)";
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("broadcast", in, 2);
+    CheckToken("broadcast", in);
+    LOOM_CHECK(a.Int("root") >= 0, ValueError, "[broadcast] root ", a.Int("root"), " is negative");
+    return in;
+  };
+}
+
+namespace ops {
+
+namespace {
+void CheckBuffer(const char* op, const Tensor& t) {
+  LOOM_CHECK(t.defined(), ValueError, "[", op, "] undefined tensor");
+  LOOM_CHECK(t.is_contiguous(), ValueError, "[", op, "] buffer ", t.Describe(), " must be contiguous");
+}
+}  // namespace
+
+void AllReduce(int comm, const Tensor& t, ReduceOp op, double scale, Compression compression,
+               const std::vector<Tensor>& members) {
+  CheckBuffer("allreduce", t);
+  NoGradGuard no_grad;
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  std::vector<Tensor> io{t, token};
+  io.insert(io.end(), members.begin(), members.end());
+  CallInto("allreduce", io, io,
+           Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(op == ReduceOp::kMax)}, {"scale", scale},
+                 {"compress", int64_t(compression)}});
+}
+
+Tensor AllGather(int comm, const Tensor& t) {
+  CheckBuffer("allgather", t);
+  NoGradGuard no_grad;
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  const int64_t n = FindCommunicator(comm)->size();
+  Shape s{n};
+  s.insert(s.end(), t.shape().begin(), t.shape().end());
+  Tensor out(s, t.dtype(), t.device_ptr());
+  CallInto("allgather", {t, token}, {out, token}, Attrs{{"comm", int64_t(comm)}, {"size", n}});
+  return out;
+}
+
+void Broadcast(int comm, const Tensor& t, int root) {
+  CheckBuffer("broadcast", t);
+  NoGradGuard no_grad;
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  CallInto("broadcast", {t, token}, {t, token}, Attrs{{"comm", int64_t(comm)}, {"root", int64_t(root)}});
+}
+
+}  // namespace ops
+}  // namespace loom

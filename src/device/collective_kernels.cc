@@ -1,0 +1,108 @@
+// Collective kernels (collective_kernels.h).
+#include "device/collective_kernels.h"
+
+#include <vector>
+
+#include "core/collective.h"
+#include "device/comm_registry.h"
+#include "device/device.h"
+
+namespace loom {
+
+namespace {
+
+// Calls f(pointer) on the buffer the communicator can read: `buf` itself when the communicator
+// and the tensor live on the same side, else a host copy (copied back after f when `back`).
+template <typename F>
+void OnWire(Device& dev, const Communicator& comm, void* buf, size_t bytes, bool back, F&& f) {
+  const bool tensor_on_host = dev.type() == DeviceType::kCPU;
+  if (comm.on_device() != tensor_on_host) {
+    f(buf);
+    return;
+  }
+  LOOM_CHECK(!comm.on_device(), DeviceError, "[collective] the ", comm.backend(),
+             " communicator works on device memory; the tensor is on ", dev.name());
+  std::vector<char> host(bytes);
+  dev.MemcpyToHost(host.data(), buf, bytes);
+  f(host.data());
+  if (back) dev.MemcpyFromHost(buf, host.data(), bytes);
+}
+
+// Runs the device's kernel of `name` on x -> y (element-wise: may be the same tensor).
+void RunElementwise(const char* name, const Tensor& x, const Tensor& y, Attrs attrs, const KernelContext& ctx) {
+  OpRecord r;
+  r.def = &GetOp(name);
+  r.attrs = std::move(attrs);
+  r.inputs = {x};
+  r.outputs = {y};
+  KernelContext plain = ctx;
+  plain.scratch = nullptr;
+  plain.scratch_bytes = 0;
+  ctx.device->RunKernel(r, plain);
+}
+
+DType WireType(Compression c) { return c == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16; }
+
+}  // namespace
+
+size_t AllReduceScratchBytes(const OpRecord& op) {
+  const auto c = Compression(op.attrs.Int("compress", 0));
+  return c == Compression::kNone ? 0 : size_t(op.inputs[0].numel()) * 2;
+}
+
+// data: (n...) in place, token, members... -> the same
+void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
+  std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
+  Device& dev = *ctx.device;
+  const Tensor& t = op.outputs[0];
+  const int64_t n = t.numel();
+  const ReduceOp rop = op.attrs.Int("reduce", 0) ? ReduceOp::kMax : ReduceOp::kSum;
+  const auto compress = Compression(op.attrs.Int("compress", 0));
+  if (compress == Compression::kNone) {
+    OnWire(dev, *comm, t.raw_data(), t.nbytes(), true, [&](void* p) { comm->AllReduce(p, n, t.dtype(), rop); });
+  } else {
+    // The wire copy: planned scratch in a graph, the device pool in eager mode.
+    const size_t bytes = size_t(n) * 2;
+    void* scratch = ctx.scratch && ctx.scratch_bytes >= bytes ? ctx.scratch : nullptr;
+    void* owned = scratch ? nullptr : dev.Malloc(bytes);
+    struct Free {
+      Device& d;
+      void* p;
+      ~Free() { if (p) d.Free(p); }
+    } free_owned{dev, owned};
+    auto block = std::make_shared<Block>(bytes, dev.shared_from_this());
+    block->Bind(scratch ? scratch : owned);
+    const DType w = WireType(compress);
+    Tensor wire(block, t.shape(), ContiguousStrides(t.shape()), 0, w);
+    RunElementwise("cast", t, wire, Attrs{{"dtype", int64_t(w)}}, ctx);
+    OnWire(dev, *comm, wire.raw_data(), bytes, true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
+    RunElementwise("cast", wire, t, Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
+  }
+  const double scale = op.attrs.Float("scale", 1.0);
+  if (scale != 1.0) RunElementwise("mul_scalar", t, t, Attrs{{"s", scale}}, ctx);
+}
+
+// x: (n...), token -> y: (size, n...), token
+void AllGatherKernel(const OpRecord& op, const KernelContext& ctx) {
+  std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
+  LOOM_CHECK(op.attrs.Int("size") == comm->size(), CommError, "[allgather] captured for ", op.attrs.Int("size"),
+             " ranks, the communicator has ", comm->size());
+  Device& dev = *ctx.device;
+  const Tensor &x = op.inputs[0], &y = op.outputs[0];
+  OnWire(dev, *comm, x.raw_data(), x.nbytes(), false, [&](void* send) {
+    OnWire(dev, *comm, y.raw_data(), y.nbytes(), true,
+           [&](void* recv) { comm->AllGather(send, recv, x.numel(), x.dtype()); });
+  });
+}
+
+// x: (n...) in place, token -> the same
+void BroadcastKernel(const OpRecord& op, const KernelContext& ctx) {
+  std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
+  const int root = int(op.attrs.Int("root"));
+  LOOM_CHECK(root < comm->size(), CommError, "[broadcast] root ", root, " of ", comm->size(), " ranks");
+  const Tensor& t = op.outputs[0];
+  OnWire(*ctx.device, *comm, t.raw_data(), t.nbytes(), true,
+         [&](void* p) { comm->Broadcast(p, t.numel(), t.dtype(), root); });
+}
+
+}  // namespace loom
