@@ -74,6 +74,7 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
 }
 
 PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options) {
+  ops = BucketGradients(std::move(ops), options).ops;  // first: a bucketed gradient is not fused away
   if (!options.fuse) return {std::move(ops), 0};
   return FuseWeightGradientsIntoUpdates(std::move(ops), device);
 }

@@ -69,6 +69,7 @@ void Graph::Finalize() {
   ops_.NoteHolders();
   PassResult passed = RunPasses(std::move(ops_), *device_, options_);
   ops_ = std::move(passed.ops);
+  CheckRanksCapturedTheSame(ops_, *device_);  // Note [Ranks capture the same graph]
   analysis_ = Analyse(ops_.access, ops_.facts);
   const bool planned = options_.memory == MemoryMode::kPlanned;
   if (planned) {

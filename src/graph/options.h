@@ -31,7 +31,11 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(bool, parallel_fallback, true,                                                                     \
     "a parallel replay first runs serially, timing each op, and stays serial when the schedule has "   \
     "too little independent work (Note [Parallel or serial]); false: always the parallel schedule")   \
-  X(bool, fuse, true, "run the graph passes at the end of the capture (graph/passes.h)")
+  X(bool, fuse, true, "run the graph passes at the end of the capture (graph/passes.h)")               \
+  X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
+  X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
+  X(bool, overlap_collectives, true,                                                                   \
+    "each bucket's all-reduce right after its last gradient (overlaps backward); false: after backward")
 
 #define LOOM_GRAPH_STATS(X)                                                                            \
   X(size_t, num_ops, 0, "ops replayed, after the passes")                                              \

@@ -27,6 +27,12 @@ struct PassResult {
 // Note [Weight gradient into the update] (fuse.cc). Keeps arithmetic: bitwise equal to eager.
 PassResult FuseWeightGradientsIntoUpdates(OpList ops, const Device& device);
 
+// Note [Gradient buckets] (buckets.cc). Keeps arithmetic. rewrites: the bucket all-reduces made.
+PassResult BucketGradients(OpList ops, const GraphOptions& options);
+// Note [Ranks capture the same graph] (buckets.cc): GraphError on every rank when they differ.
+void CheckRanksCapturedTheSame(const OpList& ops, Device& device);
+bool IsCollective(const OpRecord& op);  // allreduce, allgather, broadcast
+
 // Every pass the options ask for, in order.
 PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options);
 

@@ -95,7 +95,7 @@ void Replayer::RunParallel(const ReplayInputs& g, const KernelContext& ctx, Grap
       }
     }
   };
-  workers_->Run(g.schedule.succs, g.schedule.npreds, run);
+  workers_->Run(g.schedule.succs, g.schedule.npreds, g.schedule.lane, run);
 }
 
 // Note [Parallel or serial] (schedule.h): the first parallel replay runs serially, timing each

@@ -5,8 +5,9 @@
 
 namespace loom {
 
-ReplayWorkers::ReplayWorkers(int n) {
+ReplayWorkers::ReplayWorkers(int n) : lane_thread_(n) {
   for (int i = 1; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
+  threads_.emplace_back([this, n] { Loop(n); });  // the collective lane
 }
 
 ReplayWorkers::~ReplayWorkers() {
@@ -31,50 +32,60 @@ void ReplayWorkers::Loop(int thread) {
 }
 
 void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
+  const bool lane = thread == lane_thread_;
+  std::vector<int>& mine = lane ? lane_ready_ : ready_;
   while (true) {
-    cv_.wait(l, [&] { return !ready_.empty() || finished_ == total_ || error_ || stop_; });
-    if (ready_.empty() || error_ || stop_) {
+    cv_.wait(l, [&] { return !mine.empty() || finished_ == total_ || error_ || stop_; });
+    if (mine.empty() || error_ || stop_) {
       if (finished_ == total_ || error_ || stop_) return;
       continue;
     }
-    int op = ready_.back();
-    ready_.pop_back();
+    int op = mine.back();
+    mine.pop_back();
     // Note [Alone in flight]: an op dispatched when nothing else is ready or running is the
     // only one in flight until it ends (no other op can become ready before it finishes), so
     // it gets the whole pool for its own loops. Otherwise ops run serially inside, one core
     // each: a chain of ops is then no slower than serial replay.
-    const bool alone = ready_.empty() && busy_ == 0;
-    ++busy_;
+    // A collective in flight holds no core (it waits on the wire): it does not count.
+    const bool alone = !lane && ready_.empty() && busy_ == 0;
+    ++(lane ? lane_busy_ : busy_);
     l.unlock();
     std::exception_ptr err;
     try {
-      SerialRegion region(!alone);
+      SerialRegion region(lane || !alone);
       (*run_)(op, thread);
     } catch (...) {
       err = std::current_exception();
     }
     l.lock();
-    --busy_;
+    --(lane ? lane_busy_ : busy_);
     if (err && !error_) error_ = err;
     ++finished_;
     if (!err)
       for (int s : (*succs_)[size_t(op)])
-        if (--remaining_[size_t(s)] == 0) ready_.push_back(s);
+        if (--remaining_[size_t(s)] == 0) Ready(s);
     if (finished_ == total_ || error_) done_cv_.notify_all();
     cv_.notify_all();
   }
 }
 
+void ReplayWorkers::Ready(int op) {
+  const bool collective = !lanes_->empty() && (*lanes_)[size_t(op)] == Lane::kCollective;
+  (collective ? lane_ready_ : ready_).push_back(op);
+}
+
 void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::vector<int>& npreds,
-                        const std::function<void(int, int)>& run) {
+                        const std::vector<Lane>& lanes, const std::function<void(int, int)>& run) {
   std::unique_lock<std::mutex> l(mu_);
   succs_ = &succs;
   run_ = &run;
+  lanes_ = &lanes;
   remaining_ = npreds;
   ready_.clear();
+  lane_ready_.clear();
   // Seed in reverse so that the vector pops ops in issue order first.
   for (size_t i = npreds.size(); i-- > 0;)
-    if (npreds[i] == 0) ready_.push_back(int(i));
+    if (npreds[i] == 0) Ready(int(i));
   finished_ = 0;
   total_ = npreds.size();
   error_ = nullptr;
@@ -84,10 +95,11 @@ void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::v
     SerialRegion serial;
     Work(0, l);
   }
-  done_cv_.wait(l, [&] { return busy_ == 0 && (finished_ == total_ || error_); });
+  done_cv_.wait(l, [&] { return busy_ == 0 && lane_busy_ == 0 && (finished_ == total_ || error_); });
   std::exception_ptr err = error_;
   succs_ = nullptr;
   run_ = nullptr;
+  lanes_ = nullptr;
   total_ = 0;
   finished_ = 0;
   if (err) std::rethrow_exception(err);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "graph/passes.h"
 
 namespace loom {
 
@@ -38,6 +39,9 @@ Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const Memory
   Schedule s;
   s.succs.assign(n, {});
   s.npreds.assign(n, 0);
+  s.lane.assign(n, Lane::kCompute);
+  for (size_t i = 0; i < n; ++i)
+    if (IsCollective(ops.ops[i])) s.lane[i] = Lane::kCollective;  // Note [A lane for collectives]
   for (size_t i = 0; i < n; ++i) {
     std::sort(preds[i].begin(), preds[i].end());
     preds[i].erase(std::unique(preds[i].begin(), preds[i].end()), preds[i].end());

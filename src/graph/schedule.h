@@ -20,9 +20,19 @@
 
 namespace loom {
 
+// Note [A lane for collectives]
+// A collective (allreduce, ...) mostly waits: for the other ranks and the wire. On a worker of
+// the parallel replay it would hold a core doing nothing, and with few workers it would stall
+// the backward it is meant to overlap. So collectives run on a lane of their own, one extra
+// thread of the replay that runs nothing else; their token (Note [The collective token]) keeps
+// them in issue order there, and the compute workers go on with every op that does not depend
+// on them (the backward of earlier layers, Note [Gradient buckets]).
+enum class Lane : uint8_t { kCompute = 0, kCollective = 1 };
+
 struct Schedule {
   std::vector<std::vector<int>> succs;  // per op: the ops waiting for it, ascending
   std::vector<int> npreds;              // per op: how many ops it waits for
+  std::vector<Lane> lane;               // per op: where the parallel replay runs it
 };
 
 // layout: empty for dynamic memory (no in-place reuse, no shared bytes).

@@ -1,0 +1,225 @@
+// Step 1b of graph.h: gradient buckets (passes.h), and the check that every rank captured the
+// same graph.
+//
+// Note [Gradient buckets]
+// DistOpt (nn/dist_opt.h) captures what eager mode runs: after backward, for each gradient,
+//     allreduce(g, token; scale = 1/N)        then the optimizer's update reading g.
+// Correct, but every all-reduce waits for the whole backward, and N small messages cost N
+// latencies. This pass rewrites those all-reduces (the ones whose buffer is a whole gradient
+// block written earlier in the graph, read only by ops after them) as follows:
+//   - one persistent bucket block holds the gradients back to back, in the order in which they
+//     become final during backward (their last writer), each at a 64-byte aligned offset (the
+//     padding is zero on every rank, so it reduces to zero);
+//   - every gradient block is bound into it (it becomes persistent: the plan no longer holds
+//     it, and the backward writes straight into the bucket);
+//   - the bucket is cut into consecutive slices: the first `first_bucket_bytes` (small, so the
+//     first all-reduce starts early), then `bucket_bytes` each; a gradient may straddle a cut;
+//   - each slice gets one allreduce, with the same scale, reduce and compression, placed right
+//     after the last write of any gradient it overlaps (GraphOptions::overlap_collectives; else
+//     all where the first original all-reduce stood: "collectives forced after backward"). The
+//     record lists those gradients as members (core/collective.h), so the analysis orders it
+//     after their writers and before their readers, and nothing else: backward ops of earlier
+//     layers do not wait for it, and the schedule's collective lane runs it beside them;
+//   - the original per-gradient all-reduces go.
+// All slices read and write the bucket and the token, so they keep issue order on every rank
+// (Note [The collective token]). The arithmetic is unchanged — the same element-wise sum and
+// scale — so replay stays equal to eager.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "core/collective.h"
+#include "core/ops.h"
+#include "device/comm_registry.h"
+#include "device/device.h"
+#include "graph/passes.h"
+
+LOOM_OP_KIND(allreduce);
+LOOM_OP_KIND(allgather);
+LOOM_OP_KIND(broadcast);
+
+namespace loom {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+
+struct Candidate {
+  int op;           // the original allreduce
+  int block;        // the gradient's block
+  int last_write;   // when the gradient becomes final
+};
+
+// What must agree for all-reduces to share a bucket.
+using GroupKey = std::tuple<int64_t, Device*, int, int64_t, double, int64_t>;  // comm, device, dtype, reduce, scale, compress
+
+GroupKey KeyOf(const OpRecord& op) {
+  return {op.attrs.Int("comm"), op.inputs[0].device(), int(op.inputs[0].dtype()), op.attrs.Int("reduce", 0),
+          op.attrs.Float("scale", 1.0), op.attrs.Int("compress", 0)};
+}
+
+}  // namespace
+
+bool IsCollective(const OpRecord& op) {
+  return op.def == &op_kind::allreduce || op.def == &op_kind::allgather || op.def == &op_kind::broadcast;
+}
+
+PassResult BucketGradients(OpList list, const GraphOptions& options) {
+  const size_t n = list.size();
+  std::vector<std::vector<int>> readers(list.blocks.size()), writers(list.blocks.size());
+  for (size_t i = 0; i < n; ++i) {
+    for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
+    for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
+  }
+  // Candidates: a whole, unshared gradient block, written before the all-reduce and touched by
+  // nothing between its last write and the all-reduce (or the reduced value would move).
+  std::map<GroupKey, std::vector<Candidate>> groups;
+  std::vector<char> seen(list.blocks.size(), 0);
+  for (size_t i = 0; i < n; ++i) {
+    const OpRecord& op = list.ops[i];
+    if (op.def != &op_kind::allreduce || op.inputs.size() != 2) continue;
+    const Tensor& g = op.inputs[0];
+    const int b = list.BlockIndex(g.block());
+    const BlockFacts& f = list.facts[size_t(b)];
+    if (seen[size_t(b)] || f.marked_persistent || f.has_memory || g.block()->allocated()) continue;
+    if (g.offset() != 0 || !g.is_contiguous() || g.nbytes() != g.block()->bytes()) continue;
+    int last_write = -1;
+    bool ok = true;
+    for (int w : writers[size_t(b)]) {
+      if (w == int(i)) continue;
+      if (w > int(i)) ok = false;
+      last_write = std::max(last_write, w);
+    }
+    for (int r : readers[size_t(b)])
+      if (r != int(i) && r > last_write && r < int(i)) ok = false;
+    if (!ok || last_write < 0) continue;
+    seen[size_t(b)] = 1;
+    groups[KeyOf(op)].push_back({int(i), b, last_write});
+  }
+  if (groups.empty()) return {std::move(list), 0};
+
+  const size_t cap = size_t(std::max(options.bucket_bytes, 1));
+  const size_t first_cap = options.first_bucket_bytes > 0 ? std::min(cap, size_t(options.first_bucket_bytes)) : cap;
+  // Inserted all-reduces, by the op they follow; original all-reduces to drop.
+  std::multimap<int, OpRecord> after;
+  std::vector<char> drop(n, 0);
+  size_t made = 0;
+  for (auto& kv : groups) {
+    std::vector<Candidate>& cs = kv.second;
+    std::stable_sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.last_write < b.last_write; });
+    const OpRecord& proto = list.ops[size_t(cs[0].op)];
+    const DType dtype = proto.inputs[0].dtype();
+    const size_t esize = SizeOf(dtype);
+    std::vector<size_t> offsets;
+    size_t total = 0;
+    for (const Candidate& c : cs) {
+      offsets.push_back(total);
+      total += (list.blocks[size_t(c.block)]->bytes() + kAlign - 1) / kAlign * kAlign;
+    }
+    // The bucket: persistent state, made (and zeroed) once, like an optimizer's moments.
+    const std::shared_ptr<Device>& dev = list.blocks[size_t(cs[0].block)]->device_ptr();
+    auto bucket = std::make_shared<Block>(total, dev);
+    bucket->set_persistent(true);
+    bucket->Allocate();
+    {
+      std::vector<char> zeros(total, 0);
+      dev->MemcpyFromHost(bucket->ptr(), zeros.data(), total);
+    }
+    for (size_t k = 0; k < cs.size(); ++k) {
+      Block& g = *list.blocks[size_t(cs[k].block)];
+      g.Bind(static_cast<char*>(bucket->ptr()) + offsets[k]);
+      g.set_persistent(true);
+      drop[size_t(cs[k].op)] = 1;
+    }
+    // Slices: [first_cap, cap, cap, ...], in whole elements.
+    int first_original = cs[0].op;
+    for (const Candidate& c : cs) first_original = std::min(first_original, c.op);
+    size_t begin = 0;
+    for (size_t s = 0; begin < total; ++s) {
+      const size_t want = std::max(esize, (s == 0 ? first_cap : cap) / esize * esize);
+      const size_t end = std::min(total, begin + want);
+      OpRecord ar;
+      ar.def = &op_kind::allreduce;
+      ar.attrs = proto.attrs;
+      ar.inputs = {Tensor(bucket, {int64_t((end - begin) / esize)}, {1}, int64_t(begin / esize), dtype),
+                   proto.inputs[1]};
+      int last = -1;
+      for (size_t k = 0; k < cs.size(); ++k) {
+        const size_t g0 = offsets[k], g1 = g0 + list.blocks[size_t(cs[k].block)]->bytes();
+        if (g0 < end && begin < g1) {
+          ar.inputs.push_back(list.ops[size_t(cs[k].op)].inputs[0]);
+          last = std::max(last, cs[k].last_write);
+        }
+      }
+      ar.outputs = ar.inputs;
+      // A slice of padding only follows the slice before it.
+      if (last < 0) last = after.empty() ? first_original - 1 : after.rbegin()->first;
+      const int at = options.overlap_collectives ? last : first_original - 1;
+      after.emplace(at, std::move(ar));
+      ++made;
+      begin = end;
+    }
+  }
+  std::vector<OpRecord> out;
+  auto emit_after = [&](int i) {
+    auto range = after.equal_range(i);
+    for (auto it = range.first; it != range.second; ++it) out.push_back(std::move(it->second));
+  };
+  emit_after(-1);
+  for (size_t i = 0; i < n; ++i) {
+    if (!drop[i]) out.push_back(std::move(list.ops[i]));
+    emit_after(int(i));
+  }
+  OpList rebuilt = Rebuild(std::move(out), list);
+  for (size_t b = 0; b < rebuilt.blocks.size(); ++b)
+    if (rebuilt.blocks[b]->persistent() && rebuilt.blocks[b]->allocated()) {
+      rebuilt.facts[b].marked_persistent = true;
+      rebuilt.facts[b].has_memory = true;
+    }
+  return {std::move(rebuilt), made};
+}
+
+// Note [Ranks capture the same graph]
+// Replays on different ranks meet only in their collectives; if the ranks captured different
+// steps (a data-dependent branch, another model), the first mismatched collective would hang or
+// reduce unrelated buffers. So at the end of a capture with collectives, the ranks all-gather
+// one hash of the op kinds and collective shapes, per communicator, and every rank throws the
+// same GraphError when they differ.
+void CheckRanksCapturedTheSame(const OpList& list, Device& device) {
+  std::map<int64_t, uint64_t> hashes;  // communicator -> hash
+  for (const OpRecord& op : list.ops)
+    if (IsCollective(op)) hashes.emplace(op.attrs.Int("comm"), 1469598103934665603ull);
+  if (hashes.empty()) return;
+  auto mix = [](uint64_t& h, const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  for (auto& kv : hashes) {
+    uint64_t& h = kv.second;
+    for (const OpRecord& op : list.ops) {
+      mix(h, op.name());
+      if (IsCollective(op) && op.attrs.Int("comm") == kv.first) {
+        mix(h, ToString(op.inputs[0].shape()));
+        mix(h, Name(op.inputs[0].dtype()));
+        Attrs a = op.attrs;
+        a.Set("comm", int64_t(0));  // a registry id: a process's own numbering
+        mix(h, a.ToString());
+      }
+    }
+  }
+  for (const auto& kv : hashes) {
+    const std::shared_ptr<Communicator> comm = FindCommunicator(int(kv.first));
+    auto dev = device.shared_from_this();
+    Tensor mine = ops::FromVector(std::vector<int64_t>{int64_t(kv.second)}, {1}, dev);
+    std::vector<int64_t> all = ops::AllGather(int(kv.first), mine).ToVector<int64_t>();
+    std::string diff;
+    for (size_t r = 0; r < all.size(); ++r) diff += detail::Cat(r ? ", " : "", "rank ", r, ": ", uint64_t(all[r]));
+    for (size_t r = 1; r < all.size(); ++r)
+      LOOM_CHECK(all[r] == all[0], GraphError, "[graph '", list.graph_name(), "'] the ", comm->size(),
+                 " ranks captured different graphs (hashes of op kinds and collectives: ", diff,
+                 "); every rank must capture the same step (Note [Ranks capture the same graph])");
+  }
+}
+
+}  // namespace loom
