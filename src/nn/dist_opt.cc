@@ -1,0 +1,80 @@
+// DistOpt (dist_opt.h).
+#include "nn/dist_opt.h"
+
+#include <cstdlib>
+#include <map>
+
+#include "core/ops.h"
+#include "device/device.h"
+
+namespace loom {
+namespace nn {
+
+static std::shared_ptr<Communicator> Checked(const std::shared_ptr<Optimizer>& opt,
+                                            std::shared_ptr<Communicator> comm) {
+  LOOM_CHECK(opt, ValueError, "[dist_opt] no optimizer to wrap");
+  LOOM_CHECK(comm, ValueError, "[dist_opt] no communicator");
+  return comm;
+}
+
+DistOpt::DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm, Compression compression,
+                 size_t bucket_bytes)
+    : Optimizer(optimizer ? optimizer->learning_rate() : 0.0),
+      optimizer_(std::move(optimizer)),
+      comm_(Checked(optimizer_, std::move(comm))),
+      compression_(compression),
+      bucket_bytes_(bucket_bytes) {
+  LOOM_CHECK(bucket_bytes_ > 0, ValueError, "[dist_opt] bucket_bytes must be > 0");
+}
+
+int DistOpt::local_rank() const {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return global_rank();
+}
+
+void DistOpt::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {
+  LOOM_CHECK(grad.defined(), ValueError, "[dist_opt] gradient of ", param.Describe(), " is undefined");
+  ops::AllReduce(comm_.id(), grad, ReduceOp::kSum, 1.0 / world_size(), compression_);
+  optimizer_->Apply(grad, param, name);
+}
+
+void DistOpt::StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
+  if (param_grads.empty()) return;
+  if (param_grads[0].first.device()->buffering()) {  // the graph's bucket pass regroups these
+    for (const auto& pg : param_grads) Apply(pg.second, pg.first, pg.first.name());
+    return;
+  }
+  NoGradGuard no_grad;
+  size_t k = 0;
+  while (k < param_grads.size()) {
+    // One bucket: consecutive gradients of one device and dtype, up to bucket_bytes_.
+    const Tensor& g0 = param_grads[k].second;
+    size_t end = k, bytes = 0;
+    while (end < param_grads.size() && param_grads[end].second.device() == g0.device() &&
+           param_grads[end].second.dtype() == g0.dtype() &&
+           (end == k || bytes + param_grads[end].second.nbytes() <= bucket_bytes_))
+      bytes += param_grads[end++].second.nbytes();
+    Tensor bucket(Shape{int64_t(bytes / SizeOf(g0.dtype()))}, g0.dtype(), g0.device_ptr());
+    std::vector<Tensor> slices;
+    int64_t at = 0;
+    for (size_t i = k; i < end; ++i) {
+      const Tensor& g = param_grads[i].second;
+      Tensor slice(bucket.block_ptr(), g.shape(), ContiguousStrides(g.shape()), at, g.dtype());
+      ops::CopyInto(slice, g);
+      slices.push_back(slice);
+      at += g.numel();
+    }
+    ops::AllReduce(comm_.id(), bucket, ReduceOp::kSum, 1.0 / world_size(), compression_);
+    for (size_t i = k; i < end; ++i)
+      optimizer_->Apply(slices[i - k], param_grads[i].first, param_grads[i].first.name());
+    k = end;
+  }
+}
+
+void DistOpt::BroadcastParameters(const std::vector<Tensor>& params, int root) {
+  for (const Tensor& p : params) ops::Broadcast(comm_.id(), p, root);
+}
+
+}  // namespace nn
+}  // namespace loom

@@ -1,0 +1,135 @@
+// Helpers of the data-parallel tests (issue 15).
+//
+// Note [Rank launchers]
+// Every multi-rank test is a function of one rank, run by a launcher: here the in-process
+// communicator (N threads, one CPU device each); under mpirun, a launcher that runs the same
+// function once for this process's rank on an MPI communicator. The references are computed
+// inside the rank function without any communicator (plain training on the global batch), so
+// a test needs nothing from the other ranks but their collectives.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/graph_capture.h"
+#include "common/harness.h"
+#include "common/mlp.h"
+#include "core/ops.h"
+#include "device/device.h"
+#include "io/comm/inproc.h"
+#include "nn/dist_opt.h"
+
+namespace loom {
+namespace test {
+
+using RankFn = std::function<void(int rank, const std::shared_ptr<Communicator>& comm)>;
+using Launcher = std::function<void(int world, const RankFn& fn)>;
+
+// N threads over one in-process group; rethrows the first rank's exception.
+inline Launcher InProcLauncher(InProcOptions options = {}) {
+  return [options](int world, const RankFn& fn) {
+    for (const std::exception_ptr& e : RunInProcRanks(world, fn, options))
+      if (e) std::rethrow_exception(e);
+  };
+}
+
+constexpr int64_t kGlobalBatch = 32, kFeatures = 16, kClasses = 16;
+const std::vector<int64_t> kDims{kFeatures, 32, 32, kClasses};
+
+// The global batch of step s: rows of Gaussian blobs, labels in [0, kClasses).
+struct GlobalBatch {
+  std::vector<double> x;
+  std::vector<int32_t> y;
+};
+inline GlobalBatch MakeGlobalBatch(int step) {
+  std::mt19937 gen(uint32_t(1000 + step));
+  std::normal_distribution<double> n(0, 1);
+  GlobalBatch b;
+  for (int64_t i = 0; i < kGlobalBatch; ++i) {
+    const int32_t c = int32_t(gen() % uint32_t(kClasses));
+    b.y.push_back(c);
+    for (int64_t j = 0; j < kFeatures; ++j) b.x.push_back(0.5 * n(gen) + (j % kClasses == c ? 2.0 : 0.0));
+  }
+  return b;
+}
+
+// Rank `rank`'s rows of the global batch of `step`, written into x (rows, kFeatures), y (rows).
+inline void FillShard(int step, int rank, int world, Tensor x, Tensor y) {
+  const GlobalBatch b = MakeGlobalBatch(step);
+  const int64_t rows = kGlobalBatch / world, r0 = rows * rank;
+  std::vector<double> xs(b.x.begin() + r0 * kFeatures, b.x.begin() + (r0 + rows) * kFeatures);
+  std::vector<int32_t> ys(b.y.begin() + r0, b.y.begin() + r0 + rows);
+  if (x.dtype() == DType::kFloat64) x.CopyFrom(xs);
+  else x.CopyFrom(std::vector<float>(xs.begin(), xs.end()));
+  y.CopyFrom(ys);
+}
+
+enum class Mode { kEager, kSerial, kParallel };
+inline const char* Name(Mode m) { return m == Mode::kEager ? "eager" : m == Mode::kSerial ? "serial" : "parallel"; }
+
+struct DistRun {
+  std::vector<std::vector<double>> params;
+  std::shared_ptr<nn::Optimizer> opt;    // keeps the communicator registered for the graph
+  std::unique_ptr<CapturedGraph> graph;  // graph modes
+  std::shared_ptr<Device> device;
+};
+
+// `steps` steps of SGD with momentum on the MLP, on rank's shard with DistOpt over comm, or
+// (comm null) on the whole global batch without one.
+inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>& comm, Mode mode, DType dtype,
+                        int steps, GraphOptions options = {}) {
+  DistRun run;
+  run.device = NewCpuDevice(rank);
+  const auto& dev = run.device;
+  Mlp m(kDims, 7, dev, dtype);
+  auto sgd = std::make_shared<nn::SGD>(0.05, 0.9);
+  run.opt = sgd;
+  if (comm) run.opt = std::make_shared<nn::DistOpt>(sgd, comm);
+  nn::Optimizer* opt = run.opt.get();
+  const int64_t rows = kGlobalBatch / world;
+  Tensor x = ops::Zeros({rows, kFeatures}, dtype, dev), y = ops::Zeros({rows}, DType::kInt32, dev);
+  x.block()->set_persistent(true);
+  y.block()->set_persistent(true);
+  if (mode == Mode::kEager) {
+    for (int s = 0; s < steps; ++s) {
+      FillShard(s, rank, world, x, y);
+      m.Step(x, y, *opt);
+    }
+  } else {
+    if (mode == Mode::kParallel) {
+      options.parallel_fallback = false;
+      options.num_workers = 2;
+    }
+    run.graph = std::make_unique<CapturedGraph>(dev, "dist", options);
+    run.graph->Capture([&] { m.Step(x, y, *opt); });
+    for (int s = 0; s < steps; ++s) {
+      FillShard(s, rank, world, x, y);
+      run.graph->Replay(mode == Mode::kSerial);
+    }
+  }
+  for (const Tensor& p : m.params) {
+    if (dtype == DType::kFloat64) run.params.push_back(p.ToVector<double>());
+    else {
+      auto v = p.ToVector<float>();
+      run.params.emplace_back(v.begin(), v.end());
+    }
+  }
+  return run;
+}
+
+// max |a - b| / max |b| over all parameters.
+inline double RelativeDiff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < b.size(); ++i)
+    for (size_t j = 0; j < b[i].size(); ++j) {
+      diff = std::max(diff, std::abs(a[i][j] - b[i][j]));
+      scale = std::max(scale, std::abs(b[i][j]));
+    }
+  return diff / scale;
+}
+
+}  // namespace test
+}  // namespace loom

@@ -1,0 +1,266 @@
+// Data-parallel training (issue 15): N ranks give the numbers of one rank, in eager mode and in
+// serial and parallel replay; gradient buckets; the collective lane; failures end every rank
+// with a typed error. Rank functions run under a launcher (Note [Rank launchers]).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "dist_common.h"
+#include "graph/passes.h"
+
+LOOM_OP_KIND(allreduce);
+LOOM_OP_KIND(sgd_update);
+
+namespace loom {
+namespace test {
+namespace {
+
+Launcher Launch() { return InProcLauncher(); }
+
+// ---- N ranks == 1 rank ----
+
+void ExpectSameAsOneRank(const Launcher& launch, int world, Mode mode, DType dtype, double tol) {
+  launch(world, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const std::vector<std::vector<double>> one = TrainMlp(0, 1, nullptr, Mode::kEager, dtype, 20).params;
+    const std::vector<std::vector<double>> many = TrainMlp(rank, world, comm, mode, dtype, 20).params;
+    const double d = RelativeDiff(many, one);
+    EXPECT_LE(d, tol) << world << " ranks, " << Name(mode) << ", " << Name(dtype) << ", rank " << rank;
+    // The run moved the parameters: the comparison is not of two initial states.
+    const std::vector<std::vector<double>> init = TrainMlp(0, 1, nullptr, Mode::kEager, dtype, 0).params;
+    EXPECT_GT(RelativeDiff(one, init), 1e-3);
+  });
+}
+
+TEST(DistTraining, TwoRanksEqualOneRankInFloat64InEveryMode) {
+  for (Mode mode : {Mode::kEager, Mode::kSerial, Mode::kParallel})
+    ExpectSameAsOneRank(Launch(), 2, mode, DType::kFloat64, 1e-10);
+}
+
+TEST(DistTraining, FourRanksEqualOneRankInFloat64) {
+  ExpectSameAsOneRank(Launch(), 4, Mode::kSerial, DType::kFloat64, 1e-10);
+  ExpectSameAsOneRank(Launch(), 4, Mode::kParallel, DType::kFloat64, 1e-10);
+}
+
+TEST(DistTraining, TwoRanksEqualOneRankInFloat32InEveryMode) {
+  for (Mode mode : {Mode::kEager, Mode::kSerial, Mode::kParallel})
+    ExpectSameAsOneRank(Launch(), 2, mode, DType::kFloat32, 1e-5);
+}
+
+// Eager bucketed steps (StepBucketed) and per-gradient Apply give the same numbers.
+TEST(DistTraining, EagerBucketedStepEqualsPerGradientApply) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    std::vector<std::vector<double>> got[2];
+    for (int bucketed = 0; bucketed < 2; ++bucketed) {
+      auto dev = NewCpuDevice(rank);
+      Mlp m(kDims, 7, dev, DType::kFloat64);
+      nn::DistOpt opt(std::make_shared<nn::SGD>(0.05, 0.9), comm, Compression::kNone, /*bucket_bytes=*/4096);
+      Tensor x = ops::Zeros({16, kFeatures}, DType::kFloat64, dev), y = ops::Zeros({16}, DType::kInt32, dev);
+      for (int s = 0; s < 5; ++s) {
+        FillShard(s, rank, 2, x, y);
+        Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(x), y);
+        auto pg = Backward(loss);
+        if (bucketed) opt.StepBucketed(pg);
+        else for (auto& p : pg) opt.Apply(p.second, p.first, p.first.name());
+      }
+      for (const Tensor& p : m.params) got[bucketed].push_back(p.ToVector<double>());
+    }
+    EXPECT_EQ(RelativeDiff(got[1], got[0]), 0.0);
+  });
+}
+
+// ---- the captured graph: buckets, token chain, plan, schedule ----
+
+struct Captured {
+  std::vector<int> allreduces;  // op indices
+};
+Captured FindAllReduces(const Graph& g) {
+  Captured c;
+  for (size_t i = 0; i < g.ops().size(); ++i)
+    if (g.ops().ops[i].def == &op_kind::allreduce) c.allreduces.push_back(int(i));
+  return c;
+}
+
+size_t GradientBytes(DType dtype) {
+  size_t n = 0;
+  for (size_t i = 0; i + 1 < kDims.size(); ++i) n += size_t(kDims[i] * kDims[i + 1] + kDims[i + 1]);
+  return n * SizeOf(dtype);  // every gradient of kDims is a multiple of 64 bytes: no padding
+}
+
+TEST(DistGraph, OneAllReducePerBucketChainedThroughTheToken) {
+  for (int cap : {4096, 6000, 1 << 20}) {
+    Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+      GraphOptions o;
+      o.bucket_bytes = cap;
+      o.first_bucket_bytes = 0;  // as bucket_bytes
+      DistRun run = TrainMlp(rank, 2, comm, Mode::kSerial, DType::kFloat64, 2, o);
+      const Graph& g = run.graph->graph();
+      const Captured c = FindAllReduces(g);
+      const size_t cap_elems = size_t(cap) / 8 * 8;
+      EXPECT_EQ(c.allreduces.size(), (GradientBytes(DType::kFloat64) + cap_elems - 1) / cap_elems) << "cap " << cap;
+      const Block* token = g.ops().ops[size_t(c.allreduces[0])].inputs[1].block();
+      for (size_t k = 0; k < c.allreduces.size(); ++k) {
+        const OpRecord& op = g.ops().ops[size_t(c.allreduces[k])];
+        EXPECT_EQ(op.inputs[1].block(), token);
+        EXPECT_EQ(op.outputs[1].block(), token);
+        EXPECT_DOUBLE_EQ(op.attrs.Float("scale"), 0.5);
+        if (k == 0) continue;
+        const auto& preds = g.analysis().preds[size_t(c.allreduces[k])];
+        EXPECT_NE(std::find(preds.begin(), preds.end(), c.allreduces[k - 1]), preds.end())
+            << "all-reduce " << k << " does not follow all-reduce " << k - 1;
+      }
+    });
+  }
+}
+
+TEST(DistGraph, SmallFirstBucket) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 8192;
+    o.first_bucket_bytes = 1024;
+    DistRun run = TrainMlp(rank, 2, comm, Mode::kSerial, DType::kFloat64, 1, o);
+    const Graph& g = run.graph->graph();
+    const Captured c = FindAllReduces(g);
+    EXPECT_EQ(c.allreduces.size(), 1 + (GradientBytes(DType::kFloat64) - 1024 + 8191) / 8192);
+    EXPECT_EQ(g.ops().ops[size_t(c.allreduces[0])].inputs[0].nbytes(), 1024u);
+  });
+}
+
+TEST(DistGraph, PlanStaysTightAndReplayAllocatesNothing) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    DistRun run = TrainMlp(rank, 2, comm, Mode::kSerial, DType::kFloat64, 2, o);
+    const GraphStats& s = run.graph->graph().stats();
+    ASSERT_GT(s.lower_bound_bytes, 0u);
+    EXPECT_LE(double(s.arena_bytes) / double(s.lower_bound_bytes), 1.05);
+    const uint64_t before = run.device->stats().num_allocs;
+    run.graph->Replay(true);
+    run.graph->Replay(false);
+    EXPECT_EQ(run.device->stats().num_allocs, before);
+  });
+}
+
+// Note [A lane for collectives], Note [Gradient buckets]: each bucket's all-reduce waits only for
+// the writers of its own gradients (and the all-reduce before it), and nothing of the backward
+// waits for it: only the updates reading its gradients, and later all-reduces.
+TEST(DistGraph, AllReducesOverlapTheBackwardByStructure) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    o.first_bucket_bytes = 0;
+    DistRun run = TrainMlp(rank, 2, comm, Mode::kParallel, DType::kFloat64, 1, o);
+    const Graph& g = run.graph->graph();
+    const OpList& ops = g.ops();
+    const Schedule& sched = g.schedule();
+    const Captured c = FindAllReduces(g);
+    ASSERT_GE(c.allreduces.size(), 3u);
+    std::vector<std::vector<int>> preds(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i)
+      for (int s : sched.succs[i]) preds[size_t(s)].push_back(int(i));
+    for (int a : c.allreduces) {
+      EXPECT_EQ(sched.lane[size_t(a)], Lane::kCollective);
+      const OpRecord& ar = ops.ops[size_t(a)];
+      std::set<const Block*> members;
+      for (size_t k = 2; k < ar.inputs.size(); ++k) members.insert(ar.inputs[k].block());
+      ASSERT_FALSE(members.empty());
+      for (int p : preds[size_t(a)]) {
+        if (ops.ops[size_t(p)].def == &op_kind::allreduce) continue;
+        bool writes_member = false;
+        for (const Tensor& t : ops.ops[size_t(p)].outputs) writes_member |= members.count(t.block()) > 0;
+        EXPECT_TRUE(writes_member) << "all-reduce " << a << " waits for " << ops.ops[size_t(p)].name() << " (op " << p
+                                   << "), which writes none of its gradients";
+      }
+      // Everything downstream of the all-reduce: updates and all-reduces only.
+      std::vector<char> down(ops.size(), 0);
+      down[size_t(a)] = 1;
+      for (size_t i = size_t(a); i < ops.size(); ++i)
+        if (down[i])
+          for (int s : sched.succs[i]) down[size_t(s)] = 1;
+      for (size_t i = size_t(a) + 1; i < ops.size(); ++i)
+        if (down[i])
+          EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
+              << ops.ops[i].name() << " (op " << i << ") waits for all-reduce " << a;
+    }
+    // And there is backward left to overlap: compute ops issued after the first all-reduce.
+    int after = 0;
+    for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
+      after += ops.ops[i].def != &op_kind::allreduce && ops.ops[i].def != &op_kind::sgd_update;
+    EXPECT_GT(after, 0);
+  });
+}
+
+TEST(DistGraph, WithoutOverlapAllReducesComeAfterTheBackward) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    o.overlap_collectives = false;
+    DistRun run = TrainMlp(rank, 2, comm, Mode::kSerial, DType::kFloat64, 1, o);
+    const OpList& ops = run.graph->graph().ops();
+    const Captured c = FindAllReduces(run.graph->graph());
+    for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
+      EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
+          << ops.ops[i].name();
+  });
+}
+
+// ---- failures end every rank with a typed error ----
+
+TEST(DistFailure, RanksThatCapturedDifferentGraphsAllRaiseGraphError) {
+  std::atomic<int> graph_errors{0};
+  auto errors = RunInProcRanks(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto dev = NewCpuDevice(rank);
+    Mlp m(rank == 0 ? std::vector<int64_t>{16, 32, 16} : kDims, 7, dev, DType::kFloat64);
+    nn::DistOpt opt(std::make_shared<nn::SGD>(0.05, 0.9), comm);
+    Tensor x = ops::Zeros({16, kFeatures}, DType::kFloat64, dev), y = ops::Zeros({16}, DType::kInt32, dev);
+    CapturedGraph g(dev, "mismatch");
+    try {
+      g.Capture([&] { m.Step(x, y, opt); });
+    } catch (const GraphError& e) {
+      EXPECT_NE(std::string(e.what()).find("captured different graphs"), std::string::npos) << e.what();
+      graph_errors++;
+    }
+  });
+  for (auto& e : errors) EXPECT_FALSE(e);
+  EXPECT_EQ(graph_errors.load(), 2);
+}
+
+TEST(DistFailure, ARankThatRaisesMakesTheOthersRaiseCommErrorNamingIt) {
+  InProcOptions o;
+  o.timeout_s = 20;  // not reached: the failure is reported at once
+  auto errors = RunInProcRanks(
+      3,
+      [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        auto dev = NewCpuDevice(rank);
+        Tensor t = ops::Ones({8}, DType::kFloat32, dev);
+        int id = RegisterCommunicator(comm);
+        ops::AllReduce(id, t);
+        if (rank == 1) throw ValueError("rank one gives up");
+        ops::AllReduce(id, t);
+      },
+      o);
+  for (int r : {0, 2}) {
+    ASSERT_TRUE(errors[size_t(r)]);
+    LOOM_EXPECT_THROW_MSG(std::rethrow_exception(errors[size_t(r)]), CommError, "rank 1 failed: rank one gives up");
+  }
+}
+
+TEST(DistFailure, ARankThatNeverArrivesTimesOutNamingIt) {
+  InProcOptions o;
+  o.timeout_s = 0.3;
+  auto errors = RunInProcRanks(
+      2,
+      [&](int rank, const std::shared_ptr<Communicator>& comm) {
+        if (rank == 1) return;  // never calls the collective
+        std::vector<double> v(4, 1.0);
+        comm->AllReduce(v.data(), 4, DType::kFloat64, ReduceOp::kSum);
+      },
+      o);
+  ASSERT_TRUE(errors[0]);
+  LOOM_EXPECT_THROW_MSG(std::rethrow_exception(errors[0]), CommError, "rank(s) 1 did not reach allreduce");
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
