@@ -282,6 +282,7 @@ class DataLoader {
   bool NextInto(const Tensor& x, const Tensor& y);
   int64_t batches_per_epoch() const;
   int64_t size() const;
+  int64_t samples_per_epoch() const;
 };
 
 }  // namespace io
@@ -311,7 +312,8 @@ class DataLoader {
 %extend loom::io::DataLoader {
   DataLoader(std::shared_ptr<loom::io::ImageData> data, int64_t batch_size, bool shuffle, uint64_t seed,
              bool drop_last, bool flat, const std::vector<float>& mean, const std::vector<float>& stddev,
-             int prefetch, std::shared_ptr<loom::Device> device) {
+             int prefetch, std::shared_ptr<loom::Device> device, int64_t shard_rank = 0,
+             int64_t shard_world = 1) {
     LOOM_CHECK(data, ValueError, "[DataLoader] no data");
     loom::io::DataLoaderOptions o;
     o.batch_size = batch_size;
@@ -323,6 +325,8 @@ class DataLoader {
     o.stddev = stddev;
     o.prefetch = prefetch;
     o.device = std::move(device);
+    o.shard_rank = shard_rank;
+    o.shard_world = shard_world;
     return new loom::io::DataLoader(std::move(data), std::move(o));
   }
   // (x, y, epoch, index) of the next batch, or None at the end of an epoch (the call after

@@ -14,6 +14,8 @@
 #include "nn/model.h"
 #include "nn/models.h"
 #include "nn/optimizer.h"
+#include "nn/dist_opt.h"
+#include "io/comm/inproc.h"
 
 namespace loom_py {
 
@@ -85,6 +87,16 @@ class PyStep {
 %shared_ptr(loom::nn::Optimizer)
 %shared_ptr(loom::nn::SGD)
 %shared_ptr(loom::nn::Adam)
+%shared_ptr(loom::nn::DistOpt)
+// Communicators: rank, size and backend here (made by inproc_communicator_of_one for tests).
+// MERGE NOTE: swig/comm.i (the communicators' branch) wraps the same header with these ignores,
+// and loom.i declares the %shared_ptr: drop these lines then.
+%shared_ptr(loom::Communicator)
+%ignore loom::Communicator::AllReduce;
+%ignore loom::Communicator::AllGather;
+%ignore loom::Communicator::Broadcast;
+%ignore loom::ReduceOp;
+%include "device/communicator.h"
 
 // ---- nn/layer.h, nn/cnn_layers.h ----
 %ignore loom::nn::Layer::operator();
@@ -102,6 +114,15 @@ class PyStep {
 %ignore loom::nn::Optimizer::states;
 %ignore loom::nn::Optimizer::EnsureState;
 %include "nn/optimizer.h"
+
+// ---- nn/dist_opt.h ----
+// Made by make_dist_opt below (compression by name); the C++ references stay in C++.
+%ignore loom::nn::DistOpt::DistOpt;
+%ignore loom::nn::DistOpt::StepBucketed;
+%ignore loom::nn::DistOpt::communicator;
+%ignore loom::nn::DistOpt::optimizer;
+%ignore loom::nn::DistOpt::BroadcastParameters;
+%include "nn/dist_opt.h"
 
 // ---- nn/model.h, nn/models.h ----
 // TrainOneBatch's result, (output, loss): tensors the graph rewrites on every replay; read them
@@ -139,6 +160,20 @@ namespace loom_py {
 // parameter's storage, so two parameters that share a name never share momentum.
 void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss) {
   loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(g, p, ""); });
+}
+// opt.DistOpt: compression "none", "fp16" or "bf16".
+std::shared_ptr<loom::nn::DistOpt> make_dist_opt(std::shared_ptr<loom::nn::Optimizer> opt,
+                                                 std::shared_ptr<loom::Communicator> comm,
+                                                 const std::string& compression, int64_t bucket_bytes) {
+  LOOM_CHECK(bucket_bytes > 0, ValueError, "[DistOpt] bucket_bytes ", bucket_bytes, " must be positive");
+  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), loom::ParseCompression(compression),
+                                             size_t(bucket_bytes));
+}
+// A 1-rank in-process communicator (io/comm/inproc.h): DistOpt without MPI, for tests.
+std::shared_ptr<loom::Communicator> inproc_communicator_of_one() { return loom::MakeInProcGroup(1)[0]; }
+// Every rank ends with rank `root`'s values of `params` (start from the same weights).
+void broadcast_parameters(loom::nn::DistOpt& opt, const std::vector<loom::Tensor>& params, int root) {
+  opt.BroadcastParameters(params, root);
 }
 }  // namespace loom_py
 %}

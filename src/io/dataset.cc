@@ -101,6 +101,11 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
   LOOM_CHECK(opt_.mean.size() == opt_.stddev.size() && (opt_.mean.empty() || opt_.mean.size() == c),
              ValueError, "[data_loader] mean and stddev need one value per channel (", c, "), got ",
              opt_.mean.size(), " and ", opt_.stddev.size());
+  LOOM_CHECK(opt_.shard_world >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_world, ValueError,
+             "[data_loader] shard (", opt_.shard_rank, ", ", opt_.shard_world,
+             "): the rank must lie in [0, world) and the world be >= 1");
+  LOOM_CHECK(data_->n >= opt_.shard_world, ValueError, "[data_loader] ", data_->n, " samples cannot be shared by ",
+             opt_.shard_world, " ranks");
   if (!opt_.device) opt_.device = CpuDevice();
   scale_.assign(c, 1.0f / 255.0f);
   shift_.assign(c, 0.0f);
@@ -123,7 +128,8 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::batches_per_epoch() const {
-  return opt_.drop_last ? data_->n / opt_.batch_size : (data_->n + opt_.batch_size - 1) / opt_.batch_size;
+  const int64_t n = samples_per_epoch();
+  return opt_.drop_last ? n / opt_.batch_size : (n + opt_.batch_size - 1) / opt_.batch_size;
 }
 
 Shape DataLoader::x_shape(int64_t batch) const {
@@ -145,6 +151,11 @@ void DataLoader::Reorder(int64_t epoch) {
       std::swap(order_[i - 1], order_[j]);
     }
   }
+  if (opt_.shard_world > 1) {  // Note [Sharded epochs]
+    std::vector<int64_t> mine(static_cast<size_t>(samples_per_epoch()));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = order_[i * size_t(opt_.shard_world) + size_t(opt_.shard_rank)];
+    order_ = std::move(mine);
+  }
   order_epoch_ = epoch;
 }
 
@@ -154,7 +165,7 @@ HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
   b.epoch = epoch;
   b.index = index;
   int64_t begin = index * opt_.batch_size;
-  b.size = std::min(opt_.batch_size, data_->n - begin);
+  b.size = std::min(opt_.batch_size, samples_per_epoch() - begin);
   const size_t sample = data_->sample_size(), plane = size_t(data_->height * data_->width);
   const size_t channels = size_t(data_->channels);
   b.x.resize(size_t(b.size) * sample);

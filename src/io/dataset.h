@@ -58,6 +58,12 @@ struct DataLoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;         // the order of epoch e depends only on (seed, e)
   bool drop_last = false;    // drop the last, smaller batch of an epoch
+  // Note [Sharded epochs]: data-parallel rank `shard_rank` of `shard_world` reads every
+  // shard_world-th sample of each epoch's order, starting at its rank, and the same count on
+  // every rank (n / shard_world: the tail is dropped), so all ranks run the same number of steps
+  // and batch k of the ranks together is the global batch k of one loader of batch
+  // batch_size * shard_world (as a set).
+  int64_t shard_rank = 0, shard_world = 1;
   bool flat = false;         // x as (N, C*H*W) instead of (N, C, H, W): (N, 784) for MNIST
   // x = (pixel / 255 - mean[c]) / stddev[c]; one value per channel, or empty for pixel / 255.
   std::vector<float> mean, stddev;
@@ -93,6 +99,7 @@ class DataLoader {
 
   int64_t batches_per_epoch() const;
   int64_t size() const { return data_->n; }
+  int64_t samples_per_epoch() const { return data_->n / opt_.shard_world; }  // this shard's
   Shape x_shape(int64_t batch) const;  // the shape of x for a batch of `batch` samples
 
  private:

@@ -10,6 +10,13 @@
 namespace loom {
 namespace nn {
 
+std::shared_ptr<Communicator> DefaultCommunicator() {
+  throw DeviceError(
+      "[dist_opt] no communicator given, and MPI support is not built into this loom: install OpenMPI "
+      "(Debian: libopenmpi-dev openmpi-bin) and rebuild, then start the ranks with tools/launch.sh -n N -- CMD "
+      "(or pass a communicator)");
+}
+
 static std::shared_ptr<Communicator> Checked(const std::shared_ptr<Optimizer>& opt,
                                             std::shared_ptr<Communicator> comm) {
   LOOM_CHECK(opt, ValueError, "[dist_opt] no optimizer to wrap");

@@ -22,6 +22,12 @@
 namespace loom {
 namespace nn {
 
+// Note [The default communicator]
+// The communicator DistOpt takes when the caller gives none (Python's opt.DistOpt(opt.SGD())):
+// MakeCommunicator("auto") of io/comm/comm.h once the MPI/NCCL communicators are built in; until
+// then a DeviceError saying what to install. One function, so the switch is one line.
+std::shared_ptr<Communicator> DefaultCommunicator();
+
 class DistOpt : public Optimizer {
  public:
   DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm,

@@ -175,13 +175,15 @@ TEST(DistGraph, AllReducesOverlapTheBackwardByStructure) {
       // Everything downstream of the all-reduce: updates and all-reduces only.
       std::vector<char> down(ops.size(), 0);
       down[size_t(a)] = 1;
-      for (size_t i = size_t(a); i < ops.size(); ++i)
-        if (down[i])
-          for (int s : sched.succs[i]) down[size_t(s)] = 1;
-      for (size_t i = size_t(a) + 1; i < ops.size(); ++i)
-        if (down[i])
-          EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
-              << ops.ops[i].name() << " (op " << i << ") waits for all-reduce " << a;
+      for (size_t i = size_t(a); i < ops.size(); ++i) {
+        if (!down[i]) continue;
+        for (int s : sched.succs[i]) down[size_t(s)] = 1;
+      }
+      for (size_t i = size_t(a) + 1; i < ops.size(); ++i) {
+        if (!down[i]) continue;
+        EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
+            << ops.ops[i].name() << " (op " << i << ") waits for all-reduce " << a;
+      }
     }
     // And there is backward left to overlap: compute ops issued after the first all-reduce.
     int after = 0;

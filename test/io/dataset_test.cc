@@ -364,3 +364,57 @@ TEST_F(DatasetTest, LoaderRejectsBadOptions) {
 }  // namespace
 }  // namespace test
 }  // namespace loom
+
+namespace loom {
+namespace {
+// Note [Sharded epochs]: the ranks' batches together are the global batches of one loader
+// (as sets), every rank runs the same number of steps, and no sample is read by two ranks.
+TEST(DatasetShardTest, RanksSplitEachEpochIntoDisjointEqualShards) {
+  const int64_t n = 23, world = 3, batch = 2;
+  auto d = std::make_shared<io::ImageData>();
+  d->n = n;
+  d->channels = 1;
+  d->height = d->width = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    d->images.push_back(uint8_t(i));
+    d->labels.push_back(int32_t(i));
+  }
+  io::DataLoaderOptions g;
+  g.batch_size = batch * world;
+  g.seed = 5;
+  g.drop_last = true;
+  g.prefetch = 0;
+  io::DataLoader global(d, g);
+  std::vector<std::unique_ptr<io::DataLoader>> ranks;
+  for (int64_t r = 0; r < world; ++r) {
+    io::DataLoaderOptions o = g;
+    o.batch_size = batch;
+    o.shard_rank = r;
+    o.shard_world = world;
+    ranks.push_back(std::make_unique<io::DataLoader>(d, o));
+    EXPECT_EQ(ranks.back()->batches_per_epoch(), (n / world) / batch);
+  }
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::set<int32_t> seen;
+    io::Batch gb, rb;
+    while (global.Next(&gb)) {
+      std::multiset<int32_t> want, got;
+      for (int32_t v : gb.y.ToVector<int32_t>()) want.insert(v);
+      for (auto& l : ranks) {
+        ASSERT_TRUE(l->Next(&rb));
+        for (int32_t v : rb.y.ToVector<int32_t>()) {
+          got.insert(v);
+          EXPECT_TRUE(seen.insert(v).second) << "sample " << v << " read twice in epoch " << epoch;
+        }
+      }
+      EXPECT_EQ(got, want);
+    }
+    for (auto& l : ranks) EXPECT_FALSE(l->Next(&rb));
+  }
+  io::DataLoaderOptions bad = g;
+  bad.shard_rank = 3;
+  bad.shard_world = 3;
+  EXPECT_THROW(io::DataLoader(d, bad), ValueError);
+}
+}  // namespace
+}  // namespace loom

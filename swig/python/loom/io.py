@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from . import core
+from . import core, errors
 
 _STATS = core.dataset_stats()
 MNIST_MEAN, MNIST_STD = _STATS["mnist"]
@@ -234,14 +234,22 @@ class DataLoader:
 
     Iterating yields (x, y) for one epoch; iterate again for the next. next() gives
     (x, y, epoch, index) or None at the end of an epoch; next_into(x, y) writes into existing
-    tensors (a captured graph's inputs; use drop_last so every batch has the same shape)."""
+    tensors (a captured graph's inputs; use drop_last so every batch has the same shape).
+
+    shard=(rank, world): data-parallel rank `rank` of `world` reads every world-th sample of each
+    epoch's order from its rank on, the same count on every rank (the tail is dropped); give
+    every rank the same seed (opt.DistOpt's global_rank and world_size are the pair)."""
 
     def __init__(self, data, batch_size=64, shuffle=True, seed=0, drop_last=False, flat=False, mean=None,
-                 std=None, prefetch=2, device=None):
+                 std=None, prefetch=2, device=None, shard=(0, 1)):
         impl = data._impl if isinstance(data, ImageData) else data
         self.data = data
+        try:
+            rank, world = (int(v) for v in shard)
+        except (TypeError, ValueError):
+            raise errors.ValueError(f"[DataLoader] shard must be (rank, world), got {shard!r}") from None
         self._impl = core.DataLoader(impl, int(batch_size), bool(shuffle), int(seed), bool(drop_last), bool(flat),
-                                     list(mean or []), list(std or []), int(prefetch), device)
+                                     list(mean or []), list(std or []), int(prefetch), device, rank, world)
 
     def next(self):
         return self._impl.next_batch()

@@ -71,6 +71,58 @@ class AdamW(Adam):
         super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, decoupled=True)
 
 
+class DistOpt(Optimizer):
+    """Data-parallel training, SINGA's opt.DistOpt (issue 15): wraps an optimizer so that every
+    gradient is summed over the ranks and scaled by 1/world_size before the update (each rank's
+    loss is the mean over its shard of the global batch).
+
+        sgd = opt.DistOpt(opt.SGD(lr=0.05, momentum=0.9))
+        loader = io.DataLoader(data, batch_size=32, shard=(sgd.global_rank, sgd.world_size))
+
+    Eagerly every all-reduce blocks; in a captured step the graph regroups them into buckets
+    all-reduced while the backward still runs (Note [Gradient buckets]), with the same numbers.
+    `communicator`: none gives the default one (Note [The default communicator]: MPI or NCCL,
+    raising loom.DeviceError saying what to install when loom was built without them).
+    `compression`: "none", "fp16" or "bf16" on the wire. `bucket_bytes`: the eager bucket size
+    (graphs take GraphOptions.bucket_bytes)."""
+
+    def __init__(self, opt, communicator=None, compression="none", bucket_bytes=25 << 20):
+        self.opt = _check(opt)
+        self.communicator = core.default_communicator() if communicator is None else communicator
+        super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression), int(bucket_bytes)))
+
+    @property
+    def world_size(self):
+        return self._impl.world_size()
+
+    @property
+    def global_rank(self):
+        return self._impl.global_rank()
+
+    @property
+    def local_rank(self):
+        """The rank among this host's ranks (from the launcher's environment; else global_rank)."""
+        return self._impl.local_rank()
+
+    @property
+    def lr(self):
+        return self.opt.lr
+
+    @lr.setter
+    def lr(self, value):
+        self.opt.set_learning_rate(value)
+
+    def set_learning_rate(self, lr):
+        self.opt.set_learning_rate(lr)
+
+    def broadcast_parameters(self, params, root=0):
+        """Every rank ends with rank `root`'s values of `params`."""
+        core.broadcast_parameters(self._impl, list(params), int(root))
+
+    def __repr__(self):
+        return f"DistOpt({self.opt!r}, world_size={self.world_size}, global_rank={self.global_rank})"
+
+
 def _check(opt):
     if not isinstance(opt, Optimizer):
         raise errors.TypeError(f"[optimizer] expected a loom.opt optimizer (opt.SGD, opt.Adam), "
