@@ -26,6 +26,9 @@ namespace ops {
 // analysis orders the collective after their writers and before their readers.
 void AllReduce(int comm, const Tensor& t, ReduceOp op = ReduceOp::kSum, double scale = 1.0,
                Compression compression = Compression::kNone, const std::vector<Tensor>& members = {});
+// Out of place and differentiable (Note [A differentiable all-reduce]): scale * the sum over
+// ranks of t; its gradient is the all-reduce of the incoming gradient (same scale).
+Tensor AllReduced(int comm, const Tensor& t, double scale = 1.0);
 // (size, ...t.shape): row r is rank r's t.
 Tensor AllGather(int comm, const Tensor& t);
 // In place: every rank ends with root's t.

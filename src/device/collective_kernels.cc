@@ -50,12 +50,14 @@ size_t AllReduceScratchBytes(const OpRecord& op) {
   return c == Compression::kNone ? 0 : size_t(op.inputs[0].numel()) * 2;
 }
 
-// data: (n...) in place, token, members... -> the same
+// data: (n...) in place or into a fresh output, token, members... -> the same
 void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
   std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
   Device& dev = *ctx.device;
   const Tensor& t = op.outputs[0];
   const int64_t n = t.numel();
+  if (op.inputs[0].raw_data() != t.raw_data())  // out of place (ops::AllReduced)
+    RunElementwise("copy", op.inputs[0], t, Attrs{}, ctx);
   const ReduceOp rop = op.attrs.Int("reduce", 0) ? ReduceOp::kMax : ReduceOp::kSum;
   const auto compress = Compression(op.attrs.Int("compress", 0));
   if (compress == Compression::kNone) {

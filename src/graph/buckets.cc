@@ -6,7 +6,7 @@
 //     allreduce(g, token; scale = 1/N)        then the optimizer's update reading g.
 // Correct, but every all-reduce waits for the whole backward, and N small messages cost N
 // latencies. This pass rewrites those all-reduces (the ones whose buffer is a whole gradient
-// block written earlier in the graph, read only by ops after them) as follows:
+// block reduced in place, written earlier in the graph, read only by ops after them) as follows:
 //   - one persistent bucket block holds the gradients back to back, in the order in which they
 //     become final during backward (their last writer), each at a 64-byte aligned offset (the
 //     padding is zero on every rank, so it reduces to zero);
@@ -80,6 +80,7 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
     const OpRecord& op = list.ops[i];
     if (op.def != &op_kind::allreduce || op.inputs.size() != 2) continue;
     const Tensor& g = op.inputs[0];
+    if (op.outputs[0].block() != g.block()) continue;  // out of place (SyncBatchNorm's statistics)
     const int b = list.BlockIndex(g.block());
     const BlockFacts& f = list.facts[size_t(b)];
     if (seen[size_t(b)] || f.marked_persistent || f.has_memory || g.block()->allocated()) continue;

@@ -48,6 +48,18 @@ LOOM_OP(allreduce) {
     LOOM_CHECK(r == 0 || r == 1, ValueError, "[allreduce] reduce ", r, ": 0 (sum) or 1 (max)");
     return in;
   };
+  // Note [A differentiable all-reduce]: called out of place (ops::AllReduced), output 1 is the
+  // token itself. The ranks' losses add up, so the gradient of a sum over ranks is, on every
+  // rank, the sum over ranks of the incoming gradients: the same all-reduce, backwards.
+  def.inplace = {{1, 1}};
+  def.saved_inputs = {1};
+  def.backward = [](const BackwardArgs& a) {
+    LOOM_CHECK(a.attrs.Int("reduce", 0) == 0, ValueError, "[allreduce] only a sum is differentiable");
+    std::vector<Tensor> grads(a.inputs.size());
+    if (a.needs_input_grad[0] && a.grad_outputs[0].defined())
+      grads[0] = Call("allreduce", {a.grad_outputs[0].Contiguous(), a.inputs[1]}, a.attrs)[0];
+    return grads;
+  };
 }
 
 LOOM_OP(allgather) {
@@ -92,6 +104,13 @@ void AllReduce(int comm, const Tensor& t, ReduceOp op, double scale, Compression
   CallInto("allreduce", io, io,
            Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(op == ReduceOp::kMax)}, {"scale", scale},
                  {"compress", int64_t(compression)}});
+}
+
+Tensor AllReduced(int comm, const Tensor& t, double scale) {
+  CheckBuffer("allreduce", t);
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  return Call("allreduce", {t, token}, Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(0)}, {"scale", scale},
+                                            {"compress", int64_t(0)}})[0];
 }
 
 Tensor AllGather(int comm, const Tensor& t) {
