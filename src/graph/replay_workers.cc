@@ -1,6 +1,9 @@
 // The worker threads of the dependency-driven replay (replay_workers.h).
 #include "graph/replay_workers.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "device/cpu/parallel.h"
 
 namespace loom {
@@ -40,6 +43,10 @@ void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
       if (finished_ == total_ || error_ || stop_) return;
       continue;
     }
+    // Note [Ready ops in issue order]: the earliest issued ready op first (a min-heap). A stack
+    // would run depth-first and leave side branches (a layer's bias gradient) to the end of the
+    // backward, delaying every all-reduce that waits for them (Note [Gradient buckets]).
+    std::pop_heap(mine.begin(), mine.end(), std::greater<int>());
     int op = mine.back();
     mine.pop_back();
     // Note [Alone in flight]: an op dispatched when nothing else is ready or running is the
@@ -71,7 +78,9 @@ void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
 
 void ReplayWorkers::Ready(int op) {
   const bool collective = !lanes_->empty() && (*lanes_)[size_t(op)] == Lane::kCollective;
-  (collective ? lane_ready_ : ready_).push_back(op);
+  std::vector<int>& q = collective ? lane_ready_ : ready_;
+  q.push_back(op);
+  std::push_heap(q.begin(), q.end(), std::greater<int>());
 }
 
 void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::vector<int>& npreds,
@@ -83,8 +92,7 @@ void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::v
   remaining_ = npreds;
   ready_.clear();
   lane_ready_.clear();
-  // Seed in reverse so that the vector pops ops in issue order first.
-  for (size_t i = npreds.size(); i-- > 0;)
+  for (size_t i = 0; i < npreds.size(); ++i)
     if (npreds[i] == 0) Ready(int(i));
   finished_ = 0;
   total_ = npreds.size();
