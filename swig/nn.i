@@ -15,6 +15,7 @@
 #include "nn/models.h"
 #include "nn/optimizer.h"
 #include "nn/dist_opt.h"
+#include "nn/sync_batch_norm.h"
 #include "io/comm/inproc.h"
 
 namespace loom_py {
@@ -77,6 +78,7 @@ class PyStep {
 %shared_ptr(loom::nn::Sequential)
 %shared_ptr(loom::nn::Conv2d)
 %shared_ptr(loom::nn::BatchNorm2d)
+%shared_ptr(loom::nn::SyncBatchNorm2d)
 %shared_ptr(loom::nn::LayerNorm)
 %shared_ptr(loom::nn::MaxPool2d)
 %shared_ptr(loom::nn::AvgPool2d)
@@ -123,6 +125,7 @@ class PyStep {
 %ignore loom::nn::DistOpt::optimizer;
 %ignore loom::nn::DistOpt::BroadcastParameters;
 %include "nn/dist_opt.h"
+%include "nn/sync_batch_norm.h"
 
 // ---- nn/model.h, nn/models.h ----
 // TrainOneBatch's result, (output, loss): tensors the graph rewrites on every replay; read them

@@ -70,3 +70,17 @@ def test_data_loader_shards_split_every_epoch(dev, tmp_path):
         io.DataLoader(data, shard=(2, 2))
     with pytest.raises(loom.ValueError, match="shard"):
         io.DataLoader(data, shard=3)
+
+
+def test_sync_batch_norm_on_one_rank_is_batch_norm(dev):
+    from loom import layer
+    rng = np.random.default_rng(5)
+    x = rng.normal(1.0, 2.0, (6, 3, 4, 4))
+    sync = layer.SyncBatchNorm2d(3, communicator=core.inproc_communicator_of_one(), device=dev, dtype="float64")
+    plain = layer.BatchNorm2d(3, device=dev, dtype="float64")
+    for bn in (sync, plain):
+        bn.train()
+    ys = [bn(tensor.from_numpy(x, dev)).to_numpy() for bn in (sync, plain)]
+    np.testing.assert_allclose(ys[0], ys[1], rtol=0, atol=1e-10)
+    with pytest.raises(loom.DeviceError, match="MPI support is not built"):
+        layer.SyncBatchNorm2d(3)

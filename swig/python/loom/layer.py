@@ -21,7 +21,7 @@ from . import core, errors
 from .tensor import _check_device, _enum, _shape
 
 __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Dropout", "Flatten",
-           "Sequential", "Conv2d", "BatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
+           "Sequential", "Conv2d", "BatchNorm2d", "SyncBatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
            "Embedding", "BasicBlock", "Bottleneck"]
 
 
@@ -231,6 +231,19 @@ class BatchNorm2d(NativeLayer):
 
     def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
         super().__init__(core.BatchNorm2d(num_features, float(momentum), float(eps), _options(device, dtype)))
+
+
+class SyncBatchNorm2d(NativeLayer):
+    """BatchNorm2d over the global batch of a data-parallel job (Note [SyncBatchNorm]): one
+    all-reduce of the per-channel statistics in forward and one in backward, in float64; gamma
+    and beta gradients stay local and are reduced once, by opt.DistOpt. `communicator`: the
+    DistOpt's (opt.DistOpt(...).communicator); none: the default communicator."""
+
+    def __init__(self, num_features, communicator=None, momentum=0.1, eps=1e-5, device=None, dtype=None):
+        if communicator is None:
+            communicator = core.default_communicator()
+        super().__init__(core.SyncBatchNorm2d(num_features, communicator, float(momentum), float(eps),
+                                              _options(device, dtype)))
 
 
 class LayerNorm(NativeLayer):
