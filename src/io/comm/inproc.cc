@@ -38,18 +38,9 @@ struct Call {
   }
 };
 
-double Load(const void* p, int64_t i, DType t) {
-  switch (t) {
-    case DType::kFloat32: return static_cast<const float*>(p)[i];
-    case DType::kFloat64: return static_cast<const double*>(p)[i];
-    case DType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case DType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DType::kInt64: return double(static_cast<const int64_t*>(p)[i]);
-    case DType::kUInt8: return static_cast<const uint8_t*>(p)[i];
-    case DType::kBool: return static_cast<const uint8_t*>(p)[i];
-  }
-  return 0;
+float LoadSixteen(const void* p, int64_t i, DType t) {
+  const uint16_t v = static_cast<const uint16_t*>(p)[i];
+  return t == DType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v);
 }
 
 }  // namespace
@@ -80,10 +71,10 @@ struct InProcGroup {
   }
   void ReduceSixteen(int64_t n, DType t, ReduceOp op) {
     std::vector<float> acc(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) acc[size_t(i)] = float(Load(calls[0].send, i, t));
+    for (int64_t i = 0; i < n; ++i) acc[size_t(i)] = LoadSixteen(calls[0].send, i, t);
     for (int r = 1; r < size; ++r)
       for (int64_t i = 0; i < n; ++i) {
-        const float v = float(Load(calls[size_t(r)].send, i, t));
+        const float v = LoadSixteen(calls[size_t(r)].send, i, t);
         acc[size_t(i)] = op == ReduceOp::kSum ? acc[size_t(i)] + v : std::max(acc[size_t(i)], v);
       }
     result.resize(size_t(n) * 2);
@@ -199,35 +190,15 @@ InProcCommunicator::InProcCommunicator(std::shared_ptr<InProcGroup> group, int r
 int InProcCommunicator::size() const { return group_->size; }
 
 void InProcCommunicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) {
-  Call c;
-  c.kind = Kind::kAllReduce;
-  c.send = data;
-  c.recv = data;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = op;
-  group_->Run(rank_, c);
+  group_->Run(rank_, Call{Kind::kAllReduce, data, data, count, dtype, op, 0});
 }
 
 void InProcCommunicator::AllGather(const void* send, void* recv, int64_t count, DType dtype) {
-  Call c;
-  c.kind = Kind::kAllGather;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  group_->Run(rank_, c);
+  group_->Run(rank_, Call{Kind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0});
 }
 
 void InProcCommunicator::Broadcast(void* data, int64_t count, DType dtype, int root) {
-  Call c;
-  c.kind = Kind::kBroadcast;
-  c.send = data;
-  c.recv = data;
-  c.count = count;
-  c.dtype = dtype;
-  c.root = root;
-  group_->Run(rank_, c);
+  group_->Run(rank_, Call{Kind::kBroadcast, data, data, count, dtype, ReduceOp::kSum, root});
 }
 
 void InProcCommunicator::Barrier() { group_->Run(rank_, Call{}); }
