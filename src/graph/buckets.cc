@@ -186,7 +186,8 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
 // steps (a data-dependent branch, another model), the first mismatched collective would hang or
 // reduce unrelated buffers. So at the end of a capture with collectives, the ranks all-gather
 // one hash of the op kinds and collective shapes, per communicator, and every rank throws the
-// same GraphError when they differ.
+// same GraphError when they differ. It runs before the passes (which are deterministic: equal
+// captures give equal buckets), so a refused capture has bound no gradient into a bucket.
 void CheckRanksCapturedTheSame(const OpList& list, Device& device) {
   std::map<int64_t, uint64_t> hashes;  // communicator -> hash
   for (const OpRecord& op : list.ops)

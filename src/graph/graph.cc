@@ -67,9 +67,9 @@ void Graph::EndCapture() {
 // Steps 1b-4 of graph.h, each a pure function of the ones before.
 void Graph::Finalize() {
   ops_.NoteHolders();
+  CheckRanksCapturedTheSame(ops_, *device_);  // Note [Ranks capture the same graph]
   PassResult passed = RunPasses(std::move(ops_), *device_, options_);
   ops_ = std::move(passed.ops);
-  CheckRanksCapturedTheSame(ops_, *device_);  // Note [Ranks capture the same graph]
   analysis_ = Analyse(ops_.access, ops_.facts);
   const bool planned = options_.memory == MemoryMode::kPlanned;
   if (planned) {

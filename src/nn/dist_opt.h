@@ -8,6 +8,8 @@
 //   captured  the same ops are recorded (per-gradient all-reduces after backward); the graph's
 //             bucket pass then regroups them into persistent buckets all-reduced while backward
 //             runs (Note [Gradient buckets] in graph/buckets.cc). Same arithmetic, same numbers.
+// The communicator stays registered while the DistOpt lives: a graph captured with it refers to
+// it by id, so keep the DistOpt as long as the graph (a replay after it is gone raises CommError).
 #pragma once
 
 #include <memory>
