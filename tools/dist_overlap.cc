@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
     for (const auto& [name, r] : {std::pair<const char*, Result>{"overlap", on}, {"after_backward", off}})
       std::printf("{\"mode\": \"%s\", \"ranks\": %lld, \"step_ms\": %.3f, \"allreduces\": %zu}\n", name,
                   (long long)f.ranks, r.step_ms, r.allreduces);
-    std::printf("{\"injected_ms_per_step\": %.3f, \"saved_ms\": %.3f, \"target_saved_ms\": %.3f, \"meets_target\": %s}\n",
+    std::printf("{\"injected_ms_per_step\": %.3f, \"saved_ms\": %.3f, \"target_saved_ms\": %.3f, "
+                "\"meets_target\": %s}\n",
                 injected, off.step_ms - on.step_ms, 0.5 * injected,
                 on.step_ms <= off.step_ms - 0.5 * injected ? "true" : "false");
   } catch (const loom::Error& e) {

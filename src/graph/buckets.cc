@@ -52,7 +52,8 @@ struct Candidate {
 };
 
 // What must agree for all-reduces to share a bucket.
-using GroupKey = std::tuple<int64_t, Device*, int, int64_t, double, int64_t>;  // comm, device, dtype, reduce, scale, compress
+// comm, device, dtype, reduce, scale, compress
+using GroupKey = std::tuple<int64_t, Device*, int, int64_t, double, int64_t>;
 
 GroupKey KeyOf(const OpRecord& op) {
   return {op.attrs.Int("comm"), op.inputs[0].device(), int(op.inputs[0].dtype()), op.attrs.Int("reduce", 0),
@@ -108,7 +109,8 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
   size_t made = 0;
   for (auto& kv : groups) {
     std::vector<Candidate>& cs = kv.second;
-    std::stable_sort(cs.begin(), cs.end(), [](const Candidate& a, const Candidate& b) { return a.last_write < b.last_write; });
+    std::stable_sort(cs.begin(), cs.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.last_write < b.last_write; });
     const OpRecord& proto = list.ops[size_t(cs[0].op)];
     const DType dtype = proto.inputs[0].dtype();
     const size_t esize = SizeOf(dtype);
