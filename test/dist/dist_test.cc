@@ -48,6 +48,17 @@ TEST(DistTraining, TwoRanksEqualOneRankInFloat32InEveryMode) {
     ExpectSameAsOneRank(Launch(), 2, mode, DType::kFloat32, 1e-5);
 }
 
+// DESIGN.md invariant 5: the serial replay (buckets and all) is bitwise the eager run.
+TEST(DistTraining, SerialReplayIsBitwiseEager) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    const auto eager = TrainMlp(rank, 2, comm, Mode::kEager, DType::kFloat32, 10).params;
+    const auto serial = TrainMlp(rank, 2, comm, Mode::kSerial, DType::kFloat32, 10, o).params;
+    EXPECT_EQ(RelativeDiff(serial, eager), 0.0);
+  });
+}
+
 // Eager bucketed steps (StepBucketed) and per-gradient Apply give the same numbers.
 TEST(DistTraining, EagerBucketedStepEqualsPerGradientApply) {
   Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
