@@ -14,7 +14,8 @@ namespace {
 // Calls f(pointer) on the buffer the communicator can read: `buf` itself when the communicator
 // and the tensor live on the same side, else a host copy (copied back after f when `back`).
 template <typename F>
-void OnWire(Device& dev, const Communicator& comm, void* buf, size_t bytes, bool back, F&& f) {
+void OnWire(const KernelContext& ctx, const Communicator& comm, void* buf, size_t bytes, bool back, F&& f) {
+  Device& dev = *ctx.device;
   const bool tensor_on_host = dev.type() == DeviceType::kCPU;
   if (comm.on_device() != tensor_on_host) {
     f(buf);
@@ -22,6 +23,10 @@ void OnWire(Device& dev, const Communicator& comm, void* buf, size_t bytes, bool
   }
   LOOM_CHECK(!comm.on_device(), DeviceError, "[collective] the ", comm.backend(),
              " communicator works on device memory; the tensor is on ", dev.name());
+  // A recorded device graph (Note [Device graph replay]) replays kernels, not host calls.
+  LOOM_CHECK(!ctx.rng_base_device, DeviceError, "[collective] the ", comm.backend(), " communicator reduces host ",
+             "memory and cannot be recorded into a device graph on ", dev.name(),
+             ": use a device communicator (NCCL) or GraphOptions::device_graph = false");
   std::vector<char> host(bytes);
   dev.MemcpyToHost(host.data(), buf, bytes);
   f(host.data());
@@ -61,7 +66,7 @@ void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
   const ReduceOp rop = op.attrs.Int("reduce", 0) ? ReduceOp::kMax : ReduceOp::kSum;
   const auto compress = Compression(op.attrs.Int("compress", 0));
   if (compress == Compression::kNone) {
-    OnWire(dev, *comm, t.raw_data(), t.nbytes(), true, [&](void* p) { comm->AllReduce(p, n, t.dtype(), rop); });
+    OnWire(ctx, *comm, t.raw_data(), t.nbytes(), true, [&](void* p) { comm->AllReduce(p, n, t.dtype(), rop); });
   } else {
     // The wire copy: planned scratch in a graph, the device pool in eager mode.
     const size_t bytes = size_t(n) * 2;
@@ -77,7 +82,7 @@ void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
     const DType w = WireType(compress);
     Tensor wire(block, t.shape(), ContiguousStrides(t.shape()), 0, w);
     RunElementwise("cast", t, wire, Attrs{{"dtype", int64_t(w)}}, ctx);
-    OnWire(dev, *comm, wire.raw_data(), bytes, true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
+    OnWire(ctx, *comm, wire.raw_data(), bytes, true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
     RunElementwise("cast", wire, t, Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
   }
   const double scale = op.attrs.Float("scale", 1.0);
@@ -89,10 +94,9 @@ void AllGatherKernel(const OpRecord& op, const KernelContext& ctx) {
   std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
   LOOM_CHECK(op.attrs.Int("size") == comm->size(), CommError, "[allgather] captured for ", op.attrs.Int("size"),
              " ranks, the communicator has ", comm->size());
-  Device& dev = *ctx.device;
   const Tensor &x = op.inputs[0], &y = op.outputs[0];
-  OnWire(dev, *comm, x.raw_data(), x.nbytes(), false, [&](void* send) {
-    OnWire(dev, *comm, y.raw_data(), y.nbytes(), true,
+  OnWire(ctx, *comm, x.raw_data(), x.nbytes(), false, [&](void* send) {
+    OnWire(ctx, *comm, y.raw_data(), y.nbytes(), true,
            [&](void* recv) { comm->AllGather(send, recv, x.numel(), x.dtype()); });
   });
 }
@@ -103,7 +107,7 @@ void BroadcastKernel(const OpRecord& op, const KernelContext& ctx) {
   const int root = int(op.attrs.Int("root"));
   LOOM_CHECK(root < comm->size(), CommError, "[broadcast] root ", root, " of ", comm->size(), " ranks");
   const Tensor& t = op.outputs[0];
-  OnWire(*ctx.device, *comm, t.raw_data(), t.nbytes(), true,
+  OnWire(ctx, *comm, t.raw_data(), t.nbytes(), true,
          [&](void* p) { comm->Broadcast(p, t.numel(), t.dtype(), root); });
 }
 
