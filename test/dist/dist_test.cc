@@ -204,6 +204,27 @@ TEST(DistGraph, AllReducesOverlapTheBackwardByStructure) {
   });
 }
 
+// At run time the all-reduces run on the lane's thread (numbered after the compute workers),
+// nothing else does, and the trace shows them there.
+TEST(DistGraph, ParallelReplayRunsAllReducesOnTheirLane) {
+  Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    DistRun run = TrainMlp(rank, 2, comm, Mode::kParallel, DType::kFloat64, 1, o);  // num_workers 2
+    Graph& g = run.graph->graph();
+    g.set_profile(true);
+    run.graph->Replay(false);
+    int collectives = 0;
+    for (const OpTiming& t : g.last_profile()) {
+      const bool ar = g.ops().ops[size_t(t.op)].def == &op_kind::allreduce;
+      collectives += ar;
+      EXPECT_EQ(t.thread == 2, ar) << g.ops().ops[size_t(t.op)].name() << " ran on thread " << t.thread;
+    }
+    EXPECT_GT(collectives, 0);
+    EXPECT_NE(g.TraceJson().find("\"name\":\"allreduce\""), std::string::npos);
+  });
+}
+
 TEST(DistGraph, WithoutOverlapAllReducesComeAfterTheBackward) {
   Launch()(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
     GraphOptions o;
