@@ -81,6 +81,8 @@ inline InputSpec OpOn(const std::string& op, std::function<Tensor()> make, Attrs
 
 // The rows of the convolutional-network ops (op_cases_cnn.cc).
 void AddCnnCases(Table& t);
+// The rows of the collectives on a 1-rank communicator (op_cases_collective.cc).
+void AddCollectiveCases(Table& t);
 
 }  // namespace table
 }  // namespace test

@@ -729,6 +729,7 @@ const std::vector<OpCase>& AllOpCases() {
     AddCreation(t);
     AddShape(t);
     AddCnnCases(t);
+    AddCollectiveCases(t);
     return t.Take();
   }();
   return rows;
@@ -749,7 +750,6 @@ std::vector<std::string> OpsWithCases() {
 
 const std::vector<std::pair<std::string, std::string>>& OpsWithoutCases() {
   static const std::vector<std::pair<std::string, std::string>> without{
-      {"allreduce", "a collective: runs on the ranks of a communicator, tested in test/dist"},
       {"allgather", "a collective: runs on the ranks of a communicator, tested in test/dist"},
       {"broadcast", "a collective: runs on the ranks of a communicator, tested in test/dist"},
   };

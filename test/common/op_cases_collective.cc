@@ -1,0 +1,34 @@
+// Op-case rows of the collectives (Note [The op-case table] in op_cases.h). On a 1-rank
+// in-process communicator an all-reduce is `scale` times its input, so the table's checks apply
+// as to any op: forward against that, backward (Note [A differentiable all-reduce]) against
+// finite differences, graph replay, another device. Several ranks: test/dist.
+#include "common/op_case_table.h"
+#include "device/comm_registry.h"
+#include "io/comm/inproc.h"
+
+namespace loom {
+namespace test {
+namespace table {
+
+void AddCollectiveCases(Table& t) {
+  static const int kOneRank = RegisterCommunicator(MakeInProcGroup(1)[0]);
+  auto scaled = [](const RefArgs& a) {
+    HostTensor y = a.in[0];
+    for (double& v : y.v) v *= a.attrs.Float("scale");
+    return std::vector<HostTensor>{y, a.in[1]};
+  };
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    t.Add("allreduce", "sum, 1 rank, scale 2", dt, scaled)
+        .In(Uniform({3, 4}))
+        .In(Values({1}, {0}, DType::kInt64))
+        .Attr("comm", int64_t(kOneRank))
+        .Attr("reduce", int64_t(0))
+        .Attr("scale", 2.0)
+        .Attr("compress", int64_t(0))
+        .Exact();
+  }
+}
+
+}  // namespace table
+}  // namespace test
+}  // namespace loom
