@@ -10,11 +10,11 @@
 namespace loom {
 
 Tensor::Tensor(const Shape& shape, DType dtype, std::shared_ptr<Device> device)
-    : shape_(shape), strides_(ContiguousStrides(shape)), dtype_(dtype) {
+    : shape_(shape), dtype_(dtype) {
   LOOM_CHECK(device, DeviceError, "[tensor] no device given");
-  for (int64_t d : shape)
-    LOOM_CHECK(d >= 0, ShapeError, "[tensor] negative dimension in shape ", loom::ToString(shape));
-  block_ = std::make_shared<Block>(size_t(NumElements(shape)) * SizeOf(dtype), std::move(device));
+  const int64_t bytes = ByteSize(shape, SizeOf(dtype), "tensor");  // Note [Checked sizes]
+  strides_ = ContiguousStrides(shape);
+  block_ = std::make_shared<Block>(size_t(bytes), std::move(device));
 }
 
 Tensor::Tensor(std::shared_ptr<Block> block, Shape shape, Shape strides, int64_t offset, DType dtype)
