@@ -154,7 +154,7 @@ void Replayer::RunDeviceGraph(const ReplayInputs& g, const KernelContext& ctx, G
     g.device.EndDeviceGraphCapture(this);
     device_graph_stage_ = 2;
   }
-  g.device.LaunchDeviceGraph(this, ctx.rng_base);
+  g.device.LaunchDeviceGraph(this, ctx.rng_seed, ctx.rng_base);
 }
 
 void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {

@@ -1,6 +1,7 @@
 #include "common/harness.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -223,6 +224,11 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps, double tol
     }
     ExpectClose(analytic[i], numeric, tol, tol, what + " gradient of input " + std::to_string(i));
   }
+}
+
+bool GpuRequired() {
+  const char* v = std::getenv("LOOM_REQUIRE_GPU");
+  return v && std::string(v) == "1";
 }
 
 }  // namespace test

@@ -45,7 +45,7 @@ TEST(CheckedSizes, TheAllocatorRefusesWhatItCannotRound) {
   EXPECT_EQ(CachingAllocator::RoundSize(P(40) + 1), size_t(P(40) + P(38)));
 }
 
-TEST(NaN, ReluPropagatesNaNLikeClampAndMax) {
+TEST(NaN, ReluAndMaxPropagateNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {
     Tensor x = FromDoubles({nan, -1.0, 2.0}, {3}, dt);
@@ -61,6 +61,13 @@ TEST(NaN, ReluPropagatesNaNLikeClampAndMax) {
     EXPECT_EQ(ToDoubles(grads[0].second), (std::vector<double>{1, 0, 1})) << Name(dt);
     EXPECT_TRUE(std::isnan(ToDoubles(ops::LeakyRelu(x, 0.1))[0]));
   }
+  // max kept the first element when a later one was NaN (std::max); CUDA's MaxOf did the same.
+  Tensor m = FromDoubles({1.0, nan, 2.0, 3.0, 4.0, 5.0}, {2, 3}, DType::kFloat32);
+  std::vector<double> along0 = ToDoubles(ops::Max(m, {0})), along1 = ToDoubles(ops::Max(m, {1}));
+  EXPECT_EQ(along0[0], 3.0);
+  EXPECT_TRUE(std::isnan(along0[1]));
+  EXPECT_TRUE(std::isnan(along1[0]));
+  EXPECT_EQ(along1[1], 5.0);
   Tensor x = FromDoubles({1.0}, {1}, DType::kFloat32);
   LOOM_EXPECT_THROW_MSG(ops::LeakyRelu(x, nan), ValueError, "[leaky_relu] slope must be a finite number");
 }
