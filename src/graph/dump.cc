@@ -200,10 +200,12 @@ std::string Graph::MemoryTimelineCsv() const {
 // Note [Atomic file writes] in core/file.h.
 void Graph::WriteDot(const std::string& path) const { WriteFileAtomic(path, {ToDot()}, "graph"); }
 
-void Graph::WriteTrace(const std::string& path) const {
+std::string Graph::ProfiledTraceJson() const {
   LOOM_CHECK(!last_profile().empty(), GraphError, "[", capture_name(),
              "] no profiled replay to write: set_profile(true) (or LOOM_DEBUG=2) and run it first");
-  WriteFileAtomic(path, {TraceJson()}, "graph");
+  return TraceJson();
 }
+
+void Graph::WriteTrace(const std::string& path) const { WriteFileAtomic(path, {ProfiledTraceJson()}, "graph"); }
 
 }  // namespace loom
