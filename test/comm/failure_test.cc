@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/programs.h"
 #include "core/error.h"
@@ -65,6 +66,16 @@ bool Has(const std::string& out, const std::string& s) { return out.find(s) != s
 // machine, since a failing job ends in a few seconds (the "exit" case: LOOM_COMM_TIMEOUT_S=5).
 constexpr double kHangBound = 30;
 
+// Starts the job with rank 1 failing as `mode`: it must end non-zero, within the bound, and say
+// every one of `lines`, and the launcher must report the failure.
+void ExpectJobFails(const std::string& mode, const std::vector<std::string>& lines) {
+  JobRun r = Launch(mode);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_LT(r.seconds, kHangBound) << r.out;
+  for (const std::string& line : lines) EXPECT_TRUE(Has(r.out, line)) << "no '" << line << "' in:\n" << r.out;
+  EXPECT_TRUE(Has(r.out, "[launch] the job failed")) << r.out;
+}
+
 TEST(MpiFailure, HealthyJobSucceeds) {
   JobRun r = Launch("ok");
   EXPECT_EQ(r.exit_code, 0) << r.out;
@@ -74,44 +85,26 @@ TEST(MpiFailure, HealthyJobSucceeds) {
 // An uncaught exception on rank 1 aborts the job at once (the terminate handler), naming the
 // rank and the exception, while rank 0 waits in a collective.
 TEST(MpiFailure, RankThatRaisesEndsTheJob) {
-  JobRun r = Launch("raise");
-  EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_LT(r.seconds, kHangBound) << r.out;
-  EXPECT_TRUE(Has(r.out, "[comm] rank 1 of 2: uncaught loom::ValueError: [worker] rank 1 raises")) << r.out;
-  EXPECT_TRUE(Has(r.out, "[launch] the job failed")) << r.out;
+  ExpectJobFails("raise", {"[comm] rank 1 of 2: uncaught loom::ValueError: [worker] rank 1 raises"});
 }
 
 // Rank 1 exits with status 3 (finalising MPI on its way out, as any program does, which waits
 // for rank 0): its exit notice reaches rank 0, whose collective gives up with a CommError naming
 // rank 1 (Note [Exit notices]), and that CommError, uncaught, aborts the job.
 TEST(MpiFailure, RankThatExitsEndsTheJob) {
-  JobRun r = Launch("exit");
-  EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_LT(r.seconds, kHangBound) << r.out;
-  EXPECT_TRUE(Has(r.out, "[comm] rank 0 of 2: uncaught loom::CommError: [mpi] all_reduce (sum of 1 float32) on rank 0 "
-                         "of 2: rank 1 of 2 has ended its program while this rank waits for it"))
-      << r.out;
+  ExpectJobFails("exit", {"[comm] rank 0 of 2: uncaught loom::CommError: [mpi] all_reduce (sum of 1 float32) on rank 0 "
+                          "of 2: rank 1 of 2 has ended its program while this rank waits for it"});
 }
 
 // With no exit notice (rank 1 busy elsewhere for ever), the collective fails after
 // LOOM_COMM_TIMEOUT_S, here 5 s.
 TEST(MpiFailure, RankThatHangsEndsTheJobAfterTheTimeout) {
-  JobRun r = Launch("hang");
-  EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_LT(r.seconds, kHangBound) << r.out;
-  EXPECT_TRUE(Has(r.out, "[comm] rank 0 of 2: uncaught loom::CommError: [mpi] all_reduce (sum of 1 float32) on rank 0 "
-                         "of 2: did not complete within 5 s"))
-      << r.out;
+  ExpectJobFails("hang", {"[comm] rank 0 of 2: uncaught loom::CommError: [mpi] all_reduce (sum of 1 float32) on rank 0 "
+                          "of 2: did not complete within 5 s"});
 }
 
 // Rank 1 dies by SIGKILL: mpirun kills the job, and the launcher names the rank and the signal.
-TEST(MpiFailure, RankThatDiesEndsTheJob) {
-  JobRun r = Launch("kill");
-  EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_LT(r.seconds, kHangBound) << r.out;
-  EXPECT_TRUE(Has(r.out, "[launch] rank 1 of 2 was killed by signal 9")) << r.out;
-  EXPECT_TRUE(Has(r.out, "[launch] the job failed")) << r.out;
-}
+TEST(MpiFailure, RankThatDiesEndsTheJob) { ExpectJobFails("kill", {"[launch] rank 1 of 2 was killed by signal 9"}); }
 
 }  // namespace
 }  // namespace test

@@ -12,7 +12,7 @@ namespace test {
 namespace {
 
 TEST(CommWithoutMpi, FactorySaysWhatToInstall) {
-  ASSERT_FALSE(MpiBuilt()) << "run only in builds without MPI";
+  if (MpiBuilt()) GTEST_SKIP() << "this build has MPI: ctest runs test_comm_mpi_* and test_comm_failure instead";
   EXPECT_FALSE(NcclBuilt());
   for (const char* backend : {"mpi", "auto", "nccl"}) {
     try {
