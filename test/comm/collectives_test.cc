@@ -95,6 +95,8 @@ TEST(MpiCollectives, RankAndSize) {
   int32_t mine = c->rank();
   c->AllGather(&mine, ranks.data(), 1, DType::kInt32);
   for (int r = 0; r < c->size(); ++r) EXPECT_EQ(ranks[size_t(r)], r);
+  // One machine: the local rank is the rank.
+  EXPECT_EQ(LocalRank(), c->rank());
 }
 
 TEST(MpiCollectives, AllReduceSumAndMaxEveryDType) {

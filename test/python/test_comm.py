@@ -13,11 +13,19 @@ import pytest
 import loom
 from loom import comm, tensor
 
-pytestmark = pytest.mark.skipif(not comm.mpi_built(), reason="unreachable: tools/setup.sh installs OpenMPI")
+needs_mpi = pytest.mark.skipif(not comm.mpi_built(), reason="loom built without MPI (LOOM_USE_MPI=OFF, or MPI not "
+                               "installed: tools/setup.sh installs it)")
 
 HANG_BOUND_S = 30
 
 
+@pytest.mark.skipif(comm.mpi_built(), reason="this build has MPI: the tests below use it")
+def test_without_mpi_says_what_to_install():
+    with pytest.raises(loom.DeviceError, match="libopenmpi-dev"):
+        comm.communicator()
+
+
+@needs_mpi
 def test_one_rank_world(dev):
     c = comm.communicator("mpi")
     assert (c.rank(), c.size(), c.backend(), c.on_device()) == (0, 1, "mpi", False)
@@ -30,6 +38,7 @@ def test_one_rank_world(dev):
     assert comm.communicator("auto", dev).backend() == "mpi"  # a CPU device
 
 
+@needs_mpi
 def test_mistakes_are_loom_errors(dev):
     c = comm.communicator("mpi")
     t = tensor.from_numpy(np.zeros(4, dtype=np.float32), dev)
@@ -66,8 +75,8 @@ SCRIPT = """
     dev = device.create_cpu_device()
     t = tensor.from_numpy(np.arange(5, dtype=np.float64) * (c.rank() + 1), dev)
     c.all_reduce(t)
-    print(f"rank {c.rank()} of {c.size()}: sum {tensor.to_numpy(t).tolist()} threads {os.environ['LOOM_NUM_THREADS']}",
-          flush=True)
+    print(f"rank {c.rank()} of {c.size()} (local {comm.local_rank()}): sum {tensor.to_numpy(t).tolist()} "
+          f"threads {os.environ['LOOM_NUM_THREADS']}", flush=True)
     mode = sys.argv[1]
     if c.rank() == 1 and mode == "raise":
         raise KeyError("rank 1 raises before the barrier")
@@ -82,15 +91,17 @@ SCRIPT = """
 """
 
 
+@needs_mpi
 def test_launch_two_ranks(tmp_path):
     code, out, _ = _launch(tmp_path, SCRIPT, "ok")
     assert code == 0, out
     threads = max(1, len(os.sched_getaffinity(0)) // 2)  # the launcher splits the cores
     for r in (0, 1):
-        assert f"rank {r} of 2: sum [0.0, 3.0, 6.0, 9.0, 12.0] threads {threads}" in out, out
+        assert f"rank {r} of 2 (local {r}): sum [0.0, 3.0, 6.0, 9.0, 12.0] threads {threads}" in out, out
         assert f"rank {r} max [0.0, 3.0, 6.0, 9.0, 12.0]" in out, out
 
 
+@needs_mpi
 def test_rank_that_raises_ends_the_job(tmp_path):
     code, out, seconds = _launch(tmp_path, SCRIPT, "raise")
     assert code != 0, out
@@ -100,6 +111,7 @@ def test_rank_that_raises_ends_the_job(tmp_path):
     assert "[launch] the job failed" in out, out
 
 
+@needs_mpi
 def test_stalled_rank_gives_comm_error_naming_the_rank_and_call(tmp_path):
     code, out, seconds = _launch(tmp_path, SCRIPT, "stall", env={"LOOM_COMM_TIMEOUT_S": "3"})
     assert code != 0, out

@@ -1,5 +1,7 @@
 #include "io/comm/comm.h"
 
+#include <cstdlib>
+
 #include "core/error.h"
 #ifdef LOOM_WITH_MPI
 #include "io/comm/mpi.h"
@@ -9,6 +11,19 @@
 #endif
 
 namespace loom {
+
+int LocalRank() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* s = std::getenv(var);
+    if (!s || !*s) continue;
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    LOOM_CHECK(*end == '\0' && v >= 0 && v < (1 << 20), ValueError, "[", var, "] '", s,
+               "' is not a local rank (a whole number from 0)");
+    return int(v);
+  }
+  return 0;
+}
 
 bool MpiBuilt() {
 #ifdef LOOM_WITH_MPI

@@ -26,6 +26,11 @@ namespace loom {
 std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend = "auto",
                                                std::shared_ptr<Device> device = nullptr);
 
+// This process's index among the ranks on its machine, as the launcher (mpirun, Slurm) set it in
+// the environment (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID); 0 when started
+// alone. For choosing a GPU per rank (SINGA's local_rank).
+int LocalRank();
+
 bool MpiBuilt();   // loom was configured with MPI found (LOOM_WITH_MPI)
 bool NcclBuilt();  // ... and with the CUDA backend and NCCL (LOOM_WITH_NCCL)
 

@@ -25,6 +25,7 @@ from .errors import CommError  # noqa: F401  (re-exported)
 Communicator = core.Communicator
 mpi_built = core.mpi_built
 nccl_built = core.nccl_built
+local_rank = core.local_rank  # this rank's index on its machine (from the launcher's environment)
 
 _previous_hook = None
 
