@@ -14,10 +14,9 @@ namespace loom {
 namespace test {
 namespace {
 
-std::shared_ptr<Communicator> Nccl() {
-  static std::shared_ptr<Communicator> c = MakeCommunicator("nccl", CudaDevice(0));
-  return c;
-}
+// Made per test, not kept in a static: a communicator destroyed at static destruction would
+// call into a CUDA runtime that may already be torn down.
+std::shared_ptr<Communicator> Nccl() { return MakeCommunicator("nccl", CudaDevice(0)); }
 
 #define LOOM_REQUIRE_NCCL()                                                                             \
   LOOM_REQUIRE_GPU();                                                                                   \

@@ -118,3 +118,14 @@ def test_stalled_rank_gives_comm_error_naming_the_rank_and_call(tmp_path):
     assert seconds < HANG_BOUND_S, out
     assert ("caught loom.CommError (a RuntimeError: True): [mpi] all_reduce (max of 5 float64) on rank 0 of 2: "
             "did not complete within 3 s") in out, out
+
+
+def test_launcher_refuses_bad_command_lines():
+    for args, message in [(["-n", "0", "x.py"], "-n takes a whole number of at least 1, not '0'"),
+                          (["x.py"], "the number of ranks (-n N) is required"),
+                          (["-n", "2", "--timeout", "-1", "x.py"], "--timeout takes a positive number of seconds"),
+                          (["-n", "2", "--"], "no program to run")]:
+        r = subprocess.run([sys.executable, "-m", "loom.launch", *args], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(
+                               loom.__file__)))))
+        assert r.returncode == 2 and f"[launch] error: {message}" in r.stderr, (args, r.stderr)
