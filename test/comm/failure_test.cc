@@ -53,7 +53,7 @@ struct JobRun {
 JobRun Launch(const std::string& mode) {
   const std::string cmd = "env LOOM_TEST_FAILURE_MODE=" + mode + " LOOM_COMM_TIMEOUT_S=5 " LOOM_SOURCE_DIR
                           "/tools/launch.sh -n 2 -- " + ProgramPath("test_comm") +
-                          " --gtest_filter=MpiFailureWorker.Run --gtest_catch_exceptions=0";
+                          " --gtest_filter=MpiFailureWorker.Run --gtest_catch_exceptions=0 --gtest_color=no";
   const auto start = std::chrono::steady_clock::now();
   ProgramRun r = RunProgram(cmd, "");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
