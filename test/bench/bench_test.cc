@@ -55,6 +55,13 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
       EXPECT_GT(Field(l, key), 0) << key << " in " << l;
     EXPECT_NE(Field(l, "first_loss"), Field(l, "last_loss")) << l;
     EXPECT_EQ(Field(l, "optimizer_steps"), 4) << l;
+    // MLP 784-1024-1024-10 at batch 4: forward, weight and input gradients of each layer, but no
+    // input gradient for the first (graph/flops.h).
+    EXPECT_EQ(Field(l, "flops_per_step"), 2.0 * 4 * (3 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024)) << l;
+    EXPECT_GT(Field(l, "gflops_per_s"), 0) << l;
+    EXPECT_GT(Field(l, "fma_peak_gflops"), 0) << l;
+    EXPECT_GT(Field(l, "fraction_of_peak"), 0) << l;
+    EXPECT_NE(l.find("\"kernels\": [{\"kind\": \"gemm f32\", \"impl\": \""), std::string::npos) << l;
   }
   // Same seed, same data, serial replay: the graph reproduces eager's losses (DESIGN.md inv. 5).
   EXPECT_EQ(Field(lines[0], "last_loss"), Field(lines[1], "last_loss"));
