@@ -84,9 +84,9 @@ struct Layout {
 };
 const Layout kLayouts[] = {{false, false}, {false, true}, {true, false}, {true, true}};
 
-// Shapes around every switch of Note [Which GEMM kernel] (M = 1, 2, 3 for NN; K = 1, 2, 3 for
-// TN; the skinny kernels' own limits at 16 rows and 16 / 32 columns), dimensions of 1, odd
-// sizes, and products large enough that loom's pool splits them by rows or by columns.
+// Shapes around every switch of Note [Which GEMM kernel] (M = 2, 3 for NN; the skinny kernels'
+// own limits at 16 rows or K = 16 and 16 / 32 columns), dimensions of 1, odd sizes, and
+// products large enough that loom's pool splits them by rows or by columns.
 template <typename T>
 int CheckAllShapes(const std::string& label) {
   std::mt19937 rng(1234);
@@ -149,8 +149,8 @@ TEST(Gemm, ChoosesTheMeasuredKernel) {
     const GemmKernel after_skinny = cpu::HaveDnnlGemm() ? GemmKernel::kDnnl : GemmKernel::kSkinny;
     EXPECT_EQ(ChooseSgemm(false, false, 2, 1024, 1024), GemmKernel::kSkinny);
     EXPECT_EQ(ChooseSgemm(false, false, 3, 1024, 1024), after_skinny);
-    EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 2), GemmKernel::kSkinny);
-    EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 3), after_skinny);
+    EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 16), GemmKernel::kSkinny);
+    EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 17), big);
     EXPECT_EQ(ChooseSgemm(false, true, 1, 1024, 1024), after_skinny);
     EXPECT_EQ(ChooseSgemm(false, false, 64, 1024, 1024), big);
     EXPECT_EQ(ChooseSgemm(true, true, 1, 1024, 1024), big);

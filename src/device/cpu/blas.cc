@@ -125,8 +125,9 @@ CpuGemmImpl GetCpuGemmImpl() {
 GemmKernel ChooseSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   if (!cpu::HaveDnnlGemm() || GetCpuGemmImpl() == CpuGemmImpl::kOpenBlas)
     return IsSkinny(ta, tb, m, n, k) ? GemmKernel::kSkinny : GemmKernel::kOpenBlas;
-  // Note [Which GEMM kernel]: the skinny kernels only where they measured ahead of oneDNN.
-  const bool skinny_wins = (!ta && !tb && m <= 2) || (ta && !tb && k <= 2);
+  // Note [Which GEMM kernel]: the skinny kernels where they measured ahead of oneDNN, and for
+  // every TN product they take (the weight gradient the graph computes into its update).
+  const bool skinny_wins = (!ta && !tb && m <= 2) || (ta && !tb);
   return skinny_wins && IsSkinny(ta, tb, m, n, k) ? GemmKernel::kSkinny : GemmKernel::kDnnl;
 }
 

@@ -8,27 +8,36 @@
 // know it falls back to old ones (a Xeon family 6 model 207 with AVX-512 got `Prescott`, SSE3:
 // an MLP step at batch 64 took 22 ms, 6 ms with OPENBLAS_CORETYPE=SKYLAKEX). oneDNN reads the
 // CPU's feature bits instead, so float32 products go to oneDNN and nothing depends on a table.
-// The skinny kernels (Note [Skinny GEMM]) are kept where they measured ahead of oneDNN's sgemm.
-// One thread, min of 15 calls, microseconds, on an AMD EPYC with AVX-512 (shared, noisy):
+// The skinny kernels (Note [Skinny GEMM]) are kept where they measured ahead of oneDNN's sgemm,
+// and for small weight gradients (below).
+// One thread each (OpenBLAS too), min of 15 calls, microseconds, on an AMD EPYC with AVX-512
+// (2 cores shared with other jobs: expect 10-20% noise; OpenBLAS picked its Cooperlake kernels):
 //
-//   shape (M x N x K)          skinny  oneDNN  OpenBLAS (its right core, Cooperlake)
-//   NN 1 x 1024 x 1024           67      71     421
-//   NN 2 x 1024 x 1024           84     185     495
-//   NN 3 x 1024 x 1024          156     144     354
-//   NN 8 x 1024 x 1024          264     210     493
-//   NT 1 x 1024 x 1024           71      57     417
-//   NT 8 x 1024 x 1024          452     398     899
-//   TN 1024 x 1024 x 1           99     169     473
-//   TN 1024 x 1024 x 2          125     148     461
-//   TN 1024 x 1024 x 3          152     160     298
-//   TN 1024 x 1024 x 8          515     250     598
+//   shape (M x N x K)          skinny  oneDNN  OpenBLAS
+//   NN 1 x 1024 x 1024           63      59     421
+//   NN 2 x 1024 x 1024           85     183     427
+//   NN 3 x 1024 x 1024          146     161     495
+//   NN 8 x 1024 x 1024          186     174     521
+//   NT 1 x 1024 x 1024           74      58     688
+//   NT 8 x 1024 x 1024          427     336     961
+//   TN 1024 x 1024 x 1           93     206     463
+//   TN 1024 x 1024 x 2          111     174     456
+//   TN 1024 x 1024 x 3          267     175     454
+//   TN 1024 x 1024 x 8          605     214     545
 //   NN 64 x 1024 x 1024           -    1595    1776
 //   NT 64 x 1024 x 1024           -    1882    2150
 //   TN 1024 x 1024 x 64           -    1387    1654
-//   NN 64 x 10 x 1024             -      27      20
-//   TN 1024 x 10 x 64             -      38      21
+//   NN 64 x 10 x 1024             -      28      20
+//   TN 1024 x 10 x 64             -      37      19
 //
-// So: skinny for NN with M <= 2 and TN with K <= 2; oneDNN for every other float32 product.
+// So: skinny for NN with M <= 2; oneDNN for NN with more rows and for every NT product. TN
+// products (x^T dy, a weight gradient) with K <= 16 stay on the skinny kernel although oneDNN's
+// is faster from K = 3 on: it is the kernel the graph uses to compute a weight gradient into its
+// SGD update (matmul_sgd_update, Note [Weight gradient into the update]), which must be bitwise
+// the unfused result, and the fused update wins by more than the GEMM loses. Per-op medians
+// of the MLP's graph step at batch 8 (LOOM_DEBUG=2, 100 replays, shared machine): fused
+// 797 + 693 us for the two large weights; on oneDNN and unfused 546 + 576 and 785 + 625 us
+// (GEMM + update), and the arena 4 MiB larger (each weight gradient stored).
 // OpenBLAS, even with its right kernels, was ahead only on products with a handful of columns
 // (the last rows above: tens of microseconds of a step that takes milliseconds), and there only
 // when it recognised the CPU; it is not worth a rule that depends on its CPU table.
