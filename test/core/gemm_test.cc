@@ -94,9 +94,10 @@ int CheckAllShapes(const std::string& label) {
   for (const Layout& l : kLayouts)
     for (int64_t m : {1, 2, 3, 4, 16, 17, 45})
       for (int64_t n : {1, 7, 16, 33, 130})
-        for (int64_t k : {1, 2, 3, 16, 17, 33, 70}) {
+        for (int64_t k : {1, 2, 3, 16, 17, 31, 32, 70}) {
           GemmCase<T> g = MakeCase<T>(l.ta, l.tb, m, n, k, rng);
           CheckGemm<T>(g, T(1), T(0), label);
+          CheckGemm<T>(g, T(1), T(1), label);  // what oneDNN's matmul primitive takes
           CheckGemm<T>(g, T(-0.5), T(1), label);
           CheckGemm<T>(g, T(1.5), T(0.25), label);
           if (::testing::Test::HasFatalFailure()) return checked;
@@ -107,6 +108,7 @@ int CheckAllShapes(const std::string& label) {
     for (auto mnk : {std::vector<int64_t>{300, 40, 90}, {37, 300, 90}, {2, 1000, 300}, {300, 500, 2}}) {
       GemmCase<T> g = MakeCase<T>(l.ta, l.tb, mnk[0], mnk[1], mnk[2], rng);
       CheckGemm<T>(g, T(1), T(0), label);
+      CheckGemm<T>(g, T(1), T(1), label);
       CheckGemm<T>(g, T(0.75), T(-1), label);
       if (::testing::Test::HasFatalFailure()) return checked;
       ++checked;
@@ -120,17 +122,17 @@ TEST(Gemm, Float32EveryPathAgainstFloat64) {
     SetNumThreads(t);
     {
       GemmImplScope auto_impl(CpuGemmImpl::kAuto);
-      EXPECT_EQ(CheckAllShapes<float>("auto, " + std::to_string(t) + " threads"), 4 * 7 * 5 * 7 + 16);
+      EXPECT_EQ(CheckAllShapes<float>("auto, " + std::to_string(t) + " threads"), 4 * 7 * 5 * 8 + 16);
     }
     {
       GemmImplScope openblas(CpuGemmImpl::kOpenBlas);
-      EXPECT_EQ(CheckAllShapes<float>("openblas, " + std::to_string(t) + " threads"), 4 * 7 * 5 * 7 + 16);
+      EXPECT_EQ(CheckAllShapes<float>("openblas, " + std::to_string(t) + " threads"), 4 * 7 * 5 * 8 + 16);
     }
   }
   SetNumThreads(threads);
 }
 
-TEST(Gemm, Float64AgainstFloat64Loops) { EXPECT_EQ(CheckAllShapes<double>("float64"), 4 * 7 * 5 * 7 + 16); }
+TEST(Gemm, Float64AgainstFloat64Loops) { EXPECT_EQ(CheckAllShapes<double>("float64"), 4 * 7 * 5 * 8 + 16); }
 
 TEST(Gemm, EmptySumScalesC) {
   std::vector<float> a(4, 1), b(4, 1), c{1, 2, 3, 4};
@@ -152,6 +154,10 @@ TEST(Gemm, ChoosesTheMeasuredKernel) {
     EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 16), GemmKernel::kSkinny);
     EXPECT_EQ(ChooseSgemm(true, false, 1024, 1024, 17), big);
     EXPECT_EQ(ChooseSgemm(false, true, 1, 1024, 1024), after_skinny);
+    EXPECT_EQ(ChooseSgemm(false, true, 15, 1024, 1024), after_skinny);
+    EXPECT_EQ(ChooseSgemm(false, true, 16, 1024, 1024),
+              cpu::HaveDnnlGemm() ? GemmKernel::kDnnlMatmul : GemmKernel::kOpenBlas);
+    EXPECT_EQ(ChooseSgemm(false, true, 16, 1024, 31), big);
     EXPECT_EQ(ChooseSgemm(false, false, 64, 1024, 1024), big);
     EXPECT_EQ(ChooseSgemm(true, true, 1, 1024, 1024), big);
     EXPECT_EQ(ChooseSgemm(false, false, 2, 10, 1024), big);  // too few columns for the skinny kernels

@@ -237,7 +237,9 @@ TEST_F(GraphTest, WeightGradientsFuseIntoTheirUpdatesAndStayBitwiseEqual) {
         const bool skinny = ChooseSgemm(true, false, 32, 64, batch) == GemmKernel::kSkinny &&
                             ChooseSgemm(true, false, 64, 48, batch) == GemmKernel::kSkinny;
         const size_t want = fuse && skinny ? 2 : 0;
-        if (batch <= 16) EXPECT_EQ(want, fuse ? 2u : 0u) << what;  // the fused path is exercised
+        if (batch <= 16) {
+          EXPECT_EQ(want, fuse ? 2u : 0u) << what;  // the fused path is exercised
+        }
         EXPECT_EQ(g.stats().fused_ops, want) << what;
         EXPECT_EQ(fused_ops, want) << what;
         std::vector<float> losses;

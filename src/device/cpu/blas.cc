@@ -29,13 +29,15 @@ namespace {
 // Below this many multiply-adds a GEMM runs on the calling thread.
 constexpr int64_t kSplitFlops = int64_t(1) << 18;
 
+// by_rows: blocks of rows whenever there are enough (oneDNN's matmul primitive: a block of
+// columns leaves C with rows longer than the block, which its fast kernels do not take).
 template <typename T, typename Fn>
 void SplitGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-               T* c, int64_t ldc, Fn gemm) {
+               T* c, int64_t ldc, Fn gemm, bool by_rows = false) {
   const int threads = NumThreads();
   if (threads <= 1 || m * n * k < kSplitFlops) return gemm(m, n, a, b, c);
   // Each block packs its share of one operand and all of the other: split the larger side.
-  if (m > n && m >= 4 * threads) {  // blocks of rows of C: rows of op(A)
+  if ((m > n || by_rows) && m >= 4 * threads) {  // blocks of rows of C: rows of op(A)
     int64_t step = (m + threads - 1) / threads;
     step = (step + 7) / 8 * 8;
     ParallelFor((m + step - 1) / step, 1, [&](int64_t s, int64_t e) {
@@ -108,6 +110,11 @@ void CheckOpenBlasCoreOnce() {
   (void)done;
 }
 
+void ReportSgemmOnce() {
+  static const bool reported = (ReportKernel("gemm f32", "oneDNN sgemm (ISA " + cpu::DnnlIsa() + ")"), true);
+  (void)reported;
+}
+
 std::atomic<int> g_impl{-1};  // -1: not read from the environment yet
 }  // namespace
 
@@ -128,7 +135,8 @@ GemmKernel ChooseSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k) {
   // Note [Which GEMM kernel]: the skinny kernels where they measured ahead of oneDNN, and for
   // every TN product they take (the weight gradient the graph computes into its update).
   const bool skinny_wins = (!ta && !tb && m <= 2) || (ta && !tb);
-  return skinny_wins && IsSkinny(ta, tb, m, n, k) ? GemmKernel::kSkinny : GemmKernel::kDnnl;
+  if (skinny_wins && IsSkinny(ta, tb, m, n, k)) return GemmKernel::kSkinny;
+  return !ta && tb && m >= 16 && k >= 32 ? GemmKernel::kDnnlMatmul : GemmKernel::kDnnl;
 }
 
 int OpenBlasCoreIsaLevel(const char* core) {
@@ -176,14 +184,20 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
                   m, "x", n, "x", k);
       return;
     }
-    case GemmKernel::kDnnl: {
-      static const bool reported = (ReportKernel("gemm f32", "oneDNN sgemm (ISA " + cpu::DnnlIsa() + ")"), true);
-      (void)reported;
+    case GemmKernel::kDnnl:
+      ReportSgemmOnce();
       return SplitGemm<float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
                               [&](int64_t mm, int64_t nn, const float* aa, const float* bb, float* cc) {
                                 cpu::DnnlSgemm(ta, tb, mm, nn, k, alpha, aa, lda, bb, ldb, beta, cc, ldc);
                               });
-    }
+    case GemmKernel::kDnnlMatmul:  // the primitive reports itself when built
+      return SplitGemm<float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+                              [&](int64_t mm, int64_t nn, const float* aa, const float* bb, float* cc) {
+                                if (cpu::DnnlMatmul(ta, tb, mm, nn, k, alpha, aa, lda, bb, ldb, beta, cc, ldc)) return;
+                                ReportSgemmOnce();  // alpha or beta the primitive does not take
+                                cpu::DnnlSgemm(ta, tb, mm, nn, k, alpha, aa, lda, bb, ldb, beta, cc, ldc);
+                              },
+                              /*by_rows=*/true);
     case GemmKernel::kOpenBlas: {
       static const bool reported =
           (ReportKernel("gemm f32", "OpenBLAS core " + std::string(openblas_get_corename()) + " (" + OpenBlasName() + ")"),

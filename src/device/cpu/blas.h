@@ -30,6 +30,13 @@
 //   NN 64 x 10 x 1024             -      28      20
 //   TN 1024 x 10 x 64             -      37      19
 //
+// oneDNN's matmul primitive (brgemm kernels, built once per shape) beat its sgemm on NT products
+// with 16 rows or more: 555 / 880 / 1540 us against 980 / 1318 / 1896 for 16 / 32 / 64 x 1024
+// x 1024, measured as the table above; in the MLP's batch-64 step (one thread, 40 replays) the
+// input gradient dy W^T took 1590 us median against 2108 with the sgemm. With a short K (64 x
+// 1024 x 10 in that step) it was slower (77 us against less than 50), so it takes NT products
+// with M >= 16 and K >= 32.
+//
 // So: skinny for NN with M <= 2; oneDNN for NN with more rows and for every NT product. TN
 // products (x^T dy, a weight gradient) with K <= 16 stay on the skinny kernel although oneDNN's
 // is faster from K = 3 on: it is the kernel the graph uses to compute a weight gradient into its
@@ -64,7 +71,7 @@ enum class CpuGemmImpl { kAuto, kOpenBlas };
 void SetCpuGemmImpl(CpuGemmImpl impl);
 CpuGemmImpl GetCpuGemmImpl();  // first call reads LOOM_CPU_GEMM (openblas | auto)
 
-enum class GemmKernel { kSkinny, kDnnl, kOpenBlas };
+enum class GemmKernel { kSkinny, kDnnl, kDnnlMatmul, kOpenBlas };
 // The kernel Gemm runs a float32 product of this shape on.
 GemmKernel ChooseSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k);
 

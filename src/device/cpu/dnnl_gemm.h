@@ -16,6 +16,15 @@ bool HaveDnnlGemm();
 // or (N, K) when tb; beta == 0 ignores C's contents. M, N, K >= 1.
 void DnnlSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same product through oneDNN's matmul primitive (Note [Which GEMM kernel]: faster than the
+// sgemm for NT products with 16 rows or more and K >= 32), built once per shape and leading
+// dimensions and kept in a process-wide cache. Takes alpha == 1 and beta 0 or 1 only (beta 1: a
+// sum post-op); returns false, touching nothing, for anything else. Its scratchpad (about
+// 140 KiB for the MLP's products) is a per-thread buffer that lives as long as the thread, like
+// the packing buffers oneDNN's sgemm and OpenBLAS allocate for themselves. Each new
+// implementation is reported (device/kernel_report.h) when its first primitive is built.
+bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The most capable instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...),
 // or "none" without oneDNN.
 std::string DnnlIsa();
