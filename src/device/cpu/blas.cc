@@ -1,5 +1,5 @@
 // Note [One thread pool]
-// OpenBLAS and oneDNN run single-threaded (oneDNN on one OpenMP thread: omp_one_thread.h); loom
+// OpenBLAS and oneDNN run single-threaded (oneDNN on one OpenMP thread: dnnl_common.h); loom
 // splits large GEMMs across its own pool (ParallelFor) by blocks of columns of C, or of rows
 // when C has more rows than columns. Two pools on the same cores fight: OpenBLAS's workers spin
 // for a while after each call and take the cores from loom's pool, which made CNN steps bimodal

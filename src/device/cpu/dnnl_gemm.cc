@@ -13,7 +13,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "device/cpu/omp_one_thread.h"
+#include "device/cpu/dnnl_common.h"
 #endif
 
 namespace loom {
@@ -48,15 +48,6 @@ namespace {
 
 namespace dn = dnnl;
 using md = dn::memory::desc;
-
-dn::engine& Engine() {
-  static dn::engine e(dn::engine::kind::cpu, 0);
-  return e;
-}
-dn::stream& Stream() {
-  thread_local dn::stream s(Engine());
-  return s;
-}
 
 struct Matmul {
   dn::matmul prim;

@@ -18,7 +18,7 @@
 #ifdef LOOM_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "device/cpu/omp_one_thread.h"
+#include "device/cpu/dnnl_common.h"
 #endif
 
 namespace loom {
@@ -66,15 +66,6 @@ constexpr dn::memory::data_type kF32 = dn::memory::data_type::f32;
 constexpr size_t kAlign = 64;
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-dn::engine& Engine() {
-  static dn::engine e(dn::engine::kind::cpu, 0);
-  return e;
-}
-dn::stream& Stream() {
-  thread_local dn::stream s(Engine());
-  return s;
-}
 
 // One operand in loom's plain layout and in the layout the convolution asked for, with the
 // reorder between them when they differ (towards the convolution for inputs, back for outputs).
