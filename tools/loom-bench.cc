@@ -37,7 +37,9 @@
 //                         whatever a mode fuses. gflops_per_s = flops_per_step / median step time.
 //   fma_peak_gflops       the machine's float32 FMA peak with loom's thread count, measured at the
 //                         start (tools/fma_peak.h; --peak-gflops gives it instead) on the CPU; the
-//                         fraction of it a step reaches is fraction_of_peak.
+//                         fraction of it a step reaches is fraction_of_peak. On a machine other
+//                         jobs load, the threads share the cores with them: compare with
+//                         fma_peak_gflops_one_thread (one thread alone) x threads.
 //   kernels               the library, kernel and ISA every GEMM and convolution kind ran with
 //                         (device/kernel_report.h), in the order first used.
 //
@@ -563,8 +565,9 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
 // kernels that ran (see the header comment).
 struct Speed {
   int64_t flops_per_step = 0;
-  double peak_gflops = 0;
-  std::string peak_what;  // how the peak was obtained
+  double peak_gflops = 0;            // loom's thread count at once
+  double peak_gflops_per_thread = 0;  // one thread alone (0: not measured)
+  std::string peak_what;              // how the peak was obtained
 };
 
 // The dense arithmetic of one training step (graph/flops.h), counted on the op list of a step
@@ -704,10 +707,12 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   char more[512];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
-                ", \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, \"fma_peak_is\": %s, "
-                "\"fraction_of_peak\": %s, \"kernels\": ",
+                ", \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
+                "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
                 (long long)sp.flops_per_step, gf,
-                sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null", JsonString(sp.peak_what).c_str(),
+                sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
+                sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
+                JsonString(sp.peak_what).c_str(),
                 sp.peak_gflops > 0 ? std::to_string(gf / sp.peak_gflops).c_str() : "null");
   return out + more + KernelsJson() + "}";
 }
@@ -819,6 +824,7 @@ int Main(const Flags& f) {
   } else if (f.device == "cpu") {
     const loom_tools::FmaPeak p = loom_tools::MeasureFmaPeak(loom::NumThreads());
     sp.peak_gflops = p.gflops;
+    sp.peak_gflops_per_thread = p.gflops_per_thread;
     sp.peak_what = loom::detail::Cat("measured: float32 FMA chains, ", p.isa, ", ", p.threads, " threads at once, ",
                                      p.gflops_per_thread, " GFLOP/s for one thread alone");
   }

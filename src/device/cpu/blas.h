@@ -37,7 +37,8 @@
 // 1024 x 10 in that step) it was slower (77 us against less than 50), so it takes NT products
 // with M >= 16 and K >= 32.
 //
-// So: skinny for NN with M <= 2; oneDNN for NN with more rows and for every NT product. TN
+// So: skinny for NN with M <= 2; oneDNN for NN with more rows and for every NT product (the
+// matmul primitive or the sgemm, as just said). TN
 // products (x^T dy, a weight gradient) with K <= 16 stay on the skinny kernel although oneDNN's
 // is faster from K = 3 on: it is the kernel the graph uses to compute a weight gradient into its
 // SGD update (matmul_sgd_update, Note [Weight gradient into the update]), which must be bitwise
