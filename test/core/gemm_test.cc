@@ -156,7 +156,7 @@ TEST(Gemm, ChoosesTheMeasuredKernel) {
     EXPECT_EQ(ChooseSgemm(false, true, 1, 1024, 1024), after_skinny);
     EXPECT_EQ(ChooseSgemm(false, true, 15, 1024, 1024), after_skinny);
     EXPECT_EQ(ChooseSgemm(false, true, 16, 1024, 1024),
-              cpu::HaveDnnlGemm() ? GemmKernel::kDnnlMatmul : GemmKernel::kOpenBlas);
+              cpu::HaveDnnlGemm() ? GemmKernel::kDnnlMatmul : GemmKernel::kSkinny);
     EXPECT_EQ(ChooseSgemm(false, true, 16, 1024, 31), big);
     EXPECT_EQ(ChooseSgemm(false, false, 64, 1024, 1024), big);
     EXPECT_EQ(ChooseSgemm(true, true, 1, 1024, 1024), big);
