@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/programs.h"
+#include "device/cpu/blas.h"
+#include "device/cpu/dnnl_gemm.h"
 
 namespace {
 
@@ -70,6 +72,26 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
   EXPECT_GT(bound, 0);
   EXPECT_LE(arena, 1.05 * bound);
   EXPECT_NE(r.out.find("| graph-planned |"), std::string::npos) << "no Markdown table row:\n" << r.out;
+}
+
+// Note [Which GEMM kernel]: OpenBLAS forced onto its SSE3 kernels (what it picks on a CPU its
+// table does not know) draws one warning that says where float32 GEMMs run instead, and
+// LOOM_DEBUG=1 names each GEMM kernel once.
+TEST(LoomBench, WarnsOnceWhenOpenBlasRunsOlderKernels) {
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  if (loom::CpuIsaLevel() <= 0) GTEST_SKIP() << "this CPU has nothing newer than SSE: OpenBLAS's Prescott kernels fit";
+  ProgramRun r = loom::test::RunProgram(
+      "env", "OPENBLAS_CORETYPE=Prescott LOOM_DEBUG=1 " + BenchPath() +
+                 " --model mlp --batch 4 --steps 2 --warmup 1 --mode eager --threads 1 --peak-gflops 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string warning = "[loom] warning: OpenBLAS chose its 'Prescott' kernels";
+  const size_t at = r.out.find(warning);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(warning, at + 1), std::string::npos) << "warned more than once:\n" << r.out;
+  if (loom::cpu::HaveDnnlGemm()) {
+    EXPECT_NE(r.out.find("float32 GEMM runs on oneDNN"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[loom] kernel gemm f32: oneDNN "), std::string::npos) << r.out;
+  }
 }
 
 // Note [Rounds] in tools/loom-bench.cc: with the modes taking turns, each mode's memory is
