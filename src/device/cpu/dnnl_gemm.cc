@@ -1,4 +1,4 @@
-// oneDNN's sgemm behind loom's Gemm (dnnl_gemm.h).
+// oneDNN's sgemm and matmul primitive behind loom's Gemm (dnnl_gemm.h).
 #include "device/cpu/dnnl_gemm.h"
 
 #include "core/error.h"
