@@ -32,6 +32,7 @@
 #include "device/cpu/kernels/common.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/device.h"
+#include "device/kernel_report.h"
 
 namespace loom {
 namespace cpu {
@@ -106,6 +107,9 @@ bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a,
       return true;
     }
   }
+  static const char* const kPass[] = {"forward", "grad input", "grad weight"};
+  ReportKernel(std::string("conv2d ") + kPass[int(pass)] + " " + (sizeof(T) == 4 ? "f32" : "f64"),
+               "im2col + loom's GEMM (kind 'gemm')");
   return false;
 }
 
