@@ -1,0 +1,241 @@
+// Note [Fusing bias and activation] (graph/fuse_bias_act.cc): on MLPs with each activation the
+// pass makes every linear layer one dense_bias_act and every activation gradient with its bias
+// gradient one bias_act_grad; replay stays bitwise equal to eager on the CPU; the pass leaves a
+// chain alone where an intermediate is read by another op or held by the user; the memory an
+// intermediate took is gone from the plan.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/harness.h"
+#include "common/mlp.h"
+#include "device/bias_act_formulas.h"
+#include "graph/graph.h"
+
+LOOM_OP_KIND(dense_bias_act);
+LOOM_OP_KIND(bias_act_grad);
+LOOM_OP_KIND(add_bias);
+LOOM_OP_KIND(bias_grad);
+LOOM_OP_KIND(relu);
+LOOM_OP_KIND(tanh);
+LOOM_OP_KIND(sigmoid);
+
+namespace loom {
+namespace test {
+namespace {
+
+// How the first layer's intermediates are used besides the chain itself.
+enum class Layer0 { kPlain, kPreActivationReadByAnOp, kMatmulReadByAnOp, kPreActivationHeld };
+
+Tensor Activate(const Tensor& z, BiasAct act) {
+  switch (act) {
+    case BiasAct::kTanh: return ops::Tanh(z);
+    case BiasAct::kSigmoid: return ops::Sigmoid(z);
+    default: return ops::Relu(z);
+  }
+}
+
+// The MLP of test/common/mlp.h with activation `act`; `held` receives layer 0's pre-activation.
+Tensor Step(const Mlp& m, const Tensor& x, const Tensor& y, nn::Optimizer& opt, BiasAct act, Layer0 how,
+            Tensor* held = nullptr) {
+  Tensor h = x, extra;
+  for (size_t i = 0; i < m.params.size(); i += 2) {
+    Tensor c = ops::MatMul(h, m.params[i]);
+    Tensor z = ops::AddBias(c, m.params[i + 1]);
+    if (i == 0 && how == Layer0::kPreActivationReadByAnOp) extra = ops::Sum(z);
+    if (i == 0 && how == Layer0::kMatmulReadByAnOp) extra = ops::Sum(c);
+    if (i == 0 && held) *held = z;
+    h = i + 2 < m.params.size() ? Activate(z, act) : z;
+  }
+  Tensor loss = ops::SoftmaxCrossEntropy(h, y);
+  if (extra.defined()) loss = ops::Add(loss, ops::MulScalar(extra, 1e-3));
+  for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
+  return loss;
+}
+
+struct Counts {
+  size_t dense[kNumBiasActs] = {}, grads = 0, add_bias = 0, bias_grad = 0, activations = 0;
+};
+Counts Count(const Graph& g) {
+  Counts c;
+  for (const OpRecord& op : g.ops().ops) {
+    if (op.def == &op_kind::dense_bias_act) ++c.dense[op.attrs.Int("act")];
+    c.grads += op.def == &op_kind::bias_act_grad;
+    c.add_bias += op.def == &op_kind::add_bias;
+    c.bias_grad += op.def == &op_kind::bias_grad;
+    c.activations += op.def == &op_kind::relu || op.def == &op_kind::tanh || op.def == &op_kind::sigmoid;
+  }
+  return c;
+}
+
+class FuseBiasActTest : public ::testing::Test {
+ protected:
+  static constexpr int kSteps = 4;
+  const std::vector<int64_t> dims_ = {32, 64, 48, 10};
+  Blobs data_{32, 10};
+
+  TrainRun Eager(BiasAct act, Layer0 how, int64_t batch) {
+    Mlp m(dims_, 5);
+    nn::SGD opt(0.05, 0.9, 1e-4);
+    TrainRun r;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = data_.Batch(batch, 100 + uint32_t(s));
+      r.losses.push_back(float(Step(m, b.first, b.second, opt, act, how).Item()));
+    }
+    r.params = m.Values();
+    return r;
+  }
+
+  // Captures one step (fused or not), replays kSteps; the graph stays alive for inspection.
+  TrainRun Replayed(BiasAct act, Layer0 how, int64_t batch, GraphOptions options, std::unique_ptr<Graph>* keep,
+                    Tensor* held = nullptr) {
+    Mlp m(dims_, 5);
+    nn::SGD opt(0.05, 0.9, 1e-4);
+    auto first = data_.Batch(batch, 100);
+    Tensor x = first.first, y = first.second, loss;
+    *keep = Graph::Capture(CpuDevice(), "fuse", [&] { loss = Step(m, x, y, opt, act, how, held); }, options);
+    TrainRun r;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = data_.Batch(batch, 100 + uint32_t(s));
+      x.CopyFrom(b.first.ToVector<float>());
+      y.CopyFrom(b.second.ToVector<int32_t>());
+      (*keep)->Run();
+      r.losses.push_back(float(loss.Item()));
+    }
+    r.params = m.Values();
+    return r;
+  }
+
+  void ExpectBitwise(const TrainRun& e, const TrainRun& g, const std::string& what) {
+    ASSERT_EQ(e.losses.size(), g.losses.size()) << what;
+    EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << what;
+    EXPECT_TRUE(SameBits(e.params, g.params)) << what;
+  }
+};
+
+TEST_F(FuseBiasActTest, FiresOnEveryLayerOfAnMlpAndReplayStaysBitwiseEqualToEager) {
+  for (BiasAct act : {BiasAct::kRelu, BiasAct::kTanh, BiasAct::kSigmoid}) {
+    for (int64_t batch : {int64_t(3), int64_t(64)}) {
+      for (bool fuse : {true, false}) {
+        const std::string what = "act " + std::to_string(int(act)) + " batch " + std::to_string(batch) +
+                                 (fuse ? " fused" : " unfused");
+        GraphOptions options;
+        options.fuse_bias_act = fuse;
+        std::unique_ptr<Graph> g;
+        TrainRun r = Replayed(act, Layer0::kPlain, batch, options, &g);
+        ExpectBitwise(Eager(act, Layer0::kPlain, batch), r, what);
+        const Counts c = Count(*g);
+        if (fuse) {
+          // Two hidden layers with the activation, the output layer without; the backward of
+          // both hidden layers. The output layer's bias gradient comes from the loss: unfused.
+          EXPECT_EQ(c.dense[int(act)], 2u) << what;
+          EXPECT_EQ(c.dense[int(BiasAct::kNone)], 1u) << what;
+          EXPECT_EQ(c.grads, 2u) << what;
+          EXPECT_EQ(c.add_bias + c.activations, 0u) << what;
+          EXPECT_EQ(c.bias_grad, 1u) << what;
+          EXPECT_EQ(g->stats().fused_bias_act, 5u) << what;
+          EXPECT_GE(g->stats().fused_ops, 5u) << what;
+        } else {
+          EXPECT_EQ(c.dense[0] + c.dense[1] + c.dense[2] + c.dense[3] + c.grads, 0u) << what;
+          EXPECT_EQ(c.add_bias, 3u) << what;
+          EXPECT_EQ(g->stats().fused_bias_act, 0u) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FuseBiasActTest, AChainStopsBeforeAnIntermediateThatIsReadElsewhere) {
+  const int64_t batch = 8;
+  GraphOptions options;
+  {
+    // Layer 0's pre-activation is read by a sum: its matmul and bias still fuse, its activation
+    // (forward) and activation gradient (backward: the bias gradient reads the sum of two
+    // gradients) do not; layer 1 fuses whole.
+    std::unique_ptr<Graph> g;
+    TrainRun r = Replayed(BiasAct::kTanh, Layer0::kPreActivationReadByAnOp, batch, options, &g);
+    ExpectBitwise(Eager(BiasAct::kTanh, Layer0::kPreActivationReadByAnOp, batch), r, "pre-activation read");
+    const Counts c = Count(*g);
+    EXPECT_EQ(c.dense[int(BiasAct::kTanh)], 1u);
+    EXPECT_EQ(c.dense[int(BiasAct::kNone)], 2u);
+    EXPECT_EQ(c.activations, 1u);
+    EXPECT_EQ(c.grads, 1u);
+    EXPECT_EQ(c.bias_grad, 2u);
+  }
+  {
+    // Layer 0's matmul result is read by a sum: layer 0 stays three ops.
+    std::unique_ptr<Graph> g;
+    TrainRun r = Replayed(BiasAct::kRelu, Layer0::kMatmulReadByAnOp, batch, options, &g);
+    ExpectBitwise(Eager(BiasAct::kRelu, Layer0::kMatmulReadByAnOp, batch), r, "matmul result read");
+    const Counts c = Count(*g);
+    EXPECT_EQ(c.dense[int(BiasAct::kRelu)], 1u);
+    EXPECT_EQ(c.dense[int(BiasAct::kNone)], 1u);
+    EXPECT_EQ(c.add_bias, 1u);
+    EXPECT_EQ(c.activations, 1u);
+  }
+  {
+    // The user holds layer 0's pre-activation: it is stored, and after a replay it holds the
+    // values eager execution computes for that step.
+    std::unique_ptr<Graph> g;
+    Tensor held;
+    Replayed(BiasAct::kSigmoid, Layer0::kPreActivationHeld, batch, options, &g, &held);
+    const Counts c = Count(*g);
+    EXPECT_EQ(c.dense[int(BiasAct::kSigmoid)], 1u);
+    EXPECT_EQ(c.dense[int(BiasAct::kNone)], 2u);
+    EXPECT_EQ(c.activations, 1u);
+    Mlp m(dims_, 5);
+    nn::SGD opt(0.05, 0.9, 1e-4);
+    Tensor eager_held;
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = data_.Batch(batch, 100 + uint32_t(s));
+      Step(m, b.first, b.second, opt, BiasAct::kSigmoid, Layer0::kPreActivationHeld, &eager_held);
+    }
+    EXPECT_TRUE(SameBits({eager_held.ToVector<float>()}, {held.ToVector<float>()}));
+  }
+}
+
+// The memory the intermediates took. Planned training graphs already had each chain in one
+// block (add_bias and the activation run in place, Note [In-place reuse]; the activations save
+// their output only): the arena must not grow. Without in-place reuse (dynamic memory), a
+// forward pass held matmul's and add_bias's results at once, and the activation's input with
+// its output: fused, one result per layer, and the peak drops.
+TEST_F(FuseBiasActTest, ThePlanNeverGrowsAndWithoutInPlaceReuseThePeakDrops) {
+  for (BiasAct act : {BiasAct::kRelu, BiasAct::kTanh}) {
+    GraphStats train[2], infer[2];
+    for (bool fuse : {false, true}) {
+      GraphOptions options;
+      options.fuse_bias_act = fuse;
+      std::unique_ptr<Graph> g;
+      Replayed(act, Layer0::kPlain, 64, options, &g);
+      train[fuse] = g->stats();
+
+      options.memory = MemoryMode::kDynamic;
+      Mlp m(dims_, 5);
+      Tensor x = data_.Batch(64, 100).first, logits;
+      auto f = Graph::Capture(CpuDevice(), "infer", [&] {
+        NoGradGuard no_grad;
+        Tensor h = x;
+        for (size_t i = 0; i < m.params.size(); i += 2) {
+          h = ops::AddBias(ops::MatMul(h, m.params[i]), m.params[i + 1]);
+          if (i + 2 < m.params.size()) h = Activate(h, act);
+        }
+        logits = h;
+      }, options);
+      f->Run();
+      infer[fuse] = f->stats();
+      EXPECT_EQ(infer[fuse].fused_bias_act, fuse ? 3u : 0u);
+    }
+    const std::string what = "act " + std::to_string(int(act));
+    EXPECT_LE(train[1].arena_bytes, train[0].arena_bytes) << what;
+    EXPECT_LE(train[1].lower_bound_bytes, train[0].lower_bound_bytes) << what;
+    EXPECT_LT(infer[1].dynamic_peak_bytes, infer[0].dynamic_peak_bytes) << what;
+    EXPECT_LT(infer[1].lower_bound_no_inplace_bytes, infer[0].lower_bound_no_inplace_bytes) << what;
+    std::printf("%s: training arena %zu -> %zu bytes; inference without in-place reuse: peak %zu -> %zu\n",
+                what.c_str(), train[0].arena_bytes, train[1].arena_bytes, infer[0].dynamic_peak_bytes,
+                infer[1].dynamic_peak_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
