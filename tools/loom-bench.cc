@@ -147,12 +147,13 @@ struct Flags {
   std::string timeline_dir;
   double lr = 0.01, momentum = 0.9;
   int64_t rounds = 1;
+  bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
-    "                  [--rounds R] [--lr X] [--momentum X]\n"
+    "                  [--rounds R] [--lr X] [--momentum X] [--no-fuse-bias-act]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -169,6 +170,7 @@ const char* kUsage =
     "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
     "                 replay (trace.json) into DIR; plot them with tools/plot_memory.py DIR\n"
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
+    "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
     "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
@@ -225,6 +227,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.lr = a.Double();
     } else if (a.Is("--momentum")) {
       f.momentum = a.Double();
+    } else if (a.Switch("--no-fuse-bias-act")) {
+      f.fuse_bias_act = false;
     } else {
       a.Unknown();
     }
@@ -392,8 +396,9 @@ size_t ParamBytes(nn::Model& m) {
 }
 
 // The options of a mode's graphs (each Model owns its graphs and their options).
-loom::GraphOptions GraphOptionsFor(Mode mode) {
+loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f) {
   loom::GraphOptions o;
+  o.fuse_bias_act = f.fuse_bias_act;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   return o;
@@ -422,7 +427,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
-                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode));
+                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode, f));
   return s;
 }
 

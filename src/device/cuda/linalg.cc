@@ -204,7 +204,9 @@ void DenseBiasActCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, y.nbytes(), dev.stream()));
     return LaunchBiasActEpilogue(dt, act, bp, c, rows, n, dev.stream());
   }
-  if (dt == DType::kFloat32 && (act == BiasAct::kNone || act == BiasAct::kRelu)) {
+  // cuBLASLt reads the bias vector with vector loads: 16-byte aligned only (every planned or
+  // pooled block is; a view into one may not be).
+  if (dt == DType::kFloat32 && (act == BiasAct::kNone || act == BiasAct::kRelu) && Alignment(bp) >= 16) {
     const cublasLtEpilogue_t epilogue = act == BiasAct::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     const LtPlan& p = GetLtPlan(dev, false, false, rows, n, k, k, n, a, b, c, epilogue);
     if (p.ok) {
