@@ -6,7 +6,12 @@
 //     c = matmul(x, W)  (2-D W, no transposes)  ->  z = add_bias(c, b)  [->  y = act(z)]
 // with act relu, tanh or sigmoid becomes y = dense_bias_act(x, W, b; act) at the chain's last op.
 // Backward: dz = act_grad(y, dy) whose dz a bias_grad reads becomes (dz, db) = bias_act_grad(y, dy;
-// act) at the act_grad's place. Conditions, each needed for the rewrite to be exact:
+// act) at the act_grad's place.
+// Convolutions: c = conv2d(x, w[, b]) -> y = relu(c) becomes y = conv2d_relu(x, w[, b]) (a oneDNN
+// post-op on the CPU), and relu_grad with the conv2d_grad_bias of its dz a bias_act_grad with
+// channels = 1. Training batch norm between the two cannot fold into the convolution (its
+// statistics are the batch's): conv-bn-relu nets keep their ops.
+// Conditions, each needed for the rewrite to be exact:
 //   - each intermediate (c, and z when the activation joins) is written by its op alone, read by
 //     the next op of the chain alone, as the whole block, and held by nothing outside the graph
 //     (a user holding the pre-activation, or another op reading it, keeps it stored: the chain
@@ -30,6 +35,9 @@ LOOM_OP_KIND(sigmoid);
 LOOM_OP_KIND(relu_grad);
 LOOM_OP_KIND(tanh_grad);
 LOOM_OP_KIND(sigmoid_grad);
+LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_grad_bias);
+LOOM_OP_KIND(conv2d_relu);
 LOOM_OP_KIND(dense_bias_act);
 LOOM_OP_KIND(bias_act_grad);
 
@@ -134,7 +142,32 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
     }
   }
 
-  // Backward: an activation's gradient and the bias gradient of the same dz.
+  // Convolutions: conv2d (with or without its bias) whose result only a relu reads.
+  for (int i = 0; i < n; ++i) {
+    const OpRecord& conv = list.ops[size_t(i)];
+    if (conv.def != &op_kind::conv2d) continue;
+    const int j = u.OnlyReader(conv.outputs[0], i);
+    if (j < 0) continue;
+    const OpRecord& a = list.ops[size_t(j)];
+    if (a.def != &op_kind::relu || a.inputs[0].block() != conv.outputs[0].block() ||
+        a.inputs[0].shape() != conv.outputs[0].shape())
+      continue;
+    bool moved_input_written = false;
+    for (const Tensor& t : conv.inputs) moved_input_written |= u.WrittenBetween(t, i, j);
+    if (moved_input_written) continue;
+    OpRecord f;
+    f.def = &op_kind::conv2d_relu;
+    f.attrs = conv.attrs;
+    f.inputs = conv.inputs;
+    f.outputs = a.outputs;
+    if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+    fused_at[size_t(j)] = std::move(f);
+    drop[size_t(i)] = true;
+    ++fused;
+  }
+
+  // Backward: an activation's gradient and the bias gradient of the same dz (a dense layer's
+  // bias_grad, or a convolution's conv2d_grad_bias: channels = 1).
   for (int p = 0; p < n; ++p) {
     const OpRecord& g = list.ops[size_t(p)];
     const BiasAct act = ActGradOf(g.def);
@@ -144,7 +177,8 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
     if (u.writers[size_t(bz)] != std::vector<int>{p} || !u.Whole(dz)) continue;
     for (int q : u.readers[size_t(bz)]) {
       const OpRecord& bg = list.ops[size_t(q)];
-      if (bg.def != &op_kind::bias_grad || drop[size_t(q)] || bg.inputs[0].block() != dz.block() ||
+      const bool channels = bg.def == &op_kind::conv2d_grad_bias;
+      if ((bg.def != &op_kind::bias_grad && !channels) || drop[size_t(q)] || bg.inputs[0].block() != dz.block() ||
           bg.inputs[0].shape() != dz.shape())
         continue;
       const Tensor& db = bg.outputs[0];
@@ -155,6 +189,7 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
       OpRecord f;
       f.def = &op_kind::bias_act_grad;
       f.attrs.Set("act", int64_t(act));
+      if (channels) f.attrs.Set("channels", int64_t(1));
       f.inputs = g.inputs;
       f.outputs = {dz, db};
       if (!device.Supports(f)) continue;  // Note [What a kernel supports]

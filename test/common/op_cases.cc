@@ -355,6 +355,15 @@ void AddLinalg(Table& t) {
             .In(Uniform(b.dy, act == 2 || act == 3 ? std::max(b.lo, 0.0) : b.lo, 1))
             .In(Uniform(b.dy, b.lo, 1))
             .Attr("act", act);
+  // channels = 1: a convolution's output (N, C, H, W), the bias gradient per channel.
+  for (const Shape& y : {Shape{2, 3, 4, 5}, Shape{3, 16, 8, 8}, Shape{1, 2, 1, 1}, Shape{2, 3, 7}})
+    for (int64_t act : {int64_t(1), int64_t(2)})
+      for (DType dt : kFloats)
+        t.Add("bias_act_grad", S(y) + " channels " + kActs[act], dt, ref::BiasActGrad)
+            .In(Uniform(y, 0, 1))
+            .In(Uniform(y))
+            .Attr("act", act)
+            .Attr("channels", int64_t(1));
 }
 
 // ---------------------------------------------------------------- reductions

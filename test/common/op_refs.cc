@@ -248,13 +248,17 @@ std::vector<HostTensor> DenseBiasAct(const RefArgs& a) {
   return {y};
 }
 
+// channels = 1: y (N, C, ...), db per channel C.
 std::vector<HostTensor> BiasActGrad(const RefArgs& a) {
   const HostTensor &y = a.in[0], &dy = a.in[1];
   const int64_t act = a.attrs.Int("act", 0);
-  HostTensor dz(y.shape), db(Shape{y.shape.back()});
+  const bool channels = a.attrs.Int("channels", 0) != 0;
+  const int64_t c = channels ? y.shape[1] : y.shape.back();
+  const int64_t inner = channels ? Prod(y.shape, 2, y.shape.size()) : 1;
+  HostTensor dz(y.shape), db(Shape{c});
   for (size_t i = 0; i < y.v.size(); ++i) {
     dz.v[i] = dy.v[i] * ActDerivFromOutput(act, y.v[i]);
-    db.v[i % db.v.size()] += dz.v[i];
+    db.v[size_t(int64_t(i) / inner % c)] += dz.v[i];
   }
   return {dz, db};
 }

@@ -9,6 +9,7 @@
 
 #include "common/harness.h"
 #include "common/mlp.h"
+#include "core/ops_cnn.h"
 #include "device/bias_act_formulas.h"
 #include "graph/graph.h"
 
@@ -19,6 +20,9 @@ LOOM_OP_KIND(bias_grad);
 LOOM_OP_KIND(relu);
 LOOM_OP_KIND(tanh);
 LOOM_OP_KIND(sigmoid);
+LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_relu);
+LOOM_OP_KIND(conv2d_grad_bias);
 
 namespace loom {
 namespace test {
@@ -233,6 +237,87 @@ TEST_F(FuseBiasActTest, ThePlanNeverGrowsAndWithoutInPlaceReuseThePeakDrops) {
     std::printf("%s: training arena %zu -> %zu bytes; inference without in-place reuse: peak %zu -> %zu\n",
                 what.c_str(), train[0].arena_bytes, train[1].arena_bytes, infer[0].dynamic_peak_bytes,
                 infer[1].dynamic_peak_bytes);
+  }
+}
+
+// A small convolutional net without batch norm: conv (bias) -> relu -> conv (bias) -> relu ->
+// global average pool -> linear. Each conv + relu becomes conv2d_relu (a oneDNN post-op for
+// float32), each relu gradient with its conv2d_grad_bias one bias_act_grad (channels = 1), and
+// replay stays bitwise equal to eager.
+TEST_F(FuseBiasActTest, ConvolutionsWithReluFuseAndReplayStaysBitwiseEqualToEager) {
+  auto dev = CpuDevice();
+  struct ConvNet {
+    std::vector<Tensor> p;
+    explicit ConvNet(const std::shared_ptr<Device>& dev) {
+      dev->SetRandSeed(11);
+      for (Shape s : {Shape{8, 3, 3, 3}, Shape{8}, Shape{12, 8, 3, 3}, Shape{12}, Shape{12, 10}, Shape{10}}) {
+        Tensor t = ops::Normal(s, 0, 0.3, DType::kFloat32, dev);
+        t.set_requires_grad(true).set_name("p" + std::to_string(p.size()));
+        t.block()->set_persistent(true);
+        p.push_back(t);
+      }
+    }
+    Tensor Step(const Tensor& x, const Tensor& y, nn::Optimizer& opt) const {
+      ops::Conv2dOptions same;
+      same.padding = {1, 1};
+      Tensor h = ops::Relu(ops::Conv2d(x, p[0], p[1], same));
+      h = ops::Relu(ops::Conv2d(h, p[2], p[3], same));
+      Tensor logits = ops::AddBias(ops::MatMul(ops::GlobalAvgPool(h), p[4]), p[5]);
+      Tensor loss = ops::SoftmaxCrossEntropy(logits, y);
+      for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
+      return loss;
+    }
+    std::vector<std::vector<float>> Values() const {
+      std::vector<std::vector<float>> v;
+      for (const Tensor& t : p) v.push_back(t.ToVector<float>());
+      return v;
+    }
+  };
+  auto batch = [&](int s) {
+    Tensor x = RandomTensor({4, 3, 10, 10}, DType::kFloat32, uint64_t(200 + s));
+    std::vector<int32_t> labels = {int32_t(s % 10), 3, 7, int32_t((s * 3) % 10)};
+    return std::make_pair(x, ops::FromVector(labels, {4}, dev));
+  };
+  TrainRun e;
+  {
+    ConvNet net(dev);
+    nn::SGD opt(0.05, 0.9);
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = batch(s);
+      e.losses.push_back(float(net.Step(b.first, b.second, opt).Item()));
+    }
+    e.params = net.Values();
+  }
+  for (bool fuse : {true, false}) {
+    ConvNet net(dev);
+    nn::SGD opt(0.05, 0.9);
+    auto b = batch(0);
+    Tensor x = b.first, y = b.second, loss;
+    GraphOptions options;
+    options.fuse_bias_act = fuse;
+    auto g = Graph::Capture(dev, "conv", [&] { loss = net.Step(x, y, opt); }, options);
+    size_t conv_relu = 0, conv = 0, channel_grads = 0, conv_bias_grads = 0;
+    for (const OpRecord& op : g->ops().ops) {
+      conv_relu += op.def == &op_kind::conv2d_relu;
+      conv += op.def == &op_kind::conv2d;
+      channel_grads += op.def == &op_kind::bias_act_grad && op.attrs.Int("channels", 0) == 1;
+      conv_bias_grads += op.def == &op_kind::conv2d_grad_bias;
+    }
+    EXPECT_EQ(conv_relu, fuse ? 2u : 0u);
+    EXPECT_EQ(conv, fuse ? 0u : 2u);
+    EXPECT_EQ(channel_grads, fuse ? 2u : 0u);
+    EXPECT_EQ(conv_bias_grads, fuse ? 0u : 2u);
+    EXPECT_EQ(g->stats().fused_bias_act, fuse ? 5u : 0u);  // + the linear layer's dense_bias_act
+    TrainRun r;
+    for (int s = 0; s < kSteps; ++s) {
+      auto bs = batch(s);
+      x.CopyFrom(bs.first.ToVector<float>());
+      y.CopyFrom(bs.second.ToVector<int32_t>());
+      g->Run();
+      r.losses.push_back(float(loss.Item()));
+    }
+    r.params = net.Values();
+    ExpectBitwise(e, r, fuse ? "conv fused" : "conv unfused");
   }
 }
 

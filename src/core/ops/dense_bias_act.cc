@@ -64,13 +64,21 @@ LOOM_OP(dense_bias_act) {
 }
 
 // y: (..., N) the output of the activation, dy: (..., N) -> dz: (..., N) = dy act'(z) computed
-// from y, db: (N) the sum of dz over the leading dimensions; attrs: act
+// from y, db: (N) the sum of dz over the leading dimensions; attrs: act.
+// With attribute channels = 1, the layout of a convolution's output: y, dy: (N, C, ...) -> dz,
+// db: (C) the sum over N and the trailing dimensions (conv2d_grad_bias's sum).
 LOOM_OP(bias_act_grad) {
   def.internal = "made by the graph pass in graph/fuse_bias_act.cc (and the backward of dense_bias_act)";
   def.shareable_inputs = {0, 1};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     std::vector<TensorMeta> out = SameShapePair("bias_act_grad", in);
     CheckAct("bias_act_grad", attrs);
+    if (attrs.Int("channels", 0)) {
+      LOOM_CHECK(in[0].shape.size() >= 2, ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
+                 " must have at least 2 dimensions (N, C, ...) with channels = 1");
+      out.push_back({{in[0].shape[1]}, in[0].dtype});
+      return out;
+    }
     LOOM_CHECK(!in[0].shape.empty(), ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
                " must have at least 1 dimension (..., N)");
     out.push_back({{in[0].shape.back()}, in[0].dtype});

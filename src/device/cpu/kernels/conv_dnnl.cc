@@ -226,6 +226,13 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   s->oq = oq;
   switch (pass) {
     case ConvPass::kForward:
+      if (d.relu) {  // the same primitive with ReLU on its result, written as it is stored
+        dn::post_ops relu;
+        relu.append_eltwise(1.f, dn::algorithm::eltwise_relu, 0.f, 0.f);
+        dn::primitive_attr with_relu = attr;
+        with_relu.set_post_ops(relu);
+        fpd = dn::convolution_forward::primitive_desc(fd, with_relu, Engine());
+      }
       s->conv = dn::convolution_forward(fpd);
       s->a = Operand::Make(x_plain, fpd.src_desc(), true);
       s->b = Operand::Make(w_plain, fpd.weights_desc(), true);
@@ -337,7 +344,8 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
   if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0) return nullptr;
   Key key{int(pass), NumThreads(),
-          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias}};
+          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
+           d.relu && pass == ConvPass::kForward}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();

@@ -40,6 +40,9 @@ struct ConvDims {
   int64_t oh, ow;      // output
   int64_t sh, sw, ph, pw, dh, dw, groups;
   bool bias;  // forward only: the bias is added by oneDNN
+  // Forward only: ReLU applied by oneDNN as a post-op on the result (conv2d_relu, Note [Fusing
+  // bias and activation] in graph/fuse_bias_act.cc).
+  bool relu = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.

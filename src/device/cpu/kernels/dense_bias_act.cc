@@ -55,6 +55,32 @@ void DenseBiasActCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// channels = 1: y, dy: (N, C, S...) -> dz, db: (C). Split by channel, each summed in double, per
+// image then over the images: conv2d_grad_bias's order (cpu/kernels/conv.cc), so db is bitwise
+// what it makes from the stored dz.
+template <typename T>
+void ChannelsFirst(BiasAct act, const Shape& s, const T* y, const T* dy, T* dz, T* db) {
+  const int64_t n = s[0], c = s[1], hw = NumElements(s) / std::max<int64_t>(n * c, 1);
+  WithAct(act, [&](auto a) {
+    ParallelFor(c, std::max<int64_t>(1, kGrain / std::max<int64_t>(n * hw, 1)), [=](int64_t c0, int64_t c1) {
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        double acc = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t at = (i * c + ch) * hw;
+          double part = 0;
+          for (int64_t k = 0; k < hw; ++k) {
+            const T v = ew::ActGradFromOutput(decltype(a)::value, y[at + k], dy[at + k]);
+            dz[at + k] = v;
+            part += double(v);
+          }
+          acc += part;
+        }
+        db[ch] = T(acc);
+      }
+    });
+  });
+}
+
 // y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N) = sum over R of dz.
 // Split by columns, each summed in row order: bias_grad's order (cpu/kernels/linalg.cc), so db is
 // bitwise what bias_grad makes from the stored dz. dz may share y's or dy's memory (Note [In-place
@@ -69,6 +95,7 @@ void BiasActGradCpu(const OpRecord& op, const KernelContext&) {
     T* db = op.outputs[1].data<T>();
     const int64_t n = op.outputs[1].numel();
     if (n == 0) return;
+    if (op.attrs.Int("channels", 0)) return ChannelsFirst<T>(act, op.inputs[0].shape(), y, dy, dz, db);
     const int64_t rows = op.outputs[0].numel() / n;
     WithAct(act, [&](auto a) {
       ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [=](int64_t c0, int64_t c1) {
