@@ -7,9 +7,9 @@
 // with act relu, tanh or sigmoid becomes y = dense_bias_act(x, W, b; act) at the chain's last op.
 // Backward: dz = act_grad(y, dy) whose dz a bias_grad reads becomes (dz, db) = bias_act_grad(y, dy;
 // act) at the act_grad's place.
-// Convolutions: c = conv2d(x, w[, b]) -> y = relu(c) becomes y = conv2d_relu(x, w[, b]) (a oneDNN
-// post-op on the CPU), and relu_grad with the conv2d_grad_bias of its dz a bias_act_grad with
-// channels = 1. Training batch norm between the two cannot fold into the convolution (its
+// Convolutions: c = conv2d(x, w[, b]) -> y = relu(c) becomes y = conv2d_relu(x, w[, b]) (ReLU on
+// each part of the output right after oneDNN stores it, cpu/kernels/conv_dnnl.cc), and relu_grad
+// with the conv2d_grad_bias of its dz a bias_act_grad with channels = 1. Training batch norm between the two cannot fold into the convolution (its
 // statistics are the batch's): conv-bn-relu nets keep their ops.
 // Conditions, each needed for the rewrite to be exact:
 //   - each intermediate (c, and z when the activation joins) is written by its op alone, read by

@@ -108,7 +108,7 @@ void AddConv(Table& t) {
     }
   }
   // The fused convolution (Note [Fusing bias and activation] in graph/fuse_bias_act.cc):
-  // relu(conv2d(...)), through oneDNN's ReLU post-op (float32) or the im2col kernels (float64),
+  // relu(conv2d(...)), through oneDNN (float32) or the im2col kernels (float64),
   // with and without bias: small geometries (gradient-checked in float64), groups, the 1x1
   // direct path, and larger ones whose batches oneDNN splits.
   for (DType dt : kFloats)

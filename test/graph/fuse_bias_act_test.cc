@@ -241,7 +241,7 @@ TEST_F(FuseBiasActTest, ThePlanNeverGrowsAndWithoutInPlaceReuseThePeakDrops) {
 }
 
 // A small convolutional net without batch norm: conv (bias) -> relu -> conv (bias) -> relu ->
-// global average pool -> linear. Each conv + relu becomes conv2d_relu (a oneDNN post-op for
+// global average pool -> linear. Each conv + relu becomes conv2d_relu (oneDNN then ReLU for
 // float32), each relu gradient with its conv2d_grad_bias one bias_act_grad (channels = 1), and
 // replay stays bitwise equal to eager.
 TEST_F(FuseBiasActTest, ConvolutionsWithReluFuseAndReplayStaysBitwiseEqualToEager) {

@@ -1,8 +1,8 @@
 // The fused convolution layer, made by the graph pass in graph/fuse_bias_act.cc (Note [Fusing
 // bias and activation]): conv2d(x, w[, bias]) followed by relu, as one op whose kernel applies
-// ReLU to each result as it is stored (a oneDNN post-op on the CPU). The backward of relu from
-// the output and the bias gradient over (N, H, W) are one bias_act_grad with channels = 1
-// (core/ops/dense_bias_act.cc).
+// ReLU to each result while it is in cache (ConvDims::relu in cpu/kernels/conv_dnnl.h). The
+// backward of relu from the output and the bias gradient over (N, H, W) are one bias_act_grad
+// with channels = 1 (core/ops/dense_bias_act.cc).
 #include "core/ops/common.h"
 
 namespace loom {

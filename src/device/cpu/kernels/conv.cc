@@ -285,7 +285,8 @@ const T* DyMatrix(const T* dy, T* m, const Geom& g, int64_t n0, int64_t n1) {
 }
 
 // relu: conv2d_relu (Note [Fusing bias and activation] in graph/fuse_bias_act.cc): ReLU on each
-// output, by oneDNN as a post-op or here right after the bias, with the relu op's formula.
+// output with the relu op's formula, after oneDNN stores a part (ConvDims::relu) or here right
+// after the bias.
 template <typename T>
 void Conv2dTyped(const OpRecord& op, const KernelContext& ctx, bool relu) {
   const Tensor& tx = op.inputs[0];

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "device/bias_act_formulas.h"
 #include "device/cpu/parallel.h"
 
 #ifdef LOOM_HAVE_DNNL
@@ -226,13 +227,6 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   s->oq = oq;
   switch (pass) {
     case ConvPass::kForward:
-      if (d.relu) {  // the same primitive with ReLU on its result, written as it is stored
-        dn::post_ops relu;
-        relu.append_eltwise(1.f, dn::algorithm::eltwise_relu, 0.f, 0.f);
-        dn::primitive_attr with_relu = attr;
-        with_relu.set_post_ops(relu);
-        fpd = dn::convolution_forward::primitive_desc(fd, with_relu, Engine());
-      }
       s->conv = dn::convolution_forward(fpd);
       s->a = Operand::Make(x_plain, fpd.src_desc(), true);
       s->b = Operand::Make(w_plain, fpd.weights_desc(), true);
@@ -396,6 +390,10 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
         if (d.bias) args.emplace(DNNL_ARG_BIAS, dn::memory(md({d.o}, kF32, tag::x), Engine(), cp(bias)));
         s.conv.execute(Stream(), args);
         s.out.Out(y, out + y_at);
+        if (d.relu) {  // this part's images, just written: in cache
+          float* r = out + y_at;
+          for (int64_t i = 0; i < part.nb * y_img; ++i) r[i] = ew::ApplyAct(BiasAct::kRelu, r[i]);
+        }
         break;
       }
       case ConvPass::kGradInput: {
