@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/host_device.h"
 #include "device/elementwise_formulas.h"
@@ -16,6 +17,18 @@ namespace loom {
 // The `act` attribute of dense_bias_act and bias_act_grad.
 enum class BiasAct : int64_t { kNone = 0, kRelu = 1, kTanh = 2, kSigmoid = 3 };
 constexpr int64_t kNumBiasActs = 4;
+
+// Calls f(std::integral_constant<BiasAct, act>{}) (host code): a backend instantiates one loop
+// or kernel per activation, each specialised (and vectorised) on its own.
+template <typename F>
+void WithAct(BiasAct act, F&& f) {
+  switch (act) {
+    case BiasAct::kRelu: return f(std::integral_constant<BiasAct, BiasAct::kRelu>{});
+    case BiasAct::kTanh: return f(std::integral_constant<BiasAct, BiasAct::kTanh>{});
+    case BiasAct::kSigmoid: return f(std::integral_constant<BiasAct, BiasAct::kSigmoid>{});
+    default: return f(std::integral_constant<BiasAct, BiasAct::kNone>{});
+  }
+}
 
 namespace ew {
 

@@ -115,6 +115,14 @@ class FuseBiasActTest : public ::testing::Test {
     EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << what;
     EXPECT_TRUE(SameBits(e.params, g.params)) << what;
   }
+
+  // Replays the step with the default options, expects eager's bits, returns the op counts.
+  Counts ReplayedEqualsEager(BiasAct act, Layer0 how, int64_t batch, const std::string& what) {
+    std::unique_ptr<Graph> g;
+    TrainRun r = Replayed(act, how, batch, GraphOptions(), &g);
+    ExpectBitwise(Eager(act, how, batch), r, what);
+    return Count(*g);
+  }
 };
 
 TEST_F(FuseBiasActTest, FiresOnEveryLayerOfAnMlpAndReplayStaysBitwiseEqualToEager) {
@@ -156,10 +164,8 @@ TEST_F(FuseBiasActTest, AChainStopsBeforeAnIntermediateThatIsReadElsewhere) {
     // Layer 0's pre-activation is read by a sum: its matmul and bias still fuse, its activation
     // (forward) and activation gradient (backward: the bias gradient reads the sum of two
     // gradients) do not; layer 1 fuses whole.
-    std::unique_ptr<Graph> g;
-    TrainRun r = Replayed(BiasAct::kTanh, Layer0::kPreActivationReadByAnOp, batch, options, &g);
-    ExpectBitwise(Eager(BiasAct::kTanh, Layer0::kPreActivationReadByAnOp, batch), r, "pre-activation read");
-    const Counts c = Count(*g);
+    const Counts c =
+        ReplayedEqualsEager(BiasAct::kTanh, Layer0::kPreActivationReadByAnOp, batch, "pre-activation read");
     EXPECT_EQ(c.dense[int(BiasAct::kTanh)], 1u);
     EXPECT_EQ(c.dense[int(BiasAct::kNone)], 2u);
     EXPECT_EQ(c.activations, 1u);
@@ -168,10 +174,7 @@ TEST_F(FuseBiasActTest, AChainStopsBeforeAnIntermediateThatIsReadElsewhere) {
   }
   {
     // Layer 0's matmul result is read by a sum: layer 0 stays three ops.
-    std::unique_ptr<Graph> g;
-    TrainRun r = Replayed(BiasAct::kRelu, Layer0::kMatmulReadByAnOp, batch, options, &g);
-    ExpectBitwise(Eager(BiasAct::kRelu, Layer0::kMatmulReadByAnOp, batch), r, "matmul result read");
-    const Counts c = Count(*g);
+    const Counts c = ReplayedEqualsEager(BiasAct::kRelu, Layer0::kMatmulReadByAnOp, batch, "matmul result read");
     EXPECT_EQ(c.dense[int(BiasAct::kRelu)], 1u);
     EXPECT_EQ(c.dense[int(BiasAct::kNone)], 1u);
     EXPECT_EQ(c.add_bias, 1u);

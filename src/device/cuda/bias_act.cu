@@ -59,16 +59,6 @@ __global__ void ChannelBiasActGradKernel(const T* y, const T* dy, T* dz, T* db, 
   }
 }
 
-template <typename F>
-void WithAct(BiasAct act, F&& f) {
-  switch (act) {
-    case BiasAct::kRelu: return f(std::integral_constant<BiasAct, BiasAct::kRelu>{});
-    case BiasAct::kTanh: return f(std::integral_constant<BiasAct, BiasAct::kTanh>{});
-    case BiasAct::kSigmoid: return f(std::integral_constant<BiasAct, BiasAct::kSigmoid>{});
-    default: return f(std::integral_constant<BiasAct, BiasAct::kNone>{});
-  }
-}
-
 // y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N)
 void BiasActGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "bias_act_grad", [&](auto tag) {

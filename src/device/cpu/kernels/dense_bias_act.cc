@@ -18,17 +18,6 @@ namespace loom {
 namespace cpu {
 namespace {
 
-// Calls f(std::integral_constant<BiasAct, act>{}): one loop per activation, each vectorised alone.
-template <typename F>
-void WithAct(BiasAct act, F&& f) {
-  switch (act) {
-    case BiasAct::kRelu: return f(std::integral_constant<BiasAct, BiasAct::kRelu>{});
-    case BiasAct::kTanh: return f(std::integral_constant<BiasAct, BiasAct::kTanh>{});
-    case BiasAct::kSigmoid: return f(std::integral_constant<BiasAct, BiasAct::kSigmoid>{});
-    default: return f(std::integral_constant<BiasAct, BiasAct::kNone>{});
-  }
-}
-
 // x: (..., K), w: (K, N), b: (N) -> y: (..., N) = act(x w + b)
 void DenseBiasActCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.outputs[0].dtype(), "dense_bias_act", [&](auto tag) {
