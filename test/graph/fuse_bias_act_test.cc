@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "common/harness.h"
 #include "common/mlp.h"
@@ -321,6 +322,59 @@ TEST_F(FuseBiasActTest, ConvolutionsWithReluFuseAndReplayStaysBitwiseEqualToEage
     }
     r.params = net.Values();
     ExpectBitwise(e, r, fuse ? "conv fused" : "conv unfused");
+  }
+}
+
+// The fused kernels compute what the ops they replace compute, bit for bit, whatever the values:
+// NaN (which relu keeps or drops exactly as the relu op does), negative zeros, negatives. A
+// library's own activation (oneDNN's ReLU post-op maps NaN to 0) would break this.
+TEST_F(FuseBiasActTest, FusedKernelsEqualTheOpsTheyReplaceBitForBitOnAnyValues) {
+  auto bits = [](const Tensor& a, const Tensor& b) {
+    if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+    if (a.dtype() == DType::kFloat64) {
+      std::vector<double> va = a.ToVector<double>(), vb = b.ToVector<double>();
+      return std::memcmp(va.data(), vb.data(), va.size() * sizeof(double)) == 0;
+    }
+    std::vector<float> va = a.ToVector<float>(), vb = b.ToVector<float>();
+    return std::memcmp(va.data(), vb.data(), va.size() * sizeof(float)) == 0;
+  };
+  auto with_specials = [](Tensor t) {
+    std::vector<float> v = t.ToVector<float>();
+    v[1] = std::numeric_limits<float>::quiet_NaN();
+    v[2] = -0.0f;
+    return ops::FromVector(v, t.shape(), CpuDevice());
+  };
+  Tensor x = with_specials(RandomTensor({5, 12}, DType::kFloat32, 1)), w = RandomTensor({12, 20}, DType::kFloat32, 2);
+  Tensor b = RandomTensor({20}, DType::kFloat32, 3);
+  for (BiasAct act : {BiasAct::kNone, BiasAct::kRelu, BiasAct::kTanh, BiasAct::kSigmoid}) {
+    Tensor z = ops::AddBias(ops::MatMul(x, w), b);
+    Tensor unfused = act == BiasAct::kNone ? z : Activate(z, act);
+    Tensor fused = Call1("dense_bias_act", {x, w, b}, Attrs{{"act", int64_t(act)}});
+    EXPECT_TRUE(bits(fused, unfused)) << "dense_bias_act act " << int(act);
+    Tensor dy = with_specials(RandomTensor(unfused.shape(), DType::kFloat32, 4));
+    std::vector<Tensor> g = Call("bias_act_grad", {unfused, dy}, Attrs{{"act", int64_t(act)}});
+    Tensor dz = act == BiasAct::kNone ? dy
+                : Call1(act == BiasAct::kRelu ? "relu_grad" : act == BiasAct::kTanh ? "tanh_grad" : "sigmoid_grad",
+                        {unfused, dy});
+    EXPECT_TRUE(bits(g[0], dz)) << "bias_act_grad act " << int(act);
+    EXPECT_TRUE(bits(g[1], Call1("bias_grad", {dz}))) << "bias_act_grad act " << int(act);
+  }
+  // float32 convolutions run on oneDNN; float64 on the im2col kernels.
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Tensor cx = ops::Cast(with_specials(RandomTensor({3, 4, 9, 9}, DType::kFloat32, 5)), dt);
+    Tensor cw = RandomTensor({8, 4, 3, 3}, dt, 6), cb = RandomTensor({8}, dt, 7);
+    ops::Conv2dOptions o;
+    o.padding = {1, 1};
+    Tensor unfused = ops::Relu(ops::Conv2d(cx, cw, cb, o));
+    Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+            {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
+    Tensor fused = Call1("conv2d_relu", {cx, cw, cb}, a);
+    EXPECT_TRUE(bits(fused, unfused)) << Name(dt);
+    Tensor dy = RandomTensor(unfused.shape(), dt, 8);
+    std::vector<Tensor> g = Call("bias_act_grad", {unfused, dy}, Attrs{{"act", int64_t(1)}, {"channels", int64_t(1)}});
+    Tensor dz = Call1("relu_grad", {unfused, dy});
+    EXPECT_TRUE(bits(g[0], dz)) << Name(dt);
+    EXPECT_TRUE(bits(g[1], Call1("conv2d_grad_bias", {dz}))) << Name(dt);
   }
 }
 
