@@ -164,12 +164,13 @@ struct Flags {
   double lr = 0.01, momentum = 0.9;
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
+  bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
-    "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G]\n"
+    "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -188,6 +189,7 @@ const char* kUsage =
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
+    "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
     "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
@@ -247,6 +249,8 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (a.Is("--peak-gflops")) {
       f.peak_gflops = a.Double();
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
+    } else if (a.Switch("--no-fuse-bias-act")) {
+      f.fuse_bias_act = false;
     } else {
       a.Unknown();
     }
@@ -414,9 +418,10 @@ size_t ParamBytes(nn::Model& m) {
 }
 
 // The options of a mode's graphs (each Model owns its graphs and their options).
-loom::GraphOptions GraphOptionsFor(Mode mode, bool fuse = true) {
+loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) {
   loom::GraphOptions o;
   o.fuse = fuse;
+  o.fuse_bias_act = fuse && f.fuse_bias_act;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   return o;
@@ -445,7 +450,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
-                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode, fuse));
+                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode, f, fuse));
   return s;
 }
 

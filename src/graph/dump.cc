@@ -156,7 +156,9 @@ std::string Graph::Summary() const {
     o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
   }
   o << ", persistent " << Mb(stats_.persistent_bytes);
-  if (stats_.fused_ops) o << ", " << stats_.fused_ops << " weight gradients computed into their updates";
+  if (stats_.fused_ops - stats_.fused_bias_act)
+    o << ", " << stats_.fused_ops - stats_.fused_bias_act << " weight gradients computed into their updates";
+  if (stats_.fused_bias_act) o << ", " << stats_.fused_bias_act << " bias+activation fusions";
   return o.str();
 }
 

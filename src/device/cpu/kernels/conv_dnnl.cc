@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "device/bias_act_formulas.h"
 #include "device/cpu/parallel.h"
 #include "device/kernel_report.h"
 
@@ -314,7 +315,8 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
   if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0) return nullptr;
   Key key{int(pass), NumThreads(),
-          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias}};
+          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
+           d.relu && pass == ConvPass::kForward}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
@@ -365,6 +367,10 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
         if (d.bias) args.emplace(DNNL_ARG_BIAS, dn::memory(md({d.o}, kF32, tag::x), Engine(), cp(bias)));
         s.conv.execute(Stream(), args);
         s.out.Out(y, out + y_at);
+        if (d.relu) {  // this part's images, just written: in cache
+          float* r = out + y_at;
+          for (int64_t i = 0; i < part.nb * y_img; ++i) r[i] = ew::ApplyAct(BiasAct::kRelu, r[i]);
+        }
         break;
       }
       case ConvPass::kGradInput: {
