@@ -13,6 +13,7 @@
 
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "core/file.h"
 #include "graph/graph.h"
 #include "graph/registry.h"
 
@@ -161,6 +162,7 @@ namespace loom { struct GraphOptions; }
 %rename(cpu_device) loom::CpuDevice;
 %rename(cuda_device) loom::CudaDevice;
 %rename(cuda_available) loom::CudaAvailable;
+%rename(cuda_setup_error) loom::CudaSetupError;
 %rename(num_threads) loom::NumThreads;
 %rename(set_num_threads) loom::SetNumThreads;
 %rename(max_threads) loom::MaxThreads;
@@ -168,8 +170,6 @@ namespace loom { struct GraphOptions; }
 %rename(dot) loom::Graph::ToDot;
 %rename(trace_json) loom::Graph::TraceJson;
 %rename(memory_csv) loom::Graph::MemoryTimelineCsv;
-%rename(write_dot) loom::Graph::WriteDot;
-%rename(write_trace) loom::Graph::WriteTrace;
 %rename(begin_capture) loom::Graph::BeginCapture;
 %rename(end_capture) loom::Graph::EndCapture;
 %rename(abort_capture) loom::Graph::AbortCapture;
@@ -210,14 +210,29 @@ class Graph {
   std::string ToDot() const;
   std::string TraceJson() const;
   std::string MemoryTimelineCsv() const;
-  void WriteDot(const std::string& path) const;
-  void WriteTrace(const std::string& path) const;
   void set_profile(bool on);
 };
+
+// Graph dumps: the text is made with the interpreter lock (it reads the graph), the file is
+// written without it (Note [The interpreter lock and file I/O] in errors.i).
+%extend Graph {
+  void write_dot(const std::string& path) const {
+    const std::string text = $self->ToDot();
+    loom_py::WithoutGil io;
+    loom::WriteFileAtomic(path, {text}, "graph");
+  }
+  void write_trace(const std::string& path) const {
+    const std::string text = $self->ProfiledTraceJson();
+    loom_py::WithoutGil io;
+    loom::WriteFileAtomic(path, {text}, "graph");
+  }
+}
+
 
 std::shared_ptr<Device> CpuDevice();
 std::shared_ptr<Device> CudaDevice(int id = 0);
 bool CudaAvailable();
+std::string CudaSetupError();
 int NumThreads();
 int MaxThreads();
 void SetNumThreads(int64_t n);

@@ -12,6 +12,7 @@
 //   loom::GraphError     loom.GraphError     (loom.Error, RuntimeError)
 //   loom::InternalError  loom.InternalError  (loom.Error, RuntimeError)
 //   loom::IOError        loom.IOError        (loom.Error, OSError)
+//   loom::CommError      loom.CommError      (loom.Error, RuntimeError)
 //   loom::Error (other)  loom.Error          (Exception)
 //   std::bad_alloc       MemoryError
 //   std::exception       RuntimeError
@@ -40,7 +41,7 @@ namespace loom_py {
 // Python error is already set and must reach the caller unchanged.
 struct PythonError {};
 
-enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kType, kNumErrorKinds };
+enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kType, kComm, kNumErrorKinds };
 static PyObject* g_errors[kNumErrorKinds] = {};
 
 static void SetError(ErrorKind k, const char* what) { PyErr_SetString(g_errors[k], what); }
@@ -58,6 +59,7 @@ static void SetPythonErrorFromCurrent() {
   } catch (const loom::GraphError& e) { SetError(kGraph, e.what());
   } catch (const loom::InternalError& e) { SetError(kInternal, e.what());
   } catch (const loom::IOError& e) { SetError(kIO, e.what());
+  } catch (const loom::CommError& e) { SetError(kComm, e.what());
   } catch (const loom::Error& e) { SetError(kError, e.what());
   } catch (const std::bad_alloc&) { PyErr_NoMemory();
   } catch (const std::exception& e) { PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -79,6 +81,7 @@ static int CreateErrors(PyObject* d) {
       {kInternal, "InternalError", PyExc_RuntimeError, "A loom bug: an internal invariant did not hold."},
       {kIO, "IOError", PyExc_OSError, "Files and bytes."},
       {kType, "TypeError", PyExc_TypeError, "An argument of the wrong type (a str where a Tensor goes...)."},
+      {kComm, "CommError", PyExc_RuntimeError, "A collective failed: a peer rank died, raised or timed out."},
   };
   for (const Spec& s : specs) {
     PyObject* bases = PyTuple_Pack(2, g_errors[kError], s.builtin);
@@ -127,6 +130,27 @@ static void SetArgError(int code, const char* msg) {
   PyErr_SetString(ArgErrorType(code), out.c_str());
 }
 
+// Note [The interpreter lock and file I/O]
+// Reading or writing a file can take long (a large checkpoint, a slow or network disk, a data
+// set); holding Python's interpreter lock meanwhile would stop every other Python thread. The
+// io functions release it around the file I/O only, with this guard: the work that touches a
+// device or Python objects (reading tensors to the host, making the loaded tensors, restoring
+// into an optimizer) keeps the lock, as every other call does, so that releasing it never lets
+// another thread into a device in the middle of an op (DESIGN.md invariant 10). Nothing done
+// without the lock calls back into Python or touches a Python object. The guard takes the lock
+// back when it is destroyed, also while an exception unwinds, before errors.i's handler turns
+// the exception into a Python error.
+class WithoutGil {
+ public:
+  WithoutGil() : state_(PyEval_SaveThread()) {}
+  ~WithoutGil() { PyEval_RestoreThread(state_); }
+  WithoutGil(const WithoutGil&) = delete;
+  WithoutGil& operator=(const WithoutGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+
 }  // namespace loom_py
 
 #undef SWIG_Error
@@ -156,4 +180,5 @@ GraphError = _core.GraphError
 InternalError = _core.InternalError
 IOError = _core.IOError
 TypeError = _core.TypeError
+CommError = _core.CommError
 %}

@@ -32,26 +32,7 @@ static bool Utf8(PyObject* o, std::string& out) {
   return true;
 }
 
-// Note [The interpreter lock and file I/O]
-// Reading or writing a file can take long (a large checkpoint, a slow or network disk, a data
-// set); holding Python's interpreter lock meanwhile would stop every other Python thread. The
-// io functions release it around the file I/O only, with this guard: the work that touches a
-// device or Python objects (reading tensors to the host, making the loaded tensors, restoring
-// into an optimizer) keeps the lock, as every other call does, so that releasing it never lets
-// another thread into a device in the middle of an op (DESIGN.md invariant 10). Nothing done
-// without the lock calls back into Python or touches a Python object. The guard takes the lock
-// back when it is destroyed, also while an exception unwinds, before errors.i's handler turns
-// the exception into a Python error.
-class WithoutGil {
- public:
-  WithoutGil() : state_(PyEval_SaveThread()) {}
-  ~WithoutGil() { PyEval_RestoreThread(state_); }
-  WithoutGil(const WithoutGil&) = delete;
-  WithoutGil& operator=(const WithoutGil&) = delete;
-
- private:
-  PyThreadState* state_;
-};
+// WithoutGil and Note [The interpreter lock and file I/O] are in errors.i.
 
 static bool ToNamedTensors(PyObject* o, std::vector<std::pair<std::string, loom::Tensor>>& out, const char* what) {
   PyObject* items = nullptr;

@@ -22,6 +22,7 @@
 //   tensor.i    Tensor, dtypes, host copies and zero-copy facts
 //   ops.i       the op functions (core/ops.h, core/ops_cnn.h), gradient mode, ops by name
 //   device.i    Device, buffering and replay, memory statistics, graph dumps
+//   comm.i      communicators (MPI, NCCL): rank, size, all_reduce of a tensor, barrier
 //   nn.i        layers, optimizers, Model, zoo, PyStep (graph mode for Python step functions)
 //   io.i        checkpoints (named tensors, optimizer state), MNIST / CIFAR-10 and the DataLoader
 %module(package="loom") core
@@ -50,6 +51,7 @@
 // comes later leaves the earlier uses wrapped as raw pointers into C++ objects (dangling once
 // those die).
 %shared_ptr(loom::Device)
+%shared_ptr(loom::Communicator)
 
 // One wrapper per function with default arguments, not an overload set: SWIG's overload
 // dispatcher takes any TypeError raised inside (loom.DTypeError is one) for an argument mismatch
@@ -61,5 +63,6 @@
 %include "tensor.i"
 %include "ops.i"
 %include "device.i"
+%include "comm.i"
 %include "nn.i"
 %include "io.i"

@@ -10,7 +10,8 @@ A typical before/after check of a change: build the old commit in its own folder
 add /tmp/old OLD && cmake -S /tmp/old -B /tmp/old/build -G Ninja && cmake --build
 /tmp/old/build --target loom-bench), then run this with --a /tmp/old/build --b build.
 Configurations: the MLP at batch 1, 8 and 64, the small CNN at batch 32 and ResNet-18 at batch
-16 (the issue targets of tools/compare.sh), every CPU mode.
+16 (the issue targets of tools/compare.sh), every CPU mode (--modes picks some); ResNet-50
+(3x224x224) at batch 8 only when named in --only (a step takes seconds on two cores).
 """
 import argparse
 import json
@@ -22,11 +23,12 @@ import sys
 # model, batch, timed steps, warm-up steps, rounds, learning rate (as tools/compare.sh)
 CONFIGS = [("mlp", 1, 200, 10, 4, 0.002), ("mlp", 8, 200, 10, 4, 0.01), ("mlp", 64, 100, 5, 4, 0.01),
            ("cnn", 32, 30, 3, 3, 0.01), ("resnet18", 16, 8, 2, 2, 0.01)]
+OPT_IN = [("resnet50", 8, 4, 1, 2, 0.01)]  # run only when --only names them
 MODES = "eager,graph-dynamic,graph-planned,graph-parallel"
 
 
-def run(build, model, batch, steps, warmup, rounds, lr, threads):
-    cmd = [os.path.join(build, "loom-bench"), "--model", model, "--batch", str(batch), "--mode", MODES,
+def run(build, model, batch, steps, warmup, rounds, lr, threads, modes):
+    cmd = [os.path.join(build, "loom-bench"), "--model", model, "--batch", str(batch), "--mode", modes,
            "--steps", str(steps), "--warmup", str(warmup), "--rounds", str(rounds), "--lr", str(lr),
            "--threads", str(threads), "--json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -40,10 +42,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="a tenth of the steps: a smoke run, not a measurement")
-    ap.add_argument("--only", default="", help="comma-separated models to keep (mlp,cnn,resnet18)")
+    ap.add_argument("--only", default="", help="comma-separated models to keep (mlp,cnn,resnet18,resnet50)")
+    ap.add_argument("--modes", default=MODES, help="comma-separated loom-bench modes (default: " + MODES + ")")
     ap.add_argument("--out", default="", help="write every run's JSON and the summary here")
     args = ap.parse_args()
-    configs = [c for c in CONFIGS if not args.only or c[0] in args.only.split(",")]
+    only = args.only.split(",") if args.only else []
+    configs = [c for c in CONFIGS if not only or c[0] in only] + [c for c in OPT_IN if c[0] in only]
     runs = {}  # (model, batch, mode, build) -> [median ms], [peak bytes]
     for rep in range(args.reps):
         for model, batch, steps, warmup, rounds, lr in configs:
@@ -51,7 +55,7 @@ def main():
                 steps, rounds = max(2, steps // 10), 1
             order = [("A", args.a), ("B", args.b)] if rep % 2 == 0 else [("B", args.b), ("A", args.a)]
             for name, build in order:
-                for r in run(build, model, batch, steps, warmup, rounds, lr, args.threads):
+                for r in run(build, model, batch, steps, warmup, rounds, lr, args.threads, args.modes):
                     key = (model, batch, r["mode"], name)
                     runs.setdefault(key, ([], []))
                     runs[key][0].append(r["ms_per_step_median"])
@@ -61,7 +65,7 @@ def main():
     print(f"| model | batch | mode | A ms | B ms | B / A | A peak MiB | B peak MiB |")
     print("|---|---:|---|---:|---:|---:|---:|---:|")
     for model, batch, *_ in configs:
-        for mode in MODES.split(","):
+        for mode in args.modes.split(","):
             a, b = runs.get((model, batch, mode, "A")), runs.get((model, batch, mode, "B"))
             if not a or not b:
                 continue

@@ -6,7 +6,11 @@ from C++), and against the C++ example (<build>/loom-mlp) when it is built. One 
 
     /usr/bin/python3 tools/bench_python.py [--batches 1,8,64] [--steps N] [--warmup N]
         [--modes eager,graph,native-eager,native-graph] [--dims 784,1024,1024,10] [--repeat R]
-        [--rounds K] [--no-cpp] [--build DIR]
+        [--rounds K] [--no-cpp] [--build DIR] [--model mlp|resnet50]
+
+--model resnet50: the zoo's ResNet-50 (3x224x224, 1000 classes; the architecture of loom-bench's
+and tools/bench_torch.py's resnet50) through the native modes only (there is no Python-written
+ResNet-50), at --batches 8 by default.
 
 A step is: copy a new batch into the input tensors, train_one_batch, read the loss (which
 synchronises). Modes: eager/graph: a loom.model.Model subclass written in Python; native-*: the
@@ -53,7 +57,7 @@ class PythonRun:
     """One mode's model and data, trained a chunk of steps at a time (Note [Rounds] in
     tools/loom-bench.cc: the modes take turns, so a burst of load hits each of them alike)."""
 
-    def __init__(self, loom, mode, batch, dims):
+    def __init__(self, loom, mode, batch, dims, model_name="mlp"):
         from loom import model, opt, tensor
 
         examples = os.path.join(ROOT, "examples", "python")
@@ -61,15 +65,21 @@ class PythonRun:
             sys.path.insert(0, examples)
         from mlp import MLP  # the Python example's model, written as a user would
 
-        self.mode, self.batch, self.dims = mode, batch, dims
+        self.mode, self.batch, self.dims, self.model_name = mode, batch, dims, model_name
         dev = loom.device.create_cpu_device()
         dev.SetRandSeed(42)
-        self.xs, self.ys = make_data(max(4096, batch), dims[0], dims[-1])
+        if model_name == "resnet50":  # images: a few batches' worth (each sample is 588 KiB)
+            self.xs, self.ys = make_data(max(16, 2 * batch), 3 * 224 * 224, 1000)
+            self.xs = self.xs.reshape(-1, 3, 224, 224)
+        else:
+            self.xs, self.ys = make_data(max(4096, batch), dims[0], dims[-1])
         self.x = tensor.from_numpy(self.xs[:batch], dev)
         self.y = tensor.from_numpy(self.ys[:batch], dev)
         sgd = opt.SGD(lr=0.01, momentum=0.9)
         self.use_graph = mode.endswith("graph")
-        if mode.startswith("native"):
+        if model_name == "resnet50":
+            self.m = model.NativeModel(model.resnet50(1000, device=dev), sgd)
+        elif mode.startswith("native"):
             self.m = model.NativeModel(model.mlp(dims, device=dev), sgd)
         else:
             self.m = MLP(dims, dev)
@@ -97,7 +107,8 @@ class PythonRun:
     def result(self):
         trained = self.losses[0] != self.losses[-1] and not np.array_equal(self.before, self.params[-2].to_numpy())
         t = self.times
-        return {"model": "mlp-" + "-".join(map(str, self.dims)),
+        name = "resnet50-3x224x224" if self.model_name == "resnet50" else "mlp-" + "-".join(map(str, self.dims))
+        return {"model": name,
                 "impl": "python" if not self.mode.startswith("native") else "python-native-model",
                 "mode": "graph" if self.use_graph else "eager", "batch": self.batch, "steps": len(t),
                 "ms_per_step_median": round(percentile(t, 0.5), 4), "ms_per_step_p10": round(percentile(t, 0.1), 4),
@@ -105,9 +116,9 @@ class PythonRun:
                 "last_loss": round(self.losses[-1], 6), "trained": bool(trained)}
 
 
-def bench_python(loom, modes, batch, steps, warmup, dims, rounds):
+def bench_python(loom, modes, batch, steps, warmup, dims, rounds, model_name="mlp"):
     """Every mode in `modes` trained `steps` timed steps, the modes taking turns in `rounds`."""
-    runs = [PythonRun(loom, mode, batch, dims) for mode in modes]
+    runs = [PythonRun(loom, mode, batch, dims, model_name) for mode in modes]
     for r in runs:
         r.run(warmup, timed=False)
     rounds = max(1, min(rounds, steps))
@@ -134,14 +145,15 @@ def bench_cpp(build, batch, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--model", default="mlp", choices=("mlp", "resnet50"))
+    ap.add_argument("--batches", default="", help="default 1,8,64 (mlp), 8 (resnet50)")
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: 200 at batch 1, fewer above)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10, help="the Python modes take turns in this many chunks of steps")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per configuration; the one with the lowest median is reported (on a shared "
                          "machine, the least disturbed)")
-    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--modes", default="", help="default eager,graph (mlp), native-eager,native-graph (resnet50)")
     ap.add_argument("--dims", default="784,1024,1024,10", help="layer sizes (the C++ example is 784-1024-1024-10 only)")
     ap.add_argument("--no-cpp", action="store_true", help="skip the C++ example")
     ap.add_argument("--build", default=os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build")))
@@ -149,17 +161,20 @@ def main():
     build = args.build if os.path.isabs(args.build) else os.path.join(ROOT, args.build)
     loom = import_loom(build)
     dims = [int(d) for d in args.dims.split(",")]
-    cpp = not args.no_cpp and dims == [784, 1024, 1024, 10]
-    modes = [m for m in args.modes.split(",") if m]
+    r50 = args.model == "resnet50"
+    cpp = not args.no_cpp and dims == [784, 1024, 1024, 10] and not r50
+    modes = [m for m in (args.modes or ("native-eager,native-graph" if r50 else "eager,graph")).split(",") if m]
     for m in modes:
         if m not in ("eager", "graph", "native-eager", "native-graph"):
             ap.error(f"unknown mode {m!r}")
+        if r50 and not m.startswith("native"):
+            ap.error(f"--model resnet50 runs the native modes only, not {m!r}")
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        steps = args.steps or (200 if batch <= 8 else 60)
+    for batch in (int(b) for b in (args.batches or ("8" if r50 else "1,8,64")).split(",")):
+        steps = args.steps or (6 if r50 else 200 if batch <= 8 else 60)
         best = {}
         for rep in range(args.repeat):  # interleaved, so a burst of load hits every mode alike
-            runs = bench_python(loom, modes, batch, steps, args.warmup, dims, args.rounds)
+            runs = bench_python(loom, modes, batch, steps, args.warmup, dims, args.rounds, args.model)
             if cpp:
                 r = bench_cpp(build, batch, steps, args.warmup)
                 if r is not None:

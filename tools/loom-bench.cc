@@ -3,7 +3,7 @@
 //
 //   loom-bench --model mlp|cnn|resnet18|resnet50 [--batch N] [--mode eager,graph-planned,...]
 //              [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json]
-//              [--timeline DIR]
+//              [--timeline DIR] [--peak-gflops G]
 //
 // Each mode trains a fresh model built from the same seed with SGD (lr 0.01, momentum 0.9) and
 // softmax cross-entropy. Per mode it prints one JSON line (--json) and, at the end, a Markdown
@@ -29,6 +29,19 @@
 //                         the liveness lower bound of the intermediates, counting blocks that share
 //                         memory through in-place reuse once (lower_bound_no_inplace_bytes: without
 //                         that reuse, what a dynamic replay holds); null in eager mode.
+//
+// What the speed figures mean:
+//   flops_per_step        floating-point operations of the step's matrix products and
+//                         convolutions, forward and backward (graph/flops.h), counted on the op list
+//                         of one step captured without the fusion passes: what the model needs,
+//                         whatever a mode fuses. gflops_per_s = flops_per_step / median step time.
+//   fma_peak_gflops       the machine's float32 FMA peak with loom's thread count, measured at the
+//                         start (tools/fma_peak.h; --peak-gflops gives it instead) on the CPU; the
+//                         fraction of it a step reaches is fraction_of_peak. On a machine other
+//                         jobs load, the threads share the cores with them: compare with
+//                         fma_peak_gflops_one_thread (one thread alone) x threads.
+//   kernels               the library, kernel and ISA every GEMM and convolution kind ran with
+//                         (device/kernel_report.h), in the order first used.
 //
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags, 3 a run that did not train.
 #include <malloc.h>
@@ -56,10 +69,13 @@
 #include "device/cpu/parallel.h"
 #include "device/device.h"
 #include "examples/common/flags.h"
+#include "device/kernel_report.h"
+#include "graph/flops.h"
 #include "graph/graph.h"
 #include "nn/model.h"
 #include "nn/models.h"
 #include "nn/optimizer.h"
+#include "tools/fma_peak.h"
 
 namespace {
 
@@ -147,12 +163,14 @@ struct Flags {
   std::string timeline_dir;
   double lr = 0.01, momentum = 0.9;
   int64_t rounds = 1;
+  double peak_gflops = 0;  // 0: measure it (CPU)
+  bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
-    "                  [--rounds R] [--lr X] [--momentum X]\n"
+    "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -169,6 +187,9 @@ const char* kUsage =
     "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
     "                 replay (trace.json) into DIR; plot them with tools/plot_memory.py DIR\n"
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
+    "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
+    "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
+    "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
     "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
@@ -225,6 +246,11 @@ Flags ParseFlags(int argc, char** argv) {
       f.lr = a.Double();
     } else if (a.Is("--momentum")) {
       f.momentum = a.Double();
+    } else if (a.Is("--peak-gflops")) {
+      f.peak_gflops = a.Double();
+      if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
+    } else if (a.Switch("--no-fuse-bias-act")) {
+      f.fuse_bias_act = false;
     } else {
       a.Unknown();
     }
@@ -392,8 +418,10 @@ size_t ParamBytes(nn::Model& m) {
 }
 
 // The options of a mode's graphs (each Model owns its graphs and their options).
-loom::GraphOptions GraphOptionsFor(Mode mode) {
+loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) {
   loom::GraphOptions o;
+  o.fuse = fuse;
+  o.fuse_bias_act = fuse && f.fuse_bias_act;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   return o;
@@ -406,7 +434,7 @@ struct Session {
 };
 
 Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
-                   const std::shared_ptr<loom::Device>& dev, const Data& data) {
+                   const std::shared_ptr<loom::Device>& dev, const Data& data, bool fuse = true) {
   dev->SetRandSeed(kSeed);
   nn::LayerOptions lo;
   lo.device = dev;
@@ -422,7 +450,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
-                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode));
+                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode, f, fuse));
   return s;
 }
 
@@ -536,6 +564,47 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
   return out;
 }
 
+// ---------------------------------------------------------------- arithmetic
+
+// What the step computes and what the machine could: flops_per_step, the measured peak, and the
+// kernels that ran (see the header comment).
+struct Speed {
+  int64_t flops_per_step = 0;
+  double peak_gflops = 0;            // loom's thread count at once
+  double peak_gflops_per_thread = 0;  // one thread alone (0: not measured)
+  std::string peak_what;              // how the peak was obtained
+};
+
+// The dense arithmetic of one training step (graph/flops.h), counted on the op list of a step
+// captured without the passes. Capturing runs one step (the first call of a graph-mode model
+// captures it, then replays it).
+int64_t CountStepFlops(const Flags& f, const ModelSpec& spec, int64_t batch, const std::shared_ptr<loom::Device>& dev,
+                       const Data& data) {
+  Session s = NewSession(f, spec, batch, Mode::kGraphPlanned, dev, data, /*fuse=*/false);
+  s.model->TrainOneBatch(s.x, s.y).loss.Item();
+  return loom::DenseFlops(s.model->train_graph()->ops().ops);
+}
+
+std::string JsonString(const std::string& v) {
+  std::string out = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+
+std::string KernelsJson() {
+  std::string out = "[";
+  for (const auto& k : loom::ReportedKernels()) {
+    if (out.size() > 1) out += ", ";
+    out += "{\"kind\": " + JsonString(k.first) + ", \"impl\": " + JsonString(k.second) + "}";
+  }
+  return out + "]";
+}
+
+double Gflops(const Speed& sp, double ms) { return ms > 0 ? double(sp.flops_per_step) / (ms * 1e6) : 0; }
+
 // ---------------------------------------------------------------- memory timeline
 
 void WriteText(const std::string& path, const std::string& text) {
@@ -608,7 +677,7 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
 // ---------------------------------------------------------------- report
 
 std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std::string& device, const RunResult& r,
-                 const std::string& data_checksum) {
+                 const std::string& data_checksum, const Speed& sp) {
   auto num_or_null = [&](bool ok, size_t v) { return ok ? std::to_string(v) : std::string("null"); };
   char buf[4096];
   std::snprintf(
@@ -638,7 +707,19 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       r.first_loss, r.last_loss, r.last_loss < r.first_loss ? "true" : "false", (long long)r.optimizer_steps,
       r.param_bytes, 8 * r.param_bytes - 2 * r.fused_param_bytes,
       double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
-  return buf;
+  std::string out = buf;
+  out.pop_back();  // the closing brace: the arithmetic and kernel fields follow
+  char more[512];
+  const double gf = Gflops(sp, r.median);
+  std::snprintf(more, sizeof more,
+                ", \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
+                "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
+                (long long)sp.flops_per_step, gf,
+                sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
+                sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
+                JsonString(sp.peak_what).c_str(),
+                sp.peak_gflops > 0 ? std::to_string(gf / sp.peak_gflops).c_str() : "null");
+  return out + more + KernelsJson() + "}";
 }
 
 std::string MiB(size_t b) {
@@ -647,16 +728,18 @@ std::string MiB(size_t b) {
   return buf;
 }
 
-std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device, const std::vector<RunResult>& runs) {
+std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device, const std::vector<RunResult>& runs,
+                  const Speed& sp) {
   const RunResult* eager = nullptr;
   for (const RunResult& r : runs)
     if (r.mode == Mode::kEager) eager = &r;
   std::ostringstream o;
   char buf[1024];
   o << "\n### " << spec.arch << ", batch " << batch << ", " << device << "\n\n";
-  o << "| mode | ms/step median | p10 | p90 | items/s | speed-up vs eager | peak MiB | peak vs eager | "
-       "working peak MiB | arena MiB | lower bound MiB | arena / bound | RSS growth MiB | loss first -> last |\n";
-  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  o << "| mode | ms/step median | p10 | p90 | items/s | GFLOP/s | % of peak | speed-up vs eager | peak MiB | "
+       "peak vs eager | working peak MiB | arena MiB | lower bound MiB | arena / bound | RSS growth MiB | "
+       "loss first -> last |\n";
+  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
   for (const RunResult& r : runs) {
     std::string speedup = eager ? std::to_string(eager->median / r.median) : "-";
     std::string memratio = eager ? std::to_string(double(r.peak_bytes) / double(eager->peak_bytes)) : "-";
@@ -674,9 +757,15 @@ std::string Table(const ModelSpec& spec, int64_t batch, const std::string& devic
       std::snprintf(buf, sizeof buf, "%.3f", double(r.gstats.arena_bytes) / double(r.gstats.lower_bound_bytes));
       ratio = buf;
     }
+    std::string peak = "-";
+    if (sp.peak_gflops > 0) {
+      std::snprintf(buf, sizeof buf, "%.1f%%", 100 * Gflops(sp, r.median) / sp.peak_gflops);
+      peak = buf;
+    }
     std::snprintf(buf, sizeof buf,
-                  "| %s | %.3f | %.3f | %.3f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f%s |\n",
-                  Name(r.mode), r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median, speedup.c_str(),
+                  "| %s | %.3f | %.3f | %.3f | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f%s |\n",
+                  Name(r.mode), r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median, Gflops(sp, r.median),
+                  peak.c_str(), speedup.c_str(),
                   MiB(r.peak_bytes).c_str(), memratio.c_str(),
                   MiB(r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0).c_str(), arena.c_str(),
                   lb.c_str(), ratio.c_str(), MiB(r.rss_delta).c_str(), r.rss_exact ? "" : " (upper bound)",
@@ -688,6 +777,18 @@ std::string Table(const ModelSpec& spec, int64_t batch, const std::string& devic
        "lower bound from the training graph (liveness lower bound of the intermediates); RSS growth = process "
        "VmHWM at the end minus VmRSS before the model was built. Every run above trained: its loss and parameters "
        "changed and its step count advanced.\n";
+  std::snprintf(buf, sizeof buf, "GFLOP/s = %.3f GFLOP per step (matrix products and convolutions, forward and backward) / median step time; ",
+                double(sp.flops_per_step) / 1e9);
+  o << buf;
+  if (sp.peak_gflops > 0) {
+    std::snprintf(buf, sizeof buf, "peak = %.1f GFLOP/s (%s).\n", sp.peak_gflops, sp.peak_what.c_str());
+    o << buf;
+  } else {
+    o << "no peak for this device.\n";
+  }
+  o << "Kernels:";
+  for (const auto& k : loom::ReportedKernels()) o << " " << k.first << " = " << k.second << ";";
+  o << "\n";
   return o.str();
 }
 
@@ -721,7 +822,19 @@ int Main(const Flags& f) {
                              : "")
             << std::endl;
   Data data = MakeData(spec, batch, kSeed);
+  Speed sp;
+  if (f.peak_gflops > 0) {
+    sp.peak_gflops = f.peak_gflops;
+    sp.peak_what = "given by --peak-gflops";
+  } else if (f.device == "cpu") {
+    const loom_tools::FmaPeak p = loom_tools::MeasureFmaPeak(loom::NumThreads());
+    sp.peak_gflops = p.gflops;
+    sp.peak_gflops_per_thread = p.gflops_per_thread;
+    sp.peak_what = loom::detail::Cat("measured: float32 FMA chains, ", p.isa, ", ", p.threads, " threads at once, ",
+                                     p.gflops_per_thread, " GFLOP/s for one thread alone");
+  }
   std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data);
+  sp.flops_per_step = CountStepFlops(f, spec, batch, dev, data);
   for (const RunResult& r : runs) {
     char line[256];
     std::snprintf(line, sizeof line,
@@ -732,9 +845,9 @@ int Main(const Flags& f) {
       std::cerr << "  warning: the loss rose (" << r.first_loss << " -> " << r.last_loss
                 << "): it trained (the parameters moved) but is not converging at this batch and learning rate"
                 << std::endl;
-    if (f.json) std::cout << Json(f, spec, batch, dev->name(), r, DataChecksum(data)) << std::endl;
+    if (f.json) std::cout << Json(f, spec, batch, dev->name(), r, DataChecksum(data), sp) << std::endl;
   }
-  (f.json ? std::cerr : std::cout) << Table(spec, batch, dev->name(), runs) << std::flush;
+  (f.json ? std::cerr : std::cout) << Table(spec, batch, dev->name(), runs, sp) << std::flush;
   if (!f.timeline_dir.empty()) {
     WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);
     std::cerr << "loom-bench: memory timelines and trace in " << f.timeline_dir

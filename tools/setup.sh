@@ -13,6 +13,7 @@ PACKAGES=(
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
+  openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
 )
 # tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
 # only the comparison needs it.
@@ -53,8 +54,9 @@ else
   say "packages: installed ${missing[*]}"
 fi
 
-# ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes) ----
-if [ -f "$BUILD/build.ninja" ] && [ -f "$BUILD/CMakeCache.txt" ]; then
+# ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
+# again after packages were installed, so that CMake finds them: MPI, say) ----
+if [ -f "$BUILD/build.ninja" ] && [ -f "$BUILD/CMakeCache.txt" ] && [ ${#missing[@]} -eq 0 ]; then
   say "configure: $BUILD already configured"
 else
   log="$(mktemp)"

@@ -88,9 +88,17 @@ stage_asan() {
   # Leaks, initialisation order and use after return too; a UBSan finding aborts (it is built
   # with -fno-sanitize-recover=all) with its stack. test_cuda is not built here, so its
   # placeholder test is left out by name; any other missing executable fails the stage.
-  ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+  local asan="detect_leaks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1"
+  ASAN_OPTIONS="$asan${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
   UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-    ctest --test-dir "$dir" -LE gpu -E '^test_cuda_NOT_BUILT$' --output-on-failure --no-tests=error -j2
+    ctest --test-dir "$dir" -LE 'gpu|mpi' -E '^test_cuda_NOT_BUILT$' --output-on-failure --no-tests=error -j2
+  # The MPI suites (label mpi) run under ASan and UBSan too, but without leak checking: OpenMPI
+  # itself leaves thousands of allocations at MPI_Finalize, many from plugins it has unloaded
+  # by then (no module name a suppression could match). Leaks in loom's own code are checked by
+  # every other suite; the communicator's are not.
+  ASAN_OPTIONS="${asan/detect_leaks=1/detect_leaks=0}${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+  UBSAN_OPTIONS="print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+    ctest --test-dir "$dir" -L mpi --output-on-failure --no-tests=error -j2
 }
 
 # The tests that use threads, as "executable gtest-filter": capture and replay from two threads,

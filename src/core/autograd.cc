@@ -71,6 +71,10 @@ void Backward(const Tensor& loss, const GradCallback& fn, const Tensor& grad_los
   Tensor seed = grad_loss.defined() ? grad_loss : ops::OnesLike(loss);
   LOOM_CHECK(seed.shape() == loss.shape(), ShapeError, "[backward] gradient ", seed.Describe(), " does not match loss ",
              loss.Describe());
+  LOOM_CHECK(seed.dtype() == loss.dtype(), DTypeError, "[backward] gradient ", seed.Describe(),
+             " has another dtype than loss ", loss.Describe(), ": gradients keep the dtype of what they differentiate");
+  LOOM_CHECK(seed.device() == loss.device(), DeviceError, "[backward] gradient ", seed.Describe(),
+             " is on another device than loss ", loss.Describe());
   if (!loss.grad_fn()) {  // the loss is itself a leaf
     fn(loss, seed);
     return;

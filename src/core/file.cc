@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -56,13 +57,24 @@ void CheckNoNulByte(const std::string& text, const char* component, const char* 
                                "), which it cannot hold"));
 }
 
-std::string TempPathFor(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+namespace {
+// A fresh temporary beside `path`, created here (O_EXCL): never a file or link someone else made
+// under a guessable name (O_NOFOLLOW), never the one another thread of this process is writing.
+int CreateTemp(const std::string& path, std::string& tmp) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0;; ++attempt) {
+    tmp = detail::Cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0 || errno != EEXIST || attempt == 100) return fd;
+  }
+}
+}  // namespace
 
 // Note [Atomic file writes] in file.h.
 void WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces, const char* component) {
   CheckNoNulByte(path, component, "the path");
-  const std::string tmp = TempPathFor(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string tmp;
+  int fd = CreateTemp(path, tmp);
   LOOM_CHECK(fd >= 0, IOError, "[", component, "] cannot write '", path, "': cannot open '", tmp,
              "' for writing: ", SysError(errno));
   TempFile file(tmp, fd);

@@ -39,7 +39,4 @@ std::string ReadFile(const std::string& path, const char* component);
 // byte (at 1), ..." (Note [Names are C strings]). WriteFileAtomic and ReadFile check their paths.
 void CheckNoNulByte(const std::string& text, const char* component, const char* what);
 
-// The temporary name WriteFileAtomic uses for `path` in this process.
-std::string TempPathFor(const std::string& path);
-
 }  // namespace loom

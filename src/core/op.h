@@ -45,8 +45,9 @@ struct KernelContext {
   // (OpDef::scratch); null in eager mode, where a kernel takes its scratch from the device pool.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  // Set while a device graph is recorded: random kernels read the base from this device
-  // address instead of rng_base, since every launch of the recording uses another base.
+  // Set while a device graph is recorded: random kernels read {base, seed} from these two device
+  // words instead of rng_base and rng_seed, since every launch of the recording may use another
+  // base and, after SetRandSeed, another seed.
   const uint64_t* rng_base_device = nullptr;
 };
 

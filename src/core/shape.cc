@@ -1,15 +1,37 @@
 #include "core/shape.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
 
 namespace loom {
 
-int64_t NumElements(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+namespace {
+// The product of the dimensions, each counted as at least 1 (Note [Checked sizes]).
+int64_t CheckedExtent(const Shape& s, const char* op) {
+  int64_t extent = 1;
+  for (int64_t d : s) {
+    LOOM_CHECK(d >= 0, ShapeError, "[", op, "] negative dimension in shape ", ToString(s));
+    LOOM_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(d, 1), &extent) && extent <= kMaxTensorBytes,
+               ShapeError, "[", op, "] shape ", ToString(s), " is too large: its size exceeds 2^56 elements");
+  }
+  return extent;
+}
+}  // namespace
+
+int64_t NumElements(const Shape& s, const char* op) {
+  int64_t extent = CheckedExtent(s, op);
+  for (int64_t d : s)
+    if (d == 0) return 0;
+  return extent;
+}
+
+int64_t ByteSize(const Shape& s, size_t itemsize, const char* op) {
+  int64_t extent = CheckedExtent(s, op);
+  LOOM_CHECK(extent <= kMaxTensorBytes / int64_t(itemsize), ShapeError, "[", op, "] shape ", ToString(s), " of ",
+             itemsize, "-byte elements is too large: it exceeds 2^56 bytes");
+  return NumElements(s, op) * int64_t(itemsize);
 }
 
 std::string ToString(const Shape& s) {
@@ -22,6 +44,7 @@ std::string ToString(const Shape& s) {
 }
 
 Shape ContiguousStrides(const Shape& s) {
+  CheckedExtent(s, "shape");  // no stride below can overflow
   Shape st(s.size());
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {

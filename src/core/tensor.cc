@@ -10,11 +10,11 @@
 namespace loom {
 
 Tensor::Tensor(const Shape& shape, DType dtype, std::shared_ptr<Device> device)
-    : shape_(shape), strides_(ContiguousStrides(shape)), dtype_(dtype) {
+    : shape_(shape), dtype_(dtype) {
   LOOM_CHECK(device, DeviceError, "[tensor] no device given");
-  for (int64_t d : shape)
-    LOOM_CHECK(d >= 0, ShapeError, "[tensor] negative dimension in shape ", loom::ToString(shape));
-  block_ = std::make_shared<Block>(size_t(NumElements(shape)) * SizeOf(dtype), std::move(device));
+  const int64_t bytes = ByteSize(shape, SizeOf(dtype), "tensor");  // Note [Checked sizes]
+  strides_ = ContiguousStrides(shape);
+  block_ = std::make_shared<Block>(size_t(bytes), std::move(device));
 }
 
 Tensor::Tensor(std::shared_ptr<Block> block, Shape shape, Shape strides, int64_t offset, DType dtype)
@@ -148,8 +148,19 @@ std::string Tensor::ToString(int64_t max_items) const {
     for (int64_t v : f.ToVector<int64_t>()) vals.push_back(double(v));
   } else if (dtype_ == DType::kInt32) {
     for (int32_t v : f.ToVector<int32_t>()) vals.push_back(v);
-  } else {
+  } else if (numel() > 0) {  // bool, uint8, float16, bfloat16: the bytes, decoded here
     CheckHostReadAllowed(*this, "print");
+    Tensor c = is_contiguous() ? *this : Contiguous();
+    std::vector<uint8_t> bytes(nbytes());
+    device()->Synchronize();
+    device()->MemcpyToHost(bytes.data(), c.raw_data(), bytes.size());
+    for (int64_t i = 0; i < numel(); ++i) {
+      uint16_t h = 0;
+      if (dtype_ == DType::kFloat16 || dtype_ == DType::kBFloat16) std::memcpy(&h, &bytes[size_t(2 * i)], 2);
+      vals.push_back(dtype_ == DType::kFloat16    ? double(HalfToFloat(h))
+                     : dtype_ == DType::kBFloat16 ? double(BFloat16ToFloat(h))
+                                                  : double(bytes[size_t(i)]));
+    }
   }
   for (size_t i = 0; i < vals.size() && int64_t(i) < max_items; ++i) o << (i ? ", " : "") << vals[i];
   if (int64_t(vals.size()) > max_items) o << ", ...";

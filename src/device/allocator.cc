@@ -4,11 +4,15 @@
 
 #include "core/debug.h"
 #include "core/error.h"
+#include "core/shape.h"
 
 namespace loom {
 
 size_t CachingAllocator::RoundSize(size_t bytes) {
   if (bytes == 0) bytes = 1;
+  // Tensors are at most kMaxTensorBytes (Note [Checked sizes]); this keeps the shift below < 64.
+  LOOM_CHECK(bytes <= size_t(kMaxTensorBytes), DeviceError, "[allocator] cannot allocate ", bytes,
+             " bytes: more than loom addresses (2^56)");
   if (bytes <= (size_t(1) << 20)) return (bytes + 511) & ~size_t(511);
   size_t p = size_t(1) << (64 - __builtin_clzll(bytes - 1));  // next power of two
   size_t step = p / 8;

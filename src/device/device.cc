@@ -22,7 +22,7 @@ const uint64_t* Device::BeginDeviceGraphCapture(const void*) {
 void Device::EndDeviceGraphCapture(const void*) {
   throw DeviceError(detail::Cat("[graph] device graphs are not supported on ", name()));
 }
-void Device::LaunchDeviceGraph(const void*, uint64_t) {
+void Device::LaunchDeviceGraph(const void*, uint64_t, uint64_t) {
   throw DeviceError(detail::Cat("[graph] device graphs are not supported on ", name()));
 }
 

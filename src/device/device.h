@@ -56,15 +56,15 @@ class Device : public std::enable_shared_from_this<Device> {
 
   // ---- device graphs (CUDA graphs; Note [Device graph replay] in graph/replay.cc) ----
   // Keyed by `owner` (a Graph), so several graphs can each hold one. Begin starts recording the
-  // kernels this thread issues (nothing runs) and returns the device-resident Philox base that
-  // the recorded random kernels must read (KernelContext::rng_base_device). End makes the
-  // recording launchable. Launch sets that base to `rng_base`, then runs the recorded kernels.
+  // kernels this thread issues (nothing runs) and returns the device-resident Philox {base, seed}
+  // that the recorded random kernels must read (KernelContext::rng_base_device). End makes the
+  // recording launchable. Launch sets those two words, then runs the recorded kernels.
   // Release drops owner's device graph, also an unfinished recording. The defaults throw
   // DeviceError: the CPU has no device graphs.
   virtual bool HasDeviceGraphs() const { return false; }
   virtual const uint64_t* BeginDeviceGraphCapture(const void* owner);
   virtual void EndDeviceGraphCapture(const void* owner);
-  virtual void LaunchDeviceGraph(const void* owner, uint64_t rng_base);
+  virtual void LaunchDeviceGraph(const void* owner, uint64_t rng_seed, uint64_t rng_base);
   virtual void ReleaseDeviceGraph(const void* owner) noexcept {}
 
   // ---- ops ----
@@ -148,5 +148,11 @@ std::shared_ptr<Device> NewCpuDevice(int id);
 // CUDA device `id`; throws DeviceError when the CUDA backend is not built or no GPU is visible.
 std::shared_ptr<Device> CudaDevice(int id = 0);
 bool CudaAvailable();  // built with CUDA and at least one GPU visible
+// Note [No GPU, or a broken one]
+// A machine without an NVIDIA driver, or whose driver sees no device, has no GPU: GPU tests skip
+// (unless LOOM_REQUIRE_GPU=1). A driver that is installed but fails (too old for this CUDA, fabric
+// manager down, device in a bad state) is a setup error: CudaSetupError() says what the runtime
+// answered, and GPU tests fail with it instead of reporting "skipped". "" when there is none.
+std::string CudaSetupError();
 
 }  // namespace loom

@@ -73,7 +73,7 @@ LOOM_HD T GeluGradOf(T x) {
   X(abs, std::abs(x))                                    \
   X(erf, std::erf(x))                                    \
   X(clamp, x < lo ? lo : (x > hi ? hi : x))              \
-  X(relu, x > T(0) ? x : T(0))                           \
+  X(relu, x > T(0) || x != x ? x : T(0)) /* NaN stays NaN */ \
   X(leaky_relu, x > T(0) ? x : slope * x)                \
   X(sigmoid, ew::SigmoidOf(x))                           \
   X(tanh, std::tanh(x))                                  \
@@ -85,7 +85,7 @@ LOOM_HD T GeluGradOf(T x) {
   X(abs_grad, s > T(0) ? dy : (s < T(0) ? -dy : T(0)))         \
   X(erf_grad, dy * T(1.1283791670955126) * std::exp(-s * s))   \
   X(clamp_grad, (s >= lo && s <= hi) ? dy : T(0))              \
-  X(relu_grad, s > T(0) ? dy : T(0))                           \
+  X(relu_grad, s > T(0) || s != s ? dy : T(0))                \
   X(leaky_relu_grad, s > T(0) ? dy : slope * dy)               \
   X(sigmoid_grad, dy * s * (T(1) - s))                         \
   X(tanh_grad, dy * (T(1) - s * s))                            \

@@ -187,6 +187,13 @@ LOOM_HD int64_t AvgCount(const PoolDims& d, bool include_pad, int64_t oi, int64_
   return (r.hi - r.lo) * (c.hi - c.lo);
 }
 
+// The larger of a and b, NaN if either is NaN (std::max keeps `a` when b is NaN): max, and the
+// maximum subtracted by softmax, propagate NaN on every backend, as in numpy and PyTorch.
+template <typename T>
+LOOM_HD T MaxNaN(T a, T b) {
+  return (b > a || (b != b && a == a)) ? b : a;
+}
+
 // max_pool2d of one window of plane xp (width w): its value in m, and the index in the plane of
 // its first maximum, scanned row by row; NaN wins, as in PyTorch. The window always holds a
 // pixel (padding is at most half the kernel).

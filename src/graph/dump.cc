@@ -156,7 +156,9 @@ std::string Graph::Summary() const {
     o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
   }
   o << ", persistent " << Mb(stats_.persistent_bytes);
-  if (stats_.fused_ops) o << ", " << stats_.fused_ops << " weight gradients computed into their updates";
+  if (stats_.fused_ops - stats_.fused_bias_act)
+    o << ", " << stats_.fused_ops - stats_.fused_bias_act << " weight gradients computed into their updates";
+  if (stats_.fused_bias_act) o << ", " << stats_.fused_bias_act << " bias+activation fusions";
   return o.str();
 }
 
@@ -200,10 +202,12 @@ std::string Graph::MemoryTimelineCsv() const {
 // Note [Atomic file writes] in core/file.h.
 void Graph::WriteDot(const std::string& path) const { WriteFileAtomic(path, {ToDot()}, "graph"); }
 
-void Graph::WriteTrace(const std::string& path) const {
+std::string Graph::ProfiledTraceJson() const {
   LOOM_CHECK(!last_profile().empty(), GraphError, "[", capture_name(),
              "] no profiled replay to write: set_profile(true) (or LOOM_DEBUG=2) and run it first");
-  WriteFileAtomic(path, {TraceJson()}, "graph");
+  return TraceJson();
 }
+
+void Graph::WriteTrace(const std::string& path) const { WriteFileAtomic(path, {ProfiledTraceJson()}, "graph"); }
 
 }  // namespace loom

@@ -76,7 +76,11 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
 PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options) {
   ops = BucketGradients(std::move(ops), options).ops;  // first: a bucketed gradient is not fused away
   if (!options.fuse) return {std::move(ops), 0};
-  return FuseWeightGradientsIntoUpdates(std::move(ops), device);
+  PassResult r = FuseWeightGradientsIntoUpdates(std::move(ops), device);
+  if (!options.fuse_bias_act) return r;
+  PassResult b = FuseBiasActivations(std::move(r.ops), device);
+  b.rewrites += r.rewrites;
+  return b;
 }
 
 }  // namespace loom

@@ -89,6 +89,7 @@ void Graph::Finalize() {
   stats_.lower_bound_no_inplace_bytes = analysis_.lower_bound_bytes;
   stats_.inplace_ops = layout_.inplace.size();
   stats_.fused_ops = passed.rewrites;
+  stats_.fused_bias_act = passed.bias_act;
   stats_.arena_bytes = planned ? layout_.packing.arena_bytes : 0;
   stats_.plan_strategy = planned ? layout_.packing.strategy : "dynamic";
   stats_.memory = options_.memory;

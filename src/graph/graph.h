@@ -80,6 +80,7 @@ class Graph final : public CaptureSink {
   // ---- 7. observe (dump.cc) ----
   std::string ToDot() const;
   std::string TraceJson() const;          // the last profiled replay, with a memory counter track
+  std::string ProfiledTraceJson() const;  // TraceJson(), or GraphError when no replay was profiled
   std::string MemoryTimelineCsv() const;  // op, name, live intermediate bytes, arena bytes
   void WriteDot(const std::string& path) const;
   void WriteTrace(const std::string& path) const;

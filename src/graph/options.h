@@ -31,7 +31,11 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(bool, parallel_fallback, true,                                                                     \
     "a parallel replay first runs serially, timing each op, and stays serial when the schedule has "   \
     "too little independent work (Note [Parallel or serial]); false: always the parallel schedule")   \
-  X(bool, fuse, true, "run the graph passes at the end of the capture (graph/passes.h)")               \
+  X(bool, fuse, true, "run the graph passes at the end of the capture (graph/passes.h)")            \
+  X(bool, fuse_bias_act, true,                                                                         \
+    "with fuse: matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> "           \
+    "conv2d_relu, an activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias "    \
+    "and activation])")                                                                                 \
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
@@ -47,6 +51,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(size_t, lower_bound_no_inplace_bytes, 0, "the same without in-place reuse (dynamic mode's)")      \
   X(size_t, inplace_ops, 0, "ops whose output took over an input's memory")                           \
   X(size_t, fused_ops, 0, "op pairs the passes made one")                                              \
+  X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
   X(size_t, arena_bytes, 0, "planned arena (0 in dynamic mode)")                                       \
   X(size_t, dynamic_peak_bytes, 0, "most intermediate bytes a dynamic replay held at once")           \
   X(std::string, plan_strategy, "", "the packing that won (greedy-by-size, op-order, ...)")           \

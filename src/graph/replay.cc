@@ -39,7 +39,11 @@ void Replayer::RunOp(const ReplayInputs& g, int i, const KernelContext& ctx, int
   } else {
     g.device.RunKernel(op, ctx);
   }
-  if (profiling_) profile_[size_t(i)] = OpTiming{i, thread, t0 - profile_t0_, NowUs() - profile_t0_};
+  if (profiling_) {
+    // Note [Profiling an asynchronous device]: the end stamp waits for the kernel, not its launch.
+    g.device.Synchronize();
+    profile_[size_t(i)] = OpTiming{i, thread, t0 - profile_t0_, NowUs() - profile_t0_};
+  }
 }
 
 void Replayer::RunSerial(const ReplayInputs& g, const KernelContext& ctx, GraphStats& stats) {
@@ -105,6 +109,7 @@ void Replayer::MeasureParallelism(const ReplayInputs& g, const KernelContext& ct
   if (!was_profiling) {
     profiling_ = true;
     profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0});
+    g.device.Synchronize();
     profile_t0_ = NowUs();
   }
   try {
@@ -145,16 +150,20 @@ void Replayer::RunDeviceGraph(const ReplayInputs& g, const KernelContext& ctx, G
   if (device_graph_stage_ == 1) {
     KernelContext rec = ctx;
     rec.rng_base_device = g.device.BeginDeviceGraphCapture(this);
+    const bool was_profiling = profiling_;
+    profiling_ = false;  // nothing runs while recording, and a recording stream cannot be waited for
     try {
       RunSerial(g, rec, stats);
     } catch (...) {
+      profiling_ = was_profiling;
       g.device.ReleaseDeviceGraph(this);
       throw;
     }
+    profiling_ = was_profiling;
     g.device.EndDeviceGraphCapture(this);
     device_graph_stage_ = 2;
   }
-  g.device.LaunchDeviceGraph(this, ctx.rng_base);
+  g.device.LaunchDeviceGraph(this, ctx.rng_seed, ctx.rng_base);
 }
 
 void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
@@ -169,8 +178,14 @@ void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
   ctx.rng_seed = g.device.rng_seed();
   ctx.rng_base = g.device.rng_counter();
   profiling_ = g.options.profile;
+  // Note [Profiling an asynchronous device]
+  // A CUDA kernel returns as soon as it is queued: stamps around the call time the launch. While
+  // profiling, the replay waits for the device before its first stamp and after every op (a no-op
+  // on the CPU), so each op's interval covers its kernels. Profiling costs that serialisation;
+  // it is a diagnostic mode (GraphOptions::profile), never on by default.
   if (profiling_) {
     profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0});
+    g.device.Synchronize();
     profile_t0_ = NowUs();
   }
   try {

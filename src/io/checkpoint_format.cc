@@ -29,19 +29,14 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-// Bytes needed for numel(shape) elements of `dtype`, or throws when the shape is invalid or the
-// product overflows (a corrupt file must not make us allocate 2^70 bytes).
+// Bytes needed for numel(shape) elements of `dtype` (Note [Checked sizes] in core/shape.h); a
+// shape loom refuses is a corrupt file here (it must not make us allocate 2^70 bytes).
 size_t CheckedBytes(const Shape& shape, DType dtype, const std::string& what) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    LOOM_CHECK(d >= 0, IOError, what, " has a negative dimension in shape ", ToString(shape));
-    LOOM_CHECK(d == 0 || n <= (uint64_t(1) << 62) / uint64_t(d), IOError, what, " has an impossibly large shape ",
-               ToString(shape));
-    n *= uint64_t(d);
+  try {
+    return size_t(ByteSize(shape, SizeOf(dtype), "checkpoint"));
+  } catch (const ShapeError& e) {
+    throw IOError(detail::Cat(what, " has an impossibly large shape ", ToString(shape), " (", e.what(), ")"));
   }
-  LOOM_CHECK(n <= (uint64_t(1) << 62) / SizeOf(dtype), IOError, what, " has an impossibly large shape ",
-             ToString(shape));
-  return size_t(n * SizeOf(dtype));
 }
 
 // A minimal reader of protobuf's wire format, for the envelope only: it tells a truncated file

@@ -8,7 +8,6 @@ namespace loom {
 namespace io {
 
 using ::loom::ReadFile;
-using ::loom::TempPathFor;
 using ::loom::WriteFileAtomic;
 
 }  // namespace io

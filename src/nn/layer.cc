@@ -76,8 +76,10 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, LayerOptions o) : in_(in)
 Tensor Linear::Forward(const Tensor& x) {
   LOOM_CHECK(x.ndim() >= 1 && x.dim(-1) == in_, ShapeError, "[Linear] expects inputs (..., ", in_, "), got ",
              x.Describe());
+  // A 1-D input is one sample without a batch: (in,) -> (out,), as in PyTorch.
   Tensor y = ops::MatMul(x.ndim() == 1 ? ops::Reshape(x, {1, in_}) : x, weight);
-  return bias.defined() ? ops::AddBias(y, bias) : y;
+  if (bias.defined()) y = ops::AddBias(y, bias);
+  return x.ndim() == 1 ? ops::Reshape(y, {out_}) : y;
 }
 
 Tensor Activation::Forward(const Tensor& x) {

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/programs.h"
+#include "device/cpu/blas.h"
+#include "device/cpu/dnnl_gemm.h"
 
 namespace {
 
@@ -55,6 +57,13 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
       EXPECT_GT(Field(l, key), 0) << key << " in " << l;
     EXPECT_NE(Field(l, "first_loss"), Field(l, "last_loss")) << l;
     EXPECT_EQ(Field(l, "optimizer_steps"), 4) << l;
+    // MLP 784-1024-1024-10 at batch 4: forward, weight and input gradients of each layer, but no
+    // input gradient for the first (graph/flops.h).
+    EXPECT_EQ(Field(l, "flops_per_step"), 2.0 * 4 * (3 * (784 * 1024 + 1024 * 1024 + 1024 * 10) - 784 * 1024)) << l;
+    EXPECT_GT(Field(l, "gflops_per_s"), 0) << l;
+    EXPECT_GT(Field(l, "fma_peak_gflops"), 0) << l;
+    EXPECT_GT(Field(l, "fraction_of_peak"), 0) << l;
+    EXPECT_NE(l.find("\"kernels\": [{\"kind\": \"gemm f32\", \"impl\": \""), std::string::npos) << l;
   }
   // Same seed, same data, serial replay: the graph reproduces eager's losses (DESIGN.md inv. 5).
   EXPECT_EQ(Field(lines[0], "last_loss"), Field(lines[1], "last_loss"));
@@ -63,6 +72,26 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
   EXPECT_GT(bound, 0);
   EXPECT_LE(arena, 1.05 * bound);
   EXPECT_NE(r.out.find("| graph-planned |"), std::string::npos) << "no Markdown table row:\n" << r.out;
+}
+
+// Note [Which GEMM kernel]: OpenBLAS forced onto its SSE3 kernels (what it picks on a CPU its
+// table does not know) draws one warning that says where float32 GEMMs run instead, and
+// LOOM_DEBUG=1 names each GEMM kernel once.
+TEST(LoomBench, WarnsOnceWhenOpenBlasRunsOlderKernels) {
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  if (loom::CpuIsaLevel() <= 0) GTEST_SKIP() << "this CPU has nothing newer than SSE: OpenBLAS's Prescott kernels fit";
+  ProgramRun r = loom::test::RunProgram(
+      "env", "OPENBLAS_CORETYPE=Prescott LOOM_DEBUG=1 " + BenchPath() +
+                 " --model mlp --batch 4 --steps 2 --warmup 1 --mode eager --threads 1 --peak-gflops 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::string warning = "[loom] warning: OpenBLAS chose its 'Prescott' kernels";
+  const size_t at = r.out.find(warning);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(warning, at + 1), std::string::npos) << "warned more than once:\n" << r.out;
+  if (loom::cpu::HaveDnnlGemm()) {
+    EXPECT_NE(r.out.find("float32 GEMM runs on oneDNN"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[loom] kernel gemm f32: oneDNN "), std::string::npos) << r.out;
+  }
 }
 
 // Note [Rounds] in tools/loom-bench.cc: with the modes taking turns, each mode's memory is

@@ -1,6 +1,7 @@
 #include "common/harness.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -188,7 +189,7 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps, double tol
   for (size_t i = 0; i < inputs.size(); ++i)
     if (checked(i)) inputs[i] = inputs[i].Detach().set_requires_grad(true);
   Tensor y = f(inputs);
-  Tensor r = RandomTensor(y.shape(), DType::kFloat64, 1234, -1, 1, y.device_ptr());
+  Tensor r = RandomTensor(y.shape(), y.dtype(), 1234, -1, 1, y.device_ptr());  // the seed has the dtype of y
   std::vector<double> rv = ToDoubles(r);
   std::vector<std::vector<double>> analytic(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -223,6 +224,11 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps, double tol
     }
     ExpectClose(analytic[i], numeric, tol, tol, what + " gradient of input " + std::to_string(i));
   }
+}
+
+bool GpuRequired() {
+  const char* v = std::getenv("LOOM_REQUIRE_GPU");
+  return v && std::string(v) == "1";
 }
 
 }  // namespace test

@@ -80,12 +80,18 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps = 1e-6, dou
     }                                                                                       \
   } while (0)
 
-// GPU tests start with this: without a visible GPU (or without the CUDA backend) they are
-// reported as skipped, with the reason, rather than passing silently.
-#define LOOM_REQUIRE_GPU()                                                                        \
-  do {                                                                                            \
-    if (!::loom::CudaAvailable())                                                                 \
-      GTEST_SKIP() << "no CUDA GPU visible (or loom built without CUDA): GPU test not run";       \
+// GPU tests start with this (Note [No GPU, or a broken one] in device/device.h): a CUDA setup
+// error fails the test; no GPU (or no CUDA backend) skips it with the reason, or fails it when
+// LOOM_REQUIRE_GPU=1 (tools/gpu_check.sh sets it, so a GPU machine never reports "skipped").
+bool GpuRequired();  // LOOM_REQUIRE_GPU=1
+#define LOOM_REQUIRE_GPU()                                                                          \
+  do {                                                                                              \
+    const std::string setup_error = ::loom::CudaSetupError();                                       \
+    if (!setup_error.empty()) FAIL() << "CUDA is installed but unusable: " << setup_error;          \
+    if (!::loom::CudaAvailable()) {                                                                 \
+      if (::loom::test::GpuRequired()) FAIL() << "LOOM_REQUIRE_GPU=1 but no CUDA GPU is visible";   \
+      GTEST_SKIP() << "no CUDA GPU visible (or loom built without CUDA): GPU test not run";         \
+    }                                                                                               \
   } while (0)
 
 }  // namespace test

@@ -324,6 +324,46 @@ void AddLinalg(Table& t) {
                             BiasGrad{{4, 3, 7}, -1}, BiasGrad{{300, 1}, -1}})
     for (DType dt : kFloats)
       t.Add("bias_grad", S(b.dy) + " " + Range(b.lo, 1), dt, ref::BiasGrad).In(Uniform(b.dy, b.lo, 1));
+
+  // The fused dense layer (Note [Dense, bias, activation] in core/ops/dense_bias_act.cc), made
+  // by a graph pass: act(x w + b) for every activation; shapes as the linear layers the pass
+  // sees: small (gradient-checked), batched rows, the skinny GEMMs of a small batch, a large
+  // GEMM, and K = 0 (the bias alone).
+  const char* kActs[] = {"none", "relu", "tanh", "sigmoid"};
+  struct Dense {
+    Shape x, w;
+    double f32_tol = 0;
+  };
+  for (const Dense& d : {Dense{{3, 4}, {4, 5}}, Dense{{2, 3, 4}, {4, 5}}, Dense{{8, 100}, {100, 40}},
+                         Dense{{1, 64}, {64, 33}}, Dense{{130, 257}, {257, 129}, 1e-5}, Dense{{2, 0}, {0, 3}}})
+    for (int64_t act = 0; act < 4; ++act)
+      for (DType dt : kFloats) {
+        OpCase& c = t.Add("dense_bias_act", S(d.x) + " @ " + S(d.w) + " " + kActs[act], dt, ref::DenseBiasAct)
+                        .In(Uniform(d.x))
+                        .In(Uniform(d.w))
+                        .In(Uniform({d.w[1]}))
+                        .Attr("act", act);
+        if (dt == kF32 && d.f32_tol > 0) c.Tol(d.f32_tol, d.f32_tol);
+      }
+  // Its backward from the output y: (y, dy) -> (dz, db). Wide, tall (positive values: long
+  // column sums in float32, as bias_grad's rows), batched.
+  for (const BiasGrad& b : {BiasGrad{{6, 50}, -1}, BiasGrad{{2, 3, 5}, -1}, BiasGrad{{3, 40000}, -1},
+                            BiasGrad{{5000, 7}, 0}})
+    for (int64_t act = 0; act < 4; ++act)
+      for (DType dt : kFloats)
+        t.Add("bias_act_grad", S(b.dy) + " " + kActs[act], dt, ref::BiasActGrad)
+            .In(Uniform(b.dy, act == 2 || act == 3 ? std::max(b.lo, 0.0) : b.lo, 1))
+            .In(Uniform(b.dy, b.lo, 1))
+            .Attr("act", act);
+  // channels = 1: a convolution's output (N, C, H, W), the bias gradient per channel.
+  for (const Shape& y : {Shape{2, 3, 4, 5}, Shape{3, 16, 8, 8}, Shape{1, 2, 1, 1}, Shape{2, 3, 7}})
+    for (int64_t act : {int64_t(1), int64_t(2)})
+      for (DType dt : kFloats)
+        t.Add("bias_act_grad", S(y) + " channels " + kActs[act], dt, ref::BiasActGrad)
+            .In(Uniform(y, 0, 1))
+            .In(Uniform(y))
+            .Attr("act", act)
+            .Attr("channels", int64_t(1));
 }
 
 // ---------------------------------------------------------------- reductions

@@ -107,6 +107,22 @@ void AddConv(Table& t) {
       ConvGradients(t, k, dt);
     }
   }
+  // The fused convolution (Note [Fusing bias and activation] in graph/fuse_bias_act.cc):
+  // relu(conv2d(...)), through oneDNN (float32) or the im2col kernels (float64),
+  // with and without bias: small geometries (gradient-checked in float64), groups, the 1x1
+  // direct path, and larger ones whose batches oneDNN splits.
+  for (DType dt : kFloats)
+    for (Conv k : {small[0], small[1], small[8], small[10], small[11], large[0], large[3], large[9]}) {
+      k.large = k.x[2] * k.x[3] > 200 || k.x[0] > 3;
+      for (bool with_bias : {false, true}) {
+        OpCase& c = t.Add("conv2d_relu", k.Name() + (with_bias ? " +bias" : ""), dt, ref::Conv2dRelu)
+                        .In(Uniform(k.x))
+                        .In(Uniform(k.w));
+        if (with_bias) c.In(Uniform({k.w[0]}));
+        c.attrs = k.attrs();
+        k.Tolerate(c);
+      }
+    }
 }
 
 // ---------------------------------------------------------------- pooling

@@ -211,6 +211,59 @@ std::vector<HostTensor> BiasGrad(const RefArgs& a) {
 }
 
 namespace {
+// act: 0 none, 1 relu, 2 tanh, 3 sigmoid (the `act` attribute of the fused dense layer)
+double ActOf(int64_t act, double z) {
+  switch (act) {
+    case 1: return z > 0 ? z : 0.0;
+    case 2: return std::tanh(z);
+    case 3: return 1 / (1 + std::exp(-z));
+    default: return z;
+  }
+}
+// d act / dz written with the output y = act(z)
+double ActDerivFromOutput(int64_t act, double y) {
+  switch (act) {
+    case 1: return y > 0 ? 1.0 : 0.0;
+    case 2: return 1 - y * y;
+    case 3: return y * (1 - y);
+    default: return 1.0;
+  }
+}
+}  // namespace
+
+std::vector<HostTensor> DenseBiasAct(const RefArgs& a) {
+  const HostTensor &x = a.in[0], &w = a.in[1], &b = a.in[2];
+  const int64_t k = w.shape[0], n = w.shape[1];
+  const int64_t act = a.attrs.Int("act", 0);
+  Shape ys = x.shape;
+  ys.back() = n;
+  HostTensor y(ys);
+  const int64_t nrows = NumElements(ys) / std::max<int64_t>(n, 1);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double z = b.v[size_t(j)];
+      for (int64_t q = 0; q < k; ++q) z += x.v[size_t(r * k + q)] * w.v[size_t(q * n + j)];
+      y.v[size_t(r * n + j)] = ActOf(act, z);
+    }
+  return {y};
+}
+
+// channels = 1: y (N, C, ...), db per channel C.
+std::vector<HostTensor> BiasActGrad(const RefArgs& a) {
+  const HostTensor &y = a.in[0], &dy = a.in[1];
+  const int64_t act = a.attrs.Int("act", 0);
+  const bool channels = a.attrs.Int("channels", 0) != 0;
+  const int64_t c = channels ? y.shape[1] : y.shape.back();
+  const int64_t inner = channels ? Prod(y.shape, 2, y.shape.size()) : 1;
+  HostTensor dz(y.shape), db(Shape{c});
+  for (size_t i = 0; i < y.v.size(); ++i) {
+    dz.v[i] = dy.v[i] * ActDerivFromOutput(act, y.v[i]);
+    db.v[size_t(int64_t(i) / inner % c)] += dz.v[i];
+  }
+  return {dz, db};
+}
+
+namespace {
 // sum or max over the axes [begin, end), with or without the kept unit dimensions.
 HostTensor Reduce(const RefArgs& a, bool max) {
   const HostTensor& x = a.in[0];

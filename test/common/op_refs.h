@@ -48,6 +48,9 @@ std::vector<HostTensor> Where(const RefArgs& a);
 std::vector<HostTensor> MatMul(const RefArgs& a);
 std::vector<HostTensor> AddBias(const RefArgs& a);
 std::vector<HostTensor> BiasGrad(const RefArgs& a);
+// the fused dense layer (act 0 none, 1 relu, 2 tanh, 3 sigmoid) and its activation + bias backward
+std::vector<HostTensor> DenseBiasAct(const RefArgs& a);
+std::vector<HostTensor> BiasActGrad(const RefArgs& a);
 std::vector<HostTensor> Sum(const RefArgs& a);
 std::vector<HostTensor> Max(const RefArgs& a);
 std::vector<HostTensor> MaxGrad(const RefArgs& a);
@@ -89,6 +92,7 @@ std::vector<HostTensor> Permute(const RefArgs& a);
 
 // convolutional networks
 std::vector<HostTensor> Conv2d(const RefArgs& a);
+std::vector<HostTensor> Conv2dRelu(const RefArgs& a);  // relu(conv2d(...)): conv2d_relu
 std::vector<HostTensor> Conv2dGradInput(const RefArgs& a);
 std::vector<HostTensor> Conv2dGradWeight(const RefArgs& a);
 std::vector<HostTensor> Conv2dGradBias(const RefArgs& a);

@@ -129,6 +129,12 @@ std::vector<HostTensor> Conv2d(const RefArgs& a) {
   return {y};
 }
 
+std::vector<HostTensor> Conv2dRelu(const RefArgs& a) {
+  std::vector<HostTensor> y = Conv2d(a);
+  for (double& v : y[0].v) v = v > 0 ? v : 0.0;
+  return y;
+}
+
 // (w, dy) -> dx of x_shape: the adjoint of the convolution in x
 std::vector<HostTensor> Conv2dGradInput(const RefArgs& a) {
   Conv g(a.attrs, ShapeAttr(a.attrs, "x_shape"), a.in[0].shape);

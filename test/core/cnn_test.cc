@@ -10,6 +10,7 @@
 #include "core/ops_cnn.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/cpu/parallel.h"
+#include "device/kernel_report.h"
 
 namespace loom {
 namespace test {
@@ -67,6 +68,14 @@ TEST(Conv, OneDnnRunsFloat32WhenBuiltWithIt) {
   }
   ConvImplScope im2col(cpu::CpuConvImpl::kIm2col);
   EXPECT_EQ(cpu::FindDnnlConv(cpu::ConvPass::kForward, d, DType::kFloat32), nullptr);
+  // Each pass's oneDNN implementation is reported once built (device/kernel_report.h).
+  if (cpu::HaveDnnl()) {
+    for (const char* kind : {"conv2d forward f32", "conv2d grad input f32", "conv2d grad weight f32"}) {
+      bool found = false;
+      for (const auto& k : ReportedKernels()) found |= k.first == kind && k.second.rfind("oneDNN ", 0) == 0;
+      EXPECT_TRUE(found) << kind;
+    }
+  }
 }
 
 TEST(Conv, ScratchIsCountedAndReturned) {

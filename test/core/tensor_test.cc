@@ -125,6 +125,12 @@ TEST(Tensor, HostAccessAndItsErrors) {
 
   EXPECT_EQ(x.ToString(), "Tensor(float32 (2, 3) on cpu:0, [1, 2, 3, 4, 5, 6])");
   EXPECT_EQ(x.ToString(4), "Tensor(float32 (2, 3) on cpu:0, [1, 2, 3, 4, ...])");
+  // Every dtype prints its values (bool, uint8 and the 16-bit floats printed [] before).
+  Tensor v = FromDoubles({0, 1, 2.5}, {3}, DType::kFloat32);
+  EXPECT_EQ(ops::Cast(v, DType::kFloat16).ToString(), "Tensor(float16 (3,) on cpu:0, [0, 1, 2.5])");
+  EXPECT_EQ(ops::Cast(v, DType::kBFloat16).ToString(), "Tensor(bfloat16 (3,) on cpu:0, [0, 1, 2.5])");
+  EXPECT_EQ(ops::Cast(v, DType::kUInt8).ToString(), "Tensor(uint8 (3,) on cpu:0, [0, 1, 2])");
+  EXPECT_EQ(ops::Cast(v, DType::kBool).ToString(), "Tensor(bool (3,) on cpu:0, [0, 1, 1])");
 }
 
 TEST(Tensor, RequiresGradAndNames) {

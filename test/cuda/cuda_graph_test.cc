@@ -105,6 +105,28 @@ TEST_F(CudaGraphTest, DeviceGraphDrawsFreshRandomNumbersEveryLaunch) {
   ExpectNear(captured, eager, 1e-5, "device graph with dropout vs eager");
 }
 
+// SetRandSeed between launches reaches the recorded kernels: the seed lives in device memory
+// beside the base, as a kernel argument it would stay the one of the recording.
+TEST_F(CudaGraphTest, DeviceGraphSeesNewRandomSeed) {
+  Tensor x = ops::Ones({64, 33}, DType::kFloat32, dev_);
+  GraphOptions device_graph, serial;
+  device_graph.device_graph = true;
+  CapturedGraph recorded(dev_, "recorded", device_graph), plain(dev_, "plain", serial);
+  auto step = [&] { return ops::Add(ops::Uniform({64, 33}, 0, 1, DType::kFloat32, dev_), ops::Dropout(x, 0.5)); };
+  Tensor a = recorded.Capture(step);
+  Tensor b = plain.Capture(step);
+  for (int i = 0; i < 3; ++i) recorded.Replay();  // warm-up, record + launch, launch
+  plain.Replay();
+  for (uint64_t seed : {77u, 78u}) {
+    dev_->SetRandSeed(seed);
+    recorded.Replay();
+    std::vector<double> got = ToDoubles(a);
+    dev_->SetRandSeed(seed);
+    plain.Replay();
+    EXPECT_EQ(got, ToDoubles(b)) << "seed " << seed;
+  }
+}
+
 TEST_F(CudaGraphTest, DeviceGraphSeesNewLearningRate) {
   Blobs data(32, 10);
   Mlp m({32, 64, 10}, 5, dev_);

@@ -94,6 +94,20 @@ TEST(CudaOps, BadLabelIsReportedAtTheNextHostRead) {
   EXPECT_TRUE(std::isfinite(good.Item()));
 }
 
+// Many threads find bad labels at once; the error names the first row, as the CPU does.
+TEST(CudaOps, TheFirstBadLabelIsTheOneReported) {
+  LOOM_REQUIRE_GPU();
+  auto gpu = CudaDevice(0);
+  const int64_t rows = 4096;
+  std::vector<int32_t> bad(size_t(rows), 7);  // every row outside [0, 3) but the first 1000
+  for (int64_t i = 0; i < 1000; ++i) bad[size_t(i)] = int32_t(i % 3);
+  Tensor logits = RandomTensor({rows, 3}, DType::kFloat32, 1, -1, 1, gpu);
+  Tensor labels = ops::FromVector(bad, {rows}, gpu);
+  for (int i = 0; i < 5; ++i)
+    LOOM_EXPECT_THROW_MSG(ops::SoftmaxCrossEntropy(logits, labels).Item(), ValueError,
+                          "label 7 in row 1000 is outside [0, 3)");
+}
+
 TEST(CudaOps, BadEmbeddingIndexIsReportedAtTheNextHostRead) {
   LOOM_REQUIRE_GPU();
   auto gpu = CudaDevice(0);

@@ -2,7 +2,9 @@
 // modes, schedules under replay, and the user errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "common/graph_capture.h"
@@ -48,20 +50,26 @@ struct Trained {
   std::vector<std::vector<float>> params, states;
 };
 
-Trained TrainResNet18(bool graph, int steps) {
-  CpuDevice()->SetRandSeed(2024);
-  auto net = nn::MakeResNet18(10);
-  nn::Model m(net, std::make_shared<nn::SGD>(0.05, 0.9, 5e-4));
-  auto first = ImageBatch(4, 1);
+// `steps` SGD steps of a zoo network on batches of ImageBatch(batch, seed + step), eager or
+// replayed.
+Trained TrainNet(const std::function<std::shared_ptr<nn::Layer>()>& make, uint64_t seed, bool graph, int steps,
+                 int64_t batch, uint32_t data_seed) {
+  CpuDevice()->SetRandSeed(seed);
+  nn::Model m(make(), std::make_shared<nn::SGD>(0.05, 0.9, 5e-4));
+  auto first = ImageBatch(batch, data_seed);
   m.Compile({first.first}, true, graph, true);
   Trained t;
   for (int s = 0; s < steps; ++s) {
-    auto b = ImageBatch(4, 1 + uint32_t(s));
+    auto b = ImageBatch(batch, data_seed + uint32_t(s));
     t.losses.push_back(float(m.TrainOneBatch(b.first, b.second).loss.Item()));
   }
   t.params = Values(m.Params());
   t.states = Values(m.States());
   return t;
+}
+
+Trained TrainResNet18(bool graph, int steps) {
+  return TrainNet([] { return nn::MakeResNet18(10); }, 2024, graph, steps, 4, 1);
 }
 
 TEST(Model, ResNet18GraphIsBitwiseEqualToEagerIncludingRunningStats) {
@@ -250,6 +258,32 @@ TEST(Layers, ResNet50ShapesAndParameterCount) {
   CapturedGraph graph(CpuDevice(), "r50_shapes");
   Tensor y = graph.Capture([&] { return net->Forward(x); });
   EXPECT_EQ(y.shape(), (Shape{2, 1000}));
+}
+
+// Training steps of ResNet-50 (Bottleneck blocks, ImageNet stem) on small images: the shapes
+// flow through all four stages ((2, 3, 32, 32) -> 1x1 before the pooling -> (2, 10)), the
+// parameters move, and the replayed graph matches eager bitwise, BatchNorm statistics included.
+Trained TrainResNet50(bool graph, int steps) {
+  return TrainNet([] { return nn::MakeResNet50(10); }, 50, graph, steps, 2, 7);
+}
+
+TEST(Model, ResNet50TrainsAndGraphMatchesEager) {
+  CpuDevice()->SetRandSeed(50);
+  auto net = nn::MakeResNet50(10);
+  const std::vector<std::vector<float>> before = Values(net->Params());
+  {
+    NoGradGuard ng;
+    EXPECT_EQ(net->Forward(ImageBatch(2, 7).first).shape(), (Shape{2, 10}));
+  }
+  Trained e = TrainResNet50(false, 2);
+  Trained g = TrainResNet50(true, 2);  // the capture step, then one replay
+  ASSERT_EQ(e.losses.size(), 2u);
+  EXPECT_TRUE(std::isfinite(e.losses[0]) && e.losses[0] > 0) << e.losses[0];
+  EXPECT_FALSE(SameBits(before, e.params)) << "training left the parameters unchanged";
+  EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0)
+      << e.losses[1] << " vs " << g.losses[1];
+  EXPECT_TRUE(SameBits(e.params, g.params));
+  EXPECT_TRUE(SameBits(e.states, g.states));
 }
 
 TEST(Optimizers, AdamMatchesReferenceFormula) {

@@ -196,6 +196,29 @@ def test_graph_stats_and_dumps(dev, tmp_path):
     assert g.stats()["replays"] == 1 and "matmul" in g.dot()  # a handle outlives the registry's
 
 
+def test_the_dense_layer_fusion_is_an_option_and_replay_stays_bitwise_equal_to_eager(dev):
+    # Note [Fusing bias and activation] (src/graph/fuse_bias_act.cc)
+    params, run = mlp_step(dev)
+    for _ in range(3):
+        run()
+    eager = [p.to_numpy() for p in params]
+    for fuse in (True, False):
+        dev.set_graph_options(fuse_bias_act=fuse)
+        assert dev.graph_options()["fuse_bias_act"] == fuse
+        params, run = mlp_step(dev)
+        with dev.buffer("fused"):
+            run()
+        g = dev.graph("fused")
+        assert ("dense_bias_act" in g.op_names()) == fuse
+        assert ("bias_act_grad" in g.op_names()) == fuse
+        assert g.stats()["fused_bias_act"] == (3 if fuse else 0)  # two layers, one relu backward
+        for _ in range(3):
+            dev.RunGraph(True, "fused")
+        for got, want in zip(params, eager):
+            assert np.array_equal(got.to_numpy(), want)
+        dev.ResetGraph("fused")
+
+
 def test_dump_to_a_bad_path_is_an_os_error(dev, tmp_path):
     with dev.buffer():
         autograd.relu(tensor.ones((2,), dev))

@@ -1,16 +1,25 @@
 """CUDA from Python. Skipped, with a message, unless loom was built with CUDA and a GPU is visible."""
+import os
+
 import numpy as np
 import pytest
 
 import loom
 from loom import autograd, device, model, opt, tensor
 
-pytestmark = pytest.mark.skipif(not device.cuda_available(),
-                                reason="no CUDA: loom built without it or no GPU visible")
+
+def test_cuda_is_usable_or_absent():
+    """A driver that is installed but fails is a setup error, not a skip (Note [No GPU, or a broken
+    one]); LOOM_REQUIRE_GPU=1 (tools/gpu_check.sh) turns "no GPU" into a failure too."""
+    assert device.cuda_setup_error() == "", "CUDA is installed but unusable: " + device.cuda_setup_error()
+    if os.environ.get("LOOM_REQUIRE_GPU") == "1":
+        assert device.cuda_available(), "LOOM_REQUIRE_GPU=1 but no CUDA GPU is visible"
 
 
 @pytest.fixture
 def gpu():
+    if not device.cuda_available():
+        pytest.skip("no CUDA: loom built without it or no GPU visible")
     d = device.create_cuda_device(0)
     d.ResetGraph()
     yield d

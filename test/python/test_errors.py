@@ -208,7 +208,7 @@ NAN = float("nan")
 # default arguments) used to append SWIG's "Wrong number or type of arguments" to loom's message.
 USER_MISTAKES = [
     ("sum dtype", lambda: autograd.sum(tensor.ones((2,), dtype="bool")), loom.DTypeError, "[sum] input must be float"),
-    ("mean dtype", lambda: autograd.mean(_i32()), loom.DTypeError, "input must be float32 or float64, got int32"),
+    ("mean dtype", lambda: autograd.mean(_i32()), loom.DTypeError, "[mean] input must be float32 or float64, got int32"),
     ("max dtype", lambda: autograd.max(_i32(), axis=0), loom.DTypeError, "[max] input must be float"),
     ("softmax dtype", lambda: autograd.softmax(_i32()), loom.DTypeError, "[softmax] input must be float"),
     ("log_softmax dtype", lambda: autograd.log_softmax(_i32(), 0), loom.DTypeError, "[log_softmax] input must be"),
@@ -251,6 +251,15 @@ USER_MISTAKES = [
     # a Model trained without an optimizer
     ("no optimizer", lambda: _no_optimizer_model(False)(), loom.ValueError, "call model.set_optimizer"),
     ("no optimizer graph", lambda: _no_optimizer_model(True)(), loom.ValueError, "call model.set_optimizer"),
+    # Sizes that overflow (Note [Checked sizes]): SIGFPE, segfaults and 0-byte weights before.
+    ("zeros 2^61+1", lambda: tensor.zeros((2**61 + 1,)), loom.ShapeError, "[tensor] shape (2305843009213693953,) is too large"),
+    ("zeros 2^31 x 2^31", lambda: tensor.zeros((2**31, 2**31)), loom.ShapeError, "too large"),
+    ("ones 2^32 x 2^32", lambda: tensor.ones((2**32, 2**32)), loom.ShapeError, "too large"),
+    ("Linear 2^32", lambda: layer.Linear(2**32, 2**32), loom.ShapeError, "too large"),
+    ("Embedding 2^33", lambda: layer.Embedding(2**33, 2**31), loom.ShapeError, "too large"),
+    ("leaky_relu nan slope", lambda: autograd.leaky_relu(_f32(), NAN), loom.ValueError, "slope must be a finite number"),
+    ("cross-entropy zero rows", lambda: autograd.softmax_cross_entropy(tensor.zeros((0, 3)), tensor.zeros((0,), dtype="int32")),
+     loom.ShapeError, "have no rows"),
 ]
 
 

@@ -1,5 +1,7 @@
 // Activations. Where the derivative is a function of the output (relu, sigmoid, tanh) the node
 // saves the output only, so the input can be freed after the forward pass (NNlib's trick).
+#include <cmath>
+
 #include "core/ops/common.h"
 
 namespace loom {
@@ -35,7 +37,10 @@ LOOM_ACTIVATION(softplus, false)    // softplus_grad(x, dy) = dy * sigmoid(x)
 
 namespace ops {
 Tensor Relu(const Tensor& x) { return Call1("relu", {x}); }
-Tensor LeakyRelu(const Tensor& x, double slope) { return Call1("leaky_relu", {x}, Attrs{{"slope", slope}}); }
+Tensor LeakyRelu(const Tensor& x, double slope) {
+  LOOM_CHECK(std::isfinite(slope), ValueError, "[leaky_relu] slope must be a finite number, got ", slope);
+  return Call1("leaky_relu", {x}, Attrs{{"slope", slope}});
+}
 Tensor Sigmoid(const Tensor& x) { return Call1("sigmoid", {x}); }
 Tensor Tanh(const Tensor& x) { return Call1("tanh", {x}); }
 Tensor Gelu(const Tensor& x) { return Call1("gelu", {x}); }

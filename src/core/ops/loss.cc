@@ -75,6 +75,8 @@ LOOM_OP(softmax_cross_entropy) {
     const Shape& t = in[1].shape;
     LOOM_CHECK(x.size() == 2, ShapeError, "[", op, "] logits must be (N, C), got ", ToString(x));
     LOOM_CHECK(x[1] > 0, ShapeError, "[", op, "] logits ", ToString(x), " have no classes");
+    LOOM_CHECK(x[0] > 0, ShapeError, "[", op, "] logits ", ToString(x),
+               " have no rows: the mean loss over zero samples is undefined (as `mean` of an empty tensor)");
     DType lt = in[1].dtype;
     if (lt == DType::kInt32 || lt == DType::kInt64) {
       LOOM_CHECK(t == Shape{x[0]}, ShapeError, "[", op, "] logits ", ToString(x), " and labels ", ToString(t),
@@ -121,6 +123,8 @@ LOOM_OP(mse) {
     CheckSameDType("mse", in[0], in[1]);
     LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[mse] pred ", ToString(in[0].shape), " and target ",
                ToString(in[1].shape), " must have the same shape");
+    LOOM_CHECK(NumElements(in[0].shape) > 0, ShapeError, "[mse] pred ", ToString(in[0].shape),
+               " is empty: the mean over zero elements is undefined (as `mean` of an empty tensor)");
     return std::vector<TensorMeta>{{{}, in[0].dtype}};
   };
   def.saved_inputs = {0, 1};

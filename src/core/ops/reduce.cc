@@ -111,6 +111,9 @@ Tensor Max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
 }
 
 Tensor Mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
+  LOOM_CHECK(x.defined(), ValueError, "[mean] input 0 is undefined");
+  LOOM_CHECK(x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64, DTypeError,
+             "[mean] input must be float32 or float64, got ", Name(x.dtype()));
   if (x.ndim() == 0) return x;
   int64_t count = 1;
   for (int64_t a : NormalizeAxes(axes, x.ndim(), "mean")) count *= x.shape()[size_t(a)];

@@ -5,8 +5,10 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -131,31 +133,37 @@ int DefaultThreads() {
   return int(n);
 }
 
+// The pool is shared: SetNumThreads swaps in a new one while another thread may be inside
+// ParallelFor on the old one, which lives until that call returns (its last holder joins it).
 std::mutex g_pool_mu;
-std::unique_ptr<Pool>& PoolSlot() {
-  static std::unique_ptr<Pool> p;
+std::shared_ptr<Pool>& PoolSlot() {
+  static std::shared_ptr<Pool> p;
   return p;
 }
-Pool& GetPool() {
+std::shared_ptr<Pool> GetPool() {
   std::lock_guard<std::mutex> l(g_pool_mu);
   auto& p = PoolSlot();
   if (!p) {
     int n = DefaultThreads();
-    p = std::make_unique<Pool>(n);
+    p = std::make_shared<Pool>(n);
     BlasUseOneThread();  // Note [One thread pool]
   }
-  return *p;
+  return p;
 }
 }  // namespace
 
-int NumThreads() { return GetPool().size(); }
+int NumThreads() { return GetPool()->size(); }
 
 int MaxThreads() { return 4 * Cores(); }
 
 void SetNumThreads(int64_t n) {
   CheckThreadCount(n, "set_num_threads");
-  std::lock_guard<std::mutex> l(g_pool_mu);
-  PoolSlot() = std::make_unique<Pool>(int(n));
+  auto fresh = std::make_shared<Pool>(int(n));
+  std::shared_ptr<Pool> old;  // joined outside the lock, once no ParallelFor holds it
+  {
+    std::lock_guard<std::mutex> l(g_pool_mu);
+    old = std::exchange(PoolSlot(), std::move(fresh));
+  }
 }
 
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
@@ -165,7 +173,8 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
     f(0, n);
     return;
   }
-  Pool& pool = GetPool();
+  std::shared_ptr<Pool> held = GetPool();
+  Pool& pool = *held;
   int64_t parts = std::min<int64_t>(pool.size(), (n + grain - 1) / grain);
   if (parts <= 1) {
     f(0, n);

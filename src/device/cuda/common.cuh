@@ -60,7 +60,7 @@ template <typename T> __device__ __forceinline__ T QuietNaN();
 template <> __device__ __forceinline__ float QuietNaN<float>() { return __int_as_float(0x7fc00000); }
 template <> __device__ __forceinline__ double QuietNaN<double>() { return __longlong_as_double(0x7ff8000000000000LL); }
 // std::max's semantics (the CPU kernels use it): the first argument unless the second is larger.
-template <typename T> __device__ __forceinline__ T MaxOf(T a, T b) { return a < b ? b : a; }
+template <typename T> __device__ __forceinline__ T MaxOf(T a, T b) { return MaxNaN(a, b); }  // kernel_shapes.h
 
 // ---- float16 / bfloat16: the host's own conversions (core/half.h), compiled for the device ----
 __device__ __forceinline__ uint16_t DevFloatToHalf(float f) { return FloatToHalf(f); }
@@ -134,17 +134,24 @@ __device__ T BlockMax(T v) {
   return BlockReduce(v, MaxOp{}, -Infinity<T>());
 }
 
-// Records the first error a kernel finds (Note [Errors found on the GPU] in cuda_device.h).
+// Records an error a kernel finds, keeping the first kernel's at its smallest position `a`
+// (Note [Errors found on the GPU] in cuda_device.h). Errors are rare, so a spin lock is fine
+// (sm_70 and newer schedule the threads of a warp independently, so the holder makes progress).
 __device__ __forceinline__ void RaiseKernelError(KernelError* e, int code, int op, long long a, long long b,
                                                  long long c) {
-  if (atomicCAS(&e->code, 0, -1) == 0) {  // -1: being written
-    e->op = op;
-    e->a = a;
-    e->b = b;
-    e->c = c;
-    __threadfence();
-    atomicExch(&e->code, code);
+  while (atomicCAS(&e->lock, 0, 1) != 0) {
   }
+  __threadfence();
+  volatile KernelError* v = e;
+  if (v->code == 0 || (v->op == op && a < v->a)) {
+    v->op = op;
+    v->a = a;
+    v->b = b;
+    v->c = c;
+    v->code = code;
+  }
+  __threadfence();
+  atomicExch(&e->lock, 0);
 }
 
 }  // namespace cuda

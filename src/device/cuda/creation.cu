@@ -48,10 +48,13 @@ Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>&
   return ix;
 }
 
-__global__ void SetU64Kernel(uint64_t* p, uint64_t v) { *p = v; }
+__global__ void SetU64x2Kernel(uint64_t* p, uint64_t first, uint64_t second) {
+  p[0] = first;
+  p[1] = second;
+}
 
-void LaunchSetU64(uint64_t* p, uint64_t value, cudaStream_t stream) {
-  SetU64Kernel<<<1, 1, 0, stream>>>(p, value);
+void LaunchSetU64x2(uint64_t* p, uint64_t first, uint64_t second, cudaStream_t stream) {
+  SetU64x2Kernel<<<1, 1, 0, stream>>>(p, first, second);
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
@@ -91,8 +94,9 @@ void FillCuda(const OpRecord& op, const KernelContext& ctx) {
 // ---------------------------------------------------------------- random fills
 // Note [Philox stream]
 // Element i uses word i % 4 of Philox4x32(seed, base + offset + i / 4), as on the CPU: one
-// thread per counter. base is the run's base (KernelContext::rng_base, or the device-resident
-// rng_base_device while a device graph is recorded), offset the op's OpRecord::rng_offset.
+// thread per counter. seed and base are the run's (KernelContext::rng_seed and rng_base, or the
+// device-resident rng_base_device = {base, seed} while a device graph is recorded), offset the
+// op's OpRecord::rng_offset.
 // The words become values with the CPU's double arithmetic. One difference can remain in the
 // last bit: GCC with -march=native on an FMA host contracts `lo + (hi - lo) * u` into one fused
 // multiply-add, which UniformF does explicitly; with low = 0 and high = 1 there is nothing to
@@ -129,9 +133,10 @@ struct BernoulliF {
 template <typename T, typename F>
 __global__ void RandomKernel(T* y, int64_t n, uint64_t seed, const uint64_t* base_dev, uint64_t base,
                              uint64_t offset, F f) {
-  const uint64_t b = (base_dev ? *base_dev : base) + offset;
+  const uint64_t b = (base_dev ? base_dev[0] : base) + offset;
+  const uint64_t s = base_dev ? base_dev[1] : seed;
   LOOM_GRID_STRIDE(g, (n + 3) / 4) {
-    Philox4 r = Philox4x32(seed, b + uint64_t(g));
+    Philox4 r = Philox4x32(s, b + uint64_t(g));
     for (int j = 0; j < 4 && g * 4 + j < n; ++j) y[g * 4 + j] = f.template operator()<T>(r, j);
   }
 }

@@ -2,7 +2,10 @@
 // replace src/device/cuda_stub when the backend is built.
 #include "device/cuda/cuda_device.h"
 
+#include <dlfcn.h>
+
 #include <memory>
+#include <string>
 #include <vector>
 
 
@@ -49,7 +52,7 @@ CudaDeviceImpl::CudaDeviceImpl(int id)
   LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, id));
   // Note [Errors found on the GPU]
   LOOM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(KernelError)));
-  *error_host_ = KernelError{0, 0, 0, 0, 0};
+  *error_host_ = KernelError{0, 0, 0, 0, 0, 0};
   LOOM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_dev_), sizeof(KernelError)));
   LOOM_CUDA_CHECK(cudaMemsetAsync(error_dev_, 0, sizeof(KernelError), stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -124,14 +127,15 @@ cudnnHandle_t CudaDeviceImpl::cudnn() {
 void* CudaDeviceImpl::Workspace(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (bytes <= workspace_bytes_) return workspace_;
+  // Growing replaces the address. A recorded device graph goes on using the old one, so while any
+  // exists the old workspace is retired, not freed: freed when the last device graph is released.
   bool recorded = false;
   for (auto& kv : graphs_) recorded = recorded || kv.second.exec || kv.second.recording;
-  // Growing frees the old address, which a recorded device graph would go on writing to:
-  // refused while such graphs exist (a warm-up replay sizes the workspace before recording).
-  LOOM_CHECK(!recorded || !workspace_, DeviceError, "[", name(), "] a kernel needs a ", bytes,
-             "-byte workspace, larger than the ", workspace_bytes_,
-             " bytes that recorded device graphs use; run it once before recording (a warm-up replay)");
-  if (workspace_) Free(workspace_);
+  if (workspace_ && recorded) {
+    retired_workspaces_.push_back(workspace_);
+  } else if (workspace_) {
+    Free(workspace_);
+  }
   workspace_ = Malloc(bytes);
   workspace_bytes_ = bytes;
   return workspace_;
@@ -144,7 +148,7 @@ void CudaDeviceImpl::SyncAndCheck() {
   if (e.code == kKernelOk) return;
   LOOM_CUDA_CHECK(cudaMemsetAsync(error_dev_, 0, sizeof(KernelError), stream_));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *error_host_ = KernelError{0, 0, 0, 0, 0};
+  *error_host_ = KernelError{0, 0, 0, 0, 0, 0};
   const char* op = e.op == kOpSoftmaxCrossEntropy       ? "softmax_cross_entropy"
                    : e.op == kOpSoftmaxCrossEntropyGrad ? "softmax_cross_entropy_grad"
                    : e.op == kOpEmbedding               ? "embedding"
@@ -185,8 +189,8 @@ const uint64_t* CudaDeviceImpl::BeginDeviceGraphCapture(const void* owner) {
   MakeCurrent();
   DeviceGraph& g = graphs_[owner];
   LOOM_CHECK(!g.recording && !g.exec, GraphError, "[graph] ", name(), " already holds a device graph for this graph");
-  // One word of bookkeeping, straight from cudaMalloc (not tensor memory, not counted).
-  if (!g.rng_base) LOOM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&g.rng_base), sizeof(uint64_t)));
+  // Two words of bookkeeping, straight from cudaMalloc (not tensor memory, not counted).
+  if (!g.rng_base) LOOM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&g.rng_base), 2 * sizeof(uint64_t)));
   // Thread-local mode: other threads may go on using CUDA (their own streams, allocations).
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   g.recording = true;
@@ -208,12 +212,13 @@ void CudaDeviceImpl::EndDeviceGraphCapture(const void* owner) {
   LOOM_CUDA_CHECK(d);
 }
 
-void CudaDeviceImpl::LaunchDeviceGraph(const void* owner, uint64_t rng_base) {
+void CudaDeviceImpl::LaunchDeviceGraph(const void* owner, uint64_t rng_seed, uint64_t rng_base) {
   MakeCurrent();
   auto it = graphs_.find(owner);
   LOOM_ASSERT(it != graphs_.end() && it->second.exec, "LaunchDeviceGraph without a recorded graph");
-  // The base travels as a kernel argument, queued before the launch: no host buffer to race with.
-  LaunchSetU64(it->second.rng_base, rng_base, stream_);
+  // Base and seed travel as kernel arguments, queued before the launch: no host buffer to race
+  // with, and a SetRandSeed between launches reaches the recorded kernels.
+  LaunchSetU64x2(it->second.rng_base, rng_base, rng_seed, stream_);
   LOOM_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
 }
 
@@ -233,6 +238,16 @@ void CudaDeviceImpl::ReleaseDeviceGraph(const void* owner) noexcept {
   if (g.exec) cudaGraphExecDestroy(g.exec);
   if (g.rng_base) cudaFree(g.rng_base);
   graphs_.erase(it);
+  if (graphs_.empty()) {  // no recording can use an outgrown workspace any more (same stream rule)
+    std::lock_guard<std::mutex> lock(mu_);
+    for (void* p : retired_workspaces_) {
+      try {
+        Free(p);
+      } catch (...) {  // freeing into the pool does not fail; never throw from a release
+      }
+    }
+    retired_workspaces_.clear();
+  }
 }
 
 CudaDeviceImpl& Dev(const KernelContext& ctx) {
@@ -244,15 +259,39 @@ CudaDeviceImpl& Dev(const KernelContext& ctx) {
 
 }  // namespace cuda
 
-bool CudaAvailable() {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+namespace {
+// What cudaGetDeviceCount answered, once per process (Note [No GPU, or a broken one]).
+struct Probe {
+  int devices = 0;
+  std::string error;  // a setup error; "" for "no GPU"
+};
+
+Probe ProbeOnce() {
+  Probe p;
+  cudaError_t e = cudaGetDeviceCount(&p.devices);
+  if (e == cudaSuccess) return p;
+  cudaGetLastError();
+  p.devices = 0;
+  if (e == cudaErrorNoDevice) return p;
+  // Without libcuda the runtime says "driver insufficient" too: no driver installed is no GPU.
+  if (e == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!driver) return p;
+    dlclose(driver);
   }
-  return n > 0;
+  p.error = cuda::DeviceCountError(e);
+  return p;
 }
+
+const Probe& GetProbe() {
+  static const Probe probe = ProbeOnce();
+  return probe;
+}
+}  // namespace
+
+bool CudaAvailable() { return GetProbe().devices > 0; }
+
+std::string CudaSetupError() { return GetProbe().error; }
 
 std::shared_ptr<Device> CudaDevice(int id) {
   // One device object per GPU, for the life of the process: never destroyed, because at exit

@@ -11,7 +11,9 @@
 // softmax_cross_entropy and its gradient, an index outside the table in embedding and its
 // gradient) writes NaN where the CPU would have thrown (so no plausible value passes for a
 // result) and records
-// the first such error in a small struct in device memory (RaiseKernelError in common.cuh).
+// the first such error in a small struct in device memory (RaiseKernelError in common.cuh):
+// the first kernel's, at the smallest row or position, as the CPU's scan would report it (threads
+// find errors in any order; a tiny lock in the struct keeps the smallest).
 // Every synchronisation (any host read, Synchronize) queues a copy of that struct to pinned host
 // memory behind the work it waits for, so the same wait brings it back; when it holds an error,
 // the host clears it and throws the ValueError the CPU kernel throws, naming the op, the row and
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "device/cuda/cuda_check.h"
 #include "device/device.h"
@@ -43,6 +46,7 @@ struct KernelError {
   int code;  // KernelErrorCode
   int op;    // KernelErrorOp
   long long a, b, c;
+  int lock;  // held by the thread writing the record
 };
 enum KernelErrorOp : int {
   kOpSoftmaxCrossEntropy = 1,
@@ -63,7 +67,7 @@ class CudaDeviceImpl : public Device {
   bool HasDeviceGraphs() const override { return true; }
   const uint64_t* BeginDeviceGraphCapture(const void* owner) override;
   void EndDeviceGraphCapture(const void* owner) override;
-  void LaunchDeviceGraph(const void* owner, uint64_t rng_base) override;
+  void LaunchDeviceGraph(const void* owner, uint64_t rng_seed, uint64_t rng_base) override;
   void ReleaseDeviceGraph(const void* owner) noexcept override;
 
   // Makes this device the calling thread's current CUDA device.
@@ -94,7 +98,7 @@ class CudaDeviceImpl : public Device {
   void SyncAndCheck();
   struct DeviceGraph {
     cudaGraphExec_t exec = nullptr;
-    uint64_t* rng_base = nullptr;  // device memory: the Philox base recorded kernels read
+    uint64_t* rng_base = nullptr;  // device memory: {base, seed}, what recorded random kernels read
     bool recording = false;
   };
 
@@ -105,6 +109,7 @@ class CudaDeviceImpl : public Device {
   void* gemm_workspace_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  std::vector<void*> retired_workspaces_;  // outgrown while device graphs used them (Workspace())
   KernelError* error_host_ = nullptr;  // pinned
   KernelError* error_dev_ = nullptr;   // device memory (cudaMalloc: bookkeeping, not counted)
   int sm_count_ = 0;
@@ -117,7 +122,7 @@ class CudaDeviceImpl : public Device {
 CudaDeviceImpl& Dev(const KernelContext& ctx);
 
 // Tiny kernels the device itself launches (defined in creation.cu).
-void LaunchSetU64(uint64_t* p, uint64_t value, cudaStream_t stream);
+void LaunchSetU64x2(uint64_t* p, uint64_t first, uint64_t second, cudaStream_t stream);  // p[0], p[1]
 // batch_norm_grad with training = 0 (the statistics are constants), which cuDNN has no call for
 // (defined in cnn.cu; cudnn.cc registers the op's kernel).
 void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx);

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_shapes.h"
 
@@ -165,7 +166,7 @@ void SetNCS(cudnnTensorDescriptor_t d, const Shape& x, DType t, const char* op) 
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
 void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
-  const char* name = "conv2d";
+  const char* name = op.def->name.c_str();  // conv2d, or conv2d_relu below
   CudaDeviceImpl& dev = Dev(ctx);
   const Tensor& x = op.inputs[0];
   const Tensor& w = op.inputs[1];
@@ -190,6 +191,14 @@ void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK(cudnnAddTensor(dev.cudnn(), kScalars.one(t), bd.d, op.inputs[2].raw_data(), kScalars.one(t), yd.d,
                                    y.raw_data()));
   }
+}
+
+// conv2d's operands -> y = relu(conv2d(x, w[, bias])): the convolution, then ReLU in place with
+// the relu op's formula (bias_act.cu). Note [Fusing bias and activation] in graph/fuse_bias_act.cc.
+void Conv2dReluCuda(const OpRecord& op, const KernelContext& ctx) {
+  Conv2dCuda(op, ctx);
+  const Tensor& y = op.outputs[0];
+  LaunchBiasActEpilogue(y.dtype(), BiasAct::kRelu, nullptr, y.raw_data(), y.numel(), 1, Dev(ctx).stream());
 }
 
 // w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: (N, C, H, W)
@@ -318,6 +327,7 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 }  // namespace
 
 LOOM_KERNEL(conv2d, kCUDA, Conv2dCuda);
+LOOM_KERNEL(conv2d_relu, kCUDA, Conv2dReluCuda);
 LOOM_KERNEL(conv2d_grad_input, kCUDA, Conv2dGradInputCuda);
 LOOM_KERNEL(conv2d_grad_weight, kCUDA, Conv2dGradWeightCuda);
 LOOM_KERNEL(conv2d_grad_bias, kCUDA, Conv2dGradBiasCuda);

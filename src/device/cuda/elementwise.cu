@@ -179,13 +179,14 @@ void AddBiasCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // Element i keeps its value when word i % 4 of Philox(seed, base + offset + i / 4), as a
 // uniform in [0, 1), is below keep = 1 - p (src/device/cpu/kernels/dropout.cc). One thread per
-// counter. `base_dev`, when set, holds the base (device-graph replay); otherwise `base`.
+// counter. `base_dev`, when set, holds {base, seed} (device-graph replay); otherwise `base`, `seed`.
 template <typename T>
 __global__ void DropoutKernel(const T* x, T* y, uint8_t* m, int64_t n, uint64_t seed, const uint64_t* base_dev,
                               uint64_t base, uint64_t offset, double keep, T scale) {
-  const uint64_t b = (base_dev ? *base_dev : base) + offset;
+  const uint64_t b = (base_dev ? base_dev[0] : base) + offset;
+  const uint64_t s = base_dev ? base_dev[1] : seed;
   LOOM_GRID_STRIDE(g, (n + 3) / 4) {
-    Philox4 r = Philox4x32(seed, b + uint64_t(g));
+    Philox4 r = Philox4x32(s, b + uint64_t(g));
     for (int j = 0; j < 4 && g * 4 + j < n; ++j) {
       int64_t i = g * 4 + j;
       bool k = double(PhiloxUniformF(r.v[j])) < keep;

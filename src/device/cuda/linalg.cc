@@ -1,7 +1,8 @@
 // CUDA matmul through cuBLASLt (float32, one GEMM) and cuBLAS (float64, strided batches,
 // broadcast batches), with the semantics of src/device/cpu/kernels/linalg.cc: transposed
 // operands (ta, tb), broadcast batch dimensions, and sum_batch (the product summed over the
-// batch). add_bias and bias_grad are in elementwise.cu and reduce.cu.
+// batch). add_bias and bias_grad are in elementwise.cu and reduce.cu. Also the fused dense layer
+// (dense_bias_act) with cuBLASLt's bias and ReLU epilogues.
 //
 // Row-major C = op(A) op(B) is, seen column-major, C^T = op(B)^T op(A)^T: each call passes B
 // first, with the transpose flags of the stored operands, and C with leading dimension N.
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_shapes.h"
 
@@ -34,14 +36,18 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo;
   bool ok = false;  // false: no algorithm for this shape, use cuBLAS
 };
-using LtKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t>;
+using LtKey =
+    std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int>;
 
-// Col-major C'(n, m) = op(B')(n, k) op(A')(k, m), B' = stored rhs, A' = stored lhs.
+// Col-major C'(n, m) = op(B')(n, k) op(A')(k, m), B' = stored rhs, A' = stored lhs. With an
+// epilogue other than the default (the fused dense layer's bias and ReLU), the caller sets the
+// bias pointer on the plan's descriptor before each call.
 const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                        int64_t ldb, const void* a, const void* b, void* c) {
+                        int64_t ldb, const void* a, const void* b, void* c,
+                        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT) {
   static std::mutex mu;
   static auto* plans = new std::map<LtKey, LtPlan>();  // process lifetime, like the devices
-  LtKey key{dev.id(), ta, tb, m, n, k, lda, ldb, Alignment(a), Alignment(b), Alignment(c)};
+  LtKey key{dev.id(), ta, tb, m, n, k, lda, ldb, Alignment(a), Alignment(b), Alignment(c), int(epilogue)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
@@ -50,6 +56,8 @@ const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_
   LOOM_CUDA_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
   // Stored shapes, column-major: rhs is (n, k) when not transposed, else (k, n); lhs (k, m) or (m, k).
   LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, uint64_t(tb ? k : n), uint64_t(tb ? n : k), ldb));
   LOOM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, uint64_t(ta ? m : k), uint64_t(ta ? k : m), lda));
@@ -173,9 +181,50 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
   }
 }
 
+// Note [Dense, bias, activation] (core/ops/dense_bias_act.cc). x: (..., K), w: (K, N), b: (N)
+//   -> y: (..., N) = act(x w + b). float32 with no activation or ReLU: one cuBLASLt call whose
+// epilogue adds the bias (per row of the column-major result, i.e. per feature) and applies
+// ReLU. Otherwise (tanh, sigmoid, float64, or no cuBLASLt algorithm for the shape) the matmul
+// op's own GEMM, then one epilogue pass (bias_act.cu) with the unfused ops' formulas.
+void DenseBiasActCuda(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const Tensor &x = op.inputs[0], &w = op.inputs[1], &bias = op.inputs[2], &y = op.outputs[0];
+  const DType dt = y.dtype();
+  LOOM_CHECK(dt == DType::kFloat32 || dt == DType::kFloat64, DTypeError, "[dense_bias_act] no CUDA kernel for dtype ",
+             Name(dt));
+  const BiasAct act = BiasAct(op.attrs.Int("act", 0));
+  const int64_t k = w.shape()[0], n = w.shape()[1];
+  if (y.numel() == 0) return;
+  const int64_t rows = y.numel() / n;
+  const void* a = x.raw_data();
+  const void* b = w.raw_data();
+  const void* bp = bias.raw_data();
+  void* c = y.raw_data();
+  if (k == 0) {  // an empty sum: the bias alone
+    LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, y.nbytes(), dev.stream()));
+    return LaunchBiasActEpilogue(dt, act, bp, c, rows, n, dev.stream());
+  }
+  // cuBLASLt reads the bias vector with vector loads: 16-byte aligned only (every planned or
+  // pooled block is; a view into one may not be).
+  if (dt == DType::kFloat32 && (act == BiasAct::kNone || act == BiasAct::kRelu) && Alignment(bp) >= 16) {
+    const cublasLtEpilogue_t epilogue = act == BiasAct::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    const LtPlan& p = GetLtPlan(dev, false, false, rows, n, k, k, n, a, b, c, epilogue);
+    if (p.ok) {
+      LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
+      const float alpha = 1, beta = 0;
+      LOOM_CUDA_CHECK(cublasLtMatmul(dev.cublaslt(), p.desc, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algo,
+                                     dev.gemm_workspace(), CudaDeviceImpl::kGemmWorkspaceBytes, dev.stream()));
+      return;
+    }
+  }
+  Run(Gemm{dev, dt, false, false, rows, n, k, k, n}, a, 0, b, 0, c, 0, 1, false);
+  LaunchBiasActEpilogue(dt, act, bp, c, rows, n, dev.stream());
+}
+
 }  // namespace
 
 LOOM_KERNEL(matmul, kCUDA, MatMulCuda);
+LOOM_KERNEL(dense_bias_act, kCUDA, DenseBiasActCuda);
 
 }  // namespace cuda
 }  // namespace loom

@@ -3,8 +3,9 @@
 // with the axis last (inner == 1) one block takes a row; otherwise one thread takes a line of n
 // elements strided by inner, neighbouring threads reading neighbouring memory.
 //
-// Scalar losses are summed by one block in double, in a fixed order: deterministic. Labels
-// outside [0, C) cannot throw from the GPU: Note [Errors found on the GPU] in cuda_device.h.
+// Scalar losses: Note [Scalar losses on many blocks] below. Labels outside [0, C) cannot throw
+// from the GPU: Note [Errors found on the GPU] in cuda_device.h.
+#include <algorithm>
 #include <type_traits>
 
 #include "device/cuda/common.cuh"
@@ -141,37 +142,98 @@ void SoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // ---------------------------------------------------------------- softmax cross-entropy
 
-constexpr int kLossThreads = 1024;
+// Note [Scalar losses on many blocks]
+// A scalar loss is a mean of terms. Up to kLossBlocks blocks each sum a grid-strided share of
+// the terms in double into one partial (the op's scratch: planned arena bytes in a graph, the
+// device pool in eager mode); one block then sums the partials in block order. The order is
+// fixed by the sizes alone, so the result is deterministic, and a large MSE no longer runs on
+// one block of one multiprocessor.
+constexpr int kLossThreads = 512;
+constexpr int64_t kLossBlocks = 256;
 
-// loss = -mean over rows of logp[i, label_i]. A label outside [0, C) makes its term NaN and is
-// reported (Note [Errors found on the GPU]).
-template <typename T, typename L>
-__global__ void __launch_bounds__(kLossThreads)
-    SceIndexLossKernel(const T* logp, const L* lab, T* loss, int64_t rows, int64_t classes, KernelError* err) {
+int64_t LossBlocks(int64_t terms) { return std::clamp<int64_t>((terms + kLossThreads - 1) / kLossThreads, 1, kLossBlocks); }
+
+template <typename Term>
+__global__ void __launch_bounds__(kLossThreads) PartialSumKernel(Term term, int64_t n, double* partial) {
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    acc += term(i);
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kLossThreads) MeanOfPartialsKernel(const double* partial, int64_t parts,
+                                                                      double divisor, T* out) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < parts; i += blockDim.x) acc += partial[i];
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) out[0] = T(acc / divisor);
+}
+
+// out[0] = (sum of term(i) for i in [0, n)) / divisor.
+template <typename T, typename Term>
+void MeanOfTerms(const KernelContext& ctx, Term term, int64_t n, double divisor, T* out) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const int64_t blocks = LossBlocks(n);
+  const size_t bytes = size_t(blocks) * sizeof(double);
+  const bool planned = ctx.scratch && ctx.scratch_bytes >= bytes;
+  double* partial = static_cast<double*>(planned ? ctx.scratch : dev.Malloc(bytes));
+  PartialSumKernel<<<unsigned(blocks), kLossThreads, 0, dev.stream()>>>(term, n, partial);
+  cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) {
+    MeanOfPartialsKernel<<<1, kLossThreads, 0, dev.stream()>>>(partial, blocks, divisor, out);
+    launched = cudaGetLastError();
+  }
+  // Back to the pool at once: only work queued later on this stream can reach it.
+  if (!planned) dev.Free(partial);
+  LOOM_CUDA_CHECK(launched);
+}
+
+// -logp[i, label_i]. A label outside [0, C) makes its term NaN and is reported (Note [Errors
+// found on the GPU]).
+template <typename T, typename L>
+struct SceIndexTerm {
+  const T* logp;
+  const L* lab;
+  int64_t classes;
+  KernelError* err;
+  __device__ double operator()(int64_t i) const {
     const long long l = (long long)lab[i];
     if (l < 0 || l >= classes) {
       RaiseKernelError(err, kLabelOutOfRange, kOpSoftmaxCrossEntropy, i, l, classes);
-      acc += QuietNaN<double>();
-    } else {
-      acc -= double(logp[i * classes + l]);
+      return QuietNaN<double>();
     }
+    return -double(logp[i * classes + l]);
   }
-  acc = BlockSum(acc);
-  if (threadIdx.x == 0) loss[0] = T(acc / double(rows));
+};
+
+// -t * logp over every element, 0 where t == 0 (0 * log 0 counts as 0).
+template <typename T>
+struct SceFloatTerm {
+  const T* logp;
+  const T* t;
+  __device__ double operator()(int64_t e) const { return t[e] != T(0) ? -double(t[e]) * double(logp[e]) : 0.0; }
+};
+
+// (pred - target)^2
+template <typename T>
+struct SquaredErrorTerm {
+  const T* p;
+  const T* t;
+  __device__ double operator()(int64_t i) const {
+    const double d = double(p[i]) - double(t[i]);
+    return d * d;
+  }
+};
+
+size_t SoftmaxCrossEntropyScratch(const OpRecord& op) {
+  const Tensor& logits = op.inputs[0];
+  const int64_t terms = IsFloating(op.inputs[1].dtype()) ? logits.numel() : logits.dim(0);
+  return size_t(LossBlocks(terms)) * sizeof(double);
 }
 
-// loss = -sum(t * logp) / rows over the terms with t != 0 (0 * log 0 counts as 0).
-template <typename T>
-__global__ void __launch_bounds__(kLossThreads)
-    SceFloatLossKernel(const T* logp, const T* t, T* loss, int64_t rows, int64_t total) {
-  double acc = 0;
-  for (int64_t e = threadIdx.x; e < total; e += blockDim.x)
-    if (t[e] != T(0)) acc -= double(t[e]) * double(logp[e]);
-  acc = BlockSum(acc);
-  if (threadIdx.x == 0) loss[0] = T(acc / double(rows));
-}
+size_t MseScratch(const OpRecord& op) { return size_t(LossBlocks(op.inputs[0].numel())) * sizeof(double); }
 
 // logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), log_probs: (N, C)
 void SoftmaxCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
@@ -186,14 +248,13 @@ void SoftmaxCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
     T* loss = op.outputs[0].data<T>();
     SoftmaxLines<T>(logits.data<T>(), logp, AxisSplit{rows, classes, 1}, true, s);
     if (IsFloating(labels.dtype()))
-      SceFloatLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<T>(), loss, rows, rows * classes);
+      MeanOfTerms(ctx, SceFloatTerm<T>{logp, labels.data<T>()}, rows * classes, double(rows), loss);
     else if (labels.dtype() == DType::kInt32)
-      SceIndexLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<int32_t>(), loss, rows, classes,
-                                                    dev.kernel_error());
+      MeanOfTerms(ctx, SceIndexTerm<T, int32_t>{logp, labels.data<int32_t>(), classes, dev.kernel_error()}, rows,
+                  double(rows), loss);
     else
-      SceIndexLossKernel<<<1, kLossThreads, 0, s>>>(logp, labels.data<int64_t>(), loss, rows, classes,
-                                                    dev.kernel_error());
-    LOOM_CUDA_CHECK_LAUNCH();
+      MeanOfTerms(ctx, SceIndexTerm<T, int64_t>{logp, labels.data<int64_t>(), classes, dev.kernel_error()}, rows,
+                  double(rows), loss);
   });
 }
 
@@ -258,24 +319,13 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // ---------------------------------------------------------------- mean squared error
 
-template <typename T>
-__global__ void __launch_bounds__(kLossThreads) MseKernel(const T* p, const T* t, T* loss, int64_t n) {
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    double d = double(p[i]) - double(t[i]);
-    acc += d * d;
-  }
-  acc = BlockSum(acc);
-  if (threadIdx.x == 0) loss[0] = T(acc / double(n));
-}
-
 // pred: (...), target: (...) -> loss: ()
 void MseCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "mse", [&](auto tag) {
     using T = decltype(tag);
-    MseKernel<<<1, kLossThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
-                                                         op.outputs[0].data<T>(), op.inputs[0].numel());
-    LOOM_CUDA_CHECK_LAUNCH();
+    const int64_t n = op.inputs[0].numel();
+    MeanOfTerms(ctx, SquaredErrorTerm<T>{op.inputs[0].data<T>(), op.inputs[1].data<T>()}, n, double(n),
+                op.outputs[0].data<T>());
   });
 }
 
@@ -306,6 +356,8 @@ LOOM_KERNEL(log_softmax_grad, kCUDA, SoftmaxGradCuda<true>);
 LOOM_KERNEL(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyCuda);
 LOOM_KERNEL(softmax_cross_entropy_grad, kCUDA, SoftmaxCrossEntropyGradCuda);
 LOOM_KERNEL(mse, kCUDA, MseCuda);
+LOOM_KERNEL_SCRATCH(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyScratch);
+LOOM_KERNEL_SCRATCH(mse, kCUDA, MseScratch);
 LOOM_KERNEL(mse_grad, kCUDA, MseGradCuda);
 
 }  // namespace cuda

@@ -11,4 +11,6 @@ std::shared_ptr<Device> CudaDevice(int id) {
 
 bool CudaAvailable() { return false; }
 
+std::string CudaSetupError() { return ""; }
+
 }  // namespace loom

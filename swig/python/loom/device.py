@@ -50,6 +50,12 @@ def cuda_available():
     return core.cuda_available()
 
 
+def cuda_setup_error():
+    """What the CUDA runtime answered when a driver is installed but no GPU can be used (a setup
+    error, not an absent GPU); "" when there is none."""
+    return core.cuda_setup_error()
+
+
 def num_threads():
     return core.num_threads()
 

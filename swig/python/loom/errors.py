@@ -10,12 +10,14 @@ each is also a standard Python exception, so `except ValueError` catches a loom.
     loom.InternalError  RuntimeError     a loom bug
     loom.IOError        OSError          files and bytes
     loom.TypeError      TypeError        an argument of the wrong type (a str where a Tensor goes)
+    loom.CommError      RuntimeError     a collective failed: a peer rank died, raised or timed out
 
 Every mistake a caller can make is one of these (a wrongly typed argument, None for a tensor, a
 number out of range...); only Python's own call protocol (a wrong number of arguments) raises a
 plain TypeError.
 """
 from .core import (  # noqa: F401  (re-exported)
+    CommError,
     DeviceError,
     DTypeError,
     Error,

@@ -30,8 +30,10 @@
 
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
+#include "device/bias_act_formulas.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/device.h"
+#include "device/kernel_report.h"
 
 namespace loom {
 namespace cpu {
@@ -89,23 +91,28 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 }
 
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
-const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype) {
+const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false) {
   if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
   ConvDims d = g;
   d.bias = bias;
+  d.relu = relu;
   return FindDnnlConv(pass, d, dtype);
 }
 
 // Runs the call through oneDNN when it has a plan for it; false when im2col must.
 template <typename T>
-bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a, const T* b, const T* bias, T* out) {
+bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a, const T* b, const T* bias, T* out,
+             bool relu = false) {
   if constexpr (std::is_same_v<T, float>) {
-    if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32)) {
+    if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32, relu)) {
       Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
       RunDnnlConv(*plan, a, b, bias, out, scratch.as<void>());
       return true;
     }
   }
+  static const char* const kPass[] = {"forward", "grad input", "grad weight"};
+  ReportKernel(std::string("conv2d ") + kPass[int(pass)] + " " + (sizeof(T) == 4 ? "f32" : "f64"),
+               "im2col + loom's GEMM (kind 'gemm')");
   return false;
 }
 
@@ -281,8 +288,11 @@ const T* DyMatrix(const T* dy, T* m, const Geom& g, int64_t n0, int64_t n1) {
   return m;
 }
 
+// relu: conv2d_relu (Note [Fusing bias and activation] in graph/fuse_bias_act.cc): ReLU on each
+// output with the relu op's formula, after oneDNN stores a part (ConvDims::relu) or here right
+// after the bias.
 template <typename T>
-void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
+void Conv2dTyped(const OpRecord& op, const KernelContext& ctx, bool relu) {
   const Tensor& tx = op.inputs[0];
   const Tensor& tw = op.inputs[1];
   const Tensor& ty = op.outputs[0];
@@ -292,7 +302,7 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* bias = op.inputs.size() == 3 ? op.inputs[2].data<T>() : nullptr;
   T* y = ty.data<T>();
   if (ty.numel() == 0) return;
-  if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y)) return;
+  if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y, relu)) return;
   const Plan p = MakePlan(g);
   const PartScratch ps = ScratchOfPart(g, p, ConvPass::kForward, 0);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kForward, 0)) * sizeof(T));
@@ -314,6 +324,8 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx) {
           const T bo = bias[o];
           for (int64_t i = 0; i < g.ohw(); ++i) dst[i] += bo;
         }
+        if (relu)
+          for (int64_t i = 0; i < g.ohw(); ++i) dst[i] = ew::ApplyAct(BiasAct::kRelu, dst[i]);
       }
   });
 }
@@ -387,7 +399,12 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
 void Conv2dCpu(const OpRecord& op, const KernelContext& ctx) {
-  FloatDispatch(op.outputs[0].dtype(), "conv2d", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx); });
+  FloatDispatch(op.outputs[0].dtype(), "conv2d", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx, false); });
+}
+
+// conv2d's operands -> y = relu(conv2d(x, w[, bias]))
+void Conv2dReluCpu(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "conv2d_relu", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx, true); });
 }
 
 // w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: (N, C, H, W)
@@ -428,7 +445,7 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
 }  // namespace
 
 // Scratch bytes each kernel call will ask for (0 where the kernel returns early).
-size_t ConvScratchBytes(const OpRecord& op, ConvPass kind) {
+size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Tensor& out = op.outputs[0];
   if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64)) return 0;
   Geom g;
@@ -439,15 +456,18 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind) {
   }
   if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype())) return DnnlConvScratchBytes(*plan);
+  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu)) return DnnlConvScratchBytes(*plan);
   return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
 }
 size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
+size_t Conv2dReluScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward, /*relu=*/true); }
 size_t Conv2dGradInputScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kGradInput); }
 size_t Conv2dGradWeightScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kGradWeight); }
 
 LOOM_KERNEL(conv2d, kCPU, Conv2dCpu);
 LOOM_KERNEL_SCRATCH(conv2d, kCPU, Conv2dScratch);
+LOOM_KERNEL(conv2d_relu, kCPU, Conv2dReluCpu);
+LOOM_KERNEL_SCRATCH(conv2d_relu, kCPU, Conv2dReluScratch);
 LOOM_KERNEL_SCRATCH(conv2d_grad_input, kCPU, Conv2dGradInputScratch);
 LOOM_KERNEL_SCRATCH(conv2d_grad_weight, kCPU, Conv2dGradWeightScratch);
 LOOM_KERNEL(conv2d_grad_input, kCPU, Conv2dGradInputCpu);

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "device/bias_act_formulas.h"
 #include "device/cpu/parallel.h"
+#include "device/kernel_report.h"
 
 #ifdef LOOM_HAVE_DNNL
-#include <omp.h>
-
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "device/cpu/dnnl_common.h"
 #endif
 
 namespace loom {
@@ -65,33 +67,6 @@ constexpr dn::memory::data_type kF32 = dn::memory::data_type::f32;
 constexpr size_t kAlign = 64;
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-dn::engine& Engine() {
-  static dn::engine e(dn::engine::kind::cpu, 0);
-  return e;
-}
-dn::stream& Stream() {
-  thread_local dn::stream s(Engine());
-  return s;
-}
-
-// Runs oneDNN on the calling thread alone (Note [oneDNN convolution]: threads). OpenMP's thread
-// count is per calling thread, so this is set around every oneDNN call, building included:
-// a primitive plans its own parallel split from the count it sees when it is built.
-class OneOmpThread {
- public:
-  OneOmpThread() : prev_(omp_get_max_threads()) {
-    if (prev_ != 1) omp_set_num_threads(1);
-  }
-  ~OneOmpThread() {
-    if (prev_ != 1) omp_set_num_threads(prev_);
-  }
-  OneOmpThread(const OneOmpThread&) = delete;
-  OneOmpThread& operator=(const OneOmpThread&) = delete;
-
- private:
-  int prev_;
-};
 
 // One operand in loom's plain layout and in the layout the convolution asked for, with the
 // reorder between them when they differ (towards the convolution for inputs, back for outputs).
@@ -231,6 +206,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       s->b = Operand::Make(w_plain, fpd.weights_desc(), true);
       s->out = Operand::Make(y_plain, fpd.dst_desc(), false);
       s->pad = fpd.scratchpad_desc();
+      ReportKernel("conv2d forward f32", std::string("oneDNN ") + fpd.impl_info_str());
       break;
     case ConvPass::kGradInput: {
       dn::convolution_backward_data::desc bd(dn::algorithm::convolution_direct, x_any, w_any, y_any, strides, dil, pl,
@@ -241,6 +217,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       s->b = Operand::Make(y_plain, bpd.diff_dst_desc(), true);
       s->out = Operand::Make(x_plain, bpd.diff_src_desc(), false);
       s->pad = bpd.scratchpad_desc();
+      ReportKernel("conv2d grad input f32", std::string("oneDNN ") + bpd.impl_info_str());
       break;
     }
     case ConvPass::kGradWeight: {
@@ -252,6 +229,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       s->b = Operand::Make(y_plain, wpd.diff_dst_desc(), true);
       s->out = Operand::Make(w_plain, wpd.diff_weights_desc(), false);
       s->pad = wpd.scratchpad_desc();
+      ReportKernel("conv2d grad weight f32", std::string("oneDNN ") + wpd.impl_info_str());
       break;
     }
   }
@@ -337,7 +315,8 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
   if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0) return nullptr;
   Key key{int(pass), NumThreads(),
-          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias}};
+          {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
+           d.relu && pass == ConvPass::kForward}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
@@ -388,6 +367,10 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
         if (d.bias) args.emplace(DNNL_ARG_BIAS, dn::memory(md({d.o}, kF32, tag::x), Engine(), cp(bias)));
         s.conv.execute(Stream(), args);
         s.out.Out(y, out + y_at);
+        if (d.relu) {  // this part's images, just written: in cache
+          float* r = out + y_at;
+          for (int64_t i = 0; i < part.nb * y_img; ++i) r[i] = ew::ApplyAct(BiasAct::kRelu, r[i]);
+        }
         break;
       }
       case ConvPass::kGradInput: {

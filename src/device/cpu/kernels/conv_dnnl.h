@@ -40,6 +40,12 @@ struct ConvDims {
   int64_t oh, ow;      // output
   int64_t sh, sw, ph, pw, dh, dw, groups;
   bool bias;  // forward only: the bias is added by oneDNN
+  // Forward only: ReLU on the result (conv2d_relu, Note [Fusing bias and activation] in
+  // graph/fuse_bias_act.cc), with the relu op's formula, on each part's images right after the
+  // primitive stores them (while they are in cache). Not oneDNN's ReLU post-op: that one maps NaN
+  // to 0 (measured here with oneDNN 2.6), where the relu op keeps it, and it was no faster on
+  // the small CNN's shapes (one shared 2-core machine, noisy).
+  bool relu = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.

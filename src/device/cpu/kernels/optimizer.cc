@@ -2,6 +2,7 @@
 // path here once made a reference system's CPU step 4x slower than PyTorch's (DESIGN.md).
 #include <cmath>
 
+#include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
 #include "device/cpu/skinny_gemm.h"
 
@@ -87,13 +88,13 @@ void MatmulSgdUpdateCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // Note [What a kernel supports]: the fused update is bitwise sgd_update(matmul(a, b, ta=1)) only
-// where that matmul takes the skinny TN kernel (the same sums, in the same order); elsewhere the
-// graph keeps the two ops.
+// where that matmul takes the skinny TN kernel (the same sums, in the same order; Note [Which GEMM
+// kernel] says where it does); elsewhere the graph keeps the two ops.
 bool MatmulSgdUpdateSupportedCpu(const OpRecord& op) {
   const Tensor &p = op.inputs[0], &a = op.inputs[1], &b = op.inputs[2];
   for (const Tensor* t : {&p, &a, &b})
     if (t->dtype() != DType::kFloat32 || t->shape().size() != 2 || !t->is_contiguous()) return false;
-  return IsSkinny(/*ta=*/true, /*tb=*/false, p.shape()[0], p.shape()[1], a.shape()[0]);
+  return ChooseSgemm(/*ta=*/true, /*tb=*/false, p.shape()[0], p.shape()[1], a.shape()[0]) == GemmKernel::kSkinny;
 }
 
 template <typename T>

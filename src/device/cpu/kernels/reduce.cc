@@ -77,7 +77,7 @@ void MaxCpu(const OpRecord& op, const KernelContext&) {
         const T* xo = xp + o * d.r * d.inner;
         for (int64_t i = 0; i < d.inner; ++i) yo[i] = xo[i];
         for (int64_t k = 1; k < d.r; ++k)
-          for (int64_t i = 0; i < d.inner; ++i) yo[i] = std::max(yo[i], xo[k * d.inner + i]);
+          for (int64_t i = 0; i < d.inner; ++i) yo[i] = MaxNaN(yo[i], xo[k * d.inner + i]);
       }
     });
   });

@@ -1,0 +1,89 @@
+// The fused dense layer and its backward, made by the graph pass in graph/fuse_bias_act.cc.
+//
+// Note [Dense, bias, activation]
+// A linear layer followed by an activation is three ops in eager mode: matmul writes z0 = x W,
+// add_bias z = z0 + b, and the activation y = act(z), each a pass over the (rows, N) result.
+// Its backward is two: dz = act_grad(y, dy), which relu, tanh and sigmoid compute from the
+// output (relu: y > 0, tanh: 1 - y^2, sigmoid: y (1 - y)), and db = bias_grad(dz), the column
+// sums. A captured step sees the whole chain, so the pass makes
+//     dense_bias_act(x, W, b; act) = act(x W + b)        (one GEMM, then one epilogue pass over
+//                                                        each result while it is in cache)
+//     bias_act_grad(y, dy; act)    = (dz, db)            (one pass over y and dy)
+// The fused kernels compute every element with the expressions of the ops they replace (the
+// element-wise functors, device/bias_act_formulas.h), the GEMM with the same call and the column
+// sums in the same order; on the CPU the rewrite is therefore bitwise (DESIGN.md invariant 5).
+// cuBLASLt's epilogues add the bias inside the GEMM, which rounds like the separate add but is
+// not promised to: on CUDA replay agrees with eager to float32 tolerance.
+// act is BiasAct (device/bias_act_formulas.h): 0 none, 1 relu, 2 tanh, 3 sigmoid.
+#include "core/ops/common.h"
+#include "device/bias_act_formulas.h"
+
+namespace loom {
+
+using namespace opdecl;
+
+namespace {
+
+void CheckAct(const char* op, const Attrs& attrs) {
+  const int64_t act = attrs.Int("act", 0);
+  LOOM_CHECK(act >= 0 && act < kNumBiasActs, ValueError, "[", op, "] act must be 0 (none), 1 (relu), 2 (tanh) or ",
+             "3 (sigmoid), got ", act);
+}
+
+}  // namespace
+
+// x: (..., K), w: (K, N), b: (N) -> y: (..., N) = act(x w + b); attrs: act
+LOOM_OP(dense_bias_act) {
+  def.internal = "made only by the graph pass in graph/fuse_bias_act.cc";
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+    CheckArity("dense_bias_act", in, 3);
+    CheckFloat("dense_bias_act", in[0], "x");
+    CheckSameDType("dense_bias_act", in[0], in[1]);
+    CheckSameDType("dense_bias_act", in[0], in[2]);
+    CheckAct("dense_bias_act", attrs);
+    const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
+    LOOM_CHECK(x.size() >= 2 && w.size() == 2 && x.back() == w[0] && b.size() == 1 && b[0] == w[1], ShapeError,
+               "[dense_bias_act] x ", ToString(x), ", w ", ToString(w), ", b ", ToString(b),
+               ": expected x (..., K), w (K, N), b (N)");
+    Shape y = x;
+    y.back() = w[1];
+    return std::vector<TensorMeta>{{y, in[0].dtype}};
+  };
+  def.saved_inputs = {0, 1};
+  def.saved_outputs = {0};
+  // dz, db = bias_act_grad(y, dy); dx = dz w^T; dw = x^T dz (summed over the batch dimensions).
+  def.backward = [](const BackwardArgs& a) {
+    const Tensor &x = a.inputs[0], &w = a.inputs[1];
+    std::vector<Tensor> g = Call("bias_act_grad", {a.outputs[0], a.grad_outputs[0]}, a.attrs);
+    Tensor dx, dw;
+    if (a.needs_input_grad[0]) dx = Call1("matmul", {g[0], w}, Attrs{{"tb", int64_t(1)}});
+    if (a.needs_input_grad[1])
+      dw = Call1("matmul", {x, g[0]}, Attrs{{"ta", int64_t(1)}, {"sum_batch", int64_t(x.ndim() > 2)}});
+    return std::vector<Tensor>{dx, dw, a.needs_input_grad[2] ? g[1] : Tensor()};
+  };
+}
+
+// y: (..., N) the output of the activation, dy: (..., N) -> dz: (..., N) = dy act'(z) computed
+// from y, db: (N) the sum of dz over the leading dimensions; attrs: act.
+// With attribute channels = 1, the layout of a convolution's output: y, dy: (N, C, ...) -> dz,
+// db: (C) the sum over N and the trailing dimensions (conv2d_grad_bias's sum).
+LOOM_OP(bias_act_grad) {
+  def.internal = "made by the graph pass in graph/fuse_bias_act.cc (and the backward of dense_bias_act)";
+  def.shareable_inputs = {0, 1};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
+    std::vector<TensorMeta> out = SameShapePair("bias_act_grad", in);
+    CheckAct("bias_act_grad", attrs);
+    if (attrs.Int("channels", 0)) {
+      LOOM_CHECK(in[0].shape.size() >= 2, ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
+                 " must have at least 2 dimensions (N, C, ...) with channels = 1");
+      out.push_back({{in[0].shape[1]}, in[0].dtype});
+      return out;
+    }
+    LOOM_CHECK(!in[0].shape.empty(), ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
+               " must have at least 1 dimension (..., N)");
+    out.push_back({{in[0].shape.back()}, in[0].dtype});
+    return out;
+  };
+}
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+// The activations of the fused dense layer (Note [Dense, bias, activation] in
+// core/ops/dense_bias_act.cc), forward and backward from the output, for every backend: the CPU
+// kernels (cpu/kernels/dense_bias_act.cc) and the CUDA kernels (cuda/bias_act.cu) both call
+// these, and they call the element-wise ops' own functors (device/elementwise_formulas.h), so a
+// fused op computes each element with the very expression the unfused ops use: add_bias's
+// `x + b`, then relu/tanh/sigmoid; relu_grad/tanh_grad/sigmoid_grad from the output.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/host_device.h"
+#include "device/elementwise_formulas.h"
+
+namespace loom {
+
+// The `act` attribute of dense_bias_act and bias_act_grad.
+enum class BiasAct : int64_t { kNone = 0, kRelu = 1, kTanh = 2, kSigmoid = 3 };
+constexpr int64_t kNumBiasActs = 4;
+
+// Calls f(std::integral_constant<BiasAct, act>{}) (host code): a backend instantiates one loop
+// or kernel per activation, each specialised (and vectorised) on its own.
+template <typename F>
+void WithAct(BiasAct act, F&& f) {
+  switch (act) {
+    case BiasAct::kRelu: return f(std::integral_constant<BiasAct, BiasAct::kRelu>{});
+    case BiasAct::kTanh: return f(std::integral_constant<BiasAct, BiasAct::kTanh>{});
+    case BiasAct::kSigmoid: return f(std::integral_constant<BiasAct, BiasAct::kSigmoid>{});
+    default: return f(std::integral_constant<BiasAct, BiasAct::kNone>{});
+  }
+}
+
+namespace ew {
+
+// y = act(z)
+template <typename T>
+LOOM_HD T ApplyAct(BiasAct act, T z) {
+  const Params<T> p{T(0), T(0), T(0), T(0)};
+  switch (act) {
+    case BiasAct::kRelu: return relu_f{}(z, p);
+    case BiasAct::kTanh: return tanh_f{}(z, p);
+    case BiasAct::kSigmoid: return sigmoid_f{}(z, p);
+    default: return z;
+  }
+}
+
+// dz = dy * act'(z), computed from the output y = act(z)
+template <typename T>
+LOOM_HD T ActGradFromOutput(BiasAct act, T y, T dy) {
+  const Params<T> p{T(0), T(0), T(0), T(0)};
+  switch (act) {
+    case BiasAct::kRelu: return relu_grad_f{}(y, dy, p);
+    case BiasAct::kTanh: return tanh_grad_f{}(y, dy, p);
+    case BiasAct::kSigmoid: return sigmoid_grad_f{}(y, dy, p);
+    default: return dy;
+  }
+}
+
+}  // namespace ew
+}  // namespace loom

@@ -1,0 +1,148 @@
+// oneDNN's sgemm and matmul primitive behind loom's Gemm (dnnl_gemm.h).
+#include "device/cpu/dnnl_gemm.h"
+
+#include "core/error.h"
+#include "device/kernel_report.h"
+
+#ifdef LOOM_HAVE_DNNL
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "device/cpu/dnnl_common.h"
+#endif
+
+namespace loom {
+namespace cpu {
+
+#ifndef LOOM_HAVE_DNNL
+
+bool HaveDnnlGemm() { return false; }
+void DnnlSgemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+               float*, int64_t) {
+  LOOM_ASSERT(false, "DnnlSgemm: loom was built without oneDNN");
+}
+bool DnnlMatmul(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                float*, int64_t) {
+  return false;
+}
+std::string DnnlIsa() { return "none"; }
+
+#else  // LOOM_HAVE_DNNL
+
+bool HaveDnnlGemm() { return true; }
+
+void DnnlSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  OneOmpThread one;
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  LOOM_ASSERT(st == dnnl_success, "dnnl_sgemm failed with status ", int(st), " (ta=", ta, " tb=", tb, " m=", m,
+              " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc, ")");
+}
+
+namespace {
+
+namespace dn = dnnl;
+using md = dn::memory::desc;
+
+struct Matmul {
+  dn::matmul prim;
+  md a, b, c, pad;
+  size_t pad_bytes = 0;
+  std::string impl;
+};
+
+// ta, tb, accumulate (beta == 1), m, n, k, lda, ldb, ldc
+using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+std::mutex g_mu;
+std::map<Key, std::unique_ptr<Matmul>>& Cache() {
+  static auto* m = new std::map<Key, std::unique_ptr<Matmul>>;  // lives to process exit
+  return *m;
+}
+
+// A row-major (rows, cols) operand, or the transpose of a row-major (cols, rows) one.
+md Operand(int64_t rows, int64_t cols, int64_t ld, bool transposed) {
+  return md({rows, cols}, dn::memory::data_type::f32,
+            transposed ? dn::memory::dims{1, ld} : dn::memory::dims{ld, 1});
+}
+
+std::unique_ptr<Matmul> Build(const Key& key) {
+  const auto [ta, tb, acc, m, n, k, lda, ldb, ldc] = key;
+  auto mm = std::make_unique<Matmul>();
+  mm->a = Operand(m, k, lda, ta);
+  mm->b = Operand(k, n, ldb, tb);
+  mm->c = Operand(m, n, ldc, false);
+  dn::primitive_attr attr;
+  attr.set_scratchpad_mode(dn::scratchpad_mode::user);
+  if (acc) {
+    dn::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  dn::matmul::primitive_desc pd(dn::matmul::desc(mm->a, mm->b, mm->c), attr, Engine());
+  mm->prim = dn::matmul(pd);
+  mm->pad = pd.scratchpad_desc();
+  mm->pad_bytes = mm->pad.get_size();
+  mm->impl = pd.impl_info_str();
+  ReportKernel("gemm f32", "oneDNN matmul " + mm->impl + " (ISA " + DnnlIsa() + ")");
+  return mm;
+}
+
+}  // namespace
+
+bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  OneOmpThread one;
+  const Key key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc};
+  const Matmul* mm = nullptr;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    auto it = Cache().find(key);
+    if (it == Cache().end()) {
+      std::unique_ptr<Matmul> built;
+      try {
+        built = Build(key);
+      } catch (const dn::error&) {
+        built.reset();  // no implementation for this shape: the sgemm runs it (cached as such)
+      }
+      it = Cache().emplace(key, std::move(built)).first;
+    }
+    mm = it->second.get();
+  }
+  if (!mm) return false;
+  thread_local std::vector<char> pad;  // the per-thread scratchpad (dnnl_gemm.h)
+  if (pad.size() < mm->pad_bytes) pad.resize(mm->pad_bytes);
+  auto cp = [](const float* v) { return const_cast<float*>(v); };  // oneDNN takes void* handles
+  mm->prim.execute(Stream(), {{DNNL_ARG_SRC, dn::memory(mm->a, Engine(), cp(a))},
+                              {DNNL_ARG_WEIGHTS, dn::memory(mm->b, Engine(), cp(b))},
+                              {DNNL_ARG_DST, dn::memory(mm->c, Engine(), c)},
+                              {DNNL_ARG_SCRATCHPAD, dn::memory(mm->pad, Engine(), pad.data())}});
+  return true;
+}
+
+std::string DnnlIsa() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41: return "sse41";
+    case isa::avx: return "avx";
+    case isa::avx2: return "avx2";
+    case isa::avx2_vnni: return "avx2_vnni";
+    case isa::avx512_mic: return "avx512_mic";
+    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case isa::avx512_core: return "avx512_core";
+    case isa::avx512_core_vnni: return "avx512_core_vnni";
+    case isa::avx512_core_bf16: return "avx512_core_bf16";
+    case isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "generic (no JIT ISA)";
+  }
+}
+
+#endif  // LOOM_HAVE_DNNL
+
+}  // namespace cpu
+}  // namespace loom

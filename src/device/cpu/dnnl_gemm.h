@@ -1,0 +1,33 @@
+// float32 GEMM through oneDNN (Note [Which GEMM kernel] in blas.h). oneDNN picks its kernels
+// from the CPU's own feature bits (CPUID) when it loads, so it needs no table of CPU models.
+// Without oneDNN (LOOM_USE_DNNL=OFF, or the library is not installed) HaveDnnlGemm() is false
+// and the callers stay on OpenBLAS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace loom {
+namespace cpu {
+
+bool HaveDnnlGemm();
+// Row-major C = alpha op(A) op(B) + beta C on the calling thread alone (one OpenMP thread;
+// loom's pool splits the work: Note [One thread pool]). A: (M, K) or (K, M) when ta; B: (K, N)
+// or (N, K) when tb; beta == 0 ignores C's contents. M, N, K >= 1.
+void DnnlSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same product through oneDNN's matmul primitive (Note [Which GEMM kernel]: faster than the
+// sgemm for NT products with 16 rows or more and K >= 32), built once per shape and leading
+// dimensions and kept in a process-wide cache. Takes alpha == 1 and beta 0 or 1 only (beta 1: a
+// sum post-op); returns false, touching nothing, for anything else. Its scratchpad (about
+// 140 KiB for the MLP's products) is a per-thread buffer that lives as long as the thread, like
+// the packing buffers oneDNN's sgemm and OpenBLAS allocate for themselves. Each new
+// implementation is reported (device/kernel_report.h) when its first primitive is built.
+bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The most capable instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...),
+// or "none" without oneDNN.
+std::string DnnlIsa();
+
+}  // namespace cpu
+}  // namespace loom

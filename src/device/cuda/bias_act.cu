@@ -1,0 +1,107 @@
+// CUDA kernels of the fused dense layer's element-wise parts (Note [Dense, bias, activation] in
+// core/ops/dense_bias_act.cc): the epilogue after the GEMM (bias_act.h; the GEMM and cuBLASLt's
+// own epilogues are in linalg.cc; conv2d_relu's ReLU, cudnn.cc), and bias_act_grad. Each element is computed with the formulas
+// of the ops they replace (device/bias_act_formulas.h); the column sums run in the order of
+// bias_grad's kernel (reduce.cu: 32 columns x 8 partial sums per block, in double), so db is
+// bitwise what bias_grad makes from the stored dz. With channels = 1 (a convolution's layout) the
+// sums are cuDNN's conv2d_grad_bias's to float32 tolerance.
+#include "device/bias_act_formulas.h"
+#include "device/cuda/bias_act.h"
+#include "device/cuda/common.cuh"
+
+namespace loom {
+namespace cuda {
+namespace {
+
+constexpr int kColX = 32, kColY = 8;
+
+template <typename T, BiasAct A>
+__global__ void BiasActKernel(const T* b, T* y, int64_t total, int64_t n) {
+  LOOM_GRID_STRIDE(i, total) y[i] = ew::ApplyAct(A, b ? y[i] + b[i % n] : y[i]);
+}
+
+// y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns, thread row ty takes every 8th row.
+template <typename T, BiasAct A>
+__global__ void BiasActGradKernel(const T* y, const T* dy, T* dz, T* db, int64_t r, int64_t n) {
+  __shared__ double part[kColY][kColX + 1];
+  const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
+  double acc = 0;
+  if (j < n)
+    for (int64_t k = threadIdx.y; k < r; k += kColY) {
+      const int64_t at = k * n + j;
+      const T v = ew::ActGradFromOutput(A, y[at], dy[at]);
+      dz[at] = v;
+      acc += double(v);
+    }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    double a = part[0][threadIdx.x];
+    for (int q = 1; q < kColY; ++q) a += part[q][threadIdx.x];
+    db[j] = T(a);
+  }
+}
+
+// channels = 1: y, dy, dz: (n, c, s), db: (c). One block per channel (grid-stride over channels);
+// its threads stride over (image, position), sum in double, and BlockSum combines them.
+template <typename T, BiasAct A>
+__global__ void ChannelBiasActGradKernel(const T* y, const T* dy, T* dz, T* db, int64_t n, int64_t c, int64_t s) {
+  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    double acc = 0;
+    for (int64_t q = threadIdx.x; q < n * s; q += blockDim.x) {
+      const int64_t at = ((q / s) * c + ch) * s + q % s;
+      const T v = ew::ActGradFromOutput(A, y[at], dy[at]);
+      dz[at] = v;
+      acc += double(v);
+    }
+    acc = BlockSum(acc);
+    if (threadIdx.x == 0) db[ch] = T(acc);
+  }
+}
+
+// y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N)
+void BiasActGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.outputs[0].dtype(), "bias_act_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = op.outputs[1].numel();
+    if (n == 0) return;
+    if (op.attrs.Int("channels", 0)) {
+      const int64_t images = op.inputs[0].dim(0), s = op.inputs[0].numel() / std::max<int64_t>(images * n, 1);
+      WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
+        ChannelBiasActGradKernel<T, decltype(a)::value><<<RowBlocks(n), RowThreads(images * s), 0, Dev(ctx).stream()>>>(
+            op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), images,
+            n, s);
+      });
+      LOOM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    const int64_t r = op.outputs[0].numel() / n;
+    WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
+      BiasActGradKernel<T, decltype(a)::value><<<unsigned((n + kColX - 1) / kColX), dim3(kColX, kColY), 0,
+                                                 Dev(ctx).stream()>>>(
+          op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), r, n);
+    });
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void LaunchBiasActEpilogue(DType dtype, BiasAct act, const void* b, void* y, int64_t rows, int64_t n,
+                           cudaStream_t stream) {
+  const int64_t total = rows * n;
+  if (total == 0) return;
+  FloatDispatch(dtype, "dense_bias_act", [&](auto tag) {
+    using T = decltype(tag);
+    WithAct(act, [&](auto a) {
+      BiasActKernel<T, decltype(a)::value><<<Blocks(total), kThreads, 0, stream>>>(static_cast<const T*>(b),
+                                                                                   static_cast<T*>(y), total, n);
+    });
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+LOOM_KERNEL(bias_act_grad, kCUDA, BiasActGradCuda);
+
+}  // namespace cuda
+}  // namespace loom

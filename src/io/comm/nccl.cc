@@ -1,0 +1,235 @@
+#include "io/comm/nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/error.h"
+#include "device/cuda/cuda_device.h"
+#include "io/comm/mpi.h"
+
+namespace loom {
+namespace {
+
+// NCCL status codes, thrown as CommError with the call, file:line and NCCL's own words (STYLE.md,
+// "Errors"): a failed NCCL call is a failed collective.
+std::string NcclWhy(ncclResult_t r, ncclComm_t comm) {
+  const char* last = comm ? ncclGetLastError(comm) : nullptr;
+  return detail::Cat(ncclGetErrorString(r), last && *last ? detail::Cat(" (", last, ")") : std::string());
+}
+
+struct NcclType {
+  ncclDataType_t type;
+  ncclRedOp_t sum, max;
+};
+
+// As Note [MPI types and reductions]: bool is a byte reduced as a logical or (max); NCCL has
+// float16 and bfloat16 of its own.
+NcclType TypeOf(DType t) {
+  switch (t) {
+    case DType::kFloat32: return {ncclFloat32, ncclSum, ncclMax};
+    case DType::kFloat64: return {ncclFloat64, ncclSum, ncclMax};
+    case DType::kFloat16: return {ncclFloat16, ncclSum, ncclMax};
+    case DType::kBFloat16: return {ncclBfloat16, ncclSum, ncclMax};
+    case DType::kInt32: return {ncclInt32, ncclSum, ncclMax};
+    case DType::kInt64: return {ncclInt64, ncclSum, ncclMax};
+    case DType::kUInt8: return {ncclUint8, ncclSum, ncclMax};
+    case DType::kBool: return {ncclUint8, ncclMax, ncclMax};
+  }
+  throw DTypeError(detail::Cat("[nccl] no NCCL type for dtype ", int(t)));
+}
+
+// Note [Bounded waits on the GPU]
+// As on the host (Note [Bounded waits]), no wait is unbounded. The NCCL communicator is
+// non-blocking (config.blocking = 0): initialisation and each enqueue return at once and are
+// polled with ncclCommGetAsyncError. After enqueueing a collective on the device's stream, the
+// host waits for it (an event behind it, polled with cudaEventQuery and ncclCommGetAsyncError)
+// up to timeout_s; past that, or on an asynchronous NCCL error, the communicator is aborted
+// (ncclCommAbort, which also ends the kernels stuck on the stream) and CommError names the
+// rank and the collective. This wait costs the overlap of the host issuing the next kernels
+// while the collective runs; it is what keeps a dead peer from hanging the device's stream, and
+// so every later host read, for ever. While the stream is being recorded into a device graph
+// nothing runs, so nothing is waited for: the collective is recorded like any kernel.
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<Device> device, std::shared_ptr<MpiCommunicator> mpi)
+      : device_(std::move(device)), mpi_(std::move(mpi)) {
+    dev_ = static_cast<cuda::CudaDeviceImpl*>(device_.get());
+    rank_ = mpi_->rank();
+    size_ = mpi_->size();
+    timeout_s_ = mpi_->timeout_s();
+    dev_->MakeCurrent();
+    ncclUniqueId id{};
+    if (rank_ == 0) Check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    mpi_->Broadcast(&id, sizeof id, DType::kUInt8, 0);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) Fail("make communicator (ncclCommInitRankConfig)", NcclWhy(r, comm_));
+    WaitComm("make communicator (ncclCommInitRankConfig)");
+    LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+  }
+
+  ~NcclCommunicator() override {
+    if (!comm_) return;
+    dev_->MakeCurrent();
+    if (!broken_) {
+      try {
+        // Finalise flushes what is still queued; it may take a while, but not for ever.
+        if (ncclCommFinalize(comm_) == ncclInProgress) WaitComm("destroy communicator (ncclCommFinalize)");
+        ncclCommDestroy(comm_);
+      } catch (const CommError&) {
+        // Fail already aborted the communicator; a destructor has nobody to tell.
+      }
+    }
+    if (done_) cudaEventDestroy(done_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+  bool on_device() const override { return true; }
+
+  void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    CheckBuffer("all_reduce", data, count);
+    const NcclType t = TypeOf(dtype);
+    Enqueue(detail::Cat("all_reduce (", op == ReduceOp::kSum ? "sum" : "max", " of ", count, " ", Name(dtype), ")"),
+            [&] { return ncclAllReduce(data, data, size_t(count), t.type, op == ReduceOp::kSum ? t.sum : t.max, comm_, dev_->stream()); });
+  }
+
+  void AllGather(const void* send, void* recv, int64_t count, DType dtype) override {
+    CheckBuffer("all_gather", send, count);
+    CheckBuffer("all_gather", recv, count);
+    const NcclType t = TypeOf(dtype);
+    // In place when send is this rank's slot of recv, which NCCL handles itself.
+    Enqueue(detail::Cat("all_gather (", count, " ", Name(dtype), " per rank)"),
+            [&] { return ncclAllGather(send, recv, size_t(count), t.type, comm_, dev_->stream()); });
+  }
+
+  void Broadcast(void* data, int64_t count, DType dtype, int root) override {
+    CheckBuffer("broadcast", data, count);
+    LOOM_CHECK(root >= 0 && root < size_, ValueError, "[nccl] broadcast from rank ", root, ": the world has ranks 0 to ",
+               size_ - 1);
+    const NcclType t = TypeOf(dtype);
+    Enqueue(detail::Cat("broadcast (", count, " ", Name(dtype), " from rank ", root, ")"),
+            [&] { return ncclBroadcast(data, data, size_t(count), t.type, root, comm_, dev_->stream()); });
+  }
+
+  // NCCL has no barrier: this rank's queued work completes, then the ranks meet over MPI.
+  void Barrier() override {
+    CheckUsable("barrier");
+    dev_->MakeCurrent();
+    WaitStream("barrier");
+    mpi_->Barrier();
+  }
+
+ private:
+  std::string Where(const std::string& call) const {
+    return detail::Cat("[nccl] ", call, " on rank ", rank_, " of ", size_, " (", device_->name(), ")");
+  }
+
+  void CheckBuffer(const char* call, const void* p, int64_t count) const {
+    LOOM_CHECK(count >= 0, ValueError, "[nccl] ", call, ": negative element count ", count);
+    LOOM_CHECK(p != nullptr || count == 0, ValueError, "[nccl] ", call, ": null buffer for ", count, " elements");
+  }
+
+  void CheckUsable(const std::string& call) const {
+    if (broken_) throw CommError(Where(call) + ": the communicator is broken by an earlier failure (" + broken_by_ + ")");
+  }
+
+  [[noreturn]] void Fail(const std::string& call, const std::string& why) {
+    if (comm_ && !broken_) ncclCommAbort(comm_);
+    broken_ = true;
+    MarkCollectiveFailed();
+    broken_by_ = Where(call) + ": " + why;
+    throw CommError(broken_by_);
+  }
+
+  void Check(ncclResult_t r, const std::string& call) {
+    if (r != ncclSuccess) Fail(call, NcclWhy(r, comm_));
+  }
+
+  template <typename Call>
+  void Enqueue(const std::string& call, Call issue) {
+    CheckUsable(call);
+    dev_->MakeCurrent();
+    const ncclResult_t r = issue();
+    if (r == ncclInProgress) WaitComm(call);
+    else Check(r, call);
+    WaitStream(call);
+  }
+
+  template <typename Done>
+  void Poll(const std::string& call, Done done) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    for (;;) {
+      if (done()) return;
+      ncclResult_t async = ncclSuccess;
+      Check(ncclCommGetAsyncError(comm_, &async), call);
+      if (async != ncclSuccess && async != ncclInProgress) Fail(call, NcclWhy(async, comm_));
+      if (Clock::now() > deadline)
+        Fail(call, detail::Cat("did not complete within ", timeout_s_,
+                               " s: another rank died, exited or raised before reaching it, or is stuck elsewhere "
+                               "(LOOM_COMM_TIMEOUT_S sets the limit)"));
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Until the non-blocking communicator has finished the last call (Note [Bounded waits on the GPU]).
+  void WaitComm(const std::string& call) {
+    Poll(call, [&] {
+      ncclResult_t s = ncclInProgress;
+      Check(ncclCommGetAsyncError(comm_, &s), call);
+      if (s != ncclSuccess && s != ncclInProgress) Fail(call, NcclWhy(s, comm_));
+      return s == ncclSuccess;
+    });
+  }
+
+  // Until the stream has run everything queued so far, the collective included.
+  void WaitStream(const std::string& call) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LOOM_CUDA_CHECK(cudaStreamIsCapturing(dev_->stream(), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return;  // recorded, not run
+    LOOM_CUDA_CHECK(cudaEventRecord(done_, dev_->stream()));
+    Poll(call, [&] {
+      const cudaError_t e = cudaEventQuery(done_);
+      if (e == cudaErrorNotReady) return false;
+      LOOM_CUDA_CHECK(e);
+      return true;
+    });
+  }
+
+  std::shared_ptr<Device> device_;
+  cuda::CudaDeviceImpl* dev_ = nullptr;
+  std::shared_ptr<MpiCommunicator> mpi_;
+  int rank_ = 0, size_ = 1;
+  double timeout_s_ = 25.0;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  bool broken_ = false;
+  std::string broken_by_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> device) {
+  LOOM_CHECK(!device || device->type() == DeviceType::kCUDA, DeviceError,
+             "[nccl] the NCCL communicator runs on a CUDA device, not ", device ? device->name() : "",
+             " (use backend \"mpi\" for host buffers)");
+  auto mpi = std::make_shared<MpiCommunicator>();
+  if (!device) {
+    int gpus = 0;
+    const cudaError_t e = cudaGetDeviceCount(&gpus);
+    const int local = mpi->LocalRank();  // collective: every rank calls it, GPU or not
+    LOOM_CHECK(e == cudaSuccess && gpus > 0, DeviceError, "[nccl] rank ", mpi->rank(),
+               " sees no GPU: the NCCL communicator needs one CUDA device per rank (use backend \"mpi\" on CPUs)");
+    device = CudaDevice(local % gpus);
+  }
+  return std::make_shared<NcclCommunicator>(std::move(device), std::move(mpi));
+}
+
+}  // namespace loom
