@@ -90,15 +90,6 @@ class PyStep {
 %shared_ptr(loom::nn::SGD)
 %shared_ptr(loom::nn::Adam)
 %shared_ptr(loom::nn::DistOpt)
-// Communicators: rank, size and backend here (made by inproc_communicator_of_one for tests).
-// MERGE NOTE: swig/comm.i (the communicators' branch) wraps the same header with these ignores,
-// and loom.i declares the %shared_ptr: drop these lines then.
-%shared_ptr(loom::Communicator)
-%ignore loom::Communicator::AllReduce;
-%ignore loom::Communicator::AllGather;
-%ignore loom::Communicator::Broadcast;
-%ignore loom::ReduceOp;
-%include "device/communicator.h"
 
 // ---- nn/layer.h, nn/cnn_layers.h ----
 %ignore loom::nn::Layer::operator();

@@ -6,16 +6,12 @@
 
 #include "core/ops.h"
 #include "device/device.h"
+#include "io/comm/comm.h"
 
 namespace loom {
 namespace nn {
 
-std::shared_ptr<Communicator> DefaultCommunicator() {
-  throw DeviceError(
-      "[dist_opt] no communicator given, and MPI support is not built into this loom: install OpenMPI "
-      "(Debian: libopenmpi-dev openmpi-bin) and rebuild, then start the ranks with tools/launch.sh -n N -- CMD "
-      "(or pass a communicator)");
-}
+std::shared_ptr<Communicator> DefaultCommunicator() { return MakeCommunicator("auto"); }
 
 static std::shared_ptr<Communicator> Checked(const std::shared_ptr<Optimizer>& opt,
                                             std::shared_ptr<Communicator> comm) {

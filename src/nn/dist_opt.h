@@ -25,9 +25,10 @@ namespace loom {
 namespace nn {
 
 // Note [The default communicator]
-// The communicator DistOpt takes when the caller gives none (Python's opt.DistOpt(opt.SGD())):
-// MakeCommunicator("auto") of io/comm/comm.h once the MPI/NCCL communicators are built in; until
-// then a DeviceError saying what to install. One function, so the switch is one line.
+// The communicator DistOpt and SyncBatchNorm2d take when the caller gives none (Python's
+// opt.DistOpt(opt.SGD())): MakeCommunicator("auto") of io/comm/comm.h — MPI's world (a 1-rank
+// world when started alone, without the launcher), or a DeviceError saying what to install
+// when loom was built without MPI.
 std::shared_ptr<Communicator> DefaultCommunicator();
 
 class DistOpt : public Optimizer {

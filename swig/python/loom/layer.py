@@ -237,11 +237,12 @@ class SyncBatchNorm2d(NativeLayer):
     """BatchNorm2d over the global batch of a data-parallel job (Note [SyncBatchNorm]): one
     all-reduce of the per-channel statistics in forward and one in backward, in float64; gamma
     and beta gradients stay local and are reduced once, by opt.DistOpt. `communicator`: the
-    DistOpt's (opt.DistOpt(...).communicator); none: the default communicator."""
+    DistOpt's (opt.DistOpt(...).communicator); none: loom.comm.communicator()."""
 
     def __init__(self, num_features, communicator=None, momentum=0.1, eps=1e-5, device=None, dtype=None):
         if communicator is None:
-            communicator = core.default_communicator()
+            from . import comm
+            communicator = comm.communicator()
         super().__init__(core.SyncBatchNorm2d(num_features, communicator, float(momentum), float(eps),
                                               _options(device, dtype)))
 

@@ -81,14 +81,18 @@ class DistOpt(Optimizer):
 
     Eagerly every all-reduce blocks; in a captured step the graph regroups them into buckets
     all-reduced while the backward still runs (Note [Gradient buckets]), with the same numbers.
-    `communicator`: none gives the default one (Note [The default communicator]: MPI or NCCL,
-    raising loom.DeviceError saying what to install when loom was built without them).
+    `communicator`: none gives loom.comm.communicator() (MPI's world, a 1-rank world when the
+    script is started alone; loom.DeviceError saying what to install when loom was built without
+    MPI).
     `compression`: "none", "fp16" or "bf16" on the wire. `bucket_bytes`: the eager bucket size
     (graphs take GraphOptions.bucket_bytes)."""
 
     def __init__(self, opt, communicator=None, compression="none", bucket_bytes=25 << 20):
         self.opt = _check(opt)
-        self.communicator = core.default_communicator() if communicator is None else communicator
+        if communicator is None:
+            from . import comm  # the default: loom.comm's, which also takes the job down on an uncaught error
+            communicator = comm.communicator()
+        self.communicator = communicator
         super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression), int(bucket_bytes)))
 
     @property
