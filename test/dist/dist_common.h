@@ -1,11 +1,12 @@
 // Helpers of the data-parallel tests (issue 15).
 //
 // Note [Rank launchers]
-// Every multi-rank test is a function of one rank, run by a launcher: here the in-process
-// communicator (N threads, one CPU device each); under mpirun, a launcher that runs the same
-// function once for this process's rank on an MPI communicator. The references are computed
-// inside the rank function without any communicator (plain training on the global batch), so
-// a test needs nothing from the other ranks but their collectives.
+// Every multi-rank test is a function of one rank, run by a launcher: alone, the in-process
+// communicator (N threads, one CPU device each); under mpirun (ctest's test_dist_mpi_2ranks),
+// the same function once, for this process's rank of MPI's world. The references are computed
+// inside the rank function without any communicator (plain training on the global batch), so a
+// test needs nothing from the other ranks but their collectives. Tests for a world size other
+// than mpirun's skip there, saying so.
 #pragma once
 
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "common/mlp.h"
 #include "core/ops.h"
 #include "device/device.h"
+#include "io/comm/comm.h"
 #include "io/comm/inproc.h"
 #include "nn/dist_opt.h"
 
@@ -35,6 +37,27 @@ inline Launcher InProcLauncher(InProcOptions options = {}) {
       if (e) std::rethrow_exception(e);
   };
 }
+
+inline bool UnderMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+// MPI's world, made once (and finalised by io/comm at exit).
+inline const std::shared_ptr<Communicator>& MpiWorld() {
+  static std::shared_ptr<Communicator> comm = MakeCommunicator("mpi");
+  return comm;
+}
+
+// Note [Rank launchers]: in-process threads, or this process's rank under mpirun.
+inline Launcher Launch() {
+  if (!UnderMpirun()) return InProcLauncher();
+  return [](int world, const RankFn& fn) {
+    const std::shared_ptr<Communicator>& c = MpiWorld();
+    LOOM_CHECK(c->size() == world, ValueError, "[test] mpirun started ", c->size(), " ranks, the test needs ", world);
+    fn(c->rank(), c);
+  };
+}
+
+// The number of ranks a test can run with: mpirun's, else `in_process`.
+inline int WorldSize(int in_process) { return UnderMpirun() ? MpiWorld()->size() : in_process; }
 
 constexpr int64_t kGlobalBatch = 32, kFeatures = 16, kClasses = 16;
 const std::vector<int64_t> kDims{kFeatures, 32, 32, kClasses};

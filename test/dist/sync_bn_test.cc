@@ -65,8 +65,8 @@ BnResult RunBn(Bn& bn, const std::vector<double>& x, const std::vector<double>& 
 
 TEST(SyncBatchNorm, MatchesBatchNormOnTheFullBatchAndReducesGammaBetaGradientsOnce) {
   const std::vector<double> x = Random(size_t(kN * kC * kH * kW), 11, 0.7), w = Random(x.size(), 12);
-  for (int world : {2, 4}) {
-    InProcLauncher()(world, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+  for (int world : UnderMpirun() ? std::vector<int>{WorldSize(2)} : std::vector<int>{2, 4}) {
+    Launch()(world, [&](int rank, const std::shared_ptr<Communicator>& comm) {
       auto dev = NewCpuDevice(rank);
       nn::LayerOptions o;
       o.device = dev;
@@ -130,7 +130,7 @@ std::vector<double> Flat(const std::vector<Tensor>& ts) {
 }
 
 TEST(SyncBatchNorm, TrainsLikeBatchNormOnTheFullBatchThroughDistOpt) {
-  const int world = 2, steps = 4;
+  const int world = WorldSize(2), steps = 4;
   auto batch = [&](int s, int64_t r0, int64_t rows, const std::shared_ptr<Device>& dev, Tensor* x, Tensor* y) {
     std::vector<double> xs = Rows(Random(size_t(kN * kC * kH * kW), uint32_t(100 + s), 0.3), r0, rows);
     std::vector<int32_t> ys;
@@ -146,7 +146,7 @@ TEST(SyncBatchNorm, TrainsLikeBatchNormOnTheFullBatchThroughDistOpt) {
     }
   };
   for (Mode mode : {Mode::kEager, Mode::kSerial}) {
-    InProcLauncher()(world, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    Launch()(world, [&](int rank, const std::shared_ptr<Communicator>& comm) {
       auto dev = NewCpuDevice(rank);
       nn::LayerOptions o;
       o.device = dev;
