@@ -205,6 +205,19 @@ class Model(Layer, _Checkpoints):
         self._in_step = False
         self._steps = {}
         self._last_step = None
+        self._in_call = False
+
+    def __call__(self, *args, **kwargs):
+        """SINGA's Model.__call__: train_one_batch in training mode, forward in eval mode. A call
+        made while that train_one_batch runs (self(x) inside it) is forward, as is any call on a
+        model that defines no train_one_batch."""
+        if not self.training or self._in_call or type(self).train_one_batch is Model.train_one_batch:
+            return self.forward(*args, **kwargs)
+        self._in_call = True
+        try:
+            return self.train_one_batch(*args, **kwargs)
+        finally:
+            self._in_call = False
 
     # ---- setup ----
     def set_optimizer(self, optimizer):
