@@ -214,6 +214,15 @@ def test_sum_average_transpose_sizeof(dev):
     np.testing.assert_allclose(tensor.average(t, 2).to_numpy(), a.mean(2), rtol=1e-5)
     for axes in (None, (1, 0, 2), (2, 0, 1)):
         np.testing.assert_array_equal(tensor.transpose(t, axes).to_numpy(), np.transpose(a, axes))
+    np.testing.assert_array_equal(t.transpose((2, 0, 1)).to_numpy(), np.transpose(a, (2, 0, 1)))
+    np.testing.assert_array_equal(t.transpose([1, 0, 2]).to_numpy(), np.transpose(a, [1, 0, 2]))
+    np.testing.assert_array_equal(t.transpose(0, 2).to_numpy(), np.swapaxes(a, 0, 2))  # loom's pair form
+    with pytest.raises(loom.ValueError):
+        tensor.transpose(t, (0, 1))
+    assert t.memsize() == a.nbytes and not t.is_empty() and tensor.zeros((0, 3), dev).is_empty()
+    c = t.deepcopy()
+    c.set_value(0.0)
+    np.testing.assert_array_equal(t.to_numpy(), a)
     for d in ("float32", "float64", "float16", "int32", "int64", "uint8", "bool"):
         assert tensor.sizeof(d) == np.dtype(d).itemsize
     assert tensor.sizeof("bfloat16") == 2 and tensor.sizeof(np.float64) == 8

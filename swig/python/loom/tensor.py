@@ -458,6 +458,14 @@ def _astype(self, dtype):
     return core.cast(self, _enum(dtype))
 
 
+def _transpose_method(self, a=-2, b=-1):
+    """t.transpose(a, b) swaps two axes (the last two by default); t.transpose(axes), with a
+    sequence, permutes them as numpy and SINGA do. Views."""
+    if isinstance(a, (list, tuple)):
+        return core.permute(self, tuple(int(x) for x in a))
+    return core.transpose(self, a, b)
+
+
 def _copy(self):
     out = core.empty(_c.Tensor_shape(self), _c.Tensor_dtype(self), _c.Tensor_device(self))
     core.copy_into(out, self)
@@ -510,7 +518,10 @@ _METHODS = {
     "clone": _copy,
     "astype": _astype,
     "reshape": _reshape,
-    "transpose": lambda self, a=-2, b=-1: core.transpose(self, a, b),
+    "transpose": _transpose_method,
+    "deepcopy": _copy,
+    "memsize": lambda self: _c.Tensor_nbytes(self),
+    "is_empty": lambda self: _c.Tensor_numel(self) == 0,
     "flatten": lambda self, start_axis=1: core.flatten(self, start_axis),
     "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis), keepdims),
     "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis), keepdims),
