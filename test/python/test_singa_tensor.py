@@ -107,10 +107,17 @@ def test_getitem_basic_indexing(dev):
     a = RNG.normal(size=(3, 4, 5)).astype(np.float32)
     t = t_(a, dev)
     for key in [1, -1, (1, 2), slice(1, 3), (slice(None), 2), (Ellipsis, 1), (0, Ellipsis, slice(1, 4)),
-                (None, 1), (slice(None), None, slice(2, 10)), (1, 2, 3), slice(5, 2), (slice(-2, None), -3)]:
+                (None, 1), (slice(None), None, slice(2, 10)), (1, 2, 3), slice(5, 2), (slice(-2, None), -3),
+                slice(None, None, 2), slice(None, None, -1), (slice(None), slice(4, 0, -2)), (Ellipsis, slice(1, 5, 3)),
+                [2, 0, 2], (slice(None), [3, -1, 0]), (1, [0, 3], slice(None, None, 2)), (1, slice(None), [0, 2]), ([0, 2], slice(None), 1),
+                (slice(None), 1, [0, 2]), (1, None, [3, 1]), (Ellipsis, []),
+                np.array([1, 1]), (slice(None), None, np.array([3, 0], np.int64))]:
         got = t[key]
         np.testing.assert_array_equal(got.to_numpy(), a[key], err_msg=repr(key))
         assert got.shape == a[key].shape
+        # an int tensor takes the concatenating path, the float one the gathering one
+        ai = (a * 10).astype(np.int32)
+        np.testing.assert_array_equal(t_(ai, dev)[key].to_numpy(), ai[key], err_msg=repr(key))
 
 
 def test_getitem_is_differentiable(dev):
@@ -122,6 +129,12 @@ def test_getitem_is_differentiable(dev):
     want = np.zeros_like(a)
     want[1, 1:3] = 2.0
     np.testing.assert_array_equal(grad.to_numpy(), want)
+    # a gather: repeated indices add up, as numpy's np.add.at does
+    loss = autograd.sum(t[:, [3, 0, 3]][::2] * 3.0)
+    ((_, grad),) = autograd.backward(loss)
+    want = np.zeros_like(a)
+    np.add.at(want, (slice(None, None, 2), [3, 0, 3]), 3.0)
+    np.testing.assert_array_equal(grad.to_numpy(), want)
 
 
 def test_getitem_errors(dev):
@@ -130,10 +143,16 @@ def test_getitem_errors(dev):
         t[3]
     with pytest.raises(loom.ShapeError, match="too many indices"):
         t[0, 0, 0]
-    with pytest.raises(loom.ValueError, match="only step 1"):
-        t[::2]
-    with pytest.raises(loom.ValueError, match="no boolean or array"):
-        t[[0, 1]]
+    with pytest.raises(loom.ShapeError, match="index 5 is out of bounds for axis 1"):
+        t[:, [0, 5]]
+    with pytest.raises(loom.ValueError, match="no boolean masks"):
+        t[np.array([True, False, True])]
+    with pytest.raises(loom.ValueError, match="no boolean masks"):
+        t[[0, 1], [0, 1]]  # two int sequences: numpy's broadcasting advanced indexing is not supported
+    with pytest.raises(loom.ValueError, match="no boolean masks"):
+        t[[[0, 1]]]
+    with pytest.raises(loom.ValueError, match="no boolean masks"):
+        t["a"]
     with pytest.raises(loom.ValueError, match="single ellipsis"):
         t[..., ...]
 

@@ -298,11 +298,29 @@ def _order(tensor_op, name):
 
 # ---- indexing: t[i], t[a:b], t[..., i], t[:, None]: views on slice/reshape ----
 
+def _take(x, axis, idx):
+    """The entries `idx` (ints in range) of axis `axis`, in order: float tensors gather them with
+    one embedding op (differentiable: its backward scatter-adds), other dtypes concatenate
+    one-element slices."""
+    if not idx:
+        return core.slice(x, axis, 0, 0)
+    shape = _c.Tensor_shape(x)
+    if _NAME[_c.Tensor_dtype(x)] not in (float32, float64) or _c.Tensor_numel(x) == 0:
+        return core.cat([core.slice(x, axis, i, i + 1) for i in idx], axis)
+    others = [d for d in range(len(shape)) if d != axis]
+    rest = tuple(shape[d] for d in others)
+    table = core.reshape(core.permute(x, (axis,) + tuple(others)), (shape[axis], int(np.prod(rest, dtype=np.int64))))
+    rows = core.embedding(table, from_numpy(np.asarray(idx, np.int64), _c.Tensor_device(x)))
+    y = core.reshape(rows, (len(idx),) + rest)
+    inverse = tuple(int(j) for j in np.argsort((axis,) + tuple(others)))
+    return core.permute(y, inverse)
+
+
 def _getitem(self, key):
-    """Basic indexing (numpy's): ints, slices of step 1, Ellipsis and None. Ints and slices are
-    slice ops (differentiable; a slice is a copy, not a view: writing into the result leaves
-    this tensor unchanged); an int then drops its axis (a reshape). Boolean or
-    integer-array indexing and other steps are a loom.ValueError."""
+    """numpy's indexing, less boolean masks: ints, slices (any step), Ellipsis, None, and one
+    1-D sequence of ints (t[[0, 2]], t[:, idx]). Ints and slices of step 1 are slice ops, other
+    steps and int sequences gather (_take); all differentiable. The result is a copy, not a
+    view: writing into it leaves this tensor unchanged. An int drops its axis (a reshape)."""
     if not isinstance(key, tuple):
         key = (key,)
     n_ellipsis = len([k for k in key if k is Ellipsis])
@@ -317,34 +335,49 @@ def _getitem(self, key):
         key = key[:i] + (slice(None),) * (len(shape) - used) + key[i + 1:]
     else:
         key = key + (slice(None),) * (len(shape) - used)
-    out, axis, new_shape = self, 0, []
+    out, axis, new_shape, gathered = self, 0, [], False
     for k in key:
         if k is None:
             new_shape.append(1)
             continue
         size = shape[axis]
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer, slice)):
-            raise errors.ValueError(f"[tensor.__getitem__] index {k!r} on {self.describe()}: only ints, slices "
-                                    "of step 1, '...' and None are supported (no boolean or array indexing)")
         if isinstance(k, slice):
             start, stop, step = k.indices(size)
+            idx = range(start, stop, step)
             if step != 1:
-                raise errors.ValueError(f"[tensor.__getitem__] slice {k!r} on {self.describe()}: only step 1 is "
-                                        "supported")
-            stop = max(start, stop)
-            if (start, stop) != (0, size):
-                out = core.slice(out, axis, start, stop)
-            new_shape.append(stop - start)
-        else:
+                out = _take(out, axis, list(idx))
+            elif (start, max(start, stop)) != (0, size):
+                out = core.slice(out, axis, start, max(start, stop))
+            new_shape.append(len(idx))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
             i = int(k)
             if not -size <= i < size:
                 raise errors.ShapeError(f"[tensor.__getitem__] index {i} is out of bounds for axis {axis} of "
                                         f"{self.describe()}")
             i %= size
             out = core.slice(out, axis, i, i + 1)
+        else:
+            arr = np.asarray(k) if isinstance(k, (list, tuple, range, np.ndarray)) else None
+            if arr is None or arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or gathered is not False:
+                raise errors.ValueError(f"[tensor.__getitem__] index {k!r} on {self.describe()}: supported are "
+                                        "ints, slices, '...', None and one 1-D sequence of ints (no boolean masks)")
+            idx = [int(i) for i in arr]
+            bad = [i for i in idx if not -size <= i < size]
+            if bad:
+                raise errors.ShapeError(f"[tensor.__getitem__] index {bad[0]} is out of bounds for axis {axis} of "
+                                        f"{self.describe()}")
+            out = _take(out, axis, [i % size for i in idx])
+            gathered = len(new_shape)
+            new_shape.append(len(idx))
         axis += 1
     if tuple(new_shape) != _c.Tensor_shape(out):
         out = core.reshape(out, tuple(new_shape))
+    if gathered is not False:
+        # numpy: with a sequence, ints are advanced indices too; when the advanced indices are
+        # not side by side, their dimension goes first
+        adv = [j for j, k in enumerate(key) if k is not None and not isinstance(k, slice)]
+        if adv != list(range(adv[0], adv[-1] + 1)) and gathered != 0:
+            out = core.permute(out, (gathered,) + tuple(d for d in range(len(new_shape)) if d != gathered))
     return out
 
 
