@@ -5,6 +5,7 @@ import pytest
 
 import loom
 from loom import autograd, layer, model, opt, tensor
+from loom.tensor import Tensor
 
 RNG = np.random.default_rng(5)
 X = RNG.normal(size=(8, 6)).astype(np.float32)
@@ -92,3 +93,25 @@ def test_call_without_train_one_batch_is_forward(dev):
     m = Plain()
     assert m.training
     assert m(tensor.from_numpy(X, dev)).shape == (8, 2)
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_compile_accepts_placeholders(dev, use_graph):
+    """SINGA's examples compile with Tensor(shape, dev) never written, and fill it later."""
+    m = Net()
+    m.set_optimizer(opt.SGD(0.1))
+    tx, ty = Tensor((8, 6), dev), Tensor((8,), dev, "int32")
+    m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)
+    assert not tx._allocated()  # the check did not write the placeholder
+    params = m.get_params()
+    w = next(v for k, v in params.items() if k.endswith("weight")).to_numpy().astype(np.float64)
+    b = next(v for k, v in params.items() if k.endswith("bias")).to_numpy().astype(np.float64)
+    tx.copy_from_numpy(X)
+    ty.copy_from_numpy(Y)
+    _, loss = m(tx, ty)
+    z = X @ w + b
+    z -= z.max(1, keepdims=True)
+    want = np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(8), Y])
+    assert loss.item() == pytest.approx(want, rel=1e-5)
+    with pytest.raises(loom.ShapeError):  # the check still finds shape errors, with placeholders too
+        Net().compile([Tensor((8, 5), dev)], is_train=True, use_graph=True)

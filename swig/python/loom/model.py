@@ -225,7 +225,8 @@ class Model(Layer, _Checkpoints):
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None):
         """Chooses the execution mode. `inputs`: example input tensors (their device is the
-        model's). With use_graph the forward pass is checked against them by a capture that runs
+        model's; placeholders, tensors never written, are fine). With use_graph the forward pass is
+        checked against them by a capture that runs
         nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
         loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}."""
         inputs = [self._as_tensor(x, None) for x in inputs]
@@ -242,6 +243,10 @@ class Model(Layer, _Checkpoints):
         self._graph_options = None if graph_options is None else dict(graph_options)
         self.train(is_train)
         if use_graph:
+            # Placeholders (SINGA's Tensor(shape, dev), never written) stand for their shape: the
+            # check reads zeros of that shape instead, and the placeholder stays unwritten.
+            inputs = [x if x._allocated() else core.zeros(x.shape, core._core.Tensor_dtype(x), x.device)
+                      for x in inputs]
             check = core.new_graph(self._device, f"{type(self).__name__}.compile_check", self._graph_options)
             with autograd.no_grad():
                 check.begin_capture()
