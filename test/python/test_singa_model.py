@@ -115,3 +115,70 @@ def test_compile_accepts_placeholders(dev, use_graph):
     assert loss.item() == pytest.approx(want, rel=1e-5)
     with pytest.raises(loom.ShapeError):  # the check still finds shape errors, with placeholders too
         Net().compile([Tensor((8, 5), dev)], is_train=True, use_graph=True)
+
+
+def test_linear_out_features_only_sizes_itself_at_first_call(dev):
+    fc = layer.Linear(3)
+    assert not fc.initialized and fc.get_params() == {}
+    x = tensor.from_numpy(X, dev)
+    y = fc(x)
+    assert fc.initialized and fc.in_features == 6
+    params = fc.get_params()
+    w, b = params["weight"].to_numpy(), params["bias"].to_numpy()
+    assert w.shape == (6, 3)
+    np.testing.assert_allclose(y.to_numpy(), X.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+    assert set(layer.Linear(4, False).get_params()) == set()
+    nobias = layer.Linear(4, bias=False)
+    nobias(x)
+    assert set(nobias.get_params()) == {"weight"}
+    assert layer.Linear(6, 3).initialized  # the explicit two-size form is unchanged
+    with pytest.raises(loom.ValueError, match=r"\[Linear\] size"):
+        layer.Linear(0)
+    with pytest.raises(loom.TypeError, match=r"\[Linear\]"):
+        layer.Linear(3)(X)
+    seq = layer.Sequential(layer.Linear(5), layer.ReLU(), layer.Linear(2))
+    assert seq(x).shape == (8, 2) and len(seq.get_params()) == 4
+
+
+def test_linear_first_call_during_capture_is_a_graph_error(dev):
+    fc = layer.Linear(3)
+    x = tensor.from_numpy(X, dev)
+    with pytest.raises(loom.GraphError, match="create layers before the capture"):
+        with dev.buffer():
+            fc(x)
+
+
+class SingaMLP(model.Model):
+    """Written as SINGA writes it: layers sized by their outputs only."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.relu, self.fc2 = layer.Linear(16), layer.ReLU(), layer.Linear(3)
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(x)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def test_singa_style_mlp_graph_equals_eager(dev):
+    losses = {}
+    for use_graph in (False, True):
+        dev.SetRandSeed(42)
+        m = SingaMLP()
+        m.set_optimizer(opt.SGD(0.1, 0.9))
+        tx, ty = Tensor((8, 6), dev), Tensor((8,), dev, "int32")
+        m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)  # creates the parameters
+        assert len(m.get_params()) == 4
+        losses[use_graph] = []
+        for step in range(4):
+            tx.copy_from_numpy(X + 0.1 * step)
+            ty.copy_from_numpy(Y)
+            _, loss = m(tx, ty)
+            losses[use_graph].append(loss.item())
+    assert losses[True] == pytest.approx(losses[False], rel=1e-6)
+    assert losses[False][-1] < losses[False][0]

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import autograd, core, errors
 from . import io as _io
-from .layer import Layer, NativeLayer, Sequential
+from .layer import Layer, NativeLayer, Sequential, uninitialized
 from .layer import _options
 from .opt import _check as _check_optimizer
 from .tensor import Tensor, from_numpy
@@ -242,11 +242,17 @@ class Model(Layer, _Checkpoints):
         self._use_graph, self._sequential = bool(use_graph), bool(sequential)
         self._graph_options = None if graph_options is None else dict(graph_options)
         self.train(is_train)
-        if use_graph:
+        if use_graph or uninitialized(self):
             # Placeholders (SINGA's Tensor(shape, dev), never written) stand for their shape: the
             # check reads zeros of that shape instead, and the placeholder stays unwritten.
             inputs = [x if x._allocated() else core.zeros(x.shape, core._core.Tensor_dtype(x), x.device)
                       for x in inputs]
+        if uninitialized(self):
+            # Layers that size themselves at their first input (SINGA's Linear(out)): one eager
+            # forward pass creates their parameters now, before any capture (setup, not a step).
+            with autograd.no_grad():
+                self.forward(*inputs)
+        if use_graph:
             check = core.new_graph(self._device, f"{type(self).__name__}.compile_check", self._graph_options)
             with autograd.no_grad():
                 check.begin_capture()
