@@ -222,7 +222,8 @@ def test_sum_average_transpose_sizeof(dev):
     a = RNG.normal(size=(2, 3, 4)).astype(np.float32)
     t = t_(a, dev)
     s = tensor.sum(t)
-    assert isinstance(s, float) and s == pytest.approx(float(a.sum(dtype=np.float64)), rel=1e-5)
+    assert s.shape == () and float(s) == pytest.approx(float(a.sum(dtype=np.float64)), rel=1e-5)
+    np.testing.assert_allclose(tensor.to_numpy(s), a.sum(), rtol=1e-5)
     np.testing.assert_allclose(tensor.sum(t, 1).to_numpy(), a.sum(1), rtol=1e-5)
     np.testing.assert_allclose(tensor.sum(t, (0, 2)).to_numpy(), a.sum((0, 2)), rtol=1e-5)
     out = tensor.zeros((2, 4), dev)
@@ -316,3 +317,32 @@ def test_einsum_errors(dev):
         tensor.einsum("ij->iz", a)
     with pytest.raises(loom.TypeError, match=r"\[tensor.einsum\]"):
         tensor.einsum(3, a)
+
+
+def test_module_in_place_fills_and_helpers(dev):
+    t = tensor.zeros((20000,), dev)
+    assert tensor.gaussian(3.0, 0.5, t) is t
+    v = t.to_numpy()
+    assert abs(v.mean() - 3.0) < 0.05 and abs(v.std() - 0.5) < 0.05
+    assert tensor.uniform(2.0, 4.0, t) is t
+    v = t.to_numpy()
+    assert v.min() >= 2.0 and v.max() <= 4.0 and abs(v.mean() - 3.0) < 0.05
+    assert tensor.bernoulli(0.25, t) is t and abs(t.to_numpy().mean() - 0.25) < 0.02
+    assert tensor.gaussian((2, 3), 0.0, 1.0, dev).shape == (2, 3)  # loom's creating form is kept
+    assert tensor.product((2, 3, 4)) == 24 and tensor.product(()) == 1
+    with pytest.raises(loom.TypeError, match=r"\[tensor.product\]"):
+        tensor.product((2, 1.5))
+    a = RNG.normal(size=(3, 4)).astype(np.float32)
+    x = t_(a, dev)
+    np.testing.assert_array_equal(tensor.reshape(x, (4, 3)).to_numpy(), a.reshape(4, 3))
+    c = tensor.contiguous(x.transpose())
+    assert c.is_contiguous()
+    np.testing.assert_array_equal(c.to_numpy(), a.T)
+    h = tensor.to_host(x)
+    assert h is not x and h.device == loom.device.create_cpu_device()
+    np.testing.assert_array_equal(h.to_numpy(), a)
+    assert float(t_(np.array([2.5], np.float32), dev)) == 2.5 and int(t_(np.array(7, np.int32), dev)) == 7
+    with pytest.raises(loom.ValueError, match=r"\[tensor\] float\(\) of a tensor needs exactly one element"):
+        float(x)
+    with pytest.raises(loom.TypeError, match=r"\[tensor.bernoulli\]"):
+        tensor.bernoulli(0.5, a)

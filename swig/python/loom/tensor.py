@@ -242,6 +242,15 @@ def _bool(self):
     return bool(self.item())
 
 
+def _scalar(self, what):
+    """The value of a one-element tensor for float(t) / int(t), as numpy's."""
+    n = _c.Tensor_numel(self) if self.defined() else 0
+    if n != 1:
+        raise errors.ValueError(f"[tensor] {what}() of a tensor needs exactly one element, "
+                                f"{self.describe() if self.defined() else 'an undefined tensor'} has {n}")
+    return self.item()
+
+
 def _comparand(self, other):
     """`other` as a tensor of self's dtype for == and !=; None when it cannot be one. A number
     is a scalar of self's dtype (numpy's weak scalars: t_float32 == 0.1 compares with float32
@@ -586,6 +595,8 @@ _METHODS = {
     "bernoulli": _bernoulli,
     "repeat": _repeat,
     "__bool__": _bool,
+    "__float__": lambda self: float(_scalar(self, "float")),
+    "__int__": lambda self: int(_scalar(self, "int")),
     "__neg__": lambda self: core.neg(self),
     "__abs__": lambda self: core.abs(self),
 }
@@ -630,12 +641,25 @@ def full(shape, value, device=None, dtype=None):
 
 
 def gaussian(shape, mean=0.0, std=1.0, device=None, dtype=None):
-    """Normal samples from the device's counter-based generator (dev.SetRandSeed)."""
+    """Normal samples from the device's counter-based generator (dev.SetRandSeed): a new tensor
+    of `shape`. SINGA's in-place form gaussian(mean, std, t), a Tensor third, fills t instead
+    and returns it."""
+    if isinstance(std, Tensor):
+        return _gaussian(std, shape, mean)
     return core.normal(_shape(shape), float(mean), float(std), _enum(dtype), _check_device(device))
 
 
 def uniform(shape, low=0.0, high=1.0, device=None, dtype=None):
+    """Uniform samples in [low, high): a new tensor of `shape`. SINGA's in-place form
+    uniform(low, high, t), a Tensor third, fills t instead and returns it."""
+    if isinstance(high, Tensor):
+        return _uniform(high, shape, low)
     return core.uniform(_shape(shape), float(low), float(high), _enum(dtype), _check_device(device))
+
+
+def bernoulli(p, t):
+    """SINGA's: fills t in place with 1 (probability p) or 0; returns t."""
+    return _bernoulli(_check_tensor("bernoulli", t), p)
 
 
 def zeros_like(t):
@@ -656,11 +680,10 @@ def _check_tensor(op, t):
 
 
 def sum(t, axis=None, out=None):
-    """SINGA's tensor.sum: the sum of all elements as a Python float when axis is None, else a
-    tensor with `axis` (an int or a tuple) removed. `out`, when given, receives the tensor."""
+    """SINGA's tensor.sum: a tensor with `axis` (an int or a tuple) summed away; axis None sums
+    every element into a one-element tensor (float(result) is the number). `out`, when given,
+    receives the result and is returned."""
     _check_tensor("sum", t)
-    if axis is None:
-        return float(core.sum(t, (), False).item())
     r = core.sum(t, _axes(axis), False)
     if out is not None:
         return _copy_data(_check_tensor("sum", out), r)
@@ -682,6 +705,29 @@ def transpose(t, axes=None):
     if axes is None:
         axes = tuple(range(t.ndim))[::-1]
     return core.permute(t, tuple(int(a) for a in axes))
+
+
+def product(shape):
+    """The product of a sequence of ints (a shape's number of elements); 1 for an empty one."""
+    try:
+        return int(np.prod([operator.index(n) for n in shape], dtype=np.int64))
+    except TypeError:
+        raise errors.TypeError(f"[tensor.product] expected a sequence of ints, got {shape!r}") from None
+
+
+def reshape(t, shape):
+    """A tensor of t's values in `shape` (a view when t is contiguous)."""
+    return _reshape(_check_tensor("reshape", t), shape)
+
+
+def contiguous(t):
+    """t itself when contiguous, else a contiguous copy."""
+    return t if _c.Tensor_is_contiguous(_check_tensor("contiguous", t)) else _copy(t)
+
+
+def to_host(t):
+    """SINGA's: a new tensor on the CPU with t's values (t is unchanged)."""
+    return _to_host(_copy(_check_tensor("to_host", t)))
 
 
 def sizeof(dtype):
