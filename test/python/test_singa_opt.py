@@ -91,9 +91,10 @@ def test_step_and_states_round_trip(dev):
     p = tensor.from_numpy(P0.copy(), dev)
     sgd.apply("w", p, tensor.from_numpy(GRADS[0], dev))
     sgd.step()
-    states = sgd.get_states()
-    assert states["step_count"] == 1 and states["lr"] == pytest.approx(0.1)
-    buf = states["w/momentum"].to_numpy()
+    states = sgd.get_states()  # SINGA's layout
+    assert states["step_counter"] == 1 and states["lr"] == pytest.approx(0.1)
+    assert set(states["moments"]) == {"w"}
+    buf = states["moments"]["w"].to_numpy()
     np.testing.assert_allclose(buf, 0.5 * GRADS[0], rtol=1e-6)  # (1 - dampening) * g
     # a fresh optimizer continues exactly where the first one is
     fresh = opt.SGD(0.1, 0.9, 0.5)
@@ -105,7 +106,20 @@ def test_step_and_states_round_trip(dev):
     np.testing.assert_array_equal(p.to_numpy(), q.to_numpy())
     np.testing.assert_allclose(q.to_numpy(), sgd_reference(P0, GRADS[:2], 0.1, 0.9, 0.5), rtol=1e-5, atol=1e-6)
     # get_states copies: changing the optimizer later leaves the dict's tensors alone
-    np.testing.assert_array_equal(states["w/momentum"].to_numpy(), buf)
+    np.testing.assert_array_equal(states["moments"]["w"].to_numpy(), buf)
+
+
+def test_update_is_apply_by_name(dev):
+    a, b = opt.SGD(0.1, 0.9), opt.SGD(0.1, 0.9)
+    p, q = tensor.from_numpy(P0.copy(), dev), tensor.from_numpy(P0.copy(), dev)
+    p.name = "w"
+    for g in GRADS:
+        a.update(p, tensor.from_numpy(g, dev))
+        b.apply("w", q, tensor.from_numpy(g, dev))
+    np.testing.assert_array_equal(p.to_numpy(), q.to_numpy())
+    assert set(a.get_states()["moments"]) == {"w"}
+    with pytest.raises(loom.TypeError, match=r"\[optimizer.update\]"):
+        a.update(P0, q)
 
 
 def test_set_states_bad_input_is_typed(dev):
@@ -113,10 +127,28 @@ def test_set_states_bad_input_is_typed(dev):
     with pytest.raises(loom.TypeError, match=r"\[optimizer\] set_states"):
         sgd.set_states([1, 2])
     with pytest.raises(loom.TypeError, match=r"\[optimizer\] set_states"):
-        sgd.set_states({"lr": 0.1, "w/momentum": "x"})
+        sgd.set_states({"lr": 0.1, "moments": {"w": "x"}})
+    with pytest.raises(loom.TypeError, match=r"\[optimizer\] set_states"):
+        sgd.set_states({"lr": 0.1, "w/momentum": tensor.ones((3, 4), dev)})
     with pytest.raises(loom.ValueError, match="no 'lr'"):
         sgd.set_states({})
     plain = opt.SGD(0.1)  # keeps no momentum: restoring one is refused, nothing changes
     with pytest.raises(loom.IOError):
-        plain.set_states({"lr": 0.2, "w/momentum": tensor.ones((3, 4), dev)})
+        plain.set_states({"lr": 0.2, "moments": {"w": tensor.ones((3, 4), dev)}})
     assert plain.lr == pytest.approx(0.1)
+
+
+def test_adam_states_round_trip(dev):
+    adam = opt.Adam(0.01)
+    p = tensor.from_numpy(P0.copy(), dev)
+    adam.apply("w", p, tensor.from_numpy(GRADS[0], dev))
+    states = adam.get_states()
+    assert set(states["m"]) == {"w"} and set(states["v"]) == {"w"}
+    np.testing.assert_allclose(states["m"]["w"].to_numpy(), 0.1 * GRADS[0], rtol=1e-5)
+    np.testing.assert_allclose(states["v"]["w"].to_numpy(), 0.001 * GRADS[0] ** 2, rtol=1e-4)
+    fresh = opt.Adam(0.01)
+    fresh.set_states(states)
+    q = tensor.from_numpy(p.to_numpy(), dev)
+    for o, t in ((adam, p), (fresh, q)):
+        o.apply("w", t, tensor.from_numpy(GRADS[1], dev))
+    np.testing.assert_array_equal(p.to_numpy(), q.to_numpy())

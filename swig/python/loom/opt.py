@@ -45,14 +45,20 @@ class Optimizer:
         replays."""
         self.step_count += 1
 
+    # SINGA's state names: a dict per slot, keyed by parameter name ('moments' for SGD's momentum)
+    _SLOT_GROUPS = {"momentum": "moments", "m": "m", "v": "v"}
+
     def get_states(self):
-        """The optimizer's state as a dict: "<key>/<slot>" -> a copy of the state tensor
-        (momentum, Adam's m and v; key: the name given to apply, or the parameter's storage),
-        and numbers: "lr", "step_count" (and Adam's "adam_steps")."""
+        """The optimizer's state in SINGA's layout: {"step_counter": steps, "lr": the learning
+        rate, "moments": {key: momentum tensor} (SGD with momentum; Adam has "m" and "v"), ...}.
+        The tensors are copies; a key is the name given to apply (the parameter's storage when
+        none was). Adam also keeps "adam_steps", its device-side step count."""
         tensors, meta = core.optimizer_state(self._impl, "")
-        states = {k: t.clone() for k, t in tensors}
+        states = {"step_counter": self.step_count}
         states.update(meta)
-        states["step_count"] = self.step_count
+        for key, t in tensors:
+            owner, _, slot = key.rpartition("/")
+            states.setdefault(self._SLOT_GROUPS.get(slot, slot), {})[owner] = t.clone()
         return states
 
     def set_states(self, states):
@@ -62,17 +68,22 @@ class Optimizer:
         if not isinstance(states, dict):
             raise errors.TypeError(f"[optimizer] set_states expects the dict get_states returns, "
                                    f"got {type(states).__name__}")
+        slots = {group: slot for slot, group in self._SLOT_GROUPS.items()}
         tensors, meta, step_count = [], {}, None
         for k, v in states.items():
-            if isinstance(v, core.Tensor):
-                tensors.append((str(k), v))
-            elif k == "step_count":
+            if isinstance(v, dict) and k in slots:
+                for owner, t in v.items():
+                    if not isinstance(t, core.Tensor):
+                        raise errors.TypeError(f"[optimizer] set_states: states['{k}']['{owner}'] is a "
+                                               f"{type(t).__name__}, not a Tensor")
+                    tensors.append((f"{owner}/{slots[k]}", t))
+            elif k == "step_counter":
                 step_count = v
             elif isinstance(v, numbers.Real) and not isinstance(v, bool):
                 meta[str(k)] = float(v)
             else:
-                raise errors.TypeError(f"[optimizer] set_states: state '{k}' is a {type(v).__name__}; "
-                                       "expected a Tensor or a number")
+                raise errors.TypeError(f"[optimizer] set_states: state '{k}' is a {type(v).__name__}; expected "
+                                       f"a number or a dict ({', '.join(slots)}) of tensors")
         if "lr" not in meta:
             raise errors.ValueError("[optimizer] set_states: no 'lr' in the states (pass what get_states returned)")
         device = tensors[0][1].device if tensors else core.cpu_device()
@@ -80,6 +91,14 @@ class Optimizer:
         core.restore_optimizer_state_from(self._impl, tensors, meta, device, "", "<set_states>")
         if step_count is not None:
             self.step_count = int(step_count)
+
+    def update(self, param, grad):
+        """SINGA's older spelling: apply(param.name, param, grad) (the storage keys the state
+        when the parameter has no name)."""
+        if not isinstance(param, core.Tensor) or not isinstance(grad, core.Tensor):
+            raise errors.TypeError(f"[optimizer.update] expected (param: Tensor, grad: Tensor), got "
+                                   f"({type(param).__name__}, {type(grad).__name__})")
+        self._apply(grad, param, param.name)
 
     def __call__(self, loss):
         """Backward from `loss`, updating every parameter as soon as its gradient is final."""
