@@ -346,3 +346,23 @@ def test_module_in_place_fills_and_helpers(dev):
         float(x)
     with pytest.raises(loom.TypeError, match=r"\[tensor.bernoulli\]"):
         tensor.bernoulli(0.5, a)
+
+
+def test_setitem_whole_tensor(dev):
+    a = RNG.normal(size=(2, 3)).astype(np.float32)
+    t = tensor.zeros((2, 3), dev)
+    t[:] = t_(a, dev)
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    t[...] = 2.5
+    np.testing.assert_array_equal(t.to_numpy(), np.full((2, 3), 2.5))
+    t[:, :] = np.arange(3)  # broadcast, as numpy's
+    np.testing.assert_array_equal(t.to_numpy(), np.tile(np.arange(3, dtype=np.float32), (2, 1)))
+    out = tensor.zeros((3,), dev)
+    assert tensor.sum(t_(a, dev), 0, out=out) is out
+    np.testing.assert_allclose(out.to_numpy(), a.sum(0), rtol=1e-6)
+    for key in (0, slice(1, None), (slice(None), 1), (slice(None), slice(None), slice(None)),
+                (Ellipsis, slice(None, 2)), slice(0, 5)):
+        with pytest.raises(loom.ValueError, match=r"\[tensor.__setitem__\] only whole-tensor"):
+            t[key] = 1.0
+    with pytest.raises(loom.ShapeError, match=r"\[tensor.copy_data\]"):
+        t[:] = tensor.ones((4,), dev)

@@ -390,6 +390,23 @@ def _getitem(self, key):
     return out
 
 
+def _setitem(self, key, value):
+    """t[:] = value and t[...] = value (SINGA's `out[:] = result`): writes every element, from a
+    tensor (converted like copy_data), a number (a fill) or an array of t's shape. Assigning to
+    part of a tensor is a loom.ValueError (loom's slices are copies, not views)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    whole = all(k is Ellipsis or k == slice(None) for k in keys)
+    if not whole or len([k for k in keys if k is not Ellipsis]) > len(_c.Tensor_shape(self)):
+        raise errors.ValueError(f"[tensor.__setitem__] only whole-tensor assignment (t[:] = v, t[...] = v) is "
+                                f"supported, got index {key!r} on {self.describe()}")
+    if isinstance(value, Tensor):
+        _copy_data(self, value)
+    elif isinstance(value, (bool, int, float, np.number)):
+        core.fill(self, float(value))
+    else:
+        self.copy_from_numpy(np.broadcast_to(np.asarray(value), _c.Tensor_shape(self)))
+
+
 # ---- SINGA's in-place and copying methods ----
 
 def _to_device(self, device):
@@ -588,6 +605,7 @@ _METHODS = {
     "__le__": _order(core.less_equal, "__le__"),
     "__ge__": _order(core.greater_equal, "__ge__"),
     "__getitem__": _getitem,
+    "__setitem__": _setitem,
     "to_device": _to_device,
     "to_host": _to_host,
     "as_type": _as_type,
