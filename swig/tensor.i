@@ -147,6 +147,12 @@ static bool HoldsDType(const char* f, Py_ssize_t itemsize, loom::DType dtype) {
     LOOM_CHECK($self->defined(), ValueError, "[tensor] undefined tensor");
     $self->block()->set_persistent(p);
   }
+  // Makes this handle refer to `other`'s memory and autograd state (Tensor.to_device, which SINGA
+  // defines as in place). Other handles of the old tensor keep the old memory.
+  void _rebind(const loom::Tensor& other) {
+    LOOM_CHECK(other.defined(), ValueError, "[tensor] cannot rebind to an undefined tensor");
+    *$self = other;
+  }
   // Identity of the memory: two handles share storage when their block ids are equal.
   unsigned long long _block_id() const { return $self->defined() ? $self->block()->id() : 0; }
 }

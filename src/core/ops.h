@@ -59,6 +59,10 @@ Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y);
 // a, b: one dtype (float32, float64, int32, int64, uint8 or bool). Not differentiable.
 Tensor Equal(const Tensor& a, const Tensor& b);
 Tensor NotEqual(const Tensor& a, const Tensor& b);
+Tensor Greater(const Tensor& a, const Tensor& b);  // a > b
+Tensor Less(const Tensor& a, const Tensor& b);     // a < b
+Tensor GreaterEqual(const Tensor& a, const Tensor& b);
+Tensor LessEqual(const Tensor& a, const Tensor& b);
 
 // ---- activations (src/core/ops/activation.cc) ----
 Tensor Relu(const Tensor& x);

@@ -7,7 +7,8 @@
 // A comparison reads two tensors of one dtype (any dtype with a C++ element type: float32,
 // float64, int32, int64, uint8, bool) with numpy broadcasting and writes a bool tensor (one byte
 // per element, 0 or 1). Its formula sees a, b of the element type T; bool is compared as its
-// uint8 storage. Comparisons have no gradient (their OpDef has no backward), like numpy's.
+// uint8 storage (false < true). NaN is unequal to everything and neither greater nor less than
+// anything, as in IEEE 754 and numpy. Comparisons have no gradient (their OpDef has no backward), like numpy's.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,11 @@
 // a: (A...), b: (B...) -> y: broadcast(A, B), bool
 #define LOOM_COMPARE_FORMULAS(X) \
   X(equal, a == b)               \
-  X(not_equal, a != b)
+  X(not_equal, a != b)           \
+  X(greater, a > b)              \
+  X(less, a < b)                 \
+  X(greater_equal, a >= b)       \
+  X(less_equal, a <= b)
 
 namespace loom {
 namespace ew {

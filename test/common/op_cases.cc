@@ -120,6 +120,10 @@ const std::map<std::string, Fn2>& BinaryForms() {
       {"pow", [](double a, double b, const Attrs&) { return std::pow(a, b); }},
       {"equal", [](double a, double b, const Attrs&) { return a == b ? 1.0 : 0.0; }},
       {"not_equal", [](double a, double b, const Attrs&) { return a != b ? 1.0 : 0.0; }},
+      {"greater", [](double a, double b, const Attrs&) { return a > b ? 1.0 : 0.0; }},
+      {"less", [](double a, double b, const Attrs&) { return a < b ? 1.0 : 0.0; }},
+      {"greater_equal", [](double a, double b, const Attrs&) { return a >= b ? 1.0 : 0.0; }},
+      {"less_equal", [](double a, double b, const Attrs&) { return a <= b ? 1.0 : 0.0; }},
       {"abs_grad", [](double x, double dy, const Attrs&) { return x > 0 ? dy : x < 0 ? -dy : 0.0; }},
       {"erf_grad", [](double x, double dy, const Attrs&) { return dy * 2 / std::sqrt(M_PI) * std::exp(-x * x); }},
       {"clamp_grad",
@@ -233,7 +237,7 @@ void AddElementwise(Table& t) {
 
   // Comparisons, to bool, on every comparable dtype (Note [Comparisons] in
   // device/compare_formulas.h): values on a coarse grid, so that both outcomes occur.
-  for (const char* op : {"equal", "not_equal"})
+  for (const char* op : {"equal", "not_equal", "greater", "less", "greater_equal", "less_equal"})
     for (const auto& [sa, sb] : shapes)
       for (DType dt : {kF32, kF64, DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool})
         t.Add(op, S(sa) + " " + S(sb), dt, ref::Binary(BinaryForms().at(op)))

@@ -1,4 +1,4 @@
-// Comparisons (equal, not_equal): NaN and signed zeros, the bool result with no gradient, and
+// Comparisons (equal, not_equal, greater, less, greater_equal, less_equal): NaN and signed zeros, the bool result with no gradient, and
 // the errors (Note [Comparisons] in device/compare_formulas.h). Forward on every comparable
 // dtype and broadcast, graph replay and CUDA are rows of the op-case table (common/op_cases.cc).
 #include <limits>
@@ -19,6 +19,18 @@ TEST(Compare, NaNEqualsNothingAndSignedZerosAreEqual) {
   }
 }
 
+TEST(Compare, NaNIsUnorderedAndSignedZerosAreEqual) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+    Tensor a = FromDoubles({nan, 0.0, 1.0, 1.0, 3.0}, {5}, dt);
+    Tensor b = FromDoubles({1.0, -0.0, nan, 2.0, 2.0}, {5}, dt);
+    EXPECT_EQ(ToDoubles(ops::Greater(a, b)), (std::vector<double>{0, 0, 0, 0, 1})) << Name(dt);
+    EXPECT_EQ(ToDoubles(ops::Less(a, b)), (std::vector<double>{0, 0, 0, 1, 0})) << Name(dt);
+    EXPECT_EQ(ToDoubles(ops::GreaterEqual(a, b)), (std::vector<double>{0, 1, 0, 0, 1})) << Name(dt);
+    EXPECT_EQ(ToDoubles(ops::LessEqual(a, b)), (std::vector<double>{0, 1, 0, 1, 0})) << Name(dt);
+  }
+}
+
 TEST(Compare, HasNoGradient) {
   Tensor a = RandomTensor({3}, DType::kFloat64, 7);
   a.set_requires_grad(true);
@@ -36,6 +48,9 @@ TEST(Compare, Errors) {
   Tensor h = ops::Zeros({2}, DType::kFloat16, Cpu());
   LOOM_EXPECT_THROW_MSG(ops::Equal(h, h), DTypeError, "[equal] cannot compare float16 tensors");
   LOOM_EXPECT_THROW_MSG(ops::Equal(a, Tensor()), ValueError, "[equal] input 1 is undefined");
+  LOOM_EXPECT_THROW_MSG(ops::Less(a, RandomTensor({4}, DType::kFloat32, 2)), ShapeError,
+                        "[less] shapes (2, 3) and (4,) do not broadcast");
+  LOOM_EXPECT_THROW_MSG(ops::GreaterEqual(h, h), DTypeError, "[greater_equal] cannot compare float16 tensors");
 }
 
 }  // namespace

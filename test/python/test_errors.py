@@ -113,7 +113,7 @@ def test_no_error_terminates_the_interpreter(root):
             lambda: layer.Dropout(2.0),
             lambda: opt.SGD(-1),
             lambda: dev.ExecBuffOps(),
-            lambda: dev.SetBufferFlag(False),
+            lambda: dev.graph("nope"),  # (SetBufferFlag(False) with no capture is a no-op: SINGA)
             lambda: tensor.Tensor((2,)).item(),
             lambda: tensor.zeros((2,)).item(),
             lambda: np.asarray(tensor.Tensor((3,))),

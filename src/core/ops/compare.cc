@@ -20,18 +20,23 @@ std::vector<TensorMeta> InferCompare(const std::string& op, const std::vector<Te
 
 }  // namespace
 
-// No backward: a comparison's output is a constant to autograd (Note [Comparisons]).
-LOOM_OP(equal) {
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return InferCompare("equal", in); };
-}
-LOOM_OP(not_equal) {
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return InferCompare("not_equal", in); };
-}
+// One op per row of LOOM_COMPARE_FORMULAS. No backward: a comparison's output is a constant to
+// autograd (Note [Comparisons]).
+#define LOOM_DEFINE_COMPARE_OP(op, formula)                                                               \
+  LOOM_OP(op) {                                                                                           \
+    def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return InferCompare(#op, in); }; \
+  }
+LOOM_COMPARE_FORMULAS(LOOM_DEFINE_COMPARE_OP)
+#undef LOOM_DEFINE_COMPARE_OP
 
 namespace ops {
 
 Tensor Equal(const Tensor& a, const Tensor& b) { return Call1("equal", {a, b}); }
 Tensor NotEqual(const Tensor& a, const Tensor& b) { return Call1("not_equal", {a, b}); }
+Tensor Greater(const Tensor& a, const Tensor& b) { return Call1("greater", {a, b}); }
+Tensor Less(const Tensor& a, const Tensor& b) { return Call1("less", {a, b}); }
+Tensor GreaterEqual(const Tensor& a, const Tensor& b) { return Call1("greater_equal", {a, b}); }
+Tensor LessEqual(const Tensor& a, const Tensor& b) { return Call1("less_equal", {a, b}); }
 
 }  // namespace ops
 }  // namespace loom

@@ -73,6 +73,19 @@ def set_num_threads(n):
 
 # ---- methods added to core.Device ----
 
+_swig_enable_graph = Device.EnableGraph
+
+
+def EnableGraph(self, on, key="default"):
+    """SINGA's: True starts buffering into graph `key` (replacing one of that key); False ends the
+    capture in progress, and is a no-op when the device is not buffering at all (SINGA's
+    semantics). False while something else captures (a Model's step, a Graph's own capture) is
+    a loom.GraphError: that capture is not this call's to end."""
+    if not on and not self.buffering():
+        return
+    _swig_enable_graph(self, bool(on), key)
+
+
 def SetBufferFlag(self, flag):
     """SINGA's name: True starts buffering into the default graph, False ends the capture."""
     self.EnableGraph(bool(flag))
@@ -114,6 +127,7 @@ def _eq(self, other):
 
 
 _METHODS = {
+    "EnableGraph": EnableGraph,
     "SetBufferFlag": SetBufferFlag,
     "ExecBuffOps": ExecBuffOps,
     "buffer": buffer,

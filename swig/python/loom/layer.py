@@ -130,14 +130,70 @@ class NativeLayer(Layer):
 
 
 class Linear(NativeLayer):
-    """x: (..., in_features) -> (..., out_features); weight (in, out), bias (out)."""
+    """x: (..., in_features) -> (..., out_features); weight (in, out), bias (out).
 
-    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+    Linear(in_features, out_features, bias=True, device=None, dtype=None) creates the parameters
+    now. Linear(out_features, bias=True) is SINGA's form: the input size, device and dtype come
+    from the first input, and the parameters are created at that first call (which therefore
+    must not happen during a capture: Model.compile runs one eager forward pass first)."""
+
+    def __init__(self, in_features, out_features=None, bias=True, device=None, dtype=None):
+        if out_features is None or isinstance(out_features, bool):  # SINGA's Linear(out, bias)
+            if isinstance(out_features, bool):
+                bias = out_features
+            Layer.__init__(self)
+            self._impl = None
+            self.in_features, self.out_features, self._bias = None, _size("Linear", in_features), bool(bias)
+            self._lazy_options = (device, dtype)
+            return
         super().__init__(core.Linear(in_features, out_features, bool(bias), _options(device, dtype)))
         self.in_features, self.out_features = in_features, out_features
 
+    def forward(self, x):  # SINGA's form before its first call; replaced by the C++ method then
+        if not isinstance(x, core.Tensor):
+            raise errors.TypeError(f"[Linear] expected a loom Tensor, got {type(x).__name__}")
+        device, dtype = self._lazy_options
+        if x.ndim < 1:
+            raise errors.ShapeError(f"[Linear] input {x.describe()} has no feature axis")
+        self.in_features = x.shape[-1]
+        self._impl = core.Linear(self.in_features, self.out_features, self._bias,
+                                 _options(device or x.device, dtype or x.dtype))
+        self._impl.train(self.training)
+        self.forward = self._impl.forward
+        return self.forward(x)
+
+    @property
+    def initialized(self):
+        """False for SINGA's Linear(out) until its first call has created the parameters."""
+        return self._impl is not None
+
+    def get_params(self):
+        return super().get_params() if self._impl is not None else OrderedDict()
+
+    def get_states(self):
+        return super().get_states() if self._impl is not None else OrderedDict()
+
+    def train(self, mode=True):
+        if self._impl is None:
+            return Layer.train(self, mode)
+        return super().train(mode)
+
     def __repr__(self):
         return f"Linear({self.in_features}, {self.out_features})"
+
+
+def _size(op, n):
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise errors.ValueError(f"[{op}] size must be a positive int, got {n!r}")
+    return n
+
+
+def uninitialized(layer):
+    """The sub-layers of `layer` (itself included) still waiting for their first input."""
+    out = [layer] if getattr(layer, "initialized", True) is False else []
+    for _, sub in layer._sublayers():
+        out += uninitialized(sub)
+    return out
 
 
 def _activation(name, kind, doc):
@@ -185,7 +241,7 @@ class Sequential(Layer):
                 raise errors.TypeError(f"[Sequential] item {i} is a {type(l).__name__}, not a loom layer")
         self.layers = list(layers)
         self._impl = None
-        if all(isinstance(l, NativeLayer) for l in layers):
+        if all(isinstance(l, NativeLayer) and l._impl is not None for l in layers):
             self._impl = core.Sequential()
             for l in layers:
                 self._impl.add(l._impl)

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import autograd, core, errors
 from . import io as _io
-from .layer import Layer, NativeLayer, Sequential
+from .layer import Layer, NativeLayer, Sequential, uninitialized
 from .layer import _options
 from .opt import _check as _check_optimizer
 from .tensor import Tensor, from_numpy
@@ -205,6 +205,19 @@ class Model(Layer, _Checkpoints):
         self._in_step = False
         self._steps = {}
         self._last_step = None
+        self._in_call = False
+
+    def __call__(self, *args, **kwargs):
+        """SINGA's Model.__call__: train_one_batch in training mode, forward in eval mode. A call
+        made while that train_one_batch runs (self(x) inside it) is forward, as is any call on a
+        model that defines no train_one_batch."""
+        if not self.training or self._in_call or type(self).train_one_batch is Model.train_one_batch:
+            return self.forward(*args, **kwargs)
+        self._in_call = True
+        try:
+            return self.train_one_batch(*args, **kwargs)
+        finally:
+            self._in_call = False
 
     # ---- setup ----
     def set_optimizer(self, optimizer):
@@ -212,7 +225,8 @@ class Model(Layer, _Checkpoints):
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None):
         """Chooses the execution mode. `inputs`: example input tensors (their device is the
-        model's). With use_graph the forward pass is checked against them by a capture that runs
+        model's; placeholders, tensors never written, are fine). With use_graph the forward pass is
+        checked against them by a capture that runs
         nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
         loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}."""
         inputs = [self._as_tensor(x, None) for x in inputs]
@@ -228,6 +242,16 @@ class Model(Layer, _Checkpoints):
         self._use_graph, self._sequential = bool(use_graph), bool(sequential)
         self._graph_options = None if graph_options is None else dict(graph_options)
         self.train(is_train)
+        if use_graph or uninitialized(self):
+            # Placeholders (SINGA's Tensor(shape, dev), never written) stand for their shape: the
+            # check reads zeros of that shape instead, and the placeholder stays unwritten.
+            inputs = [x if x._allocated() else core.zeros(x.shape, core._core.Tensor_dtype(x), x.device)
+                      for x in inputs]
+        if uninitialized(self):
+            # Layers that size themselves at their first input (SINGA's Linear(out)): one eager
+            # forward pass creates their parameters now, before any capture (setup, not a step).
+            with autograd.no_grad():
+                self.forward(*inputs)
         if use_graph:
             check = core.new_graph(self._device, f"{type(self).__name__}.compile_check", self._graph_options)
             with autograd.no_grad():

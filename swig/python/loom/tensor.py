@@ -242,6 +242,15 @@ def _bool(self):
     return bool(self.item())
 
 
+def _scalar(self, what):
+    """The value of a one-element tensor for float(t) / int(t), as numpy's."""
+    n = _c.Tensor_numel(self) if self.defined() else 0
+    if n != 1:
+        raise errors.ValueError(f"[tensor] {what}() of a tensor needs exactly one element, "
+                                f"{self.describe() if self.defined() else 'an undefined tensor'} has {n}")
+    return self.item()
+
+
 def _comparand(self, other):
     """`other` as a tensor of self's dtype for == and !=; None when it cannot be one. A number
     is a scalar of self's dtype (numpy's weak scalars: t_float32 == 0.1 compares with float32
@@ -274,6 +283,224 @@ def _compare(tensor_op, const_result):
     return op
 
 
+def _order(tensor_op, name):
+    """<, >, <=, >= element-wise into a bool tensor. A number is compared in self's dtype when
+    that holds it exactly, else (t_int < 1.5) both sides are compared as float64."""
+    def op(self, other):
+        t = _operand(self, other)
+        if t is not None:
+            return tensor_op(self, t)
+        if not isinstance(other, (bool, int, float, np.number)):
+            return NotImplemented
+        nd = _TO_NUMPY.get(_NAME[_c.Tensor_dtype(self)])
+        if nd is not None and nd.kind in "iub":
+            lo, hi = (0, 1) if nd.kind == "b" else (np.iinfo(nd).min, np.iinfo(nd).max)
+            v = float(other)
+            exact = bool(np.isfinite(v)) and v == int(v) and lo <= v <= hi
+            if not exact:
+                x = core.cast(self, _ENUM[float64])
+                return tensor_op(x, core.full((), v, _ENUM[float64], _c.Tensor_device(self)))
+        return tensor_op(self, core.full((), float(other), _c.Tensor_dtype(self), _c.Tensor_device(self)))
+    op.__name__ = name
+    return op
+
+
+# ---- indexing: t[i], t[a:b], t[..., i], t[:, None]: views on slice/reshape ----
+
+def _take(x, axis, idx):
+    """The entries `idx` (ints in range) of axis `axis`, in order: float tensors gather them with
+    one embedding op (differentiable: its backward scatter-adds), other dtypes concatenate
+    one-element slices."""
+    if not idx:
+        return core.slice(x, axis, 0, 0)
+    shape = _c.Tensor_shape(x)
+    if _NAME[_c.Tensor_dtype(x)] not in (float32, float64) or _c.Tensor_numel(x) == 0:
+        return core.cat([core.slice(x, axis, i, i + 1) for i in idx], axis)
+    others = [d for d in range(len(shape)) if d != axis]
+    rest = tuple(shape[d] for d in others)
+    table = core.reshape(core.permute(x, (axis,) + tuple(others)), (shape[axis], int(np.prod(rest, dtype=np.int64))))
+    rows = core.embedding(table, from_numpy(np.asarray(idx, np.int64), _c.Tensor_device(x)))
+    y = core.reshape(rows, (len(idx),) + rest)
+    inverse = tuple(int(j) for j in np.argsort((axis,) + tuple(others)))
+    return core.permute(y, inverse)
+
+
+def _getitem(self, key):
+    """numpy's indexing, less boolean masks: ints, slices (any step), Ellipsis, None, and one
+    1-D sequence of ints (t[[0, 2]], t[:, idx]). Ints and slices of step 1 are slice ops, other
+    steps and int sequences gather (_take); all differentiable. The result is a copy, not a
+    view: writing into it leaves this tensor unchanged. An int drops its axis (a reshape)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    n_ellipsis = len([k for k in key if k is Ellipsis])
+    if n_ellipsis > 1:
+        raise errors.ValueError("[tensor.__getitem__] an index can only have a single ellipsis ('...')")
+    shape = _c.Tensor_shape(self)
+    used = len([k for k in key if k is not None and k is not Ellipsis])
+    if used > len(shape):
+        raise errors.ShapeError(f"[tensor.__getitem__] too many indices for {self.describe()}: {used} given")
+    if n_ellipsis:
+        i = next(j for j, k in enumerate(key) if k is Ellipsis)
+        key = key[:i] + (slice(None),) * (len(shape) - used) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (len(shape) - used)
+    out, axis, new_shape, gathered = self, 0, [], False
+    for k in key:
+        if k is None:
+            new_shape.append(1)
+            continue
+        size = shape[axis]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(size)
+            idx = range(start, stop, step)
+            if step != 1:
+                out = _take(out, axis, list(idx))
+            elif (start, max(start, stop)) != (0, size):
+                out = core.slice(out, axis, start, max(start, stop))
+            new_shape.append(len(idx))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            i = int(k)
+            if not -size <= i < size:
+                raise errors.ShapeError(f"[tensor.__getitem__] index {i} is out of bounds for axis {axis} of "
+                                        f"{self.describe()}")
+            i %= size
+            out = core.slice(out, axis, i, i + 1)
+        else:
+            arr = np.asarray(k) if isinstance(k, (list, tuple, range, np.ndarray)) else None
+            if arr is None or arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or gathered is not False:
+                raise errors.ValueError(f"[tensor.__getitem__] index {k!r} on {self.describe()}: supported are "
+                                        "ints, slices, '...', None and one 1-D sequence of ints (no boolean masks)")
+            idx = [int(i) for i in arr]
+            bad = [i for i in idx if not -size <= i < size]
+            if bad:
+                raise errors.ShapeError(f"[tensor.__getitem__] index {bad[0]} is out of bounds for axis {axis} of "
+                                        f"{self.describe()}")
+            out = _take(out, axis, [i % size for i in idx])
+            gathered = len(new_shape)
+            new_shape.append(len(idx))
+        axis += 1
+    if tuple(new_shape) != _c.Tensor_shape(out):
+        out = core.reshape(out, tuple(new_shape))
+    if gathered is not False:
+        # numpy: with a sequence, ints are advanced indices too; when the advanced indices are
+        # not side by side, their dimension goes first
+        adv = [j for j, k in enumerate(key) if k is not None and not isinstance(k, slice)]
+        if adv != list(range(adv[0], adv[-1] + 1)) and gathered != 0:
+            out = core.permute(out, (gathered,) + tuple(d for d in range(len(new_shape)) if d != gathered))
+    return out
+
+
+def _setitem(self, key, value):
+    """t[:] = value and t[...] = value (SINGA's `out[:] = result`): writes every element, from a
+    tensor (converted like copy_data), a number (a fill) or an array of t's shape. Assigning to
+    part of a tensor is a loom.ValueError (loom's slices are copies, not views)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    whole = all(k is Ellipsis or k == slice(None) for k in keys)
+    if not whole or len([k for k in keys if k is not Ellipsis]) > len(_c.Tensor_shape(self)):
+        raise errors.ValueError(f"[tensor.__setitem__] only whole-tensor assignment (t[:] = v, t[...] = v) is "
+                                f"supported, got index {key!r} on {self.describe()}")
+    if isinstance(value, Tensor):
+        _copy_data(self, value)
+    elif isinstance(value, (bool, int, float, np.number)):
+        core.fill(self, float(value))
+    else:
+        self.copy_from_numpy(np.broadcast_to(np.asarray(value), _c.Tensor_shape(self)))
+
+
+# ---- SINGA's in-place and copying methods ----
+
+def _to_device(self, device):
+    """Moves the tensor to `device` in place (SINGA's semantics: this handle then refers to the
+    new memory; other handles on the old memory keep it). Returns self. A host round trip: not
+    allowed while a device captures (loom.GraphError)."""
+    device = _check_device(device)
+    if _c.Tensor_device(self) == device:
+        return self
+    d = _NAME[_c.Tensor_dtype(self)]
+    arr = (core.cast(self, _ENUM[float32]) if d == bfloat16 else self).to_numpy()
+    moved = from_numpy(arr, device)
+    if d == bfloat16:
+        moved = core.cast(moved, _ENUM[bfloat16])
+    requires_grad, name = _c.Tensor_requires_grad(self), _c.Tensor_name(self)
+    self._rebind(moved)
+    if requires_grad:
+        self._set_requires_grad(True)
+    if name:
+        self._set_name(name)
+    return self
+
+
+def _to_host(self):
+    """to_device(the CPU device), in place; returns self."""
+    return _to_device(self, core.cpu_device())
+
+
+def _as_type(self, dtype):
+    """A new tensor of `dtype` (SINGA also accepts 'int' and 'float')."""
+    return core.cast(self, _enum({"int": int32, "float": float32}.get(dtype, dtype) if isinstance(dtype, str)
+                                 else dtype))
+
+
+def _copy_data(self, other):
+    """Writes other's values into this tensor (SINGA's copy_data): the same shape; another dtype
+    is converted, another device is copied through the host. Returns self."""
+    if not isinstance(other, Tensor):
+        raise errors.TypeError(f"[tensor.copy_data] expected a loom Tensor, got {type(other).__name__}")
+    if _c.Tensor_shape(other) != _c.Tensor_shape(self):
+        raise errors.ShapeError(f"[tensor.copy_data] cannot copy {other.describe()} into {self.describe()}: "
+                                "shapes differ")
+    if _c.Tensor_dtype(other) != _c.Tensor_dtype(self):
+        other = core.cast(other, _c.Tensor_dtype(self))
+    if _c.Tensor_device(other) != _c.Tensor_device(self):
+        other = _to_device(_copy(other), _c.Tensor_device(self))
+    core.copy_into(self, other)
+    return self
+
+
+def _bernoulli(self, p):
+    """Fills this tensor in place with 0/1 samples, 1 with probability p. Returns self."""
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.number)):
+        raise errors.TypeError(f"[tensor.bernoulli] p must be a number, got {type(p).__name__}")
+    if not 0.0 <= float(p) <= 1.0:
+        raise errors.ValueError(f"[tensor.bernoulli] p {p} must lie in [0, 1]")
+    core.copy_into(self, core.bernoulli(_c.Tensor_shape(self), float(p), _c.Tensor_dtype(self),
+                                        _c.Tensor_device(self)))
+    return self
+
+
+def _repeat(self, repeats, axis=None):
+    """numpy's repeat: each element `repeats` times along `axis` (None: of the flattened tensor);
+    `repeats` an int, or one int per element of that axis. Built from reshape, broadcast_to
+    and concatenation, so it is differentiable."""
+    x = self
+    if axis is None:
+        x, axis = core.reshape(x, (_c.Tensor_numel(x),)), 0
+    shape = _c.Tensor_shape(x)
+    if not isinstance(axis, (int, np.integer)) or not -len(shape) <= axis < len(shape):
+        raise errors.ValueError(f"[tensor.repeat] axis {axis!r} is out of range for {x.describe()}")
+    axis = int(axis) % len(shape)
+    n = shape[axis]
+    if isinstance(repeats, (int, np.integer)) and not isinstance(repeats, bool):
+        counts = [int(repeats)] * n
+    else:
+        try:
+            counts = [operator.index(r) for r in repeats]
+        except TypeError:
+            raise errors.TypeError(f"[tensor.repeat] repeats must be an int or a sequence of ints, got "
+                                   f"{repeats!r}") from None
+        if len(counts) != n:
+            raise errors.ValueError(f"[tensor.repeat] {len(counts)} repeats for axis {axis} of size {n}")
+    if any(c < 0 for c in counts):
+        raise errors.ValueError(f"[tensor.repeat] repeats must not be negative, got {repeats!r}")
+    if len(set(counts)) <= 1:  # the same count for all: one broadcast
+        r = counts[0] if counts else 0
+        y = core.reshape(x, shape[:axis + 1] + (1,) + shape[axis + 1:])
+        y = core.broadcast_to(y, shape[:axis + 1] + (r,) + shape[axis + 1:])
+        return core.reshape(y, shape[:axis] + (n * r,) + shape[axis + 1:])
+    parts = [_repeat(core.slice(x, axis, i, i + 1), c, axis) for i, c in enumerate(counts) if c > 0]
+    return core.cat(parts, axis)
+
+
 def _reshape(self, *shape):
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = shape[0]
@@ -288,6 +515,14 @@ def _axes(axis):
 
 def _astype(self, dtype):
     return core.cast(self, _enum(dtype))
+
+
+def _transpose_method(self, a=-2, b=-1):
+    """t.transpose(a, b) swaps two axes (the last two by default); t.transpose(axes), with a
+    sequence, permutes them as numpy and SINGA do. Views."""
+    if isinstance(a, (list, tuple)):
+        return core.permute(self, tuple(int(x) for x in a))
+    return core.transpose(self, a, b)
 
 
 def _copy(self):
@@ -342,7 +577,10 @@ _METHODS = {
     "clone": _copy,
     "astype": _astype,
     "reshape": _reshape,
-    "transpose": lambda self, a=-2, b=-1: core.transpose(self, a, b),
+    "transpose": _transpose_method,
+    "deepcopy": _copy,
+    "memsize": lambda self: _c.Tensor_nbytes(self),
+    "is_empty": lambda self: _c.Tensor_numel(self) == 0,
     "flatten": lambda self, start_axis=1: core.flatten(self, start_axis),
     "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis), keepdims),
     "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis), keepdims),
@@ -362,7 +600,21 @@ _METHODS = {
     "__eq__": _compare(core.equal, 0.0),
     "__ne__": _compare(core.not_equal, 1.0),
     "__hash__": object.__hash__,
+    "__lt__": _order(core.less, "__lt__"),
+    "__gt__": _order(core.greater, "__gt__"),
+    "__le__": _order(core.less_equal, "__le__"),
+    "__ge__": _order(core.greater_equal, "__ge__"),
+    "__getitem__": _getitem,
+    "__setitem__": _setitem,
+    "to_device": _to_device,
+    "to_host": _to_host,
+    "as_type": _as_type,
+    "copy_data": _copy_data,
+    "bernoulli": _bernoulli,
+    "repeat": _repeat,
     "__bool__": _bool,
+    "__float__": lambda self: float(_scalar(self, "float")),
+    "__int__": lambda self: int(_scalar(self, "int")),
     "__neg__": lambda self: core.neg(self),
     "__abs__": lambda self: core.abs(self),
 }
@@ -407,12 +659,25 @@ def full(shape, value, device=None, dtype=None):
 
 
 def gaussian(shape, mean=0.0, std=1.0, device=None, dtype=None):
-    """Normal samples from the device's counter-based generator (dev.SetRandSeed)."""
+    """Normal samples from the device's counter-based generator (dev.SetRandSeed): a new tensor
+    of `shape`. SINGA's in-place form gaussian(mean, std, t), a Tensor third, fills t instead
+    and returns it."""
+    if isinstance(std, Tensor):
+        return _gaussian(std, shape, mean)
     return core.normal(_shape(shape), float(mean), float(std), _enum(dtype), _check_device(device))
 
 
 def uniform(shape, low=0.0, high=1.0, device=None, dtype=None):
+    """Uniform samples in [low, high): a new tensor of `shape`. SINGA's in-place form
+    uniform(low, high, t), a Tensor third, fills t instead and returns it."""
+    if isinstance(high, Tensor):
+        return _uniform(high, shape, low)
     return core.uniform(_shape(shape), float(low), float(high), _enum(dtype), _check_device(device))
+
+
+def bernoulli(p, t):
+    """SINGA's: fills t in place with 1 (probability p) or 0; returns t."""
+    return _bernoulli(_check_tensor("bernoulli", t), p)
 
 
 def zeros_like(t):
@@ -421,3 +686,206 @@ def zeros_like(t):
 
 def ones_like(t):
     return core.ones_like(t)
+
+
+# ---------------------------------------------------------------------------------------------
+# SINGA's module functions
+
+def _check_tensor(op, t):
+    if not isinstance(t, Tensor):
+        raise errors.TypeError(f"[tensor.{op}] expected a loom Tensor, got {type(t).__name__}")
+    return t
+
+
+def sum(t, axis=None, out=None):
+    """SINGA's tensor.sum: a tensor with `axis` (an int or a tuple) summed away; axis None sums
+    every element into a one-element tensor (float(result) is the number). `out`, when given,
+    receives the result and is returned."""
+    _check_tensor("sum", t)
+    r = core.sum(t, _axes(axis), False)
+    if out is not None:
+        return _copy_data(_check_tensor("sum", out), r)
+    return r
+
+
+def average(t, axis=None):
+    """SINGA's tensor.average: the mean of all elements as a Python float when axis is None,
+    else a tensor of the means along `axis`."""
+    _check_tensor("average", t)
+    if axis is None:
+        return float(core.mean(t, (), False).item())
+    return core.mean(t, _axes(axis), False)
+
+
+def transpose(t, axes=None):
+    """numpy's transpose: axes permuted by `axes` (None: reversed). A view."""
+    _check_tensor("transpose", t)
+    if axes is None:
+        axes = tuple(range(t.ndim))[::-1]
+    return core.permute(t, tuple(int(a) for a in axes))
+
+
+def product(shape):
+    """The product of a sequence of ints (a shape's number of elements); 1 for an empty one."""
+    try:
+        return int(np.prod([operator.index(n) for n in shape], dtype=np.int64))
+    except TypeError:
+        raise errors.TypeError(f"[tensor.product] expected a sequence of ints, got {shape!r}") from None
+
+
+def reshape(t, shape):
+    """A tensor of t's values in `shape` (a view when t is contiguous)."""
+    return _reshape(_check_tensor("reshape", t), shape)
+
+
+def contiguous(t):
+    """t itself when contiguous, else a contiguous copy."""
+    return t if _c.Tensor_is_contiguous(_check_tensor("contiguous", t)) else _copy(t)
+
+
+def to_host(t):
+    """SINGA's: a new tensor on the CPU with t's values (t is unchanged)."""
+    return _to_host(_copy(_check_tensor("to_host", t)))
+
+
+def sizeof(dtype):
+    """Bytes per element of `dtype`."""
+    return {float32: 4, float64: 8, float16: 2, bfloat16: 2, int32: 4, int64: 8, uint8: 1, bool_: 1}[dtype_name(dtype)]
+
+
+def copy_data_to_from(dst, src, size, dst_offset=0, src_offset=0):
+    """Copies `size` elements of src (flattened, from src_offset) into dst (flattened, from
+    dst_offset), in place. The two have one dtype and one device; dst is contiguous."""
+    _check_tensor("copy_data_to_from", dst)
+    _check_tensor("copy_data_to_from", src)
+    size, dst_offset, src_offset = int(size), int(dst_offset), int(src_offset)
+    nd, ns = _c.Tensor_numel(dst), _c.Tensor_numel(src)
+    if size < 0 or dst_offset < 0 or src_offset < 0 or dst_offset + size > nd or src_offset + size > ns:
+        raise errors.ValueError(f"[tensor.copy_data_to_from] {size} elements from offset {src_offset} of "
+                                f"{src.describe()} into offset {dst_offset} of {dst.describe()}: out of range")
+    if _c.Tensor_dtype(dst) != _c.Tensor_dtype(src):
+        raise errors.DTypeError(f"[tensor.copy_data_to_from] dtypes differ: {dst.describe()} and {src.describe()}")
+    if not _c.Tensor_is_contiguous(dst):
+        raise errors.ValueError(f"[tensor.copy_data_to_from] the destination {dst.describe()} must be contiguous")
+    if size == 0:
+        return dst
+    part = core.slice(core.reshape(src, (ns,)), 0, src_offset, src_offset + size)
+    if _c.Tensor_device(src) != _c.Tensor_device(dst):
+        part = _to_device(part, _c.Tensor_device(dst))
+    # slice copies (it is no view), so the new contents are assembled and written whole
+    flat = core.reshape(dst, (nd,))
+    pieces = [p for p in (core.slice(flat, 0, 0, dst_offset), part, core.slice(flat, 0, dst_offset + size, nd))
+              if _c.Tensor_numel(p)]
+    core.copy_into(dst, core.reshape(core.cat(pieces, 0) if len(pieces) > 1 else pieces[0], _c.Tensor_shape(dst)))
+    return dst
+
+
+def repeat(t, repeats, axis=None):
+    """numpy's repeat (see Tensor.repeat)."""
+    return _repeat(_check_tensor("repeat", t), repeats, axis)
+
+
+def lt(t, x):
+    return _check_tensor("lt", t) < x
+
+
+def le(t, x):
+    return _check_tensor("le", t) <= x
+
+
+def gt(t, x):
+    return _check_tensor("gt", t) > x
+
+
+def ge(t, x):
+    return _check_tensor("ge", t) >= x
+
+
+def eq(t, x):
+    return _check_tensor("eq", t) == x
+
+
+def tensordot(a, b, axes=2):
+    """numpy's tensordot: sums the products over `axes` (an int k: the last k axes of a with the
+    first k of b; or a pair of axis lists), as one matmul between reshaped operands."""
+    _check_tensor("tensordot", a)
+    _check_tensor("tensordot", b)
+    sa, sb = _c.Tensor_shape(a), _c.Tensor_shape(b)
+    if isinstance(axes, (int, np.integer)):
+        k = int(axes)
+        if not 0 <= k <= min(len(sa), len(sb)):
+            raise errors.ValueError(f"[tensor.tensordot] axes={k} for {a.describe()} and {b.describe()}")
+        ax_a, ax_b = list(range(len(sa) - k, len(sa))), list(range(k))
+    else:
+        try:
+            ax_a, ax_b = ([axes_] if isinstance(axes_, (int, np.integer)) else list(axes_) for axes_ in axes)
+        except (TypeError, ValueError):
+            raise errors.TypeError(f"[tensor.tensordot] axes must be an int or a pair of axis lists, "
+                                   f"got {axes!r}") from None
+        if len(ax_a) != len(ax_b):
+            raise errors.ValueError(f"[tensor.tensordot] axes {axes!r}: the two lists differ in length")
+        try:
+            ax_a = [int(x) % len(sa) if -len(sa) <= int(x) < len(sa) else None for x in ax_a]
+            ax_b = [int(x) % len(sb) if -len(sb) <= int(x) < len(sb) else None for x in ax_b]
+        except ZeroDivisionError:
+            ax_a = ax_b = [None]
+        if None in ax_a or None in ax_b:
+            raise errors.ValueError(f"[tensor.tensordot] axes {axes!r} out of range for {a.describe()} and "
+                                    f"{b.describe()}")
+    for i, j in zip(ax_a, ax_b):
+        if sa[i] != sb[j]:
+            raise errors.ShapeError(f"[tensor.tensordot] axis {i} of {a.describe()} and axis {j} of "
+                                    f"{b.describe()} differ in size")
+    free_a = [i for i in range(len(sa)) if i not in ax_a]
+    free_b = [j for j in range(len(sb)) if j not in ax_b]
+    k = int(np.prod([sa[i] for i in ax_a], dtype=np.int64))
+    m = int(np.prod([sa[i] for i in free_a], dtype=np.int64))
+    n = int(np.prod([sb[j] for j in free_b], dtype=np.int64))
+    a2 = core.reshape(core.permute(a, tuple(free_a + ax_a)), (m, k))
+    b2 = core.reshape(core.permute(b, tuple(ax_b + free_b)), (k, n))
+    return core.reshape(core.matmul(a2, b2), tuple(sa[i] for i in free_a) + tuple(sb[j] for j in free_b))
+
+
+def einsum(subscripts, *operands):
+    """numpy's einsum for explicit or implicit subscripts over letters ('ij,jk->ik', 'ii' is
+    not supported: a letter appears at most once per operand). Exact, from broadcasting
+    products and sums: each operand is permuted to one order of all letters, the products
+    broadcast, the letters not in the output are summed."""
+    if not isinstance(subscripts, str):
+        raise errors.TypeError(f"[tensor.einsum] subscripts must be a str, got {type(subscripts).__name__}")
+    for t in operands:
+        _check_tensor("einsum", t)
+    spec = subscripts.replace(" ", "")
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    if len(terms) != len(operands) or not operands:
+        raise errors.ValueError(f"[tensor.einsum] '{subscripts}' names {len(terms)} operands, {len(operands)} given")
+    letters = []
+    for term in terms:
+        if not all(ch.isalpha() for ch in term) or len(set(term)) != len(term):
+            raise errors.ValueError(f"[tensor.einsum] term '{term}' of '{subscripts}': letters only, each at most "
+                                    "once per operand (no '...', no diagonals)")
+        letters += [ch for ch in term if ch not in letters]
+    if not arrow:
+        output = "".join(sorted(ch for ch in letters if inputs.count(ch) == 1))
+    if not all(ch in letters for ch in output) or len(set(output)) != len(output):
+        raise errors.ValueError(f"[tensor.einsum] output '{output}' of '{subscripts}' must name distinct input letters")
+    sizes = {}
+    for term, t in zip(terms, operands):
+        shape = _c.Tensor_shape(t)
+        if len(shape) != len(term):
+            raise errors.ShapeError(f"[tensor.einsum] term '{term}' has {len(term)} letters, {t.describe()} has "
+                                    f"{len(shape)} axes")
+        for ch, n in zip(term, shape):
+            if sizes.setdefault(ch, n) != n:
+                raise errors.ShapeError(f"[tensor.einsum] letter '{ch}' is {sizes[ch]} and {n} long in '{subscripts}'")
+    order = list(output) + [ch for ch in letters if ch not in output]  # summed letters last
+    prod = None
+    for term, t in zip(terms, operands):
+        present = [ch for ch in order if ch in term]
+        x = core.permute(t, tuple(term.index(ch) for ch in present))
+        x = core.reshape(x, tuple(sizes[ch] if ch in term else 1 for ch in order))
+        prod = x if prod is None else core.mul(prod, x)
+    summed = tuple(range(len(output), len(order)))
+    # every letter is full-sized in the operand that has it, so the product is too
+    return core.sum(prod, summed, False) if summed else prod

@@ -1,0 +1,25 @@
+"""examples/singa_style: scripts written as SINGA's are run in both modes, train, and give the
+same losses eagerly and replayed."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import python_env
+
+
+def run(root, script, *args):
+    r = subprocess.run([sys.executable, f"{root}/examples/singa_style/{script}", *args, "--json"],
+                       capture_output=True, text=True, env=python_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_singa_style_mlp_graph_equals_eager_and_learns(root):
+    graph = run(root, "mlp.py", "--graph", "--steps", "30")
+    eager = run(root, "mlp.py", "--eager", "--steps", "30")
+    assert graph["mode"] == "graph" and eager["mode"] == "eager"
+    assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
+    assert eager["losses"][-1] < 0.5 * eager["losses"][0]
+    assert eager["accuracy"] > 0.9 and graph["accuracy"] == pytest.approx(eager["accuracy"])
