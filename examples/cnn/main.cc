@@ -10,11 +10,11 @@
 // background thread). MNIST's 28x28 digits are centred in 32x32 with background pixels, as LeNet-5
 // did, because the small CNN's classifier expects 32x32 inputs. Without --data a deterministic
 // synthetic set of CIFAR's shape is used (class-dependent colour blobs, learnable).
-// --epochs N trains N whole epochs (instead of --steps) and, when DIR also holds the held-out set
-// (t10k-* or test_batch.bin), evaluates after each one in eval mode (nn::Evaluate: BatchNorm
-// running statistics, no gradients, its own graph with --graph), printing the mean training loss,
-// the held-out loss and top-1 accuracy, and the time. --lr-drop N divides the learning rate by 10
-// after epoch N. --csv FILE writes those rows
+// --epochs N trains N whole epochs (instead of --steps). When DIR also holds the held-out set
+// (t10k-* or test_batch.bin), the network is evaluated on it before training and after each epoch
+// in eval mode (nn::Evaluate: BatchNorm running statistics, no gradients, its own graph with
+// --graph); each row shows the mean training loss, the held-out loss and top-1 accuracy, and the
+// time. --lr-drop N divides the learning rate by 10 after epoch N (0: never). --csv FILE writes the rows
 // (tools/plot_training.py draws them); --json ends with one JSON line of results.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
@@ -194,6 +194,11 @@ int Run(const Flags& f) {
       *csv << "epoch,steps,seconds,train_loss,heldout_loss,heldout_top1\n";
     }
     std::printf("%5s  %10s  %12s  %16s  %7s\n", "epoch", "train loss", "held-out loss", "held-out accuracy", "time");
+    if (data.held_out) {  // epoch 0: the untrained network, near chance
+      eval = evaluate();
+      std::printf("%5d  %10s  %13.4f  %16.2f%%  %6.1fs\n", 0, "-", eval.loss, 100 * eval.top1, seconds());
+      if (csv) *csv << "0,0," << seconds() << ",nan," << eval.loss << ',' << eval.top1 << '\n';
+    }
     for (int64_t epoch = 1; epoch <= f.epochs; ++epoch) {
       Tensor loss_sum;
       int64_t epoch_steps = 0;
@@ -270,7 +275,7 @@ int main(int argc, char** argv) {
       else if (a.Is("--print-every")) f.print_every = a.Int(1);
       else if (a.Is("--epochs")) f.epochs = a.Int(1);
       else if (a.Is("--eval-batch")) f.eval_batch = a.Int(1);
-      else if (a.Is("--lr-drop")) f.lr_drop = a.Int(1);
+      else if (a.Is("--lr-drop")) f.lr_drop = a.Int(0);
       else if (a.Is("--csv")) f.csv = a.Value();
       else if (a.Switch("--json")) f.json = true;
       else a.Unknown();
