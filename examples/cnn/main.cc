@@ -2,8 +2,8 @@
 // CIFAR-10 binary batches) or on synthetic CIFAR-10-shaped data, eagerly or as a replayed graph.
 //
 //   loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch 32] [--steps 100] [--lr 0.05]
-//            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--print-every 10]
-//            [--json]
+//            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--seed 7]
+//            [--print-every 10] [--json]
 // --data DIR reads MNIST (DIR/train-images-idx3-ubyte[.gz] and the labels; the digits that
 // tools/setup.sh installs in data/digits are such a folder) or else CIFAR-10
 // (DIR/data_batch_{1..5}.bin) through io::DataLoader (shuffled, normalised, prepared on a
@@ -15,7 +15,8 @@
 // in eval mode (nn::Evaluate: BatchNorm running statistics, no gradients, its own graph with
 // --graph); each row shows the mean training loss, the held-out loss and top-1 accuracy, and the
 // time. --lr-drop N divides the learning rate by 10 after epoch N (0: never). --csv FILE writes the rows
-// (tools/plot_training.py draws them); --json ends with one JSON line of results.
+// (tools/plot_training.py draws them); --json ends with one JSON line of results. --seed N seeds
+// the initial weights and the shuffling order.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -49,6 +50,7 @@ struct Flags {
   int64_t batch = 32, steps = 100, print_every = 10;
   int64_t epochs = 0, eval_batch = 200;  // epochs 0: train --steps steps
   int64_t lr_drop = 0;                   // after this many epochs the rate is divided by 10 (0: never)
+  int64_t seed = 7;                      // the device's random seed (initial weights) and the shuffling order
   double lr = 0.05;
   std::string data, csv;
   bool json = false;
@@ -57,7 +59,7 @@ struct Flags {
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--print-every N] [--json]\n";
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n";
   return 2;
 }
 
@@ -143,7 +145,7 @@ loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool
 
 int Run(const Flags& f) {
   auto dev = loom::CpuDevice();
-  dev->SetRandSeed(7);
+  dev->SetRandSeed(uint64_t(f.seed));
   RealData data;
   if (!f.data.empty()) data = LoadData(f.data);
   const int64_t channels = data.train ? data.train->channels : 3;
@@ -151,7 +153,11 @@ int Run(const Flags& f) {
   loom::nn::Model model(net, std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4));
 
   std::unique_ptr<loom::io::DataLoader> loader;
-  if (data.train) loader = std::make_unique<loom::io::DataLoader>(data.train, LoaderOptions(data, f.batch, true));
+  if (data.train) {
+    auto o = LoaderOptions(data, f.batch, true);
+    o.seed = uint64_t(f.seed);
+    loader = std::make_unique<loom::io::DataLoader>(data.train, o);
+  }
   auto evaluate = [&]() -> loom::nn::EvalResult {
     loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false));
     return loom::nn::Evaluate(model, held_out);
@@ -249,10 +255,10 @@ int Run(const Flags& f) {
   }
   if (f.json) {
     std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
-                "\"epochs\": %lld, \"lr\": %g, \"train_loss\": %.6f, \"heldout_samples\": %lld, "
+                "\"epochs\": %lld, \"lr\": %g, \"seed\": %lld, \"train_loss\": %.6f, \"heldout_samples\": %lld, "
                 "\"heldout_loss\": %.6f, \"heldout_top1\": %.6f, \"seconds\": %.3f}\n",
                 f.model.c_str(), f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
-                (long long)f.batch, (long long)steps, (long long)f.epochs, f.lr, train_loss,
+                (long long)f.batch, (long long)steps, (long long)f.epochs, f.lr, (long long)f.seed, train_loss,
                 (long long)eval.samples, eval.loss, eval.top1, seconds());
   }
   return 0;
@@ -276,6 +282,7 @@ int main(int argc, char** argv) {
       else if (a.Is("--epochs")) f.epochs = a.Int(1);
       else if (a.Is("--eval-batch")) f.eval_batch = a.Int(1);
       else if (a.Is("--lr-drop")) f.lr_drop = a.Int(0);
+      else if (a.Is("--seed")) f.seed = a.Int(0);
       else if (a.Is("--csv")) f.csv = a.Value();
       else if (a.Switch("--json")) f.json = true;
       else a.Unknown();
