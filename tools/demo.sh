@@ -12,7 +12,7 @@
 #   LOOM_BUILD_DIR    build folder (default: build)
 #   LOOM_DATA_DIR     where the set-up put the data sets (default: <repo>/data)
 #   LOOM_DEMO_OUT     where the curves, timeline, trace and plots go (default: <build>/demo)
-#   LOOM_DEMO_EPOCHS  training epochs on the digits (default 4)
+#   LOOM_DEMO_EPOCHS  training epochs on the digits (default 8)
 #   LOOM_DEMO_STEPS   timed steps per mode in the graph-vs-eager table (default 60)
 set -euo pipefail
 
@@ -21,7 +21,7 @@ cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 OUT="${LOOM_DEMO_OUT:-$BUILD/demo}"
 STEPS="${LOOM_DEMO_STEPS:-60}"
-EPOCHS="${LOOM_DEMO_EPOCHS:-4}"
+EPOCHS="${LOOM_DEMO_EPOCHS:-8}"
 DIGITS="${LOOM_DATA_DIR:-$ROOT/data}/digits"
 PY=/usr/bin/python3
 
