@@ -458,8 +458,10 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   loom::GraphOptions o = GraphOptionsFor(mode, f, fuse);
-  if (f.budget_fraction > 0 && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
-    Flags plain = f;  // Note [Recomputing for a memory budget]: the budget is relative to this graph
+  if (f.budget_fraction > 0 && fuse && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
+    // Note [Recomputing for a memory budget]: the budget is relative to this graph. (Not for the
+    // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)
+    Flags plain = f;
     plain.budget_fraction = 0;
     Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse);
     probe.model->TrainOneBatch(probe.x, probe.y);
