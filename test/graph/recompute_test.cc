@@ -91,11 +91,13 @@ void ExpectRecomputedBeforeEveryReader(const OpList& a, const RecomputeResult& r
 class RecomputeTest : public ::testing::Test {
  protected:
   // 5 steps of a 13-layer MLP, replayed; the captured graph stays for inspection.
-  TrainRun Mlp6(size_t budget, double dropout, std::unique_ptr<CapturedGraph>* keep) {
+  TrainRun Mlp6(size_t budget, double dropout, std::unique_ptr<CapturedGraph>* keep,
+                MemoryMode memory = MemoryMode::kPlanned) {
     Mlp m({32, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128, 128, 10}, 5);  // activations dominate at batch 512
     nn::SGD opt(0.05, 0.9, 1e-4);
     GraphOptions options;
     options.memory_budget = budget;
+    options.memory = memory;
     *keep = std::make_unique<CapturedGraph>(CpuDevice(), "mlp", options);
     return TrainReplayed(**keep, m, opt, data_, 5, BatchPlan{512, 100}, dropout);
   }
@@ -130,6 +132,22 @@ TEST_F(RecomputeTest, MlpMeetsBudgetsAndStaysBitwiseEqual) {
       EXPECT_TRUE(SameBits(run.params, ref.params)) << what;
     }
   }
+}
+
+// Dynamic memory: the budget bounds the liveness peak, and the replay's measured peak (device
+// pool, intermediates) stays within it.
+TEST_F(RecomputeTest, DynamicReplayStaysWithinTheBudget) {
+  std::unique_ptr<CapturedGraph> plain, g;
+  const TrainRun ref = Mlp6(0, 0.3, &plain, MemoryMode::kDynamic);
+  const GraphStats& p = plain->graph().stats();
+  const size_t budget = p.persistent_bytes + p.lower_bound_no_inplace_bytes / 2;
+  const TrainRun run = Mlp6(budget, 0.3, &g, MemoryMode::kDynamic);
+  const GraphStats& st = g->graph().stats();
+  EXPECT_GT(st.recomputed_ops, 0u);
+  EXPECT_GT(p.dynamic_peak_bytes + p.persistent_bytes, budget);
+  EXPECT_LE(st.dynamic_peak_bytes + st.persistent_bytes, budget);
+  EXPECT_EQ(std::memcmp(run.losses.data(), ref.losses.data(), ref.losses.size() * sizeof(float)), 0);
+  EXPECT_TRUE(SameBits(run.params, ref.params));
 }
 
 TEST_F(RecomputeTest, RecomputedDropoutDrawsTheSameMask) {
