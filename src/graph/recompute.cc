@@ -8,6 +8,7 @@
 #include "core/block.h"
 #include "core/error.h"
 #include "graph/flops.h"
+#include "graph/passes.h"
 
 LOOM_OP_KIND(copy);
 
@@ -69,10 +70,11 @@ struct Planner {
   std::vector<int> chain;   // ops to copy, in an order that respects their dependencies
   std::set<int> made;       // blocks the chain writes afresh
 
-  // An op may run again when every block it writes is its own (written by it alone, not read by
-  // it, not persistent) or state it updates in place, which the copy updates in a private copy
-  // (Note [Recomputing for a memory budget]).
+  // An op may run again when it is no collective and every block it writes is its own (written
+  // by it alone, not read by it, not persistent) or state it updates in place, which the copy
+  // updates in a private copy (Note [Recomputing for a memory budget]).
   bool CanRunAgain(int op) const {
+    if (IsCollective(l.ops[size_t(op)])) return false;  // other ranks would have to run it again too
     const AccessList& acc = l.access[size_t(op)];
     for (int w : acc.writes) {
       if (IsUpdatedState(l.ops[size_t(op)], l.blocks[size_t(w)].get())) continue;
