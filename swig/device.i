@@ -66,6 +66,15 @@ static void FieldFromPy(const char* name, PyObject* v, int& out) {
   }
   out = int(x);
 }
+static void FieldFromPy(const char* name, PyObject* v, size_t& out) {
+  if (PyBool_Check(v) || !PyLong_Check(v)) WrongFieldType(name, "an int", v);
+  unsigned long long x = PyLong_AsUnsignedLongLong(v);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    throw loom::ValueError(loom::detail::Cat("[graph] option '", name, "' must be a non-negative int"));
+  }
+  out = size_t(x);
+}
 static void FieldFromPy(const char* name, PyObject* v, loom::MemoryMode& out) {
   if (!PyUnicode_Check(v)) WrongFieldType(name, "'planned' or 'dynamic'", v);
   out = loom::ParseMemoryMode(PyUnicode_AsUTF8(v));

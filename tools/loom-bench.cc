@@ -165,12 +165,14 @@ struct Flags {
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
+  double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
+    "                  [--memory-budget-fraction F]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -190,6 +192,8 @@ const char* kUsage =
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
+    "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
+    "                 of the same graph without a budget (captured first, in one untimed step)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
     "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
@@ -251,6 +255,9 @@ Flags ParseFlags(int argc, char** argv) {
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
     } else if (a.Switch("--no-fuse-bias-act")) {
       f.fuse_bias_act = false;
+    } else if (a.Is("--memory-budget-fraction")) {
+      f.budget_fraction = a.Double();
+      if (!(f.budget_fraction > 0)) throw UsageError("--memory-budget-fraction must be positive");
     } else {
       a.Unknown();
     }
@@ -377,6 +384,7 @@ struct RunResult {
   bool rss_exact = true;
   bool has_graph = false;
   loom::GraphStats gstats;
+  size_t memory_budget = 0;  // its GraphOptions::memory_budget
   int64_t optimizer_steps = 0;
 };
 
@@ -449,8 +457,20 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   data.Batch(0, batch, bx, by);
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
+  loom::GraphOptions o = GraphOptionsFor(mode, f, fuse);
+  if (f.budget_fraction > 0 && fuse && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
+    // Note [Recomputing for a memory budget]: the budget is relative to this graph. (Not for the
+    // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)
+    Flags plain = f;
+    plain.budget_fraction = 0;
+    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse);
+    probe.model->TrainOneBatch(probe.x, probe.y);
+    const loom::GraphStats& st = probe.model->train_graph()->stats();
+    o.memory_budget = st.persistent_bytes + size_t(f.budget_fraction * double(st.arena_bytes));
+    dev->SetRandSeed(kSeed);
+  }
   s.model->Compile({s.x}, /*is_train=*/true, /*use_graph=*/UsesGraph(mode),
-                   /*sequential=*/mode != Mode::kGraphParallel, GraphOptionsFor(mode, f, fuse));
+                   /*sequential=*/mode != Mode::kGraphParallel, o);
   return s;
 }
 
@@ -542,6 +562,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     if (UsesGraph(r.mode)) {
       r.has_graph = true;
       r.gstats = model.train_graph()->stats();
+      r.memory_budget = model.graph_options().memory_budget;
       for (const loom::OpRecord& op : model.train_graph()->ops().ops)
         if (op.name() == "matmul_sgd_update") r.fused_param_bytes += op.inputs[0].nbytes();
     }
@@ -712,9 +733,11 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   char more[512];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
-                ", \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
+                ", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
+                "\"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
                 "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
-                (long long)sp.flops_per_step, gf,
+                r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
+                (long long)(r.has_graph ? r.gstats.recompute_flops : 0), (long long)sp.flops_per_step, gf,
                 sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
                 JsonString(sp.peak_what).c_str(),

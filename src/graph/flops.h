@@ -15,7 +15,8 @@
 
 namespace loom {
 
-// matmul, matmul_sgd_update, conv2d, conv2d_grad_input, conv2d_grad_weight; 0 for anything else.
+// matmul, matmul_sgd_update, conv2d, conv2d_grad_input, conv2d_grad_weight, and the fused
+// dense_bias_act and conv2d_relu (their product only); 0 for anything else.
 int64_t DenseFlops(const OpRecord& op);
 int64_t DenseFlops(const std::vector<OpRecord>& ops);
 

@@ -5,6 +5,7 @@
 
 #include "core/debug.h"
 #include "graph/passes.h"
+#include "graph/recompute.h"
 
 namespace loom {
 
@@ -70,14 +71,30 @@ void Graph::Finalize() {
   CheckRanksCapturedTheSame(ops_, *device_);  // Note [Ranks capture the same graph]
   PassResult passed = RunPasses(std::move(ops_), *device_, options_);
   ops_ = std::move(passed.ops);
-  analysis_ = Analyse(ops_.access, ops_.facts);
   const bool planned = options_.memory == MemoryMode::kPlanned;
-  if (planned) {
-    std::vector<size_t> scratch(ops_.size(), 0);  // Note [Planned scratch]
-    for (size_t i = 0; i < ops_.size(); ++i)
-      if (auto fn = ops_.ops[i].def->scratch[int(device_->type())]) scratch[i] = fn(ops_.ops[i]);
-    layout_ = PlanMemory(ops_, analysis_, scratch);
+  auto plan = [&](const OpList& list, const Analysis& analysis) {
+    std::vector<size_t> scratch(list.size(), 0);  // Note [Planned scratch]
+    for (size_t i = 0; i < list.size(); ++i)
+      if (auto fn = list.ops[i].def->scratch[int(device_->type())]) scratch[i] = fn(list.ops[i]);
+    return PlanMemory(list, analysis, scratch);
+  };
+  RecomputeResult rc;  // Note [Recomputing for a memory budget]
+  if (options_.memory_budget) {
+    rc = RecomputeForBudget(std::move(ops_), options_.memory_budget, [&](const OpList& list, const Analysis& a) {
+      if (!planned) return PeakEstimate{a.lower_bound_bytes + a.persistent_bytes, a.live_bytes};
+      MemoryLayout m = plan(list, a);
+      return PeakEstimate{m.packing.arena_bytes + a.persistent_bytes, std::move(m.live_bytes)};
+    });
+    if (DebugLevel() >= 1)
+      for (const std::string& c : rc.choices) std::fprintf(stderr, "[loom] %s memory budget: %s\n", quoted_name_.c_str(), c.c_str());
+    LOOM_CHECK(rc.met, GraphError, "[", quoted_name_, "] memory budget of ", options_.memory_budget,
+               " bytes cannot be met by recomputation: the smallest peak reached is ", rc.peak_bytes,
+               " bytes (", planned ? "planned arena" : "liveness bound", " plus persistent blocks, after dropping ",
+               rc.dropped_blocks, " activations)");
+    ops_ = std::move(rc.ops);
   }
+  analysis_ = Analyse(ops_.access, ops_.facts);
+  if (planned) layout_ = plan(ops_, analysis_);
   schedule_ = BuildSchedule(ops_, analysis_, layout_);
 
   stats_.num_ops = ops_.size();
@@ -90,6 +107,8 @@ void Graph::Finalize() {
   stats_.inplace_ops = layout_.inplace.size();
   stats_.fused_ops = passed.rewrites;
   stats_.fused_bias_act = passed.bias_act;
+  stats_.recomputed_ops = rc.recomputed_ops;
+  stats_.recompute_flops = rc.added_flops;
   stats_.arena_bytes = planned ? layout_.packing.arena_bytes : 0;
   stats_.plan_strategy = planned ? layout_.packing.strategy : "dynamic";
   stats_.memory = options_.memory;

@@ -6,6 +6,8 @@
 //                            nothing runs, nothing is allocated. -> OpList
 //  1b. passes    passes.h    op list -> op list: what a captured step allows and eager cannot
 //                            (a weight gradient computed into its update).
+//  1c. budget    recompute.h op list -> op list meeting GraphOptions::memory_budget: activations
+//                            dropped and computed again before their backward readers.
 //   2. analyse   analysis.h  RAW/WAR/WAW dependencies, block lifetimes and refcounts,
 //                            which blocks persist. -> Analysis
 //   3. plan      plan.h      intermediate blocks, in-place groups, scratch -> plan entries

@@ -39,7 +39,10 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
-    "each bucket's all-reduce right after its last gradient (overlaps backward); false: after backward")
+    "each bucket's all-reduce right after its last gradient (overlaps backward); false: after backward") \
+  X(size_t, memory_budget, 0,                                                                          \
+    "bytes the planned arena plus persistent blocks must fit, met by recomputing dropped activations " \
+    "before their backward readers; 0: none (Note [Recomputing for a memory budget])")
 
 #define LOOM_GRAPH_STATS(X)                                                                            \
   X(size_t, num_ops, 0, "ops replayed, after the passes")                                              \
@@ -52,6 +55,8 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(size_t, inplace_ops, 0, "ops whose output took over an input's memory")                           \
   X(size_t, fused_ops, 0, "op pairs the passes made one")                                              \
   X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
+  X(size_t, recomputed_ops, 0, "ops the memory budget added to compute dropped activations again")    \
+  X(int64_t, recompute_flops, 0, "dense FLOPs of these ops (graph/flops.h)")                            \
   X(size_t, arena_bytes, 0, "planned arena (0 in dynamic mode)")                                       \
   X(size_t, dynamic_peak_bytes, 0, "most intermediate bytes a dynamic replay held at once")           \
   X(std::string, plan_strategy, "", "the packing that won (greedy-by-size, op-order, ...)")           \

@@ -46,14 +46,14 @@ def batches(n, batch=16, features=20, classes=4, seed=0):
 
 
 def train(dev, use_graph, steps=8, sequential=True, dims=(20, 32, 32, 4), dropout=0.0, numpy_inputs=False,
-          optimizer=None):
+          optimizer=None, memory_budget=None, batch=16):
     dev.SetRandSeed(11)
     m = MLP(dims, dev, dropout)
     m.set_optimizer(optimizer or opt.SGD(0.1, momentum=0.9, weight_decay=1e-4))
-    data = list(batches(steps))
+    data = list(batches(steps, batch))
     x = tensor.from_numpy(data[0][0], dev)
     y = tensor.from_numpy(data[0][1], dev)
-    m.compile([x], is_train=True, use_graph=use_graph, sequential=sequential)
+    m.compile([x], is_train=True, use_graph=use_graph, sequential=sequential, memory_budget=memory_budget)
     losses = []
     for xb, yb in data:
         if numpy_inputs:
@@ -62,7 +62,7 @@ def train(dev, use_graph, steps=8, sequential=True, dims=(20, 32, 32, 4), dropou
             x.copy_from_numpy(xb)
             y.copy_from_numpy(yb)
             out, loss = m.train_one_batch(x, y)
-        assert out.shape == (16, dims[-1])
+        assert out.shape == (batch, dims[-1])
         losses.append(loss.item())
     return m, losses
 
@@ -78,6 +78,21 @@ def test_python_model_graph_equals_eager_bitwise(dev):
     _, eager_d = train(dev, use_graph=False, dropout=0.2)
     _, graph_d = train(dev, use_graph=True, dropout=0.2)
     assert eager_d == graph_d and eager_d != eager
+
+
+def test_memory_budget_recomputes_and_stays_bitwise_equal(dev):
+    kw = dict(use_graph=True, dims=(20,) + (64,) * 8 + (4,), dropout=0.2, batch=256, steps=4)
+    m0, plain = train(dev, **kw)
+    st = m0.graph().stats()
+    budget = st["persistent_bytes"] + st["arena_bytes"] // 2
+    m1, budgeted = train(dev, memory_budget=budget, **kw)
+    st1 = m1.graph().stats()
+    assert st1["recomputed_ops"] > 0 and st1["arena_bytes"] + st1["persistent_bytes"] <= budget
+    assert budgeted == plain
+    for (ka, a), (kb, b) in zip(m0.get_params().items(), m1.get_params().items()):
+        assert ka == kb and a.to_numpy().tobytes() == b.to_numpy().tobytes()
+    with pytest.raises(loom.GraphError, match="smallest peak reached is"):
+        train(dev, memory_budget=st["persistent_bytes"] + 64, **kw)
 
 
 def test_python_model_parallel_replay_agrees(dev):

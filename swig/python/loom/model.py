@@ -115,6 +115,14 @@ def _graph_step(fn):
     return train_one_batch
 
 
+def _with_budget(graph_options, memory_budget):
+    """graph_options with memory_budget set when one is given (Note [Recomputing for a memory
+    budget] in graph/recompute.h: planned arena plus persistent bytes, met by recomputation)."""
+    if memory_budget is None:
+        return graph_options
+    return dict(graph_options or {}, memory_budget=int(memory_budget))
+
+
 class _NoOptimizer:
     """Model.optimizer until set_optimizer: calling it (self.optimizer(loss) in train_one_batch)
     is a loom.ValueError that says what to do, not "'NoneType' object is not callable"."""
@@ -223,12 +231,15 @@ class Model(Layer, _Checkpoints):
     def set_optimizer(self, optimizer):
         self.optimizer = _check_optimizer(optimizer)
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None):
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None,
+                memory_budget=None):
         """Chooses the execution mode. `inputs`: example input tensors (their device is the
         model's; placeholders, tensors never written, are fine). With use_graph the forward pass is
         checked against them by a capture that runs
         nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
-        loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}."""
+        loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}.
+        `memory_budget`: bytes (graph option memory_budget) the graphs meet by recomputing."""
+        graph_options = _with_budget(graph_options, memory_budget)
         inputs = [self._as_tensor(x, None) for x in inputs]
         if not inputs:
             raise errors.ValueError("[Model] compile needs example inputs")
@@ -371,7 +382,9 @@ class NativeModel(_Checkpoints):
         self._impl = core.Model(impl, self.optimizer._impl, self._LOSSES[loss])
         self._device = None
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None):
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None,
+                memory_budget=None):
+        graph_options = _with_budget(graph_options, memory_budget)
         inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]
         self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential), graph_options)
         self._device = inputs[0].device

@@ -1,0 +1,230 @@
+// Step 1c of graph.h: Note [Recomputing for a memory budget] (recompute.h).
+#include "graph/recompute.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "core/block.h"
+#include "core/error.h"
+#include "graph/flops.h"
+#include "graph/passes.h"
+
+LOOM_OP_KIND(copy);
+
+namespace loom {
+
+namespace {
+
+constexpr int kMaxChain = 64;  // ops one dropped block may need computed again
+// A block saving less than 1/kMinShare of what the budget still asks is not worth a chain (a
+// BatchNorm's 64-byte batch mean would otherwise be recomputed through the whole network).
+constexpr size_t kMinShare = 1024;
+
+// Per block of the current list: the ops writing it and the ops touching it, ascending.
+struct Accesses {
+  std::vector<std::vector<int>> writers, touches;
+};
+Accesses Index(const OpList& l) {
+  Accesses x;
+  x.writers.resize(l.blocks.size());
+  x.touches.resize(l.blocks.size());
+  for (size_t i = 0; i < l.size(); ++i) {
+    for (int b : l.access[i].writes) x.writers[size_t(b)].push_back(int(i));
+    for (int b : l.access[i].reads) x.touches[size_t(b)].push_back(int(i));
+    for (int b : l.access[i].writes) x.touches[size_t(b)].push_back(int(i));
+  }
+  for (auto& t : x.touches) {
+    std::sort(t.begin(), t.end());
+    t.erase(std::unique(t.begin(), t.end()), t.end());
+  }
+  return x;
+}
+
+bool WrittenBetween(const std::vector<int>& writers, int after, int before) {
+  for (int w : writers)
+    if (w > after && w < before) return true;
+  return false;
+}
+
+// Cost of running an op again: its dense FLOPs plus one per element written.
+int64_t Cost(const OpRecord& op) {
+  int64_t c = DenseFlops(op);
+  for (const Tensor& t : op.outputs) c += t.numel();
+  return std::max<int64_t>(c, 1);
+}
+
+// Block b is state that op updates in place (Note [Outputs that are inputs] in core/op.h:
+// batch_norm_train's running statistics).
+bool IsUpdatedState(const OpRecord& op, const Block* b) {
+  for (const auto& [o, i] : op.def->inplace)
+    if (op.outputs[size_t(o)].block() == b && op.inputs[size_t(i)].block() == b) return true;
+  return false;
+}
+
+struct Planner {
+  const OpList& l;
+  const Analysis& a;
+  const Accesses& x;
+  int q;                    // where the recomputed ops go (before op q)
+  std::vector<int> chain;   // ops to copy, in an order that respects their dependencies
+  std::set<int> made;       // blocks the chain writes afresh
+
+  // An op may run again when it is no collective and every block it writes is its own (written
+  // by it alone, not read by it, not persistent) or state it updates in place, which the copy
+  // updates in a private copy (Note [Recomputing for a memory budget]).
+  bool CanRunAgain(int op) const {
+    if (IsCollective(l.ops[size_t(op)])) return false;  // other ranks would have to run it again too
+    const AccessList& acc = l.access[size_t(op)];
+    for (int w : acc.writes) {
+      if (IsUpdatedState(l.ops[size_t(op)], l.blocks[size_t(w)].get())) continue;
+      if (a.blocks[size_t(w)].persistent) return false;
+      if (std::find(acc.reads.begin(), acc.reads.end(), w) != acc.reads.end()) return false;
+      if (x.writers[size_t(w)].size() != 1) return false;
+    }
+    return true;
+  }
+
+  // Adds to the chain what computes `block` again before op q; false when it cannot.
+  bool Need(int block, int depth) {
+    if (made.count(block)) return true;
+    if (x.writers[size_t(block)].size() != 1 || depth > kMaxChain) return false;
+    const int p = x.writers[size_t(block)][0];
+    if (p >= q || !CanRunAgain(p)) return false;
+    for (int in : l.access[size_t(p)].reads) {
+      if (WrittenBetween(x.writers[size_t(in)], p, q)) return false;  // no longer its value at p
+      if (a.blocks[size_t(in)].persistent || a.blocks[size_t(in)].last >= q) continue;  // still there
+      if (!Need(in, depth + 1)) return false;
+    }
+    for (int w : l.access[size_t(p)].writes) made.insert(w);
+    chain.push_back(p);
+    return true;
+  }
+};
+
+struct Choice {
+  int block = -1, q = -1, last_before = -1;
+  std::vector<int> chain;
+  double bytes_per_cost = 0;
+  int64_t cost = 0;
+};
+
+// The list with `c.chain` copied before op c.q (writing fresh blocks) and the ops from c.q on
+// reading the fresh copy of c.block. Random ops keep their Philox offsets.
+OpList Apply(const OpList& l, const Choice& c) {
+  std::unordered_map<const Block*, std::shared_ptr<Block>> fresh;
+  auto remap = [&](const Tensor& t, bool all) {
+    auto it = fresh.find(t.block());
+    if (it == fresh.end() || (!all && t.block() != l.blocks[size_t(c.block)].get())) return t;
+    return Tensor(it->second, t.shape(), t.strides(), t.offset(), t.dtype());
+  };
+  std::vector<OpRecord> ops;
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (int(i) == c.q) {
+      for (int p : c.chain) {
+        OpRecord r = l.ops[size_t(p)];
+        for (const auto& [o, in] : r.def->inplace) {  // state updated in a private copy
+          const Tensor& state = r.inputs[size_t(in)];
+          if (fresh.count(state.block()) || !IsUpdatedState(r, state.block())) continue;
+          auto b = std::make_shared<Block>(state.block()->bytes(), state.block()->device_ptr());
+          fresh[state.block()] = b;
+          OpRecord cp;
+          cp.def = &op_kind::copy;
+          cp.inputs = {state};
+          cp.outputs = {remap(state, true)};
+          offsets.push_back(0);
+          ops.push_back(std::move(cp));
+        }
+        for (Tensor& t : r.inputs) t = remap(t, true);
+        for (const Tensor& t : r.outputs)
+          if (!fresh.count(t.block())) {
+            auto b = std::make_shared<Block>(t.block()->bytes(), t.block()->device_ptr());
+            fresh[t.block()] = std::move(b);
+          }
+        for (Tensor& t : r.outputs) t = remap(t, true);
+        offsets.push_back(r.rng_offset);
+        ops.push_back(std::move(r));
+      }
+    }
+    OpRecord r = l.ops[i];
+    if (int(i) >= c.q)
+      for (Tensor& t : r.inputs) t = remap(t, false);
+    offsets.push_back(r.rng_offset);
+    ops.push_back(std::move(r));
+  }
+  OpList out = Rebuild(std::move(ops), l);
+  for (size_t i = 0; i < out.size(); ++i) out.ops[i].rng_offset = offsets[i];  // the same draws
+  out.random_draws = l.random_draws;
+  return out;
+}
+
+std::string Mb(size_t bytes) { return std::to_string(double(bytes) / 1e6).substr(0, 6) + " MB"; }
+
+}  // namespace
+
+RecomputeResult RecomputeForBudget(OpList list, size_t budget, const PeakFn& peak) {
+  RecomputeResult r;
+  Analysis a = Analyse(list.access, list.facts);
+  PeakEstimate pe = peak(list, a);
+  auto total = [](const PeakEstimate& e) {
+    size_t s = 0;
+    for (size_t v : e.live_bytes) s += v;
+    return s;
+  };
+  // A drop is kept when it lowers the peak, or leaves it and lowers the live bytes summed over
+  // the ops (another op at the same peak is next): the sum falls at every kept drop, so this ends.
+  const size_t rounds = 4 * list.size() + 16;
+  for (size_t round = 0; round < rounds && budget && pe.peak_bytes > budget; ++round) {
+    const int t = int(std::max_element(pe.live_bytes.begin(), pe.live_bytes.end()) - pe.live_bytes.begin());
+    const Accesses x = Index(list);
+    std::vector<Choice> candidates;
+    for (size_t b = 0; b < list.blocks.size(); ++b) {
+      const BlockLife& life = a.blocks[b];
+      if (life.persistent || life.first < 0 || life.first >= t || life.last <= t) continue;
+      const std::vector<int>& touches = x.touches[b];
+      auto after = std::upper_bound(touches.begin(), touches.end(), t);
+      if (after == touches.begin() || *(after - 1) == t) continue;  // touched at the peak
+      if (list.facts[b].bytes * kMinShare < pe.peak_bytes - budget) continue;  // too small to matter
+      Planner p{list, a, x, *after, {}, {}};
+      if (!p.Need(int(b), 0)) continue;
+      int64_t cost = 0;
+      for (int op : p.chain) cost += Cost(list.ops[size_t(op)]);
+      candidates.push_back({int(b), *after, *(after - 1), std::move(p.chain), double(list.facts[b].bytes) / double(cost), cost});
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Choice& u, const Choice& v) { return u.bytes_per_cost > v.bytes_per_cost; });
+    bool kept = false;
+    for (const Choice& c : candidates) {
+      OpList next = Apply(list, c);
+      Analysis na = Analyse(next.access, next.facts);
+      PeakEstimate np = peak(next, na);
+      if (np.peak_bytes > pe.peak_bytes || (np.peak_bytes == pe.peak_bytes && total(np) >= total(pe))) continue;
+      int64_t flops = 0;
+      std::string names;
+      for (int op : c.chain) {
+        flops += DenseFlops(list.ops[size_t(op)]);
+        names += (names.empty() ? "" : " ") + list.ops[size_t(op)].name() + "#" + std::to_string(op);
+      }
+      r.choices.push_back("drop block " + std::to_string(c.block) + " (" + Mb(list.facts[size_t(c.block)].bytes) +
+                          ") between ops " + std::to_string(c.last_before) + " and " + std::to_string(c.q) +
+                          " (peak at op " + std::to_string(t) + "): recompute " + names + ", " +
+                          std::to_string(flops) + " FLOPs; peak " + Mb(pe.peak_bytes) + " -> " + Mb(np.peak_bytes));
+      r.dropped_blocks++;
+      r.added_flops += flops;
+      r.recomputed_ops += next.size() - list.size();  // the chain and the copies of state it updates
+      list = std::move(next);
+      a = std::move(na);
+      pe = std::move(np);
+      kept = true;
+      break;
+    }
+    if (!kept) break;  // no drop at the peak lowers it: the smallest peak this search reaches
+  }
+  r.met = !budget || pe.peak_bytes <= budget;
+  r.peak_bytes = pe.peak_bytes;
+  r.ops = std::move(list);
+  return r;
+}
+
+}  // namespace loom
