@@ -112,6 +112,7 @@ TSAN_RUNS=(
   "test_core -Linalg.SkinnyGemmAgainstLoops"
   "test_ops *"
   "test_io *"
+  "test_dist *"
 )
 
 stage_tsan() {
