@@ -19,7 +19,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t paddi
   opt_.padding = {padding, padding};
   opt_.dilation = {dilation, dilation};
   opt_.groups = groups;
-  int64_t fan_in = in / groups * k * k;
+  const int64_t fan_in = NumElements({in / groups, k, k}, "Conv2d");  // checked (Note [Checked sizes])
   weight = AddParam("weight", KaimingNormal({out, in / groups, k, k}, fan_in, o.dtype, Dev(o)));
   if (has_bias) bias = AddParam("bias", ops::Zeros({out}, o.dtype, Dev(o)));
 }
