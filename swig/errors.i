@@ -13,6 +13,7 @@
 //   loom::InternalError  loom.InternalError  (loom.Error, RuntimeError)
 //   loom::IOError        loom.IOError        (loom.Error, OSError)
 //   loom::CommError      loom.CommError      (loom.Error, RuntimeError)
+//   loom::OnnxError      loom.OnnxError      (loom.Error, ValueError)
 //   loom::Error (other)  loom.Error          (Exception)
 //   std::bad_alloc       MemoryError
 //   std::exception       RuntimeError
@@ -41,7 +42,7 @@ namespace loom_py {
 // Python error is already set and must reach the caller unchanged.
 struct PythonError {};
 
-enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kType, kComm, kNumErrorKinds };
+enum ErrorKind { kError, kShape, kValue, kDType, kDevice, kGraph, kInternal, kIO, kType, kComm, kOnnx, kNumErrorKinds };
 static PyObject* g_errors[kNumErrorKinds] = {};
 
 static void SetError(ErrorKind k, const char* what) { PyErr_SetString(g_errors[k], what); }
@@ -60,6 +61,7 @@ static void SetPythonErrorFromCurrent() {
   } catch (const loom::InternalError& e) { SetError(kInternal, e.what());
   } catch (const loom::IOError& e) { SetError(kIO, e.what());
   } catch (const loom::CommError& e) { SetError(kComm, e.what());
+  } catch (const loom::OnnxError& e) { SetError(kOnnx, e.what());
   } catch (const loom::Error& e) { SetError(kError, e.what());
   } catch (const std::bad_alloc&) { PyErr_NoMemory();
   } catch (const std::exception& e) { PyErr_SetString(PyExc_RuntimeError, e.what());
@@ -82,6 +84,7 @@ static int CreateErrors(PyObject* d) {
       {kIO, "IOError", PyExc_OSError, "Files and bytes."},
       {kType, "TypeError", PyExc_TypeError, "An argument of the wrong type (a str where a Tensor goes...)."},
       {kComm, "CommError", PyExc_RuntimeError, "A collective failed: a peer rank died, raised or timed out."},
+      {kOnnx, "OnnxError", PyExc_ValueError, "An ONNX model loom cannot write or read (unsupported op, opset or dtype; a malformed file)."},
   };
   for (const Spec& s : specs) {
     PyObject* bases = PyTuple_Pack(2, g_errors[kError], s.builtin);
@@ -181,4 +184,5 @@ InternalError = _core.InternalError
 IOError = _core.IOError
 TypeError = _core.TypeError
 CommError = _core.CommError
+OnnxError = _core.OnnxError
 %}

@@ -31,6 +31,9 @@ class ValueError : public Error { public: using Error::Error; };
 // A collective failed: a peer rank died, raised, timed out, or captured another graph.
 //                                             Python: RuntimeError
 class CommError : public Error { public: using Error::Error; };
+// An ONNX model loom cannot write or read: an op, opset or dtype without a mapping, or a malformed
+// file. The message names the node.            Python: ValueError
+class OnnxError : public Error { public: using Error::Error; };
 // A loom bug: an invariant did not hold.      Python: RuntimeError
 class InternalError : public Error { public: using Error::Error; };
 

@@ -18,7 +18,7 @@ jobs; `python3 -m loom.launch -n N script.py` starts the ranks), errors.
 """
 from . import core
 from . import errors
-from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, ShapeError
+from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, OnnxError, ShapeError
 from . import device, tensor, autograd, opt, layer, model, io, comm
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
 from .core import Graph, graph_option_fields, graph_stats_fields

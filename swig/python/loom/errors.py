@@ -11,6 +11,7 @@ each is also a standard Python exception, so `except ValueError` catches a loom.
     loom.IOError        OSError          files and bytes
     loom.TypeError      TypeError        an argument of the wrong type (a str where a Tensor goes)
     loom.CommError      RuntimeError     a collective failed: a peer rank died, raised or timed out
+    loom.OnnxError      ValueError       an ONNX model loom cannot write or read (op, opset, dtype, bad file)
 
 Every mistake a caller can make is one of these (a wrongly typed argument, None for a tensor, a
 number out of range...); only Python's own call protocol (a wrong number of arguments) raises a
@@ -24,6 +25,7 @@ from .core import (  # noqa: F401  (re-exported)
     GraphError,
     InternalError,
     IOError,
+    OnnxError,
     ShapeError,
     TypeError,
     ValueError,
