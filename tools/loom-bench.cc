@@ -664,23 +664,27 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
     eager_ops = tl.size();
     WriteText(dir + "/eager.csv", o.str());
   }
-  loom::GraphStats dyn, plan;
-  for (Mode mode : {Mode::kGraphDynamic, Mode::kGraphPlanned}) {
-    Session s = NewSession(f, spec, batch, mode, dev, data);
+  // Dynamic and planned without a budget; with --memory-budget-fraction the budgeted plan too
+  // (budgeted.csv), drawn beside the unbudgeted one.
+  loom::GraphStats dyn, plan, budgeted;
+  Flags unbudgeted = f;
+  unbudgeted.budget_fraction = 0;
+  struct Run { Mode mode; const Flags* flags; const char* file; loom::GraphStats* stats; };
+  std::vector<Run> runs = {{Mode::kGraphDynamic, &unbudgeted, "/dynamic.csv", &dyn},
+                           {Mode::kGraphPlanned, &unbudgeted, "/planned.csv", &plan}};
+  if (f.budget_fraction > 0) runs.push_back({Mode::kGraphPlanned, &f, "/budgeted.csv", &budgeted});
+  for (const Run& run : runs) {
+    Session s = NewSession(*run.flags, spec, batch, run.mode, dev, data);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();  // capture + first replay
     loom::Graph& g = *s.model->train_graph();
-    if (mode == Mode::kGraphPlanned) g.set_profile(true);
+    if (run.stats == &plan) g.set_profile(true);
     data.Batch(1, batch, bx, by);
     s.x.CopyFrom(bx);
     s.y.CopyFrom(by);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();
-    WriteText(dir + (mode == Mode::kGraphDynamic ? "/dynamic.csv" : "/planned.csv"), g.MemoryTimelineCsv());
-    if (mode == Mode::kGraphPlanned) {
-      g.WriteTrace(dir + "/trace.json");
-      plan = g.stats();
-    } else {
-      dyn = g.stats();
-    }
+    WriteText(dir + run.file, g.MemoryTimelineCsv());
+    if (run.stats == &plan) g.WriteTrace(dir + "/trace.json");
+    *run.stats = g.stats();
   }
   char meta[1024];
   std::snprintf(meta, sizeof meta,
@@ -688,10 +692,14 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
                 "\"graph_ops\": %zu, \"eager_step_peak_bytes\": %zu, \"dynamic_peak_bytes\": %zu, "
                 "\"arena_bytes\": %zu, \"lower_bound_bytes\": %zu, \"lower_bound_no_inplace_bytes\": %zu, "
                 "\"inplace_ops\": %zu, \"persistent_bytes\": %zu, "
-                "\"plan_strategy\": \"%s\"}\n",
+                "\"plan_strategy\": \"%s\", \"budget_fraction\": %g, \"budgeted_arena_bytes\": %zu, "
+                "\"budgeted_persistent_bytes\": %zu, \"memory_budget\": %zu, \"recomputed_ops\": %zu}\n",
                 spec.name.c_str(), spec.arch.c_str(), (long long)batch, dev->name().c_str(), eager_ops, plan.num_ops,
                 eager_peak, dyn.dynamic_peak_bytes, plan.arena_bytes, plan.lower_bound_bytes,
-                plan.lower_bound_no_inplace_bytes, plan.inplace_ops, plan.persistent_bytes, plan.plan_strategy.c_str());
+                plan.lower_bound_no_inplace_bytes, plan.inplace_ops, plan.persistent_bytes, plan.plan_strategy.c_str(),
+                f.budget_fraction, budgeted.arena_bytes, budgeted.persistent_bytes,
+                f.budget_fraction > 0 ? plan.persistent_bytes + size_t(f.budget_fraction * double(plan.arena_bytes)) : 0,
+                budgeted.recomputed_ops);
   WriteText(dir + "/meta.json", meta);
 }
 

@@ -14,7 +14,10 @@ step (x axis, issue order), the bytes the step itself holds beyond the persisten
                       bytes of it in use at each op (in-place ops share their input's memory);
   - lower bound:      the largest sum of live intermediate sizes at any op, blocks sharing memory
                       through in-place reuse counted once (and, dotted grey, without that reuse).
-Forward, backward and update phases are shaded. Prints the PNG's path. matplotlib, Agg backend.
+Forward, backward and update phases are shaded. With DIR/budgeted.csv (written by
+`loom-bench --timeline DIR --memory-budget-fraction F`) a second panel, on the same scale, shows
+the budgeted plan beside it: its arena, the bytes of it in use per op (the recomputed ops add to
+the x axis) and the budget. Prints the PNG's path. matplotlib, Agg backend.
 """
 import argparse
 import csv
@@ -64,6 +67,8 @@ def main():
         plan = read_csv(os.path.join(a.dir, "planned.csv"))
         with open(os.path.join(a.dir, "meta.json")) as f:
             meta = json.load(f)
+        budgeted_path = os.path.join(a.dir, "budgeted.csv")
+        budgeted = read_csv(budgeted_path) if os.path.exists(budgeted_path) else None
     except (OSError, ValueError) as e:
         print(f"plot_memory: cannot read the timeline in {a.dir}: {e} (write it with loom-bench --timeline {a.dir})",
               file=sys.stderr)
@@ -79,7 +84,10 @@ def main():
     e_peak = max(e_y) if e_y else 0.0
     names = [r["name"] for r in dyn]
 
-    fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
+    if budgeted:
+        fig, (ax, bx) = plt.subplots(2, 1, figsize=(11, 10), dpi=110)
+    else:
+        fig, ax = plt.subplots(figsize=(11, 5.5), dpi=110)
     n = max(len(e_y), len(d_y), 1)
     colors = {"forward": "#f2f2f2", "updates": "#eef7e6"}
     spans = [(lo, hi, label, colors.get(label, "#e6eef7")) for lo, hi, label in phases(names)]
@@ -116,10 +124,36 @@ def main():
         ax.set_xticklabels(names, rotation=75, fontsize=7)
     ax.legend(loc="lower center", fontsize=8.5, framealpha=0.95)
     ax.grid(axis="y", alpha=0.3)
+    if budgeted:
+        plot_budgeted(bx, budgeted, meta, top, bound)
     fig.tight_layout()
     fig.savefig(out)
     print(out)
     return 0
+
+
+def plot_budgeted(bx, rows, meta, top, bound):
+    """The budgeted plan's panel: same y scale as the unbudgeted one above it."""
+    col = "planned_live_bytes" if "planned_live_bytes" in rows[0] else "live_bytes"
+    y = [int(r[col]) / MIB for r in rows]
+    persistent = int(meta["budgeted_persistent_bytes"])
+    arena = int(meta["budgeted_arena_bytes"]) / MIB
+    budget = (int(meta["memory_budget"]) - persistent) / MIB
+    n = max(len(y), 1)
+    for lo, hi, label in phases([r["name"] for r in rows]):
+        bx.axvspan(lo - 0.5, hi - 0.5, color={"forward": "#f2f2f2", "updates": "#eef7e6"}.get(label, "#e6eef7"), zorder=0)
+    bx.step(range(len(y)), y, where="mid", color="#9467bd", lw=1.4, label="budgeted plan: arena bytes in use")
+    bx.hlines(arena, -0.5, n - 0.5, color="#9467bd", lw=2.0, label=f"budgeted arena {arena:.2f} MiB")
+    bx.hlines(budget, -0.5, n - 0.5, color="#d62728", lw=1.2, ls="--",
+              label=f"budget {budget:.2f} MiB ({meta['budget_fraction']:g} x the unbudgeted arena)")
+    bx.hlines(bound, -0.5, n - 0.5, color="black", lw=1.2, ls=":", label=f"unbudgeted liveness lower bound {bound:.2f} MiB")
+    bx.set_xlim(-0.5, n - 0.5)
+    bx.set_ylim(0, top)
+    bx.set_xlabel(f"op of the budgeted step ({len(y)} ops: {meta['recomputed_ops']} recomputed)")
+    bx.set_ylabel("bytes held by the step, MiB")
+    bx.set_title("the same step under a memory budget (Note [Recomputing for a memory budget])", fontsize=10)
+    bx.legend(loc="lower center", fontsize=8.5, framealpha=0.95)
+    bx.grid(axis="y", alpha=0.3)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,7 @@ struct Choice {
   std::vector<int> chain;
   double bytes_per_cost = 0;
   int64_t cost = 0;
+  int peak_op = -1;  // the op where the peak sat when this drop was found
 };
 
 // The list with `c.chain` copied before op c.q (writing fresh blocks) and the ops from c.q on
@@ -163,68 +164,171 @@ std::string Mb(size_t bytes) { return std::to_string(double(bytes) / 1e6).substr
 
 }  // namespace
 
+namespace {
+
+size_t TotalLive(const PeakEstimate& e) {
+  size_t s = 0;
+  for (size_t v : e.live_bytes) s += v;
+  return s;
+}
+
+// One state of the search: a list, its analysis and its peak.
+struct State {
+  OpList list;
+  Analysis a;
+  PeakEstimate pe;
+};
+
+// The drops at the op where the peak sits, best bytes per cost first.
+std::vector<Choice> Candidates(const State& s, size_t budget) {
+  const OpList& list = s.list;
+  const PeakEstimate& pe = s.pe;
+  const int t = int(std::max_element(pe.live_bytes.begin(), pe.live_bytes.end()) - pe.live_bytes.begin());
+  const Accesses x = Index(list);
+  std::vector<Choice> candidates;
+  for (size_t b = 0; b < list.blocks.size(); ++b) {
+    const BlockLife& life = s.a.blocks[b];
+    if (life.persistent || life.first < 0 || life.first >= t || life.last <= t) continue;
+    const std::vector<int>& touches = x.touches[b];
+    auto after = std::upper_bound(touches.begin(), touches.end(), t);
+    if (after == touches.begin() || *(after - 1) == t) continue;  // touched at the peak
+    if (list.facts[b].bytes * kMinShare < pe.peak_bytes - budget) continue;  // too small to matter
+    Planner p{list, s.a, x, *after, {}, {}};
+    if (!p.Need(int(b), 0)) continue;
+    int64_t cost = 0;
+    for (int op : p.chain) cost += Cost(list.ops[size_t(op)]);
+    candidates.push_back({int(b), *after, *(after - 1), std::move(p.chain), double(list.facts[b].bytes) / double(cost), cost, t});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Choice& u, const Choice& v) { return u.bytes_per_cost > v.bytes_per_cost; });
+  return candidates;
+}
+
+// `c` applied to `s`, or nothing when it does not help: a drop is kept when it lowers the peak,
+// or leaves it and lowers the live bytes summed over the ops (another op at the same peak is
+// next). The sum falls at every kept drop, so every search over drops ends.
+bool TryDrop(const State& s, const Choice& c, const PeakFn& peak, State* next) {
+  next->list = Apply(s.list, c);
+  next->a = Analyse(next->list.access, next->list.facts);
+  next->pe = peak(next->list, next->a);
+  return next->pe.peak_bytes < s.pe.peak_bytes ||
+         (next->pe.peak_bytes == s.pe.peak_bytes && TotalLive(next->pe) < TotalLive(s.pe));
+}
+
+int64_t ChainFlops(const OpList& l, const Choice& c) {
+  int64_t flops = 0;
+  for (int op : c.chain) flops += DenseFlops(l.ops[size_t(op)]);
+  return flops;
+}
+
+RecomputeResult Finish(RecomputeResult r, State s, size_t budget) {
+  r.met = !budget || s.pe.peak_bytes <= budget;
+  r.peak_bytes = s.pe.peak_bytes;
+  r.ops = std::move(s.list);
+  return r;
+}
+
+State Start(OpList list, const PeakFn& peak) {
+  State s;
+  s.list = std::move(list);
+  s.a = Analyse(s.list.access, s.list.facts);
+  s.pe = peak(s.list, s.a);
+  return s;
+}
+
+}  // namespace
+
 RecomputeResult RecomputeForBudget(OpList list, size_t budget, const PeakFn& peak) {
   RecomputeResult r;
-  Analysis a = Analyse(list.access, list.facts);
-  PeakEstimate pe = peak(list, a);
-  auto total = [](const PeakEstimate& e) {
-    size_t s = 0;
-    for (size_t v : e.live_bytes) s += v;
-    return s;
-  };
-  // A drop is kept when it lowers the peak, or leaves it and lowers the live bytes summed over
-  // the ops (another op at the same peak is next): the sum falls at every kept drop, so this ends.
-  const size_t rounds = 4 * list.size() + 16;
-  for (size_t round = 0; round < rounds && budget && pe.peak_bytes > budget; ++round) {
-    const int t = int(std::max_element(pe.live_bytes.begin(), pe.live_bytes.end()) - pe.live_bytes.begin());
-    const Accesses x = Index(list);
-    std::vector<Choice> candidates;
-    for (size_t b = 0; b < list.blocks.size(); ++b) {
-      const BlockLife& life = a.blocks[b];
-      if (life.persistent || life.first < 0 || life.first >= t || life.last <= t) continue;
-      const std::vector<int>& touches = x.touches[b];
-      auto after = std::upper_bound(touches.begin(), touches.end(), t);
-      if (after == touches.begin() || *(after - 1) == t) continue;  // touched at the peak
-      if (list.facts[b].bytes * kMinShare < pe.peak_bytes - budget) continue;  // too small to matter
-      Planner p{list, a, x, *after, {}, {}};
-      if (!p.Need(int(b), 0)) continue;
-      int64_t cost = 0;
-      for (int op : p.chain) cost += Cost(list.ops[size_t(op)]);
-      candidates.push_back({int(b), *after, *(after - 1), std::move(p.chain), double(list.facts[b].bytes) / double(cost), cost});
-    }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const Choice& u, const Choice& v) { return u.bytes_per_cost > v.bytes_per_cost; });
+  State s = Start(std::move(list), peak);
+  const size_t rounds = 4 * s.list.size() + 16;
+  for (size_t round = 0; round < rounds && budget && s.pe.peak_bytes > budget; ++round) {
     bool kept = false;
-    for (const Choice& c : candidates) {
-      OpList next = Apply(list, c);
-      Analysis na = Analyse(next.access, next.facts);
-      PeakEstimate np = peak(next, na);
-      if (np.peak_bytes > pe.peak_bytes || (np.peak_bytes == pe.peak_bytes && total(np) >= total(pe))) continue;
-      int64_t flops = 0;
+    for (const Choice& c : Candidates(s, budget)) {
+      State next;
+      if (!TryDrop(s, c, peak, &next)) continue;
+      const int64_t flops = ChainFlops(s.list, c);
       std::string names;
-      for (int op : c.chain) {
-        flops += DenseFlops(list.ops[size_t(op)]);
-        names += (names.empty() ? "" : " ") + list.ops[size_t(op)].name() + "#" + std::to_string(op);
-      }
-      r.choices.push_back("drop block " + std::to_string(c.block) + " (" + Mb(list.facts[size_t(c.block)].bytes) +
+      for (int op : c.chain) names += (names.empty() ? "" : " ") + s.list.ops[size_t(op)].name() + "#" + std::to_string(op);
+      r.choices.push_back("drop block " + std::to_string(c.block) + " (" + Mb(s.list.facts[size_t(c.block)].bytes) +
                           ") between ops " + std::to_string(c.last_before) + " and " + std::to_string(c.q) +
-                          " (peak at op " + std::to_string(t) + "): recompute " + names + ", " +
-                          std::to_string(flops) + " FLOPs; peak " + Mb(pe.peak_bytes) + " -> " + Mb(np.peak_bytes));
+                          " (peak at op " + std::to_string(c.peak_op) + "): recompute " + names + ", " +
+                          std::to_string(flops) + " FLOPs; peak " + Mb(s.pe.peak_bytes) + " -> " + Mb(next.pe.peak_bytes));
       r.dropped_blocks++;
       r.added_flops += flops;
-      r.recomputed_ops += next.size() - list.size();  // the chain and the copies of state it updates
-      list = std::move(next);
-      a = std::move(na);
-      pe = std::move(np);
+      r.added_cost += c.cost;
+      r.recomputed_ops += next.list.size() - s.list.size();  // the chain and the copies of state it updates
+      s = std::move(next);
       kept = true;
       break;
     }
     if (!kept) break;  // no drop at the peak lowers it: the smallest peak this search reaches
   }
-  r.met = !budget || pe.peak_bytes <= budget;
-  r.peak_bytes = pe.peak_bytes;
-  r.ops = std::move(list);
-  return r;
+  return Finish(std::move(r), std::move(s), budget);
+}
+
+namespace {
+
+// Depth-first search over every sequence of helpful drops, bounded by the cheapest plan found so
+// far; a set of drops reached in another order is searched once.
+struct Exhaustive {
+  size_t budget;
+  const PeakFn& peak;
+  size_t max_states;
+  size_t states = 0;
+  bool complete = true;
+  int64_t best_cost = -1;
+  RecomputeResult best;
+  size_t lowest_peak = SIZE_MAX;  // over every state searched
+  std::set<std::vector<std::pair<const Block*, const Block*>>> seen;
+
+  void Search(const State& s, int64_t cost, int64_t flops, size_t dropped,
+              std::vector<std::pair<const Block*, const Block*>> key) {
+    lowest_peak = std::min(lowest_peak, s.pe.peak_bytes);
+    if (best_cost >= 0 && cost >= best_cost) return;
+    if (s.pe.peak_bytes <= budget) {
+      best_cost = cost;
+      best.added_cost = cost;
+      best.added_flops = flops;
+      best.dropped_blocks = dropped;
+      best.ops = s.list;
+      best.met = true;
+      best.peak_bytes = s.pe.peak_bytes;
+      return;
+    }
+    for (const Choice& c : Candidates(s, budget)) {
+      if (++states > max_states) {
+        complete = false;
+        return;
+      }
+      // A drop is named by the block dropped and the first output of the op it is made again before.
+      auto k = key;
+      const OpRecord& reader = s.list.ops[size_t(c.q)];
+      k.emplace_back(s.list.blocks[size_t(c.block)].get(), reader.outputs.empty() ? nullptr : reader.outputs[0].block());
+      std::sort(k.begin(), k.end());
+      if (!seen.insert(k).second) continue;
+      State next;
+      if (!TryDrop(s, c, peak, &next)) continue;
+      Search(next, cost + c.cost, flops + ChainFlops(s.list, c), dropped + 1, std::move(k));
+    }
+  }
+};
+
+}  // namespace
+
+RecomputeResult RecomputeExhaustive(OpList list, size_t budget, const PeakFn& peak, size_t max_states, bool* complete) {
+  State s = Start(std::move(list), peak);
+  const size_t original = s.list.size();
+  Exhaustive e{budget, peak, max_states};
+  e.Search(s, 0, 0, 0, {});
+  if (complete) *complete = e.complete;
+  if (e.best_cost < 0) {  // not met: the lowest peak any sequence of drops reached
+    RecomputeResult r = Finish(RecomputeResult{}, std::move(s), budget);
+    r.peak_bytes = e.lowest_peak;
+    return r;
+  }
+  e.best.recomputed_ops = e.best.ops.size() - original;
+  return std::move(e.best);
 }
 
 }  // namespace loom

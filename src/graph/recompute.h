@@ -17,6 +17,11 @@
 //   - greedy: the candidate with the most bytes per unit of cost (DenseFlops, graph/flops.h, plus
 //     one per element written, so element-wise ops are not free), then analysis and plan again,
 //     until arena + persistent bytes fit the budget or the peak op has no candidate left.
+// How far from the best plan over these moves the greedy one lands is measured by
+// tools/recompute_study against RecomputeExhaustive (below) on graphs small enough to enumerate:
+// on five small MLPs and CNNs under budgets from 90% to 40% of the arena, greedy met every budget
+// the enumeration met, at equal cost in 13 of 15 cases; the worst was 1.59x the added cost (a
+// 9-layer MLP at 50%), and one floor was higher (46% of the arena against 43%).
 // Exactness (replay bitwise equal to the unbudgeted one on the CPU): a copied record keeps its
 // OpRecord::rng_offset, so a recomputed dropout draws the same mask; an op that writes a block
 // it reads or a persistent block is never run again, except for state it updates in place (Note
@@ -53,10 +58,21 @@ struct RecomputeResult {
   size_t dropped_blocks = 0;   // gaps dropped
   size_t recomputed_ops = 0;   // ops inserted
   int64_t added_flops = 0;     // DenseFlops of the inserted ops
+  int64_t added_cost = 0;      // the search's cost of them: FLOPs plus one per element written
   std::vector<std::string> choices;  // one line per dropped block (LOOM_DEBUG=1 prints them)
 };
 
 // Note [Recomputing for a memory budget]. budget 0: returns the list unchanged.
 RecomputeResult RecomputeForBudget(OpList ops, size_t budget, const PeakFn& peak);
+
+// The reference the greedy search is measured against (tools/recompute_study): every sequence of
+// helpful drops, the same moves as RecomputeForBudget's (a dropped gap at the op where the peak
+// sits, recomputed by the chain from the nearest kept blocks), searched depth first for the
+// smallest added cost that meets the budget. Exponential: for small graphs only. After
+// `max_states` candidate drops it stops with the best plan so far and sets *complete to false.
+// When no plan meets the budget, the result is the list unchanged and peak_bytes the lowest peak
+// any searched sequence reached (the floor over these moves).
+RecomputeResult RecomputeExhaustive(OpList ops, size_t budget, const PeakFn& peak, size_t max_states,
+                                    bool* complete = nullptr);
 
 }  // namespace loom

@@ -4,10 +4,14 @@
 // test executable (both are built into the build folder's root).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "common/files.h"
 #include "common/programs.h"
 #include "device/cpu/blas.h"
 #include "device/cpu/dnnl_gemm.h"
@@ -110,6 +114,29 @@ TEST(LoomBench, RoundsKeepEachModesMemoryAndLosses) {
     EXPECT_EQ(Field(a[i], "peak_bytes"), Field(b[i], "peak_bytes")) << a[i] << "\n" << b[i];
     EXPECT_EQ(Field(a[i], "last_loss"), Field(b[i], "last_loss"));
   }
+}
+
+// --timeline with --memory-budget-fraction writes the budgeted plan's timeline beside the
+// unbudgeted one (tools/plot_memory.py draws both): more ops (the recomputed ones), an arena within
+// the budget and below the unbudgeted arena.
+TEST(LoomBench, TimelineShowsTheBudgetedPlanBesideTheUnbudgetedOne) {
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  loom::test::TempDir dir;
+  ProgramRun r = RunBench("--model cnn --batch 8 --steps 2 --warmup 1 --mode eager --threads 1 --memory-budget-fraction 0.8 "
+                          "--timeline " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto read = [&](const std::string& name) {
+    std::ifstream f(dir / name);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
+  const std::string meta = read("meta.json"), planned = read("planned.csv"), budgeted = read("budgeted.csv");
+  ASSERT_FALSE(budgeted.empty()) << "no budgeted.csv in " << dir.path();
+  const double recomputed = Field(meta, "recomputed_ops");
+  EXPECT_GT(recomputed, 0) << meta;
+  EXPECT_EQ(lines(budgeted), lines(planned) + long(recomputed)) << meta;
+  EXPECT_LE(Field(meta, "budgeted_arena_bytes") + Field(meta, "budgeted_persistent_bytes"), Field(meta, "memory_budget")) << meta;
+  EXPECT_LT(Field(meta, "budgeted_arena_bytes"), Field(meta, "arena_bytes")) << meta;
 }
 
 TEST(LoomBench, RefusesARunThatDidNotTrain) {
