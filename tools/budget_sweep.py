@@ -3,7 +3,9 @@
 model's planned graph under budgets of 100%, 75%, 50% and 35% of its unbudgeted arena (plus the
 persistent bytes) and without a budget, every budget run by loom-bench in turn and the whole
 round repeated (the order reversed on odd rounds), so the machine's drift hits all alike. Writes
-the runs and a summary as JSON and a PNG: measured peak memory and median step time per budget.
+the runs and a summary as JSON and a PNG: measured peak memory and median step time per budget,
+and whether each budget's parameters and BatchNorm statistics after the run are bitwise those of
+the unbudgeted run (loom-bench's final_params_checksum: same steps, same data).
 
     /usr/bin/python3 tools/budget_sweep.py [--build build] [--model resnet50] [--batch 8]
         [--fractions 1,0.75,0.5,0.35] [--steps 3] [--warmup 1] [--reps 2] [--out DIR]
@@ -108,20 +110,24 @@ def main():
                         "peak_mib": max(r["peak_bytes"] for r in rs) / MIB,
                         "arena_mib": rs[0]["arena_bytes"] / MIB, "recomputed_ops": rs[0]["recomputed_ops"],
                         "recompute_gflop": rs[0]["recompute_flops"] / 1e9,
-                        "step_gflop": rs[0]["flops_per_step"] / 1e9})
+                        "step_gflop": rs[0]["flops_per_step"] / 1e9,
+                        # the same steps on the same data: bitwise equal training shows as equal checksums
+                        "bitwise_equal_to_unbudgeted": all(r["final_params_checksum"] == runs[None][0]["final_params_checksum"]
+                                                           for r in rs)})
     title = f"loom memory budget sweep: {a.model}, batch {a.batch}, graph-planned, {a.threads} threads"
     with open(os.path.join(a.out, "budget_sweep.json"), "w") as f:
         json.dump({"model": a.model, "batch": a.batch, "threads": a.threads, "reps": a.reps, "summary": summary,
                    "runs": {("none" if b is None else f"{b:g}"): rs for b, rs in runs.items()}}, f, indent=1)
     png = os.path.join(a.out, "budget_sweep.png")
     plot(summary, title, png)
-    print("| budget | arena MiB | measured peak MiB | recomputed ops | added GFLOP (of the step's) | ms/step | vs none |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| budget | arena MiB | measured peak MiB | recomputed ops | added GFLOP (of the step's) | ms/step | vs none "
+          "| parameters bitwise equal to none |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for s in summary:
         if s["met"]:
             print(f"| {s['budget']} | {s['arena_mib']:.1f} | {s['peak_mib']:.1f} | {s['recomputed_ops']} | "
-                  f"{s['recompute_gflop']:.1f} ({100 * s['recompute_gflop'] / s['step_gflop']:.1f}%) | "
-                  f"{s['ms_median']:.0f} | {s['time_vs_unbudgeted']:.2f}x |")
+                  f"{s['recompute_gflop']:.2f} ({100 * s['recompute_gflop'] / s['step_gflop']:.1f}%) | "
+                  f"{s['ms_median']:.0f} | {s['time_vs_unbudgeted']:.2f}x | {'yes' if s['bitwise_equal_to_unbudgeted'] else 'NO'} |")
         else:
             print(f"| {s['budget']} | not met: smallest peak {s['floor_mib']:.1f} MiB | | | | | |")
     print(png)

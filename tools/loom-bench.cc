@@ -381,6 +381,7 @@ struct RunResult {
   double first_loss = 0, last_loss = 0;
   size_t peak_bytes = 0, state_bytes = 0, rss_delta = 0, param_bytes = 0;
   size_t fused_param_bytes = 0;  // parameters whose gradient the graph computes into the update
+  uint64_t final_checksum = 0;   // parameters and BatchNorm statistics after the last step
   bool rss_exact = true;
   bool has_graph = false;
   loom::GraphStats gstats;
@@ -394,9 +395,13 @@ double Percentile(std::vector<double> v, double q) {  // nearest rank
   return v[size_t(std::lround(q * double(v.size() - 1)))];
 }
 
-uint64_t ParamChecksum(nn::Model& m) {  // FNV-1a over every parameter's bytes
+// FNV-1a over every parameter's bytes, and with states the BatchNorm running statistics too.
+uint64_t ParamChecksum(nn::Model& m, bool with_states = false) {
   uint64_t h = 1469598103934665603ULL;
-  for (auto& p : m.Params()) {
+  auto named = m.Params();
+  if (with_states)
+    for (auto& s : m.States()) named.push_back(s);
+  for (auto& p : named) {
     std::vector<float> v = p.second.ToVector<float>();
     const unsigned char* b = reinterpret_cast<const unsigned char*>(v.data());
     for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ULL;
@@ -571,6 +576,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     if (r.first_loss == r.last_loss)
       why += loom::detail::Cat(" the loss did not change (", r.first_loss, " at step 1 and at step ", total, ");");
     if (ParamChecksum(model) == run->sum0) why += " the parameters did not change;";
+    r.final_checksum = ParamChecksum(model, true);
     if (r.optimizer_steps != total)
       why += loom::detail::Cat(" the model counted ", r.optimizer_steps, " optimizer steps for ", total, " calls;");
     if (r.has_graph && r.gstats.replays != uint64_t(total))
@@ -738,13 +744,13 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
   std::string out = buf;
   out.pop_back();  // the closing brace: the arithmetic and kernel fields follow
-  char more[512];
+  char more[768];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
-                ", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
+                ", \"final_params_checksum\": \"%016llx\", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
                 "\"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
                 "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
-                r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
+                (unsigned long long)r.final_checksum, r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
                 (long long)(r.has_graph ? r.gstats.recompute_flops : 0), (long long)sp.flops_per_step, gf,
                 sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
