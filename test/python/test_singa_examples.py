@@ -23,3 +23,14 @@ def test_singa_style_mlp_graph_equals_eager_and_learns(root):
     assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
     assert eager["losses"][-1] < 0.5 * eager["losses"][0]
     assert eager["accuracy"] > 0.9 and graph["accuracy"] == pytest.approx(eager["accuracy"])
+
+
+def test_singa_style_cnn_on_the_digits_graph_equals_eager_and_learns(root):
+    """SINGA-form Conv2d / BatchNorm2d / MaxPool2d / Linear(out) on the real digits (tools/setup.sh
+    makes them; without them the script fails, saying so)."""
+    graph = run(root, "cnn.py", "--graph", "--epochs", "2")
+    eager = run(root, "cnn.py", "--eager", "--epochs", "2")
+    assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
+    assert len(eager["losses"]) == 2 * (4000 // 50)
+    assert sum(eager["losses"][-10:]) < 0.2 * sum(eager["losses"][:10])
+    assert eager["accuracy"] > 0.9 and graph["accuracy"] == pytest.approx(eager["accuracy"])

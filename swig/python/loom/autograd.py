@@ -10,6 +10,7 @@ it is recorded into the graph instead of running.
         sgd.apply(0, g, p, "")
 """
 import contextlib
+import math
 
 import numpy as np
 
@@ -119,8 +120,16 @@ def reshape(x, shape):
 
 
 def flatten(x, axis=1):
-    """(N, ...) -> (N, prod): SINGA's flatten keeps the axes before `axis`."""
-    return core.flatten(x, axis)
+    """SINGA's (and ONNX's) flatten: (d0, ..., dn) -> (d0 * ... * d(axis-1), d(axis) * ... * dn),
+    always a matrix; axis may be negative, 0 gives (1, size)."""
+    shape = x.shape
+    if not isinstance(axis, int) or not -len(shape) <= axis <= len(shape):
+        raise errors.ValueError(f"[flatten] axis {axis!r} is out of range for {x.describe()}")
+    if axis < 0:
+        axis += len(shape)
+    if axis == 1 and len(shape) >= 2:
+        return core.flatten(x, 1)  # one op, the usual case
+    return core.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 
 def cat(xs, axis=0):
