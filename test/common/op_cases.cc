@@ -11,6 +11,7 @@
 
 #include "common/harness.h"
 #include "common/op_case_table.h"
+#include "core/ops/external.h"
 
 namespace loom {
 namespace test {
@@ -754,6 +755,16 @@ void AddShape(Table& t) {
     t.Add("permute", "(2, 3, 4) (1, 2, 0)", dt, ref::Permute).In(Uniform({2, 3, 4})).Attr("perm", std::vector<int64_t>{1, 2, 0}).Exact();
     t.Add("permute", "(2, 3, 4) (-1, 0, 1)", dt, ref::Permute).In(Uniform({2, 3, 4})).Attr("perm", std::vector<int64_t>{-1, 0, 1}).Exact();
   }
+  // Note [External ops]: the host's result y (a constant: no gradient flows into it) comes out
+  // as a view; the gradient of x is what the host's function says. This binary's host function
+  // says none, which is the true gradient of an output that does not depend on x, so the
+  // finite differences agree with it; loom.autograd.Operator's tests check real ones.
+  SetExternalBackward([](int64_t, const Tensor&, const std::vector<bool>& needs) {
+    return std::vector<Tensor>(needs.size());
+  });
+  for (DType dt : kFloats)
+    t.Add("external", "(2, 3) from (3,) and (2,)", dt, [](const RefArgs& a) { return std::vector<HostTensor>{a.in[0]}; })
+        .In(Uniform({2, 3}).Constant()).In(Uniform({3})).In(Uniform({2})).Attr("id", int64_t(1)).Exact();
 }
 
 }  // namespace

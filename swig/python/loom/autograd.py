@@ -10,6 +10,7 @@ it is recorded into the graph instead of running.
         sgd.apply(0, g, p, "")
 """
 import contextlib
+import itertools
 import math
 
 import numpy as np
@@ -220,3 +221,115 @@ def embedding(table, indices):
 def call(op, inputs, **attrs):
     """Any registered op by name (core.list_ops()), attributes as keywords: a list of outputs."""
     return core.call_op(op, list(inputs), attrs)
+
+
+# ---- SINGA's Operator protocol: operators written in Python (Note [External ops]) ----
+
+_pending = {}  # external-op id -> (operator, output index, number of outputs)
+_ids = itertools.count(1)
+
+
+class Operator:
+    """SINGA's autograd.Operator: subclass it with forward(*xs) -> y (or a tuple of ys) and
+    backward(*dys) -> dx (or a tuple, one per x; None where x gets no gradient), both taking and
+    returning loom Tensors, and call an instance on tensors: it returns the tuple of outputs.
+
+        class Cube(autograd.Operator):
+            def forward(self, x):
+                self.x = x
+                return autograd.mul(autograd.mul(x, x), x)
+            def backward(self, dy):
+                return autograd.mul(autograd.mul_scalar(autograd.mul(self.x, self.x), 3.0), dy)
+
+        y, = Cube()(x)
+
+    forward runs without autograd history; when training (autograd.training) with gradients
+    enabled and an input that requires a gradient, each output gets history back to the inputs,
+    and loom's backward (autograd.backward, optimizer(loss)) calls backward once with dy. The
+    operator's loom ops are recorded like any other while a device captures, so a captured step
+    replays them without running Python (a host read inside forward or backward is then a
+    loom.GraphError at capture). An operator with several outputs has backward called once per
+    output that receives a gradient, with zeros for the other outputs' dys (backward is linear in
+    them), and the inputs' gradients summed. Until its backward has run, an operator with
+    recorded history stays referenced by loom.autograd (with what it saved)."""
+
+    def __init__(self, name=None):
+        self.name = name or type(self).__name__
+        self.requires_grad = False
+        self.src = []
+
+    def __call__(self, *xs):
+        return self._do_forward(*xs)
+
+    def forward(self, *xs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def backward(self, *dys):
+        raise NotImplementedError(f"{type(self).__name__}.backward is not defined")
+
+    def _do_forward(self, *xs):
+        name = getattr(self, "name", type(self).__name__)
+        if not xs:
+            raise errors.ValueError(f"[{name}] an operator needs at least one input tensor")
+        for i, x in enumerate(xs):
+            if not isinstance(x, Tensor):
+                raise errors.TypeError(f"[{name}] input {i} is a {type(x).__name__}, not a loom Tensor")
+        with no_grad():
+            ys = self.forward(*xs)
+        ys = tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+        for i, y in enumerate(ys):
+            if not isinstance(y, Tensor) or not y.defined():
+                raise errors.TypeError(f"[{name}] forward's output {i} is a {type(y).__name__}, not a loom Tensor")
+        self.src = list(xs)
+        self._input_metas = [(x.shape, x.dtype) for x in xs]
+        self._output_metas = [(y.shape, _c_dtype(y), y.device) for y in ys]
+        self.requires_grad = bool(training) and grad_enabled() and any(x.requires_grad for x in xs)
+        if not self.requires_grad:
+            outs = ys
+        else:
+            outs = []
+            for k, y in enumerate(ys):
+                op_id = next(_ids)
+                out = core.external(y, list(xs), op_id)
+                if out.requires_grad:
+                    _pending[op_id] = (self, k, len(ys))
+                outs.append(out)
+        for out in outs:
+            out.creator = self
+        return tuple(outs)
+
+
+def _c_dtype(t):
+    return core._core.Tensor_dtype(t)
+
+
+def _external_backward(op_id, dy, needs):
+    """loom's backward calling the operator behind external op `op_id` (Note [External ops])."""
+    entry = _pending.pop(op_id, None)
+    if entry is None:
+        raise errors.GraphError(f"[Operator] no operator awaits backward {op_id}: its backward ran already "
+                                "(loom calls an operator's backward once per output)")
+    op, k, n = entry
+    name = getattr(op, "name", type(op).__name__)
+    dys = [dy if i == k else core.zeros(shape, dtype, device)
+           for i, (shape, dtype, device) in enumerate(op._output_metas)]
+    if dys[k] is None:
+        shape, dtype, device = op._output_metas[k]
+        dys[k] = core.zeros(shape, dtype, device)
+    dxs = op.backward(*dys)
+    dxs = list(dxs) if isinstance(dxs, (tuple, list)) else [dxs]
+    if len(dxs) != len(op._input_metas):
+        raise errors.ValueError(f"[{name}] backward returned {len(dxs)} gradients for {len(op._input_metas)} inputs")
+    for i, (dx, (shape, dtype)) in enumerate(zip(dxs, op._input_metas)):
+        if dx is None:
+            continue
+        if not isinstance(dx, Tensor):
+            raise errors.TypeError(f"[{name}] backward's gradient {i} is a {type(dx).__name__}, not a loom Tensor")
+        if dx.shape != shape or dx.dtype != dtype:
+            raise errors.ShapeError(f"[{name}] backward's gradient {i} is {dx.describe()}, but input {i} is "
+                                    f"{dtype} {shape}")
+    return [dx if need else None for dx, need in zip(dxs, needs)]
+
+
+core.set_external_backward(_external_backward)
+Tensor.creator = None  # the Operator that made a tensor (set on Operator outputs)
