@@ -173,6 +173,18 @@ static std::vector<loom::Tensor> CallExternalBackward(int64_t id, const loom::Te
 
 %inline %{
 namespace loom_py {
+// While one lives, ops on `device` run at once even if it captures: creating persistent state
+// (a Python optimizer's moments) is setup, not part of the step (Device::SetupScope).
+class SetupGuard {
+ public:
+  explicit SetupGuard(std::shared_ptr<loom::Device> device)
+      : device_(std::move(device)), scope_(std::make_unique<loom::Device::SetupScope>(device_.get())) {}
+
+ private:
+  std::shared_ptr<loom::Device> device_;
+  std::unique_ptr<loom::Device::SetupScope> scope_;
+};
+
 void set_external_backward(PyObject* fn) {
   LOOM_CHECK(PyCallable_Check(fn), ValueError, "[external] the backward dispatcher must be callable");
   Py_INCREF(fn);
