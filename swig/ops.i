@@ -12,6 +12,7 @@
 #include "core/ops.h"
 #include "core/ops_cnn.h"
 #include "core/ops/external.h"
+#include "core/ops/math.h"
 
 namespace loom_py {
 
@@ -72,6 +73,9 @@ static loom::Attrs ToAttrs(PyObject* dict) {
 %rename(cat) loom::ops::Concat;
 %ignore loom::ops::FromVector;  // a template over host element types: Python has from_numpy
 %include "core/ops.h"
+
+// ---- core/ops/math.h: sin, cos, ..., ceil, floor, round, rounde, sign (the naming rule) ----
+%include "core/ops/math.h"
 
 // ---- core/ops_cnn.h ----
 // The option structs become plain arguments in the adapters below ((sh, sw), (ph, pw), ...),
