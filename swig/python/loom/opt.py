@@ -229,7 +229,7 @@ class Optimizer:
         if grad.shape != param.shape or grad.dtype != param.dtype:
             raise errors.ShapeError(f"[{type(self).__name__}] parameter {param.describe()} and gradient "
                                     f"{grad.describe()} differ")
-        key = name or f"<block {param._block_id()}>"
+        key = name or f"block{param._block_id()}"  # the C++ optimizers' key (io._slot_key)
         with _no_grad():
             core.copy_into(param, self.new_value(param, grad, self._state_of(key, param)))
 
