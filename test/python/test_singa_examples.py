@@ -34,3 +34,12 @@ def test_singa_style_cnn_on_the_digits_graph_equals_eager_and_learns(root):
     assert len(eager["losses"]) == 2 * (4000 // 50)
     assert sum(eager["losses"][-10:]) < 0.2 * sum(eager["losses"][:10])
     assert eager["accuracy"] > 0.9 and graph["accuracy"] == pytest.approx(eager["accuracy"])
+
+
+def test_singa_style_autograd_script_buffered_equals_eager_and_learns(root):
+    """SetBufferFlag / ExecBuffOps around autograd calls and opt.SGD.apply(name, value, grad)."""
+    graph = run(root, "autograd_mlp.py", "--graph", "--steps", "150")
+    eager = run(root, "autograd_mlp.py", "--eager", "--steps", "150")
+    assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
+    assert sum(eager["losses"][-10:]) < 0.2 * sum(eager["losses"][:10])
+    assert eager["accuracy"] > 0.95 and graph["accuracy"] == pytest.approx(eager["accuracy"])
