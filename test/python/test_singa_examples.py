@@ -43,3 +43,13 @@ def test_singa_style_autograd_script_buffered_equals_eager_and_learns(root):
     assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
     assert sum(eager["losses"][-10:]) < 0.2 * sum(eager["losses"][:10])
     assert eager["accuracy"] > 0.95 and graph["accuracy"] == pytest.approx(eager["accuracy"])
+
+
+def test_singa_style_lstm_graph_equals_eager_and_learns(root):
+    """layer.LSTM over a list of steps, backward through time, captured and replayed."""
+    graph = run(root, "lstm.py", "--graph", "--steps", "150")
+    eager = run(root, "lstm.py", "--eager", "--steps", "150")
+    assert graph["losses"] == pytest.approx(eager["losses"], rel=1e-5)
+    assert sum(eager["losses"][-10:]) < 0.5 * sum(eager["losses"][:10])
+    assert eager["accuracy"] > eager["majority"] + 0.2
+    assert graph["accuracy"] == pytest.approx(eager["accuracy"])

@@ -24,7 +24,7 @@ from .tensor import _check_device, _enum, _shape
 __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Dropout", "Flatten",
            "Sequential", "Conv2d", "BatchNorm2d", "SyncBatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
            "Embedding", "BasicBlock", "Bottleneck", "Pooling2d", "SoftMaxCrossEntropy", "MeanSquareError",
-           "CrossEntropy", "Add", "Cat"]
+           "CrossEntropy", "Add", "Cat", "RNN", "LSTM"]
 
 
 class Layer:
@@ -666,3 +666,124 @@ class Cat(Layer):
         if isinstance(xs, core.Tensor) or not all(isinstance(x, core.Tensor) for x in xs):
             raise errors.TypeError("[Cat] forward takes a list of loom Tensors")
         return core.cat(list(xs), self.axis)
+
+
+# ---- recurrent layers (SINGA's RNN and LSTM), made of loom ops: backward through time comes
+# from autograd, and a captured step records the unrolled sequence ----
+
+class _Recurrent(Layer, _PythonParams):
+    """Shared by RNN and LSTM: arguments, parameter creation at the first input, the inputs."""
+
+    _GATES = ()
+
+    def __init__(self, input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):
+        super().__init__()
+        op = type(self).__name__
+        self.input_size, self.hidden_size = _size(op, input_size), _size(op, hidden_size)
+        if nonlinearity not in ("tanh", "relu"):
+            raise errors.ValueError(f"[{op}] nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        if num_layers != 1 or dropout or bidirectional or batch_first:
+            raise errors.ValueError(f"[{op}] loom's {op} is one unidirectional layer over a list of steps: "
+                                    "num_layers=1, dropout=0, bidirectional=False, batch_first=False")
+        self.nonlinearity, self.bias = nonlinearity, bool(bias)
+        self._py_params = OrderedDict()
+
+    @property
+    def initialized(self):
+        return bool(self._py_params)
+
+    def _create(self, x):
+        o = _options(x.device, x.dtype)
+        bound = 1.0 / math.sqrt(self.hidden_size)  # U(-1/sqrt(H), 1/sqrt(H)), PyTorch's choice
+        for g in self._GATES:
+            for name, shape in ((f"Wx{g}", (self.input_size, self.hidden_size)),
+                                (f"Wh{g}", (self.hidden_size, self.hidden_size))):
+                self._add_param(name, core.uniform(shape, -bound, bound, o.dtype, o.device))
+            if self.bias:
+                for name in (f"Bx{g}", f"Bh{g}"):
+                    self._add_param(name, core.zeros((self.hidden_size,), o.dtype, o.device))
+
+    def _steps(self, xs, h0):
+        op = type(self).__name__
+        if isinstance(xs, core.Tensor):
+            if xs.ndim != 3:
+                raise errors.ShapeError(f"[{op}] expects a list of (N, {self.input_size}) steps or one (T, N, "
+                                        f"{self.input_size}) tensor, got {xs.describe()}")
+            xs = [core.reshape(core.slice(xs, 0, t, t + 1), xs.shape[1:]) for t in range(xs.shape[0])]
+        xs = list(xs)
+        if not xs:
+            raise errors.ValueError(f"[{op}] needs at least one step")
+        for t, x in enumerate(xs):
+            if not isinstance(x, core.Tensor) or x.ndim != 2 or x.shape[1] != self.input_size or \
+                    x.shape[0] != xs[0].shape[0]:
+                what = x.describe() if isinstance(x, core.Tensor) else type(x).__name__
+                raise errors.ShapeError(f"[{op}] step {t} is {what}; every step must be (N, {self.input_size}) with "
+                                        "one N")
+        want = (xs[0].shape[0], self.hidden_size)
+        for what, h in h0:
+            if not isinstance(h, core.Tensor) or h.shape != want:
+                got = h.describe() if isinstance(h, core.Tensor) else type(h).__name__
+                raise errors.ShapeError(f"[{op}] {what} is {got}, expected {want}")
+        if not self._py_params:
+            self._create(xs[0])
+        return xs
+
+    def _gate(self, g, x, h):
+        p = self._py_params
+        y = core.add(core.matmul(x, p[f"Wx{g}"]), core.matmul(h, p[f"Wh{g}"]))
+        if self.bias:
+            y = core.add_bias(core.add_bias(y, p[f"Bx{g}"]), p[f"Bh{g}"])
+        return y
+
+    def get_params(self):
+        return OrderedDict(self._py_params)
+
+    def get_states(self):
+        return OrderedDict(self._py_params)
+
+
+class RNN(_Recurrent):
+    """SINGA's RNN(input_size, hidden_size, nonlinearity="tanh", bias=True): called on xs, a list
+    of T steps (N, input_size) (or one (T, N, input_size) tensor), and h0 (N, hidden_size):
+
+        h_t = act(x_t Wx + h_(t-1) Wh + Bx + Bh)
+
+    returns (ys, h_T), ys the list of every h_t. Parameters Wx, Wh, Bx, Bh are made at the first
+    call, on its device and in its dtype."""
+
+    _GATES = ("",)
+
+    def forward(self, xs, h0):
+        xs = self._steps(xs, [("h0", h0)])
+        act = core.tanh if self.nonlinearity == "tanh" else core.relu
+        ys, h = [], h0
+        for x in xs:
+            h = act(self._gate("", x, h))
+            ys.append(h)
+        return ys, h
+
+
+class LSTM(_Recurrent):
+    """SINGA's LSTM(input_size, hidden_size, bias=True): called on xs (as RNN's) and (h0, c0),
+    each (N, hidden_size), with input (i), forget (f), output (o) and candidate (g) gates:
+
+        i, f, o = sigmoid(x Wx_* + h Wh_* + Bx_* + Bh_*),  g = tanh(x Wx_g + h Wh_g + Bx_g + Bh_g)
+        c_t = f c_(t-1) + i g,   h_t = o tanh(c_t)
+
+    returns (ys, h_T, c_T), ys the list of every h_t."""
+
+    _GATES = ("_i", "_f", "_o", "_g")
+
+    def forward(self, xs, h0_c0):
+        if not isinstance(h0_c0, (tuple, list)) or len(h0_c0) != 2:
+            raise errors.TypeError("[LSTM] the initial state is a pair (h0, c0)")
+        h, c = h0_c0
+        xs = self._steps(xs, [("h0", h), ("c0", c)])
+        ys = []
+        for x in xs:
+            i, f, o = (core.sigmoid(self._gate(g, x, h)) for g in ("_i", "_f", "_o"))
+            c = core.add(core.mul(f, c), core.mul(i, core.tanh(self._gate("_g", x, h))))
+            h = core.mul(o, core.tanh(c))
+            ys.append(h)
+        return ys, h, c
