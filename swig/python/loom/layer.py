@@ -133,6 +133,19 @@ class NativeLayer(Layer):
     def __repr__(self):
         return f"{type(self).__name__}()" if type(self) is not NativeLayer else f"NativeLayer({self._impl.type_name()})"
 
+    def _first_options(self, x):
+        """The options of a layer sized at its first input x: the device and dtype given at
+        construction, else x's (refused during a capture, as _options says)."""
+        device, dtype = self._lazy_options
+        return _options(device or x.device, dtype or x.dtype)
+
+    def _become(self, impl, x):
+        """A lazy layer's first call: from now on it is the C++ layer `impl`, made for x."""
+        self._impl = impl
+        impl.train(self.training)
+        self.forward = impl.forward
+        return self.forward(x)
+
 
 class Linear(NativeLayer):
     """x: (..., in_features) -> (..., out_features); weight (in, out), bias (out).
@@ -157,15 +170,10 @@ class Linear(NativeLayer):
     def forward(self, x):  # SINGA's form before its first call; replaced by the C++ method then
         if not isinstance(x, core.Tensor):
             raise errors.TypeError(f"[Linear] expected a loom Tensor, got {type(x).__name__}")
-        device, dtype = self._lazy_options
         if x.ndim < 1:
             raise errors.ShapeError(f"[Linear] input {x.describe()} has no feature axis")
         self.in_features = x.shape[-1]
-        self._impl = core.Linear(self.in_features, self.out_features, self._bias,
-                                 _options(device or x.device, dtype or x.dtype))
-        self._impl.train(self.training)
-        self.forward = self._impl.forward
-        return self.forward(x)
+        return self._become(core.Linear(self.in_features, self.out_features, self._bias, self._first_options(x)), x)
 
     @property
     def initialized(self):
@@ -403,12 +411,11 @@ class Conv2d(NativeLayer, _PythonParams):
         self._py_params = OrderedDict()
         self.W = self.b = None
         if self.in_channels is not None:
-            self._create(self.in_channels, a["device"], a["dtype"])
+            self._create(self.in_channels, _options(a["device"], a["dtype"]))
 
-    def _create(self, channels, device, dtype):
+    def _create(self, channels, o):
         if channels % self.group:
             raise errors.ValueError(f"[Conv2d] {channels} input channels do not split into {self.group} groups")
-        o = _options(device, dtype)
         kh, kw = self.kernel_size
         shape = (self.nb_kernels, channels // self.group, kh, kw)
         std = math.sqrt(2.0 / (shape[1] * kh * kw + self.nb_kernels))
@@ -424,8 +431,7 @@ class Conv2d(NativeLayer, _PythonParams):
     def forward(self, x):  # the Python layer's (the C++ layer's forward replaces it)
         _check_images("Conv2d", x, self.in_channels)
         if self.W is None:
-            device, dtype = self._lazy_options
-            self._create(x.shape[1], device or x.device, dtype or x.dtype)
+            self._create(x.shape[1], self._first_options(x))
         padding = _padding_for("Conv2d", self.pad_mode, self.padding, x, self.kernel_size, self.stride,
                                self.dilation)
         y = autograd.conv2d(x, self.W, self.b, self.stride, padding, self.dilation, self.group)
@@ -483,13 +489,8 @@ class BatchNorm2d(NativeLayer):
 
     def forward(self, x):  # SINGA's form before its first call; replaced by the C++ method then
         _check_images("BatchNorm2d", x)
-        device, dtype = self._lazy_options
         self.num_features = x.shape[1]
-        self._impl = core.BatchNorm2d(self.num_features, 1.0 - self.momentum, self.eps,
-                                      _options(device or x.device, dtype or x.dtype))
-        self._impl.train(self.training)
-        self.forward = self._impl.forward
-        return self.forward(x)
+        return self._become(core.BatchNorm2d(self.num_features, 1.0 - self.momentum, self.eps, self._first_options(x)), x)
 
     @property
     def initialized(self):
