@@ -373,3 +373,44 @@ def test_singa_form_model_graph_equals_eager(dev):
     graph = train_small_cnn(dev, True)
     assert graph == pytest.approx(eager, rel=1e-5)
     assert eager[-1] != eager[0]
+
+
+# ---- SeparableConv2d and Gemm ----
+
+def test_separable_conv2d(dev):
+    a, x = images(dev, (2, 3, 6, 6))
+    sep = layer.SeparableConv2d(5, 3, padding=1, bias=True)
+    assert not sep.initialized
+    y = sep(x)
+    params = sep.get_params()
+    assert sorted(params) == ["depthwise_conv.W", "depthwise_conv.b", "point_conv.W", "point_conv.b"]
+    dw, db = params["depthwise_conv.W"].to_numpy(), params["depthwise_conv.b"].to_numpy()
+    pw, pb = params["point_conv.W"].to_numpy(), params["point_conv.b"].to_numpy()
+    assert dw.shape == (3, 1, 3, 3) and pw.shape == (5, 3, 1, 1)
+    ref = conv_ref(conv_ref(a, dw, db, (1, 1), (1, 1), groups=3), pw, pb, (1, 1), (0, 0))
+    np.testing.assert_allclose(y.to_numpy(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transA, transB", [(False, True), (True, False)])
+def test_gemm_layer(dev, transA, transB):
+    a = RNG.normal(size=(4, 3) if not transA else (3, 4)).astype(np.float32)
+    g = layer.Gemm(5, alpha=0.5, beta=2.0, transA=transA, transB=transB)
+    y = g(tensor.from_numpy(a, dev))
+    W, b = g.W.to_numpy(), g.b.to_numpy()
+    assert W.shape == ((5, 3) if transB else (3, 5)) and b.shape == (1, 5)
+    b = RNG.normal(size=(1, 5)).astype(np.float32)
+    g.b.copy_from_numpy(b)
+    y = g(tensor.from_numpy(a, dev))
+    xa = a.T if transA else a
+    Wm = W.T if transB else W
+    np.testing.assert_allclose(y.to_numpy(), 0.5 * xa @ Wm + 2.0 * b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(loom.ShapeError, match=r"\[Gemm\] W is .* the input .* has 6 features"):
+        g(tensor.from_numpy(np.zeros((6, 6), np.float32), dev))
+
+
+def test_autograd_cross_entropy(dev):
+    p = RNG.uniform(0.05, 1.0, size=(3, 4))
+    p /= p.sum(1, keepdims=True)
+    t = np.eye(4)[[2, 0, 1]]
+    loss = autograd.cross_entropy(tensor.from_numpy(p, dev), tensor.from_numpy(t, dev))
+    assert loss.shape == () and loss.item() == pytest.approx(-(t * np.log(p)).sum() / 3, rel=1e-10)

@@ -725,6 +725,16 @@ def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
     return y
 
 
+def cross_entropy(y, t):
+    """SINGA's cross_entropy: -sum(t * log(y)) / N for probabilities y (N, C) (a softmax's output)
+    and targets t of the same shape; shape () as loom's other losses."""
+    if y.ndim != 2 or y.shape != t.shape:
+        raise errors.ShapeError(f"[cross_entropy] expects probabilities (N, C) and targets of the same shape, got "
+                                f"{y.describe()} and {t.describe()}")
+    total = core.sum(core.mul(t, core.log(y)), (), False)
+    return core.div_scalar(core.neg(total), float(y.shape[0]))
+
+
 def nonzero(x):
     """ONNX's NonZero: the indices of the nonzero elements, int64 (rank, count). Its size depends
     on the values, so it reads them on the host (a loom.GraphError inside a capture)."""

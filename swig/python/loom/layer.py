@@ -24,7 +24,7 @@ from .tensor import _check_device, _enum, _shape
 __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Dropout", "Flatten",
            "Sequential", "Conv2d", "BatchNorm2d", "SyncBatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
            "Embedding", "BasicBlock", "Bottleneck", "Pooling2d", "SoftMaxCrossEntropy", "MeanSquareError",
-           "CrossEntropy", "Add", "Cat", "RNN", "LSTM"]
+           "CrossEntropy", "Add", "Cat", "RNN", "LSTM", "SeparableConv2d", "Gemm"]
 
 
 class Layer:
@@ -608,6 +608,78 @@ class Bottleneck(NativeLayer):
         super().__init__(core.Bottleneck(in_channels, mid_channels, stride, _options(device, dtype)))
 
 
+class SeparableConv2d(Layer):
+    """SINGA's SeparableConv2d(nb_kernels, kernel_size, stride=1, padding=0, bias=False): a
+    depthwise convolution (one kernel_size filter per input channel, group = C) then a pointwise
+    1x1 convolution to nb_kernels channels; both are made at the first input."""
+
+    def __init__(self, nb_kernels, kernel_size, stride=1, padding=0, bias=False):
+        super().__init__()
+        self.nb_kernels = _size("SeparableConv2d", nb_kernels)
+        self.kernel_size = _pair("SeparableConv2d", "kernel_size", kernel_size)
+        self.stride = _pair("SeparableConv2d", "stride", stride)
+        self.padding = _pair("SeparableConv2d", "padding", padding)
+        self.bias = bool(bias)
+        self.depthwise_conv = self.point_conv = None
+
+    @property
+    def initialized(self):
+        return self.depthwise_conv is not None
+
+    def forward(self, x):
+        _check_images("SeparableConv2d", x)
+        if self.depthwise_conv is None:
+            channels = x.shape[1]
+            depthwise = Conv2d(channels, self.kernel_size, stride=self.stride, padding=self.padding, group=channels,
+                               bias=self.bias)
+            depthwise(x)  # made now, on x's device and in its dtype (refused during a capture)
+            self.depthwise_conv, self.point_conv = depthwise, Conv2d(self.nb_kernels, 1, bias=self.bias)
+        return self.point_conv(self.depthwise_conv(x))
+
+
+class Gemm(Layer, _PythonParams):
+    """SINGA's Gemm(nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True,
+    bias_shape=None): y = alpha x' W' + beta b, x' = x^T when transA, W' = W^T when transB, so W
+    is (nb_kernels, in) with transB and (in, nb_kernels) without; b (1, nb_kernels), or
+    bias_shape. W ~ N(0, 2 / (in + nb_kernels)) and b = 0 are made at the first input."""
+
+    def __init__(self, nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True, bias_shape=None):
+        super().__init__()
+        self.nb_kernels = _size("Gemm", nb_kernels)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.transA, self.transB, self.bias = bool(transA), bool(transB), bool(bias)
+        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else tuple(bias_shape)
+        self._py_params = OrderedDict()
+        self.W = self.b = None
+
+    @property
+    def initialized(self):
+        return self.W is not None
+
+    def forward(self, x):
+        if not isinstance(x, core.Tensor) or x.ndim != 2:
+            raise errors.ShapeError(f"[Gemm] expects a matrix, got "
+                                    f"{x.describe() if isinstance(x, core.Tensor) else type(x).__name__}")
+        in_features = x.shape[0] if self.transA else x.shape[1]
+        if self.W is None:
+            o = _options(x.device, x.dtype)
+            shape = (self.nb_kernels, in_features) if self.transB else (in_features, self.nb_kernels)
+            std = math.sqrt(2.0 / (in_features + self.nb_kernels))
+            self.W = self._add_param("W", core.normal(shape, 0.0, std, o.dtype, o.device))
+            if self.bias:
+                self.b = self._add_param("b", core.zeros(self.bias_shape, o.dtype, o.device))
+        elif self.W.shape[1 if self.transB else 0] != in_features:
+            raise errors.ShapeError(f"[Gemm] W is {self.W.describe()}, the input {x.describe()} has {in_features} "
+                                    "features")
+        return autograd.gemm(x, self.W, self.b, self.alpha, self.beta, self.transA, self.transB)
+
+    def get_params(self):
+        return OrderedDict(self._py_params)
+
+    def get_states(self):
+        return OrderedDict(self._py_params)
+
+
 # ---- SINGA's loss layers (losses of shape (1,), as SINGA's are) and combinators ----
 
 def _check_pair(op, x, t):
@@ -645,8 +717,7 @@ class CrossEntropy(Layer):
         if x.ndim != 2 or x.shape != t.shape:
             raise errors.ShapeError(f"[CrossEntropy] expects probabilities (N, C) and targets of the same shape, "
                                     f"got {x.describe()} and {t.describe()}")
-        total = core.sum(core.mul(t, core.log(x)), (), False)
-        return core.reshape(core.div_scalar(core.neg(total), float(x.shape[0])), (1,))
+        return core.reshape(autograd.cross_entropy(x, t), (1,))
 
 
 class Add(Layer):
