@@ -414,3 +414,93 @@ def test_autograd_cross_entropy(dev):
     t = np.eye(4)[[2, 0, 1]]
     loss = autograd.cross_entropy(tensor.from_numpy(p, dev), tensor.from_numpy(t, dev))
     assert loss.shape == () and loss.item() == pytest.approx(-(t * np.log(p)).sum() / 3, rel=1e-10)
+
+
+# ---- layers written in Python the SINGA way: initialize(x) and Tensor attributes ----
+
+class Dense(layer.Layer):
+    """SINGA 3's pattern: parameters made in initialize from the first input."""
+
+    inits = 0
+
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def initialize(self, x):
+        Dense.inits += 1
+        self.W = tensor.Tensor((x.shape[1], self.out), x.device, requires_grad=True, stores_grad=True)
+        self.W.gaussian(0.0, 0.3)
+        self.b = tensor.Tensor((self.out,), x.device, requires_grad=True, stores_grad=True)
+        self.b.set_value(0.0)
+
+    def forward(self, x):
+        self.last = autograd.add_bias(autograd.matmul(x, self.W), self.b)  # a result, not a parameter
+        return self.last
+
+
+class DenseNet(model.Model):
+    def __init__(self):
+        super().__init__()
+        self.d1, self.d2 = Dense(6), Dense(3)
+
+    def forward(self, x):
+        return self.d2(autograd.relu(self.d1(x)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def test_python_layer_initialize_and_tensor_parameters(dev):
+    Dense.inits = 0
+    d = Dense(4)
+    assert not d.initialized and d.get_params() == {}
+    a = RNG.normal(size=(2, 3)).astype(np.float32)
+    y = d(tensor.from_numpy(a, dev))
+    d(tensor.from_numpy(a, dev))
+    assert Dense.inits == 1 and d.initialized
+    params = d.get_params()
+    assert list(params) == ["W", "b"] and params["W"]._persistent()
+    np.testing.assert_allclose(y.to_numpy(), a @ params["W"].to_numpy(), rtol=1e-5, atol=1e-6)
+    d.W = tensor.from_numpy(np.zeros((3, 4), np.float32), dev)  # no longer a parameter
+    assert list(d.get_params()) == ["b"]
+
+
+def train_dense(dev, use_graph, steps=4):
+    dev.SetRandSeed(9)
+    rng = np.random.default_rng(2)
+    m = DenseNet()
+    m.set_optimizer(opt.SGD(0.1, 0.9))
+    tx, ty = tensor.Tensor((8, 5), dev), tensor.Tensor((8,), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)
+    assert list(m.get_params()) == ["d1.W", "d1.b", "d2.W", "d2.b"]
+    losses = []
+    for _ in range(steps):
+        tx.copy_from_numpy(rng.normal(size=(8, 5)).astype(np.float32))
+        ty.copy_from_numpy(rng.integers(0, 3, 8).astype(np.int32))
+        losses.append(m(tx, ty)[1].item())
+    return losses
+
+
+def test_python_layers_in_a_model_graph_equals_eager(dev):
+    eager = train_dense(dev, False)
+    graph = train_dense(dev, True)
+    assert graph == pytest.approx(eager, rel=1e-5) and eager[-1] != eager[0]
+
+
+def test_initialize_inside_a_capture_runs_once_not_every_replay(dev):
+    """SINGA runs initialize with the graph off; loom runs its ops at once during the capture."""
+    d = Dense(2)
+    x = tensor.from_numpy(np.ones((1, 3), np.float32), dev)
+    dev.SetBufferFlag(True)
+    y = d(x)
+    dev.SetBufferFlag(False)
+    w = d.W.to_numpy()
+    assert np.abs(w).sum() > 0  # drawn already, outside the graph
+    d.W.copy_from_numpy(np.ones((3, 2), np.float32))
+    dev.ExecBuffOps()
+    np.testing.assert_array_equal(d.W.to_numpy(), 1.0)  # the replay did not draw it again
+    np.testing.assert_allclose(y.to_numpy(), [[3.0, 3.0]])

@@ -28,13 +28,50 @@ __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "S
 
 
 class Layer:
-    """Base class. Sub-layers are found among the attributes (and lists/tuples of layers)."""
+    """Base class. Sub-layers are found among the attributes (and lists/tuples of layers), and so
+    are parameters: a leaf Tensor attribute that requires grad (SINGA's Tensor(shape, dev,
+    requires_grad=True, stores_grad=True)) is one, named after the attribute and marked
+    persistent for graphs.
+
+    SINGA's layers written in Python create their parameters in initialize(*inputs), which the
+    first call runs before forward, once; its ops run at once even while the device captures
+    (they are setup, not part of the step), as SINGA runs them with the graph off."""
 
     def __init__(self):
         self.training = True
+        self._initialized = type(self).initialize is Layer.initialize
+
+    def __setattr__(self, name, value):
+        if (isinstance(value, core.Tensor) and not name.startswith("_") and value.defined() and value.requires_grad
+                and not value._has_grad_fn()):  # a leaf: a parameter, not a result kept for later
+            value._set_persistent(True)
+            if not value.name:
+                value.name = name
+            self.__dict__.setdefault("_tensor_params", OrderedDict())[name] = value
+        elif name in self.__dict__.get("_tensor_params", ()):
+            del self.__dict__["_tensor_params"][name]
+        object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):
+        if not self.__dict__.get("_initialized", True):
+            self._run_initialize(args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def initialize(self, *args, **kwargs):
+        """SINGA's hook: creates the parameters from the first inputs (override it)."""
+
+    @property
+    def initialized(self):
+        return self.__dict__.get("_initialized", True)
+
+    def _run_initialize(self, args, kwargs):
+        device = next((a.device for a in args if isinstance(a, core.Tensor)), None)
+        setup = core.SetupGuard(device) if device is not None else None
+        try:
+            self.initialize(*args, **kwargs)
+        finally:
+            del setup
+        self._initialized = True
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
@@ -50,7 +87,7 @@ class Layer:
 
     def get_params(self):
         """Trainable tensors by path ("fc1.weight"), in definition order."""
-        out = OrderedDict()
+        out = OrderedDict(self.__dict__.get("_tensor_params", {}))
         for name, sub in self._sublayers():
             for k, v in sub.get_params().items():
                 out[f"{name}.{k}"] = v
@@ -58,7 +95,7 @@ class Layer:
 
     def get_states(self):
         """Parameters and non-trainable state (BatchNorm's running statistics) by path."""
-        out = OrderedDict()
+        out = OrderedDict(self.__dict__.get("_tensor_params", {}))
         for name, sub in self._sublayers():
             for k, v in sub.get_states().items():
                 out[f"{name}.{k}"] = v
