@@ -245,3 +245,16 @@ def test_load_states_into_another_python_optimizer_is_refused(dev, tmp_path):
     b = make_cnn(dev, lambda: opt.AdaGrad(0.01), 2)
     with pytest.raises(loom.IOError, match=r"optimizer state 'optimizer/[\w.]+/running_average' is not AdaGrad's"):
         b.load_states(path)
+
+
+def test_save_states_aux_states_numbers_and_tensors(dev, tmp_path):
+    a = make_cnn(dev, lambda: opt.SGD(0.05), 1)
+    path = str(tmp_path / "aux.ckpt")
+    best = tensor.from_numpy(np.array([0.25, 0.5], np.float32), dev)
+    a.save_states(path, aux_states={"epoch": 3, "best": best})
+    b = make_cnn(dev, lambda: opt.SGD(0.05), 2)
+    aux = b.load_states(path)
+    assert sorted(aux) == ["best", "epoch"] and aux["epoch"] == 3.0
+    np.testing.assert_array_equal(aux["best"].to_numpy(), [0.25, 0.5])
+    with pytest.raises(loom.TypeError, match=r"\[Model\] save_states: aux state 'note' is a str"):
+        a.save_states(path, {"note": "x"})

@@ -157,12 +157,21 @@ class _Checkpoints:
     """save_states / load_states, for Model and NativeModel: whatever has get_states(),
     get_params(), `optimizer` and `device`."""
 
-    def save_states(self, path, meta=None):
+    def save_states(self, path, aux_states=None, meta=None):
         """Writes every parameter and state (get_states(), by name) and, when the model has an
         optimizer, its state (momentum, moments, learning rate, step count) to `path`, atomically
-        (a failure never leaves half a file). `meta`: extra dict name -> float."""
+        (a failure never leaves half a file). `aux_states` (SINGA's name; `meta` is loom's older
+        one): extra dict name -> number or Tensor, which load_states returns."""
         tensors = list(self.get_states().items())
-        all_meta = {k: float(v) for k, v in (meta or {}).items()}
+        all_meta = {}
+        for k, v in {**(meta or {}), **(aux_states or {})}.items():
+            if isinstance(v, Tensor):
+                tensors.append((_AUX_PREFIX + str(k), v))
+            elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+                all_meta[str(k)] = float(v)
+            else:
+                raise errors.TypeError(f"[Model] save_states: aux state '{k}' is a {type(v).__name__}; it must be "
+                                       "a number or a Tensor")
         optimizer = _optimizer_of(self)
         if optimizer is not None:
             if getattr(optimizer, "_impl", True) is None:  # written in loom ops (opt.Optimizer(lr))
@@ -179,7 +188,7 @@ class _Checkpoints:
         optimizer state (every slot the optimizer keeps must be in the file). Everything is
         checked before anything is copied: on a mismatch one loom.IOError lists it and neither
         the model nor the optimizer has changed (Note [Check everything, then copy] in
-        src/io/checkpoint.h). Returns the checkpoint's metadata."""
+        src/io/checkpoint.h). Returns the aux_states (numbers, and Tensors on the CPU) saved with it."""
         ck = _io.load_checkpoint(path)
         states = list(self.get_states().items())
         core.check_restore_into(ck._impl, states)
@@ -198,7 +207,12 @@ class _Checkpoints:
             optimizer_restore.apply()
         if python_states is not None:
             optimizer.set_states(python_states)
-        return {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
+        aux = {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
+        aux.update({k[len(_AUX_PREFIX):]: ck[k] for k in ck.keys() if k.startswith(_AUX_PREFIX)})
+        return aux
+
+
+_AUX_PREFIX = "aux/"  # save_states' tensors among its aux_states
 
 
 def _python_optimizer_state(optimizer, params):
