@@ -230,3 +230,48 @@ def test_gemm_shape_constant_nonzero_scatter(dev):
     want = x.copy()
     np.put_along_axis(want, idx, upd, 1)
     np.testing.assert_array_equal(autograd.scatter_elements(t(x, dev), t(idx, dev), t(upd, dev), 1).to_numpy(), want)
+
+
+# ---- SINGA's class forms: F(*attributes)(*inputs) is (f(*inputs, *attributes),) ----
+
+@pytest.mark.parametrize("make, fn", [
+    (lambda: autograd.ReLU(), lambda x: np.maximum(x, 0)),
+    (lambda: autograd.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+    (lambda: autograd.Reshape((4, 3)), lambda x: x.reshape(4, 3)),
+    (lambda: autograd.Transpose((1, 0)), lambda x: x.T),
+    (lambda: autograd.LeakyRelu(0.2), lambda x: np.where(x > 0, x, 0.2 * x)),
+    (lambda: autograd.Clip(-0.5, 0.5), lambda x: np.clip(x, -0.5, 0.5)),
+    (lambda: autograd.SoftMax(), lambda x: np.exp(x) / np.exp(x).sum(1, keepdims=True)),
+    (lambda: autograd.ReduceSum([1]), lambda x: x.sum(1, keepdims=True)),
+    (lambda: autograd.ReduceMean([0], 0), lambda x: x.mean(0)),
+    (lambda: autograd.Slice([0], [2], [1]), lambda x: x[:, 0:2]),
+    (lambda: autograd.Tile([1, 2]), lambda x: np.tile(x, (1, 2))),
+    (lambda: autograd.Gather(1, [3, 0]), lambda x: x[:, [3, 0]]),
+    (lambda: autograd.Flatten(0), lambda x: x.reshape(1, -1)),
+])
+def test_class_forms_unary(dev, make, fn):
+    a = RNG.normal(size=(3, 4))
+    x = t(a, dev, grad=True)
+    out = make()(x)
+    assert isinstance(out, tuple) and len(out) == 1 and isinstance(out[0].creator, autograd.Operator)
+    np.testing.assert_allclose(out[0].to_numpy(), fn(a), rtol=1e-6, atol=1e-12)
+    assert out[0].requires_grad  # differentiated by loom's autograd
+
+
+def test_class_forms_with_several_inputs(dev):
+    a, b = RNG.normal(size=(2, 3)), RNG.normal(size=(3,))
+    x, y = t(a, dev, grad=True), t(b, dev)
+    np.testing.assert_allclose(autograd.AddBias()(x, y)[0].to_numpy(), a + b)
+    np.testing.assert_allclose(autograd.Concat(1)(x, x)[0].to_numpy(), np.concatenate([a, a], 1))
+    np.testing.assert_allclose(autograd.Matmul()(x, t(a.T.copy(), dev))[0].to_numpy(), a @ a.T)
+    lo, hi = autograd.Split(1, [1, 2])(x)
+    np.testing.assert_allclose(hi.to_numpy(), a[:, 1:])
+    labels = np.array([2, 0], np.int32)
+    loss, = autograd.SoftMaxCrossEntropy(t(labels, dev))(x)
+    (_, g), = autograd.backward(loss)
+    p = np.exp(a) / np.exp(a).sum(1, keepdims=True)
+    np.testing.assert_allclose(g.to_numpy(), (p - np.eye(3)[labels]) / 2, rtol=1e-6, atol=1e-12)
+    oh, = autograd.OneHot(-1, 3)(t(labels, dev))
+    np.testing.assert_array_equal(oh.to_numpy(), np.eye(3)[labels])
+    with pytest.raises(loom.GraphError, match=r"\[ReLU\] loom's autograd differentiates ReLU itself"):
+        autograd.ReLU().backward(x)

@@ -757,3 +757,70 @@ def scatter_elements(x, indices, updates, axis=0):
 
 
 _F32 = core.dtype_from_name("float32")
+
+
+# ---- SINGA's class forms of the functions: F(*attributes)(*inputs) is the tuple
+# (f(*inputs, *attributes),); loom's autograd differentiates them as it does the functions ----
+
+class _FunctionOperator(Operator):
+    _fn = None
+
+    def __init__(self, *attrs, **kwattrs):
+        super().__init__()
+        self._attrs, self._kwattrs = attrs, kwattrs
+
+    def __call__(self, *xs):
+        ys = type(self)._fn(*xs, *self._attrs, **self._kwattrs)
+        ys = tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+        self.src = list(xs)
+        for y in ys:
+            y.creator = self
+        return ys
+
+    def forward(self, *xs):
+        return self(*xs)
+
+    def backward(self, *dys):
+        raise errors.GraphError(f"[{self.name}] loom's autograd differentiates {self.name} itself: call "
+                                "autograd.backward on the loss")
+
+
+def _add_bias_axis(x, b, axis=0):
+    return core.add_bias(x, b) if axis == 0 else core.add(x, core.reshape(b, (-1, 1)))
+
+
+def _concat(*args):
+    if args and not isinstance(args[-1], Tensor):
+        return core.cat(list(args[:-1]), int(args[-1]))
+    return core.cat(list(args), 0)
+
+
+_CLASS_FORMS = {
+    "ReLU": relu, "Sigmoid": sigmoid, "Tanh": tanh, "Exp": exp, "Log": log, "Sqrt": sqrt, "Abs": abs, "Erf": erf,
+    "Sign": sign, "Ceil": ceil, "Floor": floor, "Round": round, "Rounde": rounde, "Sin": sin, "Cos": cos,
+    "Tan": tan, "Asin": asin, "Acos": acos, "Atan": atan, "Sinh": sinh, "Cosh": cosh, "Asinh": asinh,
+    "Acosh": acosh, "Atanh": atanh, "Matmul": matmul, "Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow,
+    "Negative": negative, "Reciprocal": reciprocal, "Identity": identity, "SoftPlus": softplus,
+    "SoftSign": softsign, "HardSigmoid": hardsigmoid, "Elu": elu, "SeLU": selu, "PRelu": prelu,
+    "LeakyRelu": leakyrelu, "Clip": clip, "Equal": equal, "Greater": greater, "Less": less, "And": _and,
+    "Or": _or, "Xor": _xor, "Not": _not, "Max": max, "Min": min, "Sum": sum, "Mean": mean, "Reshape": reshape,
+    "Transpose": transpose, "Squeeze": squeeze, "Unsqueeze": unsqueeze, "Flatten": flatten, "Tile": tile,
+    "Split": split, "Slice": slice, "Gather": gather, "Where": where, "Pad": pad, "UpSample": upsample,
+    "DepthToSpace": depth_to_space, "SpaceToDepth": space_to_depth, "GlobalAveragePool": globalaveragepool,
+    "Gemm": gemm, "Shape": shape, "ConstantOfShape": constant_of_shape, "NonZero": nonzero,
+    "ScatterElements": scatter_elements, "CosSim": cossim, "Cast": cast, "Dropout": dropout,
+    "SoftMax": lambda x, axis=1: core.softmax(x, axis),  # SINGA's default axis
+    "SoftMaxCrossEntropy": lambda x, t: core.softmax_cross_entropy(x, t),
+    "MeanSquareError": lambda x, t: core.mse_loss(x, t), "CrossEntropy": cross_entropy,
+    "AddBias": _add_bias_axis, "Concat": _concat,
+    "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
+    "ReduceMean": lambda x, axes=None, keepdims=1: core.mean(x, _axes(axes), bool(keepdims)),
+    "OneHot": lambda idx, axis, depth, values=(0.0, 1.0): onehot(axis, idx, depth, values),
+}
+for _name, _fn in _CLASS_FORMS.items():
+    globals()[_name] = type(_name, (_FunctionOperator,), {
+        "_fn": staticmethod(_fn), "__module__": __name__,
+        "__doc__": f"SINGA's class form: {_name}(*attributes)(*inputs) == ({getattr(_fn, '__name__', _name)}"
+                   "(*inputs, *attributes),)"})
+Softmax = globals()["SoftMax"]
+del _name, _fn
