@@ -9,10 +9,9 @@ spirals, new ones every step (copied into the buffered input tensors).
 
     /usr/bin/python3 examples/singa_style/autograd_mlp.py [--graph | --eager] [--steps 300] [--json]
 """
-import argparse
-import json
-
 import numpy as np
+
+import cli
 
 from loom import autograd, device, initializer, opt, tensor
 
@@ -27,16 +26,7 @@ def spirals(n, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--graph", dest="graph", action="store_true", default=True)
-    mode.add_argument("--eager", dest="graph", action="store_false")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = ap.parse_args()
-    if args.steps < 1 or args.batch < 1:
-        ap.error("--steps and --batch must be positive")
+    args = cli.parse(cli.parser(__doc__, steps=300, batch=64))
 
     dev = device.create_cpu_device()
     dev.SetRandSeed(0)
@@ -93,9 +83,7 @@ def main():
         h = autograd.relu(autograd.add_bias(autograd.matmul(h, params["w1"]), params["b1"]))
         out = autograd.add_bias(autograd.matmul(h, params["w2"]), params["b2"])
     accuracy = float((out.to_numpy().argmax(1) == test_y).mean())
-    print(f"{'graph' if args.graph else 'eager'}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, test accuracy {accuracy:.3f}")
-    if args.json:
-        print(json.dumps({"mode": "graph" if args.graph else "eager", "losses": losses, "accuracy": accuracy}))
+    cli.report(args, losses, accuracy)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ eagerly (--eager) or captured once and replayed (--graph, the default), with the
     /usr/bin/python3 examples/singa_style/cnn.py [--graph | --eager] [--epochs 3] [--batch 50]
                                                  [--data DIR] [--json]
 """
-import argparse
-import json
 import os
 
 import numpy as np
+
+import cli
 
 from loom import autograd, device, io, layer, model, opt, tensor
 
@@ -52,19 +52,11 @@ def load(directory, train):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--graph", dest="graph", action="store_true", default=True)
-    mode.add_argument("--eager", dest="graph", action="store_false")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=50)
+    ap = cli.parser(__doc__, epochs=3, batch=50)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--data", default=os.path.join(os.environ.get("LOOM_DATA_DIR") or os.path.join(root, "data"),
                                                    "digits"), help="the digits' directory (tools/setup.sh makes it)")
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = ap.parse_args()
-    if args.epochs < 1 or args.batch < 1:
-        ap.error("--epochs and --batch must be positive")
+    args = cli.parse(ap)
     if not os.path.isdir(args.data):
         ap.error(f"no digits in {args.data}: run tools/setup.sh (or give --data)")
 
@@ -100,10 +92,7 @@ def main():
             out = m(tensor.from_numpy(test_x[lo:lo + 500], dev))  # eval mode: forward
             correct += int((out.to_numpy().argmax(1) == test_y[lo:lo + 500]).sum())
     accuracy = correct / len(test_x)
-    print(f"{'graph' if args.graph else 'eager'}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-          f"held-out accuracy {accuracy:.3f} ({len(test_x)} digits)")
-    if args.json:
-        print(json.dumps({"mode": "graph" if args.graph else "eager", "losses": losses, "accuracy": accuracy}))
+    cli.report(args, losses, accuracy, "held-out accuracy", f"{len(test_x)} digits")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,9 @@ captures the unrolled step once and replays it, --eager runs it op by op, with t
 
     /usr/bin/python3 examples/singa_style/lstm.py [--graph | --eager] [--steps 200] [--json]
 """
-import argparse
-import json
-
 import numpy as np
+
+import cli
 
 from loom import autograd, device, layer, model, opt, tensor
 
@@ -44,16 +43,7 @@ def make_data(n, rng):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--graph", dest="graph", action="store_true", default=True)
-    mode.add_argument("--eager", dest="graph", action="store_false")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = ap.parse_args()
-    if args.steps < 1 or args.batch < 1:
-        ap.error("--steps and --batch must be positive")
+    args = cli.parse(cli.parser(__doc__, steps=200, batch=32))
 
     dev = device.create_cpu_device()
     dev.SetRandSeed(0)
@@ -83,11 +73,8 @@ def main():
     with autograd.no_grad():
         pred = m(tensor.from_numpy(test_x, dev), zeros, zeros).to_numpy().argmax(1)  # eval mode: forward
     accuracy = float((pred == test_y).mean())
-    print(f"{'graph' if args.graph else 'eager'}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, test accuracy "
-          f"{accuracy:.3f} (majority class {max(test_y.mean(), 1 - test_y.mean()):.3f})")
-    if args.json:
-        print(json.dumps({"mode": "graph" if args.graph else "eager", "losses": losses, "accuracy": accuracy,
-                          "majority": float(max(test_y.mean(), 1 - test_y.mean()))}))
+    majority = float(max(test_y.mean(), 1 - test_y.mean()))
+    cli.report(args, losses, accuracy, note=f"majority class {majority:.3f}", majority=majority)
 
 
 if __name__ == "__main__":

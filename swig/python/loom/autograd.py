@@ -114,51 +114,38 @@ def _variadic(name, xs):
     return None
 
 
-def sum(x, *rest, axis=None, keepdims=False):
-    """sum(x, axis=None, keepdims=False) reduces; sum(a, b, ...) adds tensors element-wise
-    (SINGA's and ONNX's Sum, with broadcasting)."""
-    xs = _variadic("sum", (x,) + rest)
-    if xs is not None:
-        out = xs[0]
-        for t in xs[1:]:
-            out = core.add(out, t)
-        return out
-    axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
-    return core.sum(x, _axes(axis), keepdims)
+def _variadic_or_reduction(name, combine, reduction, doc, finish=None):
+    """f(a, b, ...) folds tensors element-wise with `combine` (then `finish(out, count)`);
+    f(x, axis=None, keepdims=False) is `reduction(x, axes, keepdims)`."""
+    def f(x, *rest, axis=None, keepdims=False):
+        xs = _variadic(name, (x,) + rest)
+        if xs is not None:
+            out = xs[0]
+            for t in xs[1:]:
+                out = combine(out, t)
+            return finish(out, len(xs)) if finish else out
+        axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
+        return reduction(x, _axes(axis), bool(keepdims))
+    f.__name__, f.__doc__ = name, doc
+    return f
 
 
-def mean(x, *rest, axis=None, keepdims=False):
-    """mean(x, axis=None, keepdims=False) reduces; mean(a, b, ...) averages tensors element-wise."""
-    xs = _variadic("mean", (x,) + rest)
-    if xs is not None:
-        return core.mul_scalar(sum(*xs), 1.0 / len(xs))
-    axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
-    return core.mean(x, _axes(axis), keepdims)
-
-
-def max(x, *rest, axis=None, keepdims=False):
-    """max(x, axis=None, keepdims=False) reduces; max(a, b, ...) is the element-wise maximum (the
-    gradient goes to the first of equal values)."""
-    xs = _variadic("max", (x,) + rest)
-    if xs is not None:
-        out = xs[0]
-        for t in xs[1:]:
-            out = core.where(core.greater_equal(out, t), out, t)
-        return out
-    axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
-    return core.max(x, _axes(axis), keepdims)
-
-
-def min(x, *rest, axis=None, keepdims=False):
-    """min(a, b, ...): the element-wise minimum; min(x, axis=None, keepdims=False) reduces."""
-    xs = _variadic("min", (x,) + rest)
-    if xs is not None:
-        out = xs[0]
-        for t in xs[1:]:
-            out = core.where(core.less_equal(out, t), out, t)
-        return out
-    axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
-    return core.neg(core.max(core.neg(x), _axes(axis), keepdims))
+sum = _variadic_or_reduction(
+    "sum", core.add, core.sum,
+    "sum(x, axis=None, keepdims=False) reduces; sum(a, b, ...) adds tensors element-wise (SINGA's and "
+    "ONNX's Sum, with broadcasting).")
+mean = _variadic_or_reduction(
+    "mean", core.add, core.mean,
+    "mean(x, axis=None, keepdims=False) reduces; mean(a, b, ...) averages tensors element-wise.",
+    finish=lambda out, n: core.mul_scalar(out, 1.0 / n))
+max = _variadic_or_reduction(
+    "max", lambda a, b: core.where(core.greater_equal(a, b), a, b), core.max,
+    "max(x, axis=None, keepdims=False) reduces; max(a, b, ...) is the element-wise maximum (the gradient "
+    "goes to the first of equal values).")
+min = _variadic_or_reduction(
+    "min", lambda a, b: core.where(core.less_equal(a, b), a, b),
+    lambda x, axes, keepdims: core.neg(core.max(core.neg(x), axes, keepdims)),
+    "min(x, axis=None, keepdims=False) reduces; min(a, b, ...) is the element-wise minimum.")
 
 
 # ---- shape ----
