@@ -11,6 +11,8 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops_cnn.h"
+#include "core/ops/external.h"
+#include "core/ops/math.h"
 
 namespace loom_py {
 
@@ -72,6 +74,9 @@ static loom::Attrs ToAttrs(PyObject* dict) {
 %ignore loom::ops::FromVector;  // a template over host element types: Python has from_numpy
 %include "core/ops.h"
 
+// ---- core/ops/math.h: sin, cos, ..., ceil, floor, round, rounde, sign (the naming rule) ----
+%include "core/ops/math.h"
+
 // ---- core/ops_cnn.h ----
 // The option structs become plain arguments in the adapters below ((sh, sw), (ph, pw), ...),
 // under the ops' registered names; an undefined bias (Tensor()) means none.
@@ -114,6 +119,82 @@ loom::Tensor avg_pool2d(const loom::Tensor& x, const std::vector<int64_t>& kerne
   o.padding = padding;
   o.count_include_pad = count_include_pad;
   return loom::ops::AvgPool2d(x, o);
+}
+}  // namespace loom_py
+%}
+
+// ---- core/ops/external.h: loom.autograd.Operator (Note [External ops]) ----
+// The dispatcher is a Python callable, set once by loom.autograd: set_external_backward below.
+%ignore loom::SetExternalBackward;
+%ignore loom::ExternalBackwardFn;
+%include "core/ops/external.h"
+
+%{
+namespace loom_py {
+// Note [External ops]: calls the Python dispatcher fn(id, dy, needs) -> sequence of Tensors or
+// None (one per input); a Python exception reaches the caller of backward unchanged.
+static PyObject* g_external_backward = nullptr;
+
+static std::vector<loom::Tensor> CallExternalBackward(int64_t id, const loom::Tensor& dy,
+                                                      const std::vector<bool>& needs) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  struct Release {
+    PyGILState_STATE g;
+    ~Release() { PyGILState_Release(g); }
+  } release{gil};
+  PyObject* needs_list = PyList_New(Py_ssize_t(needs.size()));
+  if (!needs_list) throw PythonError();
+  for (size_t i = 0; i < needs.size(); ++i) PyList_SET_ITEM(needs_list, Py_ssize_t(i), PyBool_FromLong(needs[i]));
+  PyObject* grad = dy.defined() ? WrapTensor(dy) : (Py_INCREF(Py_None), Py_None);
+  PyObject* r = PyObject_CallFunction(g_external_backward, "LNN", (long long)id, grad, needs_list);
+  if (!r) throw PythonError();
+  PyObject* seq = PySequence_Fast(r, "");
+  Py_DECREF(r);
+  if (!seq) {
+    PyErr_Format(g_errors[kType], "[external] operator %lld's backward must return a sequence", (long long)id);
+    throw PythonError();
+  }
+  std::vector<loom::Tensor> out;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq, i);
+    void* p = nullptr;
+    if (item == Py_None) {
+      out.emplace_back();
+    } else if (SWIG_IsOK(SWIG_ConvertPtr(item, &p, SWIGTYPE_p_loom__Tensor, 0)) && p) {
+      out.push_back(*static_cast<loom::Tensor*>(p));
+    } else {
+      PyErr_Format(g_errors[kType], "[external] operator %lld's gradient %zd is %s, not a Tensor or None",
+                   (long long)id, i, Py_TYPE(item)->tp_name);
+      Py_DECREF(seq);
+      throw PythonError();
+    }
+  }
+  Py_DECREF(seq);
+  return out;
+}
+}  // namespace loom_py
+%}
+
+%inline %{
+namespace loom_py {
+// While one lives, ops on `device` run at once even if it captures: creating persistent state
+// (a Python optimizer's moments) is setup, not part of the step (Device::SetupScope).
+class SetupGuard {
+ public:
+  explicit SetupGuard(std::shared_ptr<loom::Device> device)
+      : device_(std::move(device)), scope_(std::make_unique<loom::Device::SetupScope>(device_.get())) {}
+
+ private:
+  std::shared_ptr<loom::Device> device_;
+  std::unique_ptr<loom::Device::SetupScope> scope_;
+};
+
+void set_external_backward(PyObject* fn) {
+  LOOM_CHECK(PyCallable_Check(fn), ValueError, "[external] the backward dispatcher must be callable");
+  Py_INCREF(fn);
+  Py_XDECREF(g_external_backward);
+  g_external_backward = fn;
+  loom::SetExternalBackward(CallExternalBackward);
 }
 }  // namespace loom_py
 %}

@@ -8,10 +8,9 @@ the same losses.
 
     /usr/bin/python3 examples/singa_style/mlp.py [--graph | --eager] [--steps 40] [--batch 32] [--json]
 """
-import argparse
-import json
-
 import numpy as np
+
+import cli
 
 from loom import autograd, device, layer, model, opt, tensor
 
@@ -43,16 +42,7 @@ def make_data(n, seed=0):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--graph", dest="graph", action="store_true", default=True)
-    mode.add_argument("--eager", dest="graph", action="store_false")
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
-    args = ap.parse_args()
-    if args.steps < 1 or args.batch < 1:
-        ap.error("--steps and --batch must be positive")
+    args = cli.parse(cli.parser(__doc__, steps=40, batch=32))
 
     dev = device.create_cpu_device()
     dev.SetRandSeed(0)
@@ -79,10 +69,7 @@ def main():
     with autograd.no_grad():
         pred = m(tensor.from_numpy(test_x, dev)).to_numpy().argmax(1)  # eval mode: forward
     accuracy = float((pred == test_y).mean())
-    print(f"{'graph' if args.graph else 'eager'}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-          f"test accuracy {accuracy:.3f}")
-    if args.json:
-        print(json.dumps({"mode": "graph" if args.graph else "eager", "losses": losses, "accuracy": accuracy}))
+    cli.report(args, losses, accuracy)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,23 @@ LOOM_HD T GeluGradOf(T x) {
   X(sigmoid, ew::SigmoidOf(x))                           \
   X(tanh, std::tanh(x))                                  \
   X(gelu, ew::GeluOf(x))                                 \
-  X(softplus, ew::SoftplusOf(x))
+  X(softplus, ew::SoftplusOf(x))                         \
+  X(sin, std::sin(x))                                    \
+  X(cos, std::cos(x))                                    \
+  X(tan, std::tan(x))                                    \
+  X(asin, std::asin(x))                                  \
+  X(acos, std::acos(x))                                  \
+  X(atan, std::atan(x))                                  \
+  X(sinh, std::sinh(x))                                  \
+  X(cosh, std::cosh(x))                                  \
+  X(asinh, std::asinh(x))                                \
+  X(acosh, std::acosh(x))                                \
+  X(atanh, std::atanh(x))                                \
+  X(ceil, std::ceil(x))                                  \
+  X(floor, std::floor(x))                                \
+  X(round, std::round(x)) /* halves away from zero */    \
+  X(rounde, std::rint(x)) /* halves to even */           \
+  X(sign, x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)))
 
 // (s, dy) -> dx, all (...)
 #define LOOM_GRAD_FORMULAS(X)                                  \
@@ -90,7 +106,18 @@ LOOM_HD T GeluGradOf(T x) {
   X(sigmoid_grad, dy * s * (T(1) - s))                         \
   X(tanh_grad, dy * (T(1) - s * s))                            \
   X(gelu_grad, dy * ew::GeluGradOf(s))                         \
-  X(softplus_grad, dy * ew::SigmoidOf(s))
+  X(softplus_grad, dy * ew::SigmoidOf(s))                      \
+  X(sin_grad, dy * std::cos(s))                                \
+  X(cos_grad, -dy * std::sin(s))                               \
+  X(tan_grad, dy / (std::cos(s) * std::cos(s)))                \
+  X(asin_grad, dy / std::sqrt(T(1) - s * s))                   \
+  X(acos_grad, -dy / std::sqrt(T(1) - s * s))                  \
+  X(atan_grad, dy / (T(1) + s * s))                            \
+  X(sinh_grad, dy * std::cosh(s))                              \
+  X(cosh_grad, dy * std::sinh(s))                              \
+  X(asinh_grad, dy / std::sqrt(s * s + T(1)))                  \
+  X(acosh_grad, dy / std::sqrt(s * s - T(1)))                  \
+  X(atanh_grad, dy / (T(1) - s * s))
 
 namespace loom {
 namespace ew {

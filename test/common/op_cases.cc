@@ -11,6 +11,7 @@
 
 #include "common/harness.h"
 #include "common/op_case_table.h"
+#include "core/ops/external.h"
 
 namespace loom {
 namespace test {
@@ -255,6 +256,58 @@ void AddElementwise(Table& t) {
           .In(Uniform({300}, -3, 3))
           .In(Uniform({300}))
           .attrs = attrs;
+
+  // Element-wise math (core/ops/math.h) on each function's domain: the forward (and its
+  // gradient check) and the gradient op on the same range.
+  struct Math {
+    const char* op;
+    double lo, hi;
+    double (*f)(double);
+    double (*df)(double);
+  };
+  const std::vector<Math> math = {
+      {"sin", -3, 3, [](double x) { return std::sin(x); }, [](double x) { return std::cos(x); }},
+      {"cos", -3, 3, [](double x) { return std::cos(x); }, [](double x) { return -std::sin(x); }},
+      {"tan", -1.2, 1.2, [](double x) { return std::tan(x); }, [](double x) { return 1 / std::pow(std::cos(x), 2); }},
+      {"asin", -0.9, 0.9, [](double x) { return std::asin(x); }, [](double x) { return 1 / std::sqrt(1 - x * x); }},
+      {"acos", -0.9, 0.9, [](double x) { return std::acos(x); }, [](double x) { return -1 / std::sqrt(1 - x * x); }},
+      {"atan", -3, 3, [](double x) { return std::atan(x); }, [](double x) { return 1 / (1 + x * x); }},
+      {"sinh", -2, 2, [](double x) { return std::sinh(x); }, [](double x) { return std::cosh(x); }},
+      {"cosh", -2, 2, [](double x) { return std::cosh(x); }, [](double x) { return std::sinh(x); }},
+      {"asinh", -3, 3, [](double x) { return std::asinh(x); }, [](double x) { return 1 / std::sqrt(x * x + 1); }},
+      {"acosh", 1.1, 4, [](double x) { return std::acosh(x); }, [](double x) { return 1 / std::sqrt(x * x - 1); }},
+      {"atanh", -0.9, 0.9, [](double x) { return std::atanh(x); }, [](double x) { return 1 / (1 - x * x); }},
+  };
+  for (const Math& m : math)
+    for (DType dt : kFloats) {
+      auto f = m.f;
+      auto df = m.df;
+      t.Add(m.op, "(3, 5) " + Range(m.lo, m.hi), dt, ref::Unary([f](double x, const Attrs&) { return f(x); }))
+          .In(Uniform({3, 5}, m.lo, m.hi));
+      t.Add(std::string(m.op) + "_grad", "(300,) " + Range(m.lo, m.hi), dt,
+            ref::Binary([df](double x, double dy, const Attrs&) { return dy * df(x); }))
+          .In(Uniform({300}, m.lo, m.hi))
+          .In(Uniform({300}));
+    }
+  // The rounding functions: halves of both signs (where round and rounde differ), and others.
+  const std::vector<double> halves = {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.7, 0.3, 1.2, 0.0, -3.6, 2.49};
+  const std::vector<std::pair<const char*, double (*)(double)>> rounding = {
+      {"ceil", [](double x) { return std::ceil(x); }},
+      {"floor", [](double x) { return std::floor(x); }},
+      {"round", [](double x) { return std::round(x); }},
+      {"rounde", [](double x) { return x - std::floor(x) == 0.5 ? 2 * std::round(x / 2) : std::round(x); }},
+      {"sign", [](double x) { return double((x > 0) - (x < 0)); }},
+  };
+  for (const auto& [op, f] : rounding)
+    for (DType dt : kFloats) {
+      auto fn = f;
+      t.Add(op, "(3, 4) with halves", dt, ref::Unary([fn](double x, const Attrs&) { return fn(x); }))
+          .In(Values({3, 4}, halves))
+          .Exact();
+      t.Add(op, "(200,) " + Range(-5, 5), dt, ref::Unary([fn](double x, const Attrs&) { return fn(x); }))
+          .In(Uniform({200}, -5, 5))
+          .Exact();
+    }
 }
 
 // ---------------------------------------------------------------- linear algebra
@@ -754,6 +807,16 @@ void AddShape(Table& t) {
     t.Add("permute", "(2, 3, 4) (1, 2, 0)", dt, ref::Permute).In(Uniform({2, 3, 4})).Attr("perm", std::vector<int64_t>{1, 2, 0}).Exact();
     t.Add("permute", "(2, 3, 4) (-1, 0, 1)", dt, ref::Permute).In(Uniform({2, 3, 4})).Attr("perm", std::vector<int64_t>{-1, 0, 1}).Exact();
   }
+  // Note [External ops]: the host's result y (a constant: no gradient flows into it) comes out
+  // as a view; the gradient of x is what the host's function says. This binary's host function
+  // says none, which is the true gradient of an output that does not depend on x, so the
+  // finite differences agree with it; loom.autograd.Operator's tests check real ones.
+  SetExternalBackward([](int64_t, const Tensor&, const std::vector<bool>& needs) {
+    return std::vector<Tensor>(needs.size());
+  });
+  for (DType dt : kFloats)
+    t.Add("external", "(2, 3) from (3,) and (2,)", dt, [](const RefArgs& a) { return std::vector<HostTensor>{a.in[0]}; })
+        .In(Uniform({2, 3}).Constant()).In(Uniform({3})).In(Uniform({2})).Attr("id", int64_t(1)).Exact();
 }
 
 }  // namespace

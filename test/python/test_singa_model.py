@@ -182,3 +182,79 @@ def test_singa_style_mlp_graph_equals_eager(dev):
             losses[use_graph].append(loss.item())
     assert losses[True] == pytest.approx(losses[False], rel=1e-6)
     assert losses[False][-1] < losses[False][0]
+
+
+# ---- save_states / load_states with SINGA-form layers and Python optimizers ----
+
+class SingaCNN(model.Model):
+    def __init__(self):
+        super().__init__()
+        self.conv = layer.Conv2d(4, 3, padding=1)
+        self.bn = layer.BatchNorm2d()
+        self.flat = layer.Flatten()
+        self.fc = layer.Linear(3)
+
+    def forward(self, x):
+        return self.fc(self.flat(autograd.relu(self.bn(self.conv(x)))))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+IMAGES = RNG.normal(size=(3, 6, 2, 5, 5)).astype(np.float32)
+LABELS = RNG.integers(0, 3, (3, 6)).astype(np.int32)
+
+
+def make_cnn(dev, make_opt, seed):
+    dev.SetRandSeed(seed)
+    m = SingaCNN()
+    m.set_optimizer(make_opt())
+    m.compile([Tensor((6, 2, 5, 5), dev)], is_train=True, use_graph=False)
+    return m
+
+
+@pytest.mark.parametrize("make_opt", [lambda: opt.SGD(0.05, 0.9), lambda: opt.RMSProp(0.01), lambda: opt.AdaGrad(0.05)])
+def test_save_and_load_states_resume_training(dev, tmp_path, make_opt):
+    a = make_cnn(dev, make_opt, 1)
+    for i in range(2):
+        a(tensor.from_numpy(IMAGES[i], dev), tensor.from_numpy(LABELS[i], dev))
+    path = str(tmp_path / "cnn.ckpt")
+    a.save_states(path, {"epoch": 2.0})
+    b = make_cnn(dev, make_opt, 99)  # other initial weights, no optimizer state yet
+    assert not np.array_equal(b.get_states()["conv.W"].to_numpy(), a.get_states()["conv.W"].to_numpy())
+    assert b.load_states(path) == {"epoch": 2.0}
+    assert b.optimizer.lr == a.optimizer.lr and b.optimizer.step_count == 2
+    for k, v in a.get_states().items():
+        np.testing.assert_array_equal(b.get_states()[k].to_numpy(), v.to_numpy(), err_msg=k)
+    x, y = tensor.from_numpy(IMAGES[2], dev), tensor.from_numpy(LABELS[2], dev)
+    _, la = a(x, y)
+    _, lb = b(x, y)
+    assert lb.item() == la.item()
+    for k, v in a.get_states().items():  # the optimizer's state came back too: the same update
+        np.testing.assert_array_equal(b.get_states()[k].to_numpy(), v.to_numpy(), err_msg=k)
+
+
+def test_load_states_into_another_python_optimizer_is_refused(dev, tmp_path):
+    a = make_cnn(dev, lambda: opt.RMSProp(0.01), 1)
+    a(tensor.from_numpy(IMAGES[0], dev), tensor.from_numpy(LABELS[0], dev))
+    path = str(tmp_path / "rms.ckpt")
+    a.save_states(path)
+    b = make_cnn(dev, lambda: opt.AdaGrad(0.01), 2)
+    with pytest.raises(loom.IOError, match=r"optimizer state 'optimizer/[\w.]+/running_average' is not AdaGrad's"):
+        b.load_states(path)
+
+
+def test_save_states_aux_states_numbers_and_tensors(dev, tmp_path):
+    a = make_cnn(dev, lambda: opt.SGD(0.05), 1)
+    path = str(tmp_path / "aux.ckpt")
+    best = tensor.from_numpy(np.array([0.25, 0.5], np.float32), dev)
+    a.save_states(path, aux_states={"epoch": 3, "best": best})
+    b = make_cnn(dev, lambda: opt.SGD(0.05), 2)
+    aux = b.load_states(path)
+    assert sorted(aux) == ["best", "epoch"] and aux["epoch"] == 3.0
+    np.testing.assert_array_equal(aux["best"].to_numpy(), [0.25, 0.5])
+    with pytest.raises(loom.TypeError, match=r"\[Model\] save_states: aux state 'note' is a str"):
+        a.save_states(path, {"note": "x"})

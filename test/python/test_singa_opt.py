@@ -152,3 +152,125 @@ def test_adam_states_round_trip(dev):
     for o, t in ((adam, p), (fresh, q)):
         o.apply("w", t, tensor.from_numpy(GRADS[1], dev))
     np.testing.assert_array_equal(p.to_numpy(), q.to_numpy())
+
+
+# ---- AdaGrad and RMSProp (loom ops, Optimizer(lr, dtype)) and Adam's SINGA order ----
+
+def adagrad_reference(p, grads, lr, epsilon=1e-8, weight_decay=0.0):
+    p, h = p.astype(np.float64), np.zeros(p.shape)
+    for g in grads:
+        g = g + weight_decay * p
+        h = h + g * g
+        p = p - lr * g / np.sqrt(h + epsilon)
+    return p
+
+
+def rmsprop_reference(p, grads, lr, rho=0.9, epsilon=1e-8, weight_decay=0.0):
+    p, r = p.astype(np.float64), np.zeros(p.shape)
+    for g in grads:
+        g = g + weight_decay * p
+        r = rho * r + (1 - rho) * g * g
+        p = p - lr * g / np.sqrt(r + epsilon)
+    return p
+
+
+@pytest.mark.parametrize("make, ref", [
+    (lambda: opt.AdaGrad(0.1), lambda p, gs: adagrad_reference(p, gs, 0.1)),
+    (lambda: opt.AdaGrad(0.05, 1e-6, 0.01), lambda p, gs: adagrad_reference(p, gs, 0.05, 1e-6, 0.01)),
+    (lambda: opt.RMSProp(0.01), lambda p, gs: rmsprop_reference(p, gs, 0.01)),
+    (lambda: opt.RMSProp(0.02, 0.8, 1e-6, 0.01), lambda p, gs: rmsprop_reference(p, gs, 0.02, 0.8, 1e-6, 0.01)),
+])
+@pytest.mark.parametrize("form", ["singa3", "seed"])
+def test_adagrad_rmsprop_against_numpy(dev, make, ref, form):
+    o = make()
+    p = run(o, dev, form)
+    np.testing.assert_allclose(p, ref(P0, GRADS), rtol=1e-5, atol=1e-6)
+
+
+def test_python_optimizer_states_round_trip(dev):
+    a = opt.RMSProp(0.01, 0.8)
+    p = tensor.from_numpy(P0.copy(), dev)
+    for g in GRADS[:2]:
+        a.apply("w", p, tensor.from_numpy(g, dev))
+        a.step()
+    states = a.get_states()
+    assert sorted(states) == ["lr", "running_average", "step_counter"] and states["step_counter"] == 2
+    b = opt.RMSProp(0.5, 0.8)
+    b.set_states(states)
+    assert b.lr == 0.01 and b.step_count == 2
+    q = tensor.from_numpy(p.to_numpy(), dev)
+    a.apply("w", p, tensor.from_numpy(GRADS[2], dev))
+    b.apply("w", q, tensor.from_numpy(GRADS[2], dev))
+    np.testing.assert_array_equal(p.to_numpy(), q.to_numpy())
+    np.testing.assert_allclose(p.to_numpy(), rmsprop_reference(P0, GRADS, 0.01, 0.8), rtol=1e-5, atol=1e-6)
+    with pytest.raises(loom.IOError, match=r"\[RMSProp\] set_states: unknown state 'history'"):
+        b.set_states({"lr": 0.1, "history": {}})
+    with pytest.raises(loom.IOError, match=r"\[RMSProp\] set_states: running_average 'w' is"):
+        b.set_states({"lr": 0.1, "running_average": {"w": tensor.from_numpy(np.zeros(3, np.float32), dev)}})
+
+
+def test_python_optimizer_bad_arguments_are_typed(dev):
+    with pytest.raises(loom.ValueError, match=r"\[AdaGrad\] lr -1.0 must be a positive"):
+        opt.AdaGrad(-1.0)
+    with pytest.raises(loom.ValueError, match=r"\[RMSProp\] rho 1.0 must lie in \[0, 1\)"):
+        opt.RMSProp(0.1, 1.0)
+    with pytest.raises(loom.DTypeError, match=r"\[AdaGrad\] dtype must be a float dtype"):
+        opt.AdaGrad(0.1, dtype="int32")
+    with pytest.raises(loom.TypeError, match=r"\[RMSProp\] epsilon must be a number"):
+        opt.RMSProp(0.1, 0.9, "tiny")
+    with pytest.raises(loom.ShapeError, match=r"\[AdaGrad\] parameter .* and gradient .* differ"):
+        opt.AdaGrad().apply("w", tensor.from_numpy(P0, dev), tensor.from_numpy(P0[:2].copy(), dev))
+    with pytest.raises(loom.DTypeError, match=r"\[Adam\] dtype must be a float dtype"):
+        opt.Adam(0.1, 0.9, 0.999, 1e-8, 0.0, "int32")
+
+
+def test_optimizer_base_subclass_the_singa_way(dev):
+    """A user's optimizer from Optimizer(lr): new_value in loom ops (plain SGD here)."""
+    class PlainSGD(opt.Optimizer):
+        def new_value(self, param, grad, state):
+            return loom.core.sub(param, loom.core.mul(self.lr_tensor(param), grad))
+
+    p = run(PlainSGD(0.1), dev)
+    np.testing.assert_allclose(p, sgd_reference(P0, GRADS, 0.1), rtol=1e-5, atol=1e-6)
+
+
+def train_with(make_opt, dev, use_graph, steps=6):
+    from loom import autograd, layer, model
+
+    class Net(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.relu, self.fc2 = layer.Linear(8), layer.ReLU(), layer.Linear(3)
+
+        def forward(self, x):
+            return self.fc2(self.relu(self.fc1(x)))
+
+        def train_one_batch(self, x, y):
+            out = self.forward(x)
+            loss = autograd.softmax_cross_entropy(out, y)
+            self.optimizer(loss)
+            return out, loss
+
+    dev.SetRandSeed(5)
+    rng = np.random.default_rng(3)
+    m = Net()
+    m.set_optimizer(make_opt())
+    tx, ty = tensor.Tensor((16, 4), dev), tensor.Tensor((16,), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)
+    losses = []
+    for i in range(steps):
+        if i == 3:
+            m.optimizer.set_learning_rate(m.optimizer.lr / 4)  # reaches the replays
+        tx.copy_from_numpy(rng.normal(size=(16, 4)).astype(np.float32))
+        ty.copy_from_numpy(rng.integers(0, 3, 16).astype(np.int32))
+        _, loss = m(tx, ty)
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("make_opt", [lambda: opt.AdaGrad(0.1), lambda: opt.RMSProp(0.01, 0.9, 1e-8, 1e-4)])
+def test_python_optimizers_in_a_captured_step(dev, make_opt):
+    eager = train_with(make_opt, dev, False)
+    graph = train_with(make_opt, dev, True)
+    assert graph == pytest.approx(eager, rel=1e-5)
+    assert eager[-1] < eager[0]

@@ -366,3 +366,48 @@ def test_setitem_whole_tensor(dev):
             t[key] = 1.0
     with pytest.raises(loom.ShapeError, match=r"\[tensor.copy_data\]"):
         t[:] = tensor.ones((4,), dev)
+
+
+# ---- in-place operators (SINGA writes into the tensor) ----
+
+def test_inplace_operators_write_into_the_tensor(dev):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = tensor.from_numpy(a.copy(), dev)
+    alias = t
+    t += 1.0
+    t *= tensor.from_numpy(np.array([1.0, 2.0, 3.0], np.float32), dev)  # broadcast into t's shape
+    t -= 0.5
+    t /= 2.0
+    assert t is alias
+    np.testing.assert_allclose(alias.to_numpy(), ((a + 1) * [1, 2, 3] - 0.5) / 2)
+    with pytest.raises(loom.ShapeError, match=r"\[tensor.__iadd__\] the result is .* does not fit"):
+        s = tensor.from_numpy(np.ones(3, np.float32), dev)
+        s += tensor.from_numpy(np.ones((2, 3), np.float32), dev)
+
+
+def test_inplace_update_of_parameters_and_autograd_results(dev):
+    w = tensor.from_numpy(np.ones(3, np.float32), dev, requires_grad=True)
+    params = [w]
+    loss = autograd.sum(autograd.mul(w, w))
+    for p, g in autograd.backward(loss):
+        p -= g * 0.25  # SINGA's hand-written SGD: updates the parameter itself
+    np.testing.assert_allclose(params[0].to_numpy(), 0.5)
+    # a result with history keeps it: `loss += reg` is the new tensor, and backward sees both terms
+    x = tensor.from_numpy(np.array([1.0, 2.0], np.float32), dev, requires_grad=True)
+    total = autograd.sum(autograd.mul(x, x))
+    before = total
+    total += autograd.sum(x)
+    assert total is not before
+    (_, g), = autograd.backward(total)
+    np.testing.assert_allclose(g.to_numpy(), [3.0, 5.0])
+
+
+def test_inplace_in_a_capture_is_replayed(dev):
+    t = tensor.from_numpy(np.zeros(2, np.float32), dev)
+    dev.SetBufferFlag(True)
+    t += 1.0
+    dev.SetBufferFlag(False)
+    np.testing.assert_array_equal(t.to_numpy(), 0.0)  # captured, not run
+    dev.ExecBuffOps()
+    dev.ExecBuffOps()
+    np.testing.assert_array_equal(t.to_numpy(), 2.0)

@@ -9,7 +9,10 @@ it is recorded into the graph instead of running.
     for p, g in backward(loss):          # (parameter, gradient) pairs
         sgd.apply(0, g, p, "")
 """
+import builtins
 import contextlib
+import itertools
+import math
 
 import numpy as np
 
@@ -100,27 +103,74 @@ def square(x):
 
 # ---- reductions ----
 
-def sum(x, axis=None, keepdims=False):
-    return core.sum(x, _axes(axis), keepdims)
+def _variadic(name, xs):
+    """The tensors of SINGA's (ONNX's) variadic sum/mean/max/min(*tensors), or None when the call
+    is a reduction, f(x, axis, keepdims)."""
+    if len(xs) >= 2 and all(isinstance(x, Tensor) for x in xs):
+        return xs
+    if len(xs) > 3 or (len(xs) >= 2 and isinstance(xs[1], Tensor)):
+        raise errors.TypeError(f"[{name}] takes tensors only (element-wise over several) or "
+                               f"(x, axis, keepdims) (a reduction)")
+    return None
 
 
-def mean(x, axis=None, keepdims=False):
-    return core.mean(x, _axes(axis), keepdims)
+def _variadic_or_reduction(name, combine, reduction, doc, finish=None):
+    """f(a, b, ...) folds tensors element-wise with `combine` (then `finish(out, count)`);
+    f(x, axis=None, keepdims=False) is `reduction(x, axes, keepdims)`."""
+    def f(x, *rest, axis=None, keepdims=False):
+        xs = _variadic(name, (x,) + rest)
+        if xs is not None:
+            out = xs[0]
+            for t in xs[1:]:
+                out = combine(out, t)
+            return finish(out, len(xs)) if finish else out
+        axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
+        return reduction(x, _axes(axis), bool(keepdims))
+    f.__name__, f.__doc__ = name, doc
+    return f
 
 
-def max(x, axis=None, keepdims=False):
-    return core.max(x, _axes(axis), keepdims)
+sum = _variadic_or_reduction(
+    "sum", core.add, core.sum,
+    "sum(x, axis=None, keepdims=False) reduces; sum(a, b, ...) adds tensors element-wise (SINGA's and "
+    "ONNX's Sum, with broadcasting).")
+mean = _variadic_or_reduction(
+    "mean", core.add, core.mean,
+    "mean(x, axis=None, keepdims=False) reduces; mean(a, b, ...) averages tensors element-wise.",
+    finish=lambda out, n: core.mul_scalar(out, 1.0 / n))
+max = _variadic_or_reduction(
+    "max", lambda a, b: core.where(core.greater_equal(a, b), a, b), core.max,
+    "max(x, axis=None, keepdims=False) reduces; max(a, b, ...) is the element-wise maximum (the gradient "
+    "goes to the first of equal values).")
+min = _variadic_or_reduction(
+    "min", lambda a, b: core.where(core.less_equal(a, b), a, b),
+    lambda x, axes, keepdims: core.neg(core.max(core.neg(x), axes, keepdims)),
+    "min(x, axis=None, keepdims=False) reduces; min(a, b, ...) is the element-wise minimum.")
 
 
 # ---- shape ----
 
 def reshape(x, shape):
-    return core.reshape(x, _shape(shape))
+    """ONNX's and SINGA's reshape: a 0 keeps the input's size on that axis, one -1 is inferred."""
+    shape = _shape(shape)
+    if 0 in shape:
+        if len(shape) > x.ndim:
+            raise errors.ShapeError(f"[reshape] shape {shape} keeps an axis (0) that {x.describe()} does not have")
+        shape = tuple(x.shape[i] if d == 0 else d for i, d in enumerate(shape))
+    return core.reshape(x, shape)
 
 
 def flatten(x, axis=1):
-    """(N, ...) -> (N, prod): SINGA's flatten keeps the axes before `axis`."""
-    return core.flatten(x, axis)
+    """SINGA's (and ONNX's) flatten: (d0, ..., dn) -> (d0 * ... * d(axis-1), d(axis) * ... * dn),
+    always a matrix; axis may be negative, 0 gives (1, size)."""
+    shape = x.shape
+    if not isinstance(axis, int) or not -len(shape) <= axis <= len(shape):
+        raise errors.ValueError(f"[flatten] axis {axis!r} is out of range for {x.describe()}")
+    if axis < 0:
+        axis += len(shape)
+    if axis == 1 and len(shape) >= 2:
+        return core.flatten(x, 1)  # one op, the usual case
+    return core.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
 
 
 def cat(xs, axis=0):
@@ -130,8 +180,26 @@ def cat(xs, axis=0):
 concat = cat
 
 
-def slice(x, axis, start, end):
-    return core.slice(x, axis, start, end)
+def slice(x, starts, ends, axes=None, steps=None):
+    """SINGA's (ONNX's) slice(x, starts, ends, axes=None, steps=None): per listed axis the
+    elements [start, end) every step (negative indices count from the end; steps may be
+    negative). loom's older slice(x, axis, start, end), with ints, is [start, end) of one axis."""
+    if not isinstance(starts, (list, tuple)):
+        return core.slice(x, starts, ends, axes)  # slice(x, axis, start, end)
+    n = len(starts)
+    axes = list(range(n)) if axes is None else list(axes)
+    steps = [1] * n if steps is None else list(steps)
+    if not len(ends) == len(axes) == len(steps) == n:
+        raise errors.ValueError(f"[slice] starts, ends, axes and steps differ in length: {starts}, {ends}, {axes}, "
+                                f"{steps}")
+    key = [builtins.slice(None)] * x.ndim
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        if not -x.ndim <= ax < x.ndim:
+            raise errors.ValueError(f"[slice] axis {ax} is out of range for {x.describe()}")
+        if sp == 0:
+            raise errors.ValueError("[slice] a step cannot be 0")
+        key[ax % x.ndim] = builtins.slice(int(st), int(en), int(sp))  # Python's clamping is ONNX's
+    return x[tuple(key)]
 
 
 def cast(x, dtype):
@@ -211,3 +279,535 @@ def embedding(table, indices):
 def call(op, inputs, **attrs):
     """Any registered op by name (core.list_ops()), attributes as keywords: a list of outputs."""
     return core.call_op(op, list(inputs), attrs)
+
+
+# ---- SINGA's Operator protocol: operators written in Python (Note [External ops]) ----
+
+_pending = {}  # external-op id -> (operator, output index, number of outputs)
+_ids = itertools.count(1)
+
+
+class Operator:
+    """SINGA's autograd.Operator: subclass it with forward(*xs) -> y (or a tuple of ys) and
+    backward(*dys) -> dx (or a tuple, one per x; None where x gets no gradient), both taking and
+    returning loom Tensors, and call an instance on tensors: it returns the tuple of outputs.
+
+        class Cube(autograd.Operator):
+            def forward(self, x):
+                self.x = x
+                return autograd.mul(autograd.mul(x, x), x)
+            def backward(self, dy):
+                return autograd.mul(autograd.mul_scalar(autograd.mul(self.x, self.x), 3.0), dy)
+
+        y, = Cube()(x)
+
+    forward runs without autograd history; when training (autograd.training) with gradients
+    enabled and an input that requires a gradient, each output gets history back to the inputs,
+    and loom's backward (autograd.backward, optimizer(loss)) calls backward once with dy. The
+    operator's loom ops are recorded like any other while a device captures, so a captured step
+    replays them without running Python (a host read inside forward or backward is then a
+    loom.GraphError at capture). An operator with several outputs has backward called once per
+    output that receives a gradient, with zeros for the other outputs' dys (backward is linear in
+    them), and the inputs' gradients summed. Until its backward has run, an operator with
+    recorded history stays referenced by loom.autograd (with what it saved)."""
+
+    def __init__(self, name=None):
+        self.name = name or type(self).__name__
+        self.requires_grad = False
+        self.src = []
+
+    def __call__(self, *xs):
+        return self._do_forward(*xs)
+
+    def forward(self, *xs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
+
+    def backward(self, *dys):
+        raise NotImplementedError(f"{type(self).__name__}.backward is not defined")
+
+    def _do_forward(self, *xs):
+        name = getattr(self, "name", type(self).__name__)
+        if not xs:
+            raise errors.ValueError(f"[{name}] an operator needs at least one input tensor")
+        for i, x in enumerate(xs):
+            if not isinstance(x, Tensor):
+                raise errors.TypeError(f"[{name}] input {i} is a {type(x).__name__}, not a loom Tensor")
+        with no_grad():
+            ys = self.forward(*xs)
+        ys = tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+        for i, y in enumerate(ys):
+            if not isinstance(y, Tensor) or not y.defined():
+                raise errors.TypeError(f"[{name}] forward's output {i} is a {type(y).__name__}, not a loom Tensor")
+        self.src = list(xs)
+        self._input_metas = [(x.shape, x.dtype) for x in xs]
+        self._output_metas = [(y.shape, _c_dtype(y), y.device) for y in ys]
+        self.requires_grad = bool(training) and grad_enabled() and any(x.requires_grad for x in xs)
+        if not self.requires_grad:
+            outs = ys
+        else:
+            outs = []
+            for k, y in enumerate(ys):
+                op_id = next(_ids)
+                out = core.external(y, list(xs), op_id)
+                if out.requires_grad:
+                    _pending[op_id] = (self, k, len(ys))
+                outs.append(out)
+        for out in outs:
+            out.creator = self
+        return tuple(outs)
+
+
+def _c_dtype(t):
+    return core._core.Tensor_dtype(t)
+
+
+def _external_backward(op_id, dy, needs):
+    """loom's backward calling the operator behind external op `op_id` (Note [External ops])."""
+    entry = _pending.pop(op_id, None)
+    if entry is None:
+        raise errors.GraphError(f"[Operator] no operator awaits backward {op_id}: its backward ran already "
+                                "(loom calls an operator's backward once per output)")
+    op, k, n = entry
+    name = getattr(op, "name", type(op).__name__)
+    dys = [dy if i == k else core.zeros(shape, dtype, device)
+           for i, (shape, dtype, device) in enumerate(op._output_metas)]
+    if dys[k] is None:
+        shape, dtype, device = op._output_metas[k]
+        dys[k] = core.zeros(shape, dtype, device)
+    dxs = op.backward(*dys)
+    dxs = list(dxs) if isinstance(dxs, (tuple, list)) else [dxs]
+    if len(dxs) != len(op._input_metas):
+        raise errors.ValueError(f"[{name}] backward returned {len(dxs)} gradients for {len(op._input_metas)} inputs")
+    for i, (dx, (shape, dtype)) in enumerate(zip(dxs, op._input_metas)):
+        if dx is None:
+            continue
+        if not isinstance(dx, Tensor):
+            raise errors.TypeError(f"[{name}] backward's gradient {i} is a {type(dx).__name__}, not a loom Tensor")
+        if dx.shape != shape or dx.dtype != dtype:
+            raise errors.ShapeError(f"[{name}] backward's gradient {i} is {dx.describe()}, but input {i} is "
+                                    f"{dtype} {shape}")
+    return [dx if need else None for dx, need in zip(dxs, needs)]
+
+
+core.set_external_backward(_external_backward)
+Tensor.creator = None  # the Operator that made a tensor (set on Operator outputs)
+
+
+# ---- SINGA's other autograd functions, made of loom's ops (differentiable through them) ----
+
+def _full_like(x, value, shape=None):
+    return core.full(x.shape if shape is None else tuple(shape), float(value), core._core.Tensor_dtype(x), x.device)
+
+
+def identity(x):
+    return x
+
+
+def negative(x):
+    return core.neg(x)
+
+
+def reciprocal(x):
+    return core.rdiv_scalar(x, 1.0)
+
+
+def clip(x, min=None, max=None):
+    """Elements limited to [min, max] (None: unbounded on that side)."""
+    lo = -math.inf if min is None else float(min)
+    hi = math.inf if max is None else float(max)
+    return core.clamp(x, lo, hi)
+
+
+def leakyrelu(x, a=0.01):
+    return core.leaky_relu(x, float(a))
+
+
+def softsign(x):
+    """x / (1 + |x|)."""
+    return core.div(x, core.add_scalar(core.abs(x), 1.0))
+
+
+def hardsigmoid(x, alpha=0.2, gamma=0.5):
+    """max(0, min(1, alpha x + gamma))."""
+    return core.clamp(core.add_scalar(core.mul_scalar(x, float(alpha)), float(gamma)), 0.0, 1.0)
+
+
+def elu(x, alpha=1.0):
+    """x where x > 0, alpha (exp(x) - 1) elsewhere."""
+    neg = core.mul_scalar(core.add_scalar(core.exp(core.clamp(x, -math.inf, 0.0)), -1.0), float(alpha))
+    return core.where(core.greater(x, _full_like(x, 0.0, ())), x, neg)
+
+
+def selu(x, alpha=1.67326, gamma=1.0507):
+    """gamma * (x where x > 0, alpha (exp(x) - 1) elsewhere)."""
+    return core.mul_scalar(elu(x, alpha), float(gamma))
+
+
+def prelu(x, slope):
+    """x where x > 0, slope * x elsewhere; slope (a tensor) broadcasts against x and is learnt."""
+    return core.where(core.greater(x, _full_like(x, 0.0, ())), x, core.mul(x, slope))
+
+
+def squeeze(x, axis=None):
+    """Drops the axes of size 1 listed in `axis` (an int or a list; None: every one)."""
+    shape = x.shape
+    axes = [i for i, d in enumerate(shape) if d == 1] if axis is None else [a % x.ndim for a in _axes(axis)]
+    for a in axes:
+        if shape[a] != 1:
+            raise errors.ShapeError(f"[squeeze] axis {a} of {x.describe()} has size {shape[a]}, not 1")
+    return core.reshape(x, tuple(d for i, d in enumerate(shape) if i not in axes))
+
+
+def unsqueeze(x, axis):
+    """Inserts axes of size 1 at the positions `axis` (an int or a list) of the output."""
+    axes = _axes(axis)
+    ndim = x.ndim + len(axes)
+    axes = sorted(a % ndim for a in axes)
+    if len(set(axes)) != len(axes):
+        raise errors.ValueError(f"[unsqueeze] repeated axes {axis!r}")
+    shape, it = [], iter(x.shape)
+    for i in range(ndim):
+        shape.append(1 if i in axes else next(it))
+    return core.reshape(x, tuple(shape))
+
+
+def transpose(x, shape=None, b=None):
+    """transpose(x, perm): the axes permuted (SINGA's and ONNX's; perm None reverses them);
+    transpose(x, a, b) swaps two axes (loom's)."""
+    if b is not None:
+        return core.transpose(x, int(shape), int(b))
+    perm = tuple(reversed(range(x.ndim))) if shape is None else tuple(int(p) for p in shape)
+    return core.permute(x, perm)
+
+
+def tile(x, repeats):
+    """numpy's tile: x repeated repeats[i] times along axis i (an int: the last axis)."""
+    reps = (int(repeats),) if isinstance(repeats, int) else tuple(int(r) for r in repeats)
+    if builtins.min(reps, default=1) < 1:
+        raise errors.ValueError(f"[tile] repeats must be positive, got {repeats!r}")
+    shape = (1,) * (len(reps) - x.ndim) + x.shape
+    reps = (1,) * (len(shape) - len(reps)) + reps
+    inter = tuple(v for r, d in zip(reps, shape) for v in (1, d))
+    wide = tuple(v for r, d in zip(reps, shape) for v in (r, d))
+    y = core.broadcast_to(core.reshape(x, inter), wide)
+    return core.reshape(y, tuple(r * d for r, d in zip(reps, shape)))
+
+
+def split(x, axis, parts, num_output=None):
+    """x cut along `axis` into pieces of the sizes in `parts`, or into num_output equal pieces
+    when parts is None. Returns a tuple."""
+    size = x.shape[axis]
+    if parts is None:
+        if not num_output or size % num_output:
+            raise errors.ValueError(f"[split] axis {axis} of {x.describe()} does not split into {num_output} parts")
+        parts = [size // num_output] * num_output
+    if builtins.sum(parts) != size or builtins.min(parts) < 0:
+        raise errors.ValueError(f"[split] parts {list(parts)} do not add up to {size}, axis {axis} of {x.describe()}")
+    out, start = [], 0
+    for p in parts:
+        out.append(core.slice(x, axis, start, start + p))
+        start += p
+    return tuple(out)
+
+
+def _index_tensor(op, indices, device):
+    if isinstance(indices, Tensor):
+        if indices.dtype not in ("int32", "int64"):
+            raise errors.DTypeError(f"[{op}] indices must be int32 or int64, got {indices.describe()}")
+        return indices
+    arr = np.asarray(indices)
+    if arr.dtype.kind not in "iu":
+        raise errors.TypeError(f"[{op}] indices must be ints, got {arr.dtype}")
+    from .tensor import from_numpy
+    return from_numpy(arr.astype(np.int32), device)
+
+
+def gather(x, axis, indices):
+    """ONNX's Gather: out = x.shape[:axis] + indices.shape + x.shape[axis+1:], taking along `axis`
+    the entries `indices` (ints, or an int tensor; non-negative). Differentiable in x."""
+    axis = axis % x.ndim
+    if isinstance(indices, (list, tuple, np.ndarray)):
+        arr = np.asarray(indices)
+        if arr.size and (arr.min() < -x.shape[axis] or arr.max() >= x.shape[axis]):
+            raise errors.ValueError(f"[gather] an index of {arr.tolist()} is out of range for axis {axis} of "
+                                    f"{x.describe()}")
+        indices = np.where(arr < 0, arr + x.shape[axis], arr)
+    idx = _index_tensor("gather", indices, x.device)
+    others = [i for i in range(x.ndim) if i != axis]
+    rest = [x.shape[i] for i in others]
+    table = core.reshape(core.permute(x, (axis,) + tuple(others)), (x.shape[axis], math.prod(rest)))
+    y = core.reshape(core.embedding(table, idx), idx.shape + tuple(rest))
+    k = idx.ndim
+    perm = tuple(range(k, k + axis)) + tuple(range(k)) + tuple(range(k + axis, k + len(rest)))
+    return core.permute(y, perm) if perm != tuple(range(len(perm))) else y
+
+
+def onehot(axis, indices, depth, values=(0.0, 1.0)):
+    """ONNX's OneHot: a new axis of size `depth` at `axis` (-1: last) holding values[1] at each
+    index and values[0] elsewhere; indices an int tensor or ints."""
+    device = indices.device if isinstance(indices, Tensor) else None
+    idx = _index_tensor("onehot", indices, device)
+    depth = int(depth)
+    off, on = float(values[0]), float(values[1])
+    from .tensor import from_numpy
+    table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
+    y = core.embedding(table, idx)  # (..., depth)
+    axis = axis % y.ndim
+    if axis == y.ndim - 1:
+        return y
+    perm = tuple(range(axis)) + (y.ndim - 1,) + tuple(range(axis, y.ndim - 1))
+    return core.permute(y, perm)
+
+
+def where(*args, condition=None):
+    """where(condition, x, y) (numpy's order) or SINGA's where(x, y, condition): x where the bool
+    condition holds, else y, broadcast together. Told apart by which end is the bool tensor."""
+    if condition is not None:
+        x, y = args
+        return core.where(condition, x, y)
+    a, b, c = args
+    if isinstance(c, Tensor) and c.dtype in ("bool", "uint8") and not (isinstance(a, Tensor) and a.dtype in ("bool", "uint8")):
+        return core.where(c, a, b)
+    return core.where(a, b, c)
+
+
+def cossim(a, b):
+    """Row-wise cosine similarity of a, b (N, D) -> (N,)."""
+    if a.ndim != 2 or a.shape != b.shape:
+        raise errors.ShapeError(f"[cossim] expects two (N, D) tensors of one shape, got {a.describe()} and "
+                                f"{b.describe()}")
+    dot = core.sum(core.mul(a, b), (1,), False)
+    na = core.sqrt(core.sum(core.mul(a, a), (1,), False))
+    nb = core.sqrt(core.sum(core.mul(b, b), (1,), False))
+    return core.div(dot, core.mul(na, nb))
+
+
+def _as_bool(x):
+    if x.dtype == "bool":
+        return x
+    return core.not_equal(x, _full_like(x, 0, ()))
+
+
+def _count_true(a, b):
+    """How many of a, b hold, element-wise, as float32 (nonzero is true)."""
+    return core.add(core.cast(_as_bool(a), _F32), core.cast(_as_bool(b), _F32))
+
+
+def _and(a, b):
+    """Element-wise logical and (nonzero is true) -> bool."""
+    n = _count_true(a, b)
+    return core.greater(n, _full_like(n, 1.5, ()))
+
+
+def _or(a, b):
+    """Element-wise logical or (nonzero is true) -> bool."""
+    n = _count_true(a, b)
+    return core.greater(n, _full_like(n, 0.5, ()))
+
+
+def _xor(a, b):
+    return core.not_equal(_as_bool(a), _as_bool(b))
+
+
+def _not(x):
+    """Element-wise logical not (nonzero is true) -> bool."""
+    n = core.cast(_as_bool(x), _F32)
+    return core.less(n, _full_like(n, 0.5, ()))
+
+
+def shape(x):
+    """ONNX's Shape: the shape of x as an int64 tensor (1-D)."""
+    from .tensor import from_numpy
+    return from_numpy(np.asarray(x.shape, np.int64), x.device)
+
+
+def constant_of_shape(x, value=0.0):
+    """ONNX's ConstantOfShape: a float32 tensor whose shape is the values of the 1-D int tensor
+    x (read on the host: not inside a capture)."""
+    dims = tuple(int(d) for d in x.to_numpy().reshape(-1))
+    return core.full(dims, float(value), _F32, x.device)
+
+
+def pad(x, mode="constant", pads=None, constant=0.0):
+    """ONNX's Pad, constant mode: pads [b1, ..., bn, e1, ..., en] (before and after each axis)."""
+    if mode != "constant":
+        raise errors.ValueError(f"[pad] mode '{mode}' is not supported; loom pads with a constant")
+    pads = list(pads or [])
+    if len(pads) != 2 * x.ndim or builtins.min(pads, default=0) < 0:
+        raise errors.ValueError(f"[pad] pads {pads} must be 2 x {x.ndim} non-negative sizes for {x.describe()}")
+    for axis in range(x.ndim):
+        before, after = pads[axis], pads[axis + x.ndim]
+        parts = []
+        for n in (before, None, after):
+            if n is None:
+                parts.append(x)
+            elif n:
+                s = list(x.shape)
+                s[axis] = n
+                parts.append(_full_like(x, constant, s))
+        x = core.cat(parts, axis) if len(parts) > 1 else x
+    return x
+
+
+def upsample(x, mode="nearest", scales=None):
+    """ONNX's Upsample, nearest, integer scales (one per axis): each element repeated."""
+    if mode != "nearest":
+        raise errors.ValueError(f"[upsample] mode '{mode}' is not supported; loom has 'nearest'")
+    scales = list(scales or [])
+    if len(scales) != x.ndim or any(float(s) != int(s) or s < 1 for s in scales):
+        raise errors.ValueError(f"[upsample] scales {scales} must be one positive integer per axis of {x.describe()}")
+    shape = x.shape
+    inter = tuple(v for d in shape for v in (d, 1))
+    wide = tuple(v for d, s in zip(shape, scales) for v in (d, int(s)))
+    y = core.broadcast_to(core.reshape(x, inter), wide)
+    return core.reshape(y, tuple(d * int(s) for d, s in zip(shape, scales)))
+
+
+def depth_to_space(x, blocksize, mode="DCR"):
+    """(N, C, H, W) -> (N, C / b^2, H b, W b); mode DCR (depth, column, row) or CRD, as ONNX."""
+    n, c, h, w = _nchw("depth_to_space", x)
+    b = int(blocksize)
+    if c % (b * b):
+        raise errors.ShapeError(f"[depth_to_space] {c} channels of {x.describe()} do not divide by {b}^2")
+    if mode == "DCR":
+        y = core.permute(core.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    elif mode == "CRD":
+        y = core.permute(core.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    else:
+        raise errors.ValueError(f"[depth_to_space] mode must be 'DCR' or 'CRD', got {mode!r}")
+    return core.reshape(y, (n, c // (b * b), h * b, w * b))
+
+
+def space_to_depth(x, blocksize):
+    """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space's DCR."""
+    n, c, h, w = _nchw("space_to_depth", x)
+    b = int(blocksize)
+    if h % b or w % b:
+        raise errors.ShapeError(f"[space_to_depth] {x.describe()}'s height and width do not divide by {b}")
+    y = core.permute(core.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    return core.reshape(y, (n, c * b * b, h // b, w // b))
+
+
+def _nchw(op, x):
+    if x.ndim != 4:
+        raise errors.ShapeError(f"[{op}] expects (N, C, H, W), got {x.describe()}")
+    return x.shape
+
+
+def globalaveragepool(x):
+    """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1)."""
+    n, c, _, _ = _nchw("globalaveragepool", x)
+    return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
+
+
+def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
+    """alpha A' B' + beta C, A' = A^T when transA, B' = B^T when transB; C broadcasts."""
+    a = core.transpose(A, 0, 1) if transA else A
+    b = core.transpose(B, 0, 1) if transB else B
+    y = core.matmul(a, b)
+    if alpha != 1.0:
+        y = core.mul_scalar(y, float(alpha))
+    if C is not None:
+        y = core.add(y, C if beta == 1.0 else core.mul_scalar(C, float(beta)))
+    return y
+
+
+def cross_entropy(y, t):
+    """SINGA's cross_entropy: -sum(t * log(y)) / N for probabilities y (N, C) (a softmax's output)
+    and targets t of the same shape; shape () as loom's other losses."""
+    if y.ndim != 2 or y.shape != t.shape:
+        raise errors.ShapeError(f"[cross_entropy] expects probabilities (N, C) and targets of the same shape, got "
+                                f"{y.describe()} and {t.describe()}")
+    total = core.sum(core.mul(t, core.log(y)), (), False)
+    return core.div_scalar(core.neg(total), float(y.shape[0]))
+
+
+def nonzero(x):
+    """ONNX's NonZero: the indices of the nonzero elements, int64 (rank, count). Its size depends
+    on the values, so it reads them on the host (a loom.GraphError inside a capture)."""
+    from .tensor import from_numpy
+    return from_numpy(np.array(np.nonzero(x.to_numpy()), dtype=np.int64).reshape(x.ndim, -1), x.device)
+
+
+def scatter_elements(x, indices, updates, axis=0):
+    """ONNX's ScatterElements: a copy of x with updates written at indices along axis. Computed on
+    the host (eager only, not differentiable)."""
+    from .tensor import from_numpy
+    out = x.to_numpy().copy()
+    idx = indices.to_numpy() if isinstance(indices, Tensor) else np.asarray(indices)
+    upd = updates.to_numpy() if isinstance(updates, Tensor) else np.asarray(updates)
+    if idx.shape != upd.shape or idx.ndim != out.ndim:
+        raise errors.ShapeError(f"[scatter_elements] indices {idx.shape} and updates {upd.shape} must match and "
+                                f"have the rank of {x.describe()}")
+    np.put_along_axis(out, np.where(idx < 0, idx + out.shape[axis], idx), upd.astype(out.dtype), axis)
+    return from_numpy(out, x.device)
+
+
+_F32 = core.dtype_from_name("float32")
+
+
+# ---- SINGA's class forms of the functions: F(*attributes)(*inputs) is the tuple
+# (f(*inputs, *attributes),); loom's autograd differentiates them as it does the functions ----
+
+class _FunctionOperator(Operator):
+    _fn = None
+
+    def __init__(self, *attrs, **kwattrs):
+        super().__init__()
+        self._attrs, self._kwattrs = attrs, kwattrs
+
+    def __call__(self, *xs):
+        ys = type(self)._fn(*xs, *self._attrs, **self._kwattrs)
+        ys = tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+        self.src = list(xs)
+        for y in ys:
+            y.creator = self
+        return ys
+
+    def forward(self, *xs):
+        return self(*xs)
+
+    def backward(self, *dys):
+        raise errors.GraphError(f"[{self.name}] loom's autograd differentiates {self.name} itself: call "
+                                "autograd.backward on the loss")
+
+
+def _add_bias_axis(x, b, axis=0):
+    return core.add_bias(x, b) if axis == 0 else core.add(x, core.reshape(b, (-1, 1)))
+
+
+def _concat(*args):
+    if args and not isinstance(args[-1], Tensor):
+        return core.cat(list(args[:-1]), int(args[-1]))
+    return core.cat(list(args), 0)
+
+
+_CLASS_FORMS = {
+    "ReLU": relu, "Sigmoid": sigmoid, "Tanh": tanh, "Exp": exp, "Log": log, "Sqrt": sqrt, "Abs": abs, "Erf": erf,
+    "Sign": sign, "Ceil": ceil, "Floor": floor, "Round": round, "Rounde": rounde, "Sin": sin, "Cos": cos,
+    "Tan": tan, "Asin": asin, "Acos": acos, "Atan": atan, "Sinh": sinh, "Cosh": cosh, "Asinh": asinh,
+    "Acosh": acosh, "Atanh": atanh, "Matmul": matmul, "Add": add, "Sub": sub, "Mul": mul, "Div": div, "Pow": pow,
+    "Negative": negative, "Reciprocal": reciprocal, "Identity": identity, "SoftPlus": softplus,
+    "SoftSign": softsign, "HardSigmoid": hardsigmoid, "Elu": elu, "SeLU": selu, "PRelu": prelu,
+    "LeakyRelu": leakyrelu, "Clip": clip, "Equal": equal, "Greater": greater, "Less": less, "And": _and,
+    "Or": _or, "Xor": _xor, "Not": _not, "Max": max, "Min": min, "Sum": sum, "Mean": mean, "Reshape": reshape,
+    "Transpose": transpose, "Squeeze": squeeze, "Unsqueeze": unsqueeze, "Flatten": flatten, "Tile": tile,
+    "Split": split, "Slice": slice, "Gather": gather, "Where": where, "Pad": pad, "UpSample": upsample,
+    "DepthToSpace": depth_to_space, "SpaceToDepth": space_to_depth, "GlobalAveragePool": globalaveragepool,
+    "Gemm": gemm, "Shape": shape, "ConstantOfShape": constant_of_shape, "NonZero": nonzero,
+    "ScatterElements": scatter_elements, "CosSim": cossim, "Cast": cast, "Dropout": dropout,
+    "SoftMax": lambda x, axis=1: core.softmax(x, axis),  # SINGA's default axis
+    "SoftMaxCrossEntropy": lambda x, t: core.softmax_cross_entropy(x, t),
+    "MeanSquareError": lambda x, t: core.mse_loss(x, t), "CrossEntropy": cross_entropy,
+    "AddBias": _add_bias_axis, "Concat": _concat,
+    "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
+    "ReduceMean": lambda x, axes=None, keepdims=1: core.mean(x, _axes(axes), bool(keepdims)),
+    "OneHot": lambda idx, axis, depth, values=(0.0, 1.0): onehot(axis, idx, depth, values),
+}
+for _name, _fn in _CLASS_FORMS.items():
+    globals()[_name] = type(_name, (_FunctionOperator,), {
+        "_fn": staticmethod(_fn), "__module__": __name__,
+        "__doc__": f"SINGA's class form: {_name}(*attributes)(*inputs) == ({getattr(_fn, '__name__', _name)}"
+                   "(*inputs, *attributes),)"})
+Softmax = globals()["SoftMax"]
+del _name, _fn

@@ -15,24 +15,63 @@ Parameters are created on `device` (default: the CPU) at construction, initialis
 ReLU networks), marked persistent for graphs and require gradients. Create layers before a
 capture: their initialisation is setup, not part of the step.
 """
+import math
 from collections import OrderedDict
 
-from . import core, errors
+from . import autograd, core, errors
 from .tensor import _check_device, _enum, _shape
 
 __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Dropout", "Flatten",
            "Sequential", "Conv2d", "BatchNorm2d", "SyncBatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
-           "Embedding", "BasicBlock", "Bottleneck"]
+           "Embedding", "BasicBlock", "Bottleneck", "Pooling2d", "SoftMaxCrossEntropy", "MeanSquareError",
+           "CrossEntropy", "Add", "Cat", "RNN", "LSTM", "SeparableConv2d", "Gemm"]
 
 
 class Layer:
-    """Base class. Sub-layers are found among the attributes (and lists/tuples of layers)."""
+    """Base class. Sub-layers are found among the attributes (and lists/tuples of layers), and so
+    are parameters: a leaf Tensor attribute that requires grad (SINGA's Tensor(shape, dev,
+    requires_grad=True, stores_grad=True)) is one, named after the attribute and marked
+    persistent for graphs.
+
+    SINGA's layers written in Python create their parameters in initialize(*inputs), which the
+    first call runs before forward, once; its ops run at once even while the device captures
+    (they are setup, not part of the step), as SINGA runs them with the graph off."""
 
     def __init__(self):
         self.training = True
+        self._initialized = type(self).initialize is Layer.initialize
+
+    def __setattr__(self, name, value):
+        if (isinstance(value, core.Tensor) and not name.startswith("_") and value.defined() and value.requires_grad
+                and not value._has_grad_fn()):  # a leaf: a parameter, not a result kept for later
+            value._set_persistent(True)
+            if not value.name:
+                value.name = name
+            self.__dict__.setdefault("_tensor_params", OrderedDict())[name] = value
+        elif name in self.__dict__.get("_tensor_params", ()):
+            del self.__dict__["_tensor_params"][name]
+        object.__setattr__(self, name, value)
 
     def __call__(self, *args, **kwargs):
+        if not self.__dict__.get("_initialized", True):
+            self._run_initialize(args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def initialize(self, *args, **kwargs):
+        """SINGA's hook: creates the parameters from the first inputs (override it)."""
+
+    @property
+    def initialized(self):
+        return self.__dict__.get("_initialized", True)
+
+    def _run_initialize(self, args, kwargs):
+        device = next((a.device for a in args if isinstance(a, core.Tensor)), None)
+        setup = core.SetupGuard(device) if device is not None else None
+        try:
+            self.initialize(*args, **kwargs)
+        finally:
+            del setup
+        self._initialized = True
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not defined")
@@ -48,7 +87,7 @@ class Layer:
 
     def get_params(self):
         """Trainable tensors by path ("fc1.weight"), in definition order."""
-        out = OrderedDict()
+        out = OrderedDict(self.__dict__.get("_tensor_params", {}))
         for name, sub in self._sublayers():
             for k, v in sub.get_params().items():
                 out[f"{name}.{k}"] = v
@@ -56,7 +95,7 @@ class Layer:
 
     def get_states(self):
         """Parameters and non-trainable state (BatchNorm's running statistics) by path."""
-        out = OrderedDict()
+        out = OrderedDict(self.__dict__.get("_tensor_params", {}))
         for name, sub in self._sublayers():
             for k, v in sub.get_states().items():
                 out[f"{name}.{k}"] = v
@@ -113,20 +152,36 @@ class NativeLayer(Layer):
         self.forward = impl.forward
 
     def get_params(self):
-        return OrderedDict(self._impl.params())
+        return OrderedDict(self._impl.params()) if self._impl is not None else OrderedDict()
 
     def get_states(self):
+        if self._impl is None:  # a lazy layer before its first input
+            return OrderedDict()
         out = OrderedDict(self._impl.params())
         out.update(self._impl.states())
         return out
 
     def train(self, mode=True):
         self.training = bool(mode)
-        self._impl.train(bool(mode))
+        if self._impl is not None:
+            self._impl.train(bool(mode))
         return self
 
     def __repr__(self):
         return f"{type(self).__name__}()" if type(self) is not NativeLayer else f"NativeLayer({self._impl.type_name()})"
+
+    def _first_options(self, x):
+        """The options of a layer sized at its first input x: the device and dtype given at
+        construction, else x's (refused during a capture, as _options says)."""
+        device, dtype = self._lazy_options
+        return _options(device or x.device, dtype or x.dtype)
+
+    def _become(self, impl, x):
+        """A lazy layer's first call: from now on it is the C++ layer `impl`, made for x."""
+        self._impl = impl
+        impl.train(self.training)
+        self.forward = impl.forward
+        return self.forward(x)
 
 
 class Linear(NativeLayer):
@@ -152,15 +207,10 @@ class Linear(NativeLayer):
     def forward(self, x):  # SINGA's form before its first call; replaced by the C++ method then
         if not isinstance(x, core.Tensor):
             raise errors.TypeError(f"[Linear] expected a loom Tensor, got {type(x).__name__}")
-        device, dtype = self._lazy_options
         if x.ndim < 1:
             raise errors.ShapeError(f"[Linear] input {x.describe()} has no feature axis")
         self.in_features = x.shape[-1]
-        self._impl = core.Linear(self.in_features, self.out_features, self._bias,
-                                 _options(device or x.device, dtype or x.dtype))
-        self._impl.train(self.training)
-        self.forward = self._impl.forward
-        return self.forward(x)
+        return self._become(core.Linear(self.in_features, self.out_features, self._bias, self._first_options(x)), x)
 
     @property
     def initialized(self):
@@ -215,17 +265,28 @@ class LeakyReLU(NativeLayer):
 
 
 class Dropout(NativeLayer):
-    """Zeroes elements with probability p in train mode (fresh numbers every replay)."""
+    """Zeroes elements with probability `ratio` in train mode and scales the rest by
+    1 / (1 - ratio) (fresh numbers every replay). SINGA's Dropout(ratio); `p` is PyTorch's name."""
 
-    def __init__(self, p=0.5):
-        super().__init__(core.Dropout(float(p)))
+    def __init__(self, ratio=0.5, p=None):
+        super().__init__(core.Dropout(float(ratio if p is None else p)))
 
 
 class Flatten(NativeLayer):
-    """(N, ...) -> (N, prod(...)) from `start_axis`."""
+    """SINGA's Flatten(axis=1): (d0, ..., dn) -> (d0 * ... * d(axis-1), d(axis) * ... * dn), a
+    matrix. Flatten(start_axis=k) is loom's older form, which keeps the axes before k:
+    (d0, ..., dn) -> (d0, ..., d(k-1), d(k) * ... * dn). Both are the C++ layer at axis 1."""
 
-    def __init__(self, start_axis=1):
-        super().__init__(core.Flatten(int(start_axis)))
+    def __init__(self, axis=1, start_axis=None):
+        if start_axis is not None or axis == 1:
+            super().__init__(core.Flatten(int(1 if start_axis is None else start_axis)))
+            return
+        Layer.__init__(self)
+        self._impl = None
+        self.axis = int(axis)
+
+    def forward(self, x):  # SINGA's axis other than 1
+        return autograd.flatten(x, self.axis)
 
 
 class Sequential(Layer):
@@ -272,22 +333,270 @@ class Sequential(Layer):
 
 # ---- convolutional networks (NCHW) ----
 
-class Conv2d(NativeLayer):
-    """x: (N, in_channels, H, W) -> (N, out_channels, OH, OW); square kernel, zero padding."""
+def _pair(op, what, v):
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = (v, v)
+    try:
+        v = tuple(int(e) for e in v) if not isinstance(v, (str, bytes)) else None
+    except TypeError:
+        v = None
+    if v is None or len(v) != 2:
+        raise errors.TypeError(f"[{op}] {what} must be an int or a pair of ints (height, width)")
+    return v
 
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, dilation=1,
-                 groups=1, device=None, dtype=None):
-        super().__init__(core.Conv2d(in_channels, out_channels, kernel_size, stride, padding, bool(bias), dilation,
-                                     groups, _options(device, dtype)))
+
+_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _pad_mode(op, mode):
+    mode = str(mode).upper()
+    if mode not in _PAD_MODES:
+        raise errors.ValueError(f"[{op}] pad_mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}")
+    return mode
+
+
+def _padding_for(op, mode, padding, x, kernel, stride, dilation=(1, 1)):
+    """The (top/bottom, left/right) padding of `x` under SINGA's pad_mode: NOTSET takes `padding`,
+    VALID none, SAME_* enough for ceil(H / stride) outputs. loom pads symmetrically, so a SAME
+    mode whose total padding is odd (SINGA would put the extra row at one end) is refused."""
+    if mode == "NOTSET":
+        return padding
+    if mode == "VALID":
+        return (0, 0)
+    out = []
+    for axis, size, k, s, d in zip(("height", "width"), x.shape[2:], kernel, stride, dilation):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        if total % 2:
+            raise errors.ValueError(f"[{op}] pad_mode {mode} needs {total} rows of padding along the {axis} of "
+                                    f"{x.describe()} (kernel {k}, stride {s}): an odd total pads one end more, "
+                                    "and loom pads both ends equally; give padding=... instead")
+        out.append(total // 2)
+    return tuple(out)
+
+
+def _check_images(op, x, channels=None):
+    if not isinstance(x, core.Tensor):
+        raise errors.TypeError(f"[{op}] expected a loom Tensor, got {type(x).__name__}")
+    if x.ndim != 4:
+        raise errors.ShapeError(f"[{op}] expects images (N, C, H, W), got {x.describe()}")
+    if channels is not None and x.shape[1] != channels:
+        raise errors.ShapeError(f"[{op}] was built for {channels} input channels, got {x.describe()}")
+
+
+class _PythonParams:
+    """Parameters a layer written in Python owns (SINGA's W, b): persistent for graphs, requiring
+    gradients, named, and returned by get_params / get_states."""
+
+    def _add_param(self, name, t):
+        t._set_persistent(True)
+        t.requires_grad = True
+        t.name = name
+        self._py_params[name] = t
+        return t
+
+
+class Conv2d(NativeLayer, _PythonParams):
+    """x: (N, C, H, W) -> (N, nb_kernels, OH, OW). Two forms:
+
+        Conv2d(nb_kernels, kernel_size, stride=1, padding=0, dilation=1, group=1, bias=True,
+               pad_mode="NOTSET", activation="NOTSET")                        SINGA's
+        Conv2d(in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True,
+               dilation=1, groups=1, device=None, dtype=None)                 explicit
+
+    Three or more positional arguments are the explicit form (as in SINGA), unless the second is
+    a pair. SINGA's form takes the input channels, device and dtype from the
+    first input and creates W (nb_kernels, C / group, kh, kw) ~ N(0, 2 / (C / group * kh * kw +
+    nb_kernels)) and b = 0 then (Model.compile runs that first pass before any capture). Sizes
+    may be pairs (height, width); pad_mode SAME_UPPER / SAME_LOWER pads for ceil(H / stride)
+    outputs (symmetric totals only), VALID not at all; activation "RELU" applies a ReLU.
+    The explicit form with square sizes and neither pad_mode nor activation is the C++ layer
+    (weight, bias; Kaiming init); any other use is this Python layer (W, b)."""
+
+    def __init__(self, *args, **kwargs):
+        # SINGA's rule: a third positional argument means the explicit form, unless the second
+        # is a pair (a kernel size, which an out_channels never is)
+        explicit = ((len(args) >= 3 and isinstance(args[1], int)) or "in_channels" in kwargs
+                    or "out_channels" in kwargs)
+        try:
+            a = (_conv_explicit if explicit else _conv_singa)(*args, **kwargs)
+        except TypeError as e:
+            raise errors.TypeError(f"[Conv2d] {e}; use Conv2d(nb_kernels, kernel_size, ...) or "
+                                   "Conv2d(in_channels, out_channels, kernel_size, ...)") from None
+        self.in_channels = None if a["in_channels"] is None else _size("Conv2d", a["in_channels"])
+        self.nb_kernels = _size("Conv2d", a["out_channels"])
+        self.kernel_size = _pair("Conv2d", "kernel_size", a["kernel_size"])
+        self.stride = _pair("Conv2d", "stride", a["stride"])
+        self.padding = _pair("Conv2d", "padding", a["padding"])
+        self.dilation = _pair("Conv2d", "dilation", a["dilation"])
+        self.group = _size("Conv2d", a["group"])
+        self.bias = bool(a["bias"])
+        self.pad_mode = _pad_mode("Conv2d", a["pad_mode"])
+        self.activation = str(a["activation"]).upper()
+        if self.activation not in ("NOTSET", "RELU"):
+            raise errors.ValueError(f"[Conv2d] activation must be 'NOTSET' or 'RELU', got {a['activation']!r}")
+        if self.nb_kernels % self.group:
+            raise errors.ValueError(f"[Conv2d] {self.nb_kernels} kernels do not split into {self.group} groups")
+        self._lazy_options = (a["device"], a["dtype"])
+        square = all(p[0] == p[1] for p in (self.kernel_size, self.stride, self.padding, self.dilation))
+        if explicit and square and self.pad_mode == "NOTSET" and self.activation == "NOTSET":
+            super().__init__(core.Conv2d(self.in_channels, self.nb_kernels, self.kernel_size[0], self.stride[0],
+                                         self.padding[0], self.bias, self.dilation[0], self.group,
+                                         _options(a["device"], a["dtype"])))
+            return
+        Layer.__init__(self)
+        self._impl = None
+        self._py_params = OrderedDict()
+        self.W = self.b = None
+        if self.in_channels is not None:
+            self._create(self.in_channels, _options(a["device"], a["dtype"]))
+
+    def _create(self, channels, o):
+        if channels % self.group:
+            raise errors.ValueError(f"[Conv2d] {channels} input channels do not split into {self.group} groups")
+        kh, kw = self.kernel_size
+        shape = (self.nb_kernels, channels // self.group, kh, kw)
+        std = math.sqrt(2.0 / (shape[1] * kh * kw + self.nb_kernels))
+        self.in_channels = channels
+        self.W = self._add_param("W", core.normal(shape, 0.0, std, o.dtype, o.device))
+        if self.bias:
+            self.b = self._add_param("b", core.zeros((self.nb_kernels,), o.dtype, o.device))
+
+    @property
+    def initialized(self):
+        return self._impl is not None or self.W is not None
+
+    def forward(self, x):  # the Python layer's (the C++ layer's forward replaces it)
+        _check_images("Conv2d", x, self.in_channels)
+        if self.W is None:
+            self._create(x.shape[1], self._first_options(x))
+        padding = _padding_for("Conv2d", self.pad_mode, self.padding, x, self.kernel_size, self.stride,
+                               self.dilation)
+        y = autograd.conv2d(x, self.W, self.b, self.stride, padding, self.dilation, self.group)
+        return core.relu(y) if self.activation == "RELU" else y
+
+    def get_params(self):
+        return super().get_params() if self._impl is not None else OrderedDict(self._py_params)
+
+    def get_states(self):
+        return super().get_states() if self._impl is not None else OrderedDict(self._py_params)
+
+    def __repr__(self):
+        return (f"Conv2d({self.in_channels}, {self.nb_kernels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding})")
+
+
+def _conv_singa(nb_kernels, kernel_size, stride=1, padding=0, dilation=1, group=1, bias=True, pad_mode="NOTSET",
+                activation="NOTSET", device=None, dtype=None, groups=None):
+    return dict(in_channels=None, out_channels=nb_kernels, kernel_size=kernel_size, stride=stride, padding=padding,
+                dilation=dilation, group=group if groups is None else groups, bias=bias, pad_mode=pad_mode,
+                activation=activation, device=device, dtype=dtype)
+
+
+def _conv_explicit(in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, dilation=1, groups=1,
+                   device=None, dtype=None, group=None, pad_mode="NOTSET", activation="NOTSET"):
+    return dict(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size, stride=stride,
+                padding=padding, dilation=dilation, group=groups if group is None else group, bias=bias,
+                pad_mode=pad_mode, activation=activation, device=device, dtype=dtype)
 
 
 class BatchNorm2d(NativeLayer):
-    """Per-channel normalisation; running statistics are states (get_states), updated in train
-    mode as running = (1 - momentum) running + momentum batch."""
+    """Per-channel normalisation of (N, C, H, W) with scale and bias (get_params) and running
+    statistics (get_states). In train mode it uses the batch's statistics and updates the
+    running ones as SINGA does:
 
-    def __init__(self, num_features, momentum=0.1, eps=1e-5, device=None, dtype=None):
-        super().__init__(core.BatchNorm2d(num_features, float(momentum), float(eps), _options(device, dtype)))
+        running = momentum * running + (1 - momentum) * batch     (momentum 0.9 by default)
 
+    (PyTorch's and the C++ nn::BatchNorm2d's momentum is 1 - this one.) In eval mode it uses the
+    running statistics. BatchNorm2d(momentum=0.9) is SINGA's form: the channel count, device
+    and dtype come from the first input; BatchNorm2d(num_features, ...) creates the state now."""
+
+    def __init__(self, num_features=None, momentum=0.9, eps=1e-5, device=None, dtype=None):
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
+            raise errors.ValueError(f"[BatchNorm2d] momentum must be a number in [0, 1] (SINGA's: the weight of "
+                                    f"the running statistics), got {momentum!r}")
+        self.momentum, self.eps = float(momentum), float(eps)
+        self._lazy_options = (device, dtype)
+        if num_features is None:
+            Layer.__init__(self)
+            self._impl = None
+            self.num_features = None
+            return
+        self.num_features = num_features
+        super().__init__(core.BatchNorm2d(num_features, 1.0 - self.momentum, self.eps, _options(device, dtype)))
+
+    def forward(self, x):  # SINGA's form before its first call; replaced by the C++ method then
+        _check_images("BatchNorm2d", x)
+        self.num_features = x.shape[1]
+        return self._become(core.BatchNorm2d(self.num_features, 1.0 - self.momentum, self.eps, self._first_options(x)), x)
+
+    @property
+    def initialized(self):
+        return self._impl is not None
+
+    def __repr__(self):
+        return f"BatchNorm2d({self.num_features}, momentum={self.momentum:g})"
+
+
+class Pooling2d(NativeLayer):
+    """SINGA's Pooling2d(kernel_size, stride=None, padding=0, is_max=True, pad_mode="NOTSET"):
+    max (or average, counting padded zeros) pooling of (N, C, H, W). `stride` None is the
+    kernel size; sizes may be pairs; pad_mode as Conv2d's. Square sizes without a pad_mode run
+    as the C++ layer."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, is_max=True, pad_mode="NOTSET"):
+        op = type(self).__name__
+        self.kernel_size = _pair(op, "kernel_size", kernel_size)
+        self.stride = self.kernel_size if stride is None else _pair(op, "stride", stride)
+        self.padding = _pair(op, "padding", padding)
+        self.is_max = bool(is_max)
+        self.pad_mode = _pad_mode(op, pad_mode)
+        for what, v in (("kernel_size", self.kernel_size), ("stride", self.stride)):
+            if min(v) <= 0:
+                raise errors.ValueError(f"[{op}] {what} must be positive, got {v}")
+        square = all(p[0] == p[1] for p in (self.kernel_size, self.stride, self.padding))
+        if square and self.pad_mode == "NOTSET":
+            make = core.MaxPool2d if self.is_max else core.AvgPool2d
+            super().__init__(make(self.kernel_size[0], self.stride[0], self.padding[0]))
+        else:
+            Layer.__init__(self)
+            self._impl = None
+
+    def forward(self, x):  # the Python path's (the C++ layer's forward replaces it)
+        op = type(self).__name__
+        _check_images(op, x)
+        padding = _padding_for(op, self.pad_mode, self.padding, x, self.kernel_size, self.stride)
+        pool = autograd.max_pool_2d if self.is_max else autograd.avg_pool_2d
+        return pool(x, self.kernel_size, self.stride, padding)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.kernel_size}, stride={self.stride}, padding={self.padding})"
+
+
+def _no_odd_padding(op, odd_padding):
+    try:
+        zero = all(int(v) == 0 for v in odd_padding)
+    except (TypeError, ValueError):
+        zero = False
+    if not zero:
+        raise errors.ValueError(f"[{op}] odd_padding {odd_padding!r} (extra rows at one end) is not supported: "
+                                "loom pads both ends equally")
+
+
+class MaxPool2d(Pooling2d):
+    """SINGA's MaxPool2d(kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0))."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)):
+        _no_odd_padding("MaxPool2d", odd_padding)
+        super().__init__(kernel_size, stride, padding, is_max=True)
+
+
+class AvgPool2d(Pooling2d):
+    """SINGA's AvgPool2d(kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)); padded
+    zeros count in the average."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)):
+        _no_odd_padding("AvgPool2d", odd_padding)
+        super().__init__(kernel_size, stride, padding, is_max=False)
 
 class SyncBatchNorm2d(NativeLayer):
     """BatchNorm2d over the global batch of a data-parallel job (Note [SyncBatchNorm]): one
@@ -306,16 +615,6 @@ class SyncBatchNorm2d(NativeLayer):
 class LayerNorm(NativeLayer):
     def __init__(self, normalized_shape, eps=1e-5, device=None, dtype=None):
         super().__init__(core.LayerNorm(_shape(normalized_shape), float(eps), _options(device, dtype)))
-
-
-class MaxPool2d(NativeLayer):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(core.MaxPool2d(kernel_size, 0 if stride is None else stride, padding))
-
-
-class AvgPool2d(NativeLayer):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__(core.AvgPool2d(kernel_size, 0 if stride is None else stride, padding))
 
 
 class GlobalAvgPool(NativeLayer):
@@ -344,3 +643,256 @@ class Bottleneck(NativeLayer):
 
     def __init__(self, in_channels, mid_channels, stride=1, device=None, dtype=None):
         super().__init__(core.Bottleneck(in_channels, mid_channels, stride, _options(device, dtype)))
+
+
+class SeparableConv2d(Layer):
+    """SINGA's SeparableConv2d(nb_kernels, kernel_size, stride=1, padding=0, bias=False): a
+    depthwise convolution (one kernel_size filter per input channel, group = C) then a pointwise
+    1x1 convolution to nb_kernels channels; both are made at the first input."""
+
+    def __init__(self, nb_kernels, kernel_size, stride=1, padding=0, bias=False):
+        super().__init__()
+        self.nb_kernels = _size("SeparableConv2d", nb_kernels)
+        self.kernel_size = _pair("SeparableConv2d", "kernel_size", kernel_size)
+        self.stride = _pair("SeparableConv2d", "stride", stride)
+        self.padding = _pair("SeparableConv2d", "padding", padding)
+        self.bias = bool(bias)
+        self.depthwise_conv = self.point_conv = None
+
+    @property
+    def initialized(self):
+        return self.depthwise_conv is not None
+
+    def forward(self, x):
+        _check_images("SeparableConv2d", x)
+        if self.depthwise_conv is None:
+            channels = x.shape[1]
+            depthwise = Conv2d(channels, self.kernel_size, stride=self.stride, padding=self.padding, group=channels,
+                               bias=self.bias)
+            depthwise(x)  # made now, on x's device and in its dtype (refused during a capture)
+            self.depthwise_conv, self.point_conv = depthwise, Conv2d(self.nb_kernels, 1, bias=self.bias)
+        return self.point_conv(self.depthwise_conv(x))
+
+
+class Gemm(Layer, _PythonParams):
+    """SINGA's Gemm(nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True,
+    bias_shape=None): y = alpha x' W' + beta b, x' = x^T when transA, W' = W^T when transB, so W
+    is (nb_kernels, in) with transB and (in, nb_kernels) without; b (1, nb_kernels), or
+    bias_shape. W ~ N(0, 2 / (in + nb_kernels)) and b = 0 are made at the first input."""
+
+    def __init__(self, nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True, bias_shape=None):
+        super().__init__()
+        self.nb_kernels = _size("Gemm", nb_kernels)
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.transA, self.transB, self.bias = bool(transA), bool(transB), bool(bias)
+        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else tuple(bias_shape)
+        self._py_params = OrderedDict()
+        self.W = self.b = None
+
+    @property
+    def initialized(self):
+        return self.W is not None
+
+    def forward(self, x):
+        if not isinstance(x, core.Tensor) or x.ndim != 2:
+            raise errors.ShapeError(f"[Gemm] expects a matrix, got "
+                                    f"{x.describe() if isinstance(x, core.Tensor) else type(x).__name__}")
+        in_features = x.shape[0] if self.transA else x.shape[1]
+        if self.W is None:
+            o = _options(x.device, x.dtype)
+            shape = (self.nb_kernels, in_features) if self.transB else (in_features, self.nb_kernels)
+            std = math.sqrt(2.0 / (in_features + self.nb_kernels))
+            self.W = self._add_param("W", core.normal(shape, 0.0, std, o.dtype, o.device))
+            if self.bias:
+                self.b = self._add_param("b", core.zeros(self.bias_shape, o.dtype, o.device))
+        elif self.W.shape[1 if self.transB else 0] != in_features:
+            raise errors.ShapeError(f"[Gemm] W is {self.W.describe()}, the input {x.describe()} has {in_features} "
+                                    "features")
+        return autograd.gemm(x, self.W, self.b, self.alpha, self.beta, self.transA, self.transB)
+
+    def get_params(self):
+        return OrderedDict(self._py_params)
+
+    def get_states(self):
+        return OrderedDict(self._py_params)
+
+
+# ---- SINGA's loss layers (losses of shape (1,), as SINGA's are) and combinators ----
+
+def _check_pair(op, x, t):
+    for what, v in (("input", x), ("target", t)):
+        if not isinstance(v, core.Tensor):
+            raise errors.TypeError(f"[{op}] the {what} must be a loom Tensor, got {type(v).__name__}")
+
+
+class SoftMaxCrossEntropy(Layer):
+    """forward(x, t): softmax cross-entropy of logits x (N, C) against t, class indices (N)
+    (int32/int64) or probabilities (N, C); the mean over the batch, shape (1,)."""
+
+    def forward(self, x, t):
+        _check_pair("SoftMaxCrossEntropy", x, t)
+        return core.reshape(autograd.softmax_cross_entropy(x, t), (1,))
+
+
+class MeanSquareError(Layer):
+    """forward(x, t): the mean over all elements of (x - t)^2, shape (1,) (SINGA 3's; its gradient
+    is 2 (x - t) / x.size). x and t have one shape."""
+
+    def forward(self, x, t):
+        _check_pair("MeanSquareError", x, t)
+        if x.shape != t.shape:
+            raise errors.ShapeError(f"[MeanSquareError] input {x.describe()} and target {t.describe()} differ in shape")
+        return core.reshape(autograd.mse_loss(x, t), (1,))
+
+
+class CrossEntropy(Layer):
+    """forward(x, t): -sum(t * log(x)) / N for probabilities x (N, C) (a softmax's output) and
+    targets t (N, C) (one-hot or probabilities); shape (1,)."""
+
+    def forward(self, x, t):
+        _check_pair("CrossEntropy", x, t)
+        if x.ndim != 2 or x.shape != t.shape:
+            raise errors.ShapeError(f"[CrossEntropy] expects probabilities (N, C) and targets of the same shape, "
+                                    f"got {x.describe()} and {t.describe()}")
+        return core.reshape(autograd.cross_entropy(x, t), (1,))
+
+
+class Add(Layer):
+    """forward(a, b): a + b, with broadcasting."""
+
+    def forward(self, a, b):
+        return autograd.add(a, b)
+
+
+class Cat(Layer):
+    """forward(xs): the tensors of the list xs joined along `axis` (SINGA's Cat(axis=0))."""
+
+    def __init__(self, axis=0):
+        super().__init__()
+        self.axis = int(axis)
+
+    def forward(self, xs):
+        if isinstance(xs, core.Tensor) or not all(isinstance(x, core.Tensor) for x in xs):
+            raise errors.TypeError("[Cat] forward takes a list of loom Tensors")
+        return core.cat(list(xs), self.axis)
+
+
+# ---- recurrent layers (SINGA's RNN and LSTM), made of loom ops: backward through time comes
+# from autograd, and a captured step records the unrolled sequence ----
+
+class _Recurrent(Layer, _PythonParams):
+    """Shared by RNN and LSTM: arguments, parameter creation at the first input, the inputs."""
+
+    _GATES = ()
+
+    def __init__(self, input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):
+        super().__init__()
+        op = type(self).__name__
+        self.input_size, self.hidden_size = _size(op, input_size), _size(op, hidden_size)
+        if nonlinearity not in ("tanh", "relu"):
+            raise errors.ValueError(f"[{op}] nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        if num_layers != 1 or dropout or bidirectional or batch_first:
+            raise errors.ValueError(f"[{op}] loom's {op} is one unidirectional layer over a list of steps: "
+                                    "num_layers=1, dropout=0, bidirectional=False, batch_first=False")
+        self.nonlinearity, self.bias = nonlinearity, bool(bias)
+        self._py_params = OrderedDict()
+
+    @property
+    def initialized(self):
+        return bool(self._py_params)
+
+    def _create(self, x):
+        o = _options(x.device, x.dtype)
+        bound = 1.0 / math.sqrt(self.hidden_size)  # U(-1/sqrt(H), 1/sqrt(H)), PyTorch's choice
+        for g in self._GATES:
+            for name, shape in ((f"Wx{g}", (self.input_size, self.hidden_size)),
+                                (f"Wh{g}", (self.hidden_size, self.hidden_size))):
+                self._add_param(name, core.uniform(shape, -bound, bound, o.dtype, o.device))
+            if self.bias:
+                for name in (f"Bx{g}", f"Bh{g}"):
+                    self._add_param(name, core.zeros((self.hidden_size,), o.dtype, o.device))
+
+    def _steps(self, xs, h0):
+        op = type(self).__name__
+        if isinstance(xs, core.Tensor):
+            if xs.ndim != 3:
+                raise errors.ShapeError(f"[{op}] expects a list of (N, {self.input_size}) steps or one (T, N, "
+                                        f"{self.input_size}) tensor, got {xs.describe()}")
+            xs = [core.reshape(core.slice(xs, 0, t, t + 1), xs.shape[1:]) for t in range(xs.shape[0])]
+        xs = list(xs)
+        if not xs:
+            raise errors.ValueError(f"[{op}] needs at least one step")
+        for t, x in enumerate(xs):
+            if not isinstance(x, core.Tensor) or x.ndim != 2 or x.shape[1] != self.input_size or \
+                    x.shape[0] != xs[0].shape[0]:
+                what = x.describe() if isinstance(x, core.Tensor) else type(x).__name__
+                raise errors.ShapeError(f"[{op}] step {t} is {what}; every step must be (N, {self.input_size}) with "
+                                        "one N")
+        want = (xs[0].shape[0], self.hidden_size)
+        for what, h in h0:
+            if not isinstance(h, core.Tensor) or h.shape != want:
+                got = h.describe() if isinstance(h, core.Tensor) else type(h).__name__
+                raise errors.ShapeError(f"[{op}] {what} is {got}, expected {want}")
+        if not self._py_params:
+            self._create(xs[0])
+        return xs
+
+    def _gate(self, g, x, h):
+        p = self._py_params
+        y = core.add(core.matmul(x, p[f"Wx{g}"]), core.matmul(h, p[f"Wh{g}"]))
+        if self.bias:
+            y = core.add_bias(core.add_bias(y, p[f"Bx{g}"]), p[f"Bh{g}"])
+        return y
+
+    def get_params(self):
+        return OrderedDict(self._py_params)
+
+    def get_states(self):
+        return OrderedDict(self._py_params)
+
+
+class RNN(_Recurrent):
+    """SINGA's RNN(input_size, hidden_size, nonlinearity="tanh", bias=True): called on xs, a list
+    of T steps (N, input_size) (or one (T, N, input_size) tensor), and h0 (N, hidden_size):
+
+        h_t = act(x_t Wx + h_(t-1) Wh + Bx + Bh)
+
+    returns (ys, h_T), ys the list of every h_t. Parameters Wx, Wh, Bx, Bh are made at the first
+    call, on its device and in its dtype."""
+
+    _GATES = ("",)
+
+    def forward(self, xs, h0):
+        xs = self._steps(xs, [("h0", h0)])
+        act = core.tanh if self.nonlinearity == "tanh" else core.relu
+        ys, h = [], h0
+        for x in xs:
+            h = act(self._gate("", x, h))
+            ys.append(h)
+        return ys, h
+
+
+class LSTM(_Recurrent):
+    """SINGA's LSTM(input_size, hidden_size, bias=True): called on xs (as RNN's) and (h0, c0),
+    each (N, hidden_size), with input (i), forget (f), output (o) and candidate (g) gates:
+
+        i, f, o = sigmoid(x Wx_* + h Wh_* + Bx_* + Bh_*),  g = tanh(x Wx_g + h Wh_g + Bx_g + Bh_g)
+        c_t = f c_(t-1) + i g,   h_t = o tanh(c_t)
+
+    returns (ys, h_T, c_T), ys the list of every h_t."""
+
+    _GATES = ("_i", "_f", "_o", "_g")
+
+    def forward(self, xs, h0_c0):
+        if not isinstance(h0_c0, (tuple, list)) or len(h0_c0) != 2:
+            raise errors.TypeError("[LSTM] the initial state is a pair (h0, c0)")
+        h, c = h0_c0
+        xs = self._steps(xs, [("h0", h), ("c0", c)])
+        ys = []
+        for x in xs:
+            i, f, o = (core.sigmoid(self._gate(g, x, h)) for g in ("_i", "_f", "_o"))
+            c = core.add(core.mul(f, c), core.mul(i, core.tanh(self._gate("_g", x, h))))
+            h = core.mul(o, core.tanh(c))
+            ys.append(h)
+        return ys, h, c

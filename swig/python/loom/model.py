@@ -157,15 +157,27 @@ class _Checkpoints:
     """save_states / load_states, for Model and NativeModel: whatever has get_states(),
     get_params(), `optimizer` and `device`."""
 
-    def save_states(self, path, meta=None):
+    def save_states(self, path, aux_states=None, meta=None):
         """Writes every parameter and state (get_states(), by name) and, when the model has an
         optimizer, its state (momentum, moments, learning rate, step count) to `path`, atomically
-        (a failure never leaves half a file). `meta`: extra dict name -> float."""
+        (a failure never leaves half a file). `aux_states` (SINGA's name; `meta` is loom's older
+        one): extra dict name -> number or Tensor, which load_states returns."""
         tensors = list(self.get_states().items())
-        all_meta = {k: float(v) for k, v in (meta or {}).items()}
+        all_meta = {}
+        for k, v in {**(meta or {}), **(aux_states or {})}.items():
+            if isinstance(v, Tensor):
+                tensors.append((_AUX_PREFIX + str(k), v))
+            elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+                all_meta[str(k)] = float(v)
+            else:
+                raise errors.TypeError(f"[Model] save_states: aux state '{k}' is a {type(v).__name__}; it must be "
+                                       "a number or a Tensor")
         optimizer = _optimizer_of(self)
         if optimizer is not None:
-            opt_tensors, opt_meta = _io.optimizer_state_by_name(optimizer, self.get_params())
+            if getattr(optimizer, "_impl", True) is None:  # written in loom ops (opt.Optimizer(lr))
+                opt_tensors, opt_meta = _python_optimizer_state(optimizer, self.get_params())
+            else:
+                opt_tensors, opt_meta = _io.optimizer_state_by_name(optimizer, self.get_params())
             tensors += opt_tensors
             all_meta.update(opt_meta)
         _io.save_checkpoint(path, tensors, all_meta)
@@ -176,20 +188,75 @@ class _Checkpoints:
         optimizer state (every slot the optimizer keeps must be in the file). Everything is
         checked before anything is copied: on a mismatch one loom.IOError lists it and neither
         the model nor the optimizer has changed (Note [Check everything, then copy] in
-        src/io/checkpoint.h). Returns the checkpoint's metadata."""
+        src/io/checkpoint.h). Returns the aux_states (numbers, and Tensors on the CPU) saved with it."""
         ck = _io.load_checkpoint(path)
         states = list(self.get_states().items())
         core.check_restore_into(ck._impl, states)
         optimizer_restore = None
         optimizer = _optimizer_of(self)
+        python_states = None
         if optimizer is not None and _io.OPTIMIZER_PREFIX + "lr" in ck.meta:
             params = self.get_params()
             device = self.device or (next(iter(params.values())).device if params else None)
-            optimizer_restore = _io._OptimizerRestore(ck, optimizer, params, device)
+            if getattr(optimizer, "_impl", True) is None:
+                python_states = _python_optimizer_states_from(ck, optimizer, params, device)
+            else:
+                optimizer_restore = _io._OptimizerRestore(ck, optimizer, params, device)
         core.restore_into(ck._impl, states)  # checked above: copies
         if optimizer_restore is not None:
             optimizer_restore.apply()
-        return {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
+        if python_states is not None:
+            optimizer.set_states(python_states)
+        aux = {k: v for k, v in ck.meta.items() if not k.startswith(_io.OPTIMIZER_PREFIX)}
+        aux.update({k[len(_AUX_PREFIX):]: ck[k] for k in ck.keys() if k.startswith(_AUX_PREFIX)})
+        return aux
+
+
+_AUX_PREFIX = "aux/"  # save_states' tensors among its aux_states
+
+
+def _python_optimizer_state(optimizer, params):
+    """(tensors, meta) of a Python optimizer's state (opt.AdaGrad, opt.RMSProp, ...) named as
+    io.optimizer_state_by_name names a C++ optimizer's: "optimizer/<param name>/<slot>"."""
+    prefix = _io.OPTIMIZER_PREFIX
+    by_block = {f"block{p._block_id()}": name for name, p in params.items()}
+    tensors = []
+    for slot, by_key in optimizer._slots.items():
+        for key, t in by_key.items():
+            if key in by_block:
+                owner = by_block[key]
+            elif key.startswith("block"):
+                raise errors.IOError(f"[checkpoint] optimizer state '{key}/{slot}' belongs to no parameter of the model")
+            else:
+                owner = "@" + key  # keyed by the name the caller gave the optimizer
+            tensors.append((f"{prefix}{owner}/{slot}", t))
+    return tensors, {prefix + "lr": float(optimizer.lr), prefix + "step_count": float(optimizer.step_count)}
+
+
+def _python_optimizer_states_from(ck, optimizer, params, device):
+    """What _python_optimizer_state saved in `ck`, as the states dict optimizer.set_states takes
+    (keyed by this process's parameters), checked against the parameters' shapes. Reads only."""
+    prefix, name = _io.OPTIMIZER_PREFIX, type(optimizer).__name__
+    states = {"lr": ck.meta[prefix + "lr"], "step_counter": int(ck.meta.get(prefix + "step_count", 0))}
+    for entry in ck.keys():
+        if not entry.startswith(prefix):
+            continue
+        owner, _, slot = entry[len(prefix):].rpartition("/")
+        if slot not in optimizer._SLOTS:
+            raise errors.IOError(f"[checkpoint] {ck.path}: optimizer state '{entry}' is not {name}'s (it keeps "
+                                 f"{', '.join(optimizer._SLOTS) or 'none'})")
+        t = ck[entry]
+        if owner.startswith("@"):
+            key = owner[1:]
+        elif owner in params:
+            key = f"block{params[owner]._block_id()}"
+            if t.shape != params[owner].shape:
+                raise errors.IOError(f"[checkpoint] {ck.path}: '{entry}' is {t.describe()}, parameter '{owner}' is "
+                                     f"{params[owner].describe()}")
+        else:
+            raise errors.IOError(f"[checkpoint] {ck.path}: '{entry}' belongs to no parameter of the model")
+        states.setdefault(slot, {})[key] = t.to_device(device) if device is not None else t
+    return states
 
 
 class Model(Layer, _Checkpoints):

@@ -12,18 +12,31 @@ it between replays takes effect without a new capture.
 
 SGD's positional order is SINGA's: SGD(lr, momentum, dampening, weight_decay, nesterov).
 """
+import contextlib
 import numbers
 
 from . import core, errors
 
 
 class Optimizer:
-    """Base of the optimizers: wraps a C++ nn::Optimizer."""
+    """Base of the optimizers. The built-in ones wrap a C++ nn::Optimizer (one fused update op
+    per parameter). Optimizer(lr, dtype) is SINGA's base for optimizers written in Python
+    (opt.AdaGrad, opt.RMSProp, or a user's subclass): their update is made of loom ops in
+    update(param, grad, state), recorded like any other while a device captures, with the
+    learning rate a device scalar (so lr changes reach replays)."""
 
-    def __init__(self, impl):
-        self._impl = impl
+    def __init__(self, lr=0.1, dtype="float32"):
         self.step_count = 0
-        self._apply = impl.apply  # the bound C++ method
+        if isinstance(lr, core.Optimizer):  # a built-in optimizer's C++ object
+            self._impl = lr
+            self._apply = lr.apply  # the bound C++ method
+            return
+        _check_float_dtype(type(self).__name__, dtype)
+        self._impl = None
+        self._lr = _positive(type(self).__name__, "lr", lr)
+        self._lr_tensors = {}   # (device name, dtype) -> the learning rate as a device scalar
+        self._slots = {}        # slot name -> {key: state tensor}
+        self._apply = self._apply_ops
 
     def apply(self, *args, **kwargs):
         """Updates a parameter in place with its gradient. Two forms, told apart by the type of
@@ -53,6 +66,11 @@ class Optimizer:
         rate, "moments": {key: momentum tensor} (SGD with momentum; Adam has "m" and "v"), ...}.
         The tensors are copies; a key is the name given to apply (the parameter's storage when
         none was). Adam also keeps "adam_steps", its device-side step count."""
+        if self._impl is None:
+            states = {"step_counter": self.step_count, "lr": self._lr}
+            for slot in self._SLOTS:
+                states[slot] = {k: t.clone() for k, t in self._slots.get(slot, {}).items()}
+            return states
         tensors, meta = core.optimizer_state(self._impl, "")
         states = {"step_counter": self.step_count}
         states.update(meta)
@@ -68,6 +86,8 @@ class Optimizer:
         if not isinstance(states, dict):
             raise errors.TypeError(f"[optimizer] set_states expects the dict get_states returns, "
                                    f"got {type(states).__name__}")
+        if self._impl is None:
+            return self._set_python_states(states)
         slots = {group: slot for slot, group in self._SLOT_GROUPS.items()}
         tensors, meta, step_count = [], {}, None
         for k, v in states.items():
@@ -92,6 +112,36 @@ class Optimizer:
         if step_count is not None:
             self.step_count = int(step_count)
 
+    def _set_python_states(self, states):
+        name = type(self).__name__
+        for k, v in states.items():
+            if k in ("step_counter", "lr"):
+                if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                    raise errors.TypeError(f"[{name}] set_states: '{k}' is a {type(v).__name__}, not a number")
+            elif k in self._SLOTS:
+                if not isinstance(v, dict) or not all(isinstance(t, core.Tensor) for t in v.values()):
+                    raise errors.TypeError(f"[{name}] set_states: '{k}' must be a dict of Tensors")
+                for key, t in v.items():
+                    old = self._slots.get(k, {}).get(key)
+                    if old is not None and old.shape != t.shape:
+                        raise errors.IOError(f"[{name}] set_states: {k} '{key}' is {t.describe()}, this optimizer "
+                                             f"keeps {old.describe()}")
+            else:
+                raise errors.IOError(f"[{name}] set_states: unknown state '{k}'; {name} keeps step_counter, lr"
+                                     + "".join(f", {s}" for s in self._SLOTS))
+        if "lr" not in states:
+            raise errors.ValueError(f"[{name}] set_states: no 'lr' in the states (pass what get_states returned)")
+        for slot in self._SLOTS:
+            for key, t in states.get(slot, {}).items():
+                old = self._slots.setdefault(slot, {}).get(key)
+                if old is None:
+                    old = self._slots[slot][key] = t.clone()
+                    old._set_persistent(True)
+                else:
+                    core.copy_into(old, t)
+        self.set_learning_rate(states["lr"])
+        self.step_count = int(states.get("step_counter", self.step_count))
+
     def update(self, param, grad):
         """SINGA's older spelling: apply(param.name, param, grad) (the storage keys the state
         when the parameter has no name)."""
@@ -102,14 +152,20 @@ class Optimizer:
 
     def __call__(self, loss):
         """Backward from `loss`, updating every parameter as soon as its gradient is final."""
-        core.optimizer_step(self._impl, loss)
+        if self._impl is None:  # a Python optimizer, once every gradient is known
+            custom = type(self).apply is not Optimizer.apply  # a SINGA-style subclass's own apply
+            for p, g in core.backward(loss, core.Tensor()):
+                # keyed by storage, as the C++ optimizers are: two layers' "bias" never share state
+                self.apply(p.name or "", p, g) if custom else self._apply(g, p, "")
+        else:
+            core.optimizer_step(self._impl, loss)
         self.step_count += 1
 
     backward_and_update = __call__
 
     @property
     def lr(self):
-        return self._impl.learning_rate()
+        return self._impl.learning_rate() if self._impl is not None else self._lr
 
     @lr.setter
     def lr(self, value):
@@ -117,7 +173,65 @@ class Optimizer:
 
     def set_learning_rate(self, lr):
         """Takes effect at the next update, also in replays of an already captured graph."""
-        self._impl.set_learning_rate(float(lr))
+        if self._impl is not None:
+            self._impl.set_learning_rate(float(lr))
+            return
+        self._lr = _positive(type(self).__name__, "lr", lr)
+        for t in self._lr_tensors.values():
+            core.fill(t, self._lr)
+
+    # ---- optimizers written in Python (Optimizer(lr, dtype)) ----
+
+    _SLOTS = ()  # the state a Python optimizer keeps per parameter, zeros at first
+
+    def new_value(self, param, grad, state):
+        """One step of a Python optimizer: returns the new value of `param` from its gradient
+        and `state` ({slot: tensor}, updated in place with copy_state), with loom ops and
+        self.lr_tensor(param) as the learning rate. Runs without autograd. (A SINGA-style
+        subclass may instead override apply(param_name, param_value, param_grad).)"""
+        raise NotImplementedError(f"{type(self).__name__}.new_value is not defined")
+
+    def lr_tensor(self, param):
+        """The learning rate as a scalar tensor on param's device, of its dtype (persistent: a
+        graph reads it when it runs)."""
+        key = (param.device.name(), param.dtype)
+        t = self._lr_tensors.get(key)
+        if t is None:
+            setup = core.SetupGuard(param.device)  # created once, also during a capture
+            t = self._lr_tensors[key] = core.full((), self._lr, core._core.Tensor_dtype(param), param.device)
+            t._set_persistent(True)
+            del setup
+        return t
+
+    @staticmethod
+    def copy_state(dst, value):
+        """Writes `value` into the state tensor `dst` (an op: recorded during a capture)."""
+        core.copy_into(dst, value)
+
+    def _state_of(self, key, param):
+        state = {}
+        for slot in self._SLOTS:
+            slots = self._slots.setdefault(slot, {})
+            t = slots.get(key)
+            if t is None:
+                setup = core.SetupGuard(param.device)  # zeros once, not on every replay
+                t = core.zeros(param.shape, core._core.Tensor_dtype(param), param.device)
+                t._set_persistent(True)
+                del setup
+                slots[key] = t
+            elif t.shape != param.shape:
+                raise errors.ShapeError(f"[{type(self).__name__}] state '{key}' is {t.describe()}, parameter is "
+                                        f"{param.describe()}")
+            state[slot] = t
+        return state
+
+    def _apply_ops(self, grad, param, name):
+        if grad.shape != param.shape or grad.dtype != param.dtype:
+            raise errors.ShapeError(f"[{type(self).__name__}] parameter {param.describe()} and gradient "
+                                    f"{grad.describe()} differ")
+        key = name or f"block{param._block_id()}"  # the C++ optimizers' key (io._slot_key)
+        with _no_grad():
+            core.copy_into(param, self.new_value(param, grad, self._state_of(key, param)))
 
     def __repr__(self):
         return f"{type(self).__name__}(lr={self.lr:g})"
@@ -142,7 +256,16 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, decoupled=False):
+    """Adam in SINGA's positional order, Adam(lr, beta_1, beta_2, epsilon, weight_decay, dtype):
+
+        m = beta_1 m + (1 - beta_1) g,   v = beta_2 v + (1 - beta_2) g^2     (g with weight decay)
+        p -= lr * (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)
+
+    `decoupled` (keyword): AdamW's weight decay instead. `dtype` as SGD's."""
+
+    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, dtype="float32",
+                 decoupled=False):
+        _check_float_dtype("Adam", dtype)
         super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
                                    bool(decoupled)))
 
@@ -156,6 +279,60 @@ class AdamW(Adam):
 
     def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=1e-2):
         super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, decoupled=True)
+
+
+class AdaGrad(Optimizer):
+    """SINGA's AdaGrad(lr, epsilon, weight_decay, dtype). Per parameter p with gradient g
+    (history h starts at zero):
+
+        g = g + weight_decay * p
+        h = h + g^2
+        p -= lr * g / sqrt(h + epsilon)
+
+    State (get_states): "history". Written in loom ops (Optimizer(lr, dtype))."""
+
+    _SLOTS = ("history",)
+
+    def __init__(self, lr=0.1, epsilon=1e-8, weight_decay=0.0, dtype="float32"):
+        super().__init__(lr, dtype)
+        self.epsilon = _positive("AdaGrad", "epsilon", epsilon)
+        self.weight_decay = _non_negative("AdaGrad", "weight_decay", weight_decay)
+
+    def new_value(self, param, grad, state):
+        if self.weight_decay:
+            grad = core.add(grad, core.mul_scalar(param, self.weight_decay))
+        h = core.add(state["history"], core.mul(grad, grad))
+        self.copy_state(state["history"], h)
+        step = core.div(grad, core.sqrt(core.add_scalar(h, self.epsilon)))
+        return core.sub(param, core.mul(self.lr_tensor(param), step))
+
+
+class RMSProp(Optimizer):
+    """SINGA's RMSProp(lr, rho, epsilon, weight_decay, dtype). Per parameter p with gradient g
+    (running average r starts at zero):
+
+        g = g + weight_decay * p
+        r = rho * r + (1 - rho) * g^2
+        p -= lr * g / sqrt(r + epsilon)
+
+    State (get_states): "running_average". Written in loom ops (Optimizer(lr, dtype))."""
+
+    _SLOTS = ("running_average",)
+
+    def __init__(self, lr=0.1, rho=0.9, epsilon=1e-8, weight_decay=0.0, dtype="float32"):
+        super().__init__(lr, dtype)
+        self.rho = _fraction("RMSProp", "rho", rho)
+        self.epsilon = _positive("RMSProp", "epsilon", epsilon)
+        self.weight_decay = _non_negative("RMSProp", "weight_decay", weight_decay)
+
+    def new_value(self, param, grad, state):
+        if self.weight_decay:
+            grad = core.add(grad, core.mul_scalar(param, self.weight_decay))
+        r = core.add(core.mul_scalar(state["running_average"], self.rho),
+                     core.mul_scalar(core.mul(grad, grad), 1.0 - self.rho))
+        self.copy_state(state["running_average"], r)
+        step = core.div(grad, core.sqrt(core.add_scalar(r, self.epsilon)))
+        return core.sub(param, core.mul(self.lr_tensor(param), step))
 
 
 class DistOpt(Optimizer):
@@ -212,6 +389,36 @@ class DistOpt(Optimizer):
 
     def __repr__(self):
         return f"DistOpt({self.opt!r}, world_size={self.world_size}, global_rank={self.global_rank})"
+
+
+def _positive(op, what, v):
+    v = _number(op, what, v)
+    if not v > 0 or v == float("inf"):
+        raise errors.ValueError(f"[{op}] {what} {v} must be a positive finite number")
+    return v
+
+
+def _fraction(op, what, v):
+    v = _number(op, what, v)
+    if not 0.0 <= v < 1.0:
+        raise errors.ValueError(f"[{op}] {what} {v} must lie in [0, 1)")
+    return v
+
+
+def _non_negative(op, what, v):
+    v = _number(op, what, v)
+    if not 0.0 <= v < float("inf"):
+        raise errors.ValueError(f"[{op}] {what} {v} must be a non-negative finite number")
+    return v
+
+
+@contextlib.contextmanager
+def _no_grad():
+    guard = core.NoGradGuard()
+    try:
+        yield
+    finally:
+        del guard
 
 
 def _number(op, what, v):

@@ -618,6 +618,40 @@ _METHODS = {
     "__neg__": lambda self: core.neg(self),
     "__abs__": lambda self: core.abs(self),
 }
+
+
+def _inplace(name, method):
+    """t op= x writes into t, as SINGA's does (other handles on t see the new values; a loop
+    `for p, g in ...: p -= lr * g` updates the parameters). The new value must keep t's shape;
+    another dtype is converted. It is one copy op, recorded like any other during a capture.
+    While gradients are recorded, a t with autograd history or an x that requires a gradient
+    (`loss += reg`) gets the new tensor bound instead, with its history, as before."""
+    def op(self, other):
+        if core.grad_enabled() and (self._has_grad_fn() or (isinstance(other, Tensor) and other.requires_grad)):
+            return _METHODS[method](self, other)
+        guard = core.NoGradGuard()
+        try:
+            value = _METHODS[method](self, other)
+            if value is NotImplemented:
+                return NotImplemented
+            if _c.Tensor_shape(value) != _c.Tensor_shape(self):
+                raise errors.ShapeError(f"[tensor.{name}] the result is {value.describe()}, which does not fit "
+                                        f"in place into {self.describe()}")
+            if _c.Tensor_dtype(value) != _c.Tensor_dtype(self):
+                value = core.cast(value, _c.Tensor_dtype(self))
+            core.copy_into(self, value)
+        finally:
+            del guard
+        return self
+    op.__name__ = name
+    return op
+
+
+for _name, _method in (("__iadd__", "__add__"), ("__isub__", "__sub__"), ("__imul__", "__mul__"),
+                       ("__itruediv__", "__truediv__")):
+    _METHODS[_name] = _inplace(_name, _method)
+del _name, _method
+
 for _k, _v in _METHODS.items():
     setattr(Tensor, _k, _v)
 del _k, _v
