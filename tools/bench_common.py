@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -144,6 +145,27 @@ def parser(doc):
 def check_flags(ap, a):
     if a.steps < 2 or a.warmup < 1 or a.batch < 0 or a.threads < 0:
         ap.error("--steps must be at least 2, --warmup at least 1, --batch and --threads not negative")
+
+
+def time_steps(tool, a, batch_of, run, before_timed=None):
+    """a.warmup + a.steps training steps, each timed from copy-in to the loss on the host:
+    batch_of(i) -> the host batch (untimed), run(batch) -> the loss as a float (a host read, so
+    the step has finished, as loom-bench's Item()). Returns (timed ms, warm-up ms, losses), or None
+    when the loss stopped being finite (printed)."""
+    times, warm, losses = [], [], []
+    for i in range(a.warmup + a.steps):
+        batch = batch_of(i)
+        if i == a.warmup and before_timed:
+            before_timed()
+        t0 = time.perf_counter()
+        value = run(batch)
+        ms = (time.perf_counter() - t0) * 1000.0
+        (times if i >= a.warmup else warm).append(ms)
+        if not np.isfinite(value):
+            print(f"{tool}: error: the loss is {value} at step {i + 1}: training diverged", file=sys.stderr)
+            return None
+        losses.append(value)
+    return times, warm, losses
 
 
 def why_not_trained(losses, params_changed, steps_ok):

@@ -24,7 +24,6 @@ not change, or the optimizer's step count did not advance by every step): exit 3
 import math
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -247,21 +246,18 @@ def main():
     opt = (jnp.zeros((), jnp.int32), {k: jnp.zeros_like(v) for k, v in params.items()})
     step = make_step(forward, a.lr, a.momentum)
 
-    times, losses, warm = [], [], []
-    total = a.warmup + a.steps
-    for i in range(total):
-        idx = bc.batch_indices(i, batch, n)
-        bx, by = xs[idx], ys[idx]
-        t0 = time.perf_counter()
-        x, y = jnp.asarray(bx), jnp.asarray(by)
+    def run(batch):
+        nonlocal params, state, opt
+        x, y = jnp.asarray(batch[0]), jnp.asarray(batch[1])
         params, state, opt, loss = step(params, state, opt, x, y)
-        value = float(loss)  # a host read: synchronises, as loom-bench's Item()
-        ms = (time.perf_counter() - t0) * 1000.0
-        (times if i >= a.warmup else warm).append(ms)
-        if not np.isfinite(value):
-            print(f"bench_jax: error: the loss is {value} at step {i + 1}: training diverged", file=sys.stderr)
-            return 3
-        losses.append(value)
+        return float(loss)
+
+    total = a.warmup + a.steps
+    timed = bc.time_steps("bench_jax", a, lambda i: (xs[bc.batch_indices(i, batch, n)], ys[bc.batch_indices(i, batch, n)]),
+                          run)
+    if timed is None:
+        return 3
+    times, warm, losses = timed
     jax.block_until_ready((params, state, opt))
 
     hwm_kb = bc.status_kb("VmHWM:")

@@ -24,7 +24,6 @@ not change, or the optimizer did not step every parameter): exit 3.
 """
 import os
 import sys
-import time
 
 import numpy as np
 import torch
@@ -151,32 +150,45 @@ def blas_in_use():
 
 # Note [Compiling the whole step]
 # --compile hands torch.compile (TorchInductor, mode "default" unless --compile-mode says
-# otherwise) one function holding the whole training step: zero_grad, forward, loss, backward and
-# the SGD-momentum update, so the optimizer is compiled too. Dynamo cannot trace loss.backward()
-# into the same graph by itself: where PyTorch has compiled autograd
-# (torch._dynamo.config.compiled_autograd) it is switched on so the backward is traced as a
-# graph rather than run by the eager autograd engine; the JSON says whether it was
-# (compiled_autograd) and how many graphs and graph breaks Dynamo made (compile_graphs,
-# compile_graph_breaks), so a reader sees what "whole step" meant on that PyTorch. Compilation
-# (and the recompilation once the momentum buffers exist) happens in the warm-up, which --compile
-# raises to at least 3 steps; its time is compile_warmup_ms.
+# otherwise) one function holding the whole training step: clearing the gradients, forward, loss,
+# backward and the SGD-momentum update, so the optimizer is compiled too. Dynamo does not trace
+# loss.backward() by default; where PyTorch can (torch._dynamo.config.trace_autograd_ops, 2.1x)
+# it is switched on, and forward and backward become one graph; else compiled autograd
+# (compiled_autograd) traces the backward as a graph of its own; the JSON says which
+# (compile_backward). Two ways the step is written for Dynamo: the gradients are cleared by
+# setting them to None (Optimizer.zero_grad is marked not to be traced), and the loss value is
+# detached before the backward (a returned tensor whose graph the backward consumes breaks the
+# graph). Optimizer.step itself breaks the graph on purpose, before and after the update (PyTorch's
+# note in torch/optim/optimizer.py: the update then compiles as an in-place inference graph), so
+# the best PyTorch 2.15 offers is forward+backward in one graph and the update in another:
+# compile_graphs, compile_graph_breaks and their reasons are in the JSON. Compilation (and the
+# recompilation once the momentum buffers exist) happens in the warm-up, which --compile raises to
+# at least 3 steps; its time is compile_warmup_ms.
 
 
 def make_step(model, opt, compile_mode):
+    params = list(model.parameters())
+
     def step(x, y):
-        opt.zero_grad(set_to_none=True)
+        for p in params:
+            p.grad = None
         loss = F.cross_entropy(model(x), y)
+        value = loss.detach()
         loss.backward()
         opt.step()
-        return loss.detach()
+        return value
 
     if compile_mode is None:
         return step, {}
     import torch._dynamo as dynamo
     info = {"compile_mode": compile_mode, "compile_includes_optimizer": True,
-            "compiled_autograd": hasattr(dynamo.config, "compiled_autograd")}
-    if info["compiled_autograd"]:
+            "compile_backward": "AOTAutograd, after a graph break at loss.backward()"}
+    if hasattr(dynamo.config, "trace_autograd_ops"):
+        dynamo.config.trace_autograd_ops = True
+        info["compile_backward"] = "traced with the forward (trace_autograd_ops)"
+    elif hasattr(dynamo.config, "compiled_autograd"):
         dynamo.config.compiled_autograd = True
+        info["compile_backward"] = "compiled autograd"
     return torch.compile(step, mode=compile_mode), info
 
 
@@ -237,26 +249,27 @@ def main():
     y = torch.empty((batch,), dtype=torch.int64, device=dev)
     before = [p.detach().clone() for p in model.parameters()]
 
-    times, losses, warm = [], [], []
-    total = a.warmup + a.steps
-    for i in range(total):
+    def batch_of(i):
         idx = bc.batch_indices(i, batch, n)
-        bx, by = torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
-        if i == a.warmup and dev.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        x.copy_(bx)
-        y.copy_(by)
-        value = step(x, y).item()  # a host read: synchronises, as loom-bench's Item()
+        return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
+
+    def run(b):
+        x.copy_(b[0])
+        y.copy_(b[1])
+        value = step(x, y).item()
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1000.0
-        (times if i >= a.warmup else warm).append(ms)
-        if not np.isfinite(value):
-            print(f"bench_torch: error: the loss is {value} at step {i + 1}: training diverged", file=sys.stderr)
-            return 3
-        losses.append(value)
+        return value
+
+    def before_timed():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    timed = bc.time_steps("bench_torch", a, batch_of, run, before_timed)
+    if timed is None:
+        return 3
+    times, warm, losses = timed
 
     hwm_kb = bc.status_kb("VmHWM:")
     rss_delta = max(0, hwm_kb - rss0_kb) * 1024

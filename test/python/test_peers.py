@@ -201,5 +201,5 @@ def test_bench_torch_compiles_the_whole_step():
     out = one_json_line(run([py, "tools/bench_torch.py", "--compile", "--model", "mlp", "--batch", "4", "--steps", "2",
                              "--warmup", "1", "--threads", "1", "--json"]))
     check_trained(out, "mlp", 4, "torch-compile", 5)  # the warm-up is raised to 3 steps
-    assert out["compile_includes_optimizer"] and out["compile_mode"] == "default"
+    assert out["compile_includes_optimizer"] and out["compile_mode"] == "default" and out["compile_backward"]
     assert out["compile_graphs"] >= 1 and len(out["compile_warmup_ms"]) == 3
