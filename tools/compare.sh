@@ -23,7 +23,7 @@
 #
 # The peers are installed here, never by tools/setup.sh: each into its own virtual environment
 # under $LOOM_CACHE_DIR (default ~/.cache/loom), from PyPI, at the pinned versions below, with a
-# Python >= 3.12 ($LOOM_PEER_PYTHON, else python3.13/python3.12 on PATH, else pyenv's). Done once;
+# Python >= 3.12 ($LOOM_PEER_PYTHON, else a 3.12 on PATH or pyenv's, else a later one). Done once;
 # a later run finds them and says nothing. PyTorch 1.13 is Debian's python3-torch for
 # /usr/bin/python3 (apt-get, when missing).
 #   LOOM_BUILD_DIR   build folder with loom-bench (default: build)
@@ -70,7 +70,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS="$2"; shift 2 ;;
     --reps=*) REPS="${1#*=}"; shift ;;
     --install-only) INSTALL_ONLY=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "compare: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -95,9 +95,10 @@ fi
 
 # ---------------------------------------------------------------- the peers' environments
 
-peer_python() {  # a Python >= 3.12 to base the environments on (jax 0.12 needs it)
+peer_python() {  # a Python >= 3.12 to base the environments on (jax 0.12 needs it); 3.12 first
   local c
-  for c in "${LOOM_PEER_PYTHON:-}" python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
+  for c in "${LOOM_PEER_PYTHON:-}" python3.12 "$HOME"/.pyenv/versions/3.12*/bin/python3 python3.13 \
+           "$HOME"/.pyenv/versions/3.1[3-9]*/bin/python3; do
     [ -n "$c" ] || continue
     c="$(command -v "$c" 2>/dev/null)" || continue
     "$c" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo "$c"; return 0; }
@@ -113,11 +114,18 @@ ensure_venv() {
   base="$(peer_python)" ||
     die "the $name environment needs Python >= 3.12 with venv and ensurepip: set LOOM_PEER_PYTHON (pyenv install 3.12)"
   stamp="$* | $("$base" -c 'import sys; print(sys.version.split()[0])')"
+  # The stamp is written only after the package imported once; here finding it is enough (fast).
   if [ -f "$dir/.loom-stamp" ] && [ "$(cat "$dir/.loom-stamp")" = "$stamp" ] &&
-     "$dir/bin/python" -c "import $import" 2>/dev/null; then
+     "$dir/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$import') is None)" 2>/dev/null; then
     echo "$dir/bin/python"; return 0
   fi
   mkdir -p "$CACHE"
+  # Two runs at once: the second waits for the first's install, then finds it done.
+  exec 9>"$CACHE/venv-$name.lock"
+  flock 9
+  if [ -f "$dir/.loom-stamp" ] && [ "$(cat "$dir/.loom-stamp")" = "$stamp" ]; then
+    exec 9>&-; echo "$dir/bin/python"; return 0
+  fi
   log="$CACHE/venv-$name.log"
   echo "compare: installing $* into $dir (from PyPI; log $log)" >&2
   t0=$SECONDS
@@ -125,20 +133,21 @@ ensure_venv() {
   { "$base" -m venv "$dir" && "$dir/bin/python" -m pip install --no-input --progress-bar off "$@"; } >"$log" 2>&1 || {
     rm -rf "$dir"
     if grep -qiE 'NewConnectionError|Temporary failure in name resolution|Network is unreachable|ConnectTimeout|ReadTimeout|No matching distribution|ProxyError|SSLError' "$log"; then
-      die "could not download $* from PyPI (offline, or PyPI unreachable). Run again with network, or leave the $name peers out: --peers ... (last lines of $log below)
+      die "could not download $* from PyPI (offline, or PyPI unreachable). Run again with network, or leave out the peers that need it (--peers torch113, or --peers none). Last lines of $log:
 $(tail -n 5 "$log")"
     fi
-    die "installing $* into $dir failed (last lines of $log below)
+    die "installing $* into $dir failed. Last lines of $log:
 $(tail -n 5 "$log")"
   }
   "$dir/bin/python" -c "import $import" >>"$log" 2>&1 || { rm -rf "$dir"; die "$dir: 'import $import' fails after installing (see $log)"; }
   echo "$stamp" >"$dir/.loom-stamp"
+  exec 9>&-
   echo "compare: $name environment ready in $((SECONDS - t0)) s ($(du -sh "$dir" | cut -f1))" >&2
   echo "$dir/bin/python"
 }
 
 ensure_debian_torch() {
-  $DEBIAN_PY -c 'import torch' 2>/dev/null && return 0
+  $DEBIAN_PY -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)" 2>/dev/null && return 0
   echo "compare: installing python3-torch (PyTorch 1.13 for $DEBIAN_PY)" >&2
   local sudo=(); [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
