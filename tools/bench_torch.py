@@ -1,12 +1,17 @@
 #!/usr/bin/python3
 """PyTorch reference for tools/loom-bench: the same models, batch sizes, optimizer and data.
 
-    /usr/bin/python3 tools/bench_torch.py --model mlp|cnn|resnet18|resnet50 [--batch N]
-        [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json]
+    python3 tools/bench_torch.py --model mlp|cnn|resnet18|resnet50 [--batch N] [--device cpu|cuda]
+        [--steps N] [--warmup N] [--threads N] [--lr X] [--momentum X] [--json]
+        [--compile [--compile-mode M]]
 
 Trains a fresh model (SGD lr 0.01, momentum 0.9, softmax cross-entropy) on the synthetic data of
 loom-bench (the same counter-based recipe, bit for bit: compare data_checksum) and prints one JSON
-line with loom-bench's fields (mode "torch-eager") and a one-row Markdown table.
+line with loom-bench's fields (mode "torch-eager", or "torch-compile") and a one-row table.
+
+Runs under any PyTorch from 1.13 (Debian's python3-torch, /usr/bin/python3) to 2.x (the
+environment tools/compare.sh installs). --compile needs 2.x: torch.compile of the whole training
+step, Note [Compiling the whole step].
 
 Memory: on the CPU, peak_bytes is the process's resident-set growth (VmHWM at the end minus
 VmRSS before the model was built, the high-water mark being reset through /proc/self/clear_refs),
@@ -15,23 +20,18 @@ statistics. On CUDA, peak_bytes is torch.cuda.max_memory_allocated() over the ti
 loom-bench's allocator peak.
 
 Like loom-bench it refuses to report a run that did not train (the loss or the parameters did
-not change, or the optimizer's step count did not advance): exit 3.
-Debian's python3-torch (1.13) on the CPU; a GPU machine brings its own PyTorch.
+not change, or the optimizer did not step every parameter): exit 3.
 """
-import argparse
-import json
 import os
 import sys
-import time
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-SEED = 20240607
-LR, MOMENTUM = 0.01, 0.9
-MASK64 = (1 << 64) - 1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as bc  # noqa: E402
 
 # ---------------------------------------------------------------- models (loom's src/nn/models.cc)
 
@@ -118,196 +118,160 @@ def loom_init(model):
     return model
 
 
-ZOO = {  # name: (arch, sample shape, classes, default batch, constructor)
-    "mlp": ("mlp-784-1024-1024-10", (784,), 10, 64, mlp),
-    "cnn": ("small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)", (3, 32, 32), 10, 32, small_cnn),
-    "resnet18": ("resnet18-cifar-3x32x32", (3, 32, 32), 10, 16, lambda: ResNet(False, (2, 2, 2, 2), 10, True)),
-    "resnet50": ("resnet50-3x224x224", (3, 224, 224), 1000, 8, lambda: ResNet(True, (3, 4, 6, 3), 1000, False)),
+CONSTRUCTORS = {
+    "mlp": mlp,
+    "cnn": small_cnn,
+    "resnet18": lambda: ResNet(False, (2, 2, 2, 2), 10, True),
+    "resnet50": lambda: ResNet(True, (3, 4, 6, 3), 1000, False),
 }
 
-# ---------------------------------------------------------------- data (loom-bench's MakeData)
-
-
-def mix64(z):
-    """splitmix64's finaliser on uint64 numpy values (wrapping arithmetic)."""
-    z = np.asarray(z, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def unit(h):
-    return (np.asarray(h >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)).astype(np.float32)
-
-
-def make_data(sample, classes, batch, seed=SEED):
-    dim = int(np.prod(sample))
-    budget = max(64, (64 << 20) // (dim * 4))
-    n = max(2 * batch, min(1024, budget))
-    p = np.arange(dim, dtype=np.uint64)
-    if len(sample) == 3:  # images: one prototype bit per 4x4 block of a channel
-        ch, h, w = sample
-        pi = np.arange(dim, dtype=np.int64)
-        c_, r, col = pi // (h * w), (pi // w) % h, pi % w
-        key = ((c_ * ((h + 3) // 4) + r // 4) * ((w + 3) // 4) + col // 4).astype(np.uint64)
-    else:
-        key = p
-    cache = {}
-
-    def proto(c):
-        if c not in cache:
-            with np.errstate(over="ignore"):
-                inner = mix64(np.uint64(c) * np.uint64(1000003) + key)
-            cache[c] = unit(mix64(np.uint64(seed) ^ inner)) < np.float32(0.25)
-        return cache[c]
-
-    x = np.empty((n, dim), dtype=np.float32)
-    y = np.empty(n, dtype=np.int64)
-    with np.errstate(over="ignore"):
-        for s in range(n):
-            hs = mix64(np.uint64((seed + 0x100000000 * (s + 1)) & MASK64))
-            c = int(mix64(hs ^ np.uint64(1)) % np.uint64(classes))
-            other = int(mix64(hs ^ np.uint64(2)) % np.uint64(classes))
-            mix = np.float32(0.45) * unit(mix64(hs ^ np.uint64(3)))
-            a = np.where(proto(c), np.float32(1.0) - mix, np.float32(0.0)).astype(np.float32)
-            b = np.where(proto(other), mix, np.float32(0.0)).astype(np.float32)
-            noise = unit(mix64(hs + p + np.uint64(16))) - np.float32(0.5)
-            x[s] = (a + b) + noise
-            y[s] = c
-    return x.reshape((n,) + tuple(sample)), y
-
-
-def fnv1a(data, h=1469598103934665603):
-    for b in data:
-        h = ((h ^ b) * 1099511628211) & MASK64
-    return h
-
-
-def data_checksum(x, y):
-    """FNV-1a of the first sample's bytes and all labels (as int32), as loom-bench reports it."""
-    return "%016x" % fnv1a(y.astype(np.int32).tobytes(), fnv1a(x[0].astype(np.float32).tobytes()))
-
-
-# ---------------------------------------------------------------- process memory
-
-
-def status_kb(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1])
-    return 0
-
-
-def reset_high_water_mark():
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+# ---------------------------------------------------------------- the BLAS in use
 
 
 def blas_in_use():
-    """The BLAS library mapped into this process (Debian's torch uses libblas.so.3 alternatives)."""
+    """The BLAS PyTorch's CPU matrix products use: what its build says (BLAS_INFO; PyPI's wheels
+    link MKL into libtorch_cpu), and the BLAS libraries mapped into the process besides numpy's
+    own and CUDA's (Debian's torch uses the libblas.so.3 alternative, OpenBLAS)."""
     libs = set()
     with open("/proc/self/maps") as f:
         for line in f:
             path = line.split()[-1] if len(line.split()) >= 6 else ""
-            if any(k in path for k in ("blas", "mkl", "dnnl")):
+            if any(k in path for k in ("blas", "mkl", "dnnl")) and not any(k in path for k in ("numpy", "nvidia", "cublas")):
                 libs.add(os.path.realpath(path))
     cfg = torch.__config__.show()
-    return {"openblas": any("openblas" in l for l in libs) or "OpenBLAS" in cfg,
-            "libraries": sorted(libs),
+    info = next((w.split("=", 1)[1].rstrip(",") for w in cfg.split() if w.startswith("BLAS_INFO=")), None)
+    return {"openblas": (info or "").lower() == "open" or "openblas" in (info or "").lower()
+            or any("openblas" in l for l in libs),
+            "libraries": sorted(libs) or ([f"built-in ({info})"] if info else []),
             "mkldnn": torch.backends.mkldnn.is_available()}
 
+
+# ---------------------------------------------------------------- the step
+
+# Note [Compiling the whole step]
+# --compile hands torch.compile (TorchInductor, mode "default" unless --compile-mode says
+# otherwise) one function holding the whole training step: clearing the gradients, forward, loss,
+# backward and the SGD-momentum update, so the optimizer is compiled too. Dynamo does not trace
+# loss.backward() by default; where PyTorch can (torch._dynamo.config.trace_autograd_ops, 2.1x)
+# it is switched on, and forward and backward become one graph; else compiled autograd
+# (compiled_autograd) traces the backward as a graph of its own; the JSON says which
+# (compile_backward). Two ways the step is written for Dynamo: the gradients are cleared by
+# setting them to None (Optimizer.zero_grad is marked not to be traced), and the loss value is
+# detached before the backward (a returned tensor whose graph the backward consumes breaks the
+# graph). Optimizer.step itself breaks the graph on purpose, before and after the update (PyTorch's
+# note in torch/optim/optimizer.py: the update then compiles as an in-place inference graph), so
+# the best PyTorch 2.15 offers is forward+backward in one graph and the update in another:
+# compile_graphs, compile_graph_breaks and their reasons are in the JSON. Compilation (and the
+# recompilation once the momentum buffers exist) happens in the warm-up, which --compile raises to
+# at least 3 steps; its time is compile_warmup_ms.
+
+
+def make_step(model, opt, compile_mode):
+    params = list(model.parameters())
+
+    def step(x, y):
+        for p in params:
+            p.grad = None
+        loss = F.cross_entropy(model(x), y)
+        value = loss.detach()
+        loss.backward()
+        opt.step()
+        return value
+
+    if compile_mode is None:
+        return step, {}
+    import torch._dynamo as dynamo
+    info = {"compile_mode": compile_mode, "compile_includes_optimizer": True,
+            "compile_backward": "AOTAutograd, after a graph break at loss.backward()"}
+    if hasattr(dynamo.config, "trace_autograd_ops"):
+        dynamo.config.trace_autograd_ops = True
+        info["compile_backward"] = "traced with the forward (trace_autograd_ops)"
+    elif hasattr(dynamo.config, "compiled_autograd"):
+        dynamo.config.compiled_autograd = True
+        info["compile_backward"] = "compiled autograd"
+    return torch.compile(step, mode=compile_mode), info
+
+
+def compile_counts():
+    from torch._dynamo.utils import counters
+    return {"compile_graphs": int(counters["stats"]["unique_graphs"]),
+            "compile_graph_breaks": int(sum(counters["graph_break"].values())),
+            "compile_graph_break_reasons": [" ".join(str(k).split())[:200] for k in counters["graph_break"]][:6]}
 
 # ---------------------------------------------------------------- the run
 
 
-def percentile(v, q):  # nearest rank, as loom-bench
-    v = sorted(v)
-    return v[int(round(q * (len(v) - 1)))] if v else 0.0
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="mlp", choices=sorted(ZOO))
-    ap.add_argument("--batch", type=int, default=0)
-    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0, help="default: the core count")
-    ap.add_argument("--json", action="store_true", help="one JSON line on stdout, the table on stderr")
+    ap = bc.parser(__doc__)
     ap.add_argument("--torch-init", action="store_true",
                     help="keep PyTorch's default initialisation (default: loom's, Kaiming normal)")
-    ap.add_argument("--lr", type=float, default=LR)
-    ap.add_argument("--momentum", type=float, default=MOMENTUM)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the whole training step (PyTorch 2.x): Note [Compiling the whole step]")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile's mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
     a = ap.parse_args()
-    if a.steps < 2 or a.warmup < 1 or a.batch < 0:
-        ap.error("--steps must be at least 2, --warmup at least 1, --batch positive")
-    threads = a.threads or os.cpu_count() or 1
-    torch.set_num_threads(threads)
+    bc.check_flags(ap, a)
+    if a.compile and not hasattr(torch, "compile"):
+        ap.error(f"--compile needs PyTorch 2.x; this is {torch.__version__}")
+    a.threads = bc.default_threads(a.threads)
+    if a.compile and a.warmup < 3:
+        print(f"bench_torch: --compile: {a.warmup} warm-up step(s) raised to 3 (compilation and the "
+              "recompilation once momentum exists happen there)", file=sys.stderr)
+        a.warmup = 3
+    torch.set_num_threads(a.threads)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_torch: --device cuda: PyTorch sees no CUDA device", file=sys.stderr)
         return 1
     dev = torch.device(a.device)
-    arch, sample, classes, default_batch, make = ZOO[a.model]
+    arch, sample, classes, default_batch = bc.ZOO[a.model]
     batch = a.batch or default_batch
+    mode = "torch-compile" if a.compile else "torch-eager"
     blas = blas_in_use()
-    print(f"bench_torch: torch {torch.__version__}, {arch}, batch {batch}, {a.device}, {threads} threads, "
+    print(f"bench_torch: torch {torch.__version__} {mode}, {arch}, batch {batch}, {a.device}, {a.threads} threads, "
           f"BLAS {', '.join(blas['libraries']) or 'unknown'} (OpenBLAS: {blas['openblas']}), "
           f"{a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
 
-    xs, ys = make_data(sample, classes, batch)
-    checksum = data_checksum(xs, ys)
+    xs, ys = bc.make_data(sample, classes, batch)
+    checksum = bc.data_checksum(xs, ys)
     n = xs.shape[0]
 
-    def host_batch(step):
-        idx = [(step * batch + j) % n for j in range(batch)]
-        return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
-
-    exact = reset_high_water_mark()
-    rss0_kb = status_kb("VmRSS:")
-    torch.manual_seed(SEED)
-    model = make()
+    exact = bc.reset_high_water_mark()
+    rss0_kb = bc.status_kb("VmRSS:")
+    torch.manual_seed(bc.SEED)
+    model = CONSTRUCTORS[a.model]()
     if not a.torch_init:
         loom_init(model)
     model = model.to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    step, info = make_step(model, opt, a.compile_mode if a.compile else None)
     x = torch.empty((batch,) + tuple(sample), dtype=torch.float32, device=dev)
     y = torch.empty((batch,), dtype=torch.int64, device=dev)
     before = [p.detach().clone() for p in model.parameters()]
 
-    times, losses = [], []
-    total = a.warmup + a.steps
-    for step in range(total):
-        bx, by = host_batch(step)
-        if step == a.warmup and dev.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        x.copy_(bx)
-        y.copy_(by)
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        value = loss.item()  # a host read: synchronises, as loom-bench's Item()
+    def batch_of(i):
+        idx = bc.batch_indices(i, batch, n)
+        return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
+
+    def run(b):
+        x.copy_(b[0])
+        y.copy_(b[1])
+        value = step(x, y).item()
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        if step >= a.warmup:
-            times.append((t1 - t0) * 1000.0)
-        if not np.isfinite(value):
-            print(f"bench_torch: error: the loss is {value} at step {step + 1}: training diverged", file=sys.stderr)
-            return 3
-        losses.append(value)
+        return value
 
-    hwm_kb = status_kb("VmHWM:")
+    def before_timed():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+
+    timed = bc.time_steps("bench_torch", a, batch_of, run, before_timed)
+    if timed is None:
+        return 3
+    times, warm, losses = timed
+
+    hwm_kb = bc.status_kb("VmHWM:")
     rss_delta = max(0, hwm_kb - rss0_kb) * 1024
     state = x.nelement() * x.element_size() + y.nelement() * 4  # labels count as int32, like loom
     state += sum(p.nelement() * p.element_size() for p in model.parameters())
@@ -316,52 +280,34 @@ def main():
         state += sum(t.nelement() * t.element_size() for t in st.values() if torch.is_tensor(t))
     param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())
 
-    # Did it train? The optimizer's step count is its momentum buffers' existence plus our count of
-    # opt.step() calls; PyTorch's SGD keeps no counter, so check the buffers and the parameters.
-    why = []
-    if losses[0] == losses[-1]:
-        why.append(f"the loss did not change ({losses[0]} at step 1 and at step {total})")
-    if all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())):
-        why.append("the parameters did not change")
-    if len(opt.state) != len(before) or any(st.get("momentum_buffer") is None for st in opt.state.values()):
-        why.append("the optimizer did not step every parameter")
+    # Did it train? PyTorch's SGD keeps no step counter: every parameter must have a momentum buffer.
+    why = bc.why_not_trained(
+        losses, not all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())),
+        len(opt.state) == len(before) and all(st.get("momentum_buffer") is not None for st in opt.state.values()))
     if why:
         print("bench_torch: error: " + "; ".join(why) + ": refusing to report this run", file=sys.stderr)
         return 3
 
-    if not losses[-1] < losses[0]:
-        print(f"bench_torch: warning: the loss rose ({losses[0]:.4f} -> {losses[-1]:.4f}): it trained but is not "
-              "converging at this batch and learning rate", file=sys.stderr)
-    med, p10, p90 = percentile(times, 0.5), percentile(times, 0.1), percentile(times, 0.9)
     if dev.type == "cuda":
         peak, peak_is = torch.cuda.max_memory_allocated(), "torch.cuda.max_memory_allocated over the timed steps"
     else:
-        peak, peak_is = rss_delta, "process VmHWM at the end minus VmRSS before the model was built (CPU: no allocator stats)"
-    out = {
-        "tool": "bench_torch", "model": a.model, "arch": arch, "batch": batch, "mode": "torch-eager",
-        "device": a.device, "threads": threads, "steps": a.steps, "warmup": a.warmup,
-        "ms_per_step_median": round(med, 4), "ms_per_step_p10": round(p10, 4), "ms_per_step_p90": round(p90, 4),
-        "items_per_s": round(batch * 1000.0 / med, 2),
-        "peak_bytes": peak, "state_bytes": state, "working_peak_bytes": max(0, peak - state) if dev.type == "cuda" else None,
+        peak, peak_is = rss_delta, bc.RSS_IS + " (CPU: no allocator stats)"
+    fields = {
+        "peak_bytes": peak, "state_bytes": state,
+        "working_peak_bytes": max(0, peak - state) if dev.type == "cuda" else None,
         "rss_peak_delta_bytes": rss_delta, "rss_peak_delta_exact": exact,
         "arena_bytes": None, "lower_bound_bytes": None,
-        "first_loss": round(losses[0], 6), "last_loss": round(losses[-1], 6),
-        "loss_fell": losses[-1] < losses[0], "optimizer_steps": total,
-        "params_changed": True, "param_bytes": param_bytes, "param_traffic_bytes_per_step": 8 * param_bytes,
-        "optimizer": f"sgd lr {a.lr:g} momentum {a.momentum:g}", "init": "torch default" if a.torch_init else "loom (kaiming normal)", "torch": torch.__version__, "blas": blas["libraries"],
-        "blas_is_openblas": blas["openblas"], "mkldnn": blas["mkldnn"], "data_checksum": checksum,
-        "peak_bytes_is": peak_is,
-        "rss_peak_delta_is": "process VmHWM at the end minus VmRSS before the model was built",
+        "param_bytes": param_bytes, "param_traffic_bytes_per_step": 8 * param_bytes,
+        "init": "torch default" if a.torch_init else "loom (kaiming normal)",
+        "framework": "torch", "torch": torch.__version__, "version": torch.__version__,
+        "blas": blas["libraries"], "blas_is_openblas": blas["openblas"], "mkldnn": blas["mkldnn"],
+        "data_checksum": checksum, "peak_bytes_is": peak_is, "rss_peak_delta_is": bc.RSS_IS,
+        "compile_warmup_ms": [round(w, 1) for w in warm] if a.compile else None,
     }
-    if a.json:
-        print(json.dumps(out), flush=True)
-    table = sys.stderr if a.json else sys.stdout
-    print(f"\n### PyTorch {torch.__version__}: {arch}, batch {batch}, {a.device}\n", file=table)
-    print("| mode | ms/step median | p10 | p90 | items/s | peak MiB | RSS growth MiB | loss first -> last |", file=table)
-    print("|---|---:|---:|---:|---:|---:|---:|---|", file=table)
-    print(f"| torch-eager | {med:.3f} | {p10:.3f} | {p90:.3f} | {batch * 1000.0 / med:.1f} | {peak / 2**20:.2f} | "
-          f"{rss_delta / 2**20:.2f} | {losses[0]:.4f} -> {losses[-1]:.4f} |", file=table)
-    print(f"\npeak = {peak_is}.", file=table)
+    fields.update(info)
+    if a.compile:
+        fields.update(compile_counts())
+    bc.report(a, "bench_torch", mode, batch, times, losses, fields, f"PyTorch {torch.__version__} {mode}")
     return 0
 
 

@@ -1,0 +1,205 @@
+"""The peers tools/compare.sh measures loom against: tools/bench_torch.py (PyTorch 1.13 or 2.x, eager
+and torch.compile) and tools/bench_jax.py (JAX jit), and the flags of compare.sh itself.
+
+A peer is found, never installed: the Python running the tests, else the environment that
+`tools/compare.sh --install-only` left in $LOOM_CACHE_DIR (default ~/.cache/loom). Without one the
+test skips and says which. CI installs no peer, so there these tests check the flags and skip
+the rest.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = os.path.join(ROOT, "tools")
+CACHE = os.environ.get("LOOM_CACHE_DIR") or os.path.expanduser("~/.cache/loom")
+sys.path.insert(0, TOOLS)
+import bench_common as bc  # noqa: E402
+
+_found = {}
+
+
+def peer_python(module, venv, at_least=None):
+    """A Python that imports `module` (version >= at_least when given), or skip."""
+    key = (module, venv, at_least)
+    if key not in _found:
+        _found[key] = None
+        check = f"import {module}, sys; v = {module}.__version__; print(v)"
+        for py in (sys.executable, os.path.join(CACHE, f"venv-{venv}", "bin", "python")):
+            if not os.path.exists(py):
+                continue
+            r = subprocess.run([py, "-c", check], capture_output=True, text=True)
+            if r.returncode == 0:
+                version = tuple(int(p) for p in r.stdout.strip().split(".")[:2] if p.isdigit())
+                if at_least is None or version >= at_least:
+                    _found[key] = py
+                    break
+    if _found[key] is None:
+        need = f"{module}" + (f" >= {'.'.join(map(str, at_least))}" if at_least else "")
+        pytest.skip(f"{need} is importable neither by {sys.executable} nor in {CACHE}/venv-{venv} "
+                    "(tools/compare.sh --install-only installs the peers; CI has none)")
+    return _found[key]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, **kw)
+
+
+def one_json_line(r):
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    assert len(lines) == 1, r.stdout
+    return json.loads(lines[0])
+
+
+# The fields tools/compare.sh reads from every framework's JSON line.
+FIELDS = {"tool", "model", "batch", "mode", "device", "threads", "ms_per_step_median", "ms_per_step_p10",
+          "ms_per_step_p90", "rss_peak_delta_bytes", "first_loss", "last_loss", "optimizer_steps", "data_checksum"}
+
+
+def check_trained(out, model, batch, mode, steps):
+    assert FIELDS <= set(out), FIELDS - set(out)
+    assert (out["model"], out["batch"], out["mode"]) == (model, batch, mode)
+    assert out["optimizer_steps"] == steps
+    assert out["ms_per_step_p10"] <= out["ms_per_step_median"] <= out["ms_per_step_p90"]
+    assert out["first_loss"] != out["last_loss"] and np.isfinite(out["last_loss"])
+    _, sample, classes, _ = bc.ZOO[model]
+    assert out["data_checksum"] == bc.data_checksum(*bc.make_data(sample, classes, batch))
+
+
+# ---------------------------------------------------------------- compare.sh's flags
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--peers", "torch3"], "unknown peer 'torch3'"),
+    (["--only", "vgg"], "unknown model 'vgg'"),
+    (["--reps", "0"], "--reps must be a positive integer"),
+    (["--threads", "x"], "--threads must be a positive integer"),
+    (["--bogus"], "unknown argument '--bogus'"),
+])
+def test_compare_rejects_bad_flags_before_installing_anything(args, message, tmp_path):
+    r = run(["bash", "tools/compare.sh", *args], env={**os.environ, "LOOM_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []  # nothing downloaded, no environment made
+
+
+def test_compare_needs_a_new_enough_python_for_the_peer_environments(tmp_path):
+    # No Python >= 3.12 to be found: a clear error, nothing created. (PATH keeps only the shell's tools.)
+    env = {**os.environ, "LOOM_CACHE_DIR": str(tmp_path), "HOME": str(tmp_path), "LOOM_PEER_PYTHON": "",
+           "PATH": "/usr/bin:/bin"}
+    if any(os.path.exists(f"/usr/bin/python3.{v}") for v in range(12, 20)):
+        pytest.skip("this machine's /usr/bin has a Python >= 3.12")
+    r = run(["bash", "tools/compare.sh", "--install-only", "--peers", "jax"], env=env)
+    assert r.returncode == 1 and "needs Python >= 3.12" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "venv-jax")
+
+
+# ---------------------------------------------------------------- the shared data
+
+
+def test_bench_data_is_loom_benchs():
+    """bench_common's data, which every peer trains on, is loom-bench's to the byte."""
+    bench = os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build"), "loom-bench")
+    if not os.path.exists(bench):
+        pytest.fail(f"{bench} is not built")
+    for model, batch in (("mlp", 3), ("cnn", 2)):
+        r = run([bench, "--model", model, "--batch", str(batch), "--steps", "2", "--warmup", "1", "--mode", "eager",
+                 "--threads", "1", "--peak-gflops", "1", "--json"])
+        out = one_json_line(r)
+        _, sample, classes, _ = bc.ZOO[model]
+        assert out["data_checksum"] == bc.data_checksum(*bc.make_data(sample, classes, batch))
+        assert out["arch"] == bc.ZOO[model][0]
+
+
+def loom_sizes(model):
+    """(parameter elements, BatchNorm running-statistic elements) of loom's zoo model."""
+    from loom import device
+    from loom import model as lm
+    dev = device.create_cpu_device()
+    net = {"mlp": lambda: lm.mlp([784, 1024, 1024, 10], device=dev), "cnn": lambda: lm.small_cnn(3, 10, device=dev),
+           "resnet18": lambda: lm.resnet18(10, device=dev), "resnet50": lambda: lm.resnet50(1000, device=dev)}[model]()
+    params = sum(int(np.prod(t.shape)) for t in net.get_params().values())
+    stats = sum(int(np.prod(t.shape)) for k, t in net.get_states().items() if "running" in k)
+    return params, stats
+
+
+# ---------------------------------------------------------------- JAX
+
+
+def test_bench_jax_flags_without_jax():
+    for args, message in ((["--device", "cuda"], "CPU build of jaxlib"), (["--steps", "1"], "--steps must be")):
+        r = run([sys.executable, "tools/bench_jax.py", *args])
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_bench_jax_says_where_jax_comes_from():
+    r = run([sys.executable, "-c", "import jax"])
+    if r.returncode == 0:
+        pytest.skip(f"{sys.executable} imports jax")
+    r = run([sys.executable, "tools/bench_jax.py", "--steps", "2"])
+    assert r.returncode == 1 and "cannot import jax" in r.stderr and "compare.sh" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50"])
+def test_jax_models_are_loom_zoos(model):
+    py = peer_python("jax", "jax")
+    code = ("import json, sys; sys.path.insert(0, 'tools'); import bench_jax as bj, bench_common as bc; "
+            f"_, s, c, b = bc.ZOO['{model}']; p, st = bj.init_model(bj.MODELS['{model}'], bj.nhwc(s), 2); "
+            "print(json.dumps([int(sum(v.size for v in p.values())), int(sum(v.size for v in st.values()))]))")
+    r = run([py, "-c", code], env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert tuple(json.loads(r.stdout)) == loom_sizes(model)
+
+
+@pytest.mark.parametrize("model,batch", [("mlp", 4), ("cnn", 4)])
+def test_bench_jax_trains_the_whole_step(model, batch):
+    py = peer_python("jax", "jax")
+    out = one_json_line(run([py, "tools/bench_jax.py", "--model", model, "--batch", str(batch), "--steps", "3",
+                             "--warmup", "1", "--threads", "1", "--json"]))
+    check_trained(out, model, batch, "jax-jit", 4)
+    assert out["threads"] == 1 and out["framework"] == "jax" and len(out["compile_warmup_ms"]) == 1
+
+
+# ---------------------------------------------------------------- PyTorch
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50"])
+def test_torch_models_are_loom_zoos(model):
+    py = peer_python("torch", "torch2")
+    code = ("import json, sys; sys.path.insert(0, 'tools'); import bench_torch as bt; "
+            f"m = bt.CONSTRUCTORS['{model}'](); "
+            "print(json.dumps([sum(p.numel() for p in m.parameters()), "
+            "sum(b.numel() for n, b in m.named_buffers() if 'running' in n)]))")
+    r = run([py, "-c", code])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert tuple(json.loads(r.stdout)) == loom_sizes(model)
+
+
+def test_bench_torch_eager_trains():
+    py = peer_python("torch", "torch2")
+    out = one_json_line(run([py, "tools/bench_torch.py", "--model", "cnn", "--batch", "4", "--steps", "3",
+                             "--warmup", "1", "--threads", "1", "--json"]))
+    check_trained(out, "cnn", 4, "torch-eager", 4)
+    assert out["framework"] == "torch" and out["compile_warmup_ms"] is None
+
+
+def test_bench_torch_compile_needs_torch_2():
+    py = peer_python("torch", "torch2")
+    r = run([py, "-c", "import torch; print(hasattr(torch, 'compile'))"])
+    if r.stdout.strip() == "True":
+        pytest.skip(f"{py}'s PyTorch has torch.compile")
+    r = run([py, "tools/bench_torch.py", "--compile", "--steps", "2"])
+    assert r.returncode == 2 and "--compile needs PyTorch 2.x" in r.stderr, r.stderr
+
+
+def test_bench_torch_compiles_the_whole_step():
+    py = peer_python("torch", "torch2", at_least=(2, 0))
+    out = one_json_line(run([py, "tools/bench_torch.py", "--compile", "--model", "mlp", "--batch", "4", "--steps", "2",
+                             "--warmup", "1", "--threads", "1", "--json"]))
+    check_trained(out, "mlp", 4, "torch-compile", 5)  # the warm-up is raised to 3 steps
+    assert out["compile_includes_optimizer"] and out["compile_mode"] == "default" and out["compile_backward"]
+    assert out["compile_graphs"] >= 1 and len(out["compile_warmup_ms"]) == 3
