@@ -88,6 +88,56 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
   }
 }
 
+// ---- batch norm over an nChw16c x (Note [Activation layouts] in graph/layout.cc) ----
+// A graph keeps a convolution's output in oneDNN's blocked layout when batch norm alone reads
+// it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16. The
+// kernels below take the 16 channels of a group together (each pixel's 16 values are one
+// contiguous run) and keep, per channel, the sums of Note [Sums in lanes] in the same order as
+// the NCHW kernels (images in order, pixel k into lane k mod kSumLanes): their results are
+// bitwise those of the NCHW kernels on the same values.
+constexpr int64_t kGroup = 16;
+
+int64_t NchwAt(const ChannelDims& d, int64_t i, int64_t c, int64_t k) { return (i * d.c + c) * d.s + k; }
+int64_t BlockedAt(const ChannelDims& d, int64_t i, int64_t c, int64_t k) {
+  return ((i * (d.c / kGroup) + c / kGroup) * d.s + k) * kGroup + c % kGroup;
+}
+// Where element (i, c, k) of a tensor of this layout is.
+struct ChannelLayout {
+  bool blocked = false;
+  int64_t At(const ChannelDims& d, int64_t i, int64_t c, int64_t k) const {
+    return blocked ? BlockedAt(d, i, c, k) : NchwAt(d, i, c, k);
+  }
+};
+
+// The attribute a graph sets on a record whose tensor is nChw16c (graph/layout.cc); checked.
+ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims& d, const char* opname) {
+  ChannelLayout l{op.attrs.Int(attr, 0) != 0};
+  LOOM_CHECK(!l.blocked || (d.c % kGroup == 0 && op.inputs[0].ndim() == 4), ValueError, "[", opname, "] ", attr,
+             ": the blocked layout needs (N, C, H, W) with C a multiple of 16, got ", ToString(op.inputs[0].shape()));
+  return l;
+}
+
+// Per channel of the group starting at channel c0, lane sums of f(i, c, k) over every image
+// and pixel, in Note [Sums in lanes]'s order.
+template <typename F>
+void GroupSums(const ChannelDims& d, int64_t c0, LaneSums* sums, F f) {
+  double acc[kSumLanes][kGroup] = {};
+  for (int64_t i = 0; i < d.n; ++i)
+    for (int64_t k = 0; k < d.s; ++k) {
+      double* lane = acc[k % kSumLanes];
+      for (int64_t l = 0; l < kGroup; ++l) lane[l] += f(i, c0 + l, k);
+    }
+  for (int64_t l = 0; l < kGroup; ++l)
+    for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = acc[j][l];
+}
+
+template <typename F>
+void ForGroups(const ChannelDims& d, F f) {
+  ParallelFor(d.c / kGroup, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) f(g * kGroup);
+  });
+}
+
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
 //   -> y: (N, C, S), mean, invstd: (C); running_mean, running_var updated in place
 void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
@@ -104,16 +154,47 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
     T* rmean = op.outputs[3].data<T>();  // == inputs[3] (Note [Running statistics are updated in place])
     T* rvar = op.outputs[4].data<T>();
     const double m = double(d.n * d.s);
-    ForChannels(d, [&](int64_t c) {
-      double mean, sq;
-      MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
+    // Channel c's statistics from its mean and squared deviations: outputs, running statistics.
+    auto finish = [&](int64_t c, double mean, double sq) {
       const double var = sq / m;
       const double invstd = 1.0 / std::sqrt(var + eps);
-      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
       mean_out[c] = T(mean);
       invstd_out[c] = T(invstd);
       rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mean);
       rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * sq / (m - 1));
+      return invstd;
+    };
+    const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_train");
+    if (!xl.blocked) {
+      ForChannels(d, [&](int64_t c) {
+        double mean, sq;
+        MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
+        const double invstd = finish(c, mean, sq);
+        ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
+      });
+      return;
+    }
+    ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+      LaneSums sums[kGroup], devs[kGroup];
+      double mean[kGroup];
+      T scale[kGroup], shift[kGroup];
+      GroupSums(d, c0, sums, [&](int64_t i, int64_t c, int64_t k) { return double(x[BlockedAt(d, i, c, k)]); });
+      for (int64_t l = 0; l < kGroup; ++l) mean[l] = sums[l].Total() / m;
+      GroupSums(d, c0, devs, [&](int64_t i, int64_t c, int64_t k) {
+        const double v = double(x[BlockedAt(d, i, c, k)]) - mean[c - c0];
+        return v * v;
+      });
+      for (int64_t l = 0; l < kGroup; ++l) {
+        const int64_t c = c0 + l;
+        const double g = double(gamma[c]), b = double(beta[c]);
+        const double invstd = finish(c, mean[l], devs[l].Total());
+        scale[l] = T(g * invstd);  // ScaleChannel's
+        shift[l] = T(b - mean[l] * g * invstd);
+      }
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t k = 0; k < d.s; ++k)
+          for (int64_t l = 0; l < kGroup; ++l)
+            y[NchwAt(d, i, c0 + l, k)] = x[BlockedAt(d, i, c0 + l, k)] * scale[l] + shift[l];
     });
   });
 }
@@ -154,30 +235,61 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
     T* dgamma = op.outputs[1].data<T>();
     T* dbeta = op.outputs[2].data<T>();
     const double m = double(d.n * d.s);
-    ForChannels(d, [&](int64_t c) {
-      const double mean = double(mean_in[c]);
-      const double invstd = training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps);
-      LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        AddRun(sum_dy, d.s, [&](int64_t k) { return double(gr[k]); });
-        AddRun(sum_dyx, d.s, [&](int64_t k) { return double(gr[k]) * (double(xr[k]) - mean); });
-      }
-      const double sdy = sum_dy.Total(), sdyx = sum_dyx.Total() * invstd;  // sdyx: sum(dy * xhat)
+    // Layouts of x and dx (dy is NCHW); Note [Activation layouts] in graph/layout.cc.
+    const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_grad");
+    const ChannelLayout dxl = LayoutAttr(op, "dx_blocked", d, "batch_norm_grad");
+    // Channel c from its two sums: dgamma, dbeta, and dx's coefficients a, k_x, b.
+    struct Coef {
+      T a, k_x, b;
+    };
+    auto finish = [&](int64_t c, double invstd, double mean, double sdy, double sdyx) {
+      sdyx *= invstd;  // sum(dy * xhat)
       dgamma[c] = T(sdyx);
       dbeta[c] = T(sdy);
       const double gi = double(gamma[c]) * invstd;
       // training: dx = gamma invstd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
-      const T a = T(gi);
-      const T b = training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0);
-      const T k_x = training ? T(-gi * sdyx * invstd / m) : T(0);
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        T* dr = dx + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) dr[k] = a * gr[k] + k_x * xr[k] + b;
-      }
+      return Coef{T(gi), training ? T(-gi * sdyx * invstd / m) : T(0),
+                  training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0)};
+    };
+    auto invstd_of = [&](int64_t c) { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); };
+    if (!xl.blocked && !dxl.blocked) {
+      ForChannels(d, [&](int64_t c) {
+        const double mean = double(mean_in[c]);
+        const double invstd = invstd_of(c);
+        LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
+        for (int64_t i = 0; i < d.n; ++i) {
+          const T* xr = x + (i * d.c + c) * d.s;
+          const T* gr = dy + (i * d.c + c) * d.s;
+          AddRun(sum_dy, d.s, [&](int64_t k) { return double(gr[k]); });
+          AddRun(sum_dyx, d.s, [&](int64_t k) { return double(gr[k]) * (double(xr[k]) - mean); });
+        }
+        const Coef f = finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
+        for (int64_t i = 0; i < d.n; ++i) {
+          const T* xr = x + (i * d.c + c) * d.s;
+          const T* gr = dy + (i * d.c + c) * d.s;
+          T* dr = dx + (i * d.c + c) * d.s;
+          for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * gr[k] + f.k_x * xr[k] + f.b;
+        }
+      });
+      return;
+    }
+    ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+      LaneSums sum_dy[kGroup], sum_dyx[kGroup];
+      double mean[kGroup];
+      Coef f[kGroup];
+      for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
+      GroupSums(d, c0, sum_dy, [&](int64_t i, int64_t c, int64_t k) { return double(dy[NchwAt(d, i, c, k)]); });
+      GroupSums(d, c0, sum_dyx, [&](int64_t i, int64_t c, int64_t k) {
+        return double(dy[NchwAt(d, i, c, k)]) * (double(x[xl.At(d, i, c, k)]) - mean[c - c0]);
+      });
+      for (int64_t l = 0; l < kGroup; ++l)
+        f[l] = finish(c0 + l, invstd_of(c0 + l), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t k = 0; k < d.s; ++k)
+          for (int64_t l = 0; l < kGroup; ++l) {
+            const int64_t c = c0 + l;
+            dx[dxl.At(d, i, c, k)] = f[l].a * dy[NchwAt(d, i, c, k)] + f[l].k_x * x[xl.At(d, i, c, k)] + f[l].b;
+          }
     });
   });
 }
@@ -258,9 +370,19 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// Note [What a kernel supports]: every NCHW record; a blocked one for (N, C, H, W), C a
+// multiple of 16.
+bool BatchNormSupports(const OpRecord& op) {
+  const bool blocked = op.attrs.Int("x_blocked", 0) != 0 || op.attrs.Int("dx_blocked", 0) != 0;
+  const Shape& x = op.inputs[0].shape();
+  return !blocked || (x.size() == 4 && x[1] % kGroup == 0);
+}
+
 }  // namespace
 
 LOOM_KERNEL(batch_norm_train, kCPU, BatchNormTrainCpu);
+LOOM_KERNEL_SUPPORTS(batch_norm_train, kCPU, BatchNormSupports);
+LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormSupports);
 LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
 LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
 LOOM_KERNEL(layer_norm, kCPU, LayerNormCpu);
