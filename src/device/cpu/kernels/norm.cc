@@ -4,6 +4,8 @@
 // lanes]): results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "device/cpu/kernels/common.h"
@@ -90,23 +92,22 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
 
 // ---- batch norm over an nChw16c x (Note [Activation layouts] in graph/layout.cc) ----
 // A graph keeps a convolution's output in oneDNN's blocked layout when batch norm alone reads
-// it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16. The
-// kernels below take the 16 channels of a group together (each pixel's 16 values are one
-// contiguous run) and keep, per channel, the sums of Note [Sums in lanes] in the same order as
-// the NCHW kernels (images in order, pixel k into lane k mod kSumLanes): their results are
-// bitwise those of the NCHW kernels on the same values.
+// it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16, so
+// channel c of image i is a run of S values 16 apart. The kernels below take a group of 16
+// channels per task and, image by image, each channel's run (the image's block of the group,
+// S 16 values, stays in cache for its 16 channels), adding into the per-channel sums of Note
+// [Sums in lanes] in the NCHW kernels' order (images in order, pixel k into lane k mod
+// kSumLanes): results are bitwise those of the NCHW kernels on the same values.
 constexpr int64_t kGroup = 16;
+static_assert(kGroup % kSumLanes == 0, "a tile of kGroup pixels starts at lane 0");
 
-int64_t NchwAt(const ChannelDims& d, int64_t i, int64_t c, int64_t k) { return (i * d.c + c) * d.s + k; }
-int64_t BlockedAt(const ChannelDims& d, int64_t i, int64_t c, int64_t k) {
-  return ((i * (d.c / kGroup) + c / kGroup) * d.s + k) * kGroup + c % kGroup;
-}
-// Where element (i, c, k) of a tensor of this layout is.
+// Where channel c of image i starts in a tensor of this layout, and the step between its pixels.
 struct ChannelLayout {
   bool blocked = false;
-  int64_t At(const ChannelDims& d, int64_t i, int64_t c, int64_t k) const {
-    return blocked ? BlockedAt(d, i, c, k) : NchwAt(d, i, c, k);
+  int64_t Start(const ChannelDims& d, int64_t i, int64_t c) const {
+    return blocked ? (i * (d.c / kGroup) + c / kGroup) * d.s * kGroup + c % kGroup : (i * d.c + c) * d.s;
   }
+  int64_t Step() const { return blocked ? kGroup : 1; }  // pixel k to k + 1
 };
 
 // The attribute a graph sets on a record whose tensor is nChw16c (graph/layout.cc); checked.
@@ -117,20 +118,84 @@ ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims
   return l;
 }
 
-// Per channel of the group starting at channel c0, lane sums of f(i, c, k) over every image
-// and pixel, in Note [Sums in lanes]'s order.
-template <typename F>
-void GroupSums(const ChannelDims& d, int64_t c0, LaneSums* sums, F f) {
+// 16 rows of 16 floats transposed in registers: four rounds of interleaving row i with row i + 8
+// (row 2i takes the low halves, row 2i + 1 the high ones).
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+inline void Transpose16(F32x16* r) {
+  const I32x16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  const I32x16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  for (int round = 0; round < 4; ++round) {
+    F32x16 t[16];
+    for (int i = 0; i < 16; ++i) t[i] = __builtin_shuffle(r[i / 2], r[i / 2 + 8], i % 2 ? hi : lo);
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
+}
+// A whole float tile between 16 runs of 16 values (`stride` apart) and [pixel][channel] order.
+inline void RunsToTile(const float* p, int64_t stride, float (*tile)[kGroup]) {
+  F32x16 r[16];
+  for (int c = 0; c < 16; ++c) std::memcpy(&r[c], p + c * stride, sizeof r[c]);
+  Transpose16(r);
+  std::memcpy(tile, r, sizeof r);
+}
+inline void TileToRuns(const float (*tile)[kGroup], float* p, int64_t stride) {
+  F32x16 r[16];
+  std::memcpy(r, tile, sizeof r);
+  Transpose16(r);
+  for (int c = 0; c < 16; ++c) std::memcpy(p + c * stride, &r[c], sizeof r[c]);
+}
+
+// The group's values at pixels [k0, k0 + n) of image i, n <= kGroup, as a [pixel][channel]
+// tile: copied from a blocked tensor, transposed from an NCHW one (16 runs of n values); and
+// back.
+template <typename T>
+void LoadTile(const ChannelDims& d, const ChannelLayout& l, const T* t, int64_t i, int64_t c0, int64_t k0, int64_t n,
+              T (*tile)[kGroup]) {
+  const T* p = t + l.Start(d, i, c0);
+  if (l.blocked) {
+    std::memcpy(tile, p + k0 * kGroup, size_t(n * kGroup) * sizeof(T));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kGroup) return RunsToTile(p + k0, d.s, tile);
+  }
+  for (int64_t c = 0; c < kGroup; ++c)
+    for (int64_t kk = 0; kk < n; ++kk) tile[kk][c] = p[c * d.s + k0 + kk];
+}
+template <typename T>
+void StoreTile(const ChannelDims& d, const ChannelLayout& l, T* t, int64_t i, int64_t c0, int64_t k0, int64_t n,
+               const T (*tile)[kGroup]) {
+  T* p = t + l.Start(d, i, c0);
+  if (l.blocked) {
+    std::memcpy(p + k0 * kGroup, tile, size_t(n * kGroup) * sizeof(T));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kGroup) return TileToRuns(tile, p + k0, d.s);
+  }
+  for (int64_t c = 0; c < kGroup; ++c)
+    for (int64_t kk = 0; kk < n; ++kk) p[c * d.s + k0 + kk] = tile[kk][c];
+}
+
+// Per channel of the group starting at c0 of a blocked x, the lane sums of f(l, v) over its
+// values v (channel c0 + l): images in order, pixel k into lane k mod kSumLanes, Note [Sums in
+// lanes]'s order. Each pixel's 16 values are read together, into [lane][channel] accumulators.
+template <typename T, typename F>
+void BlockedSums(const ChannelDims& d, const ChannelLayout& xl, const T* x, int64_t c0, LaneSums* sums, F f) {
   double acc[kSumLanes][kGroup] = {};
-  for (int64_t i = 0; i < d.n; ++i)
+  for (int64_t i = 0; i < d.n; ++i) {
+    const T* xb = x + xl.Start(d, i, c0);
     for (int64_t k = 0; k < d.s; ++k) {
-      double* lane = acc[k % kSumLanes];
-      for (int64_t l = 0; l < kGroup; ++l) lane[l] += f(i, c0 + l, k);
+      const T* p = xb + k * kGroup;
+      double* a = acc[k % kSumLanes];
+      for (int64_t l = 0; l < kGroup; ++l) a[l] += f(l, double(p[l]));
     }
+  }
   for (int64_t l = 0; l < kGroup; ++l)
     for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = acc[j][l];
 }
 
+// f(c0) for the first channel of every group of 16, groups split across the pool.
 template <typename F>
 void ForGroups(const ChannelDims& d, F f) {
   ParallelFor(d.c / kGroup, 1, [&](int64_t g0, int64_t g1) {
@@ -178,11 +243,11 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
       LaneSums sums[kGroup], devs[kGroup];
       double mean[kGroup];
       T scale[kGroup], shift[kGroup];
-      GroupSums(d, c0, sums, [&](int64_t i, int64_t c, int64_t k) { return double(x[BlockedAt(d, i, c, k)]); });
+      BlockedSums(d, xl, x, c0, sums, [](int64_t, double v) { return v; });
       for (int64_t l = 0; l < kGroup; ++l) mean[l] = sums[l].Total() / m;
-      GroupSums(d, c0, devs, [&](int64_t i, int64_t c, int64_t k) {
-        const double v = double(x[BlockedAt(d, i, c, k)]) - mean[c - c0];
-        return v * v;
+      BlockedSums(d, xl, x, c0, devs, [&](int64_t l, double v) {
+        const double dev = v - mean[l];
+        return dev * dev;
       });
       for (int64_t l = 0; l < kGroup; ++l) {
         const int64_t c = c0 + l;
@@ -191,10 +256,16 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
         scale[l] = T(g * invstd);  // ScaleChannel's
         shift[l] = T(b - mean[l] * g * invstd);
       }
-      for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k)
-          for (int64_t l = 0; l < kGroup; ++l)
-            y[NchwAt(d, i, c0 + l, k)] = x[BlockedAt(d, i, c0 + l, k)] * scale[l] + shift[l];
+      const ChannelLayout nchw;
+      for (int64_t i = 0; i < d.n; ++i)  // y = x scale + shift, in tiles of 16 pixels
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          T t[kGroup][kGroup];
+          LoadTile(d, xl, x, i, c0, k0, n, t);
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
+          StoreTile(d, nchw, y, i, c0, k0, n, t);
+        }
     });
   });
 }
@@ -275,21 +346,48 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
     }
     ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
       LaneSums sum_dy[kGroup], sum_dyx[kGroup];
-      double mean[kGroup];
       Coef f[kGroup];
+      // Tiles of 16 pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k adds
+      // into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
+      const ChannelLayout nchw;
+      double mean[kGroup], a_dy[kSumLanes][kGroup] = {}, a_dyx[kSumLanes][kGroup] = {};
+      T tx[kGroup][kGroup], tg[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
       for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
-      GroupSums(d, c0, sum_dy, [&](int64_t i, int64_t c, int64_t k) { return double(dy[NchwAt(d, i, c, k)]); });
-      GroupSums(d, c0, sum_dyx, [&](int64_t i, int64_t c, int64_t k) {
-        return double(dy[NchwAt(d, i, c, k)]) * (double(x[xl.At(d, i, c, k)]) - mean[c - c0]);
-      });
-      for (int64_t l = 0; l < kGroup; ++l)
-        f[l] = finish(c0 + l, invstd_of(c0 + l), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
       for (int64_t i = 0; i < d.n; ++i)
-        for (int64_t k = 0; k < d.s; ++k)
-          for (int64_t l = 0; l < kGroup; ++l) {
-            const int64_t c = c0 + l;
-            dx[dxl.At(d, i, c, k)] = f[l].a * dy[NchwAt(d, i, c, k)] + f[l].k_x * x[xl.At(d, i, c, k)] + f[l].b;
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          LoadTile(d, xl, x, i, c0, k0, n, tx);
+          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          for (int64_t k = 0; k < n; ++k) {
+            double* s1 = a_dy[k % kSumLanes];
+            double* s2 = a_dyx[k % kSumLanes];
+            for (int64_t l = 0; l < kGroup; ++l) {
+              const double g = double(tg[k][l]);
+              s1[l] += g;
+              s2[l] += g * (double(tx[k][l]) - mean[l]);
+            }
           }
+        }
+      for (int64_t l = 0; l < kGroup; ++l) {
+        for (int64_t j = 0; j < kSumLanes; ++j) {
+          sum_dy[l].v[j] = a_dy[j][l];
+          sum_dyx[l].v[j] = a_dyx[j][l];
+        }
+        const int64_t c = c0 + l;
+        f[l] = finish(c, invstd_of(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
+        fa[l] = f[l].a;
+        fk[l] = f[l].k_x;
+        fb[l] = f[l].b;
+      }
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          LoadTile(d, xl, x, i, c0, k0, n, tx);
+          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
+          StoreTile(d, dxl, dx, i, c0, k0, n, tx);
+        }
     });
   });
 }
