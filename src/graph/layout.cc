@@ -28,6 +28,12 @@
 // handed (it reordered to the same blocked layout before), and the blocked batch-norm kernels
 // sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc). Replay stays bitwise equal
 // to eager (test/graph/layout_test.cc).
+// Off by default (GraphOptions::plan_layouts). On the small CNN (one thread, min of 20 calls)
+// the convolutions gain about 1.2 ms a step without their reorders, and batch norm loses about
+// as much: its dy (from relu_grad) and its y (to relu) are NCHW, so each blocked pass transposes
+// 16x16 tiles. It pays once the blocked region reaches past batch norm (relu and add are
+// elementwise and take any layout; pooling needs a blocked kernel), so that batch norm sees
+// only blocked tensors.
 #include <vector>
 
 #include "device/device.h"
