@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # loom against PyTorch on the same models, batch sizes, optimizer and data: runs tools/loom-bench
 # (eager and the graph modes) and tools/bench_torch.py, alternating per configuration, and prints
-# the ratios, then each step as achieved GFLOP/s and fraction of the FP32 FMA peak that loom-bench
-# measures on the machine. One run; quote its medians.
+# the ratios. One run; quote its medians.
 #
 #   tools/compare.sh [--device cpu|cuda] [--threads N] [--quick] [--with-resnet50] [--out FILE.jsonl]
 #
@@ -86,7 +85,6 @@ print("| model | batch | torch ms | loom eager ms | loom graph-planned ms | loom
       "torch / loom best graph | graph-planned vs eager | torch RSS growth MiB | loom planned RSS growth MiB | "
       "loom eager peak MiB | loom planned peak MiB | arena / lower bound | arena <= eager working peak |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-speed = []  # the same steps as GFLOP/s and fraction of the measured FMA peak (second table)
 for (model, batch, dev), m in by.items():
     t, e, p, q = m.get("torch-eager"), m.get("eager"), m.get("graph-planned"), m.get("graph-parallel")
     ms = lambda r: f"{r['ms_per_step_median']:.3f}" if r else "-"
@@ -101,27 +99,9 @@ for (model, batch, dev), m in by.items():
     print(f"| {model} | {batch} | {ms(t)} | {ms(e)} | {ms(p)} | {ms(q)} | {vs_torch} | {vs_eager} | "
           f"{mib(torch_mem)} | {mib(loom_mem)} | {mib(e and e['peak_bytes'])} | {mib(p and p['peak_bytes'])} | "
           f"{ratio} | {under} |")
-    speed.append((model, batch, t, e, p, q))
 print("\nms = median ms per step (copy-in, forward, backward, SGD update, loss read). torch / loom best graph > 1 "
       "means loom's fastest graph replay beats PyTorch. Memory on the CPU: RSS growth = VmHWM at the end minus "
       "VmRSS before the model was built, for both; on CUDA: allocator peaks. loom peak = loom's allocator peak "
       "(parameters, momentum, inputs, intermediates). The data is the same bytes in both (data_checksum).")
-# loom-bench counts the step's FLOPs from the shapes of its matrix products and convolutions and
-# measures the FMA peak on the machine at the start; PyTorch runs the same model, so its rate uses
-# loom's count and peak of the same configuration.
-flops = lambda m: next((r["flops_per_step"] for r in m if r and r.get("flops_per_step")), None)
-peak = lambda m: next((r["fma_peak_gflops"] for r in m if r and r.get("fma_peak_gflops")), None)
-def rate(r, f, pk):
-    if not r or not f:
-        return "-"
-    g = f / (r["ms_per_step_median"] * 1e6)
-    return f"{g:.1f} ({g / pk:.0%})" if pk else f"{g:.1f}"
-print("\n## Achieved GFLOP/s (fraction of the measured FP32 FMA peak)\n")
-print("| model | batch | GFLOP per step | FMA peak GFLOP/s | torch | loom eager | loom graph-planned | loom graph-parallel |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
-for model, batch, t, e, p, q in speed:
-    f, pk = flops((e, p, q)), peak((e, p, q))
-    print(f"| {model} | {batch} | {f'{f / 1e9:.3f}' if f else '-'} | {f'{pk:.1f}' if pk else '-'} | {rate(t, f, pk)} | "
-          f"{rate(e, f, pk)} | {rate(p, f, pk)} | {rate(q, f, pk)} |")
 EOF
 echo "compare: JSON lines in $OUT" >&2
