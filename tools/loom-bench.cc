@@ -165,6 +165,7 @@ struct Flags {
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
+  bool plan_layouts = false;  // GraphOptions::plan_layouts
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
 };
 
@@ -172,6 +173,7 @@ const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
+    "                  [--plan-layouts]\n"
     "                  [--memory-budget-fraction F]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
@@ -192,6 +194,8 @@ const char* kUsage =
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
+    "  --plan-layouts         graphs keep conv/batch-norm activations in oneDNN's blocked layout\n"
+    "                         (GraphOptions::plan_layouts, off by default)\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
@@ -255,6 +259,8 @@ Flags ParseFlags(int argc, char** argv) {
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
     } else if (a.Switch("--no-fuse-bias-act")) {
       f.fuse_bias_act = false;
+    } else if (a.Switch("--plan-layouts")) {
+      f.plan_layouts = true;
     } else if (a.Is("--memory-budget-fraction")) {
       f.budget_fraction = a.Double();
       if (!(f.budget_fraction > 0)) throw UsageError("--memory-budget-fraction must be positive");
@@ -435,6 +441,7 @@ loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) 
   loom::GraphOptions o;
   o.fuse = fuse;
   o.fuse_bias_act = fuse && f.fuse_bias_act;
+  o.plan_layouts = fuse && f.plan_layouts;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   return o;

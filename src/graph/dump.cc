@@ -159,6 +159,7 @@ std::string Graph::Summary() const {
   if (stats_.fused_ops - stats_.fused_bias_act)
     o << ", " << stats_.fused_ops - stats_.fused_bias_act << " weight gradients computed into their updates";
   if (stats_.fused_bias_act) o << ", " << stats_.fused_bias_act << " bias+activation fusions";
+  if (stats_.blocked_layouts) o << ", " << stats_.blocked_layouts << " blocks in the blocked layout";
   if (options_.memory_budget)
     o << ", memory budget " << options_.memory_budget << " B: " << stats_.recomputed_ops << " ops recomputed (+"
       << stats_.recompute_flops << " FLOPs)";

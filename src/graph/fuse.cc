@@ -77,10 +77,17 @@ PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& optio
   ops = BucketGradients(std::move(ops), options).ops;  // first: a bucketed gradient is not fused away
   if (!options.fuse) return {std::move(ops), 0};
   PassResult r = FuseWeightGradientsIntoUpdates(std::move(ops), device);
-  if (!options.fuse_bias_act) return r;
-  PassResult b = FuseBiasActivations(std::move(r.ops), device);
-  b.rewrites += r.rewrites;
-  return b;
+  if (options.fuse_bias_act) {
+    PassResult b = FuseBiasActivations(std::move(r.ops), device);
+    b.rewrites += r.rewrites;
+    r = std::move(b);
+  }
+  if (options.plan_layouts) {  // last: it sees the fused ops
+    PassResult l = PlanActivationLayouts(std::move(r.ops), device);
+    r.ops = std::move(l.ops);
+    r.blocked_layouts = l.blocked_layouts;
+  }
+  return r;
 }
 
 }  // namespace loom

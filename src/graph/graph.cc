@@ -107,6 +107,7 @@ void Graph::Finalize() {
   stats_.inplace_ops = layout_.inplace.size();
   stats_.fused_ops = passed.rewrites;
   stats_.fused_bias_act = passed.bias_act;
+  stats_.blocked_layouts = passed.blocked_layouts;
   stats_.recomputed_ops = rc.recomputed_ops;
   stats_.recompute_flops = rc.added_flops;
   stats_.arena_bytes = planned ? layout_.packing.arena_bytes : 0;

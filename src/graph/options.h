@@ -36,6 +36,10 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "with fuse: matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> "           \
     "conv2d_relu, an activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias "    \
     "and activation])")                                                                                 \
+  X(bool, plan_layouts, false,                                                                         \
+    "with fuse: convolution outputs only batch norm reads, and batch norm input gradients only "      \
+    "convolution gradients read, stay in oneDNN's blocked layout (Note [Activation layouts]; off by "  \
+    "default: measured no faster yet)")                                                              \
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
@@ -55,6 +59,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(size_t, inplace_ops, 0, "ops whose output took over an input's memory")                           \
   X(size_t, fused_ops, 0, "op pairs the passes made one")                                              \
   X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
+  X(size_t, blocked_layouts, 0, "activation blocks kept in oneDNN's blocked layout (Note [Activation layouts])") \
   X(size_t, recomputed_ops, 0, "ops the memory budget added to compute dropped activations again")    \
   X(int64_t, recompute_flops, 0, "dense FLOPs of these ops (graph/flops.h)")                            \
   X(size_t, arena_bytes, 0, "planned arena (0 in dynamic mode)")                                       \

@@ -23,6 +23,7 @@ struct PassResult {
   OpList ops;
   size_t rewrites = 0;  // op pairs made one (GraphStats::fused_ops)
   size_t bias_act = 0;  // of these, the ops FuseBiasActivations made (GraphStats::fused_bias_act)
+  size_t blocked_layouts = 0;  // blocks PlanActivationLayouts keeps blocked (GraphStats::blocked_layouts)
 };
 
 // Note [Weight gradient into the update] (fuse.cc). Keeps arithmetic: bitwise equal to eager.
@@ -30,6 +31,9 @@ PassResult FuseWeightGradientsIntoUpdates(OpList ops, const Device& device);
 
 // Note [Fusing bias and activation] (fuse_bias_act.cc). Keeps arithmetic on the CPU.
 PassResult FuseBiasActivations(OpList ops, const Device& device);
+
+// Note [Activation layouts] (layout.cc). Keeps arithmetic on the CPU.
+PassResult PlanActivationLayouts(OpList ops, const Device& device);
 
 // Note [Gradient buckets] (buckets.cc). Keeps arithmetic. rewrites: the bucket all-reduces made.
 PassResult BucketGradients(OpList ops, const GraphOptions& options);

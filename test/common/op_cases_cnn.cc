@@ -1,5 +1,8 @@
 // The op-case table's rows of the convolutional-network ops: convolution and its gradients,
 // pooling, normalisation, embedding (Note [The op-case table] in op_cases.h).
+#include <cmath>
+#include <limits>
+
 #include "common/op_case_table.h"
 
 namespace loom {
@@ -145,9 +148,16 @@ void AddPool(Table& t) {
                                    {{1, 2, 3, 3}, {3, 3}, {}}};
   // Values on a grid of 0.5: ties, where the first maximum takes the gradient; and the gradient
   // ops straight.
+  // The last four are wide enough for the CPU's vector path (Note [Max pooling in vectors] in
+  // device/cpu/kernels/pool.cc): 16 lanes and a last group moved left, stride 2 and 1, and
+  // 8 lanes.
   const std::vector<Pool> ties = {{{2, 3, 7, 8}, {3, 3}, {2, 2}, {1, 1}},
                                   {{2, 2, 6, 6}, {2, 2}, {2, 2}},
-                                  {{1, 2, 5, 6}, {3, 2}, {1, 1}, {1, 1}}};
+                                  {{1, 2, 5, 6}, {3, 2}, {1, 1}, {1, 1}},
+                                  {{2, 3, 6, 36}, {2, 2}, {2, 2}},
+                                  {{1, 2, 7, 40}, {3, 3}, {2, 2}, {1, 1}},
+                                  {{1, 2, 5, 20}, {3, 3}, {1, 1}, {1, 1}},
+                                  {{2, 2, 8, 16}, {2, 2}, {2, 2}}};
   for (DType dt : kFloats) {
     for (const Pool& k : small) {
       t.Add("max_pool2d", k.Name(), dt, ref::MaxPool2d).In(Uniform(k.x)).Exact().attrs = k.attrs();
@@ -175,6 +185,23 @@ void AddPool(Table& t) {
         t.Add("avg_pool2d", v, dt, ref::AvgPool2d).In(Uniform(k.x)).attrs = ai;
         t.Add("avg_pool2d_grad", v, dt, ref::AvgPool2dGrad).In(Uniform(y)).attrs = Attrs(ai).Set("x_shape", k.x);
       }
+    }
+    // NaN wins, the first NaN of a window: at a window's start, after a number, two in one
+    // window, beside -inf; 2x2 windows over two rows of 32, so 16 outputs in one vector group.
+    {
+      const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+      std::vector<double> v(64);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = double(int(i * 7 % 11) - 5) * 0.5;  // ties too
+      for (size_t i : {size_t(0), size_t(3), size_t(34), size_t(36), size_t(37), size_t(41), size_t(9), size_t(40)})
+        v[i] = nan;
+      v[12] = -inf;
+      v[44] = inf;
+      v[45] = nan;
+      t.Add("max_pool2d", "NaN wins, vector group", dt, ref::MaxPool2d)
+          .In(Values({1, 1, 2, 32}, v))
+          .Exact()
+          .NoGrad("NaN values")
+          .attrs = Pool{{1, 1, 2, 32}, {2, 2}, {}}.attrs();
     }
     // All-negative values with padding: the zero padding must not win; argmax is the flat index.
     t.Add("max_pool2d", "negative values, padding", dt, ref::MaxPool2d)

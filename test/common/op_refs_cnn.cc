@@ -168,9 +168,9 @@ std::vector<HostTensor> MaxPool2d(const RefArgs& a) {
   HostTensor y(g.y), arg(g.y);
   g.ForEachWindow([&](int64_t plane, int64_t out, const std::vector<int64_t>& pixels) {
     const double* xp = a.in[0].v.data() + plane * g.PlaneIn();
-    int64_t best = pixels[0];
+    int64_t best = pixels[0];  // the first maximum; the first NaN wins over numbers
     for (int64_t p : pixels)
-      if (xp[p] > xp[best]) best = p;
+      if (xp[p] > xp[best] || (std::isnan(xp[p]) && !std::isnan(xp[best]))) best = p;
     y.v[size_t(plane * g.PlaneOut() + out)] = xp[best];
     arg.v[size_t(plane * g.PlaneOut() + out)] = double(best);
   });

@@ -91,26 +91,40 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 }
 
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
-const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false) {
+const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false,
+                            bool blocked = false) {
   if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
   ConvDims d = g;
   d.bias = bias;
   d.relu = relu;
+  d.blocked = blocked;
   return FindDnnlConv(pass, d, dtype);
 }
+
+// Whether the record's (N, O, OH, OW) operand, y or dy, is nChw16c (ConvDims::blocked): the
+// attribute a graph sets (Note [Activation layouts] in graph/layout.cc).
+bool Blocked(const OpRecord& op, ConvPass pass) {
+  return op.attrs.Int(pass == ConvPass::kForward ? "y_blocked" : "dy_blocked", 0) != 0;
+}
+
+static const char* const kPass[] = {"forward", "grad input", "grad weight"};
 
 // Runs the call through oneDNN when it has a plan for it; false when im2col must.
 template <typename T>
 bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a, const T* b, const T* bias, T* out,
-             bool relu = false) {
+             bool relu = false, bool blocked = false) {
   if constexpr (std::is_same_v<T, float>) {
-    if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32, relu)) {
+    if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32, relu, blocked)) {
       Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
       RunDnnlConv(*plan, a, b, bias, out, scratch.as<void>());
       return true;
     }
   }
-  static const char* const kPass[] = {"forward", "grad input", "grad weight"};
+  // Only oneDNN reads and writes the blocked layout (Conv2dSupports said so at capture; the
+  // implementation was switched to im2col since).
+  LOOM_CHECK(!blocked, ValueError, "[conv2d ", kPass[int(pass)], "] the ", pass == ConvPass::kForward ? "output" : "dy",
+             " of this captured graph is in oneDNN's blocked layout, and oneDNN cannot run this call now (im2col was "
+             "selected after capture?); capture the graph again");
   ReportKernel(std::string("conv2d ") + kPass[int(pass)] + " " + (sizeof(T) == 4 ? "f32" : "f64"),
                "im2col + loom's GEMM (kind 'gemm')");
   return false;
@@ -302,7 +316,7 @@ void Conv2dTyped(const OpRecord& op, const KernelContext& ctx, bool relu) {
   const T* bias = op.inputs.size() == 3 ? op.inputs[2].data<T>() : nullptr;
   T* y = ty.data<T>();
   if (ty.numel() == 0) return;
-  if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y, relu)) return;
+  if (TryDnnl(ConvPass::kForward, g, ctx, x, w, bias, y, relu, Blocked(op, ConvPass::kForward))) return;
   const Plan p = MakePlan(g);
   const PartScratch ps = ScratchOfPart(g, p, ConvPass::kForward, 0);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kForward, 0)) * sizeof(T));
@@ -340,7 +354,9 @@ void Conv2dGradInputTyped(const OpRecord& op, const KernelContext& ctx) {
   const T* dy = tdy.data<T>();
   T* dx = tdx.data<T>();
   if (tdx.numel() == 0) return;
-  if (TryDnnl(ConvPass::kGradInput, g, ctx, w, dy, static_cast<const T*>(nullptr), dx)) return;
+  if (TryDnnl(ConvPass::kGradInput, g, ctx, w, dy, static_cast<const T*>(nullptr), dx, false,
+              Blocked(op, ConvPass::kGradInput)))
+    return;
   const Plan p = MakePlan(g);
   const PartScratch ps = ScratchOfPart(g, p, ConvPass::kGradInput, 0);
   Scratch scratch(ctx, size_t(ScratchElements(g, p, ConvPass::kGradInput, 0)) * sizeof(T));
@@ -372,7 +388,9 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
     std::fill(dw, dw + wtotal, T(0));
     return;
   }
-  if (TryDnnl(ConvPass::kGradWeight, g, ctx, x, dy, static_cast<const T*>(nullptr), dw)) return;
+  if (TryDnnl(ConvPass::kGradWeight, g, ctx, x, dy, static_cast<const T*>(nullptr), dw, false,
+              Blocked(op, ConvPass::kGradWeight)))
+    return;
   const Plan p = MakePlan(g);
   // Each part but the first accumulates into its own partial gradient, added in part order.
   const PartScratch ps = ScratchOfPart(g, p, ConvPass::kGradWeight, wtotal);
@@ -444,21 +462,40 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
 
 }  // namespace
 
+Geom GeomOf(const OpRecord& op, ConvPass kind) {
+  const Tensor& out = op.outputs[0];
+  switch (kind) {
+    case ConvPass::kForward: return MakeGeom(op.attrs, op.inputs[0].shape(), op.inputs[1].shape(), out.shape());
+    case ConvPass::kGradInput: return MakeGeom(op.attrs, out.shape(), op.inputs[0].shape(), op.inputs[1].shape());
+    case ConvPass::kGradWeight: return MakeGeom(op.attrs, op.inputs[0].shape(), out.shape(), op.inputs[1].shape());
+  }
+  return Geom{};
+}
+
 // Scratch bytes each kernel call will ask for (0 where the kernel returns early).
 size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Tensor& out = op.outputs[0];
   if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64)) return 0;
-  Geom g;
-  switch (kind) {
-    case ConvPass::kForward: g = MakeGeom(op.attrs, op.inputs[0].shape(), op.inputs[1].shape(), out.shape()); break;
-    case ConvPass::kGradInput: g = MakeGeom(op.attrs, out.shape(), op.inputs[0].shape(), op.inputs[1].shape()); break;
-    case ConvPass::kGradWeight: g = MakeGeom(op.attrs, op.inputs[0].shape(), out.shape(), op.inputs[1].shape()); break;
-  }
+  const Geom g = GeomOf(op, kind);
   if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu)) return DnnlConvScratchBytes(*plan);
+  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu, Blocked(op, kind)))
+    return DnnlConvScratchBytes(*plan);
   return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
 }
+
+// Note [What a kernel supports]: every plain record; a blocked one (Note [Activation layouts]
+// in graph/layout.cc) when oneDNN has a plan for it.
+bool ConvSupports(const OpRecord& op, ConvPass kind) {
+  if (!Blocked(op, kind)) return true;
+  const Geom g = GeomOf(op, kind);
+  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
+  return op.outputs[0].dtype() == DType::kFloat32 && g.o % 16 == 0 &&
+         DnnlFor(kind, g, bias, DType::kFloat32, false, true) != nullptr;
+}
+bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
+bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }
+bool Conv2dGradWeightSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradWeight); }
 size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
 size_t Conv2dReluScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward, /*relu=*/true); }
 size_t Conv2dGradInputScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kGradInput); }
@@ -473,6 +510,9 @@ LOOM_KERNEL_SCRATCH(conv2d_grad_weight, kCPU, Conv2dGradWeightScratch);
 LOOM_KERNEL(conv2d_grad_input, kCPU, Conv2dGradInputCpu);
 LOOM_KERNEL(conv2d_grad_weight, kCPU, Conv2dGradWeightCpu);
 LOOM_KERNEL(conv2d_grad_bias, kCPU, Conv2dGradBiasCpu);
+LOOM_KERNEL_SUPPORTS(conv2d, kCPU, Conv2dSupports);
+LOOM_KERNEL_SUPPORTS(conv2d_grad_input, kCPU, Conv2dGradInputSupports);
+LOOM_KERNEL_SUPPORTS(conv2d_grad_weight, kCPU, Conv2dGradWeightSupports);
 
 }  // namespace cpu
 }  // namespace loom

@@ -139,6 +139,12 @@ md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t) { return md({n, c, h, 
 md ActChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
   return md({n, oq, h, w}, kF32, dn::memory::dims{o * h * w, h * w, w, 1});
 }
+// Output channels [o0, o0 + oq) of (n, o, h, w) images stored nChw16c (o0 and o multiples of
+// 16): the start of channel o0 is o0 h w elements in, as in NCHW, and an image is o h w apart.
+md BlockedChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
+  const md all({n, o, h, w}, kF32, tag::nChw16c);
+  return oq == o ? all : all.submemory_desc({n, oq, h, w}, {0, 0, 0, 0});
+}
 // o output channels of the weights: plain (OIHW, or GOIHW with groups), or any layout.
 md Weights(const ConvDims& d, int64_t o, bool any) {
   if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, any ? tag::any : tag::oihw);
@@ -187,7 +193,8 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
   const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
-  const md x_plain = Act(nb, d.c, d.h, d.w, tag::nchw), y_plain = ActChannels(nb, d.o, oq, d.oh, d.ow);
+  const md x_plain = Act(nb, d.c, d.h, d.w, tag::nchw),
+           y_plain = d.blocked ? BlockedChannels(nb, d.o, oq, d.oh, d.ow) : ActChannels(nb, d.o, oq, d.oh, d.ow);
   const md w_any = Weights(d, oq, true), w_plain = Weights(d, oq, false);
   const md bias_md = d.bias && pass == ConvPass::kForward ? md({oq}, kF32, tag::x) : md();
   dn::primitive_attr attr;
@@ -313,10 +320,11 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 }  // namespace
 
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
-  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0) return nullptr;
+  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0 || (d.blocked && d.o % 16))
+    return nullptr;
   Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
-           d.relu && pass == ConvPass::kForward}};
+           d.relu && pass == ConvPass::kForward, d.blocked}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
@@ -348,7 +356,8 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
     OneOmpThread one;
     const DnnlConvPlan::Part& part = p.parts[size_t(q)];
     const Shard& s = *p.shards[size_t(part.shard)];
-    // Where this part's slice starts in each plain operand: images n0.., output channels o0..
+    // Where this part's slice starts in each operand: images n0.., output channels o0.. (the
+    // same offsets in nChw16c: BlockedChannels)
     const int64_t x_at = part.n0 * x_img, y_at = part.n0 * y_img + part.o0 * y_plane;
     char* cur = At(scratch, part.offset);
     dn::memory pad_mem(s.pad, Engine(), cur);

@@ -46,6 +46,10 @@ struct ConvDims {
   // to 0 (measured here with oneDNN 2.6), where the relu op keeps it, and it was no faster on
   // the small CNN's shapes (one shared 2-core machine, noisy).
   bool relu = false;
+  // The (N, O, OH, OW) operand (y of the forward pass, dy of both gradients) is stored in
+  // oneDNN's nChw16c layout instead of NCHW; O is a multiple of 16 (Note [Activation layouts]
+  // in graph/layout.cc).
+  bool blocked = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.

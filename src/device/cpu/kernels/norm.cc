@@ -1,9 +1,11 @@
 // CPU normalisation kernels. Batch norm sees x as (N, C, S) (S: the spatial axes, flattened)
 // and works channel by channel; layer norm sees x as (R, D) and works row by row. Sums are
-// taken in double, two passes (mean, then squared deviations), in a fixed order: results do not
-// depend on the thread count.
+// taken in double, two passes (mean, then squared deviations), in a fixed order (Note [Sums in
+// lanes]): results do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "device/cpu/kernels/common.h"
@@ -26,20 +28,52 @@ void ForRows(const RowDims& d, F f) {
   });
 }
 
+// Note [Sums in lanes]
+// A single running double sum adds one element per step, each add waiting for the last: the
+// sums were latency-bound, and batch norm took 2 ms on the small CNN's (32, 32, 32, 32)
+// activation, more than the convolution before it. Each sum is kept in kSumLanes partial sums
+// instead (element k of a run goes to lane k mod kSumLanes), added in lane order at the end.
+// The order is fixed by the shapes alone, so results still do not depend on the thread count
+// (and replay stays bitwise equal to eager), and the compiler turns the lanes into vectors.
+constexpr int64_t kSumLanes = 8;
+
+struct LaneSums {
+  double v[kSumLanes] = {};
+  double Total() const {
+    double t = 0;
+    for (int64_t l = 0; l < kSumLanes; ++l) t += v[l];
+    return t;
+  }
+};
+
+// Adds f(k) for k in [0, len) into s, element k into lane k mod kSumLanes.
+template <typename F>
+inline void AddRun(LaneSums& s, int64_t len, F f) {
+  int64_t k = 0;
+  for (; k + kSumLanes <= len; k += kSumLanes)
+    for (int64_t l = 0; l < kSumLanes; ++l) s.v[l] += f(k + l);
+  for (int64_t l = 0; k + l < len; ++l) s.v[l] += f(k + l);
+}
+
 // The mean of `runs` runs of `len` elements (run i at x + i * stride) and the sum of squared
-// deviations from it: two passes, summed in double in order.
+// deviations from it: two passes, summed in double (Note [Sums in lanes]).
 template <typename T>
 void MeanAndSquares(const T* x, int64_t runs, int64_t len, int64_t stride, double& mean, double& sq) {
-  double sum = 0;
-  for (int64_t i = 0; i < runs; ++i)
-    for (int64_t k = 0; k < len; ++k) sum += double(x[i * stride + k]);
-  mean = sum / double(runs * len);
-  sq = 0;
-  for (int64_t i = 0; i < runs; ++i)
-    for (int64_t k = 0; k < len; ++k) {
-      const double v = double(x[i * stride + k]) - mean;
-      sq += v * v;
-    }
+  LaneSums sum;
+  for (int64_t i = 0; i < runs; ++i) {
+    const T* xr = x + i * stride;
+    AddRun(sum, len, [&](int64_t k) { return double(xr[k]); });
+  }
+  mean = sum.Total() / double(runs * len);
+  LaneSums dev;
+  for (int64_t i = 0; i < runs; ++i) {
+    const T* xr = x + i * stride;
+    AddRun(dev, len, [&, mean](int64_t k) {
+      const double v = double(xr[k]) - mean;
+      return v * v;
+    });
+  }
+  sq = dev.Total();
 }
 
 // Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
@@ -54,6 +88,119 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
     T* yr = y + (i * d.c + c) * d.s;
     for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
   }
+}
+
+// ---- batch norm over an nChw16c x (Note [Activation layouts] in graph/layout.cc) ----
+// A graph keeps a convolution's output in oneDNN's blocked layout when batch norm alone reads
+// it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16, so
+// channel c of image i is a run of S values 16 apart. The kernels below take a group of 16
+// channels per task and, image by image, each channel's run (the image's block of the group,
+// S 16 values, stays in cache for its 16 channels), adding into the per-channel sums of Note
+// [Sums in lanes] in the NCHW kernels' order (images in order, pixel k into lane k mod
+// kSumLanes): results are bitwise those of the NCHW kernels on the same values.
+constexpr int64_t kGroup = 16;
+static_assert(kGroup % kSumLanes == 0, "a tile of kGroup pixels starts at lane 0");
+
+// Where channel c of image i starts in a tensor of this layout, and the step between its pixels.
+struct ChannelLayout {
+  bool blocked = false;
+  int64_t Start(const ChannelDims& d, int64_t i, int64_t c) const {
+    return blocked ? (i * (d.c / kGroup) + c / kGroup) * d.s * kGroup + c % kGroup : (i * d.c + c) * d.s;
+  }
+  int64_t Step() const { return blocked ? kGroup : 1; }  // pixel k to k + 1
+};
+
+// The attribute a graph sets on a record whose tensor is nChw16c (graph/layout.cc); checked.
+ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims& d, const char* opname) {
+  ChannelLayout l{op.attrs.Int(attr, 0) != 0};
+  LOOM_CHECK(!l.blocked || (d.c % kGroup == 0 && op.inputs[0].ndim() == 4), ValueError, "[", opname, "] ", attr,
+             ": the blocked layout needs (N, C, H, W) with C a multiple of 16, got ", ToString(op.inputs[0].shape()));
+  return l;
+}
+
+// 16 rows of 16 floats transposed in registers: four rounds of interleaving row i with row i + 8
+// (row 2i takes the low halves, row 2i + 1 the high ones).
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+inline void Transpose16(F32x16* r) {
+  const I32x16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  const I32x16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  for (int round = 0; round < 4; ++round) {
+    F32x16 t[16];
+    for (int i = 0; i < 16; ++i) t[i] = __builtin_shuffle(r[i / 2], r[i / 2 + 8], i % 2 ? hi : lo);
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
+}
+// A whole float tile between 16 runs of 16 values (`stride` apart) and [pixel][channel] order.
+inline void RunsToTile(const float* p, int64_t stride, float (*tile)[kGroup]) {
+  F32x16 r[16];
+  for (int c = 0; c < 16; ++c) std::memcpy(&r[c], p + c * stride, sizeof r[c]);
+  Transpose16(r);
+  std::memcpy(tile, r, sizeof r);
+}
+inline void TileToRuns(const float (*tile)[kGroup], float* p, int64_t stride) {
+  F32x16 r[16];
+  std::memcpy(r, tile, sizeof r);
+  Transpose16(r);
+  for (int c = 0; c < 16; ++c) std::memcpy(p + c * stride, &r[c], sizeof r[c]);
+}
+
+// The group's values at pixels [k0, k0 + n) of image i, n <= kGroup, as a [pixel][channel]
+// tile: copied from a blocked tensor, transposed from an NCHW one (16 runs of n values); and
+// back.
+template <typename T>
+void LoadTile(const ChannelDims& d, const ChannelLayout& l, const T* t, int64_t i, int64_t c0, int64_t k0, int64_t n,
+              T (*tile)[kGroup]) {
+  const T* p = t + l.Start(d, i, c0);
+  if (l.blocked) {
+    std::memcpy(tile, p + k0 * kGroup, size_t(n * kGroup) * sizeof(T));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kGroup) return RunsToTile(p + k0, d.s, tile);
+  }
+  for (int64_t c = 0; c < kGroup; ++c)
+    for (int64_t kk = 0; kk < n; ++kk) tile[kk][c] = p[c * d.s + k0 + kk];
+}
+template <typename T>
+void StoreTile(const ChannelDims& d, const ChannelLayout& l, T* t, int64_t i, int64_t c0, int64_t k0, int64_t n,
+               const T (*tile)[kGroup]) {
+  T* p = t + l.Start(d, i, c0);
+  if (l.blocked) {
+    std::memcpy(p + k0 * kGroup, tile, size_t(n * kGroup) * sizeof(T));
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kGroup) return TileToRuns(tile, p + k0, d.s);
+  }
+  for (int64_t c = 0; c < kGroup; ++c)
+    for (int64_t kk = 0; kk < n; ++kk) p[c * d.s + k0 + kk] = tile[kk][c];
+}
+
+// Per channel of the group starting at c0 of a blocked x, the lane sums of f(l, v) over its
+// values v (channel c0 + l): images in order, pixel k into lane k mod kSumLanes, Note [Sums in
+// lanes]'s order. Each pixel's 16 values are read together, into [lane][channel] accumulators.
+template <typename T, typename F>
+void BlockedSums(const ChannelDims& d, const ChannelLayout& xl, const T* x, int64_t c0, LaneSums* sums, F f) {
+  double acc[kSumLanes][kGroup] = {};
+  for (int64_t i = 0; i < d.n; ++i) {
+    const T* xb = x + xl.Start(d, i, c0);
+    for (int64_t k = 0; k < d.s; ++k) {
+      const T* p = xb + k * kGroup;
+      double* a = acc[k % kSumLanes];
+      for (int64_t l = 0; l < kGroup; ++l) a[l] += f(l, double(p[l]));
+    }
+  }
+  for (int64_t l = 0; l < kGroup; ++l)
+    for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = acc[j][l];
+}
+
+// f(c0) for the first channel of every group of 16, groups split across the pool.
+template <typename F>
+void ForGroups(const ChannelDims& d, F f) {
+  ParallelFor(d.c / kGroup, 1, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) f(g * kGroup);
+  });
 }
 
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
@@ -72,16 +219,53 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
     T* rmean = op.outputs[3].data<T>();  // == inputs[3] (Note [Running statistics are updated in place])
     T* rvar = op.outputs[4].data<T>();
     const double m = double(d.n * d.s);
-    ForChannels(d, [&](int64_t c) {
-      double mean, sq;
-      MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
+    // Channel c's statistics from its mean and squared deviations: outputs, running statistics.
+    auto finish = [&](int64_t c, double mean, double sq) {
       const double var = sq / m;
       const double invstd = 1.0 / std::sqrt(var + eps);
-      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
       mean_out[c] = T(mean);
       invstd_out[c] = T(invstd);
       rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mean);
       rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * sq / (m - 1));
+      return invstd;
+    };
+    const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_train");
+    if (!xl.blocked) {
+      ForChannels(d, [&](int64_t c) {
+        double mean, sq;
+        MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
+        const double invstd = finish(c, mean, sq);
+        ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
+      });
+      return;
+    }
+    ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+      LaneSums sums[kGroup], devs[kGroup];
+      double mean[kGroup];
+      T scale[kGroup], shift[kGroup];
+      BlockedSums(d, xl, x, c0, sums, [](int64_t, double v) { return v; });
+      for (int64_t l = 0; l < kGroup; ++l) mean[l] = sums[l].Total() / m;
+      BlockedSums(d, xl, x, c0, devs, [&](int64_t l, double v) {
+        const double dev = v - mean[l];
+        return dev * dev;
+      });
+      for (int64_t l = 0; l < kGroup; ++l) {
+        const int64_t c = c0 + l;
+        const double g = double(gamma[c]), b = double(beta[c]);
+        const double invstd = finish(c, mean[l], devs[l].Total());
+        scale[l] = T(g * invstd);  // ScaleChannel's
+        shift[l] = T(b - mean[l] * g * invstd);
+      }
+      const ChannelLayout nchw;
+      for (int64_t i = 0; i < d.n; ++i)  // y = x scale + shift, in tiles of 16 pixels
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          T t[kGroup][kGroup];
+          LoadTile(d, xl, x, i, c0, k0, n, t);
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
+          StoreTile(d, nchw, y, i, c0, k0, n, t);
+        }
     });
   });
 }
@@ -122,32 +306,88 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
     T* dgamma = op.outputs[1].data<T>();
     T* dbeta = op.outputs[2].data<T>();
     const double m = double(d.n * d.s);
-    ForChannels(d, [&](int64_t c) {
-      const double mean = double(mean_in[c]);
-      const double invstd = training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps);
-      double sdy = 0, sdyx = 0;  // sum(dy), sum(dy * xhat)
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) {
-          sdy += double(gr[k]);
-          sdyx += double(gr[k]) * (double(xr[k]) - mean);
-        }
-      }
-      sdyx *= invstd;
+    // Layouts of x and dx (dy is NCHW); Note [Activation layouts] in graph/layout.cc.
+    const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_grad");
+    const ChannelLayout dxl = LayoutAttr(op, "dx_blocked", d, "batch_norm_grad");
+    // Channel c from its two sums: dgamma, dbeta, and dx's coefficients a, k_x, b.
+    struct Coef {
+      T a, k_x, b;
+    };
+    auto finish = [&](int64_t c, double invstd, double mean, double sdy, double sdyx) {
+      sdyx *= invstd;  // sum(dy * xhat)
       dgamma[c] = T(sdyx);
       dbeta[c] = T(sdy);
       const double gi = double(gamma[c]) * invstd;
       // training: dx = gamma invstd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
-      const T a = T(gi);
-      const T b = training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0);
-      const T k_x = training ? T(-gi * sdyx * invstd / m) : T(0);
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        T* dr = dx + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) dr[k] = a * gr[k] + k_x * xr[k] + b;
+      return Coef{T(gi), training ? T(-gi * sdyx * invstd / m) : T(0),
+                  training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0)};
+    };
+    auto invstd_of = [&](int64_t c) { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); };
+    if (!xl.blocked && !dxl.blocked) {
+      ForChannels(d, [&](int64_t c) {
+        const double mean = double(mean_in[c]);
+        const double invstd = invstd_of(c);
+        LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
+        for (int64_t i = 0; i < d.n; ++i) {
+          const T* xr = x + (i * d.c + c) * d.s;
+          const T* gr = dy + (i * d.c + c) * d.s;
+          AddRun(sum_dy, d.s, [&](int64_t k) { return double(gr[k]); });
+          AddRun(sum_dyx, d.s, [&](int64_t k) { return double(gr[k]) * (double(xr[k]) - mean); });
+        }
+        const Coef f = finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
+        for (int64_t i = 0; i < d.n; ++i) {
+          const T* xr = x + (i * d.c + c) * d.s;
+          const T* gr = dy + (i * d.c + c) * d.s;
+          T* dr = dx + (i * d.c + c) * d.s;
+          for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * gr[k] + f.k_x * xr[k] + f.b;
+        }
+      });
+      return;
+    }
+    ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+      LaneSums sum_dy[kGroup], sum_dyx[kGroup];
+      Coef f[kGroup];
+      // Tiles of 16 pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k adds
+      // into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
+      const ChannelLayout nchw;
+      double mean[kGroup], a_dy[kSumLanes][kGroup] = {}, a_dyx[kSumLanes][kGroup] = {};
+      T tx[kGroup][kGroup], tg[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
+      for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          LoadTile(d, xl, x, i, c0, k0, n, tx);
+          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          for (int64_t k = 0; k < n; ++k) {
+            double* s1 = a_dy[k % kSumLanes];
+            double* s2 = a_dyx[k % kSumLanes];
+            for (int64_t l = 0; l < kGroup; ++l) {
+              const double g = double(tg[k][l]);
+              s1[l] += g;
+              s2[l] += g * (double(tx[k][l]) - mean[l]);
+            }
+          }
+        }
+      for (int64_t l = 0; l < kGroup; ++l) {
+        for (int64_t j = 0; j < kSumLanes; ++j) {
+          sum_dy[l].v[j] = a_dy[j][l];
+          sum_dyx[l].v[j] = a_dyx[j][l];
+        }
+        const int64_t c = c0 + l;
+        f[l] = finish(c, invstd_of(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
+        fa[l] = f[l].a;
+        fk[l] = f[l].k_x;
+        fb[l] = f[l].b;
       }
+      for (int64_t i = 0; i < d.n; ++i)
+        for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+          const int64_t n = std::min(kGroup, d.s - k0);
+          LoadTile(d, xl, x, i, c0, k0, n, tx);
+          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
+          StoreTile(d, dxl, dx, i, c0, k0, n, tx);
+        }
     });
   });
 }
@@ -228,9 +468,19 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// Note [What a kernel supports]: every NCHW record; a blocked one for (N, C, H, W), C a
+// multiple of 16.
+bool BatchNormSupports(const OpRecord& op) {
+  const bool blocked = op.attrs.Int("x_blocked", 0) != 0 || op.attrs.Int("dx_blocked", 0) != 0;
+  const Shape& x = op.inputs[0].shape();
+  return !blocked || (x.size() == 4 && x[1] % kGroup == 0);
+}
+
 }  // namespace
 
 LOOM_KERNEL(batch_norm_train, kCPU, BatchNormTrainCpu);
+LOOM_KERNEL_SUPPORTS(batch_norm_train, kCPU, BatchNormSupports);
+LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormSupports);
 LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
 LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
 LOOM_KERNEL(layer_norm, kCPU, LayerNormCpu);

@@ -1,0 +1,229 @@
+// Note [Activation layouts] (graph/layout.cc): in a conv-bn-relu net the pass keeps every
+// convolution output and every batch-norm input gradient in oneDNN's blocked layout, replay
+// stays bitwise equal to eager (parameters, running statistics, losses), the plan does not grow,
+// and a block that another op reads or the user holds stays NCHW. The blocked kernels on their
+// own: each is bitwise its NCHW kernel on the same values.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/harness.h"
+#include "common/mlp.h"
+#include "core/ops_cnn.h"
+#include "device/cpu/kernels/conv_dnnl.h"
+#include "graph/graph.h"
+
+LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
+LOOM_OP_KIND(batch_norm_train);
+LOOM_OP_KIND(batch_norm_grad);
+
+namespace loom {
+namespace test {
+namespace {
+
+constexpr int kSteps = 3;
+
+// How the first convolution's output is used besides batch norm.
+enum class Conv0 { kPlain, kReadByAnOp, kHeld };
+
+// conv(3->16) -> bn -> relu -> conv(16->32) -> bn -> relu -> global average pool -> linear.
+struct Net {
+  std::vector<Tensor> p;      // trained: w0, g0, b0, w1, g1, b1, fc, fc bias
+  std::vector<Tensor> stats;  // running mean and variance of both batch norms
+  explicit Net(const std::shared_ptr<Device>& dev) {
+    dev->SetRandSeed(17);
+    for (Shape s : {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{32, 16, 3, 3}, Shape{32}, Shape{32},
+                    Shape{32, 10}, Shape{10}}) {
+      Tensor t = s.size() == 1 && (p.size() == 1 || p.size() == 4) ? ops::Ones(s, DType::kFloat32, dev)
+                                                                     : ops::Normal(s, 0, 0.3, DType::kFloat32, dev);
+      t.set_requires_grad(true).set_name("p" + std::to_string(p.size()));
+      t.block()->set_persistent(true);
+      p.push_back(t);
+    }
+    for (int64_t c : {16, 16, 32, 32}) {
+      Tensor t = stats.size() % 2 ? ops::Ones({c}, DType::kFloat32, dev) : ops::Zeros({c}, DType::kFloat32, dev);
+      t.block()->set_persistent(true);
+      stats.push_back(t);
+    }
+  }
+  Tensor Step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, Conv0 how, Tensor* held = nullptr) const {
+    ops::Conv2dOptions same;
+    same.padding = {1, 1};
+    Tensor c0 = ops::Conv2d(x, p[0], Tensor(), same);
+    if (held) *held = c0;
+    Tensor h = ops::Relu(ops::BatchNorm(c0, p[1], p[2], stats[0], stats[1], true));
+    h = ops::Relu(ops::BatchNorm(ops::Conv2d(h, p[3], Tensor(), same), p[4], p[5], stats[2], stats[3], true));
+    Tensor loss = ops::SoftmaxCrossEntropy(ops::AddBias(ops::MatMul(ops::GlobalAvgPool(h), p[6]), p[7]), y);
+    if (how == Conv0::kReadByAnOp) loss = ops::Add(loss, ops::MulScalar(ops::Sum(c0), 1e-4));
+    for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
+    return loss;
+  }
+  std::vector<std::vector<float>> Values() const {
+    std::vector<std::vector<float>> v;
+    for (const Tensor& t : p) v.push_back(t.ToVector<float>());
+    for (const Tensor& t : stats) v.push_back(t.ToVector<float>());
+    return v;
+  }
+};
+
+std::pair<Tensor, Tensor> Batch(int s) {
+  Tensor x = RandomTensor({4, 3, 9, 9}, DType::kFloat32, uint32_t(300 + s));
+  std::vector<int32_t> labels = {int32_t(s % 10), 3, 7, int32_t((s * 3) % 10)};
+  return {x, ops::FromVector(labels, {4}, CpuDevice())};
+}
+
+TrainRun Eager(Conv0 how) {
+  Net net(CpuDevice());
+  nn::SGD opt(0.05, 0.9);
+  TrainRun e;
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = Batch(s);
+    e.losses.push_back(float(net.Step(b.first, b.second, opt, how).Item()));
+  }
+  e.params = net.Values();
+  return e;
+}
+
+struct Replayed {
+  TrainRun run;
+  GraphStats stats;
+  size_t blocked_attrs = 0;  // layout attributes set on the replayed records
+};
+
+Replayed Replay(Conv0 how, bool plan_layouts) {
+  Net net(CpuDevice());
+  nn::SGD opt(0.05, 0.9);
+  auto b = Batch(0);
+  Tensor x = b.first, y = b.second, loss, held;
+  GraphOptions options;
+  options.plan_layouts = plan_layouts;
+  auto g = Graph::Capture(CpuDevice(), "layout", [&] {
+    loss = net.Step(x, y, opt, how, how == Conv0::kHeld ? &held : nullptr);
+  }, options);
+  Replayed r;
+  for (const OpRecord& op : g->ops().ops)
+    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked"}) r.blocked_attrs += op.attrs.Int(a, 0) != 0;
+  for (int s = 0; s < kSteps; ++s) {
+    auto bs = Batch(s);
+    x.CopyFrom(bs.first.ToVector<float>());
+    y.CopyFrom(bs.second.ToVector<int32_t>());
+    g->Run();
+    r.run.losses.push_back(float(loss.Item()));
+  }
+  r.run.params = net.Values();
+  r.stats = g->stats();
+  return r;
+}
+
+void ExpectBitwise(const TrainRun& e, const TrainRun& g, const std::string& what) {
+  ASSERT_EQ(e.losses.size(), g.losses.size()) << what;
+  EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << what;
+  EXPECT_TRUE(SameBits(e.params, g.params)) << what;
+}
+
+class LayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu::HaveDnnl()) GTEST_SKIP() << "loom was built without oneDNN: no blocked layout to plan";
+  }
+};
+
+TEST_F(LayoutTest, ConvBatchNormBlocksStayBlockedAndReplayStaysBitwiseEqualToEager) {
+  const TrainRun e = Eager(Conv0::kPlain);
+  const Replayed on = Replay(Conv0::kPlain, true), off = Replay(Conv0::kPlain, false);
+  ExpectBitwise(e, on.run, "layouts planned");
+  ExpectBitwise(e, off.run, "layouts not planned");
+  // Both convolution outputs (read by batch_norm_train and batch_norm_grad) and both batch-norm
+  // input gradients (read by the second convolution's two gradients; the first convolution's
+  // weight gradient alone, its input needs none).
+  EXPECT_EQ(on.stats.blocked_layouts, 4u);
+  EXPECT_EQ(on.blocked_attrs, 2u + 4u + 2u + 3u);  // conv y, bn x (train, grad), bn dx, conv dy
+  EXPECT_EQ(off.stats.blocked_layouts, 0u);
+  EXPECT_EQ(off.blocked_attrs, 0u);
+  // Channels are multiples of 16: the blocked tensors have the NCHW tensors' bytes; what goes
+  // is the convolutions' staging copies of y and dy (their planned scratch).
+  EXPECT_LT(on.stats.arena_bytes, off.stats.arena_bytes);
+  EXPECT_LT(on.stats.lower_bound_bytes, off.stats.lower_bound_bytes);
+  EXPECT_LE(on.stats.arena_bytes, on.stats.lower_bound_bytes * 105 / 100);
+}
+
+TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
+  for (Conv0 how : {Conv0::kReadByAnOp, Conv0::kHeld}) {
+    const std::string what = how == Conv0::kHeld ? "held" : "read by a sum";
+    const Replayed r = Replay(how, true);
+    ExpectBitwise(Eager(how), r.run, what);
+    // The first convolution's output stays NCHW. Read by a sum, its gradient is also the sum of
+    // two (batch norm's and the sum's), which an add makes: the first batch norm's dx stays NCHW.
+    EXPECT_EQ(r.stats.blocked_layouts, how == Conv0::kHeld ? 3u : 2u) << what;
+  }
+}
+
+// Each blocked kernel against its NCHW kernel on the same values, byte for byte: batch norm's
+// forward and gradient with x and dx blocked, and the three convolution passes with y or dy
+// blocked. Blocked operands are made with the same reorder oneDNN uses (a (N, C, H, W) tensor
+// with C a multiple of 16, element (n, c, h, w) at ((n C/16 + c/16) H W + h W + w) 16 + c % 16).
+std::vector<float> ToBlocked(const std::vector<float>& v, const Shape& s) {
+  std::vector<float> b(v.size());
+  const int64_t c = s[1], hw = s[2] * s[3];
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t k = 0; k < hw; ++k) b[size_t(((n * (c / 16) + ch / 16) * hw + k) * 16 + ch % 16)] = v[size_t((n * c + ch) * hw + k)];
+  return b;
+}
+Tensor Blocked(const Tensor& t) { return ops::FromVector(ToBlocked(t.ToVector<float>(), t.shape()), t.shape(), CpuDevice()); }
+void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
+  EXPECT_TRUE(HostBytes(a) == HostBytes(b)) << what;
+}
+
+TEST_F(LayoutTest, BlockedKernelsAreBitwiseTheirNchwKernels) {
+  NoGradGuard no_grad;
+  const Shape xs{3, 32, 5, 7};
+  const Tensor x = RandomTensor(xs, DType::kFloat32, 1, -2, 3), dy = RandomTensor(xs, DType::kFloat32, 2);
+  const Tensor gamma = RandomTensor({32}, DType::kFloat32, 3, 0.5, 1.5), beta = RandomTensor({32}, DType::kFloat32, 4);
+  const Attrs train{{"momentum", 0.1}, {"eps", 1e-5}};
+  auto stats = [] { return std::make_pair(RandomTensor({32}, DType::kFloat32, 5), RandomTensor({32}, DType::kFloat32, 6, 0.5, 2)); };
+  auto [rm0, rv0] = stats();
+  auto [rm1, rv1] = stats();
+  std::vector<Tensor> plain = Call("batch_norm_train", {x, gamma, beta, rm0, rv0}, train);
+  std::vector<Tensor> blocked = Call("batch_norm_train", {Blocked(x), gamma, beta, rm1, rv1}, Attrs(train).Set("x_blocked", int64_t(16)));
+  for (size_t i = 0; i < plain.size(); ++i) ExpectSameBytes(plain[i], blocked[i], "batch_norm_train output " + std::to_string(i));
+  for (int64_t training : {1, 0}) {
+    const Attrs a{{"eps", 1e-5}, {"training", training}};
+    const Tensor mean = training ? plain[1] : rm0, stat = training ? plain[2] : rv0;
+    std::vector<Tensor> want = Call("batch_norm_grad", {x, gamma, mean, stat, dy}, a);
+    for (int mode = 1; mode < 4; ++mode) {  // x blocked, dx blocked, both
+      Attrs ab = a;
+      if (mode & 1) ab.Set("x_blocked", int64_t(16));
+      if (mode & 2) ab.Set("dx_blocked", int64_t(16));
+      std::vector<Tensor> got = Call("batch_norm_grad", {mode & 1 ? Blocked(x) : x, gamma, mean, stat, dy}, ab);
+      const std::string what = "batch_norm_grad training " + std::to_string(training) + " mode " + std::to_string(mode);
+      ExpectSameBytes(mode & 2 ? Blocked(want[0]) : want[0], got[0], what + " dx");
+      ExpectSameBytes(want[1], got[1], what + " dgamma");
+      ExpectSameBytes(want[2], got[2], what + " dbeta");
+    }
+  }
+
+  // Convolutions: 32 output channels, 1 to 5 images (one part per image and uneven parts), and
+  // a weight gradient split by channel (few output positions).
+  for (int64_t n : {1, 5}) {
+    const Tensor cx = RandomTensor({n, 8, 6, 6}, DType::kFloat32, 7), w = RandomTensor({32, 8, 3, 3}, DType::kFloat32, 8);
+    const Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                  {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
+    const Tensor y = Call("conv2d", {cx, w}, a)[0];
+    ExpectSameBytes(Blocked(y), Call("conv2d", {cx, w}, Attrs(a).Set("y_blocked", int64_t(16)))[0], "conv2d y");
+    const Tensor cdy = RandomTensor(y.shape(), DType::kFloat32, 9);
+    const Attrs gi = Attrs(a).Set("x_shape", cx.shape()), gw = Attrs(a).Set("w_shape", w.shape());
+    ExpectSameBytes(Call("conv2d_grad_input", {w, cdy}, gi)[0],
+                    Call("conv2d_grad_input", {w, Blocked(cdy)}, Attrs(gi).Set("dy_blocked", int64_t(16)))[0],
+                    "conv2d_grad_input");
+    ExpectSameBytes(Call("conv2d_grad_weight", {cx, cdy}, gw)[0],
+                    Call("conv2d_grad_weight", {cx, Blocked(cdy)}, Attrs(gw).Set("dy_blocked", int64_t(16)))[0],
+                    "conv2d_grad_weight");
+  }
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
