@@ -227,7 +227,7 @@ int Run(const Flags& f) {
     t.keep_last = int(f.keep);
     t.resume = f.resume;
     t.csv = f.csv;
-    t.print = false;  // the table below instead
+    t.verbose = false;  // the table below instead
     const int64_t bpe = loader->batches_per_epoch();
     t.on_eval = [&](int64_t step, double loss, const loom::nn::EvalResult& r) {
       const std::string at = step % bpe == 0 ? std::to_string(step / bpe) : std::to_string(double(step) / bpe).substr(0, 5);

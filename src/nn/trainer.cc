@@ -88,14 +88,73 @@ RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Devic
   return s;
 }
 
-void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source) {
+void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source) {
   const auto& o = loader.options();
   LOOM_CHECK(o.seed == s.loader_seed && o.augment_seed == s.augment_seed, IOError, "[trainer] '", source,
              "' was saved by a run whose loader had seed ", s.loader_seed, " and augment_seed ", s.augment_seed,
              "; this loader has ", o.seed, " and ", o.augment_seed, ": it would not continue that run");
+  LOOM_CHECK(s.position.index <= loader.batches_per_epoch(), IOError, "[trainer] '", source, "' stands at batch ",
+             s.position.index, " of an epoch; this loader has ", loader.batches_per_epoch(), " batches an epoch");
+}
+
+void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source) {
+  CheckRunState(s, loader, source);
   loader.Seek(s.position.epoch, s.position.index);
   dev.SetRandSeed(s.rng_seed);
   dev.AdvanceRng(s.rng_counter);
+}
+
+// ---- TrainingLog ----
+
+namespace {
+std::string Fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+}  // namespace
+
+const char* TrainingLog::Header() {
+  return "step,epoch,seconds,lr,train_loss,ms_per_step,items_per_s,eval_loss,eval_top1,eval_top5\n";
+}
+
+TrainingLog::TrainingLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
+  std::string keep = Header();
+  if (resume_step > 0) {  // the rows up to the checkpoint's step stay, later ones are redone
+    std::string old;
+    try {
+      old = ReadFile(path_, "trainer");
+    } catch (const IOError&) {  // no log yet: a fresh one
+    }
+    std::istringstream in(old);
+    std::string line;
+    for (bool header = true; std::getline(in, line); header = false) {
+      if (header || line.empty()) continue;
+      const std::string step = line.substr(0, line.find(','));
+      if (!step.empty() && step.find_first_not_of("0123456789") == std::string::npos && std::stoll(step) <= resume_step)
+        keep += line + "\n";
+    }
+  }
+  WriteFileAtomic(path_, {keep}, "trainer");
+  out_.open(path_, std::ios::app);
+  LOOM_CHECK(bool(out_), IOError, "[trainer] cannot write '", path_, "'");
+}
+
+void TrainingLog::Row(int64_t step, double epoch, double seconds, const std::string& rest) {
+  out_ << step << ',' << Fmt("%.4f", epoch) << ',' << Fmt("%.3f", seconds) << ',' << rest << '\n';
+  out_.flush();  // a killed run keeps its log up to here
+  LOOM_CHECK(bool(out_), IOError, "[trainer] writing '", path_, "' failed");
+}
+
+void TrainingLog::Train(int64_t step, double epoch, double seconds, double lr, double loss, double ms_per_step,
+                        double items_per_s) {
+  Row(step, epoch, seconds,
+      detail::Cat(Fmt("%.6g", lr), ',', Fmt("%.6g", loss), ',', Fmt("%.4g", ms_per_step), ',',
+                  Fmt("%.4g", items_per_s), ",,,"));
+}
+
+void TrainingLog::Eval(int64_t step, double epoch, double seconds, const EvalResult& r) {
+  Row(step, epoch, seconds, detail::Cat(",,,,", Fmt("%.6g", r.loss), ',', Fmt("%.6g", r.top1), ',', Fmt("%.6g", r.top5)));
 }
 
 // ---- Trainer ----
@@ -152,6 +211,7 @@ void Trainer::Restore(const std::string& path) {
   io::CheckRestoreInto(ck, targets);
   io::CheckOptimizerState(ck, model_.optimizer());
   RunState s = RunState::FromMeta(ck.meta, path);
+  CheckRunState(s, train_, path);
   io::RestoreInto(ck, targets);
   io::RestoreOptimizerState(ck, model_.optimizer(), dev_);
   ApplyRunState(s, train_, *dev_, path);
@@ -185,13 +245,6 @@ void Trainer::CheckFinite() {
   }
 }
 
-namespace {
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-}  // namespace
 
 void Trainer::Log(bool end_of_epoch) {
   StepMonitor::Reading r = monitor_->Read();
@@ -215,8 +268,7 @@ void Trainer::Log(bool end_of_epoch) {
   fields_ = fields;
   if (bar_) bar_->Update(step_, fields_);
   (void)end_of_epoch;
-  CsvRow(detail::Cat(Fmt("%.6g", lr), ',', Fmt("%.6g", last_loss_), ',', Fmt("%.4g", ms), ',', Fmt("%.4g", items)),
-         ",,");
+  if (log_) log_->Train(step_, double(step_) / double(bpe), Seconds(), lr, last_loss_, ms, items);
 }
 
 void Trainer::Eval() {
@@ -230,12 +282,11 @@ void Trainer::Eval() {
     best_top1_ = last_eval_.top1;
     best_step_ = step_;
   }
-  if (opt_.print && bar_)
+  if (opt_.verbose && bar_)
     bar_->Print(detail::Cat("step ", step_, "  held-out loss ", Fmt("%.4f", last_eval_.loss), "  top-1 ",
                             Fmt("%.2f%%", 100 * last_eval_.top1), "  top-5 ", Fmt("%.2f%%", 100 * last_eval_.top5),
                             "  ", Fmt("%.1fs", Seconds()), best && step_ > 0 ? "  (best)" : ""));
-  CsvRow(",,,", detail::Cat(Fmt("%.6g", last_eval_.loss), ',', Fmt("%.6g", last_eval_.top1), ',',
-                            Fmt("%.6g", last_eval_.top5)));
+  if (log_) log_->Eval(step_, double(step_) / double(train_.batches_per_epoch()), Seconds(), last_eval_);
   if (opt_.on_eval) opt_.on_eval(step_, step_ > 0 ? last_loss_ : std::nan(""), last_eval_);
   if (best && dir_ && step_ > 0) Save(dir_->BestPath());
 }
@@ -244,41 +295,6 @@ void Trainer::Checkpoint() {
   CheckFinite();  // Note [Non-finite steps are caught on the device]: only good states are saved
   Save(dir_->PathFor(step_));
   dir_->Prune();
-}
-
-void Trainer::OpenCsv() {
-  if (opt_.csv.empty()) return;
-  const std::string header = "step,epoch,seconds,lr,train_loss,ms_per_step,items_per_s,eval_loss,eval_top1,eval_top5\n";
-  std::string keep = header;
-  if (step_ > 0) {  // resuming: the rows up to the checkpoint's step stay, later ones are redone
-    std::string old;
-    try {
-      old = ReadFile(opt_.csv, "trainer");
-    } catch (const IOError&) {
-    }
-    std::istringstream in(old);
-    std::string line;
-    bool first = true;
-    while (std::getline(in, line)) {
-      if (first) {
-        first = false;
-        continue;
-      }
-      if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step_) keep += line + "\n";
-    }
-  }
-  WriteFileAtomic(opt_.csv, {keep}, "trainer");
-  csv_.open(opt_.csv, std::ios::app);
-  LOOM_CHECK(bool(csv_), IOError, "[trainer] cannot write '", opt_.csv, "'");
-}
-
-void Trainer::CsvRow(const std::string& train_part, const std::string& eval_part) {
-  if (!csv_.is_open()) return;
-  const double epoch = double(step_) / double(train_.batches_per_epoch());
-  csv_ << step_ << ',' << Fmt("%.4f", epoch) << ',' << Fmt("%.3f", Seconds()) << ',' << train_part << ','
-       << eval_part << '\n';
-  csv_.flush();  // a killed run keeps its log up to here
-  LOOM_CHECK(bool(csv_), IOError, "[trainer] writing '", opt_.csv, "' failed");
 }
 
 TrainResult Trainer::Fit() {
@@ -296,9 +312,9 @@ TrainResult Trainer::Fit() {
   int64_t total = opt_.epochs * bpe;
   if (opt_.max_steps > 0 && (opt_.epochs < 1 || opt_.max_steps < total)) total = opt_.max_steps;
   start_ = last_log_time_ = std::chrono::steady_clock::now();
-  OpenCsv();
+  if (!opt_.csv.empty()) log_ = std::make_unique<TrainingLog>(opt_.csv, step_);
   bar_ = std::make_unique<ProgressBar>(total, stdout, opt_.progress);
-  if (opt_.print && result.resumed_from >= 0)
+  if (opt_.verbose && result.resumed_from >= 0)
     bar_->Print(detail::Cat("resumed at step ", step_, " from '", dir_->Latest(), "'"));
   if (opt_.eval_at_start && step_ == 0 && held_out_) Eval();
   while (step_ < total) {
@@ -322,7 +338,7 @@ TrainResult Trainer::Fit() {
   }
   CheckFinite();
   bar_->Finish();
-  if (csv_.is_open()) csv_.close();
+  log_.reset();
   result.steps = step_;
   result.train_loss = last_loss_;
   result.eval = last_eval_;

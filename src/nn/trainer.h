@@ -63,9 +63,32 @@ struct RunState {
 
 // The state of a run at `step` whose training data comes from `loader` on `dev`.
 RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev);
-// Seeks the loader and sets the device's generator. IOError when the loader's seeds differ from
-// the saved ones (another shuffling or augmentation would not continue the run).
+// IOError when the loader's seeds differ from the saved ones (another shuffling or augmentation
+// would not continue the run) or the position lies outside its epochs.
+void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source);
+// CheckRunState, then seeks the loader and sets the device's generator.
 void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source);
+
+// The CSV log of a run, one row per log point and per evaluation:
+//   step,epoch,seconds,lr,train_loss,ms_per_step,items_per_s,eval_loss,eval_top1,eval_top5
+// (a log row leaves the eval columns empty and an evaluation row the training ones). Each row is
+// flushed as it is written, so a killed run keeps its log; a resumed run keeps the rows up to its
+// checkpoint's step and writes the later ones anew, so the log reads as an uninterrupted run's.
+// tools/plot_training.py draws it.
+class TrainingLog {
+ public:
+  // Opens `path`: a fresh log, or with resume_step > 0 the existing one cut after that step.
+  TrainingLog(std::string path, int64_t resume_step);
+  void Train(int64_t step, double epoch, double seconds, double lr, double loss, double ms_per_step,
+             double items_per_s);
+  void Eval(int64_t step, double epoch, double seconds, const EvalResult& r);
+  static const char* Header();
+
+ private:
+  void Row(int64_t step, double epoch, double seconds, const std::string& rest);
+  std::string path_;
+  std::ofstream out_;
+};
 
 struct TrainerOptions {
   int64_t epochs = 1;
@@ -79,7 +102,7 @@ struct TrainerOptions {
   bool resume = false;            // start from checkpoint_dir's newest checkpoint, if any
   std::string csv;                // the log of every metric; empty: none
   bool progress = true;           // the bar (drawn only on a terminal)
-  bool print = true;              // a line per evaluation (and on resume)
+  bool verbose = true;            // a line per evaluation (and on resume)
   // After each evaluation: the step, the mean training loss of the last read (NaN before the
   // first step) and the result.
   std::function<void(int64_t step, double train_loss, const EvalResult&)> on_eval;
@@ -119,8 +142,6 @@ class Trainer {
   void Eval();
   void Checkpoint();
   void CheckFinite();
-  void OpenCsv();
-  void CsvRow(const std::string& train_part, const std::string& eval_part);
   io::NamedTensors StateTensors();
   double Seconds() const;
 
@@ -133,7 +154,7 @@ class Trainer {
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<io::CheckpointDir> dir_;
   std::unique_ptr<ProgressBar> bar_;
-  std::ofstream csv_;
+  std::unique_ptr<TrainingLog> log_;
   Tensor x_, y_;
   int64_t step_ = 0, batch_ = 0, last_eval_step_ = -1, last_log_step_ = 0;
   double seconds_before_ = 0;  // training time of the run before it resumed

@@ -278,7 +278,7 @@ TEST_P(TrainerNonFinite, ANaNAtStepKStopsWithNonFiniteErrorNamingKAndTheLastGood
     t.keep_last = 10;
     t.checkpoint_dir = dir;
     t.progress = false;
-    t.print = false;
+    t.verbose = false;
     nn::Trainer trainer(*run.model, train, nullptr, t);
     try {
       trainer.Fit();
