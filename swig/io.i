@@ -443,10 +443,9 @@ PyObject* dataset_stats() {
 %ignore loom::nn::TrainerOptions;
 %ignore loom::nn::TrainResult;
 %ignore loom::nn::NonFiniteError;  // loom.trainer.NonFiniteError is raised by the Python loop
-%ignore loom::nn::StepMonitor::StepMonitor;
+%ignore loom::nn::StepMonitor::StepMonitor(std::shared_ptr<Device>, NamedTensors, bool, GraphOptions);
 %ignore loom::nn::StepMonitor::Read;
 %ignore loom::nn::StepMonitor::Reading;
-%ignore loom::nn::Evaluator::Evaluator;
 %ignore loom::io::CheckpointDir::Save;      // the Python trainer writes through Model.save_states
 %ignore loom::io::CheckpointDir::SaveBest;
 %rename(top_k_correct) loom::nn::TopKCorrect;
@@ -470,9 +469,4 @@ PyObject* dataset_stats() {
     return Py_BuildValue("{sLsLsdsL}", "steps", (long long)r.steps, "first_bad", (long long)r.first_bad,
                          "loss_sum", r.loss_sum, "losses", (long long)r.losses);
   }
-}
-
-%extend loom::nn::Evaluator {
-  // The C++ model of a loom.model.NativeModel; the caller keeps it alive (loom.trainer does).
-  Evaluator(loom::nn::Model& model) { return new loom::nn::Evaluator(model); }
 }
