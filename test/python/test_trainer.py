@@ -87,6 +87,18 @@ def child(mode, data_dir, run_dir, delay_ms):
     t.fit()
 
 
+def bar_child(data_dir, plain):
+    """A short run with the progress bar on; `plain`: without tqdm."""
+    from loom import device, trainer
+    if plain:
+        trainer._tqdm = None
+    dev = device.create_cpu_device()
+    m = make_net(dev, True)
+    train, held_out = loaders(data_dir, dev)
+    trainer.Trainer(m, train, held_out, epochs=2, log_every=2, on_batch=lambda *a: time.sleep(0.12)).fit()
+    print("done")
+
+
 # ---- the tests ----
 
 @pytest.fixture(scope="module")
@@ -297,5 +309,36 @@ def test_bad_options_are_loom_value_errors(data_dir):
             trainer.Trainer(m, train, **kwargs)
 
 
+@pytest.mark.parametrize("plain", [False, True])
+def test_the_progress_bar_shows_on_a_terminal_only(plain, data_dir):
+    import pty
+    if not plain:
+        pytest.importorskip("tqdm")
+    args = [sys.executable, os.path.abspath(__file__), "bar", data_dir, "plain" if plain else "tqdm"]
+    primary, secondary = pty.openpty()
+    p = subprocess.Popen(args, stdout=secondary, stderr=subprocess.STDOUT)
+    os.close(secondary)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(primary)
+    assert p.wait() == 0, out.decode(errors="replace")
+    text = out.decode(errors="replace")
+    assert "\r" in text and "16/16" in text and "items/s" in text and "ms/step" in text and "lr 0.05" in text, text
+    assert "loss " in text and "held-out loss" in text and "top-5" in text and "done" in text, text
+    # The same run into a pipe: the evaluation lines, no bar.
+    r = subprocess.run(args, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stdout and "items/s" not in r.stdout and "held-out loss" in r.stdout, r.stdout
+
+
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "child":
     child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+elif __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "bar":
+    bar_child(sys.argv[2], sys.argv[3] == "plain")

@@ -336,11 +336,11 @@ class Trainer:
                 loss = out[1] if isinstance(out, (tuple, list)) else out
                 self.monitor.record(loss)
                 self.step += 1
-                self._bar.update(1)
                 epoch_end = self.train.position()[1] == bpe
                 last = self.step == total
                 if self.step % self.log_every == 0 or epoch_end or last:
                     self._log()
+                self._bar.update(1)
                 if (self.step % self.eval_every == 0 if self.eval_every else epoch_end) or last:
                     self._eval()
                 if epoch_end and self.on_epoch_end is not None:
