@@ -70,14 +70,19 @@ void MetricSums::Reset() {
 }
 
 EvalResult MetricSums::Read() const {
-  EvalResult r;
-  const double n = samples_.Item();
-  LOOM_CHECK(n > 0, ValueError, "[evaluate] no batch was evaluated (an empty data set, or drop_last with fewer "
+  // One host read of the four sums (a read synchronises with the device).
+  NoGradGuard no_grad;
+  std::vector<double> v = ops::Concat({ops::Reshape(loss_, {1}), ops::Reshape(top1_, {1}), ops::Reshape(top5_, {1}),
+                                       ops::Reshape(samples_, {1})},
+                                      0)
+                              .ToVector<double>();
+  LOOM_CHECK(v[3] > 0, ValueError, "[evaluate] no batch was evaluated (an empty data set, or drop_last with fewer "
              "samples than one batch)");
-  r.samples = int64_t(n);
-  r.loss = loss_.Item() / n;
-  r.top1 = top1_.Item() / n;
-  r.top5 = top5_.Item() / n;
+  EvalResult r;
+  r.samples = int64_t(v[3]);
+  r.loss = v[0] / v[3];
+  r.top1 = v[1] / v[3];
+  r.top5 = v[2] / v[3];
   return r;
 }
 

@@ -56,10 +56,14 @@ void StepMonitor::Record(const Tensor& loss) {
 }
 
 StepMonitor::Reading StepMonitor::Read(bool restart_loss_sum) {
+  NoGradGuard no_grad;
+  std::vector<double> v =  // one host read of the three scalars (a read synchronises with the device)
+      ops::Concat({ops::Reshape(steps_, {1}), ops::Reshape(first_bad_, {1}), ops::Reshape(loss_sum_, {1})}, 0)
+          .ToVector<double>();
   Reading r;
-  r.steps = int64_t(steps_.Item());
-  r.first_bad = int64_t(first_bad_.Item());
-  r.loss_sum = loss_sum_.Item();
+  r.steps = int64_t(v[0]);
+  r.first_bad = int64_t(v[1]);
+  r.loss_sum = v[2];
   r.losses = losses_;
   if (restart_loss_sum) {
     ops::Fill(loss_sum_, 0.0);

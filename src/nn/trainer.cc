@@ -237,21 +237,17 @@ bool Trainer::NextBatch() {
   return true;
 }
 
-void Trainer::CheckFinite() {
-  StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
-  if (r.first_bad > 0) {
-    if (bar_) bar_->Finish();
-    throw NonFiniteError(r.first_bad, dir_ ? dir_->LatestBefore(r.first_bad) : std::string());
-  }
+void Trainer::ThrowIfBad(const StepMonitor::Reading& r) {
+  if (r.first_bad == 0) return;
+  if (bar_) bar_->Finish();
+  throw NonFiniteError(r.first_bad, dir_ ? dir_->LatestBefore(r.first_bad) : std::string());
 }
 
+void Trainer::CheckFinite() { ThrowIfBad(monitor_->Read(/*restart_loss_sum=*/false)); }
 
-void Trainer::Log(bool end_of_epoch) {
+void Trainer::Log() {
   StepMonitor::Reading r = monitor_->Read();
-  if (r.first_bad > 0) {
-    if (bar_) bar_->Finish();
-    throw NonFiniteError(r.first_bad, dir_ ? dir_->LatestBefore(r.first_bad) : std::string());
-  }
+  ThrowIfBad(r);
   auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - last_log_time_).count();
   const int64_t steps = step_ - last_log_step_;
@@ -266,8 +262,6 @@ void Trainer::Log(bool end_of_epoch) {
                                    Fmt("%.0f items/s", items), "  loss ", Fmt("%.4f", last_loss_), "  lr ",
                                    Fmt("%g", lr));
   fields_ = fields;
-  if (bar_) bar_->Update(step_, fields_);
-  (void)end_of_epoch;
   if (log_) log_->Train(step_, double(step_) / double(bpe), Seconds(), lr, last_loss_, ms, items);
 }
 
@@ -330,8 +324,8 @@ TrainResult Trainer::Fit() {
     }
     ++step_;
     const bool epoch_end = train_.position().index == bpe, last = step_ == total;
+    if (step_ % opt_.log_every == 0 || epoch_end || last) Log();
     bar_->Update(step_, fields_);
-    if (step_ % opt_.log_every == 0 || epoch_end || last) Log(epoch_end);
     if ((opt_.eval_every > 0 ? step_ % opt_.eval_every == 0 : epoch_end) || last) Eval();
     if (epoch_end && opt_.on_epoch_end) opt_.on_epoch_end(step_ / bpe);
     if (dir_ && ((opt_.checkpoint_every > 0 ? step_ % opt_.checkpoint_every == 0 : epoch_end) || last)) Checkpoint();

@@ -138,10 +138,11 @@ class Trainer {
 
  private:
   bool NextBatch();
-  void Log(bool end_of_epoch);
+  void Log();
   void Eval();
   void Checkpoint();
-  void CheckFinite();
+  void CheckFinite();  // one read of the monitor; NonFiniteError when a step was bad
+  void ThrowIfBad(const StepMonitor::Reading& r);
   io::NamedTensors StateTensors();
   double Seconds() const;
 
