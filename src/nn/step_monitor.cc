@@ -72,12 +72,13 @@ StepMonitor::Reading StepMonitor::Read(bool restart_loss_sum) {
   return r;
 }
 
-void StepMonitor::SetSteps(int64_t steps) {
-  LOOM_CHECK(steps >= 0, ValueError, "[step_monitor] step count ", steps, " is negative");
+void StepMonitor::SetSteps(int64_t steps, double loss_sum, int64_t losses) {
+  LOOM_CHECK(steps >= 0 && losses >= 0, ValueError, "[step_monitor] step count ", steps, " or loss count ", losses,
+             " is negative");
   ops::Fill(steps_, double(steps));
   ops::Fill(first_bad_, 0.0);
-  ops::Fill(loss_sum_, 0.0);
-  losses_ = 0;
+  ops::Fill(loss_sum_, loss_sum);
+  losses_ = losses;
 }
 
 NonFiniteError::NonFiniteError(int64_t step, std::string last_good_checkpoint)

@@ -48,8 +48,9 @@ class StepMonitor {
   };
   // One host read (synchronises); restarts the loss sum unless told not to.
   Reading Read(bool restart_loss_sum = true);
-  // Resuming: the device counter becomes `steps`, no bad step, an empty loss sum.
-  void SetSteps(int64_t steps);
+  // Resuming: the device counter becomes `steps`, no bad step, and the loss sum holds
+  // `loss_sum` over `losses` steps (what Read(false) gave when the checkpoint was written).
+  void SetSteps(int64_t steps, double loss_sum = 0, int64_t losses = 0);
 
  private:
   std::vector<Tensor> Step(const std::vector<Tensor>& in);

@@ -56,6 +56,8 @@ std::map<std::string, double> RunState::ToMeta() const {
   m["run/best_top1"] = best_top1;
   m["run/best_step"] = double(best_step);
   m["run/seconds"] = seconds;
+  m["run/loss_sum"] = loss_sum;
+  m["run/losses"] = double(losses);
   return m;
 }
 
@@ -72,6 +74,8 @@ RunState RunState::FromMeta(const std::map<std::string, double>& meta, const std
   s.best_top1 = Need(meta, "run/best_top1", source);
   s.best_step = int64_t(Whole(meta, "run/best_step", source, kMax));
   s.seconds = Need(meta, "run/seconds", source);
+  s.loss_sum = Need(meta, "run/loss_sum", source);
+  s.losses = int64_t(Whole(meta, "run/losses", source, kMax));
   LOOM_CHECK(s.best_top1 == -1 || (s.best_top1 >= 0 && s.best_top1 <= 1), IOError, "[trainer] '", source,
              "': 'run/best_top1' is ", s.best_top1, ", not an accuracy");
   return s;
@@ -194,11 +198,15 @@ io::NamedTensors Trainer::StateTensors() {
 }
 
 void Trainer::Save(const std::string& path) {
+  StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
+  ThrowIfBad(r);  // Note [Non-finite steps are caught on the device]: only good states are saved
   io::NamedTensors tensors = StateTensors();
   RunState s = CaptureRunState(step_, train_, *dev_);
   s.best_top1 = best_top1_;
   s.best_step = best_step_;
   s.seconds = Seconds();
+  s.loss_sum = r.loss_sum;
+  s.losses = r.losses;
   std::map<std::string, double> meta = s.ToMeta();
   io::AddOptimizerState(model_.optimizer(), &tensors, &meta);
   io::SaveCheckpoint(path, tensors, meta);
@@ -215,7 +223,7 @@ void Trainer::Restore(const std::string& path) {
   io::RestoreInto(ck, targets);
   io::RestoreOptimizerState(ck, model_.optimizer(), dev_);
   ApplyRunState(s, train_, *dev_, path);
-  monitor_->SetSteps(s.step);
+  monitor_->SetSteps(s.step, s.loss_sum, s.losses);
   step_ = last_log_step_ = s.step;
   best_top1_ = s.best_top1;
   best_step_ = s.best_step;
@@ -286,7 +294,6 @@ void Trainer::Eval() {
 }
 
 void Trainer::Checkpoint() {
-  CheckFinite();  // Note [Non-finite steps are caught on the device]: only good states are saved
   Save(dir_->PathFor(step_));
   dir_->Prune();
 }

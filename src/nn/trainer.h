@@ -55,6 +55,8 @@ struct RunState {
   double best_top1 = -1;          // the best held-out top-1 so far (-1: none yet)
   int64_t best_step = 0;
   double seconds = 0;             // training time so far, for the log's time axis
+  double loss_sum = 0;            // the step monitor's losses since its last log read, and how many:
+  int64_t losses = 0;             // a resumed run's next log row averages the same steps
 
   std::map<std::string, double> ToMeta() const;
   // IOError naming `source` when a key is missing or holds a value no RunState has.

@@ -212,14 +212,15 @@ class Trainer:
         self._seconds_before = 0.0
 
     # ---- checkpoints ----
-    def _run_state(self):
+    def save(self, path):
+        """The model's states and optimizer (Model.save_states) with the run state as metadata;
+        NonFiniteError instead when a step so far was not finite."""
+        r = self.monitor.read(False)
+        self._check_finite(r)  # only good states are saved
         s = core.capture_run_state(self.step, self.train._impl, self.device)
         s.best_top1, s.best_step, s.seconds = self.best_top1, self.best_step, self._seconds()
-        return s
-
-    def save(self, path):
-        """The model's states and optimizer (Model.save_states) with the run state as metadata."""
-        self.model.save_states(path, meta=self._run_state().to_meta())
+        s.loss_sum, s.losses = r["loss_sum"], r["losses"]
+        self.model.save_states(path, meta=s.to_meta())
 
     def restore(self, path):
         """Restores what save wrote: the run state is checked against the loader first, then the
@@ -230,7 +231,7 @@ class Trainer:
         core.check_run_state(s, self.train._impl, str(path))
         self.model.load_states(path)
         core.apply_run_state(s, self.train._impl, self.device, str(path))
-        self.monitor.set_steps(s.step)
+        self.monitor.set_steps(s.step, s.loss_sum, s.losses)
         self.step = self._last_log_step = s.step
         self.best_top1, self.best_step = s.best_top1, s.best_step
         self._seconds_before = s.seconds
@@ -238,11 +239,11 @@ class Trainer:
     def _check_finite(self, reading=None):
         r = reading or self.monitor.read(False)
         if r["first_bad"] > 0:
-            self._bar.close()
+            if getattr(self, "_bar", None) is not None:
+                self._bar.close()
             raise NonFiniteError(r["first_bad"], self.dir.latest_before(r["first_bad"]) if self.dir else None)
 
     def _checkpoint(self):
-        self._check_finite()  # only good states are saved
         self.save(self.dir.path_for(self.step))
         self.dir.prune()
 
