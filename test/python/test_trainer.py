@@ -198,6 +198,36 @@ def test_a_nan_at_step_k_raises_naming_k_and_the_last_good_checkpoint_loads(mode
         assert np.isfinite(p.to_numpy()).all(), name
 
 
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_a_native_model_stopped_by_max_steps_resumes_bitwise(use_graph, data_dir, tmp_path):
+    """NativeModel (C++ step), stopped after 10 steps and resumed in a new trainer and model, ends
+    as one uninterrupted run does."""
+    from loom import device, layer, model, opt, tensor, trainer
+
+    def run(d, **kwargs):
+        dev = device.create_cpu_device()
+        dev.SetRandSeed(5)
+        net = layer.Sequential(layer.Conv2d(1, 4, 3, padding=1, device=dev), layer.BatchNorm2d(4, device=dev),
+                               layer.ReLU(), layer.Flatten(), layer.Dropout(0.2),
+                               layer.Linear(256, CLASSES, device=dev))
+        m = model.NativeModel(net, opt.SGD(lr=0.05, momentum=0.9))
+        m.compile([tensor.from_numpy(np.zeros((BATCH, 1, 8, 8), np.float32), dev)], is_train=True,
+                  use_graph=use_graph)
+        train, held_out = loaders(data_dir, dev)
+        r = trainer.Trainer(m, train, held_out, epochs=EPOCHS, log_every=3, checkpoint_every=4, checkpoint_dir=d,
+                            progress=False, verbose=False, **kwargs).fit()
+        return r, {k: v.to_numpy() for k, v in m.get_states().items()}
+
+    r_ref, ref = run(str(tmp_path / "ref"))
+    r1, _ = run(str(tmp_path / "run"), max_steps=10)
+    assert r1["steps"] == 10 and steps_in(str(tmp_path / "run"))[-1] == 10
+    r2, resumed = run(str(tmp_path / "run"), resume=True)
+    assert r2["resumed_from"] == 10 and r2["steps"] == r_ref["steps"] == EPOCHS * SAMPLES // BATCH
+    assert r2["eval"] == r_ref["eval"] and r2["train_loss"] == r_ref["train_loss"]
+    for k in ref:
+        assert ref[k].tobytes() == resumed[k].tobytes(), k
+
+
 def numpy_metrics(logits, labels):
     shifted = logits - logits.max(1, keepdims=True)
     loss = np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(labels)), labels])
