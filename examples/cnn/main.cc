@@ -230,7 +230,8 @@ int Run(const Flags& f) {
     t.verbose = false;  // the table below instead
     const int64_t bpe = loader->batches_per_epoch();
     t.on_eval = [&](int64_t step, double loss, const loom::nn::EvalResult& r) {
-      const std::string at = step % bpe == 0 ? std::to_string(step / bpe) : std::to_string(double(step) / bpe).substr(0, 5);
+      const std::string at =
+          step % bpe == 0 ? std::to_string(step / bpe) : std::to_string(double(step) / bpe).substr(0, 5);
       const std::string train = std::isnan(loss) ? "-" : std::to_string(loss).substr(0, 6);
       std::printf("%5s  %10s  %13.4f  %16.2f%%  %6.1fs\n", at.c_str(), train.c_str(), r.loss, 100 * r.top1, seconds());
       std::fflush(stdout);

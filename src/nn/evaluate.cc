@@ -58,7 +58,9 @@ MetricSums::MetricSums(std::shared_ptr<Device> dev) : dev_(std::move(dev)) {
 void MetricSums::Add(const Tensor& logits, const Tensor& labels) {
   NoGradGuard no_grad;
   const double n = double(logits.ndim() > 0 ? logits.shape()[0] : 0);
-  auto add = [](const Tensor& sum, const Tensor& v) { ops::CopyInto(sum, ops::Add(sum, ops::Cast(v, DType::kFloat64))); };
+  auto add = [](const Tensor& sum, const Tensor& v) {
+    ops::CopyInto(sum, ops::Add(sum, ops::Cast(v, DType::kFloat64)));
+  };
   add(loss_, ops::MulScalar(ops::Cast(ops::SoftmaxCrossEntropy(logits, labels), DType::kFloat64), n));
   add(top1_, TopKCorrect(logits, labels, 1));
   add(top5_, TopKCorrect(logits, labels, 5));

@@ -40,7 +40,8 @@ std::vector<Tensor> StepMonitor::Step(const std::vector<Tensor>& in) {
 
 void StepMonitor::Record(const Tensor& loss) {
   LOOM_CHECK(loss.defined() && loss.ndim() == 0 && IsFloating(loss.dtype()), ShapeError,
-             "[step_monitor] the loss must be a floating-point scalar, got ", loss.defined() ? loss.Describe() : "none");
+             "[step_monitor] the loss must be a floating-point scalar, got ",
+             loss.defined() ? loss.Describe() : "none");
   NoGradGuard no_grad;
   Tensor l = loss.Detach();
   if (use_graph_) {

@@ -158,7 +158,8 @@ void TrainingLog::Train(int64_t step, double epoch, double seconds, double lr, d
 }
 
 void TrainingLog::Eval(int64_t step, double epoch, double seconds, const EvalResult& r) {
-  Row(step, epoch, seconds, detail::Cat(",,,,", Fmt("%.6g", r.loss), ',', Fmt("%.6g", r.top1), ',', Fmt("%.6g", r.top5)));
+  Row(step, epoch, seconds,
+      detail::Cat(",,,,", Fmt("%.6g", r.loss), ',', Fmt("%.6g", r.top1), ',', Fmt("%.6g", r.top5)));
 }
 
 // ---- Trainer ----
@@ -172,10 +173,10 @@ Trainer::Trainer(Model& model, io::DataLoader& train, io::DataLoader* held_out, 
   LOOM_CHECK(opt_.eval_every >= 0 && opt_.checkpoint_every >= 0, ValueError,
              "[trainer] eval_every and checkpoint_every must be >= 0 (0: at each epoch's end)");
   LOOM_CHECK(!opt_.resume || !opt_.checkpoint_dir.empty(), ValueError, "[trainer] resume needs a checkpoint_dir");
-  LOOM_CHECK(!model_.use_graph() || train_.options().drop_last || train_.samples_per_epoch() % train_.options().batch_size == 0,
-             ValueError, "[trainer] a graph-mode model trains on batches of one shape: give the training loader "
-             "drop_last (", train_.samples_per_epoch(), " samples are not a multiple of the batch ",
-             train_.options().batch_size, ")");
+  const int64_t batch = train_.options().batch_size;
+  LOOM_CHECK(!model_.use_graph() || train_.options().drop_last || train_.samples_per_epoch() % batch == 0, ValueError,
+             "[trainer] a graph-mode model trains on batches of one shape: give the training loader drop_last (",
+             train_.samples_per_epoch(), " samples are not a multiple of the batch ", batch, ")");
   if (!opt_.checkpoint_dir.empty()) dir_ = std::make_unique<io::CheckpointDir>(opt_.checkpoint_dir, opt_.keep_last);
   if (held_out_) evaluator_ = std::make_unique<Evaluator>(model_);
   batch_ = train_.options().batch_size;

@@ -58,7 +58,8 @@ TEST(Augment, MatchesAHandMadePadCropAndFlip) {
         // Pad by 2 with zeros, keep the 5x7 window at (dy, dx), mirror it when flipped.
         std::vector<int> padded(9 * 11, 0);
         for (int64_t h = 0; h < 5; ++h)
-          for (int64_t w = 0; w < 7; ++w) padded[size_t((h + 2) * 11 + w + 2)] = data->images[size_t(((s * 2 + c) * 5 + h) * 7 + w)];
+          for (int64_t w = 0; w < 7; ++w)
+            padded[size_t((h + 2) * 11 + w + 2)] = data->images[size_t(((s * 2 + c) * 5 + h) * 7 + w)];
         for (int64_t h = 0; h < 5; ++h)
           for (int64_t w = 0; w < 7; ++w) {
             int64_t cw = d.flip ? 6 - w : w;

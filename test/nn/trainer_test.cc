@@ -217,7 +217,8 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-  const std::string final_name = "/step-" + std::string(12 - std::to_string(kSteps).size(), '0') + std::to_string(kSteps) + ".ckpt";
+  char final_name[40];  // the last step's checkpoint
+  std::snprintf(final_name, sizeof final_name, "/step-%012lld.ckpt", (long long)kSteps);
   ASSERT_FALSE(FileExists(run + final_name)) << "killed after the last step: nothing left to resume";
   const int64_t resumed_at = io::CheckpointDir(run).Steps().back();
 
