@@ -307,6 +307,9 @@ TrainResult Trainer::Fit() {
       Restore(latest);
       result.resumed_from = step_;
     }
+  } else if (dir_ && !dir_->Steps().empty()) {  // pruning would remove the new run's checkpoints first
+    throw ValueError(detail::Cat("[trainer] '", dir_->dir(), "' holds checkpoints of another run (the newest '",
+                                 dir_->Latest(), "'): resume it, or give a new checkpoint_dir"));
   }
   const int64_t bpe = train_.batches_per_epoch();
   LOOM_CHECK(bpe > 0, ValueError, "[trainer] the training loader gives no batch (fewer samples than one batch "

@@ -419,6 +419,21 @@ TEST(ProgressBar, StaysQuietWhenTheStreamIsNotATerminal) {
   EXPECT_EQ(std::string(buf, n), "a line\n");
 }
 
+TEST(Trainer, RefusesAFolderHoldingAnotherRunUnlessResuming) {
+  TempDir tmp;
+  TrainRun run(false);
+  io::DataLoader train(Images(kSamples, 1), TrainOptions());
+  nn::TrainerOptions t;
+  t.max_steps = 2;
+  t.checkpoint_dir = tmp.path();
+  t.progress = t.verbose = false;
+  nn::Trainer(*run.model, train, nullptr, t).Fit();
+  EXPECT_THROW(nn::Trainer(*run.model, train, nullptr, t).Fit(), ValueError);
+  t.resume = true;
+  t.max_steps = 3;
+  EXPECT_EQ(nn::Trainer(*run.model, train, nullptr, t).Fit().resumed_from, 2);
+}
+
 TEST(Trainer, RefusesBadOptions) {
   TrainRun run(false);
   io::DataLoader train(Images(kSamples, 1), TrainOptions());

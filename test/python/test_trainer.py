@@ -337,6 +337,20 @@ def test_bad_options_are_loom_value_errors(data_dir):
     for kwargs in ({"log_every": 0}, {"resume": True}, {"plot": "x.png"}, {"epochs": 0}):
         with pytest.raises(errors.ValueError):
             trainer.Trainer(m, train, **kwargs)
+    with pytest.raises(errors.TypeError, match="loom.io.DataLoader"):
+        trainer.Trainer(m, [(1, 2)])
+
+
+def test_a_folder_of_another_run_is_refused_unless_resuming(data_dir, tmp_path):
+    from loom import device, errors, trainer
+    dev = device.create_cpu_device()
+    m = make_net(dev, False)
+    train, _ = loaders(data_dir, dev)
+    kw = dict(checkpoint_dir=str(tmp_path), progress=False, verbose=False)
+    trainer.Trainer(m, train, max_steps=2, **kw).fit()
+    with pytest.raises(errors.ValueError, match="holds checkpoints of another run"):
+        trainer.Trainer(m, train, max_steps=2, **kw).fit()
+    assert trainer.Trainer(m, train, max_steps=3, resume=True, **kw).fit()["resumed_from"] == 2
 
 
 @pytest.mark.parametrize("plain", [False, True])

@@ -191,6 +191,10 @@ class Trainer:
             raise errors.ValueError("[trainer] resume needs a checkpoint_dir")
         if plot and not csv:
             raise errors.ValueError("[trainer] plot draws the CSV log: give csv too")
+        for what, loader in (("train", train), ("held_out", held_out)):
+            if loader is not None and not isinstance(loader, _io.DataLoader):
+                raise errors.TypeError(f"[trainer] {what} must be a loom.io.DataLoader (its position and seeds are "
+                                       f"saved with each checkpoint), got {type(loader).__name__}")
         self.model, self.train, self.held_out = model, train, held_out
         self.epochs, self.max_steps, self.log_every = int(epochs), int(max_steps), int(log_every)
         self.eval_every, self.eval_at_start = int(eval_every), bool(eval_at_start)
@@ -308,6 +312,9 @@ class Trainer:
             if latest:
                 self.restore(latest)
                 resumed_from = self.step
+        elif self.dir is not None and self.dir.steps():  # pruning would remove the new run's checkpoints first
+            raise errors.ValueError(f"[trainer] '{self.dir.dir()}' holds checkpoints of another run (the newest "
+                                    f"'{self.dir.latest()}'): resume it, or give a new checkpoint_dir")
         bpe = self.train.batches_per_epoch
         if bpe < 1:
             raise errors.ValueError("[trainer] the training loader gives no batch")
