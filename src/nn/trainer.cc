@@ -1,5 +1,6 @@
 #include "nn/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -134,8 +135,11 @@ TrainingLog::TrainingLog(std::string path, int64_t resume_step) : path_(std::mov
     std::string line;
     for (bool header = true; std::getline(in, line); header = false) {
       if (header || line.empty()) continue;
+      // A whole row (a run killed mid-write may have left half of one) of a step up to the resume's.
       const std::string step = line.substr(0, line.find(','));
-      if (!step.empty() && step.find_first_not_of("0123456789") == std::string::npos && std::stoll(step) <= resume_step)
+      const bool whole = std::count(line.begin(), line.end(), ',') == 9;
+      if (whole && !step.empty() && step.size() < 16 && step.find_first_not_of("0123456789") == std::string::npos &&
+          std::stoll(step) <= resume_step)
         keep += line + "\n";
     }
   }

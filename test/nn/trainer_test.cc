@@ -434,6 +434,33 @@ TEST(Trainer, RefusesAFolderHoldingAnotherRunUnlessResuming) {
   EXPECT_EQ(nn::Trainer(*run.model, train, nullptr, t).Fit().resumed_from, 2);
 }
 
+TEST(TrainingLog, AResumedLogKeepsTheWholeRowsUpToItsStep) {
+  TempDir tmp;
+  const std::string path = tmp / "log.csv";
+  {
+    nn::TrainingLog log(path, 0);
+    log.Train(2, 0.5, 1.0, 0.1, 2.5, 10, 100);
+    nn::EvalResult r;
+    r.loss = 1.5;
+    r.top1 = 0.25;
+    r.top5 = 0.75;
+    log.Eval(4, 1.0, 2.0, r);
+    log.Train(4, 1.0, 2.0, 0.1, 1.25, 10, 100);
+    log.Train(6, 1.5, 3.0, 0.1, 1.0, 10, 100);
+  }
+  std::vector<uint8_t> bytes = ReadBytes(path);
+  for (char c : std::string("3,0.7500,1"))  // half a row (as a run killed mid-write leaves) of an early step
+    bytes.push_back(uint8_t(c));
+  WriteBytes(path, bytes);
+  { nn::TrainingLog resumed(path, 4); }
+  auto text = ReadBytes(path);
+  EXPECT_EQ(std::string(text.begin(), text.end()),
+            std::string(nn::TrainingLog::Header()) +
+                "2,0.5000,1.000,0.1,2.5,10,100,,,\n"
+                "4,1.0000,2.000,,,,,1.5,0.25,0.75\n"
+                "4,1.0000,2.000,0.1,1.25,10,100,,,\n");
+}
+
 TEST(Trainer, RefusesBadOptions) {
   TrainRun run(false);
   io::DataLoader train(Images(kSamples, 1), TrainOptions());
