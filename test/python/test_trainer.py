@@ -189,6 +189,10 @@ def test_a_nan_at_step_k_raises_naming_k_and_the_last_good_checkpoint_loads(mode
     assert e.value.last_good_checkpoint == os.path.join(str(tmp_path), f"step-{good:012d}.ckpt")
     assert steps_in(str(tmp_path))[-1] == good  # nothing saved at or after k
 
+    with pytest.raises(trainer.NonFiniteError):  # nor can the bad state be saved by hand
+        t.save(str(tmp_path / "by_hand.ckpt"))
+    assert not os.path.exists(tmp_path / "by_hand.ckpt")
+
     m2 = make_net(dev, mode == "graph")
     train2, _ = loaders(data_dir, dev)
     t2 = trainer.Trainer(m2, train2, epochs=EPOCHS, checkpoint_dir=str(tmp_path), progress=False)

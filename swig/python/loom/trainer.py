@@ -214,6 +214,8 @@ class Trainer:
         self.last_eval = None
         self._last_loss = math.nan
         self._seconds_before = 0.0
+        self._start = time.perf_counter()  # fit restarts the clock
+        self._bar = None
 
     # ---- checkpoints ----
     def save(self, path):
@@ -243,7 +245,7 @@ class Trainer:
     def _check_finite(self, reading=None):
         r = reading or self.monitor.read(False)
         if r["first_bad"] > 0:
-            if getattr(self, "_bar", None) is not None:
+            if self._bar is not None:
                 self._bar.close()
             raise NonFiniteError(r["first_bad"], self.dir.latest_before(r["first_bad"]) if self.dir else None)
 
