@@ -278,9 +278,15 @@ class Trainer:
             self._log_file.train(self.step, self._epoch(), self._seconds(), lr, self._last_loss, ms, items)
 
     def _lr(self):
+        """The optimizer's learning rate as the host knows it (NaN when it does not say)."""
         o = self.model.optimizer
-        o = getattr(o, "_impl", o)
-        return float(o.learning_rate()) if hasattr(o, "learning_rate") else math.nan
+        lr = getattr(o, "lr", None)  # loom.opt's optimizers
+        if lr is None and getattr(o, "_impl", None) is not None:
+            lr = o._impl.learning_rate()
+        try:
+            return float(lr)
+        except (TypeError, ValueError):
+            return math.nan
 
     def _eval(self):
         if self.evaluator is None or self._last_eval_step == self.step:
