@@ -233,6 +233,7 @@ LOOM_WITHOUT_GIL(loom::io::LoadCifar10Dir)
 %rename(has) loom::io::Checkpoint::Has;
 %rename(ImageData) loom::io::ImageData;
 %rename(next_into) loom::io::DataLoader::NextInto;
+%rename(seek) loom::io::DataLoader::Seek;
 
 namespace loom {
 namespace io {
@@ -264,6 +265,7 @@ class DataLoader {
   int64_t batches_per_epoch() const;
   int64_t size() const;
   int64_t samples_per_epoch() const;
+  void Seek(int64_t epoch, int64_t index);
 };
 
 }  // namespace io
@@ -294,7 +296,7 @@ class DataLoader {
   DataLoader(std::shared_ptr<loom::io::ImageData> data, int64_t batch_size, bool shuffle, uint64_t seed,
              bool drop_last, bool flat, const std::vector<float>& mean, const std::vector<float>& stddev,
              int prefetch, std::shared_ptr<loom::Device> device, int64_t shard_rank = 0,
-             int64_t shard_world = 1) {
+             int64_t shard_world = 1, int64_t crop_padding = 0, bool hflip = false, uint64_t augment_seed = 0) {
     LOOM_CHECK(data, ValueError, "[DataLoader] no data");
     loom::io::DataLoaderOptions o;
     o.batch_size = batch_size;
@@ -308,7 +310,15 @@ class DataLoader {
     o.device = std::move(device);
     o.shard_rank = shard_rank;
     o.shard_world = shard_world;
+    o.crop_padding = crop_padding;
+    o.hflip = hflip;
+    o.augment_seed = augment_seed;
     return new loom::io::DataLoader(std::move(data), std::move(o));
+  }
+  // (epoch, index) of the batch the next call returns (io::LoaderPosition).
+  PyObject* position() const {
+    loom::io::LoaderPosition p = $self->position();
+    return Py_BuildValue("(LL)", (long long)p.epoch, (long long)p.index);
   }
   // (x, y, epoch, index) of the next batch, or None at the end of an epoch (the call after
   // that starts the next epoch).
@@ -416,3 +426,47 @@ PyObject* dataset_stats() {
 
 }  // namespace loom_py
 %}
+
+// ---- training runs: evaluation, the step monitor, run state and checkpoint folders ----
+// (nn/evaluate.h, nn/step_monitor.h, nn/trainer.h, io/checkpoint_dir.h). Here rather than in
+// nn.i because they take DataLoaders and (name, Tensor) lists, whose conversions are above.
+// loom/trainer.py builds loom.trainer.Trainer on them; the C++ nn::Trainer itself is not bound
+// (its loop calls back into C++ models only).
+%{
+#include "io/checkpoint_dir.h"
+#include "nn/evaluate.h"
+#include "nn/step_monitor.h"
+#include "nn/trainer.h"
+%}
+
+%ignore loom::nn::Trainer;
+%ignore loom::nn::TrainerOptions;
+%ignore loom::nn::TrainResult;
+%ignore loom::nn::NonFiniteError;  // loom.trainer.NonFiniteError is raised by the Python loop
+%ignore loom::nn::StepMonitor::StepMonitor(std::shared_ptr<Device>, NamedTensors, bool, GraphOptions);
+%ignore loom::nn::StepMonitor::Read;
+%ignore loom::nn::StepMonitor::Reading;
+%ignore loom::io::CheckpointDir::Save;      // the Python trainer writes through Model.save_states
+%ignore loom::io::CheckpointDir::SaveBest;
+%rename(top_k_correct) loom::nn::TopKCorrect;
+%rename(top1_correct) loom::nn::Top1Correct;
+%include "io/checkpoint_dir.h"
+%include "nn/evaluate.h"
+%include "nn/step_monitor.h"
+%include "nn/trainer.h"
+
+%extend loom::nn::StepMonitor {
+  // watched: the tensors whose non-finite values mark a bad step (the parameters).
+  StepMonitor(std::shared_ptr<loom::Device> dev, const std::vector<loom::Tensor>& watched, bool use_graph,
+              const loom::GraphOptions& options = loom::GraphOptions()) {
+    loom::nn::NamedTensors named;
+    for (size_t i = 0; i < watched.size(); ++i) named.emplace_back(std::to_string(i), watched[i]);
+    return new loom::nn::StepMonitor(std::move(dev), std::move(named), use_graph, options);
+  }
+  // {"steps", "first_bad", "loss_sum", "losses"}: one host read.
+  PyObject* read(bool restart_loss_sum = true) {
+    loom::nn::StepMonitor::Reading r = $self->Read(restart_loss_sum);
+    return Py_BuildValue("{sLsLsdsL}", "steps", (long long)r.steps, "first_bad", (long long)r.first_bad,
+                         "loss_sum", r.loss_sum, "losses", (long long)r.losses);
+  }
+}

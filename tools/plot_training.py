@@ -1,19 +1,26 @@
 #!/usr/bin/python3
-"""Plots a training run's curves as written by `loom-cnn --epochs N --csv FILE`.
+"""Plots a training run's curves from its CSV log, as `loom-cnn --epochs N --csv FILE` and
+loom.trainer.Trainer(csv=...) write it (nn::TrainingLog's columns).
 
     /usr/bin/python3 tools/plot_training.py FILE [--out FILE_without_.csv.png] [--title TEXT]
 
-Left: the mean training loss of each epoch and the held-out loss after it; right: the held-out
-top-1 accuracy after each epoch. Epoch 0 is the untrained network (no training loss). Prints the PNG's path. matplotlib, Agg backend.
+Left: the training loss at each log point and the held-out loss at each evaluation; right: the
+held-out top-1 and top-5 accuracy. Prints the PNG's path. The drawing is loom.curves, loaded
+from the source tree (it needs matplotlib only, not a built loom).
 """
 import argparse
-import csv
+import importlib.util
 import os
 
-import matplotlib
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def curves():
+    spec = importlib.util.spec_from_file_location("loom_curves", os.path.join(ROOT, "swig", "python", "loom",
+                                                                             "curves.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main():
@@ -22,36 +29,10 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--title", default="loom-cnn")
     a = ap.parse_args()
-    with open(a.csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise SystemExit(f"plot_training: {a.csv} has no epochs")
-    epoch = [int(r["epoch"]) for r in rows]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    trained = [r for r in rows if r["train_loss"] != "nan"]  # epoch 0 (before training) has none
-    left.plot([int(r["epoch"]) for r in trained], [float(r["train_loss"]) for r in trained], "o-",
-              label="training (epoch mean)")
-    left.plot(epoch, [float(r["heldout_loss"]) for r in rows], "s-", label="held out")
-    left.set_xlabel("epoch")
-    left.set_ylabel("softmax cross-entropy")
-    left.set_yscale("log")
-    left.legend()
-    left.grid(alpha=0.3)
-    right.plot(epoch, [100 * float(r["heldout_top1"]) for r in rows], "o-", color="tab:green")
-    right.set_xlabel("epoch")
-    right.set_ylabel("held-out top-1 accuracy (%)")
-    right.grid(alpha=0.3)
-    for x, r in zip(epoch, rows):
-        right.annotate(f"{100 * float(r['heldout_top1']):.1f}%", (x, 100 * float(r["heldout_top1"])),
-                       textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-    right.margins(y=0.12)
-    for ax in (left, right):
-        ax.set_xticks(epoch)
-    fig.suptitle(a.title)
-    fig.tight_layout()
-    out = a.out or os.path.splitext(a.csv)[0] + ".png"
-    fig.savefig(out, dpi=100)
-    print(out)
+    try:
+        print(curves().plot_log(a.csv, a.out or os.path.splitext(a.csv)[0] + ".png", a.title))
+    except ValueError as e:
+        raise SystemExit(f"plot_training: {e}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 //   loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch 32] [--steps 100] [--lr 0.05]
 //            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--seed 7]
 //            [--print-every 10] [--json]
+//            with --epochs: [--checkpoint-dir DIR [--checkpoint-every N] [--keep K] [--resume]]
+//            [--eval-every N] [--log-every N] [--augment]
 // --data DIR reads MNIST (DIR/train-images-idx3-ubyte[.gz] and the labels; the digits that
 // tools/setup.sh installs in data/digits are such a folder) or else CIFAR-10
 // (DIR/data_batch_{1..5}.bin) through io::DataLoader (shuffled, normalised, prepared on a
@@ -17,6 +19,12 @@
 // time. --lr-drop N divides the learning rate by 10 after epoch N (0: never). --csv FILE writes the rows
 // (tools/plot_training.py draws them); --json ends with one JSON line of results. --seed N seeds
 // the initial weights and the shuffling order.
+// --epochs runs nn::Trainer (a progress bar on a terminal; nn/trainer.h): --checkpoint-dir DIR
+// keeps the newest --keep K checkpoints (every --checkpoint-every N steps, else at each epoch's
+// end) and best.ckpt; --resume continues from the newest one, bitwise as if never interrupted.
+// --eval-every N evaluates every N steps instead of after each epoch, --log-every N reads the loss
+// every N steps (default: once per epoch). --augment: random crops of the image padded by 4
+// pixels, and horizontal flips for CIFAR-10 (not for digits), drawn from --seed.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -38,6 +46,7 @@
 #include "nn/evaluate.h"
 #include "nn/model.h"
 #include "nn/models.h"
+#include "nn/trainer.h"
 
 namespace {
 
@@ -54,12 +63,18 @@ struct Flags {
   double lr = 0.05;
   std::string data, csv;
   bool json = false;
+  // The trainer (--epochs): see the usage text.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0, keep = 3, eval_every = 0, log_every = 0;
+  bool resume = false, augment = false;
 };
 
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n";
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n"
+               "  with --epochs: [--checkpoint-dir DIR [--checkpoint-every N] [--keep K] [--resume]] [--eval-every N]"
+               " [--log-every N] [--augment]\n";
   return 2;
 }
 
@@ -156,11 +171,19 @@ int Run(const Flags& f) {
   if (data.train) {
     auto o = LoaderOptions(data, f.batch, true);
     o.seed = uint64_t(f.seed);
+    if (f.augment) {  // CIFAR's standard: 4 pixels of padding, random crops, horizontal flips
+      o.crop_padding = 4;
+      o.hflip = data.name != "MNIST";  // a mirrored digit is another glyph
+      o.augment_seed = uint64_t(f.seed);
+    }
     loader = std::make_unique<loom::io::DataLoader>(data.train, o);
   }
+  std::unique_ptr<loom::io::DataLoader> held_out;
+  if (data.held_out)
+    held_out = std::make_unique<loom::io::DataLoader>(data.held_out, LoaderOptions(data, f.eval_batch, false));
   auto evaluate = [&]() -> loom::nn::EvalResult {
-    loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false));
-    return loom::nn::Evaluate(model, held_out);
+    held_out->Seek(0, 0);
+    return loom::nn::Evaluate(model, *held_out);
   };
   Tensor x(loader ? loader->x_shape(f.batch) : loom::Shape{f.batch, 3, 32, 32}, loom::DType::kFloat32, dev);
   Tensor y(loom::Shape{f.batch}, loom::DType::kInt32, dev);
@@ -175,7 +198,8 @@ int Run(const Flags& f) {
     y.CopyFrom(hy);
     return true;
   };
-  if (!next_batch(0)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
+  if (f.epochs == 0 && !next_batch(0)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
+  if (f.epochs > 0) x = loom::ops::Zeros(x.shape(), loom::DType::kFloat32, dev);  // the trainer feeds the batches
   model.Compile({x}, /*is_train=*/true, /*use_graph=*/f.graph, /*sequential=*/true);
   std::printf("loom-cnn: %s, batch %lld, %s, %s data", f.model.c_str(), (long long)f.batch,
               f.graph ? "graph replay" : "eager", loader ? data.name.c_str() : "synthetic");
@@ -191,44 +215,34 @@ int Run(const Flags& f) {
   int64_t steps = 0;
   std::vector<double> ms;
   if (f.epochs > 0) {
-    // Whole epochs. The step losses are summed on the device and read once per epoch
-    // (Note [Metrics stay on the device] in nn/evaluate.h).
-    std::unique_ptr<std::ofstream> csv;
-    if (!f.csv.empty()) {
-      csv = std::make_unique<std::ofstream>(f.csv);
-      if (!*csv) throw loom::IOError("[loom-cnn] cannot write '" + f.csv + "'");
-      *csv << "epoch,steps,seconds,train_loss,heldout_loss,heldout_top1\n";
-    }
+    // Whole epochs through nn::Trainer: evaluation, checkpoints, --resume, the CSV log.
     std::printf("%5s  %10s  %12s  %16s  %7s\n", "epoch", "train loss", "held-out loss", "held-out accuracy", "time");
-    if (data.held_out) {  // epoch 0: the untrained network, near chance
-      eval = evaluate();
-      std::printf("%5d  %10s  %13.4f  %16.2f%%  %6.1fs\n", 0, "-", eval.loss, 100 * eval.top1, seconds());
-      if (csv) *csv << "0,0," << seconds() << ",nan," << eval.loss << ',' << eval.top1 << '\n';
-    }
-    for (int64_t epoch = 1; epoch <= f.epochs; ++epoch) {
-      Tensor loss_sum;
-      int64_t epoch_steps = 0;
-      do {
-        Tensor loss = loom::ops::Cast(model.TrainOneBatch(x, y).loss, loom::DType::kFloat64);
-        loss_sum = loss_sum.defined() ? loom::ops::Add(loss_sum, loss) : loss;
-        ++epoch_steps;
-      } while (next_batch(steps + epoch_steps));
-      steps += epoch_steps;
-      train_loss = loss_sum.Item() / double(epoch_steps);
-      if (!std::isfinite(train_loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
-      if (data.held_out) eval = evaluate();
-      const double t = seconds();
-      if (data.held_out)
-        std::printf("%5lld  %10.4f  %13.4f  %16.2f%%  %6.1fs\n", (long long)epoch, train_loss, eval.loss,
-                    100 * eval.top1, t);
-      else
-        std::printf("%5lld  %10.4f  %13s  %17s  %6.1fs\n", (long long)epoch, train_loss, "-", "-", t);
+    loom::nn::TrainerOptions t;
+    t.epochs = f.epochs;
+    t.log_every = f.log_every > 0 ? f.log_every : loader->batches_per_epoch();
+    t.eval_every = f.eval_every;
+    t.eval_at_start = true;  // epoch 0: the untrained network, near chance
+    t.checkpoint_dir = f.checkpoint_dir;
+    t.checkpoint_every = f.checkpoint_every;
+    t.keep_last = int(f.keep);
+    t.resume = f.resume;
+    t.csv = f.csv;
+    t.verbose = false;  // the table below instead
+    const int64_t bpe = loader->batches_per_epoch();
+    t.on_eval = [&](int64_t step, double loss, const loom::nn::EvalResult& r) {
+      const std::string at =
+          step % bpe == 0 ? std::to_string(step / bpe) : std::to_string(double(step) / bpe).substr(0, 5);
+      const std::string train = std::isnan(loss) ? "-" : std::to_string(loss).substr(0, 6);
+      std::printf("%5s  %10s  %13.4f  %16.2f%%  %6.1fs\n", at.c_str(), train.c_str(), r.loss, 100 * r.top1, seconds());
       std::fflush(stdout);
-      if (csv) *csv << epoch << ',' << steps << ',' << t << ',' << train_loss << ',' << eval.loss << ',' << eval.top1 << '\n';
+    };
+    t.on_epoch_end = [&](int64_t epoch) {
       if (epoch == f.lr_drop) model.optimizer().SetLearningRate(f.lr / 10);  // a device scalar: no recapture
-      if (epoch < f.epochs && !next_batch(steps)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
-    }
-    if (csv && !csv->flush()) throw loom::IOError("[loom-cnn] writing '" + f.csv + "' failed");
+    };
+    loom::nn::TrainResult r = loom::nn::Trainer(model, *loader, data.held_out ? &*held_out : nullptr, t).Fit();
+    steps = r.steps;
+    train_loss = r.train_loss;
+    eval = r.eval;
   } else {
     for (int64_t step = 0; step < f.steps; ++step) {
       if (step > 0 && !next_batch(step)) next_batch(step);  // end of an epoch: start the next
@@ -285,12 +299,22 @@ int main(int argc, char** argv) {
       else if (a.Is("--seed")) f.seed = a.Int(0);
       else if (a.Is("--csv")) f.csv = a.Value();
       else if (a.Switch("--json")) f.json = true;
+      else if (a.Is("--checkpoint-dir")) f.checkpoint_dir = a.Value();
+      else if (a.Is("--checkpoint-every")) f.checkpoint_every = a.Int(0);
+      else if (a.Is("--keep")) f.keep = a.Int(1);
+      else if (a.Switch("--resume")) f.resume = true;
+      else if (a.Is("--eval-every")) f.eval_every = a.Int(0);
+      else if (a.Is("--log-every")) f.log_every = a.Int(0);
+      else if (a.Switch("--augment")) f.augment = true;
       else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
     if (f.batch < 1 || f.steps < 1 || f.print_every < 1) throw std::invalid_argument("sizes must be positive");
     if ((f.epochs > 0 || !f.csv.empty()) && f.data.empty()) throw std::invalid_argument("--epochs and --csv need --data");
     if ((!f.csv.empty() || f.lr_drop > 0) && f.epochs == 0) throw std::invalid_argument("--csv and --lr-drop need --epochs");
+    if ((!f.checkpoint_dir.empty() || f.resume || f.augment || f.eval_every > 0 || f.log_every > 0) && f.epochs == 0)
+      throw std::invalid_argument("--checkpoint-dir, --resume, --augment, --eval-every and --log-every need --epochs");
+    if (f.resume && f.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
   } catch (const std::exception& e) {
     return Usage(e.what());
   }

@@ -106,6 +106,10 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
              "): the rank must lie in [0, world) and the world be >= 1");
   LOOM_CHECK(data_->n >= opt_.shard_world, ValueError, "[data_loader] ", data_->n, " samples cannot be shared by ",
              opt_.shard_world, " ranks");
+  LOOM_CHECK(opt_.crop_padding >= 0 && opt_.crop_padding <= 0x7fff, ValueError, "[data_loader] crop_padding ",
+             opt_.crop_padding, " must lie in [0, 32767]");
+  LOOM_CHECK(!(opt_.crop_padding > 0 || opt_.hflip) || !opt_.flat, ValueError,
+             "[data_loader] random crops and flips need images: they cannot be combined with flat");
   if (!opt_.device) opt_.device = CpuDevice();
   scale_.assign(c, 1.0f / 255.0f);
   shift_.assign(c, 0.0f);
@@ -115,16 +119,36 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
     scale_[i] = 1.0f / (255.0f * opt_.stddev[i]);
     shift_[i] = -opt_.mean[i] / opt_.stddev[i];
   }
-  if (opt_.prefetch > 0) thread_ = std::thread([this] { Produce(); });
+  StartThread(0, 0);
 }
 
-DataLoader::~DataLoader() {
+DataLoader::~DataLoader() { StopThread(); }
+
+void DataLoader::StartThread(int64_t epoch, int64_t index) {
+  if (opt_.prefetch > 0) thread_ = std::thread([this, epoch, index] { Produce(epoch, index); });
+}
+
+void DataLoader::StopThread() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void DataLoader::Seek(int64_t epoch, int64_t index) {
+  LOOM_CHECK(epoch >= 0 && index >= 0 && index <= batches_per_epoch(), ValueError, "[data_loader] cannot seek to "
+             "batch ", index, " of epoch ", epoch, ": an epoch has batches 0 to ", batches_per_epoch() - 1,
+             " (and ", batches_per_epoch(), " for its end)");
+  StopThread();
+  queue_.clear();
+  stop_ = false;
+  failed_ = nullptr;
+  sync_epoch_ = epoch;
+  sync_index_ = index;
+  pos_ = {epoch, index};
+  StartThread(epoch, index);
 }
 
 int64_t DataLoader::batches_per_epoch() const {
@@ -159,6 +183,17 @@ void DataLoader::Reorder(int64_t epoch) {
   order_epoch_ = epoch;
 }
 
+AugmentDraw DrawAugment(uint64_t augment_seed, int64_t epoch, int64_t sample, int64_t padding, bool hflip) {
+  // Note [Counter-based augmentation] in dataset.h: a hash of (seed, epoch, sample), no state.
+  uint64_t r = SplitMix64(SplitMix64(SplitMix64(augment_seed) ^ uint64_t(epoch)) ^ uint64_t(sample));
+  AugmentDraw d;
+  const uint64_t span = uint64_t(2 * padding + 1);
+  d.dy = int64_t((r & 0xffff) % span);
+  d.dx = int64_t(((r >> 16) & 0xffff) % span);
+  d.flip = hflip && ((r >> 32) & 1);
+  return d;
+}
+
 HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
   Reorder(epoch);
   HostBatch b;
@@ -168,6 +203,8 @@ HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
   b.size = std::min(opt_.batch_size, samples_per_epoch() - begin);
   const size_t sample = data_->sample_size(), plane = size_t(data_->height * data_->width);
   const size_t channels = size_t(data_->channels);
+  const int64_t height = data_->height, width = data_->width, pad = opt_.crop_padding;
+  const bool augment = pad > 0 || opt_.hflip;
   b.x.resize(size_t(b.size) * sample);
   b.y.resize(size_t(b.size));
   for (int64_t i = 0; i < b.size; ++i) {
@@ -175,9 +212,27 @@ HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
     b.y[size_t(i)] = data_->labels[size_t(s)];
     const uint8_t* src = data_->images.data() + size_t(s) * sample;
     float* dst = b.x.data() + size_t(i) * sample;
+    if (!augment) {
+      for (size_t c = 0; c < channels; ++c) {
+        const float a = scale_[c], o = shift_[c];
+        for (size_t k = c * plane; k < (c + 1) * plane; ++k) dst[k] = float(src[k]) * a + o;
+      }
+      continue;
+    }
+    // The window at (dy, dx) of the image padded with zero pixels, then mirrored when flipped.
+    const AugmentDraw d = DrawAugment(opt_.augment_seed, epoch, s, pad, opt_.hflip);
     for (size_t c = 0; c < channels; ++c) {
       const float a = scale_[c], o = shift_[c];
-      for (size_t k = c * plane; k < (c + 1) * plane; ++k) dst[k] = float(src[k]) * a + o;
+      const uint8_t* sp = src + c * plane;
+      float* dp = dst + c * plane;
+      for (int64_t h = 0; h < height; ++h) {
+        const int64_t sh = h + d.dy - pad;
+        for (int64_t w = 0; w < width; ++w) {
+          const int64_t sw = (d.flip ? width - 1 - w : w) + d.dx - pad;
+          const bool inside = sh >= 0 && sh < height && sw >= 0 && sw < width;
+          dp[h * width + w] = float(inside ? sp[sh * width + sw] : 0) * a + o;
+        }
+      }
     }
   }
   if (opt_.transform) opt_.transform(b);
@@ -206,10 +261,10 @@ bool DataLoader::Push(Item item) {
   return true;
 }
 
-void DataLoader::Produce() {
+void DataLoader::Produce(int64_t first_epoch, int64_t first_index) {
   try {
-    for (int64_t epoch = 0;; ++epoch) {
-      for (int64_t index = 0; index <= batches_per_epoch(); ++index)
+    for (int64_t epoch = first_epoch;; ++epoch) {
+      for (int64_t index = epoch == first_epoch ? first_index : 0; index <= batches_per_epoch(); ++index)
         if (!Push(MakeItem(epoch, index))) return;
     }
   } catch (...) {
@@ -252,7 +307,11 @@ bool DataLoader::NextHost(HostBatch* batch) {
     failed_ = item.error;
     std::rethrow_exception(failed_);
   }
-  if (item.kind == Item::kEndOfEpoch) return false;
+  if (item.kind == Item::kEndOfEpoch) {
+    pos_ = {item.batch.epoch + 1, 0};
+    return false;
+  }
+  pos_ = {item.batch.epoch, item.batch.index + 1};
   *batch = std::move(item.batch);
   return true;
 }

@@ -10,6 +10,11 @@
 //   while (loader.Next(&b)) train(b.x, b.y);       // one epoch; the next call starts another
 //
 // With a captured graph, feed its input tensors instead: loader.NextInto(x, y).
+//
+// Augmentation (CIFAR's standard: random crop with padding, horizontal flip) runs on the
+// background thread; its draws are a function of (augment_seed, epoch, sample) (Note [Counter-
+// based augmentation]). position() and Seek() name where the loader stands, so a checkpoint
+// that saves the position resumes the same batches, augmented the same way.
 #pragma once
 
 #include <condition_variable>
@@ -69,9 +74,37 @@ struct DataLoaderOptions {
   std::vector<float> mean, stddev;
   int prefetch = 2;          // batches prepared ahead by the background thread (1-2); 0: no thread
   std::shared_ptr<Device> device;  // where x and y go; null: the CPU
-  // Runs on the background thread after normalisation (augmentation); may throw.
+  // Augmentation, on the background thread: each image is padded by crop_padding pixels of
+  // value 0 on every side and a random height x width window of it is kept (0: no crop), and
+  // flipped left to right with probability 1/2 (hflip). Draws depend on (augment_seed, epoch,
+  // sample) only (Note [Counter-based augmentation]).
+  int64_t crop_padding = 0;
+  bool hflip = false;
+  uint64_t augment_seed = 0;
+  // Runs on the background thread after normalisation and augmentation; may throw.
   std::function<void(HostBatch&)> transform;
 };
+
+// Where a loader stands: the batch the next call returns is batch `index` of epoch `epoch`
+// (index == batches_per_epoch(): the next call reports the end of that epoch).
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+
+// Note [Counter-based augmentation]
+// The crop offsets and the flip of sample s in epoch e are drawn from a hash of (augment_seed,
+// e, s), never from a generator that advances as batches are made. So the background thread may
+// run ahead, be stopped and restarted (Seek), or be absent (prefetch 0), and an epoch is
+// augmented identically: the augmentation's whole random state is the seed and the loader's
+// position, which is what a checkpoint saves (nn::RunState).
+
+// The crop offsets (dy, dx in [0, 2 * padding]) and flip of sample `sample` in epoch `epoch`.
+struct AugmentDraw {
+  int64_t dy = 0, dx = 0;
+  bool flip = false;
+};
+AugmentDraw DrawAugment(uint64_t augment_seed, int64_t epoch, int64_t sample, int64_t padding, bool hflip);
 
 struct Batch {
   Tensor x;  // float32 (N, C, H, W), or (N, C*H*W) with flat
@@ -101,6 +134,14 @@ class DataLoader {
   int64_t size() const { return data_->n; }
   int64_t samples_per_epoch() const { return data_->n / opt_.shard_world; }  // this shard's
   Shape x_shape(int64_t batch) const;  // the shape of x for a batch of `batch` samples
+  const DataLoaderOptions& options() const { return opt_; }
+
+  // The batch the next call returns (LoaderPosition).
+  LoaderPosition position() const { return pos_; }
+  // Makes the next call return batch `index` of epoch `epoch` (0 <= index <= batches_per_epoch()):
+  // the background thread is stopped, its prepared batches dropped, and it restarts there. A
+  // failure of an earlier batch is forgotten. ValueError for a position outside the epoch.
+  void Seek(int64_t epoch, int64_t index);
 
  private:
   struct Item {
@@ -108,7 +149,9 @@ class DataLoader {
     HostBatch batch;
     std::exception_ptr error;
   };
-  void Produce();                                  // the background thread
+  void Produce(int64_t epoch, int64_t index);     // the background thread, from that batch on
+  void StartThread(int64_t epoch, int64_t index);
+  void StopThread();
   Item MakeItem(int64_t epoch, int64_t index);     // one batch or end marker, on any thread
   HostBatch MakeBatch(int64_t epoch, int64_t index);
   void Reorder(int64_t epoch);
@@ -123,6 +166,7 @@ class DataLoader {
 
   // Synchronous mode (prefetch 0): the consumer's own cursor.
   int64_t sync_epoch_ = 0, sync_index_ = 0;
+  LoaderPosition pos_;                             // the consumer's: what the next call returns
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -38,6 +38,28 @@ TEST(Top1Correct, CountsRowsWhoseLabelIsStrictlyLargest) {
   EXPECT_EQ(nn::Top1Correct(ops::FromVector(logits, {7, 3}, dev), ops::FromVector(labels64, {7}, dev)).Item(), 2.0);
 }
 
+TEST(TopKCorrect, CountsRowsWhoseLabelIsAmongTheKLargestStrictly) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> logits = {
+      5, 4, 3, 2, 1, 0,  // label 2: third largest              -> in the top 3, not the top 2
+      5, 4, 3, 3, 1, 0,  // label 2: tied with class 3 for third -> not in the top 3, in the top 4
+      1, 1, 1, 1, 1, 1,  // label 0: a constant row              -> in no top k < 6
+      0, 1, 2, 3, 4, 5,  // label 5: the largest                -> in every top k
+      0, 1, nan, 3, 4, 5,  // label 5: a NaN in the row          -> never
+      0, 1, 2, 3, 4, 5,  // label 9: outside [0, 6)              -> never
+  };
+  std::vector<int32_t> labels = {2, 2, 0, 5, 5, 9};
+  auto dev = CpuDevice();
+  Tensor l = ops::FromVector(logits, {6, 6}, dev), y = ops::FromVector(labels, {6}, dev);
+  EXPECT_EQ(nn::TopKCorrect(l, y, 1).Item(), 1.0);
+  EXPECT_EQ(nn::TopKCorrect(l, y, 2).Item(), 1.0);
+  EXPECT_EQ(nn::TopKCorrect(l, y, 3).Item(), 2.0);
+  EXPECT_EQ(nn::TopKCorrect(l, y, 4).Item(), 3.0);
+  EXPECT_EQ(nn::TopKCorrect(l, y, 6).Item(), 4.0);   // k >= C: every valid, NaN-free row
+  EXPECT_EQ(nn::TopKCorrect(l, y, 60).Item(), 4.0);
+  EXPECT_THROW(nn::TopKCorrect(l, y, 0), ValueError);
+}
+
 TEST(Top1Correct, RejectsBadShapesAndDtypes) {
   auto dev = CpuDevice();
   Tensor logits = ops::Zeros({4, 3}, DType::kFloat32, dev);
@@ -106,7 +128,7 @@ TEST_P(Evaluate, MatchesAHostReferenceOverBatches) {
   ASSERT_TRUE(whole.Next(&b));
   std::vector<float> logits = model.Forward(b.x).ToVector<float>();
   double loss = 0;
-  int correct = 0;
+  int correct = 0, correct5 = 0;
   for (int64_t i = 0; i < 20; ++i) {
     const float* row = logits.data() + i * 5;
     const int label = data->labels[size_t(i)];
@@ -117,10 +139,14 @@ TEST_P(Evaluate, MatchesAHostReferenceOverBatches) {
     bool best = true;
     for (int k = 0; k < 5; ++k) best = best && (k == label || row[k] < row[label]);
     correct += best;
+    int above = 0;  // other classes at or above the label's logit
+    for (int k = 0; k < 5; ++k) above += k != label && row[k] >= row[label];
+    correct5 += above < 5;
   }
   EXPECT_EQ(r.samples, 20);
   EXPECT_NEAR(r.loss, loss / 20, 1e-5);
   EXPECT_DOUBLE_EQ(r.top1, correct / 20.0);
+  EXPECT_DOUBLE_EQ(r.top5, correct5 / 20.0);
   EXPECT_GT(correct, 0);  // the check above is not vacuous...
   EXPECT_LT(correct, 20);
 }

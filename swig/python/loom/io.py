@@ -238,10 +238,15 @@ class DataLoader:
 
     shard=(rank, world): data-parallel rank `rank` of `world` reads every world-th sample of each
     epoch's order from its rank on, the same count on every rank (the tail is dropped); give
-    every rank the same seed (opt.DistOpt's global_rank and world_size are the pair)."""
+    every rank the same seed (opt.DistOpt's global_rank and world_size are the pair).
+
+    Augmentation on the background thread: crop_padding=P keeps a random window of the image
+    padded by P zero pixels, hflip=True mirrors half the images; both drawn from (augment_seed,
+    epoch, sample) only. position() is (epoch, index) of the next batch; seek(epoch, index) moves
+    there (loom.trainer resumes a run so)."""
 
     def __init__(self, data, batch_size=64, shuffle=True, seed=0, drop_last=False, flat=False, mean=None,
-                 std=None, prefetch=2, device=None, shard=(0, 1)):
+                 std=None, prefetch=2, device=None, shard=(0, 1), crop_padding=0, hflip=False, augment_seed=0):
         impl = data._impl if isinstance(data, ImageData) else data
         self.data = data
         try:
@@ -249,7 +254,14 @@ class DataLoader:
         except (TypeError, ValueError):
             raise errors.ValueError(f"[DataLoader] shard must be (rank, world), got {shard!r}") from None
         self._impl = core.DataLoader(impl, int(batch_size), bool(shuffle), int(seed), bool(drop_last), bool(flat),
-                                     list(mean or []), list(std or []), int(prefetch), device, rank, world)
+                                     list(mean or []), list(std or []), int(prefetch), device, rank, world,
+                                     int(crop_padding), bool(hflip), int(augment_seed))
+
+    def position(self):
+        return self._impl.position()
+
+    def seek(self, epoch, index):
+        self._impl.seek(int(epoch), int(index))
 
     def next(self):
         return self._impl.next_batch()
