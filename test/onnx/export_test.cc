@@ -16,7 +16,9 @@
 #include "core/ops.h"
 #include "core/ops_cnn.h"
 #include "io/onnx/tensor_proto.h"
+#include "nn/model.h"
 #include "nn/models.h"
+#include "nn/optimizer.h"
 
 namespace loom {
 namespace {
@@ -265,9 +267,12 @@ TEST(OnnxExport, AFailedExportLeavesAnExistingFileAlone) {
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "old contents");
-  // A successful export replaces it whole and leaves no temporary file beside it.
-  auto net = nn::MakeMlp({8, 2});
-  io::ExportOnnx(*net, x, path);
+  // A successful export replaces it whole and leaves no temporary file beside it. (A Model
+  // exports its network in eval mode, and keeps training after.)
+  nn::Model model(nn::MakeMlp({8, 2}), std::make_shared<nn::SGD>(0.1));
+  model.Compile({x});
+  io::ExportOnnx(model, x, path);
+  EXPECT_TRUE(model.net().training());
   EXPECT_EQ(dir.List(), (std::vector<std::string>{"model.onnx"}));
   ModelProto m;
   io::onnx::ReadProtoFile(path, &m, "ONNX model");

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import loom
-from loom import autograd, layer, model, onnx_export, tensor
+from loom import autograd, layer, model, onnx_export, opt, tensor
 
 try:
     import onnx
@@ -224,6 +224,17 @@ def test_training_flag_is_restored():
     net.train()
     onnx_export.to_onnx([random_input((2, 3, 32, 32), 18)], net, "cnn")
     assert net.training
+
+
+def test_native_model_exports_its_network():
+    need_runtime()
+    x = random_input((3, 5), 20)
+    m = model.NativeModel(model.mlp([5, 7, 2]), opt.SGD(lr=0.1))
+    m.compile([x], is_train=True, use_graph=True)
+    proto = onnx_export.to_onnx([x], m, "native")
+    onnx.checker.check_model(proto, full_check=True)
+    (got,) = run_onnx(proto, {"input_0": x.to_numpy()})
+    expect_close(got, m.forward(x).to_numpy())
 
 
 def test_exportable_ops_lists_the_table():
