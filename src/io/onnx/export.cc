@@ -22,7 +22,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "core/ops.h"
+#include "core/half.h"
 #include "core/shape.h"
 #include "graph/graph.h"
 #include "io/onnx/export_emit.h"
@@ -64,6 +64,24 @@ bool Dense(const Shape& shape, const Shape& strides) {
     expect *= shape[i];
   }
   return true;
+}
+
+// One value of `dtype` as ONNX stores it (little-endian raw_data). Made on the host: an export
+// runs no op, so it may even be called while the device captures something else.
+std::string ScalarBytes(double v, DType dtype) {
+  auto bytes = [](auto x) { return std::string(reinterpret_cast<const char*>(&x), sizeof(x)); };
+  switch (dtype) {
+    case DType::kFloat32: return bytes(float(v));
+    case DType::kFloat64: return bytes(v);
+    case DType::kFloat16: return bytes(FloatToHalf(float(v)));
+    case DType::kBFloat16: return bytes(FloatToBFloat16(float(v)));
+    case DType::kInt32: return bytes(int32_t(v));
+    case DType::kInt64: return bytes(int64_t(v));
+    case DType::kUInt8: return bytes(uint8_t(v));
+    case DType::kBool: return bytes(uint8_t(v != 0));
+  }
+  LOOM_ASSERT(false, "[onnx] dtype ", int(dtype));
+  return {};
 }
 
 bool SameView(const Tensor& a, const Tensor& b) {
@@ -137,19 +155,23 @@ class Exporter final : public Emitter {
     auto key = std::make_pair(value, int(dtype));
     auto it = scalars_.find(key);
     if (it != scalars_.end()) return it->second;
-    Tensor t = ops::Full({}, value, dtype, CpuDevice());
     std::string name = Unique("scalar_" + std::to_string(scalars_.size()));
-    onnx::TensorToProto(t, name, g_->add_initializer());
+    pb::TensorProto* p = g_->add_initializer();
+    p->set_name(name);
+    p->set_data_type(onnx::OnnxFromDType(dtype));
+    p->set_raw_data(ScalarBytes(value, dtype));
     return scalars_[key] = name;
   }
 
   std::string Int64s(const std::vector<int64_t>& values) override {
     auto it = int64s_.find(values);
     if (it != int64s_.end()) return it->second;
-    Tensor t(Shape{int64_t(values.size())}, DType::kInt64, CpuDevice());
-    if (!values.empty()) t.CopyFromHost(values.data(), values.size() * sizeof(int64_t));
     std::string name = Unique("ints_" + std::to_string(int64s_.size()));
-    onnx::TensorToProto(t, name, g_->add_initializer());
+    pb::TensorProto* p = g_->add_initializer();
+    p->set_name(name);
+    p->set_data_type(pb::TensorProto::INT64);
+    p->add_dims(int64_t(values.size()));
+    p->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)));
     return int64s_[values] = name;
   }
 
@@ -360,7 +382,7 @@ class Exporter final : public Emitter {
       SetAttr(Node("Transpose", {v}, {p}), "perm", perm);
       v = p;
     }
-    shapes_.push_back({v, view});
+    if (v != name) shapes_.push_back({v, view});  // else a view differing only in size-1 strides
     return views_[key] = v;
   }
 
