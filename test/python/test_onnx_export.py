@@ -6,6 +6,7 @@ onnx comes from Debian (python3-onnx) and onnxruntime from a pinned PyPI wheel, 
 tools/setup.sh; without them the tests that need them are skipped with the reason (counted by
 pytest), never passed silently, except under CI (environment variable CI set), where they fail."""
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -293,3 +294,10 @@ def test_every_elementwise_shape_and_reduction_op_matches_onnxruntime():
             expect_close(g, w.to_numpy())
         except AssertionError as e:
             raise AssertionError(f"{name}: {e}") from None
+
+
+def test_without_the_onnx_package_the_model_comes_back_as_bytes(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` now raises ImportError
+    path = tmp_path / "mlp.onnx"
+    data = onnx_export.to_onnx([random_input((2, 4), 21)], model.mlp([4, 3]), "mlp", path=str(path))
+    assert isinstance(data, bytes) and data == path.read_bytes()
