@@ -238,22 +238,32 @@ TEST(OnnxExport, ResNetBlocksExportEveryOp) {
 
 TEST(OnnxExport, AnOpWithoutCounterpartIsRefusedBeforeTheFileExists) {
   test::TempDir dir;
-  const std::string path = dir / "loss.onnx";
+  const std::string path = dir / "train.onnx";
   Tensor x = RandomTensor({4, 5}, DType::kFloat32, 17);
   Tensor labels(Shape{4}, DType::kInt32, Cpu());
   labels.CopyFrom(std::vector<int32_t>{0, 1, 2, 3});
   CapturedGraph g(Cpu(), "train");
-  Tensor loss = g.Capture([&] { return ops::SoftmaxCrossEntropy(ops::Tanh(x), labels); });
+  // A loss maps (SoftmaxCrossEntropy); training-mode dropout, a random op, does not.
+  Tensor loss = g.Capture(
+      [&] { return ops::SoftmaxCrossEntropy(ops::Dropout(ops::Tanh(x), 0.5, /*training=*/true), labels); });
   try {
     io::ExportOnnx(g.graph(), {x, labels}, {loss}, path);
-    FAIL() << "exported a loss";
+    FAIL() << "exported dropout";
   } catch (const OnnxError& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("op 'softmax_cross_entropy'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("node 'softmax_cross_entropy_1'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("op 'dropout'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("node 'dropout_1'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("graph 'loom'"), std::string::npos) << msg;
     EXPECT_NE(msg.find("no ONNX counterpart"), std::string::npos) << msg;
   }
   EXPECT_TRUE(dir.List().empty());
+  // Without the dropout the same loss exports: LogSoftmax + NegativeLogLikelihoodLoss.
+  CapturedGraph ok(Cpu(), "eval");
+  Tensor eval_loss = ok.Capture([&] { return ops::SoftmaxCrossEntropy(ops::Tanh(x), labels); });
+  io::ExportOnnx(ok.graph(), {x, labels}, {eval_loss}, path);
+  ModelProto m;
+  io::onnx::ReadProtoFile(path, &m, "ONNX model");
+  EXPECT_EQ(NodeTypes(m), (std::vector<std::string>{"Tanh", "LogSoftmax", "Cast", "NegativeLogLikelihoodLoss"}));
 }
 
 TEST(OnnxExport, AFailedExportLeavesAnExistingFileAlone) {

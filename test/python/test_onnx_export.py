@@ -200,16 +200,36 @@ def test_path_is_written_and_read_back(tmp_path):
 
 def test_unsupported_op_raises_naming_it_before_writing(dev, tmp_path):
     x = random_input((4, 5), 16)
-    labels = tensor.from_numpy(np.array([0, 1, 2, 3], np.int32))
-    path = tmp_path / "loss.onnx"
+    path = tmp_path / "dropout.onnx"
 
-    def loss_of(x):
-        return autograd.softmax_cross_entropy(autograd.tanh(x), labels)
+    def noisy(x):  # training-mode dropout: a random op, no ONNX counterpart computes its mask
+        return autograd.tanh(autograd.dropout(x, 0.5, training=True))
 
-    with pytest.raises(loom.OnnxError, match=r"op 'softmax_cross_entropy' \(node 'softmax_cross_entropy_\d+'"):
-        onnx_export.to_onnx([x], loss_of, "loss", path=str(path))
+    with pytest.raises(loom.OnnxError, match=r"op 'dropout' \(node 'dropout_0' of graph 'noisy'\)"):
+        onnx_export.to_onnx([x], noisy, "noisy", path=str(path))
     assert not path.exists()
     assert issubclass(loom.OnnxError, ValueError)
+
+
+def test_losses_match_onnxruntime():
+    need_runtime()
+    rng = np.random.RandomState(22)
+    logits = tensor.from_numpy(rng.standard_normal((5, 4)).astype(np.float32))
+    classes = tensor.from_numpy(np.array([0, 3, 1, 1, 2], np.int32))
+    probs = rng.uniform(0, 1, (5, 4)).astype(np.float32)
+    probs = tensor.from_numpy(probs / probs.sum(1, keepdims=True))
+    target = tensor.from_numpy(rng.standard_normal((5, 4)).astype(np.float32))
+
+    def losses(logits, classes, probs, target):
+        return [autograd.softmax_cross_entropy(logits, classes), autograd.softmax_cross_entropy(logits, probs),
+                autograd.mse_loss(logits, target)]
+
+    feeds = [logits, classes, probs, target]
+    proto = onnx_export.to_onnx(feeds, losses, "losses")
+    onnx.checker.check_model(proto, full_check=True)
+    got = run_onnx(proto, {f"input_{i}": t.to_numpy() for i, t in enumerate(feeds)})
+    for g, w in zip(got, losses(*feeds)):
+        expect_close(g, w.to_numpy())
 
 
 def test_eagerly_computed_outputs_are_refused_with_advice(dev):
@@ -242,7 +262,8 @@ def test_exportable_ops_lists_the_table():
     rows = dict(onnx_export.exportable_ops())
     assert rows["conv2d_relu"] == "Conv + Relu"
     assert rows["batch_norm_infer"] == "BatchNormalization"
-    assert "softmax_cross_entropy" not in rows
+    assert rows["softmax_cross_entropy"].startswith("LogSoftmax")
+    assert "dropout" not in rows and "sgd_update" not in rows and "relu_grad" not in rows
 
 
 def test_every_elementwise_shape_and_reduction_op_matches_onnxruntime():

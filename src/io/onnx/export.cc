@@ -298,8 +298,8 @@ class Exporter final : public Emitter {
     const OpRecord& op = ops_[size_t(i)];
     mapping_[size_t(i)] = onnx::FindOpMapping(*op.def);
     if (!mapping_[size_t(i)])
-      FailAt(i, "has no ONNX counterpart in loom's exporter (export an inference graph: losses, gradients, "
-                "optimizer updates and random ops have none; src/io/onnx/export_ops.cc lists what maps)");
+      FailAt(i, "has no ONNX counterpart in loom's exporter (export an inference graph: gradients, optimizer "
+                "updates and random ops have none; src/io/onnx/export_ops.cc lists what maps)");
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const Tensor& t = op.outputs[k];
       if (!(t.is_contiguous() && t.offset() == 0 && t.nbytes() == t.block()->bytes()))

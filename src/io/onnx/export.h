@@ -15,10 +15,10 @@
 //                  export_ops.cc (fused ops such as dense_bias_act and conv2d_relu unfold);
 //                  views (reshape, transpose, permute) become Reshape / Transpose nodes;
 //   graph outputs  the given output tensors, named like the inputs ("output_<j>").
-// Ops the outputs do not depend on are left out. An op without an ONNX counterpart (a loss, a
-// gradient, an optimizer update, a random op), or one whose attributes ONNX cannot express, is
-// an OnnxError naming the op and its node, raised before any file is written; files are written
-// atomically (core/file.h). This header includes no generated ONNX code.
+// Ops the outputs do not depend on are left out. An op without an ONNX counterpart (a gradient,
+// an optimizer update, a random op such as training-mode dropout), or one whose attributes ONNX
+// cannot express, is an OnnxError naming the op and its node, raised before any file is
+// written; files are written atomically (core/file.h). This header includes no generated code.
 #pragma once
 
 #include <memory>

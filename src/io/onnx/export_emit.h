@@ -45,6 +45,7 @@ class Emitter {
 void SetAttr(onnx_pb::NodeProto* n, const std::string& name, int64_t v);
 void SetAttr(onnx_pb::NodeProto* n, const std::string& name, double v);
 void SetAttr(onnx_pb::NodeProto* n, const std::string& name, const std::vector<int64_t>& v);
+void SetAttr(onnx_pb::NodeProto* n, const std::string& name, const std::string& v);
 
 // One row of the table: a loom op, what it becomes in ONNX (for messages and
 // OnnxExportableOps), and the function that writes it. `onnx` is also the node type that the

@@ -1,7 +1,7 @@
 // The export table: every loom op with an ONNX (opset 17) counterpart, and how it is written.
 // One row per op; adding an op is one row, plus an emit function when no existing one fits.
-// Ops not listed (losses, gradients, optimizer updates, collectives, random fills, training-
-// mode batch norm and dropout) have no inference meaning in ONNX and are refused by export.cc.
+// Ops not listed (gradients, optimizer updates, collectives, random ops, training-mode batch norm)
+// have no ONNX form that computes what loom computes, and are refused by export.cc.
 // Views (reshape, transpose, permute) are not ops of a captured graph: export.cc writes them
 // where an op reads one (Emitter::In).
 #include <cmath>
@@ -32,6 +32,13 @@ void SetAttr(onnx_pb::NodeProto* n, const std::string& name, const std::vector<i
   a->set_name(name);
   a->set_type(onnx_pb::AttributeProto::INTS);
   for (int64_t x : v) a->add_ints(x);
+}
+
+void SetAttr(onnx_pb::NodeProto* n, const std::string& name, const std::string& v) {
+  onnx_pb::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx_pb::AttributeProto::STRING);
+  a->set_s(v);
 }
 
 namespace {
@@ -213,6 +220,40 @@ void EmitLayerNorm(Emitter& e, const OpMapping&) {
   SetAttr(n, "epsilon", e.op().attrs.Float("eps"));
 }
 
+// ---- losses (a model exported with its loss, as SINGA's sonnx could) ----
+
+// softmax_cross_entropy(logits (N, C), labels) -> (loss (), log_probs (N, C)): LogSoftmax, then
+// for class indices NegativeLogLikelihoodLoss (mean over the rows), for float labels (one-hot or
+// probabilities) the mean over rows of -sum(labels * log_probs).
+void EmitSoftmaxCrossEntropy(Emitter& e, const OpMapping&) {
+  const std::string logp = e.Out(1);
+  SetAttr(e.Node("LogSoftmax", {e.In(0)}, {logp}), "axis", int64_t(1));
+  const DType lt = InDType(e, 1);
+  if (lt == DType::kInt32 || lt == DType::kInt64) {
+    std::string labels = e.In(1);
+    if (lt == DType::kInt32) {
+      const std::string l64 = e.Temp("labels");
+      SetAttr(e.Node("Cast", {labels}, {l64}), "to", int64_t(onnx_pb::TensorProto::INT64));
+      labels = l64;
+    }
+    SetAttr(e.Node("NegativeLogLikelihoodLoss", {logp, labels}, {e.Out(0)}), "reduction", std::string("mean"));
+    return;
+  }
+  const std::string prod = e.Temp("labels_logp"), rows = e.Temp("row_sums"), mean = e.Temp("mean");
+  e.Node("Mul", {e.In(1), logp}, {prod});
+  SetAttr(e.Node("ReduceSum", {prod, e.Int64s({1})}, {rows}), "keepdims", int64_t(0));
+  SetAttr(e.Node("ReduceMean", {rows}, {mean}), "keepdims", int64_t(0));
+  e.Node("Neg", {mean}, {e.Out(0)});
+}
+
+// mse(pred, target) -> mean((pred - target)^2) over every element, shape ().
+void EmitMse(Emitter& e, const OpMapping&) {
+  const std::string d = e.Temp("diff"), sq = e.Temp("squared");
+  e.Node("Sub", {e.In(0), e.In(1)}, {d});
+  e.Node("Mul", {d, d}, {sq});
+  SetAttr(e.Node("ReduceMean", {sq}, {e.Out(0)}), "keepdims", int64_t(0));
+}
+
 // ---- shapes, reductions, creation ----
 
 void EmitIdentity(Emitter& e, const OpMapping&) { e.Node("Identity", {e.In(0)}, {e.Out(0)}); }
@@ -321,6 +362,10 @@ const std::vector<OpMapping>& OpMappings() {
       {"global_avg_pool", "GlobalAveragePool + Flatten", EmitGlobalAvgPool},
       {"batch_norm_infer", "BatchNormalization", EmitBatchNormInfer},
       {"layer_norm", "LayerNormalization", EmitLayerNorm},
+      // losses
+      {"softmax_cross_entropy", "LogSoftmax + NegativeLogLikelihoodLoss (class indices) or Mul, ReduceSum, "
+                                "ReduceMean, Neg (float labels)", EmitSoftmaxCrossEntropy},
+      {"mse", "Sub, Mul, ReduceMean", EmitMse},
       // shapes, reductions, creation (reshape / transpose / permute are views: export.cc)
       {"copy", "Identity", EmitIdentity},
       {"concat", "Concat", EmitConcat},
