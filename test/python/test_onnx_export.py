@@ -322,3 +322,19 @@ def test_without_the_onnx_package_the_model_comes_back_as_bytes(monkeypatch, tmp
     path = tmp_path / "mlp.onnx"
     data = onnx_export.to_onnx([random_input((2, 4), 21)], model.mlp([4, 3]), "mlp", path=str(path))
     assert isinstance(data, bytes) and data == path.read_bytes()
+
+
+def test_padded_pooling_matches_onnxruntime():
+    """Padding never wins a max (negative inputs show it) and counts in an average only with
+    count_include_pad."""
+    need_runtime()
+    x = random_input((2, 3, 7, 6), 23)
+
+    def pools(x):
+        return [autograd.max_pool_2d(x, 3, 2, 1), autograd.avg_pool_2d(x, 3, 2, 1, count_include_pad=True),
+                autograd.avg_pool_2d(x, 3, 1, 1, count_include_pad=False), autograd.global_avg_pool(x)]
+
+    proto = onnx_export.to_onnx([x], pools, "pools")
+    onnx.checker.check_model(proto, full_check=True)
+    for g, w in zip(run_onnx(proto, {"input_0": x.to_numpy()}), pools(x)):
+        expect_close(g, w.to_numpy())

@@ -196,7 +196,8 @@ void EmitPool(Emitter& e, const OpMapping& m) {
   SetAttr(n, "kernel_shape", a.Ints("kernel"));
   SetAttr(n, "strides", a.Ints("stride"));
   SetAttr(n, "pads", Pads(a.Ints("padding")));
-  if (std::string(m.onnx) == "AveragePool") SetAttr(n, "count_include_pad", a.Int("count_include_pad", 0));
+  // Without the attribute the kernels count the padding (pool.cc's default).
+  if (std::string(m.onnx) == "AveragePool") SetAttr(n, "count_include_pad", a.Int("count_include_pad", 1));
 }
 
 // (N, C, H, W) -> (N, C): GlobalAveragePool keeps (N, C, 1, 1); Flatten drops the 1s and keeps
