@@ -52,7 +52,8 @@ struct Source {
 std::vector<int64_t> MemoryOrder(const Tensor& t) {
   std::vector<int64_t> q(size_t(t.ndim()));
   std::iota(q.begin(), q.end(), 0);
-  std::stable_sort(q.begin(), q.end(), [&](int64_t a, int64_t b) { return t.strides()[size_t(a)] > t.strides()[size_t(b)]; });
+  std::stable_sort(q.begin(), q.end(),
+                   [&](int64_t a, int64_t b) { return t.strides()[size_t(a)] > t.strides()[size_t(b)]; });
   return q;
 }
 
@@ -271,7 +272,8 @@ class Exporter final : public Emitter {
     mapping_.assign(ops_.size(), nullptr);
     std::set<int> inputs_read;
     for (size_t i = ops_.size(); i-- > 0;) {
-      for (size_t k = 0; k < ops_[i].outputs.size() && !needed_[i]; ++k) needed_[i] = demanded.count({int(i), int(k)}) > 0;
+      for (size_t k = 0; k < ops_[i].outputs.size() && !needed_[i]; ++k)
+        needed_[i] = demanded.count({int(i), int(k)}) > 0;
       if (!needed_[i]) continue;
       for (size_t j = 0; j < sources_[i].size(); ++j) {
         const Source& s = sources_[i][j];

@@ -131,7 +131,8 @@ std::string MatMulOperand(Emitter& e, size_t i, const char* flag) {
 }
 
 void EmitMatMul(Emitter& e, const OpMapping&) {
-  if (e.op().attrs.Int("sum_batch", 0)) e.Fail("a batch-summed matmul (sum_batch=1, a weight gradient) has no ONNX form");
+  if (e.op().attrs.Int("sum_batch", 0))
+    e.Fail("a batch-summed matmul (sum_batch=1, a weight gradient) has no ONNX form");
   e.Node("MatMul", {MatMulOperand(e, 0, "ta"), MatMulOperand(e, 1, "tb")}, {e.Out(0)});
 }
 
