@@ -247,6 +247,15 @@ def test_training_flag_is_restored():
     assert net.training
 
 
+def test_layers_sized_by_their_first_input_are_made_before_the_capture():
+    need_runtime()
+    net = layer.Sequential(layer.Linear(6), layer.ReLU(), layer.Linear(2))  # SINGA's Linear(out)
+    x = random_input((3, 4), 24)
+    proto = onnx_export.to_onnx([x], net, "lazy")
+    (got,) = run_onnx(proto, {"input_0": x.to_numpy()})
+    expect_close(got, net(x).to_numpy())
+
+
 def test_native_model_exports_its_network():
     need_runtime()
     x = random_input((3, 5), 20)

@@ -26,6 +26,7 @@ anything is written; `path` is written atomically. Returns the onnx.ModelProto w
 package is installed (python3-onnx), else the serialized model as bytes.
 """
 from . import autograd, core, errors
+from .layer import Layer, uninitialized
 from .tensor import Tensor, from_numpy
 
 __all__ = ["to_onnx", "exportable_ops"]
@@ -85,6 +86,11 @@ def _capture(fn, inputs, model_name):
         fn.train(False)
     graph = core.new_graph(inputs[0].device, f"{model_name}.onnx_export", None)
     try:
+        if isinstance(fn, Layer) and uninitialized(fn):
+            # Layers sized by their first input (Linear(out)) make their parameters in one eager
+            # pass first, as Model.compile does: a capture may not create parameters.
+            with autograd.no_grad():
+                fn(*inputs)
         with autograd.no_grad():
             graph.begin_capture()
             try:
