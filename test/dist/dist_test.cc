@@ -47,6 +47,29 @@ TEST(DistTraining, TwoRanksEqualOneRankInFloat32InEveryMode) {
     ExpectSameAsOneRank(Launch(), WorldSize(2), mode, DType::kFloat32, 1e-5);
 }
 
+// nn::Model and the programs update each parameter from Backward's callback, so the captured list
+// reads a gradient (its update) soon after its last write, before the bucket holding it is full:
+// the bucket pass must move those updates after the bucket's all-reduce (Note [Gradient buckets]),
+// with overlap and with collectives forced after backward, small buckets and the default ones.
+TEST(DistTraining, UpdatesDuringBackwardEqualOneRank) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const int world = comm->size();
+    const auto one = TrainMlp(0, 1, nullptr, Mode::kEager, DType::kFloat64, 10).params;
+    for (bool overlap : {true, false})
+      for (int cap : {512, 25 << 20}) {
+        GraphOptions o;
+        o.overlap_collectives = overlap;
+        o.bucket_bytes = cap;
+        o.first_bucket_bytes = cap / 4;
+        for (Mode mode : {Mode::kEager, Mode::kSerial, Mode::kParallel}) {
+          const auto many = TrainMlp(rank, world, comm, mode, DType::kFloat64, 10, o, Updates::kDuringBackward).params;
+          EXPECT_LE(RelativeDiff(many, one), 1e-10)
+              << Name(mode) << ", overlap " << overlap << ", bucket " << cap << " bytes, rank " << rank;
+        }
+      }
+  });
+}
+
 // DESIGN.md invariant 5: the serial replay (buckets and all) is bitwise the eager run.
 TEST(DistTraining, SerialReplayIsBitwiseEager) {
   Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
