@@ -3,7 +3,7 @@
 //
 //   loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch 32] [--steps 100] [--lr 0.05]
 //            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--seed 7]
-//            [--print-every 10] [--json]
+//            [--print-every 10] [--dist] [--json]
 // --data DIR reads MNIST (DIR/train-images-idx3-ubyte[.gz] and the labels; the digits that
 // tools/setup.sh installs in data/digits are such a folder) or else CIFAR-10
 // (DIR/data_batch_{1..5}.bin) through io::DataLoader (shuffled, normalised, prepared on a
@@ -17,6 +17,12 @@
 // time. --lr-drop N divides the learning rate by 10 after epoch N (0: never). --csv FILE writes the rows
 // (tools/plot_training.py draws them); --json ends with one JSON line of results. --seed N seeds
 // the initial weights and the shuffling order.
+// --dist trains data-parallel over the ranks tools/launch.sh -n N starts (Note [--dist in the
+// programs]): --batch is the global batch, each rank reads its shard of the data (the loader's
+// shard option, or its rows of each synthetic batch) and of the held-out set (the held-out figures
+// are summed over ranks), rank 0 prints and writes. BatchNorm normalises with each rank's own
+// batch statistics, as data-parallel training without SyncBatchNorm does; before an evaluation
+// rank 0's running statistics are broadcast, so every rank evaluates the same network.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -32,9 +38,11 @@
 
 #include "core/ops.h"
 #include "device/device.h"
+#include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "io/dataset.h"
+#include "nn/dist_opt.h"
 #include "nn/evaluate.h"
 #include "nn/model.h"
 #include "nn/models.h"
@@ -54,12 +62,13 @@ struct Flags {
   double lr = 0.05;
   std::string data, csv;
   bool json = false;
+  bool dist = false;  // data-parallel over MPI's world (Note [--dist in the programs])
 };
 
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n";
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--dist] [--json]\n";
   return 2;
 }
 
@@ -133,8 +142,11 @@ RealData LoadData(const std::string& dir) {
   return r;
 }
 
-loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool train) {
+loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool train,
+                                          const loom::examples::Dist& dist) {
   loom::io::DataLoaderOptions o;
+  o.shard_rank = dist.rank();
+  o.shard_world = dist.world();
   o.batch_size = batch;
   o.shuffle = train;
   o.drop_last = train;  // one training graph; the eval graph recaptures for a smaller last batch
@@ -144,26 +156,51 @@ loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool
 }
 
 int Run(const Flags& f) {
+  const loom::examples::Dist dist = f.dist ? loom::examples::Dist::World() : loom::examples::Dist();
+  const int64_t rows = dist.ShardRows(f.batch, "loom-cnn");  // this rank's share of each batch
+  if (!dist.root()) std::freopen("/dev/null", "w", stdout);  // rank 0 prints
   auto dev = loom::CpuDevice();
   dev->SetRandSeed(uint64_t(f.seed));
   RealData data;
   if (!f.data.empty()) data = LoadData(f.data);
   const int64_t channels = data.train ? data.train->channels : 3;
   auto net = f.model == "cnn" ? loom::nn::MakeSmallCnn(channels, 10) : loom::nn::MakeResNet18(10);
-  loom::nn::Model model(net, std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4));
+  auto sgd = std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4);
+  std::shared_ptr<loom::nn::Optimizer> opt = sgd;
+  std::vector<Tensor> params;
+  for (const auto& p : net->Params()) params.push_back(p.second);
+  std::shared_ptr<loom::nn::DistOpt> dist_opt;
+  if (dist.on()) {
+    dist_opt = std::make_shared<loom::nn::DistOpt>(sgd, dist.comm());
+    dist_opt->BroadcastParameters(params);
+    opt = dist_opt;
+  }
+  loom::nn::Model model(net, opt);
 
   std::unique_ptr<loom::io::DataLoader> loader;
   if (data.train) {
-    auto o = LoaderOptions(data, f.batch, true);
+    auto o = LoaderOptions(data, rows, true, dist);
     o.seed = uint64_t(f.seed);
     loader = std::make_unique<loom::io::DataLoader>(data.train, o);
   }
   auto evaluate = [&]() -> loom::nn::EvalResult {
-    loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false));
-    return loom::nn::Evaluate(model, held_out);
+    if (dist_opt) {  // every rank evaluates rank 0's model: its BatchNorm running statistics too
+      std::vector<Tensor> states;
+      for (const auto& st : model.States()) states.push_back(st.second);
+      dist_opt->BroadcastParameters(states);
+    }
+    loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false, dist));
+    loom::nn::EvalResult r = loom::nn::Evaluate(model, held_out);
+    if (dist.on()) {  // this rank's shard: sums over ranks
+      const double n = double(r.samples), total = dist.Mean(n) * dist.world();
+      r.loss = dist.Mean(r.loss * n) * dist.world() / total;
+      r.top1 = dist.Mean(r.top1 * n) * dist.world() / total;
+      r.samples = int64_t(std::llround(total));
+    }
+    return r;
   };
-  Tensor x(loader ? loader->x_shape(f.batch) : loom::Shape{f.batch, 3, 32, 32}, loom::DType::kFloat32, dev);
-  Tensor y(loom::Shape{f.batch}, loom::DType::kInt32, dev);
+  Tensor x(loader ? loader->x_shape(rows) : loom::Shape{rows, 3, 32, 32}, loom::DType::kFloat32, dev);
+  Tensor y(loom::Shape{rows}, loom::DType::kInt32, dev);
   std::vector<float> hx;
   std::vector<int32_t> hy;
   // The next batch into x, y; false at the end of an epoch of real data (the next call starts
@@ -171,8 +208,9 @@ int Run(const Flags& f) {
   auto next_batch = [&](int64_t step) {
     if (loader) return loader->NextInto(x, y);
     SyntheticBatch(f.batch, uint32_t(1000 + step), hx, hy);
-    x.CopyFrom(hx);
-    y.CopyFrom(hy);
+    const int64_t first = rows * dist.rank(), sample = 3 * 32 * 32;  // this rank's rows
+    x.CopyFrom(std::vector<float>(hx.begin() + first * sample, hx.begin() + (first + rows) * sample));
+    y.CopyFrom(std::vector<int32_t>(hy.begin() + first, hy.begin() + first + rows));
     return true;
   };
   if (!next_batch(0)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
@@ -183,6 +221,8 @@ int Run(const Flags& f) {
     std::printf(" (%lld train, %lld held out)", (long long)data.train->n,
                 (long long)(data.held_out ? data.held_out->n : 0));
   std::printf("\n");
+  if (dist.on())
+    std::printf("data-parallel: %d ranks, %lld samples per rank per step\n", dist.world(), (long long)rows);
 
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -194,7 +234,7 @@ int Run(const Flags& f) {
     // Whole epochs. The step losses are summed on the device and read once per epoch
     // (Note [Metrics stay on the device] in nn/evaluate.h).
     std::unique_ptr<std::ofstream> csv;
-    if (!f.csv.empty()) {
+    if (!f.csv.empty() && dist.root()) {
       csv = std::make_unique<std::ofstream>(f.csv);
       if (!*csv) throw loom::IOError("[loom-cnn] cannot write '" + f.csv + "'");
       *csv << "epoch,steps,seconds,train_loss,heldout_loss,heldout_top1\n";
@@ -214,7 +254,7 @@ int Run(const Flags& f) {
         ++epoch_steps;
       } while (next_batch(steps + epoch_steps));
       steps += epoch_steps;
-      train_loss = loss_sum.Item() / double(epoch_steps);
+      train_loss = dist.Mean(loss_sum.Item()) / double(epoch_steps);
       if (!std::isfinite(train_loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
       if (data.held_out) eval = evaluate();
       const double t = seconds();
@@ -225,7 +265,7 @@ int Run(const Flags& f) {
         std::printf("%5lld  %10.4f  %13s  %17s  %6.1fs\n", (long long)epoch, train_loss, "-", "-", t);
       std::fflush(stdout);
       if (csv) *csv << epoch << ',' << steps << ',' << t << ',' << train_loss << ',' << eval.loss << ',' << eval.top1 << '\n';
-      if (epoch == f.lr_drop) model.optimizer().SetLearningRate(f.lr / 10);  // a device scalar: no recapture
+      if (epoch == f.lr_drop) sgd->SetLearningRate(f.lr / 10);  // a device scalar: no recapture
       if (epoch < f.epochs && !next_batch(steps)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
     }
     if (csv && !csv->flush()) throw loom::IOError("[loom-cnn] writing '" + f.csv + "' failed");
@@ -233,7 +273,7 @@ int Run(const Flags& f) {
     for (int64_t step = 0; step < f.steps; ++step) {
       if (step > 0 && !next_batch(step)) next_batch(step);  // end of an epoch: start the next
       auto t0 = std::chrono::steady_clock::now();
-      double loss = model.TrainOneBatch(x, y).loss.Item();
+      double loss = dist.Mean(model.TrainOneBatch(x, y).loss.Item());
       double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (step > 0) ms.push_back(t);
       if (!std::isfinite(loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
@@ -253,11 +293,13 @@ int Run(const Flags& f) {
                   (long long)eval.samples);
     }
   }
+  const uint64_t param_hash = dist.CheckSameParameters(params, "loom-cnn");
+  if (dist.on()) std::printf("parameters: bitwise the same on all %d ranks\n", dist.world());
   if (f.json) {
-    std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
+    std::printf("{\"model\": \"%s\", \"ranks\": %d, \"param_hash\": \"%016llx\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
                 "\"epochs\": %lld, \"lr\": %g, \"seed\": %lld, \"train_loss\": %.6f, \"heldout_samples\": %lld, "
                 "\"heldout_loss\": %.6f, \"heldout_top1\": %.6f, \"seconds\": %.3f}\n",
-                f.model.c_str(), f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
+                f.model.c_str(), dist.world(), (unsigned long long)param_hash, f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
                 (long long)f.batch, (long long)steps, (long long)f.epochs, f.lr, (long long)f.seed, train_loss,
                 (long long)eval.samples, eval.loss, eval.top1, seconds());
   }
@@ -285,6 +327,7 @@ int main(int argc, char** argv) {
       else if (a.Is("--seed")) f.seed = a.Int(0);
       else if (a.Is("--csv")) f.csv = a.Value();
       else if (a.Switch("--json")) f.json = true;
+      else if (a.Switch("--dist")) f.dist = true;
       else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
