@@ -1,0 +1,90 @@
+// --dist in loom's programs (issue 15, Note [--dist in the programs] in examples/common/dist.h):
+// loom-mlp and loom-cnn started as 2 MPI ranks through the launcher, as users start them
+// (launch.py, which tools/launch.sh runs, copied beside the Python package in the build folder),
+// against the same program on one rank. Each test starts its own mpirun; the DistPrograms suite
+// is not part of the tests that ctest runs under mpirun itself (test_dist_mpi_2ranks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "common/programs.h"
+#include "io/comm/comm.h"
+
+namespace loom {
+namespace test {
+namespace {
+
+bool Has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
+
+// 2 ranks of `program args` through the launcher, one thread each.
+ProgramRun LaunchTwo(const std::string& program, const std::string& args) {
+  return RunProgram("/usr/bin/python3 " + ProgramPath("python/loom/launch.py") + " -n 2 --threads 1 -- " +
+                        ProgramPath(program),
+                    args);
+}
+
+// The number after `"key": ` in the last JSON line of `out` (NaN when absent).
+double JsonNumber(const std::string& out, const std::string& key) {
+  const size_t line = out.rfind("{\"");
+  const size_t at = line == std::string::npos ? line : out.find("\"" + key + "\": ", line);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(out.c_str() + at + key.size() + 4, nullptr);
+}
+
+#define SKIP_WITHOUT_MPI()                                                                                        \
+  if (!MpiBuilt()) GTEST_SKIP() << "loom was built without MPI, so --dist cannot run (test_comm_mpi_NOT_FOUND " \
+                                   "says what to install)"
+
+// 2 ranks at global batch 32 take the steps of 1 rank at batch 32: the first loss is the same
+// global batch's (the shards are the right rows), the last one is the same training (gradients
+// averaged, not summed), to float32's rounding of the sums in another order; in eager mode and
+// in serial and parallel replay (buckets all-reduced during backward).
+TEST(DistPrograms, MlpTwoRanksTrainLikeOneRank) {
+  SKIP_WITHOUT_MPI();
+  for (const std::string mode : {"", "--graph", "--graph --parallel"}) {
+    const std::string args = "--batch 32 --steps 8 --lr 0.05 --print-every 4 --json " + mode;
+    const ProgramRun one = RunProgram(ProgramPath("loom-mlp"), "--threads 1 " + args);
+    const ProgramRun two = LaunchTwo("loom-mlp", "--dist " + args);
+    ASSERT_EQ(one.exit_code, 0) << one.out;
+    ASSERT_EQ(two.exit_code, 0) << two.out;
+    EXPECT_TRUE(Has(two.out, "parameters: bitwise the same on all 2 ranks")) << two.out;
+    EXPECT_EQ(JsonNumber(two.out, "ranks"), 2) << two.out;
+    EXPECT_EQ(JsonNumber(two.out, "batch_per_rank"), 16) << two.out;
+    for (const char* key : {"first_loss", "last_loss"}) {
+      const double a = JsonNumber(one.out, key), b = JsonNumber(two.out, key);
+      EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(a)) << mode << ": " << key << " " << a << " (1 rank) vs " << b
+                                                     << " (2 ranks)\n" << two.out;
+    }
+    EXPECT_GT(std::abs(JsonNumber(one.out, "first_loss") - JsonNumber(one.out, "last_loss")), 0.05) << one.out;
+  }
+}
+
+// The small CNN: BatchNorm uses each rank's batch statistics, so 2 ranks are not 1 rank; but
+// eager and replay agree (DESIGN.md invariant 5), and the ranks end with the same parameters.
+TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
+  SKIP_WITHOUT_MPI();
+  const std::string args = "--dist --batch 16 --steps 4 --lr 0.01 --json";
+  const ProgramRun eager = LaunchTwo("loom-cnn", args + " --eager");
+  const ProgramRun graph = LaunchTwo("loom-cnn", args + " --graph");
+  for (const ProgramRun* r : {&eager, &graph}) {
+    ASSERT_EQ(r->exit_code, 0) << r->out;
+    EXPECT_TRUE(Has(r->out, "parameters: bitwise the same on all 2 ranks")) << r->out;
+    EXPECT_TRUE(Has(r->out, "data-parallel: 2 ranks, 8 samples per rank per step")) << r->out;
+  }
+  const double a = JsonNumber(eager.out, "train_loss"), b = JsonNumber(graph.out, "train_loss");
+  EXPECT_LE(std::abs(a - b), 1e-4 * std::abs(a)) << eager.out << graph.out;
+}
+
+// A global batch that does not divide between the ranks is refused, naming both.
+TEST(DistPrograms, IndivisibleBatchIsRefused) {
+  SKIP_WITHOUT_MPI();
+  const ProgramRun r = LaunchTwo("loom-mlp", "--dist --batch 33 --steps 2");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(Has(r.out, "[loom-mlp] --dist: the global batch 33 does not divide into 2 ranks")) << r.out;
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
