@@ -55,7 +55,7 @@ class Dist {
   }
 
   // Rank 0's stream; a stream that writes nothing on the other ranks.
-  std::ostream& Out(std::ostream& os) {
+  std::ostream& Out(std::ostream& os) const {
     static std::ostream null(nullptr);
     return root() ? os : null;
   }

@@ -235,7 +235,7 @@ int Train(const Flags& f) {
                 f.graph ? (f.parallel ? "graph (parallel replay)" : "graph (serial replay)") : "eager");
   out << line << std::endl;
   if (dist.on())
-    out << "data-parallel: " << dist.world() << " ranks, " << rows << " samples per rank per step" << std::endl;
+    out << loom::detail::Cat("data-parallel: ", dist.world(), " ranks, ", rows, " samples per rank per step\n") << std::flush;
 
   auto train_step = [&]() {
     Tensor loss = ops::SoftmaxCrossEntropy(Forward(model, x), y);
@@ -253,6 +253,9 @@ int Train(const Flags& f) {
     y.CopyFrom(by);
     loom::GraphOptions options;
     options.memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
+    // With --dist, the dependency-driven replay always: its collective lane overlaps the
+    // all-reduces with backward, which Note [Parallel or serial] would give up on a chain.
+    if (dist.on() && f.parallel) options.parallel_fallback = false;
     graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(); }, options);
     out << graph->Summary() << std::endl;
   }
@@ -294,7 +297,9 @@ int Train(const Flags& f) {
              "[loom-mlp] the parameters did not change: refusing to report a run that did not train (--lr 0?)");
 
   const uint64_t param_hash = dist.CheckSameParameters(params, "loom-mlp");
-  if (dist.on()) out << "parameters: bitwise the same on all " << dist.world() << " ranks" << std::endl;
+  // One piece per line: stderr is unbuffered, and a line written in parts can interleave with
+  // the JSON line on stdout when both go to one pipe.
+  if (dist.on()) out << loom::detail::Cat("parameters: bitwise the same on all ", dist.world(), " ranks\n") << std::flush;
 
   size_t peak = dev->stats().peak_bytes;
   double med = Percentile(times_ms, 0.5), p10 = Percentile(times_ms, 0.1), p90 = Percentile(times_ms, 0.9);

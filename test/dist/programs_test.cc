@@ -11,6 +11,7 @@
 
 #include "common/programs.h"
 #include "io/comm/comm.h"
+#include "io/comm/simulated.h"
 
 namespace loom {
 namespace test {
@@ -27,7 +28,11 @@ ProgramRun LaunchTwo(const std::string& program, const std::string& args) {
 
 // The number after `"key": ` in the last JSON line of `out` (NaN when absent).
 double JsonNumber(const std::string& out, const std::string& key) {
-  const size_t line = out.rfind("{\"");
+  size_t line = std::string::npos;
+  for (size_t at = 0; at < out.size(); at = out.find('\n', at) + 1) {
+    if (out.compare(at, 2, "{\"") == 0) line = at;
+    if (out.find('\n', at) == std::string::npos) break;
+  }
   const size_t at = line == std::string::npos ? line : out.find("\"" + key + "\": ", line);
   if (at == std::string::npos) return std::nan("");
   return std::strtod(out.c_str() + at + key.size() + 4, nullptr);
@@ -83,6 +88,67 @@ TEST(DistPrograms, IndivisibleBatchIsRefused) {
   const ProgramRun r = LaunchTwo("loom-mlp", "--dist --batch 33 --steps 2");
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "[loom-mlp] --dist: the global batch 33 does not divide into 2 ranks")) << r.out;
+}
+
+// All JSON lines of `out` (one run each).
+std::vector<std::string> JsonLines(const std::string& out) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while ((at = out.find("{\"tool\"", at)) != std::string::npos) {
+    const size_t end = out.find('\n', at);
+    lines.push_back(out.substr(at, end - at));
+    at = end;
+  }
+  return lines;
+}
+
+std::string JsonText(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\": \"");
+  if (at == std::string::npos) return "";
+  const size_t b = at + key.size() + 5;
+  return line.substr(b, line.find('"', b) - b);
+}
+
+// loom-bench --simulate-ranks: rank 0 of 4 on a modelled link. The statistics are the model's
+// numbers for the graph's buckets (no clock is read): the MLP's gradients, each padded to 64
+// bytes, in a 1 MiB first bucket and one more.
+TEST(DistPrograms, BenchSimulatedRanksReportTheModelledCommunication) {
+  const ProgramRun r =
+      RunProgram(ProgramPath("loom-bench"), "--model mlp --mode graph-parallel --simulate-ranks 1,4 --link-gbps 10 "
+                                            "--latency-us 5 --steps 3 --warmup 1 --threads 1 --peak-gflops 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<std::string> runs = JsonLines(r.out);
+  ASSERT_EQ(runs.size(), 2u) << r.out;
+  EXPECT_EQ(JsonText(runs[0], "communicator"), "none");
+  EXPECT_EQ(JsonNumber(runs[0], "ranks"), 1);
+  EXPECT_EQ(JsonNumber(runs[0], "scaling_efficiency"), 1);
+  EXPECT_EQ(JsonText(runs[1], "communicator"), "simulated");
+  EXPECT_EQ(JsonNumber(runs[1], "ranks"), 4);
+  EXPECT_EQ(JsonNumber(runs[1], "global_batch"), 4 * 64);
+  const double padded = 784 * 1024 * 4 + 1024 * 4 + 1024 * 1024 * 4 + 1024 * 4 + 1024 * 10 * 4 + 64;
+  const SimulatedLink link{4, 10, 5};
+  EXPECT_EQ(JsonNumber(runs[1], "allreduces_per_step"), 2);
+  EXPECT_EQ(JsonNumber(runs[1], "comm_bytes_per_step"), padded);
+  const double ms = 1e3 * (RingAllReduceSeconds(1 << 20, link) + RingAllReduceSeconds(padded - (1 << 20), link));
+  EXPECT_NEAR(JsonNumber(runs[1], "comm_modelled_ms_per_step"), ms, 1e-3) << runs[1];
+  EXPECT_TRUE(Has(r.out, "Data-parallel scaling, SIMULATED")) << r.out;
+}
+
+// loom-bench --dist on 2 ranks: each mode compute-only and over MPI, reported by rank 0 alone.
+TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
+  SKIP_WITHOUT_MPI();
+  const ProgramRun r = LaunchTwo("loom-bench", "--model mlp --mode eager,graph-parallel --dist --batch 32 --steps 3 "
+                                               "--warmup 1 --peak-gflops 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<std::string> runs = JsonLines(r.out);
+  ASSERT_EQ(runs.size(), 4u) << r.out;  // rank 1 prints nothing
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(JsonText(runs[i], "communicator"), i % 2 ? "mpi" : "none") << runs[i];
+    EXPECT_EQ(JsonNumber(runs[i], "ranks"), 2) << runs[i];
+    EXPECT_EQ(JsonNumber(runs[i], "batch_per_rank"), 16) << runs[i];
+    EXPECT_EQ(JsonNumber(runs[i], "global_batch"), 32) << runs[i];
+  }
+  EXPECT_TRUE(Has(r.out, "Data-parallel over MPI (measured)")) << r.out;
 }
 
 }  // namespace
