@@ -449,6 +449,9 @@ struct RunResult {
   // The simulated communicator's statistics over the timed steps, per step.
   bool simulated = false;
   double comm_modelled_ms = 0, comm_waited_ms = 0, collectives_per_step = 0, comm_bytes_per_step = 0;
+  // Note [Predicting a data-parallel step], from one profiled serial replay after the timed steps.
+  bool predicted = false;
+  loom::StepPrediction prediction;
   std::vector<double> ms;  // timed steps
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
@@ -580,6 +583,30 @@ struct ModeRun {
   int64_t done = 0;   // steps taken
   std::shared_ptr<loom::SimulatedCommunicator> sim;  // --simulate-ranks with N > 1
 };
+
+// Note [Predicting a data-parallel step]: one serial replay, profiled (a training step more, after
+// the checks above), its compute ops' times and the model's time for each collective. A serial
+// replay (every mode but graph-parallel) runs collectives in line: no lane.
+loom::StepPrediction PredictFromOneReplay(loom::Graph& g, const loom::SimulatedLink& link, bool lane_overlaps) {
+  g.set_profile(true);
+  g.Run(/*sequential=*/true);
+  g.set_profile(false);
+  const std::vector<loom::OpTiming>& prof = g.last_profile();
+  const std::vector<loom::OpRecord>& ops = g.ops().ops;
+  const loom::Schedule& sched = g.schedule();
+  std::vector<double> costs(ops.size());
+  std::vector<bool> lane(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool collective = sched.lane[i] == loom::Lane::kCollective;
+    lane[i] = collective && lane_overlaps;
+    const double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
+    if (!collective) costs[i] = (prof[i].end_us - prof[i].start_us) * 1e-6;
+    else if (ops[i].name() == "allreduce") costs[i] = loom::RingAllReduceSeconds(bytes, link);
+    else if (ops[i].name() == "allgather") costs[i] = loom::RingAllGatherSeconds(bytes, link);
+    else costs[i] = loom::TreeBroadcastSeconds(bytes, link);
+  }
+  return loom::PredictStep(sched.succs, lane, costs);
+}
 
 // The runs of Note [Scaling runs]: each mode without a communicator, then with one.
 std::vector<Variant> Variants(const Flags& f, int world) {
@@ -722,6 +749,10 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       r.comm_waited_ms = st.waited_s * 1e3 / steps;
       r.collectives_per_step = double(st.collectives) / steps;
       r.comm_bytes_per_step = st.bytes / steps;
+      if (r.has_graph) {
+        r.predicted = true;
+        r.prediction = PredictFromOneReplay(*model.train_graph(), run->sim->link(), r.mode == Mode::kGraphParallel);
+      }
     }
     r.median = Percentile(r.ms, 0.5);
     r.p10 = Percentile(r.ms, 0.1);
@@ -877,6 +908,16 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
                   GraphOptionsFor(r.mode, f).first_bucket_bytes, r.collectives_per_step, r.comm_bytes_per_step,
                   r.comm_modelled_ms, r.comm_waited_ms);
     out += buf;
+    if (r.predicted) {
+      const loom::StepPrediction& p = r.prediction;
+      std::snprintf(buf, sizeof buf,
+                    ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
+                    "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, \"prediction_is\": "
+                    "\"one profiled serial replay: compute ops at their measured times in issue order, collectives at the "
+                    "model's times on their lane, dependencies from the schedule\"",
+                    p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0);
+      out += buf;
+    }
   }
   return out;
 }
@@ -945,8 +986,12 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
                   f.overlap ? "all-reduce overlapping backward" : "all-reduce after backward",
                   (long long)(runs.empty() ? 0 : runs[0].rows));
     o << buf;
-    o << "| mode | ranks | ms/step median | items/s (all ranks) | all-reduces/step | MB/step | modelled comm ms/step "
-         "| exposed comm ms | scaling efficiency |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    o << "Measured: step times with the modelled waits (exposed = minus the same mode's 1-rank time; noisy on a "
+         "shared machine). Predicted: Note [Predicting a data-parallel step] (one profiled replay's compute times, "
+         "the model's all-reduce times, the schedule's dependencies).\n\n";
+    o << "| mode | ranks | all-reduces/step | MB/step | modelled comm ms/step | measured ms/step | items/s (all ranks) "
+         "| measured exposed ms | measured efficiency | predicted ms/step | predicted exposed ms | predicted efficiency "
+         "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   } else {
     o << "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator.\n\n"
          "| mode | ranks | ms/step median | items/s (all ranks) | exposed comm ms | exposed comm fraction | "
@@ -955,10 +1000,18 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
   for (const RunResult& r : runs) {
     const RunResult* base = Baseline(runs, r);
     const double exposed = base ? r.median - base->median : 0;
-    if (sim)
-      std::snprintf(buf, sizeof buf, "| %s | %d | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n", Name(r.mode),
-                    r.variant.ranks, r.median, ItemsPerSecond(r), r.collectives_per_step, r.comm_bytes_per_step / 1e6,
-                    r.comm_modelled_ms, exposed, base ? base->median / r.median : 0.0);
+    if (sim) {
+      std::string pred = "| - | - | - |";
+      if (r.predicted) {
+        char p[128];
+        std::snprintf(p, sizeof p, "| %.1f | %.1f | %.3f |", r.prediction.step_s * 1e3, r.prediction.exposed_s * 1e3,
+                      r.prediction.compute_s / r.prediction.step_s);
+        pred = p;
+      }
+      std::snprintf(buf, sizeof buf, "| %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.3f %s\n", Name(r.mode),
+                    r.variant.ranks, r.collectives_per_step, r.comm_bytes_per_step / 1e6, r.comm_modelled_ms, r.median,
+                    ItemsPerSecond(r), exposed, base ? base->median / r.median : 0.0, pred.c_str());
+    }
     else
       std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f |\n", Name(r.mode),
                     r.variant.comm ? std::to_string(r.variant.ranks).c_str() : "compute only", r.median,

@@ -5,8 +5,13 @@
 // is not part of the tests that ctest runs under mpirun itself (test_dist_mpi_2ranks).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "common/programs.h"
@@ -19,14 +24,26 @@ namespace {
 
 bool Has(const std::string& out, const std::string& s) { return out.find(s) != std::string::npos; }
 
-// 2 ranks of `program args` through the launcher, one thread each.
+// 2 ranks of `program args` through the launcher, one thread each. mpirun forwards the ranks'
+// stdout and stderr separately, in chunks, so a merged stream can cut a line of one with a chunk
+// of the other: `out` is stdout alone, then (after a marker line) stderr.
 ProgramRun LaunchTwo(const std::string& program, const std::string& args) {
-  return RunProgram("/usr/bin/python3 " + ProgramPath("python/loom/launch.py") + " -n 2 --threads 1 -- " +
-                        ProgramPath(program),
-                    args);
+  static int calls = 0;  // ctest runs the tests of this file in parallel processes: a name per process and call
+  const std::string err = ::testing::TempDir() + "loom_dist_programs_" + std::to_string(::getpid()) + "_" +
+                          std::to_string(++calls) + ".txt";
+  ProgramRun r = RunProgram("( /usr/bin/python3 " + ProgramPath("python/loom/launch.py") + " -n 2 --threads 1 -- " +
+                                ProgramPath(program),
+                            args + " 2>" + err + " )");
+  std::ifstream f(err);
+  std::stringstream text;
+  text << f.rdbuf();
+  r.out += "\n---- stderr ----\n" + text.str();
+  std::remove(err.c_str());
+  return r;
 }
 
-// The number after `"key": ` in the last JSON line of `out` (NaN when absent).
+// The number after `"key": ` in the last JSON line of `out` (NaN when absent); a program's stdout
+// comes first in `out` (LaunchTwo).
 double JsonNumber(const std::string& out, const std::string& key) {
   size_t line = std::string::npos;
   for (size_t at = 0; at < out.size(); at = out.find('\n', at) + 1) {

@@ -45,6 +45,26 @@ TEST(SimulatedComm, ValuesAreThoseOfRanksHoldingTheSameData) {
   EXPECT_EQ(c.stats().collectives, 4);
 }
 
+// Issue order A, X, B, C, D: X (a collective) follows A, D (an update) follows X and C.
+TEST(SimulatedComm, PredictedStepOverlapsTheLaneWithCompute) {
+  const std::vector<std::vector<int>> succs{{1, 2}, {4}, {3}, {4}, {}};
+  const std::vector<bool> lane{false, true, false, false, false};
+  // X (1.5 s) runs beside B and C (1 s each): hidden.
+  StepPrediction p = PredictStep(succs, lane, {1, 1.5, 1, 1, 0.5});
+  EXPECT_DOUBLE_EQ(p.step_s, 3.5);
+  EXPECT_DOUBLE_EQ(p.compute_s, 3.5);
+  EXPECT_DOUBLE_EQ(p.comm_s, 1.5);
+  EXPECT_DOUBLE_EQ(p.exposed_s, 0);
+  // X (3 s) outlasts them: D waits for it, 1 s exposed.
+  p = PredictStep(succs, lane, {1, 3, 1, 1, 0.5});
+  EXPECT_DOUBLE_EQ(p.step_s, 4.5);
+  EXPECT_DOUBLE_EQ(p.exposed_s, 1);
+  // Everything on one resource in issue order: the sum.
+  p = PredictStep(succs, {false, false, false, false, false}, {1, 3, 1, 1, 0.5});
+  EXPECT_DOUBLE_EQ(p.step_s, 6.5);
+  EXPECT_THROW(PredictStep({{0}}, {false}, {1}), ValueError);
+}
+
 // DistOpt over 4 simulated ranks (the sum is 4 x the gradient, the scale 1/4) trains bitwise as
 // plain SGD on the same batch, eagerly and replayed; the statistics count every bucket all-reduce
 // of every replay and the model's seconds for their bytes.

@@ -1,6 +1,7 @@
 // The simulated communicator (simulated.h).
 #include "io/comm/simulated.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -64,6 +65,30 @@ double TreeBroadcastSeconds(double bytes, const SimulatedLink& l) {
 }
 
 double BarrierSeconds(const SimulatedLink& l) { return l.ranks <= 1 ? 0 : Log2Ceil(l.ranks) * Alpha(l); }
+
+StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
+                           const std::vector<double>& costs) {
+  const size_t n = costs.size();
+  LOOM_CHECK(succs.size() == n && on_lane.size() == n, ValueError, "[predict step] ", n, " costs for ", succs.size(),
+             " ops and ", on_lane.size(), " lanes");
+  std::vector<double> ready(n, 0.0);  // when every predecessor has finished
+  double free[2] = {0, 0};           // compute, collective lane
+  StepPrediction p;
+  for (size_t i = 0; i < n; ++i) {
+    const int r = on_lane[i] ? 1 : 0;
+    const double finish = std::max(ready[i], free[r]) + std::max(0.0, costs[i]);
+    free[r] = finish;
+    (r ? p.comm_s : p.compute_s) += std::max(0.0, costs[i]);
+    p.step_s = std::max(p.step_s, finish);
+    for (int s : succs[i]) {
+      LOOM_CHECK(s > int(i) && size_t(s) < n, ValueError, "[predict step] edge ", i, " -> ", s,
+                 " does not point forward in issue order");
+      ready[size_t(s)] = std::max(ready[size_t(s)], finish);
+    }
+  }
+  p.exposed_s = p.step_s - p.compute_s;
+  return p;
+}
 
 SimulatedCommunicator::SimulatedCommunicator(SimulatedLink link) : link_(link) {
   LOOM_CHECK(link.ranks >= 1, ValueError, "[simulated comm] ranks must be at least 1, got ", link.ranks);

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "device/communicator.h"
 
@@ -50,6 +51,23 @@ struct SimulatedStats {
   double modelled_s = 0;       // the model's total
   double waited_s = 0;         // wall time spent in the waits
 };
+
+// Note [Predicting a data-parallel step]
+// The measured step time of a simulated run is honest but noisy on a shared machine, and the
+// wait overshoots. So the step is also predicted from numbers: one replay's op times (measured),
+// with each collective's time replaced by the model's. Compute ops run one at a time in issue
+// order (one replay with the whole thread pool per op), collectives one at a time on their lane;
+// an op starts when its resource is free and every op it depends on (the schedule's edges, which
+// point forward in issue order) has finished. The prediction is conservative where independent
+// compute ops would run side by side. step_s is the last finish; compute_s the compute ops' sum
+// (the step without communication); exposed_s = step_s - compute_s.
+struct StepPrediction {
+  double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
+};
+// succs[i]: the ops that wait for op i (all > i); on_lane[i]: op i is a collective; costs[i]:
+// seconds.
+StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
+                           const std::vector<double>& costs);
 
 class SimulatedCommunicator final : public Communicator {
  public:
