@@ -63,6 +63,11 @@ TEST(SimulatedComm, PredictedStepOverlapsTheLaneWithCompute) {
   p = PredictStep(succs, {false, false, false, false, false}, {1, 3, 1, 1, 0.5});
   EXPECT_DOUBLE_EQ(p.step_s, 6.5);
   EXPECT_THROW(PredictStep({{0}}, {false}, {1}), ValueError);
+  // Issue order A, X, U, B: U (an update) waits for X, B (backward) only for A. The compute
+  // resource runs B while U waits, as the replay does: the step ends with U, at 1 + 3 + 0.5.
+  p = PredictStep({{1, 3}, {2}, {}, {}}, {false, true, false, false}, {1, 3, 0.5, 1});
+  EXPECT_DOUBLE_EQ(p.step_s, 4.5);
+  EXPECT_DOUBLE_EQ(p.exposed_s, 2);
 }
 
 // DistOpt over 4 simulated ranks (the sum is 4 x the gradient, the scale 1/4) trains bitwise as

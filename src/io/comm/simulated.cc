@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -71,21 +72,39 @@ StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std
   const size_t n = costs.size();
   LOOM_CHECK(succs.size() == n && on_lane.size() == n, ValueError, "[predict step] ", n, " costs for ", succs.size(),
              " ops and ", on_lane.size(), " lanes");
-  std::vector<double> ready(n, 0.0);  // when every predecessor has finished
-  double free[2] = {0, 0};           // compute, collective lane
-  StepPrediction p;
-  for (size_t i = 0; i < n; ++i) {
-    const int r = on_lane[i] ? 1 : 0;
-    const double finish = std::max(ready[i], free[r]) + std::max(0.0, costs[i]);
-    free[r] = finish;
-    (r ? p.comm_s : p.compute_s) += std::max(0.0, costs[i]);
-    p.step_s = std::max(p.step_s, finish);
+  std::vector<int> npreds(n, 0);
+  for (size_t i = 0; i < n; ++i)
     for (int s : succs[i]) {
       LOOM_CHECK(s > int(i) && size_t(s) < n, ValueError, "[predict step] edge ", i, " -> ", s,
                  " does not point forward in issue order");
-      ready[size_t(s)] = std::max(ready[size_t(s)], finish);
+      ++npreds[size_t(s)];
     }
+  StepPrediction p;
+  // Two resources (0: compute, 1: the collective lane), each running its ready op that comes
+  // first in issue order, one at a time.
+  std::set<int> ready[2];
+  int running[2] = {-1, -1};
+  double finish[2] = {0, 0}, now = 0;
+  for (size_t i = 0; i < n; ++i) {
+    (on_lane[i] ? p.comm_s : p.compute_s) += std::max(0.0, costs[i]);
+    if (npreds[i] == 0) ready[on_lane[i] ? 1 : 0].insert(int(i));
   }
+  for (size_t done = 0; done < n;) {
+    for (int r = 0; r < 2; ++r)
+      if (running[r] < 0 && !ready[r].empty()) {
+        running[r] = *ready[r].begin();
+        ready[r].erase(ready[r].begin());
+        finish[r] = now + std::max(0.0, costs[size_t(running[r])]);
+      }
+    const int r = running[0] >= 0 && (running[1] < 0 || finish[0] <= finish[1]) ? 0 : 1;
+    LOOM_ASSERT(running[r] >= 0, "[predict step] nothing runs with ", n - done, " ops left");
+    now = finish[r];
+    for (int s : succs[size_t(running[r])])
+      if (--npreds[size_t(s)] == 0) ready[on_lane[size_t(s)] ? 1 : 0].insert(s);
+    running[r] = -1;
+    ++done;
+  }
+  p.step_s = now;
   p.exposed_s = p.step_s - p.compute_s;
   return p;
 }

@@ -55,12 +55,14 @@ struct SimulatedStats {
 // Note [Predicting a data-parallel step]
 // The measured step time of a simulated run is honest but noisy on a shared machine, and the
 // wait overshoots. So the step is also predicted from numbers: one replay's op times (measured),
-// with each collective's time replaced by the model's. Compute ops run one at a time in issue
-// order (one replay with the whole thread pool per op), collectives one at a time on their lane;
-// an op starts when its resource is free and every op it depends on (the schedule's edges, which
-// point forward in issue order) has finished. The prediction is conservative where independent
-// compute ops would run side by side. step_s is the last finish; compute_s the compute ops' sum
-// (the step without communication); exposed_s = step_s - compute_s.
+// with each collective's time replaced by the model's. As the parallel replay does, each of two
+// resources runs, whenever it is free, the ready op that comes first in issue order: compute ops
+// one at a time (each with the whole thread pool, as timed in a serial replay), collectives one
+// at a time on their lane (Note [A lane for collectives]); an op is ready when every op it
+// depends on (the schedule's edges, which point forward in issue order) has finished. The
+// prediction is conservative where independent compute ops would run side by side. step_s is
+// the last finish; compute_s the compute ops' sum (the step without communication);
+// exposed_s = step_s - compute_s.
 struct StepPrediction {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
 };
