@@ -202,7 +202,8 @@ const char* kUsage =
     "  --device D     cpu or cuda (default cpu)\n"
     "  --steps N      timed steps (default 20)\n"
     "  --warmup N     untimed steps first, at least 1 (the graph capture happens there; default 3)\n"
-    "  --threads N    CPU threads for loom and OpenBLAS (default: the core count)\n"
+    "  --threads N    CPU threads for loom and OpenBLAS (default: the core count; with --dist, the\n"
+    "                 launcher's share, LOOM_NUM_THREADS)\n"
     "  --rounds R     split the timed steps into R chunks and let the modes take turns, chunk by chunk\n"
     "                 (all models stay alive; memory is measured in round 1, per mode); default 1\n"
     "  --json         one JSON line per run on stdout; the table goes to stderr\n"
@@ -345,14 +346,7 @@ struct Data {
   // from row `first` on.
   void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by, int64_t first = 0,
              int64_t rows = -1) const {
-    if (rows < 0) rows = batch;
-    bx.resize(size_t(rows * dim));
-    by.resize(size_t(rows));
-    for (int64_t j = 0; j < rows; ++j) {
-      int64_t s = (step * batch + first + j) % n;
-      std::copy_n(x.begin() + s * dim, dim, bx.begin() + j * dim);
-      by[size_t(j)] = y[size_t(s)];
-    }
+    loom::examples::CopyBatchRows(x, y, dim, step, batch, first, rows < 0 ? batch : rows, bx, by);
   }
 };
 
@@ -1094,7 +1088,10 @@ std::string Table(const Flags& f, const ModelSpec& spec, int64_t batch, const st
 }
 
 int Main(const Flags& f) {
-  loom::SetNumThreads(f.threads > 0 ? int(f.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  // With --dist the launcher has split the cores between the ranks (LOOM_NUM_THREADS, which
+  // loom's pool reads): keep its share unless --threads says otherwise.
+  if (f.threads > 0 || !f.dist)
+    loom::SetNumThreads(f.threads > 0 ? int(f.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
   const loom::examples::Dist dist = f.dist ? loom::examples::Dist::World() : loom::examples::Dist();
   std::ostream& err = dist.Out(std::cerr);  // rank 0 reports
   std::ostream& out = dist.Out(std::cout);

@@ -14,6 +14,7 @@
 //     bitwise the same parameters (a hash of their bytes, all-gathered) and says so.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <memory>
@@ -27,6 +28,21 @@
 
 namespace loom {
 namespace examples {
+
+// The rows [first, first + rows) of global batch `step` of a pool of samples (x: n rows of `dim`
+// floats, y: n labels): samples (step * batch + first + j) modulo n.
+inline void CopyBatchRows(const std::vector<float>& x, const std::vector<int32_t>& y, int64_t dim, int64_t step,
+                          int64_t batch, int64_t first, int64_t rows, std::vector<float>& bx,
+                          std::vector<int32_t>& by) {
+  const int64_t n = int64_t(y.size());
+  bx.resize(size_t(rows * dim));
+  by.resize(size_t(rows));
+  for (int64_t j = 0; j < rows; ++j) {
+    const int64_t s = (step * batch + first + j) % n;
+    std::copy_n(x.begin() + s * dim, dim, bx.begin() + j * dim);
+    by[size_t(j)] = y[size_t(s)];
+  }
+}
 
 class Dist {
  public:

@@ -124,14 +124,7 @@ struct Data {
   // them from row `first` on.
   void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by, int64_t first = 0,
              int64_t rows = -1) const {
-    if (rows < 0) rows = batch;
-    bx.resize(size_t(rows * kInputs));
-    by.resize(size_t(rows));
-    for (int64_t j = 0; j < rows; ++j) {
-      int64_t s = (step * batch + first + j) % n;
-      std::copy_n(x.begin() + s * kInputs, kInputs, bx.begin() + j * kInputs);
-      by[size_t(j)] = y[size_t(s)];
-    }
+    loom::examples::CopyBatchRows(x, y, kInputs, step, batch, first, rows < 0 ? batch : rows, bx, by);
   }
 };
 

@@ -164,6 +164,7 @@ TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
     EXPECT_EQ(JsonNumber(runs[i], "ranks"), 2) << runs[i];
     EXPECT_EQ(JsonNumber(runs[i], "batch_per_rank"), 16) << runs[i];
     EXPECT_EQ(JsonNumber(runs[i], "global_batch"), 32) << runs[i];
+    EXPECT_EQ(JsonNumber(runs[i], "threads"), 1) << "the launcher's share of the cores: " << runs[i];
   }
   EXPECT_TRUE(Has(r.out, "Data-parallel over MPI (measured)")) << r.out;
 }
