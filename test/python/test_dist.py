@@ -141,3 +141,22 @@ def test_cnn_example_on_two_ranks_eager_equals_graph(root):
         assert "parameters: bitwise the same on all 2 ranks" in out
     assert graph["last_loss"] == pytest.approx(eager["last_loss"], rel=1e-4)
     assert graph["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-6)
+
+
+@needs_mpi
+def test_seed_example_on_two_ranks_is_the_full_batch_training(root):
+    """SINGA's seed program with --dist: 200 of the 400 points per rank, gradients averaged, is
+    the full-batch training of one rank (1001 replays), to float32 rounding."""
+    def run(*cmd):
+        env = python_env()
+        env["LOOM_NUM_THREADS"] = "1"
+        r = subprocess.run([*cmd, f"{root}/examples/python/seed_mlp.py"] + (["--dist"] if len(cmd) > 1 else []),
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("loss after"))
+        return float(line.split(":")[1].split()[0]), r.stdout
+    one, _ = run(sys.executable)
+    two, out = run(sys.executable, "-m", "loom.launch", "-n", "2", "--threads", "1")
+    assert "parameters: bitwise the same on all 2 ranks" in out
+    assert two == pytest.approx(one, rel=1e-5)
+    assert one < 0.3
