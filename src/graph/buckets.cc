@@ -16,8 +16,8 @@
 //     first all-reduce starts early), then `bucket_bytes` each; a gradient may straddle a cut;
 //   - each slice gets one allreduce, with the same scale, reduce and compression, placed right
 //     after the last write of any gradient it overlaps (GraphOptions::overlap_collectives; else
-//     all after the last write of any of the group's gradients: "collectives forced after
-//     backward"). The record lists those gradients as members (core/collective.h), so the
+//     all after the last write of any of the group's gradients, each also depending on it: Note
+//     [Collectives forced after backward]). The record lists those gradients as members (core/collective.h), so the
 //     analysis orders it after their writers and before their readers, and nothing else:
 //     backward ops of earlier layers do not wait for it, and the schedule's collective lane runs
 //     it beside them;
@@ -175,6 +175,18 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
           last = std::max(last, cs[k].last_write);
         }
       }
+      // Note [Collectives forced after backward]: without overlap, every slice also lists the
+      // gradient written last, so that no schedule starts it before the backward has ended (a
+      // position in issue order alone would not hold the parallel replay, which runs each lane
+      // op as soon as its dependencies are met).
+      if (!options.overlap_collectives)
+        for (size_t k = 0; k < cs.size(); ++k)
+          if (cs[k].last_write == group_last &&
+              std::find(members.begin(), members.end(), cs[k].block) == members.end()) {
+            ar.inputs.push_back(list.ops[size_t(cs[k].op)].inputs[0]);
+            members.push_back(cs[k].block);
+            last = std::max(last, cs[k].last_write);
+          }
       ar.outputs = ar.inputs;
       // A slice of padding only follows the slice before it.
       if (last < 0) last = after.empty() ? first_original - 1 : after.rbegin()->first;

@@ -253,12 +253,23 @@ TEST(DistGraph, WithoutOverlapAllReducesComeAfterTheBackward) {
     GraphOptions o;
     o.bucket_bytes = 4096;
     o.overlap_collectives = false;
-    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kSerial, DType::kFloat64, 1, o);
+    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kParallel, DType::kFloat64, 1, o);
     const OpList& ops = run.graph->graph().ops();
     const Captured c = FindAllReduces(run.graph->graph());
     for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
       EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
           << ops.ops[i].name();
+    // Not only in issue order: every all-reduce depends on the last backward op, so that the
+    // parallel replay, which starts a lane op once its dependencies are met, cannot start it
+    // earlier (Note [Collectives forced after backward]).
+    const Schedule& sched = run.graph->graph().schedule();
+    const size_t last_backward = size_t(c.allreduces[0]) - 1;
+    std::vector<char> down(ops.size(), 0);
+    down[last_backward] = 1;
+    for (size_t i = last_backward; i < ops.size(); ++i)
+      if (down[i])
+        for (int s : sched.succs[i]) down[size_t(s)] = 1;
+    for (int a : c.allreduces) EXPECT_TRUE(down[size_t(a)]) << "all-reduce " << a << " may start before backward ends";
   });
 }
 
