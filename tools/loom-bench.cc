@@ -4,6 +4,8 @@
 //   loom-bench --model mlp|cnn|resnet18|resnet50 [--batch N] [--mode eager,graph-planned,...]
 //              [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json]
 //              [--timeline DIR] [--peak-gflops G]
+//              [--dist | --simulate-ranks N[,N...] [--link-gbps G] [--latency-us L]]
+//              [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]
 //
 // Each mode trains a fresh model built from the same seed with SGD (lr 0.01, momentum 0.9) and
 // softmax cross-entropy. Per mode it prints one JSON line (--json) and, at the end, a Markdown
@@ -43,6 +45,16 @@
 //   kernels               the library, kernel and ISA every GEMM and convolution kind ran with
 //                         (device/kernel_report.h), in the order first used.
 //
+// Data parallelism (issue 15; Note [Scaling runs]):
+//   --dist            the ranks of tools/launch.sh -n N train data-parallel over MPI (DistOpt),
+//                     --batch being the global batch; each mode also runs "compute only" (the
+//                     same per-rank batch, no communicator) so exposed communication = step time
+//                     - compute-only step time. Rank 0 reports.
+//   --simulate-ranks  this process plays rank 0 of N on a modelled network (io/comm/simulated.h,
+//                     ring all-reduce, alpha-beta: --link-gbps, --latency-us); --batch is per rank
+//                     (weak scaling, as data-parallel figures are usually quoted); N = 1 runs
+//                     without a communicator and is the baseline of scaling_efficiency.
+//
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags, 3 a run that did not train.
 #include <malloc.h>
 #include <sys/stat.h>
@@ -68,10 +80,13 @@
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "device/kernel_report.h"
 #include "graph/flops.h"
 #include "graph/graph.h"
+#include "io/comm/simulated.h"
+#include "nn/dist_opt.h"
 #include "nn/model.h"
 #include "nn/models.h"
 #include "nn/optimizer.h"
@@ -167,6 +182,11 @@ struct Flags {
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
   bool plan_layouts = false;  // GraphOptions::plan_layouts
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
+  bool dist = false;              // data-parallel over MPI's world
+  std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
+  double link_gbps = 25, latency_us = 10;
+  double bucket_mb = 0, first_bucket_mb = -1;  // GraphOptions::bucket_bytes, first_bucket_bytes (0/-1: defaults)
+  bool overlap = true;                         // GraphOptions::overlap_collectives
 };
 
 const char* kUsage =
@@ -174,7 +194,8 @@ const char* kUsage =
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
     "                  [--plan-layouts]\n"
-    "                  [--memory-budget-fraction F]\n"
+    "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
+    "                  [--latency-us L]] [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
     "                 resnet50 (3x224x224, 1000 classes); default mlp\n"
     "  --batch N      samples per step (default: mlp 64, cnn 32, resnet18 16, resnet50 8)\n"
@@ -183,7 +204,8 @@ const char* kUsage =
     "  --device D     cpu or cuda (default cpu)\n"
     "  --steps N      timed steps (default 20)\n"
     "  --warmup N     untimed steps first, at least 1 (the graph capture happens there; default 3)\n"
-    "  --threads N    CPU threads for loom and OpenBLAS (default: the core count)\n"
+    "  --threads N    CPU threads for loom and OpenBLAS (default: the core count; with --dist, the\n"
+    "                 launcher's share, LOOM_NUM_THREADS)\n"
     "  --rounds R     split the timed steps into R chunks and let the modes take turns, chunk by chunk\n"
     "                 (all models stay alive; memory is measured in round 1, per mode); default 1\n"
     "  --json         one JSON line per run on stdout; the table goes to stderr\n"
@@ -198,6 +220,15 @@ const char* kUsage =
     "                         (GraphOptions::plan_layouts, off by default)\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
+    "  --dist         data-parallel over the ranks of tools/launch.sh -n N (MPI, DistOpt): --batch is the\n"
+    "                 global batch; each mode also runs compute-only (same per-rank batch, no communicator)\n"
+    "                 to measure the exposed communication; rank 0 reports\n"
+    "  --simulate-ranks LIST  e.g. 1,2,4,8: this process is rank 0 of N on a modelled network (ring\n"
+    "                 all-reduce, alpha-beta model, the modelled time really waited on the collective\n"
+    "                 lane); --batch is per rank; N = 1 runs without a communicator (the baseline)\n"
+    "  --link-gbps G, --latency-us L  the simulated link (default 25 Gbit/s, 10 us per message)\n"
+    "  --bucket-mb X, --first-bucket-mb X  gradient bucket sizes of data-parallel graphs (default 25, 1)\n"
+    "  --no-overlap   data-parallel graphs all-reduce after the whole backward (no overlap)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
     "A run whose loss or parameters did not change, or whose step count did not advance, is refused (exit 3).\n"
     "Memory: peak_bytes = device allocator peak over the (first round's) timed steps (requested bytes:\n"
@@ -261,6 +292,24 @@ Flags ParseFlags(int argc, char** argv) {
       f.fuse_bias_act = false;
     } else if (a.Switch("--plan-layouts")) {
       f.plan_layouts = true;
+    } else if (a.Switch("--dist")) {
+      f.dist = true;
+    } else if (a.Is("--simulate-ranks")) {
+      f.simulate_ranks.clear();
+      for (const std::string& n : Split(a.Value(), ',')) f.simulate_ranks.push_back(int(loom::flags::ParseInt("--simulate-ranks", n, 1)));
+      if (f.simulate_ranks.empty()) throw UsageError("--simulate-ranks needs at least one rank count");
+    } else if (a.Is("--link-gbps")) {
+      f.link_gbps = a.Double();
+      if (!(f.link_gbps > 0)) throw UsageError("--link-gbps must be positive");
+    } else if (a.Is("--latency-us")) {
+      f.latency_us = a.Double();
+    } else if (a.Is("--bucket-mb")) {
+      f.bucket_mb = a.Double();
+      if (!(f.bucket_mb > 0)) throw UsageError("--bucket-mb must be positive");
+    } else if (a.Is("--first-bucket-mb")) {
+      f.first_bucket_mb = a.Double();
+    } else if (a.Switch("--no-overlap")) {
+      f.overlap = false;
     } else if (a.Is("--memory-budget-fraction")) {
       f.budget_fraction = a.Double();
       if (!(f.budget_fraction > 0)) throw UsageError("--memory-budget-fraction must be positive");
@@ -274,6 +323,9 @@ Flags ParseFlags(int argc, char** argv) {
   for (Mode m : f.modes)
     if (m == Mode::kCudaGraph && f.device != "cuda")
       throw UsageError("--mode cuda-graph needs --device cuda: the CPU has no device graphs");
+  if (f.dist && !f.simulate_ranks.empty()) throw UsageError("--dist and --simulate-ranks exclude each other");
+  if (!f.timeline_dir.empty() && (f.dist || !f.simulate_ranks.empty()))
+    throw UsageError("--timeline is for one process without a communicator");
   return f;
 }
 
@@ -296,15 +348,11 @@ struct Data {
   std::vector<float> x;    // (n, dim)
   std::vector<int32_t> y;  // (n)
 
-  // Samples [step * batch, (step + 1) * batch) modulo n.
-  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by) const {
-    bx.resize(size_t(batch * dim));
-    by.resize(size_t(batch));
-    for (int64_t j = 0; j < batch; ++j) {
-      int64_t s = (step * batch + j) % n;
-      std::copy_n(x.begin() + s * dim, dim, bx.begin() + j * dim);
-      by[size_t(j)] = y[size_t(s)];
-    }
+  // Samples [step * batch, (step + 1) * batch) modulo n; with --dist, this rank's `rows` of them
+  // from row `first` on.
+  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by, int64_t first = 0,
+             int64_t rows = -1) const {
+    loom::examples::CopyBatchRows(x, y, dim, step, batch, first, rows < 0 ? batch : rows, bx, by);
   }
 };
 
@@ -380,8 +428,30 @@ bool ResetHighWaterMark() {
 
 // ---------------------------------------------------------------- one run
 
+// Note [Scaling runs]
+// With --dist or --simulate-ranks each mode runs as several variants, taking turns with --rounds
+// like modes do (Note [Rounds]): with --dist, "compute only" (this rank's share of the batch,
+// plain SGD, no communicator) and "N ranks" (DistOpt over MPI's world); with --simulate-ranks,
+// N = 1 (plain SGD on the per-rank batch) and each N > 1 (DistOpt over a simulated
+// communicator). A variant's exposed communication is its median step time minus that of the
+// same mode without a communicator; its scaling efficiency is the ratio of the two step times
+// (the items per second of N ranks over N times those of one).
+struct Variant {
+  Mode mode;
+  int ranks = 1;      // the ranks whose items a step counts
+  bool comm = false;  // gradients all-reduced over a communicator (DistOpt)
+};
+
 struct RunResult {
   Mode mode;
+  Variant variant;
+  int64_t rows = 0;  // samples per step on this rank
+  // The simulated communicator's statistics over the timed steps, per step.
+  bool simulated = false;
+  double comm_modelled_ms = 0, comm_waited_ms = 0, collectives_per_step = 0, comm_bytes_per_step = 0;
+  // Note [Predicting a data-parallel step], from one profiled serial replay after the timed steps.
+  bool predicted = false;
+  loom::StepPrediction prediction;
   std::vector<double> ms;  // timed steps
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
@@ -444,38 +514,63 @@ loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) 
   o.plan_layouts = fuse && f.plan_layouts;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
+  if (f.bucket_mb > 0) o.bucket_bytes = int(f.bucket_mb * (1 << 20));
+  if (f.first_bucket_mb >= 0) o.first_bucket_bytes = int(f.first_bucket_mb * (1 << 20));
+  o.overlap_collectives = f.overlap;
   return o;
 }
 
+// The rows of each batch of `batch` samples that this rank trains on (rows 0: all of them).
+struct Shard {
+  int64_t first = 0, rows = 0;
+};
+
 // A fresh model from the seed, compiled for `mode`, with its input tensors.
+// With a communicator, the optimizer is DistOpt over it (Note [Scaling runs]).
 struct Session {
   std::unique_ptr<nn::Model> model;
   Tensor x, y;
+  Shard shard;
 };
 
 Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
-                   const std::shared_ptr<loom::Device>& dev, const Data& data, bool fuse = true) {
+                   const std::shared_ptr<loom::Device>& dev, const Data& data, bool fuse = true,
+                   const std::shared_ptr<loom::Communicator>& comm = nullptr, Shard shard = {}) {
   dev->SetRandSeed(kSeed);
   nn::LayerOptions lo;
   lo.device = dev;
   Session s;
-  s.model = std::make_unique<nn::Model>(spec.make(lo), std::make_shared<nn::SGD>(f.lr, f.momentum));
-  Shape xs = {batch};
+  s.shard = shard.rows > 0 ? shard : Shard{0, batch};
+  std::shared_ptr<nn::Optimizer> opt = std::make_shared<nn::SGD>(f.lr, f.momentum);
+  std::shared_ptr<nn::Layer> net = spec.make(lo);
+  if (comm) {
+    auto d = std::make_shared<nn::DistOpt>(opt, comm);
+    std::vector<Tensor> params;
+    for (auto& p : net->Params()) params.push_back(p.second);
+    d->BroadcastParameters(params);  // the same seed on every rank already; rank 0's, to be sure
+    opt = d;
+  }
+  s.model = std::make_unique<nn::Model>(net, opt);
+  Shape xs = {s.shard.rows};
   xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
   s.x = ops::Empty(xs, DType::kFloat32, dev);
-  s.y = ops::Empty({batch}, DType::kInt32, dev);
+  s.y = ops::Empty({s.shard.rows}, DType::kInt32, dev);
   std::vector<float> bx;
   std::vector<int32_t> by;
-  data.Batch(0, batch, bx, by);
+  data.Batch(0, batch, bx, by, s.shard.first, s.shard.rows);
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   loom::GraphOptions o = GraphOptionsFor(mode, f, fuse);
+  // Note [Parallel or serial] counts a collective's wait as work on the critical path, and so
+  // replays a chain (an MLP) with all-reduces serially: no overlap. Data-parallel runs keep the
+  // dependency-driven replay, whose collective lane is what overlaps all-reduce with backward.
+  if (comm && mode == Mode::kGraphParallel) o.parallel_fallback = false;
   if (f.budget_fraction > 0 && fuse && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
     // Note [Recomputing for a memory budget]: the budget is relative to this graph. (Not for the
     // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)
     Flags plain = f;
     plain.budget_fraction = 0;
-    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse);
+    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse, comm, shard);
     probe.model->TrainOneBatch(probe.x, probe.y);
     const loom::GraphStats& st = probe.model->train_graph()->stats();
     o.memory_budget = st.persistent_bytes + size_t(f.budget_fraction * double(st.arena_bytes));
@@ -492,12 +587,61 @@ struct ModeRun {
   Session s;
   uint64_t sum0 = 0;  // parameter checksum before training
   int64_t done = 0;   // steps taken
+  std::shared_ptr<loom::SimulatedCommunicator> sim;  // --simulate-ranks with N > 1
 };
+
+// Note [Predicting a data-parallel step]: one serial replay, profiled (a training step more, after
+// the checks above), its compute ops' times and the model's time for each collective. A serial
+// replay (every mode but graph-parallel) runs collectives in line: no lane.
+loom::StepPrediction PredictFromOneReplay(loom::Graph& g, const loom::SimulatedLink& link, bool lane_overlaps) {
+  g.set_profile(true);
+  g.Run(/*sequential=*/true);
+  g.set_profile(false);
+  const std::vector<loom::OpTiming>& prof = g.last_profile();
+  const std::vector<loom::OpRecord>& ops = g.ops().ops;
+  const loom::Schedule& sched = g.schedule();
+  std::vector<double> costs(ops.size());
+  std::vector<bool> lane(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool collective = sched.lane[i] == loom::Lane::kCollective;
+    lane[i] = collective && lane_overlaps;
+    const double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
+    if (!collective) costs[i] = (prof[i].end_us - prof[i].start_us) * 1e-6;
+    else if (ops[i].name() == "allreduce") costs[i] = loom::RingAllReduceSeconds(bytes, link);
+    else if (ops[i].name() == "allgather") costs[i] = loom::RingAllGatherSeconds(bytes, link);
+    else costs[i] = loom::TreeBroadcastSeconds(bytes, link);
+  }
+  return loom::PredictStep(sched.succs, lane, costs);
+}
+
+// The runs of Note [Scaling runs]: each mode without a communicator, then with one.
+std::vector<Variant> Variants(const Flags& f, int world) {
+  std::vector<Variant> v;
+  for (Mode m : f.modes) {
+    if (f.dist) {
+      v.push_back({m, world, false});
+      v.push_back({m, world, true});
+    } else if (!f.simulate_ranks.empty()) {
+      for (int n : f.simulate_ranks) v.push_back({m, n, n > 1});
+    } else {
+      v.push_back({m, 1, false});
+    }
+  }
+  return v;
+}
+
+std::string Label(const Flags& f, const RunResult& r) {
+  std::string s = Name(r.mode);
+  if (f.dist) s += r.variant.comm ? loom::detail::Cat(", ", r.variant.ranks, " ranks (MPI)") : ", compute only";
+  else if (!f.simulate_ranks.empty())
+    s += loom::detail::Cat(", ", r.variant.ranks, r.variant.ranks > 1 ? " ranks (simulated)" : " rank");
+  return s;
+}
 
 // One training step on batch number run.done; returns its time in ms (copy-in to loss read).
 double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, std::vector<float>& bx,
             std::vector<int32_t>& by) {
-  data.Batch(run.done, batch, bx, by);
+  data.Batch(run.done, batch, bx, by, run.s.shard.first, run.s.shard.rows);
   auto t0 = std::chrono::steady_clock::now();
   run.s.x.CopyFrom(bx);
   run.s.y.CopyFrom(by);
@@ -530,28 +674,42 @@ double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, st
 // and timed while the other modes' models sit idle, holding constant memory, which is
 // subtracted (peak_bytes = allocator peak in the window - live bytes before the model existed).
 std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t batch,
-                                const std::shared_ptr<loom::Device>& dev, const Data& data) {
+                                const std::shared_ptr<loom::Device>& dev, const Data& data,
+                                const loom::examples::Dist& dist) {
+  const std::vector<Variant> variants = Variants(f, dist.world());
   std::vector<std::unique_ptr<ModeRun>> runs;
   std::vector<float> bx;
   std::vector<int32_t> by;
   const int64_t rounds = std::max<int64_t>(1, std::min(f.rounds, f.steps));
   auto chunk = [&](int64_t round) { return f.steps / rounds + (round < f.steps % rounds ? 1 : 0); };
   for (int64_t round = 0; round < rounds; ++round) {
-    for (size_t i = 0; i < f.modes.size(); ++i) {
+    for (size_t i = 0; i < variants.size(); ++i) {
       if (round > 0) {
         for (int64_t k = 0; k < chunk(round); ++k) runs[i]->r.ms.push_back(Step(*runs[i], data, batch, *dev, bx, by));
         continue;
       }
       auto run = std::make_unique<ModeRun>();
-      run->r.mode = f.modes[i];
+      run->r.mode = variants[i].mode;
+      run->r.variant = variants[i];
       dev->EmptyCache();  // earlier modes' cached free memory goes back: RSS growth is this mode's
       malloc_trim(0);
       run->r.rss_exact = ResetHighWaterMark();
       size_t rss0_kb = StatusKb("VmRSS:");
       size_t live0 = dev->stats().live_bytes;
-      run->s = NewSession(f, spec, batch, run->r.mode, dev, data);
+      std::shared_ptr<loom::Communicator> comm;
+      Shard shard;
+      if (f.dist) shard = {batch / dist.world() * dist.rank(), batch / dist.world()};
+      if (variants[i].comm && f.dist) comm = dist.comm();
+      if (variants[i].comm && !f.dist) {
+        run->sim = std::make_shared<loom::SimulatedCommunicator>(
+            loom::SimulatedLink{variants[i].ranks, f.link_gbps, f.latency_us});
+        comm = run->sim;
+      }
+      run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard);
+      run->r.rows = run->s.shard.rows;
       run->sum0 = ParamChecksum(*run->s.model);
       for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, bx, by);
+      if (run->sim) run->sim->ResetStats();  // the timed steps' collectives only
       dev->ResetPeak();
       for (int64_t k = 0; k < chunk(0); ++k) run->r.ms.push_back(Step(*run, data, batch, *dev, bx, by));
       dev->Synchronize();
@@ -589,7 +747,20 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     if (r.has_graph && r.gstats.replays != uint64_t(total))
       why += loom::detail::Cat(" the graph replayed ", r.gstats.replays, " times for ", total, " steps;");
     if (!why.empty())
-      throw NotTrainedError(loom::detail::Cat("mode ", Name(r.mode), ":", why, " refusing to report this run"));
+      throw NotTrainedError(loom::detail::Cat("mode ", Label(f, r), ":", why, " refusing to report this run"));
+    if (run->sim) {
+      const loom::SimulatedStats st = run->sim->stats();
+      const double steps = double(r.ms.size());
+      r.simulated = true;
+      r.comm_modelled_ms = st.modelled_s * 1e3 / steps;
+      r.comm_waited_ms = st.waited_s * 1e3 / steps;
+      r.collectives_per_step = double(st.collectives) / steps;
+      r.comm_bytes_per_step = st.bytes / steps;
+      if (r.has_graph) {
+        r.predicted = true;
+        r.prediction = PredictFromOneReplay(*model.train_graph(), run->sim->link(), r.mode == Mode::kGraphParallel);
+      }
+    }
     r.median = Percentile(r.ms, 0.5);
     r.p10 = Percentile(r.ms, 0.1);
     r.p90 = Percentile(r.ms, 0.9);
@@ -718,8 +889,56 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
 
 // ---------------------------------------------------------------- report
 
+// The same mode's run without a communicator (Note [Scaling runs]); null when there is none.
+const RunResult* Baseline(const std::vector<RunResult>& runs, const RunResult& r) {
+  for (const RunResult& b : runs)
+    if (b.mode == r.mode && !b.variant.comm) return &b;
+  return nullptr;
+}
+
+double ItemsPerSecond(const RunResult& r) { return double(r.rows * r.variant.ranks) * 1000.0 / r.median; }
+
+// The data-parallel fields of a run's JSON line (Note [Scaling runs]).
+std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* base) {
+  const bool any = f.dist || !f.simulate_ranks.empty();
+  if (!any) return "";
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                ", \"ranks\": %d, \"communicator\": \"%s\", \"batch_per_rank\": %lld, \"global_batch\": %lld, "
+                "\"exposed_comm_ms\": %s, \"exposed_comm_fraction\": %s, \"scaling_efficiency\": %s",
+                r.variant.ranks, !r.variant.comm ? "none" : f.dist ? "mpi" : "simulated", (long long)r.rows,
+                (long long)(r.rows * r.variant.ranks),
+                base ? std::to_string(r.median - base->median).c_str() : "null",
+                base ? std::to_string((r.median - base->median) / r.median).c_str() : "null",
+                base ? std::to_string(base->median / r.median).c_str() : "null");
+  std::string out = buf;
+  if (!f.simulate_ranks.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  ", \"simulated_link_gbps\": %g, \"simulated_latency_us\": %g, \"overlap\": %s, "
+                  "\"bucket_bytes\": %d, \"first_bucket_bytes\": %d, \"allreduces_per_step\": %.2f, "
+                  "\"comm_bytes_per_step\": %.0f, \"comm_modelled_ms_per_step\": %.4f, \"comm_waited_ms_per_step\": %.4f, "
+                  "\"simulation_is\": \"this process is rank 0 of N; the other ranks are modelled as equally fast; each "
+                  "collective waits its ring all-reduce alpha-beta time on the collective lane\"",
+                  f.link_gbps, f.latency_us, f.overlap ? "true" : "false", GraphOptionsFor(r.mode, f).bucket_bytes,
+                  GraphOptionsFor(r.mode, f).first_bucket_bytes, r.collectives_per_step, r.comm_bytes_per_step,
+                  r.comm_modelled_ms, r.comm_waited_ms);
+    out += buf;
+    if (r.predicted) {
+      const loom::StepPrediction& p = r.prediction;
+      std::snprintf(buf, sizeof buf,
+                    ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
+                    "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, \"prediction_is\": "
+                    "\"one profiled serial replay: compute ops at their measured times in issue order, collectives at the "
+                    "model's times on their lane, dependencies from the schedule\"",
+                    p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std::string& device, const RunResult& r,
-                 const std::string& data_checksum, const Speed& sp) {
+                 const std::string& data_checksum, const Speed& sp, const RunResult* base) {
   auto num_or_null = [&](bool ok, size_t v) { return ok ? std::to_string(v) : std::string("null"); };
   char buf[4096];
   std::snprintf(
@@ -738,7 +957,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "built\"}",
       spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), loom::NumThreads(),
       (long long)f.steps, (long long)f.warmup, (long long)std::min(f.rounds, f.steps), r.median, r.p10, r.p90,
-      double(batch) * 1000.0 / r.median, r.peak_bytes, r.state_bytes,
+      ItemsPerSecond(r), r.peak_bytes, r.state_bytes,
       r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta, r.rss_exact ? "true" : "false",
       num_or_null(r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned, r.gstats.arena_bytes).c_str(),
       num_or_null(r.has_graph, r.gstats.lower_bound_bytes).c_str(),
@@ -763,7 +982,59 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
                 JsonString(sp.peak_what).c_str(),
                 sp.peak_gflops > 0 ? std::to_string(gf / sp.peak_gflops).c_str() : "null");
-  return out + more + KernelsJson() + "}";
+  return out + ScalingJson(f, r, base) + more + KernelsJson() + "}";
+}
+
+// Note [Scaling runs], as a table: one row per run.
+std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
+  std::ostringstream o;
+  char buf[512];
+  const bool sim = !f.simulate_ranks.empty();
+  if (sim) {
+    std::snprintf(buf, sizeof buf,
+                  "\nData-parallel scaling, SIMULATED: this process is rank 0 of N, the other ranks modelled as equally "
+                  "fast; ring all-reduce on a %g Gbit/s link with %g us per message (alpha-beta), each all-reduce "
+                  "waiting its modelled time on the collective lane; buckets %.1f MiB (first %.2f MiB), %s; batch %lld "
+                  "per rank.\n\n",
+                  f.link_gbps, f.latency_us, GraphOptionsFor(Mode::kGraphParallel, f).bucket_bytes / double(1 << 20),
+                  GraphOptionsFor(Mode::kGraphParallel, f).first_bucket_bytes / double(1 << 20),
+                  f.overlap ? "all-reduce overlapping backward" : "all-reduce after backward",
+                  (long long)(runs.empty() ? 0 : runs[0].rows));
+    o << buf;
+    o << "Measured: step times with the modelled waits (exposed = minus the same mode's 1-rank time; noisy on a "
+         "shared machine). Predicted: Note [Predicting a data-parallel step] (one profiled replay's compute times, "
+         "the model's all-reduce times, the schedule's dependencies).\n\n";
+    o << "| mode | ranks | all-reduces/step | MB/step | modelled comm ms/step | measured ms/step | items/s (all ranks) "
+         "| measured exposed ms | measured efficiency | predicted ms/step | predicted exposed ms | predicted efficiency "
+         "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  } else {
+    o << "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator.\n\n"
+         "| mode | ranks | ms/step median | items/s (all ranks) | exposed comm ms | exposed comm fraction | "
+         "efficiency vs compute only |\n|---|---:|---:|---:|---:|---:|---:|\n";
+  }
+  for (const RunResult& r : runs) {
+    const RunResult* base = Baseline(runs, r);
+    const double exposed = base ? r.median - base->median : 0;
+    if (sim) {
+      std::string pred = "| - | - | - |";
+      if (r.predicted) {
+        char p[128];
+        std::snprintf(p, sizeof p, "| %.1f | %.1f | %.3f |", r.prediction.step_s * 1e3, r.prediction.exposed_s * 1e3,
+                      r.prediction.compute_s / r.prediction.step_s);
+        pred = p;
+      }
+      std::snprintf(buf, sizeof buf, "| %s | %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f | %.3f %s\n", Name(r.mode),
+                    r.variant.ranks, r.collectives_per_step, r.comm_bytes_per_step / 1e6, r.comm_modelled_ms, r.median,
+                    ItemsPerSecond(r), exposed, base ? base->median / r.median : 0.0, pred.c_str());
+    }
+    else
+      std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f |\n", Name(r.mode),
+                    r.variant.comm ? std::to_string(r.variant.ranks).c_str() : "compute only", r.median,
+                    ItemsPerSecond(r), exposed, base ? 100 * exposed / r.median : 0.0,
+                    base ? base->median / r.median : 0.0);
+    o << buf;
+  }
+  return o.str();
 }
 
 std::string MiB(size_t b) {
@@ -772,11 +1043,11 @@ std::string MiB(size_t b) {
   return buf;
 }
 
-std::string Table(const ModelSpec& spec, int64_t batch, const std::string& device, const std::vector<RunResult>& runs,
-                  const Speed& sp) {
+std::string Table(const Flags& f, const ModelSpec& spec, int64_t batch, const std::string& device,
+                  const std::vector<RunResult>& runs, const Speed& sp) {
   const RunResult* eager = nullptr;
   for (const RunResult& r : runs)
-    if (r.mode == Mode::kEager) eager = &r;
+    if (r.mode == Mode::kEager && !r.variant.comm && !eager) eager = &r;
   std::ostringstream o;
   char buf[1024];
   o << "\n### " << spec.arch << ", batch " << batch << ", " << device << "\n\n";
@@ -808,7 +1079,7 @@ std::string Table(const ModelSpec& spec, int64_t batch, const std::string& devic
     }
     std::snprintf(buf, sizeof buf,
                   "| %s | %.3f | %.3f | %.3f | %.1f | %.1f | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %.4f -> %.4f%s |\n",
-                  Name(r.mode), r.median, r.p10, r.p90, double(batch) * 1000.0 / r.median, Gflops(sp, r.median),
+                  Label(f, r).c_str(), r.median, r.p10, r.p90, ItemsPerSecond(r), Gflops(sp, r.median),
                   peak.c_str(), speedup.c_str(),
                   MiB(r.peak_bytes).c_str(), memratio.c_str(),
                   MiB(r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0).c_str(), arena.c_str(),
@@ -833,11 +1104,18 @@ std::string Table(const ModelSpec& spec, int64_t batch, const std::string& devic
   o << "Kernels:";
   for (const auto& k : loom::ReportedKernels()) o << " " << k.first << " = " << k.second << ";";
   o << "\n";
+  if (f.dist || !f.simulate_ranks.empty()) o << ScalingTable(f, runs);
   return o.str();
 }
 
 int Main(const Flags& f) {
-  loom::SetNumThreads(f.threads > 0 ? int(f.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  // With --dist the launcher has split the cores between the ranks (LOOM_NUM_THREADS, which
+  // loom's pool reads): keep its share unless --threads says otherwise.
+  if (f.threads > 0 || !f.dist)
+    loom::SetNumThreads(f.threads > 0 ? int(f.threads) : int(std::max(1u, std::thread::hardware_concurrency())));
+  const loom::examples::Dist dist = f.dist ? loom::examples::Dist::World() : loom::examples::Dist();
+  std::ostream& err = dist.Out(std::cerr);  // rank 0 reports
+  std::ostream& out = dist.Out(std::cout);
   std::shared_ptr<loom::Device> dev;
   if (f.device == "cuda") {
     LOOM_CHECK(loom::CudaAvailable(), DeviceError,
@@ -860,11 +1138,13 @@ int Main(const Flags& f) {
     LOOM_CHECK(m != Mode::kCudaGraph || dev->HasDeviceGraphs(), DeviceError,
                "[loom-bench] --mode cuda-graph: ", dev->name(), " has no device graphs");
 
-  std::cerr << "loom-bench: " << spec.arch << ", batch " << batch << ", " << dev->name() << ", " << loom::NumThreads()
+  const int64_t rows = dist.ShardRows(batch, "loom-bench");  // this rank's samples per step
+  err << "loom-bench: " << spec.arch << ", batch " << batch << ", " << dev->name() << ", " << loom::NumThreads()
             << " threads, " << f.warmup << " warm-up + " << f.steps << " timed steps per mode"
             << (f.rounds > 1 ? ", modes taking turns in " + std::to_string(std::min(f.rounds, f.steps)) + " rounds"
                              : "")
             << std::endl;
+  if (f.dist) err << loom::detail::Cat("data-parallel over MPI: ", dist.world(), " ranks, ", rows, " samples per rank\n");
   Data data = MakeData(spec, batch, kSeed);
   Speed sp;
   if (f.peak_gflops > 0) {
@@ -877,21 +1157,21 @@ int Main(const Flags& f) {
     sp.peak_what = loom::detail::Cat("measured: float32 FMA chains, ", p.isa, ", ", p.threads, " threads at once, ",
                                      p.gflops_per_thread, " GFLOP/s for one thread alone");
   }
-  std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data);
-  sp.flops_per_step = CountStepFlops(f, spec, batch, dev, data);
+  std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data, dist);
+  sp.flops_per_step = CountStepFlops(f, spec, rows, dev, data);  // this rank's
   for (const RunResult& r : runs) {
     char line[256];
     std::snprintf(line, sizeof line,
-                  "  %-15s median %9.3f ms/step (p10 %.3f, p90 %.3f), peak %s MiB, loss %.4f -> %.4f", Name(r.mode),
+                  "  %-15s median %9.3f ms/step (p10 %.3f, p90 %.3f), peak %s MiB, loss %.4f -> %.4f", Label(f, r).c_str(),
                   r.median, r.p10, r.p90, MiB(r.peak_bytes).c_str(), r.first_loss, r.last_loss);
-    std::cerr << line << std::endl;
+    err << line << std::endl;
     if (!(r.last_loss < r.first_loss))
-      std::cerr << "  warning: the loss rose (" << r.first_loss << " -> " << r.last_loss
+      err << "  warning: the loss rose (" << r.first_loss << " -> " << r.last_loss
                 << "): it trained (the parameters moved) but is not converging at this batch and learning rate"
                 << std::endl;
-    if (f.json) std::cout << Json(f, spec, batch, dev->name(), r, DataChecksum(data), sp) << std::endl;
+    if (f.json) out << Json(f, spec, batch, dev->name(), r, DataChecksum(data), sp, Baseline(runs, r)) << std::endl;
   }
-  (f.json ? std::cerr : std::cout) << Table(spec, batch, dev->name(), runs, sp) << std::flush;
+  (f.json ? err : out) << Table(f, spec, batch, dev->name(), runs, sp) << std::flush;
   if (!f.timeline_dir.empty()) {
     WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);
     std::cerr << "loom-bench: memory timelines and trace in " << f.timeline_dir

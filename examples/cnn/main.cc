@@ -3,7 +3,7 @@
 //
 //   loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch 32] [--steps 100] [--lr 0.05]
 //            [--data DIR [--epochs N] [--lr-drop N] [--eval-batch 200] [--csv FILE]] [--seed 7]
-//            [--print-every 10] [--json]
+//            [--print-every 10] [--dist] [--json]
 //            with --epochs: [--checkpoint-dir DIR [--checkpoint-every N] [--keep K] [--resume]]
 //            [--eval-every N] [--log-every N] [--augment]
 // --data DIR reads MNIST (DIR/train-images-idx3-ubyte[.gz] and the labels; the digits that
@@ -25,6 +25,15 @@
 // --eval-every N evaluates every N steps instead of after each epoch, --log-every N reads the loss
 // every N steps (default: once per epoch). --augment: random crops of the image padded by 4
 // pixels, and horizontal flips for CIFAR-10 (not for digits), drawn from --seed.
+// --dist trains data-parallel over the ranks tools/launch.sh -n N starts (Note [--dist in the
+// programs]): --batch is the global batch, each rank reads its shard of the data (the loader's
+// shard option, or its rows of each synthetic batch) and of the held-out set (the held-out figures
+// are summed over ranks), rank 0 prints and writes. BatchNorm normalises with each rank's own
+// batch statistics, as data-parallel training without SyncBatchNorm does; before an evaluation
+// rank 0's running statistics are broadcast, so every rank evaluates the same network.
+// --dist with --epochs: each rank evaluates the whole held-out set with its own BatchNorm
+// statistics and rank 0 prints and logs; --checkpoint-dir is refused with --dist (every rank would
+// write the same files).
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -40,9 +49,11 @@
 
 #include "core/ops.h"
 #include "device/device.h"
+#include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "io/dataset.h"
+#include "nn/dist_opt.h"
 #include "nn/evaluate.h"
 #include "nn/model.h"
 #include "nn/models.h"
@@ -67,12 +78,13 @@ struct Flags {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0, keep = 3, eval_every = 0, log_every = 0;
   bool resume = false, augment = false;
+  bool dist = false;  // data-parallel over MPI's world (Note [--dist in the programs])
 };
 
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--json]\n"
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--dist] [--json]\n"
                "  with --epochs: [--checkpoint-dir DIR [--checkpoint-every N] [--keep K] [--resume]] [--eval-every N]"
                " [--log-every N] [--augment]\n";
   return 2;
@@ -148,8 +160,11 @@ RealData LoadData(const std::string& dir) {
   return r;
 }
 
-loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool train) {
+loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool train,
+                                          const loom::examples::Dist& dist) {
   loom::io::DataLoaderOptions o;
+  o.shard_rank = dist.rank();
+  o.shard_world = dist.world();
   o.batch_size = batch;
   o.shuffle = train;
   o.drop_last = train;  // one training graph; the eval graph recaptures for a smaller last batch
@@ -159,17 +174,30 @@ loom::io::DataLoaderOptions LoaderOptions(const RealData& d, int64_t batch, bool
 }
 
 int Run(const Flags& f) {
+  const loom::examples::Dist dist = f.dist ? loom::examples::Dist::World() : loom::examples::Dist();
+  const int64_t rows = dist.ShardRows(f.batch, "loom-cnn");  // this rank's share of each batch
+  if (!dist.root()) std::freopen("/dev/null", "w", stdout);  // rank 0 prints
   auto dev = loom::CpuDevice();
   dev->SetRandSeed(uint64_t(f.seed));
   RealData data;
   if (!f.data.empty()) data = LoadData(f.data);
   const int64_t channels = data.train ? data.train->channels : 3;
   auto net = f.model == "cnn" ? loom::nn::MakeSmallCnn(channels, 10) : loom::nn::MakeResNet18(10);
-  loom::nn::Model model(net, std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4));
+  auto sgd = std::make_shared<loom::nn::SGD>(f.lr, 0.9, 5e-4);
+  std::shared_ptr<loom::nn::Optimizer> opt = sgd;
+  std::vector<Tensor> params;
+  for (const auto& p : net->Params()) params.push_back(p.second);
+  std::shared_ptr<loom::nn::DistOpt> dist_opt;
+  if (dist.on()) {
+    dist_opt = std::make_shared<loom::nn::DistOpt>(sgd, dist.comm());
+    dist_opt->BroadcastParameters(params);
+    opt = dist_opt;
+  }
+  loom::nn::Model model(net, opt);
 
   std::unique_ptr<loom::io::DataLoader> loader;
   if (data.train) {
-    auto o = LoaderOptions(data, f.batch, true);
+    auto o = LoaderOptions(data, rows, true, dist);
     o.seed = uint64_t(f.seed);
     if (f.augment) {  // CIFAR's standard: 4 pixels of padding, random crops, horizontal flips
       o.crop_padding = 4;
@@ -180,13 +208,26 @@ int Run(const Flags& f) {
   }
   std::unique_ptr<loom::io::DataLoader> held_out;
   if (data.held_out)
-    held_out = std::make_unique<loom::io::DataLoader>(data.held_out, LoaderOptions(data, f.eval_batch, false));
+    held_out = std::make_unique<loom::io::DataLoader>(data.held_out,  // the trainer's: whole on every rank
+                                                      LoaderOptions(data, f.eval_batch, false, loom::examples::Dist()));
   auto evaluate = [&]() -> loom::nn::EvalResult {
-    held_out->Seek(0, 0);
-    return loom::nn::Evaluate(model, *held_out);
+    if (dist_opt) {  // every rank evaluates rank 0's model: its BatchNorm running statistics too
+      std::vector<Tensor> states;
+      for (const auto& st : model.States()) states.push_back(st.second);
+      dist_opt->BroadcastParameters(states);
+    }
+    loom::io::DataLoader held_out(data.held_out, LoaderOptions(data, f.eval_batch, false, dist));
+    loom::nn::EvalResult r = loom::nn::Evaluate(model, held_out);
+    if (dist.on()) {  // this rank's shard: sums over ranks
+      const double n = double(r.samples), total = dist.Mean(n) * dist.world();
+      r.loss = dist.Mean(r.loss * n) * dist.world() / total;
+      r.top1 = dist.Mean(r.top1 * n) * dist.world() / total;
+      r.samples = int64_t(std::llround(total));
+    }
+    return r;
   };
-  Tensor x(loader ? loader->x_shape(f.batch) : loom::Shape{f.batch, 3, 32, 32}, loom::DType::kFloat32, dev);
-  Tensor y(loom::Shape{f.batch}, loom::DType::kInt32, dev);
+  Tensor x(loader ? loader->x_shape(rows) : loom::Shape{rows, 3, 32, 32}, loom::DType::kFloat32, dev);
+  Tensor y(loom::Shape{rows}, loom::DType::kInt32, dev);
   std::vector<float> hx;
   std::vector<int32_t> hy;
   // The next batch into x, y; false at the end of an epoch of real data (the next call starts
@@ -194,8 +235,9 @@ int Run(const Flags& f) {
   auto next_batch = [&](int64_t step) {
     if (loader) return loader->NextInto(x, y);
     SyntheticBatch(f.batch, uint32_t(1000 + step), hx, hy);
-    x.CopyFrom(hx);
-    y.CopyFrom(hy);
+    const int64_t first = rows * dist.rank(), sample = 3 * 32 * 32;  // this rank's rows
+    x.CopyFrom(std::vector<float>(hx.begin() + first * sample, hx.begin() + (first + rows) * sample));
+    y.CopyFrom(std::vector<int32_t>(hy.begin() + first, hy.begin() + first + rows));
     return true;
   };
   if (f.epochs == 0 && !next_batch(0)) throw loom::ValueError("[loom-cnn] the training set is smaller than one batch");
@@ -207,6 +249,8 @@ int Run(const Flags& f) {
     std::printf(" (%lld train, %lld held out)", (long long)data.train->n,
                 (long long)(data.held_out ? data.held_out->n : 0));
   std::printf("\n");
+  if (dist.on())
+    std::printf("data-parallel: %d ranks, %lld samples per rank per step\n", dist.world(), (long long)rows);
 
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -216,7 +260,8 @@ int Run(const Flags& f) {
   std::vector<double> ms;
   if (f.epochs > 0) {
     // Whole epochs through nn::Trainer: evaluation, checkpoints, --resume, the CSV log.
-    std::printf("%5s  %10s  %12s  %16s  %7s\n", "epoch", "train loss", "held-out loss", "held-out accuracy", "time");
+    if (dist.root())
+      std::printf("%5s  %10s  %12s  %16s  %7s\n", "epoch", "train loss", "held-out loss", "held-out accuracy", "time");
     loom::nn::TrainerOptions t;
     t.epochs = f.epochs;
     t.log_every = f.log_every > 0 ? f.log_every : loader->batches_per_epoch();
@@ -226,18 +271,18 @@ int Run(const Flags& f) {
     t.checkpoint_every = f.checkpoint_every;
     t.keep_last = int(f.keep);
     t.resume = f.resume;
-    t.csv = f.csv;
+    t.csv = dist.root() ? f.csv : std::string();  // rank 0 logs
     t.verbose = false;  // the table below instead
     const int64_t bpe = loader->batches_per_epoch();
     t.on_eval = [&](int64_t step, double loss, const loom::nn::EvalResult& r) {
       const std::string at =
           step % bpe == 0 ? std::to_string(step / bpe) : std::to_string(double(step) / bpe).substr(0, 5);
       const std::string train = std::isnan(loss) ? "-" : std::to_string(loss).substr(0, 6);
-      std::printf("%5s  %10s  %13.4f  %16.2f%%  %6.1fs\n", at.c_str(), train.c_str(), r.loss, 100 * r.top1, seconds());
+      if (dist.root()) std::printf("%5s  %10s  %13.4f  %16.2f%%  %6.1fs\n", at.c_str(), train.c_str(), r.loss, 100 * r.top1, seconds());
       std::fflush(stdout);
     };
     t.on_epoch_end = [&](int64_t epoch) {
-      if (epoch == f.lr_drop) model.optimizer().SetLearningRate(f.lr / 10);  // a device scalar: no recapture
+      if (epoch == f.lr_drop) sgd->SetLearningRate(f.lr / 10);  // the inner SGD: a device scalar, no recapture
     };
     loom::nn::TrainResult r = loom::nn::Trainer(model, *loader, data.held_out ? &*held_out : nullptr, t).Fit();
     steps = r.steps;
@@ -247,7 +292,7 @@ int Run(const Flags& f) {
     for (int64_t step = 0; step < f.steps; ++step) {
       if (step > 0 && !next_batch(step)) next_batch(step);  // end of an epoch: start the next
       auto t0 = std::chrono::steady_clock::now();
-      double loss = model.TrainOneBatch(x, y).loss.Item();
+      double loss = dist.Mean(model.TrainOneBatch(x, y).loss.Item());
       double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (step > 0) ms.push_back(t);
       if (!std::isfinite(loss)) throw loom::ValueError("[loom-cnn] the loss diverged (try a smaller --lr)");
@@ -267,11 +312,13 @@ int Run(const Flags& f) {
                   (long long)eval.samples);
     }
   }
+  const uint64_t param_hash = dist.CheckSameParameters(params, "loom-cnn");
+  if (dist.on()) std::printf("parameters: bitwise the same on all %d ranks\n", dist.world());
   if (f.json) {
-    std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
+    std::printf("{\"model\": \"%s\", \"ranks\": %d, \"param_hash\": \"%016llx\", \"mode\": \"%s\", \"data\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
                 "\"epochs\": %lld, \"lr\": %g, \"seed\": %lld, \"train_loss\": %.6f, \"heldout_samples\": %lld, "
                 "\"heldout_loss\": %.6f, \"heldout_top1\": %.6f, \"seconds\": %.3f}\n",
-                f.model.c_str(), f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
+                f.model.c_str(), dist.world(), (unsigned long long)param_hash, f.graph ? "graph" : "eager", loader ? data.name.c_str() : "synthetic",
                 (long long)f.batch, (long long)steps, (long long)f.epochs, f.lr, (long long)f.seed, train_loss,
                 (long long)eval.samples, eval.loss, eval.top1, seconds());
   }
@@ -306,6 +353,7 @@ int main(int argc, char** argv) {
       else if (a.Is("--eval-every")) f.eval_every = a.Int(0);
       else if (a.Is("--log-every")) f.log_every = a.Int(0);
       else if (a.Switch("--augment")) f.augment = true;
+      else if (a.Switch("--dist")) f.dist = true;
       else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
@@ -315,6 +363,8 @@ int main(int argc, char** argv) {
     if ((!f.checkpoint_dir.empty() || f.resume || f.augment || f.eval_every > 0 || f.log_every > 0) && f.epochs == 0)
       throw std::invalid_argument("--checkpoint-dir, --resume, --augment, --eval-every and --log-every need --epochs");
     if (f.resume && f.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
+    if (f.dist && !f.checkpoint_dir.empty())
+      throw std::invalid_argument("--checkpoint-dir is not supported with --dist (every rank would write the same files)");
   } catch (const std::exception& e) {
     return Usage(e.what());
   }

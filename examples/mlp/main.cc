@@ -7,9 +7,10 @@
 // of accuracy.
 //
 //   loom-mlp [--batch 64] [--steps 100] [--lr 0.01] [--momentum 0.9] [--print-every 10]
-//            [--threads N] [--graph [--parallel] [--dynamic]] [--json]
+//            [--threads N] [--graph [--parallel] [--dynamic]] [--dist] [--json]
 // --graph captures one training step (forward, backward, updates) and replays it for every
-// batch; the default is eager, op by op.
+// batch; the default is eager, op by op. --dist trains data-parallel over the ranks that
+// tools/launch.sh -n N starts, --batch being the global batch (Note [--dist in the programs]).
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <algorithm>
 #include <chrono>
@@ -26,8 +27,10 @@
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
+#include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"
+#include "nn/dist_opt.h"
 #include "nn/optimizer.h"
 
 namespace {
@@ -52,13 +55,14 @@ struct Flags {
   bool graph = false;     // capture one step, replay it
   bool parallel = false;  // graph replay on worker threads
   bool dynamic = false;   // graph memory recycled at refcount zero instead of the arena
+  bool dist = false;      // data-parallel over MPI's world (Note [--dist in the programs])
 };
 
 using loom::flags::UsageError;
 
 const char* kUsage =
-    "usage: loom-mlp [--batch N] [--steps N] [--lr X] [--momentum X] [--print-every N] [--threads N] [--graph] [--parallel] [--dynamic] [--json]\n"
-    "  --batch N        samples per step (default 64)\n"
+    "usage: loom-mlp [--batch N] [--steps N] [--lr X] [--momentum X] [--print-every N] [--threads N] [--graph] [--parallel] [--dynamic] [--dist] [--json]\n"
+    "  --batch N        samples per step, over all ranks with --dist (default 64)\n"
     "  --steps N        training steps (default 100)\n"
     "  --lr X           learning rate (default 0.01)\n"
     "  --momentum X     SGD momentum (default 0.9)\n"
@@ -67,6 +71,8 @@ const char* kUsage =
     "  --graph          capture one step as a graph and replay it (default: eager)\n"
     "  --parallel       with --graph: replay independent ops on worker threads\n"
     "  --dynamic        with --graph: recycle memory at refcount zero instead of the planned arena\n"
+    "  --dist           data-parallel over the ranks of tools/launch.sh -n N: each rank trains on its\n"
+    "                   share of every batch, gradients are averaged over ranks, rank 0 prints\n"
     "  --json           end with one JSON line of results; progress goes to stderr\n";
 
 
@@ -95,6 +101,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.parallel = true;
     } else if (a.Switch("--dynamic")) {
       f.dynamic = true;
+    } else if (a.Switch("--dist")) {
+      f.dist = true;
     } else if (a.Switch("--json")) {
       f.json = true;
     } else {
@@ -112,15 +120,11 @@ struct Data {
   std::vector<float> x;      // (n, 784), values in [0, 1]
   std::vector<int32_t> y;    // (n)
 
-  // Samples [step * batch, (step + 1) * batch) modulo n.
-  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by) const {
-    bx.resize(size_t(batch * kInputs));
-    by.resize(size_t(batch));
-    for (int64_t j = 0; j < batch; ++j) {
-      int64_t s = (step * batch + j) % n;
-      std::copy_n(x.begin() + s * kInputs, kInputs, bx.begin() + j * kInputs);
-      by[size_t(j)] = y[size_t(s)];
-    }
+  // Samples [step * batch, (step + 1) * batch) modulo n; with --dist, this rank's `rows` of
+  // them from row `first` on.
+  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by, int64_t first = 0,
+             int64_t rows = -1) const {
+    loom::examples::CopyBatchRows(x, y, kInputs, step, batch, first, rows < 0 ? batch : rows, bx, by);
   }
 };
 
@@ -192,17 +196,26 @@ double Percentile(std::vector<double> v, double q) {  // nearest rank
 
 int Train(const Flags& f) {
   if (f.threads > 0) loom::SetNumThreads(int(f.threads));
+  loom::examples::Dist dist = f.dist ? loom::examples::Dist::World() : loom::examples::Dist();
+  const int64_t rows = dist.ShardRows(f.batch, "loom-mlp"), first_row = rows * dist.rank();
   auto dev = loom::CpuDevice();
   dev->SetRandSeed(42);
-  std::ostream& out = f.json ? std::cerr : std::cout;
+  std::ostream& out = dist.Out(f.json ? std::cerr : std::cout);
 
   Data data = MakeData(std::max<int64_t>(4096, f.batch), 1234);
   Mlp model = MakeMlp({kInputs, kHidden, kHidden, kClasses}, dev);
-  loom::nn::SGD sgd(f.lr, f.momentum);
+  std::shared_ptr<loom::nn::Optimizer> opt = std::make_shared<loom::nn::SGD>(f.lr, f.momentum);
+  std::vector<Tensor> params = model.w;
+  params.insert(params.end(), model.b.begin(), model.b.end());
+  if (dist.on()) {
+    auto d = std::make_shared<loom::nn::DistOpt>(opt, dist.comm());
+    d->BroadcastParameters(params);
+    opt = d;
+  }
   // Inputs are fed, not rebuilt: one block each, written with every new batch (DESIGN.md
   // invariant 6), which is what a captured graph will read.
-  Tensor x = ops::Empty({f.batch, kInputs}, DType::kFloat32, dev);
-  Tensor y = ops::Empty({f.batch}, DType::kInt32, dev);
+  Tensor x = ops::Empty({rows, kInputs}, DType::kFloat32, dev);
+  Tensor y = ops::Empty({rows}, DType::kInt32, dev);
   std::vector<float> bx;
   std::vector<int32_t> by;
 
@@ -214,11 +227,13 @@ int Train(const Flags& f) {
                 (long long)f.batch, (long long)f.steps, loom::NumThreads(),
                 f.graph ? (f.parallel ? "graph (parallel replay)" : "graph (serial replay)") : "eager");
   out << line << std::endl;
+  if (dist.on())
+    out << loom::detail::Cat("data-parallel: ", dist.world(), " ranks, ", rows, " samples per rank per step\n") << std::flush;
 
   auto train_step = [&]() {
     Tensor loss = ops::SoftmaxCrossEntropy(Forward(model, x), y);
     // Each parameter is updated as soon as its gradient is final, so gradients do not pile up.
-    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { sgd.Apply(g, p, p.name()); });
+    loom::Backward(loss, [&](const Tensor& p, const Tensor& g) { opt->Apply(g, p, p.name()); });
     return loss;
   };
   // Graph mode: the inputs get their first batch, then one step is captured (nothing runs);
@@ -226,11 +241,14 @@ int Train(const Flags& f) {
   Tensor graph_loss;
   std::unique_ptr<loom::Graph> graph;
   if (f.graph) {
-    data.Batch(0, f.batch, bx, by);
+    data.Batch(0, f.batch, bx, by, first_row, rows);
     x.CopyFrom(bx);
     y.CopyFrom(by);
     loom::GraphOptions options;
     options.memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
+    // With --dist, the dependency-driven replay always: its collective lane overlaps the
+    // all-reduces with backward, which Note [Parallel or serial] would give up on a chain.
+    if (dist.on() && f.parallel) options.parallel_fallback = false;
     graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(); }, options);
     out << graph->Summary() << std::endl;
   }
@@ -238,7 +256,7 @@ int Train(const Flags& f) {
   std::vector<double> times_ms;
   double first_loss = 0, last_loss = 0;
   for (int64_t step = 0; step < f.steps; ++step) {
-    data.Batch(step, f.batch, bx, by);
+    data.Batch(step, f.batch, bx, by, first_row, rows);
     if (step == std::min(kWarmup, f.steps - 1)) dev->ResetPeak();
     auto t0 = std::chrono::steady_clock::now();
     x.CopyFrom(bx);
@@ -255,7 +273,7 @@ int Train(const Flags& f) {
     if (step >= kWarmup || f.steps <= kWarmup)
       times_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
 
-    double l = loss.Item();
+    double l = dist.Mean(loss.Item());  // the global batch's loss
     LOOM_CHECK(std::isfinite(l), ValueError, "[loom-mlp] the loss is ", l, " at step ", step + 1,
                ": training diverged (try a smaller --lr)");
     if (step == 0) first_loss = l;
@@ -271,6 +289,11 @@ int Train(const Flags& f) {
   LOOM_CHECK(model.w.back().ToVector<float>() != w_last_before, ValueError,
              "[loom-mlp] the parameters did not change: refusing to report a run that did not train (--lr 0?)");
 
+  const uint64_t param_hash = dist.CheckSameParameters(params, "loom-mlp");
+  // One piece per line: stderr is unbuffered, and a line written in parts can interleave with
+  // the JSON line on stdout when both go to one pipe.
+  if (dist.on()) out << loom::detail::Cat("parameters: bitwise the same on all ", dist.world(), " ranks\n") << std::flush;
+
   size_t peak = dev->stats().peak_bytes;
   double med = Percentile(times_ms, 0.5), p10 = Percentile(times_ms, 0.1), p90 = Percentile(times_ms, 0.9);
   std::snprintf(line, sizeof line, "loss %.4f -> %.4f over %lld steps (ln 10 = 2.3026)", first_loss, last_loss,
@@ -282,13 +305,15 @@ int Train(const Flags& f) {
   std::snprintf(line, sizeof line, "peak memory: %.1f MiB (%zu bytes) on %s", double(peak) / (1 << 20), peak,
                 dev->name().c_str());
   out << line << std::endl;
-  if (f.json) {
+  if (f.json && dist.root()) {
     std::snprintf(line, sizeof line,
                   "{\"model\": \"mlp-784-1024-1024-10\",  \"mode\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
+                  "\"ranks\": %d, \"batch_per_rank\": %lld, "
                   "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, "
-                  "\"peak_bytes\": %zu, \"first_loss\": %.6f, \"last_loss\": %.6f}",
+                  "\"peak_bytes\": %zu, \"first_loss\": %.8f, \"last_loss\": %.8f, \"param_hash\": \"%016llx\"}",
                   f.graph ? (f.parallel ? "graph-parallel" : f.dynamic ? "graph-dynamic" : "graph-planned") : "eager",
-                  (long long)f.batch, (long long)f.steps, med, p10, p90, peak, first_loss, last_loss);
+                  (long long)f.batch, (long long)f.steps, dist.world(), (long long)rows, med, p10, p90, peak, first_loss,
+                  last_loss, (unsigned long long)param_hash);
     std::cout << line << std::endl;
   }
   return 0;

@@ -6,7 +6,7 @@ every op from Python. Prints a progress bar, the loss, the median time per step 
 accuracy of the trained model in eval mode.
 
     /usr/bin/python3 examples/python/cnn.py [--graph | --eager] [--batch 32] [--steps 50]
-        [--lr 0.005] [--momentum 0.9] [--parallel] [--json]
+        [--lr 0.005] [--momentum 0.9] [--parallel] [--dist] [--json]
 
 With --data DIR (MNIST idx files, such as the digits tools/setup.sh installs in data/digits, or
 CIFAR-10 binary batches) it trains --epochs N through loom.trainer.Trainer instead: a progress
@@ -14,6 +14,10 @@ bar, held-out loss, top-1 and top-5 after each epoch, --checkpoint-dir DIR (ever
 --checkpoint-every N steps, else each epoch; --resume continues bitwise), --csv FILE and --plot
 FILE.png of the curves, --augment (random crops of the image padded by 4 pixels; flips for
 CIFAR-10 only).
+
+--dist trains data-parallel over the ranks of `python3 -m loom.launch -n N` (opt.DistOpt;
+--batch is the global batch, each rank trains its rows; rank 0 prints). BatchNorm uses each
+rank's own batch statistics; the held-out accuracy is rank 0's. Not with --data yet.
 """
 import argparse
 import json
@@ -21,7 +25,7 @@ import os
 import time
 
 import numpy as np
-from common import ProgressBar, cifar_like, median
+from common import ProgressBar, Ranks, cifar_like, median
 
 from loom import autograd, device, layer, model, opt, tensor
 
@@ -90,6 +94,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.005)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--parallel", action="store_true", help="replay independent ops on worker threads")
+    ap.add_argument("--dist", action="store_true", help="data-parallel over the ranks of python3 -m loom.launch")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
     ap.add_argument("--data", help="train on MNIST or CIFAR-10 files in DIR through loom.trainer")
     ap.add_argument("--epochs", type=int, default=1)
@@ -105,6 +110,8 @@ def main():
         ap.error("--batch and --steps must be positive")
     if not args.data and (args.checkpoint_dir or args.resume or args.csv or args.plot or args.augment):
         ap.error("--checkpoint-dir, --resume, --csv, --plot and --augment need --data")
+    if args.data and args.dist:
+        ap.error("--dist trains the synthetic batches only; with --data use one process")
 
     dev = device.create_cpu_device()
     dev.SetRandSeed(args.seed)
@@ -113,26 +120,32 @@ def main():
         return
     xs, ys = cifar_like(max(1024, args.batch))
     m = CNN(dev)
-    m.set_optimizer(opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=1e-4))
-    x = tensor.from_numpy(xs[:args.batch], dev)
-    y = tensor.from_numpy(ys[:args.batch], dev)
+    ranks = Ranks(opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=1e-4), args.dist, dev)
+    mine = ranks.rows(args.batch)  # this rank's rows of each global batch
+    ranks.broadcast(m.get_params().values())
+    m.set_optimizer(ranks.optimizer)
+    x = tensor.from_numpy(xs[:args.batch][mine], dev)
+    y = tensor.from_numpy(ys[:args.batch][mine], dev)
     m.compile([x], is_train=True, use_graph=args.graph, sequential=not args.parallel)
-    print(f"cnn: conv32-bn-relu-pool, conv64-bn-relu-pool, linear; SGD lr {args.lr} momentum {args.momentum}, "
-          f"batch {args.batch}, {args.steps} steps, {'graph' if args.graph else 'eager'}")
+    ranks.print(f"cnn: conv32-bn-relu-pool, conv64-bn-relu-pool, linear; SGD lr {args.lr} momentum {args.momentum}, "
+          f"batch {args.batch}, {args.steps} steps, {'graph' if args.graph else 'eager'}"
+                + (f", {ranks.world} ranks" if args.dist else ""))
 
-    bar = ProgressBar(args.steps, every=5)
+    bar = ProgressBar(args.steps, every=5) if ranks.root else None
     times, losses = [], []
     n = xs.shape[0]
     for step in range(args.steps):
         lo = (step * args.batch) % (n - args.batch + 1)
         t0 = time.perf_counter()
-        x.copy_from_numpy(xs[lo:lo + args.batch])
-        y.copy_from_numpy(ys[lo:lo + args.batch])
+        x.copy_from_numpy(xs[lo:lo + args.batch][mine])
+        y.copy_from_numpy(ys[lo:lo + args.batch][mine])
         out, loss = m.train_one_batch(x, y)
-        value = loss.item()
+        value = ranks.mean(loss.item())  # the global batch's loss
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(value)
-        bar.update(step + 1, loss=value, ms=f"{times[-1]:.1f}")
+        if bar:
+            bar.update(step + 1, loss=value, ms=f"{times[-1]:.1f}")
+    ranks.check_same_parameters(m.get_params().values())
 
     # Accuracy on held-out samples, eval mode (running statistics), no gradients.
     m.eval()
@@ -141,12 +154,12 @@ def main():
         pred = np.argmax(m(tensor.from_numpy(xe, dev)).to_numpy(), axis=1)
     accuracy = float(np.mean(pred == ye))
     timed = times[2:] if len(times) > 2 else times
-    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.1f} ms/step; "
+    ranks.print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.1f} ms/step; "
           f"held-out accuracy {accuracy:.3f}")
     if args.json:
-        print(json.dumps({"model": "small-cnn", "mode": "graph" if args.graph else "eager", "batch": args.batch,
-                          "steps": args.steps, "ms_per_step_median": median(timed), "first_loss": losses[0],
-                          "last_loss": losses[-1], "accuracy": accuracy}))
+        ranks.print(json.dumps({"model": "small-cnn", "mode": "graph" if args.graph else "eager", "batch": args.batch,
+                                "ranks": ranks.world, "steps": args.steps, "ms_per_step_median": median(timed), "first_loss": losses[0],
+                                "last_loss": losses[-1], "accuracy": accuracy}))
 
 
 if __name__ == "__main__":

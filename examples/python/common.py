@@ -1,5 +1,6 @@
 """Shared by the Python examples: a progress bar, timing, and synthetic data sets with the shapes
 of MNIST and CIFAR-10 (learnable, deterministic per seed, generated in numpy)."""
+import hashlib
 import sys
 import time
 
@@ -58,3 +59,62 @@ def cifar_like(n, seed=1234, classes=10):
     y = rng.integers(0, classes, n).astype(np.int32)
     x = proto[y] + rng.normal(0, 1.0, (n, 3, 32, 32)).astype(np.float32)
     return x.astype(np.float32), y
+
+
+class Ranks:
+    """--dist in the Python examples, as in loom's programs (Note [--dist in the programs] in
+    examples/common/dist.h): the optimizer wrapped in opt.DistOpt over MPI's world (the ranks of
+    `python3 -m loom.launch -n N`), rank 0's parameters broadcast, --batch the global batch of
+    which each rank trains its rows, losses averaged over ranks, rank 0 printing, and a check at
+    the end that every rank holds bitwise the same parameters. Without --dist: one rank, nothing
+    wrapped."""
+
+    def __init__(self, optimizer, dist, dev):
+        from loom import opt
+        self.dev = dev
+        self.optimizer = opt.DistOpt(optimizer) if dist else optimizer
+        self.dist = dist
+        self.rank = self.optimizer.global_rank if dist else 0
+        self.world = self.optimizer.world_size if dist else 1
+
+    @property
+    def root(self):
+        return self.rank == 0
+
+    def print(self, *args, **kwargs):
+        if self.root:
+            print(*args, **kwargs, flush=True)
+
+    def rows(self, global_batch):
+        """This rank's slice of a global batch's rows."""
+        if global_batch % self.world:
+            raise SystemExit(f"--dist: the global batch {global_batch} does not divide into {self.world} ranks")
+        n = global_batch // self.world
+        return slice(self.rank * n, (self.rank + 1) * n)
+
+    def broadcast(self, params):
+        if self.dist:
+            self.optimizer.broadcast_parameters(list(params))
+
+    def _reduce(self, values, op):
+        from loom import tensor
+        t = tensor.from_numpy(np.asarray(values, dtype=np.float64), self.dev)
+        self.optimizer.communicator.all_reduce(t, op)
+        return t.to_numpy()
+
+    def mean(self, value):
+        """The mean over ranks of each rank's `value`."""
+        return float(self._reduce([value], "sum")[0]) / self.world if self.dist else value
+
+    def check_same_parameters(self, params):
+        """Raises RuntimeError unless all ranks hold bitwise the same `params` (a hash of their
+        bytes, 4 x 32 bits: their largest and smallest values over ranks agree)."""
+        if not self.dist:
+            return
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(p.to_numpy()).tobytes() for p in params)).digest()
+        parts = [float(int.from_bytes(digest[i:i + 4], "little")) for i in range(0, 16, 4)]
+        hi = self._reduce(parts, "max")
+        lo = -self._reduce([-v for v in parts], "max")
+        if not np.array_equal(hi, lo):
+            raise RuntimeError(f"--dist: the ranks' parameters differ after training (rank {self.rank})")
+        self.print(f"parameters: bitwise the same on all {self.world} ranks")

@@ -5,13 +5,16 @@ train_one_batch is captured and every later one is replayed from C++; --eager ru
 Python. Prints a progress bar, then the loss and the median time per step.
 
     /usr/bin/python3 examples/python/mlp.py [--graph | --eager] [--batch 64] [--steps 100]
-        [--lr 0.01] [--momentum 0.9] [--parallel] [--json]
+        [--lr 0.01] [--momentum 0.9] [--parallel] [--dist] [--json]
+
+--dist trains data-parallel over the ranks of `python3 -m loom.launch -n N` (opt.DistOpt;
+--batch is the global batch, each rank trains its rows; rank 0 prints).
 """
 import argparse
 import json
 import time
 
-from common import ProgressBar, median, mnist_like
+from common import ProgressBar, Ranks, median, mnist_like
 
 from loom import autograd, device, layer, model, opt, tensor
 
@@ -46,6 +49,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--parallel", action="store_true", help="replay independent ops on worker threads")
+    ap.add_argument("--dist", action="store_true", help="data-parallel over the ranks of python3 -m loom.launch")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1:
@@ -55,34 +59,40 @@ def main():
     dev.SetRandSeed(42)
     xs, ys = mnist_like(max(4096, args.batch))
     m = MLP([784, 1024, 1024, 10], dev)
-    m.set_optimizer(opt.SGD(lr=args.lr, momentum=args.momentum))
-    x = tensor.from_numpy(xs[:args.batch], dev)
-    y = tensor.from_numpy(ys[:args.batch], dev)
+    ranks = Ranks(opt.SGD(lr=args.lr, momentum=args.momentum), args.dist, dev)
+    mine = ranks.rows(args.batch)  # this rank's rows of each global batch
+    ranks.broadcast(m.get_params().values())
+    m.set_optimizer(ranks.optimizer)
+    x = tensor.from_numpy(xs[:args.batch][mine], dev)
+    y = tensor.from_numpy(ys[:args.batch][mine], dev)
     m.compile([x], is_train=True, use_graph=args.graph, sequential=not args.parallel)
-    print(f"mlp: 784-1024-1024-10, SGD lr {args.lr} momentum {args.momentum}, batch {args.batch}, "
-          f"{args.steps} steps, {'graph' if args.graph else 'eager'}")
+    ranks.print(f"mlp: 784-1024-1024-10, SGD lr {args.lr} momentum {args.momentum}, batch {args.batch}, "
+          f"{args.steps} steps, {'graph' if args.graph else 'eager'}" + (f", {ranks.world} ranks" if args.dist else ""))
 
-    bar = ProgressBar(args.steps)
+    bar = ProgressBar(args.steps) if ranks.root else None
     times, losses = [], []
     n = xs.shape[0]
     for step in range(args.steps):
         lo = (step * args.batch) % (n - args.batch + 1)
         t0 = time.perf_counter()
-        x.copy_from_numpy(xs[lo:lo + args.batch])
-        y.copy_from_numpy(ys[lo:lo + args.batch])
+        x.copy_from_numpy(xs[lo:lo + args.batch][mine])
+        y.copy_from_numpy(ys[lo:lo + args.batch][mine])
         out, loss = m.train_one_batch(x, y)
-        value = loss.item()  # synchronises
+        value = ranks.mean(loss.item())  # synchronises; the global batch's loss
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(value)
-        bar.update(step + 1, loss=value, ms=f"{times[-1]:.2f}")
+        if bar:
+            bar.update(step + 1, loss=value, ms=f"{times[-1]:.2f}")
+    ranks.check_same_parameters(m.get_params().values())
     timed = times[2:] if len(times) > 2 else times  # leave out capture and warm-up
-    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.2f} ms/step")
+    ranks.print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; median {median(timed):.2f} ms/step")
     if args.graph:
-        print(m.graph().summary())
+        ranks.print(m.graph().summary())
     if args.json:
-        print(json.dumps({"model": "mlp-784-1024-1024-10", "mode": "graph" if args.graph else "eager",
-                          "batch": args.batch, "steps": args.steps, "ms_per_step_median": median(timed),
-                          "first_loss": losses[0], "last_loss": losses[-1]}))
+        ranks.print(json.dumps({"model": "mlp-784-1024-1024-10", "mode": "graph" if args.graph else "eager",
+                                "batch": args.batch, "ranks": ranks.world, "steps": args.steps,
+                                "ms_per_step_median": median(timed), "first_loss": losses[0],
+                                "last_loss": losses[-1]}))
 
 
 if __name__ == "__main__":

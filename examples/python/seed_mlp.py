@@ -6,11 +6,16 @@ once, then replayed 1001 times from C++ (dev.ExecBuffOps()), with no Python per 
 The data: 400 points (x, y) around the curve y = 5x + 1, labelled by which side they are on
 (one-hot, two classes). A 2-3-2 MLP learns the boundary; the loss falls from ln 2 = 0.69.
 
-    /usr/bin/python3 examples/python/seed_mlp.py [--seed N]
+    /usr/bin/python3 examples/python/seed_mlp.py [--seed N] [--dist]
+
+--dist trains data-parallel over the ranks of `python3 -m loom.launch -n N`: each rank holds its
+share of the 400 points, the optimizer is opt.DistOpt(opt.SGD(0.05)), and the losses printed are
+the means over ranks: the same full-batch training as one rank.
 """
 import argparse
 
 import numpy as np
+from common import Ranks
 
 from loom import autograd, device, opt, tensor
 from loom.tensor import Tensor
@@ -26,6 +31,7 @@ def to_categorical(y, num_classes):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dist", action="store_true", help="data-parallel over the ranks of python3 -m loom.launch")
     args = ap.parse_args()
     np.random.seed(args.seed)
 
@@ -42,6 +48,9 @@ def main():
     # ---- inputs, target, parameters and optimizer, with loom's API ----
     dev = device.create_cpu_device()
     dev.SetRandSeed(args.seed)
+    ranks = Ranks(opt.SGD(0.05), args.dist, dev)
+    mine = ranks.rows(len(data))  # this rank's points
+    data, label = data[mine], label[mine]
     inputs = Tensor(data=data, device=dev)
     target = Tensor(data=label, device=dev)
     w0 = Tensor(shape=(2, 3), device=dev, requires_grad=True, stores_grad=True)
@@ -52,12 +61,14 @@ def main():
     w1.gaussian(0.0, 0.1)
     b1 = Tensor(shape=(2,), device=dev, requires_grad=True, stores_grad=True)
     b1.set_value(0.0)
-    sgd = opt.SGD(0.05)
+    sgd = ranks.optimizer
+    ranks.broadcast([w0, b0, w1, b1])
 
     with autograd.no_grad():  # the loss before training, computed eagerly
         h = autograd.relu(autograd.add_bias(autograd.matmul(inputs, w0), b0))
         first = autograd.softmax_cross_entropy(autograd.add_bias(autograd.matmul(h, w1), b1), target).item()
-    print(f"loss before training: {first:.4f}")
+    first = ranks.mean(first)
+    ranks.print(f"loss before training: {first:.4f}")
 
     # ---- the program from the pull request, unchanged ----
     dev.SetBufferFlag(True)
@@ -74,10 +85,11 @@ def main():
         dev.ExecBuffOps()
 
     # `loss` and `x` hold the values of the last replay.
-    last = loss.item()
-    accuracy = float(np.mean(np.argmax(x.to_numpy(), axis=1) == np.argmax(label, axis=1)))
-    print(f"loss after 1001 replays: {last:.4f} (accuracy {accuracy:.3f})")
-    print(dev.graph().summary())
+    last = ranks.mean(loss.item())
+    accuracy = ranks.mean(float(np.mean(np.argmax(x.to_numpy(), axis=1) == np.argmax(label, axis=1))))
+    ranks.print(f"loss after 1001 replays: {last:.6f} (accuracy {accuracy:.3f})")
+    ranks.print(dev.graph().summary())
+    ranks.check_same_parameters([w0, b0, w1, b1])
     if not last < first:
         raise SystemExit(f"seed_mlp: the loss did not fall ({first:.4f} -> {last:.4f})")
 

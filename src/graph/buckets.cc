@@ -16,11 +16,19 @@
 //     first all-reduce starts early), then `bucket_bytes` each; a gradient may straddle a cut;
 //   - each slice gets one allreduce, with the same scale, reduce and compression, placed right
 //     after the last write of any gradient it overlaps (GraphOptions::overlap_collectives; else
-//     all where the first original all-reduce stood: "collectives forced after backward"). The
-//     record lists those gradients as members (core/collective.h), so the analysis orders it
-//     after their writers and before their readers, and nothing else: backward ops of earlier
-//     layers do not wait for it, and the schedule's collective lane runs it beside them;
-//   - the original per-gradient all-reduces go.
+//     all after the last write of any of the group's gradients, each also depending on it: Note
+//     [Collectives forced after backward]). The record lists those gradients as members (core/collective.h), so the
+//     analysis orders it after their writers and before their readers, and nothing else:
+//     backward ops of earlier layers do not wait for it, and the schedule's collective lane runs
+//     it beside them;
+//   - the original per-gradient all-reduces go;
+//   - an op that read a gradient after its last write (its update) may now stand before the
+//     bucket's all-reduce: when the optimizer runs from Backward's callback (nn::Model), each
+//     update follows its own gradient, long before the bucket it lies in is full. Such an op,
+//     and every later op that conflicts with one so deferred (one writes a block the other
+//     reads or writes), moves to just after the all-reduce that completes its gradients, in
+//     their original order. Moving an op later past ops it does not conflict with changes no
+//     value.
 // All slices read and write the bucket and the token, so they keep issue order on every rank
 // (Note [The collective token]). The arithmetic is unchanged — the same element-wise sum and
 // scale — so replay stays equal to eager.
@@ -103,8 +111,14 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
 
   const size_t cap = size_t(std::max(options.bucket_bytes, 1));
   const size_t first_cap = options.first_bucket_bytes > 0 ? std::min(cap, size_t(options.first_bucket_bytes)) : cap;
-  // Inserted all-reduces, by the op they follow; original all-reduces to drop.
-  std::multimap<int, OpRecord> after;
+  // Inserted all-reduces, by the op they follow, with their gradients' blocks; original
+  // all-reduces to drop.
+  struct Slice {
+    OpRecord op;
+    std::vector<int> members;
+  };
+  std::multimap<int, Slice> after;
+  std::vector<int> final_at(list.blocks.size(), -1);  // a bucketed gradient's last write
   std::vector<char> drop(n, 0);
   size_t made = 0;
   for (auto& kv : groups) {
@@ -136,8 +150,12 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
       drop[size_t(cs[k].op)] = 1;
     }
     // Slices: [first_cap, cap, cap, ...], in whole elements.
-    int first_original = cs[0].op;
-    for (const Candidate& c : cs) first_original = std::min(first_original, c.op);
+    int first_original = cs[0].op, group_last = -1;
+    for (const Candidate& c : cs) {
+      first_original = std::min(first_original, c.op);
+      group_last = std::max(group_last, c.last_write);
+      final_at[size_t(c.block)] = c.last_write;
+    }
     size_t begin = 0;
     for (size_t s = 0; begin < total; ++s) {
       const size_t want = std::max(esize, (s == 0 ? first_cap : cap) / esize * esize);
@@ -148,32 +166,109 @@ PassResult BucketGradients(OpList list, const GraphOptions& options) {
       ar.inputs = {Tensor(bucket, {int64_t((end - begin) / esize)}, {1}, int64_t(begin / esize), dtype),
                    proto.inputs[1]};
       int last = -1;
+      std::vector<int> members;
       for (size_t k = 0; k < cs.size(); ++k) {
         const size_t g0 = offsets[k], g1 = g0 + list.blocks[size_t(cs[k].block)]->bytes();
         if (g0 < end && begin < g1) {
           ar.inputs.push_back(list.ops[size_t(cs[k].op)].inputs[0]);
+          members.push_back(cs[k].block);
           last = std::max(last, cs[k].last_write);
         }
       }
+      // Note [Collectives forced after backward]: without overlap, every slice also lists the
+      // gradient written last, so that no schedule starts it before the backward has ended (a
+      // position in issue order alone would not hold the parallel replay, which runs each lane
+      // op as soon as its dependencies are met).
+      if (!options.overlap_collectives)
+        for (size_t k = 0; k < cs.size(); ++k)
+          if (cs[k].last_write == group_last &&
+              std::find(members.begin(), members.end(), cs[k].block) == members.end()) {
+            ar.inputs.push_back(list.ops[size_t(cs[k].op)].inputs[0]);
+            members.push_back(cs[k].block);
+            last = std::max(last, cs[k].last_write);
+          }
       ar.outputs = ar.inputs;
       // A slice of padding only follows the slice before it.
       if (last < 0) last = after.empty() ? first_original - 1 : after.rbegin()->first;
-      const int at = options.overlap_collectives ? last : first_original - 1;
-      after.emplace(at, std::move(ar));
+      const int at = options.overlap_collectives ? last : group_last;
+      after.emplace(at, Slice{std::move(ar), std::move(members)});
       ++made;
       begin = end;
     }
   }
+  // Emission in the original order, all-reduces after their anchors, deferring what reads a
+  // gradient whose all-reduce is still to come (and what conflicts with a deferred op).
+  std::vector<int> pending(list.blocks.size(), 0);  // a gradient's slices not yet emitted
+  for (const auto& kv : after)
+    for (int b : kv.second.members) ++pending[size_t(b)];
+  auto waits = [&](int i) {  // op i reads or writes a final gradient not yet reduced
+    for (const auto* blocks : {&list.access[size_t(i)].reads, &list.access[size_t(i)].writes})
+      for (int b : *blocks)
+        if (final_at[size_t(b)] >= 0 && i > final_at[size_t(b)] && pending[size_t(b)] > 0) return true;
+    return false;
+  };
+  auto conflict = [&](int i, int j) {  // one writes a block the other reads or writes
+    auto hits = [&](int w, int o) {
+      for (int b : list.access[size_t(w)].writes) {
+        const auto& r = list.access[size_t(o)].reads;
+        const auto& x = list.access[size_t(o)].writes;
+        if (std::find(r.begin(), r.end(), b) != r.end() || std::find(x.begin(), x.end(), b) != x.end()) return true;
+      }
+      return false;
+    };
+    return hits(i, j) || hits(j, i);
+  };
   std::vector<OpRecord> out;
+  std::vector<int> deferred;  // original indices, in order
   auto emit_after = [&](int i) {
     auto range = after.equal_range(i);
-    for (auto it = range.first; it != range.second; ++it) out.push_back(std::move(it->second));
+    for (auto it = range.first; it != range.second; ++it) {
+      out.push_back(std::move(it->second.op));
+      for (int b : it->second.members) --pending[size_t(b)];
+    }
+  };
+  auto emit = [&](int i) {
+    out.push_back(std::move(list.ops[size_t(i)]));
+    emit_after(i);
+  };
+  auto blocked = [&](size_t k) {  // deferred[k] must stay deferred
+    if (waits(deferred[k])) return true;
+    for (size_t e = 0; e < k; ++e)
+      if (conflict(deferred[e], deferred[k])) return true;
+    return false;
+  };
+  auto flush = [&] {  // emits the deferred ops that may go now, repeatedly
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (size_t k = 0; k < deferred.size(); ++k)
+        if (!blocked(k)) {
+          const int i = deferred[k];
+          deferred.erase(deferred.begin() + std::ptrdiff_t(k));
+          emit(i);
+          progress = true;
+          break;
+        }
+    }
   };
   emit_after(-1);
   for (size_t i = 0; i < n; ++i) {
-    if (!drop[i]) out.push_back(std::move(list.ops[i]));
-    emit_after(int(i));
+    if (drop[i]) {
+      emit_after(int(i));
+    } else {
+      bool wait = waits(int(i));
+      for (size_t k = 0; k < deferred.size() && !wait; ++k) wait = conflict(deferred[k], int(i));
+      if (wait) {
+        deferred.push_back(int(i));
+        continue;
+      }
+      emit(int(i));
+    }
+    flush();
   }
+  flush();
+  LOOM_ASSERT(deferred.empty() && out.size() == n - size_t(std::count(drop.begin(), drop.end(), 1)) + made,
+              "[buckets] ", deferred.size(), " ops still wait for an all-reduce at the end of graph '",
+              list.graph_name(), "'");
   OpList rebuilt = Rebuild(std::move(out), list);
   for (size_t b = 0; b < rebuilt.blocks.size(); ++b)
     if (rebuilt.blocks[b]->persistent() && rebuilt.blocks[b]->allocated()) {

@@ -100,10 +100,15 @@ struct DistRun {
   std::shared_ptr<Device> device;
 };
 
+// When the optimizer updates a parameter: after the whole backward (Mlp::Step), or as soon as
+// its gradient is final, from Backward's callback (nn::Model, loom-mlp): then the captured list
+// interleaves the updates of late layers with the backward of early ones.
+enum class Updates { kAfterBackward, kDuringBackward };
+
 // `steps` steps of SGD with momentum on the MLP, on rank's shard with DistOpt over comm, or
 // (comm null) on the whole global batch without one.
 inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>& comm, Mode mode, DType dtype,
-                        int steps, GraphOptions options = {}) {
+                        int steps, GraphOptions options = {}, Updates updates = Updates::kAfterBackward) {
   DistRun run;
   run.device = NewCpuDevice(rank);
   const auto& dev = run.device;
@@ -116,10 +121,18 @@ inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>
   Tensor x = ops::Zeros({rows, kFeatures}, dtype, dev), y = ops::Zeros({rows}, DType::kInt32, dev);
   x.block()->set_persistent(true);
   y.block()->set_persistent(true);
+  auto step = [&] {
+    if (updates == Updates::kAfterBackward) {
+      m.Step(x, y, *opt);
+      return;
+    }
+    Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(x), y);
+    Backward(loss, [&](const Tensor& p, const Tensor& g) { opt->Apply(g, p, p.name()); });
+  };
   if (mode == Mode::kEager) {
     for (int s = 0; s < steps; ++s) {
       FillShard(s, rank, world, x, y);
-      m.Step(x, y, *opt);
+      step();
     }
   } else {
     if (mode == Mode::kParallel) {
@@ -127,7 +140,7 @@ inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>
       options.num_workers = 2;
     }
     run.graph = std::make_unique<CapturedGraph>(dev, "dist", options);
-    run.graph->Capture([&] { m.Step(x, y, *opt); });
+    run.graph->Capture(step);
     for (int s = 0; s < steps; ++s) {
       FillShard(s, rank, world, x, y);
       run.graph->Replay(mode == Mode::kSerial);

@@ -47,6 +47,29 @@ TEST(DistTraining, TwoRanksEqualOneRankInFloat32InEveryMode) {
     ExpectSameAsOneRank(Launch(), WorldSize(2), mode, DType::kFloat32, 1e-5);
 }
 
+// nn::Model and the programs update each parameter from Backward's callback, so the captured list
+// reads a gradient (its update) soon after its last write, before the bucket holding it is full:
+// the bucket pass must move those updates after the bucket's all-reduce (Note [Gradient buckets]),
+// with overlap and with collectives forced after backward, small buckets and the default ones.
+TEST(DistTraining, UpdatesDuringBackwardEqualOneRank) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const int world = comm->size();
+    const auto one = TrainMlp(0, 1, nullptr, Mode::kEager, DType::kFloat64, 10).params;
+    for (bool overlap : {true, false})
+      for (int cap : {512, 25 << 20}) {
+        GraphOptions o;
+        o.overlap_collectives = overlap;
+        o.bucket_bytes = cap;
+        o.first_bucket_bytes = cap / 4;
+        for (Mode mode : {Mode::kEager, Mode::kSerial, Mode::kParallel}) {
+          const auto many = TrainMlp(rank, world, comm, mode, DType::kFloat64, 10, o, Updates::kDuringBackward).params;
+          EXPECT_LE(RelativeDiff(many, one), 1e-10)
+              << Name(mode) << ", overlap " << overlap << ", bucket " << cap << " bytes, rank " << rank;
+        }
+      }
+  });
+}
+
 // DESIGN.md invariant 5: the serial replay (buckets and all) is bitwise the eager run.
 TEST(DistTraining, SerialReplayIsBitwiseEager) {
   Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
@@ -230,12 +253,23 @@ TEST(DistGraph, WithoutOverlapAllReducesComeAfterTheBackward) {
     GraphOptions o;
     o.bucket_bytes = 4096;
     o.overlap_collectives = false;
-    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kSerial, DType::kFloat64, 1, o);
+    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kParallel, DType::kFloat64, 1, o);
     const OpList& ops = run.graph->graph().ops();
     const Captured c = FindAllReduces(run.graph->graph());
     for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
       EXPECT_TRUE(ops.ops[i].def == &op_kind::allreduce || ops.ops[i].def == &op_kind::sgd_update)
           << ops.ops[i].name();
+    // Not only in issue order: every all-reduce depends on the last backward op, so that the
+    // parallel replay, which starts a lane op once its dependencies are met, cannot start it
+    // earlier (Note [Collectives forced after backward]).
+    const Schedule& sched = run.graph->graph().schedule();
+    const size_t last_backward = size_t(c.allreduces[0]) - 1;
+    std::vector<char> down(ops.size(), 0);
+    down[last_backward] = 1;
+    for (size_t i = last_backward; i < ops.size(); ++i)
+      if (down[i])
+        for (int s : sched.succs[i]) down[size_t(s)] = 1;
+    for (int a : c.allreduces) EXPECT_TRUE(down[size_t(a)]) << "all-reduce " << a << " may start before backward ends";
   });
 }
 

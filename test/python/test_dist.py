@@ -1,12 +1,18 @@
 """Data parallelism from Python (issue 15): opt.DistOpt with SINGA's names, the default
 communicator (MPI's world, or a typed error when MPI is not built), and the data loader's
 shard=(rank, world).
-Multi-rank numbers are tested in C++ (test/dist) and under mpirun."""
+Multi-rank numbers are tested in C++ (test/dist) and under mpirun; here the Python examples'
+--dist start as 2 ranks through `python3 -m loom.launch -n 2`, as users start them."""
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import loom
 from loom import autograd, core, io, opt, tensor
+from conftest import python_env
 from test_io import _write_mnist
 
 
@@ -91,3 +97,66 @@ def test_sync_batch_norm_on_one_rank_is_batch_norm(dev):
     if not core.mpi_built():
         with pytest.raises(loom.DeviceError, match="MPI communicator is not built"):
             layer.SyncBatchNorm2d(3)
+
+
+needs_mpi = pytest.mark.skipif(not core.mpi_built(), reason="loom built without MPI (LOOM_USE_MPI=OFF, or MPI not "
+                               "installed: tools/setup.sh installs it)")
+
+
+def _example(root, script, *args, ranks=1):
+    """Runs examples/python/script (as `ranks` ranks of the launcher when ranks > 1, one thread
+    each); returns its last JSON line and the output."""
+    path = f"{root}/examples/python/{script}"
+    cmd = [sys.executable, path] if ranks == 1 else [sys.executable, "-m", "loom.launch", "-n", str(ranks),
+                                                   "--threads", "1", path]
+    env = python_env()
+    env["LOOM_NUM_THREADS"] = "1"
+    r = subprocess.run(cmd + [*args, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    return json.loads(r.stdout.strip().splitlines()[-1]), out
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["--graph", "--eager"])
+def test_mlp_example_on_two_ranks_trains_like_one_rank(root, mode):
+    """Global batch 32 on 2 ranks = batch 32 on 1 rank: the same first loss (the shards are the
+    batch's rows) and the same training (gradients averaged over ranks), to float32 rounding."""
+    args = ["--steps", "8", "--batch", "32", "--lr", "0.05", mode]
+    one, _ = _example(root, "mlp.py", *args)
+    two, out = _example(root, "mlp.py", *args, "--dist", ranks=2)
+    assert (one["ranks"], two["ranks"]) == (1, 2)
+    assert "parameters: bitwise the same on all 2 ranks" in out
+    for key in ("first_loss", "last_loss"):
+        assert two[key] == pytest.approx(one[key], rel=1e-5), key
+    assert one["last_loss"] < one["first_loss"] - 0.1  # it trained
+
+
+@needs_mpi
+def test_cnn_example_on_two_ranks_eager_equals_graph(root):
+    args = ["--steps", "4", "--batch", "16", "--dist"]
+    eager, out_e = _example(root, "cnn.py", *args, "--eager", ranks=2)
+    graph, out_g = _example(root, "cnn.py", *args, "--graph", ranks=2)
+    for out in (out_e, out_g):
+        assert "parameters: bitwise the same on all 2 ranks" in out
+    assert graph["last_loss"] == pytest.approx(eager["last_loss"], rel=1e-4)
+    assert graph["first_loss"] == pytest.approx(eager["first_loss"], rel=1e-6)
+
+
+@needs_mpi
+def test_seed_example_on_two_ranks_is_the_full_batch_training(root):
+    """SINGA's seed program with --dist: 200 of the 400 points per rank, gradients averaged, is
+    the full-batch training of one rank (1001 replays), to float32 rounding."""
+    def run(*cmd):
+        env = python_env()
+        env["LOOM_NUM_THREADS"] = "1"
+        r = subprocess.run([*cmd, f"{root}/examples/python/seed_mlp.py"] + (["--dist"] if len(cmd) > 1 else []),
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        line = next(ln for ln in r.stdout.splitlines() if ln.startswith("loss after"))
+        return float(line.split(":")[1].split()[0]), r.stdout
+    one, _ = run(sys.executable)
+    two, out = run(sys.executable, "-m", "loom.launch", "-n", "2", "--threads", "1")
+    assert "parameters: bitwise the same on all 2 ranks" in out
+    assert two == pytest.approx(one, rel=1e-5)
+    assert one < 0.3

@@ -1,0 +1,97 @@
+// The simulated communicator: this process plays rank 0 of N ranks on a modelled network, so the
+// scaling of data-parallel training can be estimated on one machine (issue 15, loom-bench
+// --simulate-ranks N --link-gbps G --latency-us L).
+//
+// Note [Simulated ranks]
+// The other N - 1 ranks are assumed to run the same step on their own machine at the same speed
+// with their own data, so they would arrive at every collective together with this one. A
+// collective then costs only the network's time, modelled with the alpha-beta model of the usual
+// algorithms (alpha: the per-message latency, beta: the link's bytes per second; Thakur,
+// Rabenseifner and Gropp, "Optimization of collective communication operations in MPICH", 2005):
+//   all-reduce, ring (reduce-scatter then all-gather):  2 (N-1) alpha + 2 (N-1)/N bytes / beta
+//   all-gather, ring:                                     (N-1) alpha +   (N-1) bytes_each / beta
+//   broadcast, binomial tree:                ceil(log2 N) (alpha + bytes / beta)
+//   barrier, dissemination:                  ceil(log2 N) alpha
+// The collective waits that long, for real: it sleeps until its modelled end on the thread that
+// issued it (the replay's collective lane), so compute on other threads goes on meanwhile and the
+// step time shows how much of the communication the schedule hides behind backward, and how much
+// stays exposed. No bytes move, so the host's own memory bandwidth is not counted: the model is
+// of a network link, not of a reduction's arithmetic.
+// The values are those of N ranks holding this rank's data: a sum is N times the data (so the
+// 1/N of DistOpt gives back this rank's gradient: training goes on as on one rank, bitwise for N
+// a power of two), a max is the data, an all-gather N copies, a broadcast changes nothing.
+// stats() counts the collectives, their bytes, the modelled seconds and the seconds really
+// waited (sleeping overshoots by the scheduler's wake-up latency, tens of microseconds).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "device/communicator.h"
+
+namespace loom {
+
+struct SimulatedLink {
+  int ranks = 2;
+  double gbps = 25;        // link bandwidth, 10^9 bits per second
+  double latency_us = 10;  // per message
+};
+
+// Modelled seconds of one collective (Note [Simulated ranks]); bytes: the buffer's size (for
+// all-gather, one rank's part). 0 for one rank.
+double RingAllReduceSeconds(double bytes, const SimulatedLink& link);
+double RingAllGatherSeconds(double bytes_each, const SimulatedLink& link);
+double TreeBroadcastSeconds(double bytes, const SimulatedLink& link);
+double BarrierSeconds(const SimulatedLink& link);
+
+struct SimulatedStats {
+  int64_t collectives = 0;
+  double bytes = 0;            // buffer bytes handed to the collectives
+  double modelled_s = 0;       // the model's total
+  double waited_s = 0;         // wall time spent in the waits
+};
+
+// Note [Predicting a data-parallel step]
+// The measured step time of a simulated run is honest but noisy on a shared machine, and the
+// wait overshoots. So the step is also predicted from numbers: one replay's op times (measured),
+// with each collective's time replaced by the model's. As the parallel replay does, each of two
+// resources runs, whenever it is free, the ready op that comes first in issue order: compute ops
+// one at a time (each with the whole thread pool, as timed in a serial replay), collectives one
+// at a time on their lane (Note [A lane for collectives]); an op is ready when every op it
+// depends on (the schedule's edges, which point forward in issue order) has finished. The
+// prediction is conservative where independent compute ops would run side by side. step_s is
+// the last finish; compute_s the compute ops' sum (the step without communication);
+// exposed_s = step_s - compute_s.
+struct StepPrediction {
+  double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
+};
+// succs[i]: the ops that wait for op i (all > i); on_lane[i]: op i is a collective; costs[i]:
+// seconds.
+StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
+                           const std::vector<double>& costs);
+
+class SimulatedCommunicator final : public Communicator {
+ public:
+  // ValueError unless ranks >= 1, gbps > 0 and latency_us >= 0.
+  explicit SimulatedCommunicator(SimulatedLink link);
+  int rank() const override { return 0; }
+  int size() const override { return link_.ranks; }
+  const char* backend() const override { return "simulated"; }
+  void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
+  void AllGather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void Broadcast(void* data, int64_t count, DType dtype, int root) override;
+  void Barrier() override;
+
+  const SimulatedLink& link() const { return link_; }
+  SimulatedStats stats() const;
+  void ResetStats();
+
+ private:
+  void Wait(double seconds, double bytes);
+  SimulatedLink link_;
+  mutable std::mutex mu_;
+  SimulatedStats stats_;
+};
+
+}  // namespace loom
