@@ -130,6 +130,10 @@ class PyStep {
     return *$self->schedule();
   }
   loom::nn::GradClip get_grad_clip() const { return $self->grad_clip(); }
+  // The rate the last update on `dev` used (a host read: synchronises).
+  double current_learning_rate(const std::shared_ptr<loom::Device>& dev) {
+    return $self->LearningRateTensor(dev).Item();
+  }
   // The global norm of the last step that clipped by norm (a handle on the device scalar).
   loom::Tensor grad_norm() const {
     LOOM_CHECK($self->last_grad_norm().defined(), ValueError, "[optimizer] no step has clipped by norm yet");

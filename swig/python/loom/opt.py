@@ -15,6 +15,7 @@ SGD's positional order is SINGA's: SGD(lr, momentum, dampening, weight_decay, ne
 import numbers
 
 from . import core, errors
+from .schedule import *  # noqa: F401,F403  SINGA's opt.DecayScheduler, opt.Constant, opt.ExponentialDecay, ...
 
 
 class Optimizer:
