@@ -185,15 +185,9 @@ namespace loom_py {
 // Backward from `loss` with each gradient handed to `opt` as soon as it is final (the memory-
 // friendly order: a gradient dies right after its update). Optimizer state is keyed by the
 // parameter's storage, so two parameters that share a name never share momentum.
-// With clipping by global norm every gradient is needed first: they are collected, then Step.
+// (With clipping by global norm, after backward: Optimizer::BackwardAndUpdate.)
 void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss) {
-  if (!opt.clips_by_norm()) {
-    loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(g, p, ""); });
-    return;
-  }
-  std::vector<std::pair<loom::Tensor, loom::Tensor>> pairs;
-  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { pairs.emplace_back(p, g); });
-  opt.Step(pairs);
+  opt.BackwardAndUpdate(loss, /*key_by_name=*/false);
 }
 // Optimizer.Step over parallel lists (Python's form of the (param, grad) pairs).
 void optimizer_step_pairs(loom::nn::Optimizer& opt, const std::vector<loom::Tensor>& params,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "device/device.h"
 
@@ -13,7 +14,19 @@ Optimizer::Optimizer(double lr) : lr_(lr) {
   LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
 }
 
-void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
+void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) { StepKeyed(param_grads, true); }
+
+void Optimizer::BackwardAndUpdate(const Tensor& loss, bool key_by_name) {
+  if (!clips_by_norm()) {
+    Backward(loss, [&](const Tensor& p, const Tensor& g) { Apply(g, p, key_by_name ? p.name() : ""); });
+    return;
+  }
+  std::vector<std::pair<Tensor, Tensor>> pairs;
+  Backward(loss, [&](const Tensor& p, const Tensor& g) { pairs.emplace_back(p, g); });
+  StepKeyed(pairs, key_by_name);
+}
+
+void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) {
   if (clips_by_norm() && !param_grads.empty()) {
     std::vector<Tensor> grads;
     for (const auto& pg : param_grads) grads.push_back(pg.second);
@@ -24,7 +37,7 @@ void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) 
     Tensor& t;
     ~Reset() { t = Tensor(); }
   } reset{grad_scale_};
-  for (const auto& pg : param_grads) Apply(pg.second, pg.first, pg.first.name());
+  for (const auto& pg : param_grads) Apply(pg.second, pg.first, key_by_name ? pg.first.name() : "");
 }
 
 bool Optimizer::OpensStep(const Tensor& param) {
@@ -55,6 +68,13 @@ void Optimizer::ClearSchedule() {
 int64_t Optimizer::schedule_step(const std::shared_ptr<Device>& dev) {
   auto it = schedule_steps_.find(dev.get());
   return it == schedule_steps_.end() ? 0 : int64_t(it->second.Item());
+}
+
+int64_t Optimizer::schedule_step() {
+  if (schedule_steps_.empty()) return -1;
+  LOOM_CHECK(schedule_steps_.size() == 1, ValueError, "[optimizer] the schedule counts steps on ",
+             schedule_steps_.size(), " devices: ask for one with schedule_step(device)");
+  return int64_t(schedule_steps_.begin()->second.Item());
 }
 
 void Optimizer::SetScheduleStep(const std::shared_ptr<Device>& dev, int64_t step) {

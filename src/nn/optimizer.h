@@ -37,6 +37,10 @@ class Optimizer {
   // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss). With clipping
   // by global norm, the norm of all the gradients and the scale come first (device ops).
   void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+  // Backward from `loss` and the updates: each parameter as soon as its gradient is final (the
+  // memory-friendly order), or, when clipping by global norm, all after backward (the norm needs
+  // every gradient). State is keyed by the parameter's name, or its storage (key_by_name false).
+  void BackwardAndUpdate(const Tensor& loss, bool key_by_name = true);
 
   // The constant rate. With a schedule set, the schedule's rate overwrites it at every step.
   void SetLearningRate(double lr);
@@ -51,6 +55,9 @@ class Optimizer {
   int64_t schedule_step(const std::shared_ptr<Device>& dev);
   // Sets the counter (resuming from a checkpoint). Not during a capture.
   void SetScheduleStep(const std::shared_ptr<Device>& dev, int64_t step);
+  // The count of the one device that has a counter (checkpoints); -1 when none has; ValueError
+  // when several have.
+  int64_t schedule_step();
 
   // ---- clipping (nn/clip.h) ----
   void SetGradClip(const GradClip& clip);
@@ -85,6 +92,9 @@ class Optimizer {
   // Appends the clip scale input and the clipping attributes of an update op (Note [Clipping
   // folded into the update]); `op` names the update in errors.
   void AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const;
+
+ private:
+  void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
 
  private:
   double lr_;

@@ -38,21 +38,22 @@ Schedule::Schedule() {
   spec_.num_segments = 1;
 }
 
+Schedule Schedule::Of(const sched::Segment& segment) {
+  Schedule s;
+  s.spec_.seg[0] = segment;
+  return s;
+}
+
 Schedule Schedule::Constant(double value) {
   CheckRate("constant", "value", value);
-  Schedule s;
-  s.spec_.seg[0].kind = sched::kConstant;
-  s.spec_.seg[0].v0 = value;
-  return s;
+  return Of({sched::kConstant, 0, 0, 0, value, 0, 1, 0, 0});
 }
 
 Schedule Schedule::Step(double base, int64_t step_size, double gamma) {
   CheckRate("step", "base", base);
   CheckSteps("step", "step_size", step_size, 1);
   CheckGamma("step", gamma);
-  Schedule s;
-  s.spec_.seg[0] = {sched::kExponential, 1, 0, step_size, base, 0, gamma, 0, 0};
-  return s;
+  return Of({sched::kExponential, 1, 0, step_size, base, 0, gamma, 0, 0});
 }
 
 Schedule Schedule::MultiStep(double base, const std::vector<int64_t>& milestones, double gamma) {
@@ -72,27 +73,21 @@ Schedule Schedule::Exponential(double base, double gamma, int64_t decay_steps, b
   CheckRate("exponential", "base", base);
   CheckGamma("exponential", gamma);
   CheckSteps("exponential", "decay_steps", decay_steps, 1);
-  Schedule s;
-  s.spec_.seg[0] = {sched::kExponential, int32_t(staircase), 0, decay_steps, base, 0, gamma, 0, 0};
-  return s;
+  return Of({sched::kExponential, int32_t(staircase), 0, decay_steps, base, 0, gamma, 0, 0});
 }
 
 Schedule Schedule::Cosine(double base, int64_t total_steps, double min_value) {
   CheckRate("cosine", "base", base);
   CheckRate("cosine", "min_value", min_value);
   CheckSteps("cosine", "total_steps", total_steps, 1);
-  Schedule s;
-  s.spec_.seg[0] = {sched::kCosine, 0, 0, total_steps, base, min_value, 1, 0, 0};
-  return s;
+  return Of({sched::kCosine, 0, 0, total_steps, base, min_value, 1, 0, 0});
 }
 
 Schedule Schedule::Linear(double start, double end, int64_t steps) {
   CheckRate("linear", "start", start);
   CheckRate("linear", "end", end);
   CheckSteps("linear", "steps", steps, 0);
-  Schedule s;
-  s.spec_.seg[0] = {sched::kLinear, 0, 0, steps, start, end, 1, 0, 0};
-  return s;
+  return Of({sched::kLinear, 0, 0, steps, start, end, 1, 0, 0});
 }
 
 Schedule Schedule::LinearWarmup(double target, int64_t warmup_steps, double start_value) {

@@ -59,6 +59,7 @@ class Schedule {
 
  private:
   Schedule();
+  static Schedule Of(const sched::Segment& segment);  // a one-segment schedule
   sched::Spec spec_;
 };
 

@@ -13,6 +13,7 @@
 #include "device/device.h"
 #include "graph/graph.h"
 #include "graph/step.h"
+#include "io/checkpoint.h"
 #include "nn/clip.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -345,6 +346,44 @@ TEST(Clip, AdamByNormEqualsAdamOnPrescaledGradients) {
     auto va = a[i].ToVector<float>(), vb = b[i].ToVector<float>();
     for (size_t j = 0; j < va.size(); ++j) EXPECT_NEAR(va[j], vb[j], 1e-6);
   }
+}
+
+// Backward, then the updates after the norm of every gradient (Model::Step's path).
+TEST(Clip, BackwardAndUpdateClipsByTheGlobalNorm) {
+  auto dev = CpuDevice();
+  Tensor w = ops::FromVector<float>({3.0f, -4.0f}, {2}, dev);
+  Tensor v = ops::FromVector<float>({0.0f}, {1}, dev);
+  w.set_requires_grad(true);
+  v.set_requires_grad(true);
+  nn::SGD opt(0.5);
+  opt.SetGradClip({1.0, 0, 0});
+  // loss = sum(w * w) + 0 * v: gradients (6, -8) and (0), global norm 10, scale 0.1
+  opt.BackwardAndUpdate(ops::Add(ops::Sum(ops::Mul(w, w)), ops::Sum(ops::MulScalar(v, 0.0))));
+  EXPECT_NEAR(opt.last_grad_norm().Item(), 10.0, 1e-6);
+  auto got = w.ToVector<float>();
+  EXPECT_NEAR(got[0], 3.0 - 0.5 * 0.6, 1e-6);
+  EXPECT_NEAR(got[1], -4.0 + 0.5 * 0.8, 1e-6);
+}
+
+// The schedule's counter travels in the optimizer's checkpoint meta and resumes the schedule.
+TEST(Schedule, CheckpointCarriesTheScheduleStep) {
+  auto dev = CpuDevice();
+  Tensor w = ops::Full({2}, 0.0, DType::kFloat32, dev);
+  Tensor g = ops::Full({2}, 1.0, DType::kFloat32, dev);
+  const nn::Schedule s = nn::Schedule::Step(0.1, 2, 0.5);
+  nn::SGD a(0.1), b(0.1);
+  a.SetSchedule(s);
+  b.SetSchedule(s);
+  for (int k = 0; k < 5; ++k) a.Apply(g, w);
+  io::Checkpoint ckpt;
+  io::AddOptimizerState(a, &ckpt.tensors, &ckpt.meta);
+  EXPECT_EQ(ckpt.meta.at("optimizer/schedule_step"), 5.0);
+  io::RestoreOptimizerState(ckpt, b, dev);
+  EXPECT_EQ(b.schedule_step(dev), 5);
+  b.Apply(g, w);
+  EXPECT_DOUBLE_EQ(b.LearningRateTensor(dev).Item(), s.ValueAt(5));
+  ckpt.meta["optimizer/schedule_step"] = -2;
+  EXPECT_THROW(io::RestoreOptimizerState(ckpt, b, dev), IOError);
 }
 
 TEST(Clip, ClippingByNormNeedsStep) {

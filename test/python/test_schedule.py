@@ -206,3 +206,20 @@ def test_global_grad_norm_and_scale(dev):
     n = clip.global_grad_norm([tensor.from_numpy(g, dev) for g in gs])
     assert float(n.to_numpy()) == pytest.approx(ref, rel=1e-12)
     assert float(clip.clip_scale(n, 1.0).to_numpy()) == pytest.approx(min(1.0, 1.0 / (ref + 1e-6)), rel=1e-12)
+
+
+def test_get_and_set_states_carry_the_schedule_step(dev):
+    w = tensor.from_numpy(np.zeros(2, dtype=np.float32), dev)
+    g = tensor.from_numpy(np.ones(2, dtype=np.float32), dev)
+    s = schedule.StepDecay(0.1, 2, 0.5)
+    a, b = opt.SGD(lr=0.1), opt.SGD(lr=0.1)
+    schedule.set_schedule(a, s)
+    schedule.set_schedule(b, s)
+    for _ in range(5):
+        a.apply("w", w, g)
+    states = a.get_states()
+    assert states["schedule_step"] == 5
+    b.set_states(states)
+    assert schedule.schedule_step(b, dev) == 5
+    b.apply("w", w, g)
+    assert schedule.current_lr(b, dev) == s.value_at(5)
