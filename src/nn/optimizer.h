@@ -48,7 +48,8 @@ class Optimizer {
 
   // ---- schedules (nn/schedule.h). The step counter counts steps on each device from 0; the
   // rate of step k is schedule.ValueAt(k). ----
-  void SetSchedule(const Schedule& schedule);
+  // Virtual: a wrapper (DistOpt) hands them to the optimizer it wraps.
+  virtual void SetSchedule(const Schedule& schedule);
   void ClearSchedule();  // back to the constant rate (SetLearningRate's)
   const Schedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
   // Steps the schedule has counted on `dev` (a host read: synchronises).
@@ -60,7 +61,7 @@ class Optimizer {
   int64_t schedule_step();
 
   // ---- clipping (nn/clip.h) ----
-  void SetGradClip(const GradClip& clip);
+  virtual void SetGradClip(const GradClip& clip);
   const GradClip& grad_clip() const { return clip_; }
   bool clips_by_norm() const { return clip_.max_norm > 0; }
   // The global gradient norm of the last Step with clipping by norm (a float64 device scalar,

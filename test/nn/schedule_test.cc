@@ -14,6 +14,8 @@
 #include "graph/graph.h"
 #include "graph/step.h"
 #include "io/checkpoint.h"
+#include "io/comm/inproc.h"
+#include "nn/dist_opt.h"
 #include "nn/clip.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -384,6 +386,18 @@ TEST(Schedule, CheckpointCarriesTheScheduleStep) {
   EXPECT_DOUBLE_EQ(b.LearningRateTensor(dev).Item(), s.ValueAt(5));
   ckpt.meta["optimizer/schedule_step"] = -2;
   EXPECT_THROW(io::RestoreOptimizerState(ckpt, b, dev), IOError);
+}
+
+// A DistOpt hands a schedule and clipping by value to the optimizer it wraps (which updates
+// after the all-reduce) and refuses clipping by global norm.
+TEST(Schedule, DistOptHandsScheduleAndClipToTheWrappedOptimizer) {
+  auto inner = std::make_shared<nn::SGD>(0.1);
+  nn::DistOpt dist(inner, MakeInProcGroup(1)[0]);
+  dist.SetSchedule(nn::Schedule::Constant(0.5));
+  ASSERT_NE(inner->schedule(), nullptr);
+  dist.SetGradClip({0, 0.25, 1e-6});
+  EXPECT_EQ(inner->grad_clip().clip_value, 0.25);
+  EXPECT_THROW(dist.SetGradClip({1.0, 0, 1e-6}), ValueError);
 }
 
 TEST(Clip, ClippingByNormNeedsStep) {
