@@ -223,3 +223,19 @@ def test_get_and_set_states_carry_the_schedule_step(dev):
     assert schedule.schedule_step(b, dev) == 5
     b.apply("w", w, g)
     assert schedule.current_lr(b, dev) == s.value_at(5)
+
+
+def test_dist_opt_hands_schedule_and_value_clipping_to_its_optimizer(dev):
+    inner = opt.SGD(lr=0.1)
+    dist = opt.DistOpt(inner, communicator=core.inproc_communicator_of_one())
+    schedule.set_schedule(dist, schedule.StepDecay(0.2, 1, 0.5))
+    clip.set_grad_clip(dist, clip_value=0.25)
+    assert clip.get_grad_clip(dist)[1] == 0.25
+    with pytest.raises(loom.ValueError, match="not supported under DistOpt"):
+        clip.set_grad_clip(dist, max_norm=1.0)
+    w = tensor.from_numpy(np.zeros(2, dtype=np.float32), dev)
+    g = tensor.from_numpy(np.array([1.0, -0.1], dtype=np.float32), dev)
+    for _ in range(2):
+        dist.apply("w", w, g)
+    # rates 0.2, 0.1; gradient clamped to (0.25, -0.1)
+    np.testing.assert_allclose(w.to_numpy(), [-(0.2 + 0.1) * 0.25, (0.2 + 0.1) * 0.1], rtol=1e-6)

@@ -16,13 +16,14 @@ import numbers
 from . import core, errors
 
 
-def _cpp_optimizer(optimizer):
+def _cpp_optimizer(optimizer, wrapped=False):
+    """The C++ optimizer; with `wrapped`, a DistOpt's inner one (which keeps the clipping: a
+    DistOpt hands clipping by value to it and refuses clipping by norm, a loom.ValueError)."""
     from . import opt  # opt imports nothing of clip at import time
-    if isinstance(optimizer, opt.DistOpt):
-        raise errors.ValueError("[clip] set clipping on the optimizer a DistOpt wraps is not supported yet: the "
-                                "norm would have to be taken after the all-reduce")
     if not isinstance(optimizer, opt.Optimizer):
         raise errors.TypeError(f"[clip] expected a loom.opt optimizer, got {type(optimizer).__name__}")
+    if wrapped and isinstance(optimizer, opt.DistOpt):
+        optimizer = optimizer.opt
     return optimizer._impl
 
 
@@ -44,7 +45,7 @@ def set_grad_clip(optimizer, max_norm=0.0, clip_value=0.0, eps=1e-6):
 
 def get_grad_clip(optimizer):
     """(max_norm, clip_value, eps) of the optimizer."""
-    c = _cpp_optimizer(optimizer).get_grad_clip()
+    c = _cpp_optimizer(optimizer, wrapped=True).get_grad_clip()
     return c.max_norm, c.clip_value, c.eps
 
 
