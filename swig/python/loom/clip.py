@@ -24,6 +24,9 @@ def _cpp_optimizer(optimizer, wrapped=False):
         raise errors.TypeError(f"[clip] expected a loom.opt optimizer, got {type(optimizer).__name__}")
     if wrapped and isinstance(optimizer, opt.DistOpt):
         optimizer = optimizer.opt
+    if getattr(optimizer, "_impl", None) is None:  # an optimizer written in loom ops (SINGA's AdaGrad, ...)
+        raise errors.ValueError(f"[clip] {type(optimizer).__name__} is written in Python: only the C++ "
+                                f"optimizers (opt.SGD, opt.Adam, opt.AdamW) take device schedules and clipping")
     return optimizer._impl
 
 

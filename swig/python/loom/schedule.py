@@ -160,6 +160,9 @@ def _cpp_optimizer(optimizer):
         optimizer = optimizer.opt  # the wrapped optimizer computes the rate
     if not isinstance(optimizer, opt.Optimizer):
         raise errors.TypeError(f"[schedule] expected a loom.opt optimizer, got {type(optimizer).__name__}")
+    if getattr(optimizer, "_impl", None) is None:  # an optimizer written in loom ops (SINGA's AdaGrad, ...)
+        raise errors.ValueError(f"[schedule] {type(optimizer).__name__} is written in Python: only the C++ "
+                                f"optimizers (opt.SGD, opt.Adam, opt.AdamW) take device schedules and clipping")
     return optimizer._impl
 
 
