@@ -204,6 +204,12 @@ class Device {
   bool capturing() const;
   bool buffering() const;
   std::string capture_name() const;
+
+  // Note [Host-transfer trap]
+  void set_trap_host_transfers(bool on);
+  bool trap_host_transfers() const;
+  uint64_t host_reads() const;
+  uint64_t host_writes() const;
 };
 
 // A captured graph (graph/graph.h).

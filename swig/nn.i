@@ -13,7 +13,9 @@
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/models.h"
+#include "nn/clip.h"
 #include "nn/optimizer.h"
+#include "nn/schedule.h"
 #include "nn/dist_opt.h"
 #include "nn/sync_batch_norm.h"
 #include "io/comm/inproc.h"
@@ -99,6 +101,15 @@ class PyStep {
 %include "nn/layer.h"
 %include "nn/cnn_layers.h"
 
+// ---- nn/schedule.h, nn/clip.h (loom/schedule.py and loom/clip.py give them SINGA's and torch's
+// names). The spec is the op's business; Sequential takes a vector Python does not build:
+// schedule_then below composes two at a time. ----
+%ignore loom::nn::Schedule::spec;
+%ignore loom::nn::Schedule::ToAttrs;
+%ignore loom::nn::Schedule::Sequential;
+%include "nn/schedule.h"
+%include "nn/clip.h"
+
 // ---- nn/optimizer.h ----
 // Ignored: references into the optimizer's own tensors (a non-owning Python proxy would outlive
 // them) and Step, whose (param, grad) vector Python does not build (optimizer_step below).
@@ -106,7 +117,29 @@ class PyStep {
 %ignore loom::nn::Optimizer::LearningRateTensor;
 %ignore loom::nn::Optimizer::states;
 %ignore loom::nn::Optimizer::EnsureState;
+%ignore loom::nn::Optimizer::schedule;
+%ignore loom::nn::Optimizer::grad_clip;
+%ignore loom::nn::Optimizer::last_grad_norm;
 %include "nn/optimizer.h"
+
+%extend loom::nn::Optimizer {
+  bool has_schedule() const { return $self->schedule() != nullptr; }
+  // A copy of the schedule (the optimizer keeps its own).
+  loom::nn::Schedule get_schedule() const {
+    LOOM_CHECK($self->schedule(), ValueError, "[optimizer] has no schedule");
+    return *$self->schedule();
+  }
+  loom::nn::GradClip get_grad_clip() const { return $self->grad_clip(); }
+  // The rate the last update on `dev` used (a host read: synchronises).
+  double current_learning_rate(const std::shared_ptr<loom::Device>& dev) {
+    return $self->LearningRateTensor(dev).Item();
+  }
+  // The global norm of the last step that clipped by norm (a handle on the device scalar).
+  loom::Tensor grad_norm() const {
+    LOOM_CHECK($self->last_grad_norm().defined(), ValueError, "[optimizer] no step has clipped by norm yet");
+    return $self->last_grad_norm();
+  }
+}
 
 // ---- nn/dist_opt.h ----
 // Made by make_dist_opt below (compression by name); the C++ references stay in C++.
@@ -152,8 +185,23 @@ namespace loom_py {
 // Backward from `loss` with each gradient handed to `opt` as soon as it is final (the memory-
 // friendly order: a gradient dies right after its update). Optimizer state is keyed by the
 // parameter's storage, so two parameters that share a name never share momentum.
+// (With clipping by global norm, after backward: Optimizer::BackwardAndUpdate.)
 void optimizer_step(loom::nn::Optimizer& opt, const loom::Tensor& loss) {
-  loom::Backward(loss, [&](const loom::Tensor& p, const loom::Tensor& g) { opt.Apply(g, p, ""); });
+  opt.BackwardAndUpdate(loss, /*key_by_name=*/false);
+}
+// Optimizer.Step over parallel lists (Python's form of the (param, grad) pairs).
+void optimizer_step_pairs(loom::nn::Optimizer& opt, const std::vector<loom::Tensor>& params,
+                          const std::vector<loom::Tensor>& grads) {
+  LOOM_CHECK(params.size() == grads.size(), ValueError, "[optimizer] ", params.size(), " parameters and ",
+             grads.size(), " gradients");
+  std::vector<std::pair<loom::Tensor, loom::Tensor>> pairs;
+  for (size_t i = 0; i < params.size(); ++i) pairs.emplace_back(params[i], grads[i]);
+  opt.Step(pairs);
+}
+// Sequential({first, next}, {at}): compositions of more parts are built two at a time (the
+// spec is flattened, so the result is the same).
+loom::nn::Schedule schedule_then(const loom::nn::Schedule& first, const loom::nn::Schedule& next, int64_t at) {
+  return loom::nn::Schedule::Sequential({first, next}, {at});
 }
 // opt.DistOpt: compression "none", "fp16" or "bf16".
 std::shared_ptr<loom::nn::DistOpt> make_dist_opt(std::shared_ptr<loom::nn::Optimizer> opt,

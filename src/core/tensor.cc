@@ -85,6 +85,7 @@ void CheckHostReadAllowed(const Tensor& t, const char* what) {
              "graph has run (EnableGraph(false) and RunGraph())");
   LOOM_CHECK(t.block()->allocated(), ValueError, "[", what, "] ", t.Describe(),
              " holds no value (it was never written, or its memory was recycled by a graph)");
+  d->NoteHostTransfer(what, /*write=*/false);  // Note [Host-transfer trap]
 }
 
 template <typename T>
@@ -128,6 +129,7 @@ void Tensor::CopyFromHost(const void* src, size_t bytes) {
   LOOM_CHECK(bytes == nbytes(), ShapeError, "[copy_from_host] ", Describe(), " holds ", nbytes(),
              " bytes, host data has ", bytes);
   LOOM_CHECK(is_contiguous(), ValueError, "[copy_from_host] target ", Describe(), " is not contiguous");
+  device()->NoteHostTransfer("copy_from_host", /*write=*/true);  // Note [Host-transfer trap]
   // A host write is a feed: it lands in the block now, also during a capture (the graph reads
   // the block when it runs). See DESIGN.md invariant 6.
   block_->Allocate();

@@ -61,6 +61,20 @@ void Device::EndCapture(const CaptureSink* sink) noexcept {
   capture_thread_.store(std::thread::id(), std::memory_order_relaxed);
 }
 
+void Device::NoteHostTransfer(const char* what, bool write) {
+  (write ? host_writes_ : host_reads_).fetch_add(1, std::memory_order_relaxed);
+  if (!trap_host_transfers()) return;
+  const std::string* graph = replaying_.load(std::memory_order_acquire);
+  LOOM_CHECK(!graph, GraphError, "[", what, "] host ", write ? "write to" : "read of", " a block of ", name(),
+             " while graph '", graph ? *graph : std::string(), "' replays (Note [Host-transfer trap]: the trap is on, "
+             "and a replay must need no host transfer)");
+}
+
+Device::ReplayScope::ReplayScope(Device* d, const std::string& graph_name)
+    : d_(d), previous_(d->replaying_.exchange(&graph_name, std::memory_order_acq_rel)) {}
+
+Device::ReplayScope::~ReplayScope() { d_->replaying_.store(previous_, std::memory_order_release); }
+
 bool Device::buffering() const {
   if (!capturing() || capture_thread_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return false;
   return std::find(t_setup_scopes.begin(), t_setup_scopes.end(), this) == t_setup_scopes.end();

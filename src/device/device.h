@@ -102,6 +102,31 @@ class Device : public std::enable_shared_from_this<Device> {
   bool buffering() const;
   std::string capture_name() const;  // "" when nothing is captured
 
+  // Note [Host-transfer trap]
+  // "Replay is host-free" is testable: every host read of a block (Tensor::ToVector, Item,
+  // printing, checkpoints: CheckHostReadAllowed) and every host write (Tensor::CopyFromHost) is
+  // counted here, and with the trap on, one made while a graph of this device replays raises
+  // GraphError naming the graph and the transfer. Graph::Run marks its replay with a
+  // ReplayScope. Off by default (a debug flag: tests and LOOM_DEBUG sessions turn it on).
+  void set_trap_host_transfers(bool on) { trap_host_transfers_.store(on, std::memory_order_relaxed); }
+  bool trap_host_transfers() const { return trap_host_transfers_.load(std::memory_order_relaxed); }
+  uint64_t host_reads() const { return host_reads_.load(std::memory_order_relaxed); }
+  uint64_t host_writes() const { return host_writes_.load(std::memory_order_relaxed); }
+  // Counts a host read (write = false) or write of `what` ("item", "copy_from_host", ...) and
+  // throws when the trap is on and a replay is running.
+  void NoteHostTransfer(const char* what, bool write);
+  class ReplayScope {
+   public:
+    ReplayScope(Device* d, const std::string& graph_name);
+    ~ReplayScope();
+    ReplayScope(const ReplayScope&) = delete;
+    ReplayScope& operator=(const ReplayScope&) = delete;
+
+   private:
+    Device* d_;
+    const std::string* previous_;
+  };
+
   // Note [One user at a time]
   // A device runs one thing at a time (DESIGN.md invariant 10): an eager op and a graph replay
   // each hold this lock while they run, so a second thread waits instead of interleaving
@@ -138,6 +163,9 @@ class Device : public std::enable_shared_from_this<Device> {
   std::atomic<CaptureSink*> sink_{nullptr};
   std::atomic<std::thread::id> capture_thread_{};
   std::recursive_mutex use_mu_;
+  std::atomic<bool> trap_host_transfers_{false};
+  std::atomic<uint64_t> host_reads_{0}, host_writes_{0};
+  std::atomic<const std::string*> replaying_{nullptr};  // the replaying graph's name (ReplayScope)
 };
 
 // The process-wide CPU device (created on first use).

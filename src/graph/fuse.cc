@@ -45,6 +45,8 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
   for (size_t j = 0; j < n; ++j) {
     const OpRecord& up = list.ops[j];
     if (up.def != &op_kind::sgd_update) continue;
+    // The fused kernel takes no clipped gradient (Note [Clipping folded into the update]).
+    if (up.attrs.Int("grad_scaled", 0) != 0 || up.attrs.Float("clip_value", 0) > 0) continue;
     const int g = list.BlockIndex(up.inputs[1].block());
     if (writers[size_t(g)].size() != 1 || readers[size_t(g)] != std::vector<int>{int(j)}) continue;
     if (list.facts[size_t(g)].marked_persistent || list.facts[size_t(g)].held_outside) continue;

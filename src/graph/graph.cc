@@ -120,6 +120,7 @@ void Graph::Run(bool sequential) {
   LOOM_CHECK(state_ == State::kReady, GraphError, "[", quoted_name_, "] ",
              state_ == State::kCapturing ? "is still being captured" : "has no finished capture to replay");
   auto in_use = device_->Use();  // Note [One user at a time]
+  Device::ReplayScope replaying(device_.get(), name_);  // Note [Host-transfer trap]
   replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, binding_}, sequential, stats_);
 }
 

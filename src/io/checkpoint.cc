@@ -182,6 +182,8 @@ void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::
     if (!opt.states().empty())
       (*meta)[prefix + "adam_steps"] = double(adam->steps_taken(opt.states().begin()->second.device_ptr()));
   }
+  const int64_t schedule_step = opt.schedule_step();
+  if (schedule_step >= 0) (*meta)[prefix + "schedule_step"] = double(schedule_step);
 }
 
 namespace {
@@ -225,6 +227,10 @@ void CheckOptimizerState(const Checkpoint& ckpt, const nn::Optimizer& opt, const
   if (steps != ckpt.meta.end() && dynamic_cast<const nn::Adam*>(&opt) &&
       !(steps->second >= 0 && steps->second <= 9.0e15 && steps->second == std::floor(steps->second)))
     problems.push_back(detail::Cat("'", steps->first, "' is ", steps->second, ", not a step count"));
+  auto sched = ckpt.meta.find(prefix + "schedule_step");
+  if (sched != ckpt.meta.end() &&
+      !(sched->second >= 0 && sched->second <= 9.0e15 && sched->second == std::floor(sched->second)))
+    problems.push_back(detail::Cat("'", sched->first, "' is ", sched->second, ", not a step count"));
   if (!problems.empty())
     ThrowProblems(detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the optimizer"), problems);
 }
@@ -241,6 +247,8 @@ void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std
     auto steps = ckpt.meta.find(prefix + "adam_steps");
     if (steps != ckpt.meta.end()) adam->SetStepsTaken(dev, int64_t(steps->second));
   }
+  auto sched = ckpt.meta.find(prefix + "schedule_step");
+  if (sched != ckpt.meta.end()) opt.SetScheduleStep(dev, int64_t(sched->second));
   RestoreInto(ckpt, StateTargets(opt, prefix));
   auto lr = ckpt.meta.find(prefix + "lr");
   if (lr != ckpt.meta.end()) opt.SetLearningRate(lr->second);

@@ -85,7 +85,8 @@ void CheckRestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 // optimizer keeps (Optimizer::HasSlot, EnsureState) as zeros and overwrites it with the saved
 // value; a saved slot the optimizer does not keep (momentum into plain SGD) is an IOError. Adam's
 // step count is saved as meta "<prefix>adam_steps" and restored with Adam::SetStepsTaken, so the
-// bias correction continues where it stopped.
+// bias correction continues where it stopped. A schedule's step counter (Note [Schedules on the
+// device]) is saved as meta "<prefix>schedule_step" and restored with SetScheduleStep.
 
 // Appends the optimizer's state tensors and learning rate (and Adam's step count) under `prefix`.
 void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,

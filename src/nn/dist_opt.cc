@@ -42,6 +42,13 @@ void DistOpt::Apply(const Tensor& grad, const Tensor& param, const std::string& 
   optimizer_->Apply(grad, param, name);
 }
 
+void DistOpt::SetGradClip(const GradClip& clip) {
+  CheckGradClip(clip);
+  LOOM_CHECK(clip.max_norm == 0, ValueError, "[dist_opt] clipping by global norm (max_norm ", clip.max_norm,
+             ") is not supported under DistOpt yet; clipping by value is");
+  optimizer_->SetGradClip(clip);
+}
+
 void DistOpt::StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
   if (param_grads.empty()) return;
   if (param_grads[0].first.device()->buffering()) {  // the graph's bucket pass regroups these

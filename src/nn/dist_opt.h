@@ -41,6 +41,10 @@ class DistOpt : public Optimizer {
   // Eager: bucketed blocking all-reduce, then the updates; captured: Apply for each pair.
   void StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
   bool HasSlot(const std::string& slot) const override { return optimizer_->HasSlot(slot); }
+  // The wrapped optimizer computes the rate and clips, after the all-reduce. Clipping by global
+  // norm is refused: the norm would have to wait for every bucket's all-reduce.
+  void SetSchedule(const Schedule& schedule) override { optimizer_->SetSchedule(schedule); }
+  void SetGradClip(const GradClip& clip) override;
 
   // Every rank ends with root's values of `params` (start from the same weights).
   void BroadcastParameters(const std::vector<Tensor>& params, int root = 0);

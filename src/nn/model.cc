@@ -70,8 +70,9 @@ std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
   Tensor out = net_->Forward(in[0]);
   Tensor loss = ComputeLoss(out, in[1]);
   // Each parameter is updated as soon as its gradient is final, so gradients never pile up: the
-  // step's peak is the activations plus one layer's gradients, not all of them.
-  Backward(loss, [this](const Tensor& p, const Tensor& g) { opt_->Apply(g, p, p.name()); });
+  // step's peak is the activations plus one layer's gradients, not all of them (unless the
+  // optimizer clips by global norm, which needs them all: Optimizer::BackwardAndUpdate).
+  opt_->BackwardAndUpdate(loss);
   return {out.Detach(), loss.Detach()};
 }
 

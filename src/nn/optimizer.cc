@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/autograd.h"
 #include "core/ops.h"
 #include "device/device.h"
 
@@ -13,8 +14,89 @@ Optimizer::Optimizer(double lr) : lr_(lr) {
   LOOM_CHECK(lr >= 0, ValueError, "[optimizer] learning rate ", lr, " is negative");
 }
 
-void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
-  for (const auto& pg : param_grads) Apply(pg.second, pg.first, pg.first.name());
+void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) { StepKeyed(param_grads, true); }
+
+void Optimizer::BackwardAndUpdate(const Tensor& loss, bool key_by_name) {
+  if (!clips_by_norm()) {
+    Backward(loss, [&](const Tensor& p, const Tensor& g) { Apply(g, p, key_by_name ? p.name() : ""); });
+    return;
+  }
+  std::vector<std::pair<Tensor, Tensor>> pairs;
+  Backward(loss, [&](const Tensor& p, const Tensor& g) { pairs.emplace_back(p, g); });
+  StepKeyed(pairs, key_by_name);
+}
+
+void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) {
+  if (clips_by_norm() && !param_grads.empty()) {
+    std::vector<Tensor> grads;
+    for (const auto& pg : param_grads) grads.push_back(pg.second);
+    last_grad_norm_ = GlobalGradNorm(grads);
+    grad_scale_ = ClipScale(last_grad_norm_, clip_.max_norm, clip_.eps);
+  }
+  struct Reset {
+    Tensor& t;
+    ~Reset() { t = Tensor(); }
+  } reset{grad_scale_};
+  for (const auto& pg : param_grads) Apply(pg.second, pg.first, key_by_name ? pg.first.name() : "");
+}
+
+bool Optimizer::OpensStep(const Tensor& param) {
+  auto it = opened_by_.find(param.device());
+  if (it == opened_by_.end()) it = opened_by_.emplace(param.device(), param.block()).first;
+  return it->second == param.block();
+}
+
+const Tensor& Optimizer::RateForUpdate(const Tensor& param) {
+  const Tensor& lr = LearningRateTensor(param.device_ptr());
+  if (schedule_ && OpensStep(param)) {
+    Device* dev = param.device();
+    auto it = schedule_steps_.find(dev);
+    if (it == schedule_steps_.end()) it = schedule_steps_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
+    schedule_->EvalInto(it->second, lr);
+    CallInto("increment", {it->second}, {it->second});
+  }
+  return lr;
+}
+
+void Optimizer::SetSchedule(const Schedule& schedule) { schedule_ = schedule; }
+
+void Optimizer::ClearSchedule() {
+  schedule_.reset();
+  for (auto& kv : lr_tensors_) kv.second.CopyFromHost(&lr_, sizeof(double));
+}
+
+int64_t Optimizer::schedule_step(const std::shared_ptr<Device>& dev) {
+  auto it = schedule_steps_.find(dev.get());
+  return it == schedule_steps_.end() ? 0 : int64_t(it->second.Item());
+}
+
+int64_t Optimizer::schedule_step() {
+  if (schedule_steps_.empty()) return -1;
+  LOOM_CHECK(schedule_steps_.size() == 1, ValueError, "[optimizer] the schedule counts steps on ",
+             schedule_steps_.size(), " devices: ask for one with schedule_step(device)");
+  return int64_t(schedule_steps_.begin()->second.Item());
+}
+
+void Optimizer::SetScheduleStep(const std::shared_ptr<Device>& dev, int64_t step) {
+  LOOM_CHECK(step >= 0, ValueError, "[optimizer] schedule step ", step, " is negative");
+  auto it = schedule_steps_.find(dev.get());
+  if (it == schedule_steps_.end()) it = schedule_steps_.emplace(dev.get(), DeviceScalar(dev, 0)).first;
+  double v = double(step);
+  it->second.CopyFromHost(&v, sizeof v);
+}
+
+void Optimizer::SetGradClip(const GradClip& clip) {
+  CheckGradClip(clip);
+  clip_ = clip;
+}
+
+void Optimizer::AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const {
+  if (clip_.clip_value > 0) attrs->Set("clip_value", clip_.clip_value);
+  if (!clips_by_norm()) return;
+  LOOM_CHECK(grad_scale_.defined(), ValueError, "[", op, "] clipping by global norm (max_norm ", clip_.max_norm,
+             ") needs every gradient before the first update: use Step(param_grads), not Apply");
+  inputs->push_back(grad_scale_);
+  attrs->Set("grad_scaled", int64_t(1));
 }
 
 Tensor Optimizer::DeviceScalar(const std::shared_ptr<Device>& dev, double value) {
@@ -82,13 +164,15 @@ void SGD::Apply(const Tensor& grad, const Tensor& param, const std::string& name
   NoGradGuard no_grad;
   Attrs a{{"momentum", momentum_}, {"weight_decay", weight_decay_}, {"nesterov", int64_t(nesterov_)},
           {"dampening", dampening_}};
-  const Tensor& lr = LearningRateTensor(param.device_ptr());
-  if (momentum_ == 0) {
-    CallInto("sgd_update", {param, grad, lr}, {param}, a);
-  } else {
+  const Tensor& lr = RateForUpdate(param);
+  std::vector<Tensor> in{param, grad, lr}, out{param};
+  if (momentum_ != 0) {
     Tensor& buf = State(param, name, "momentum");
-    CallInto("sgd_update", {param, grad, lr, buf}, {param, buf}, a);
+    in.push_back(buf);
+    out.push_back(buf);
   }
+  AddClipping("sgd", &in, &a);
+  CallInto("sgd_update", in, out, a);
 }
 
 Adam::Adam(double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled)
@@ -104,17 +188,16 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
   Device* dev = param.device();
   auto it = step_tensors_.find(dev);
   if (it == step_tensors_.end()) it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
-  // The step count advances once per step: with the update of the first parameter this
-  // optimizer ever saw (backward hands parameters out in the same order every step).
-  auto bump = step_bumped_by_.find(dev);
-  if (bump == step_bumped_by_.end()) bump = step_bumped_by_.emplace(dev, param.block()).first;
-  if (bump->second == param.block()) CallInto("increment", {it->second}, {it->second});
+  // The step count advances once per step (OpensStep).
+  if (OpensStep(param)) CallInto("increment", {it->second}, {it->second});
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
-  const Tensor& lr = LearningRateTensor(param.device_ptr());
+  const Tensor& lr = RateForUpdate(param);
   Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_},
           {"decoupled", int64_t(decoupled_)}};
-  CallInto("adam_update", {param, grad, lr, m, v, it->second}, {param, m, v}, a);
+  std::vector<Tensor> in{param, grad, lr, m, v, it->second};
+  AddClipping("adam", &in, &a);
+  CallInto("adam_update", in, {param, m, v}, a);
 }
 
 void Adam::SetStepsTaken(const std::shared_ptr<Device>& dev, int64_t steps) {

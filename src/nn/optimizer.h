@@ -4,14 +4,24 @@
 // (no new capture). State tensors (momentum, Adam moments) are created once, as setup, even when
 // the first Apply happens inside a capture (Note [Setup inside a capture] in device.h), and are
 // marked persistent so a graph never recycles them.
+//
+// A schedule (SetSchedule, nn/schedule.h) replaces the constant rate: at the step's first
+// update, one op computes the rate from a device step counter and one advances the counter, so
+// replays follow the schedule (Note [Schedules on the device]). Gradient clipping (SetGradClip,
+// nn/clip.h) is folded into the update ops (Note [Clipping folded into the update]); clipping
+// by global norm needs every gradient before the first update, so it works through Step.
+// Without either, the ops submitted are exactly those of a plain optimizer.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/clip.h"
+#include "nn/schedule.h"
 
 namespace loom {
 namespace nn {
@@ -24,11 +34,39 @@ class Optimizer {
   // Updates `param` in place with `grad`; `name` keys the state (empty: keyed by the parameter's
   // storage). Step counts live on the device (Adam's), never in the call.
   virtual void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") = 0;
-  // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss).
+  // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss). With clipping
+  // by global norm, the norm of all the gradients and the scale come first (device ops).
   void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+  // Backward from `loss` and the updates: each parameter as soon as its gradient is final (the
+  // memory-friendly order), or, when clipping by global norm, all after backward (the norm needs
+  // every gradient). State is keyed by the parameter's name, or its storage (key_by_name false).
+  void BackwardAndUpdate(const Tensor& loss, bool key_by_name = true);
 
+  // The constant rate. With a schedule set, the schedule's rate overwrites it at every step.
   void SetLearningRate(double lr);
   double learning_rate() const { return lr_; }
+
+  // ---- schedules (nn/schedule.h). The step counter counts steps on each device from 0; the
+  // rate of step k is schedule.ValueAt(k). ----
+  // Virtual: a wrapper (DistOpt) hands them to the optimizer it wraps.
+  virtual void SetSchedule(const Schedule& schedule);
+  void ClearSchedule();  // back to the constant rate (SetLearningRate's)
+  const Schedule* schedule() const { return schedule_ ? &*schedule_ : nullptr; }
+  // Steps the schedule has counted on `dev` (a host read: synchronises).
+  int64_t schedule_step(const std::shared_ptr<Device>& dev);
+  // Sets the counter (resuming from a checkpoint). Not during a capture.
+  void SetScheduleStep(const std::shared_ptr<Device>& dev, int64_t step);
+  // The count of the one device that has a counter (checkpoints); -1 when none has; ValueError
+  // when several have.
+  int64_t schedule_step();
+
+  // ---- clipping (nn/clip.h) ----
+  virtual void SetGradClip(const GradClip& clip);
+  const GradClip& grad_clip() const { return clip_; }
+  bool clips_by_norm() const { return clip_.max_norm > 0; }
+  // The global gradient norm of the last Step with clipping by norm (a float64 device scalar,
+  // rewritten by every replay; undefined before).
+  const Tensor& last_grad_norm() const { return last_grad_norm_; }
   // The device scalar (float64, shape ()) the update kernels read on `dev`.
   const Tensor& LearningRateTensor(const std::shared_ptr<Device>& dev);
 
@@ -45,11 +83,30 @@ class Optimizer {
   Tensor& State(const Tensor& param, const std::string& name, const std::string& slot);
   // A persistent float64 scalar on `dev` holding `value`, created in setup.
   static Tensor DeviceScalar(const std::shared_ptr<Device>& dev, double value);
+  // Whether `param` opens a step on its device: it is the first parameter this optimizer ever
+  // updated there (backward hands parameters out in the same order every step). The caller
+  // advances per-step counters with it.
+  bool OpensStep(const Tensor& param);
+  // The rate tensor of param's device for this update; at the step's first update, the
+  // schedule's ops come first (Note [Schedules on the device]).
+  const Tensor& RateForUpdate(const Tensor& param);
+  // Appends the clip scale input and the clipping attributes of an update op (Note [Clipping
+  // folded into the update]); `op` names the update in errors.
+  void AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const;
+
+ private:
+  void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
 
  private:
   double lr_;
   std::map<Device*, Tensor> lr_tensors_;
   std::map<std::string, Tensor> states_;
+  std::map<Device*, Block*> opened_by_;  // OpensStep's parameter per device
+  std::optional<Schedule> schedule_;
+  std::map<Device*, Tensor> schedule_steps_;
+  GradClip clip_;
+  Tensor grad_scale_;  // set by Step for its updates when clipping by norm
+  Tensor last_grad_norm_;
 };
 
 class SGD : public Optimizer {
@@ -81,7 +138,6 @@ class Adam : public Optimizer {
   double beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
   std::map<Device*, Tensor> step_tensors_;
-  std::map<Device*, Block*> step_bumped_by_;  // the parameter whose update advances the count
 };
 
 }  // namespace nn

@@ -12,6 +12,7 @@
 #include "common/harness.h"
 #include "common/op_case_table.h"
 #include "core/ops/external.h"
+#include "nn/schedule.h"
 
 namespace loom {
 namespace test {
@@ -601,6 +602,41 @@ void AddOptimizers(Table& t) {
           .Attr("decoupled", decoupled)
           .Into({0, 3, 4});
   t.Add("increment", "", kF64, ref::Increment).In(Float64(41)).Into({0});
+  // Clipping folded into the updates (Note [Clipping folded into the update]): a gradient scale
+  // (a float64 scalar, the last input) or a clip value.
+  for (DType dt : kFloats) {
+    t.Add("sgd_update", "momentum, gradient scale", dt, ref::SgdUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05)).In(Uniform({50})).In(Float64(0.37))
+        .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("grad_scaled", int64_t(1))
+        .Into({0, 3});
+    t.Add("sgd_update", "clip value", dt, ref::SgdUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05))
+        .Attr("weight_decay", 1e-3).Attr("clip_value", 0.5)
+        .Into({0});
+    for (const char* how : {"gradient scale", "clip value"}) {
+      OpCase& c = t.Add("adam_update", how, dt, ref::AdamUpdate)
+                      .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05))
+                      .In(Uniform({50}, -0.1, 0.1)).In(Uniform({50}, 0, 0.1)).In(Float64(3))
+                      .Attr("beta1", 0.9).Attr("beta2", 0.999).Attr("eps", 1e-8).Attr("weight_decay", 0.01)
+                      .Into({0, 3, 4});
+      if (std::string(how) == "clip value") c.Attr("clip_value", 0.5);
+      else c.In(Float64(0.37)).Attr("grad_scaled", int64_t(1));
+    }
+  }
+  // Schedules (Note [Schedules on the device]): the rate for a step counter.
+  const nn::Schedule warm_cosine =
+      nn::Schedule::Sequential({nn::Schedule::LinearWarmup(0.1, 5, 0.01), nn::Schedule::Cosine(0.1, 20, 0.001)}, {5});
+  const nn::Schedule multistep = nn::Schedule::Sequential(
+      {nn::Schedule::Exponential(0.2, 0.5, 3, true), nn::Schedule::MultiStep(0.05, {2, 9}, 0.1)}, {10});
+  for (double step : {0.0, 3.0, 5.0, 17.0, 40.0}) {
+    t.Add("lr_schedule", "warm-up, cosine at " + std::to_string(int(step)), kF64, ref::LrSchedule)
+        .In(Float64(step)).attrs = warm_cosine.ToAttrs();
+    t.Add("lr_schedule", "staircase, multistep at " + std::to_string(int(step)), kF64, ref::LrSchedule)
+        .In(Float64(step)).attrs = multistep.ToAttrs();
+  }
+  for (DType dt : kFloats)
+    t.Add("grad_norm", "three gradients", dt, ref::GradNorm)
+        .In(Uniform({50})).In(Uniform({7, 3}, -4, 4)).In(Uniform({70000}));
 }
 
 // ---------------------------------------------------------------- creation, random numbers

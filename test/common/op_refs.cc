@@ -384,8 +384,22 @@ std::vector<HostTensor> MseGrad(const RefArgs& a) {
 // ---------------------------------------------------------------- optimizer updates
 
 // (param, grad, lr [, buf]) -> param [, buf]
+// The gradient an update uses (Note [Clipping folded into the update]): times the scale (the
+// last input) with grad_scaled, clamped to [-clip_value, clip_value] with clip_value > 0.
+std::vector<double> ClippedGradient(const RefArgs& a) {
+  std::vector<double> g = a.in[1].v;
+  const double clip = a.attrs.Float("clip_value", 0);
+  for (double& x : g) {
+    if (a.attrs.Int("grad_scaled", 0)) x *= a.in.back().v[0];
+    if (clip > 0) x = std::max(-clip, std::min(clip, x));
+  }
+  return g;
+}
+size_t ClipInputs(const RefArgs& a) { return a.attrs.Int("grad_scaled", 0) ? 1 : 0; }
+
 std::vector<HostTensor> SgdUpdate(const RefArgs& a) {
-  return Sgd(a.in[0], a.in[1].v, a.in[2].v[0], a.in.size() == 4 ? &a.in[3] : nullptr, a.attrs);
+  const bool buffer = a.in.size() - ClipInputs(a) == 4;
+  return Sgd(a.in[0], ClippedGradient(a), a.in[2].v[0], buffer ? &a.in[3] : nullptr, a.attrs);
 }
 
 // (param (M, N), a (K, M), b (K, N), lr [, buf]) -> the SGD update with grad = a^T b
@@ -404,8 +418,9 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
   const double b1 = a.attrs.Float("beta1"), b2 = a.attrs.Float("beta2"), eps = a.attrs.Float("eps");
   const double wd = a.attrs.Float("weight_decay", 0);
   const bool decoupled = a.attrs.Int("decoupled", 0) != 0;
+  const std::vector<double> grad = ClippedGradient(a);
   for (size_t i = 0; i < p.v.size(); ++i) {
-    double g = a.in[1].v[i];
+    double g = grad[i];
     if (decoupled) p.v[i] *= 1 - lr * wd;
     else g += wd * p.v[i];
     m.v[i] = b1 * m.v[i] + (1 - b1) * g;
@@ -417,6 +432,46 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
 }
 
 std::vector<HostTensor> Increment(const RefArgs& a) { return {HostTensor({}, {a.in[0].v[0] + 1})}; }
+
+// (step) -> the rate, for the segment kinds written out here from their definitions (nn/schedule.h).
+std::vector<HostTensor> LrSchedule(const RefArgs& a) {
+  const double step = a.in[0].v[0];
+  const int64_t n = a.attrs.Int("segments");
+  const std::vector<int64_t>& all = a.attrs.Ints("milestones");
+  int64_t seg = 0, m0 = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    const std::string k = "s" + std::to_string(i) + ".";
+    if (a.attrs.Int(k + "start") <= step) {
+      seg = i;
+    }
+  }
+  for (int64_t i = 0; i < seg; ++i) m0 += a.attrs.Int("s" + std::to_string(i) + ".milestones");
+  const std::string k = "s" + std::to_string(seg) + ".";
+  const std::string kind = a.attrs.Str(k + "kind");
+  const double t = step - double(a.attrs.Int(k + "start")), v0 = a.attrs.Float(k + "v0"), v1 = a.attrs.Float(k + "v1");
+  const double gamma = a.attrs.Float(k + "gamma"), period = double(a.attrs.Int(k + "period"));
+  double lr = v0;
+  if (kind == "exponential") {
+    lr = v0 * std::pow(gamma, a.attrs.Int(k + "staircase") ? std::floor(t / period) : t / period);
+  } else if (kind == "multistep") {
+    int passed = 0;
+    for (int64_t i = 0; i < a.attrs.Int(k + "milestones"); ++i) passed += double(all[size_t(m0 + i)]) <= t;
+    lr = v0 * std::pow(gamma, passed);
+  } else if (kind == "cosine") {
+    lr = v1 + (v0 - v1) * (1 + std::cos(M_PI * std::min(t, period) / period)) / 2;
+  } else if (kind == "linear") {
+    lr = period == 0 ? v1 : v0 + (v1 - v0) * std::min(t, period) / period;
+  }
+  return {HostTensor({}, {lr})};
+}
+
+// (g_1, ..., g_k) -> sqrt of the sum of all their squared elements
+std::vector<HostTensor> GradNorm(const RefArgs& a) {
+  double s = 0;
+  for (const HostTensor& g : a.in)
+    for (double x : g.v) s += x * x;
+  return {HostTensor({}, {std::sqrt(s)})};
+}
 
 // ---------------------------------------------------------------- creation, random numbers
 

@@ -70,6 +70,8 @@ std::vector<HostTensor> SgdUpdate(const RefArgs& a);
 std::vector<HostTensor> MatmulSgdUpdate(const RefArgs& a);
 std::vector<HostTensor> AdamUpdate(const RefArgs& a);
 std::vector<HostTensor> Increment(const RefArgs& a);
+std::vector<HostTensor> LrSchedule(const RefArgs& a);
+std::vector<HostTensor> GradNorm(const RefArgs& a);
 
 // creation, random numbers (Philox4x32-10, device/philox.h: the stream's definition) and dropout
 std::vector<HostTensor> Fill(const RefArgs& a);

@@ -1,18 +1,51 @@
 // Optimizer updates as ops: one fused, in-place kernel per parameter. The learning rate is an
 // input (a device scalar), not an attribute, so a schedule changes it between replays without a
 // new capture (DESIGN.md invariant 6).
+//
+// Note [Clipping folded into the update]
+// Gradient clipping never writes the gradient: the update kernel transforms each gradient element
+// as it reads it (device/optimizer_formulas.h). Two optional attributes say how:
+//   grad_scaled = 1   the last input is a float64 scalar s and the update sees s * g. Clipping by
+//                     global norm passes s = min(1, max_norm / (norm + eps)), computed by ops on
+//                     the device (nn/clip.h): no branch, no host read, as torch's clip_grad_norm_.
+//   clip_value = v>0  the update sees g clamped to [-v, v] (NaN stays NaN).
+// At most one of the two. Weight decay is added after the transform, as torch clips the
+// gradient before the optimizer adds it. Without either, the kernels run their old loops
+// unchanged, so results are bitwise what they were.
+#include <cmath>
+
 #include "core/ops/common.h"
 
 namespace loom {
 
 using namespace opdecl;
 
-// inputs: param, grad, lr (float64 scalar) [, momentum buffer] -> outputs: param [, buffer]
-// attrs: momentum, weight_decay, nesterov (0/1), dampening
+namespace {
+// The inputs an update takes beyond its own: 1 when a gradient scale is appended. Checks the
+// clipping attributes (Note [Clipping folded into the update]).
+size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs& a) {
+  const bool scaled = a.Int("grad_scaled", 0) != 0;
+  const double clip = a.Float("clip_value", 0);
+  LOOM_CHECK(std::isfinite(clip) && clip >= 0, ValueError, "[", op, "] clip_value ", clip,
+             ": must be a finite number >= 0 (0: no clipping)");
+  LOOM_CHECK(!(scaled && clip > 0), ValueError, "[", op, "] takes a gradient scale or a clip value, not both");
+  if (!scaled) return 0;
+  LOOM_CHECK(!in.empty() && in.back().dtype == DType::kFloat64 && NumElements(in.back().shape) == 1, DTypeError,
+             "[", op, "] gradient scale (the last input) must be a float64 scalar");
+  return 1;
+}
+}  // namespace
+
+// inputs: param, grad, lr (float64 scalar) [, momentum buffer] [, grad scale] -> outputs: param
+// [, buffer]. attrs: momentum, weight_decay, nesterov (0/1), dampening, and grad_scaled,
+// clip_value (Note [Clipping folded into the update])
 LOOM_OP(sgd_update) {
   def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
-    LOOM_CHECK(in.size() == 3 || in.size() == 4, ValueError, "[sgd_update] takes 3 or 4 inputs, got ", in.size());
+  def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& a) {
+    const size_t extra = ClipInputs("sgd_update", in_all, a);
+    const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
+    LOOM_CHECK(in.size() == 3 || in.size() == 4, ValueError, "[sgd_update] takes 3 or 4 inputs", extra ? " and a scale" : "",
+               ", got ", in_all.size());
     CheckFloat("sgd_update", in[0], "parameter");
     CheckSameDType("sgd_update", in[0], in[1]);
     LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[sgd_update] parameter ", ToString(in[0].shape),
@@ -51,11 +84,12 @@ LOOM_OP(matmul_sgd_update) {
 }
 
 // inputs: param, grad, lr, m, v, step (float64 scalar, the step count after this update)
-// -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled (AdamW, 0/1)
+// [, grad scale] -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled
+// (AdamW, 0/1), and grad_scaled, clip_value (Note [Clipping folded into the update])
 LOOM_OP(adam_update) {
   def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
-    CheckArity("adam_update", in, 6);
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("adam_update", in, 6 + ClipInputs("adam_update", in, a));
     CheckFloat("adam_update", in[0], "parameter");
     CheckSameDType("adam_update", in[0], in[1]);
     LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[adam_update] parameter ", ToString(in[0].shape),

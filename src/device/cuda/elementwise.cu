@@ -4,6 +4,7 @@
 // src/device/cpu/kernels/{elementwise,linalg,dropout,optimizer}.cc expression for expression.
 #include "device/cuda/common.cuh"
 #include "device/elementwise_formulas.h"
+#include "device/optimizer_formulas.h"
 #include "device/philox.h"
 
 namespace loom {
@@ -233,15 +234,26 @@ void DropoutGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // The learning rate and the step count are read from device memory inside the kernels, never
 // on the host: a recorded device graph then sees every new value (DESIGN.md, lessons).
 
-template <typename T>
+using optim::GradMode;
+using optim::PrepareGrad;
+
+// The gradient transform's constants (a, b) of PrepareGrad: the clip scale read from device
+// memory, or -clip and clip (Note [Clipping folded into the update]).
+template <GradMode M, typename T>
+__device__ __forceinline__ T GradA(const double* scale, double clip) {
+  return M == GradMode::kScaled ? T(*scale) : T(-clip);
+}
+
+template <typename T, GradMode M>
 __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
-                          int nesterov) {
+                          int nesterov, const double* scale, double clip) {
   const T tlr = T(*lr);
+  const T ga = GradA<M, T>(scale, clip), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
     if (!buf) {
-      p[i] -= tlr * (g[i] + wd * p[i]);
+      p[i] -= tlr * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
     } else {
-      T d = g[i] + wd * p[i];
+      T d = PrepareGrad<M>(g[i], ga, gb) + wd * p[i];
       T v = mom * buf[i] + one_minus_damp * d;
       buf[i] = v;
       p[i] -= nesterov ? tlr * (d + mom * v) : tlr * v;
@@ -249,26 +261,35 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n,
   }
 }
 
-// param: (n), grad: (n), lr: () float64 [, buf: (n)] -> param, buf updated in place
+// The clip scale's device address (the last input) when the record has one, else null.
+const double* GradScale(const OpRecord& op) {
+  return optim::GradModeOf(op) == GradMode::kScaled ? op.inputs.back().data<double>() : nullptr;
+}
+
+// param: (n), grad: (n), lr: () float64 [, buf: (n)] [, scale: ()] -> param, buf updated in place
 void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
-  const bool has_buf = op.inputs.size() == 4;
+  const bool has_buf = op.outputs.size() == 2;
+  const double clip = op.attrs.Float("clip_value", 0);
   const int64_t n = op.inputs[0].numel();
   if (n == 0) return;
   FloatDispatch(op.inputs[0].dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
-    SgdKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
-        op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
-        op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov));
+    optim::DispatchGradMode(op, [&](auto mode) {
+      SgdKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+          op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
+          op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov), GradScale(op), clip);
+    });
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
 
-template <typename T>
+template <typename T, GradMode M>
 __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
-                           double b1, double b2, double eps, double wd, int decoupled) {
+                           double b1, double b2, double eps, double wd, int decoupled, const double* scale,
+                           double clip) {
   // The bias corrections depend on the device-side step count: computed once per block, in
   // double, exactly as the CPU kernel computes them.
   __shared__ T step_size, inv_sqrt_c2, decay;
@@ -281,8 +302,10 @@ __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, con
   }
   __syncthreads();
   const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
+  const T ga = GradA<M, T>(scale, clip), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
-    T gi = decoupled ? g[i] : g[i] + twd * p[i];
+    const T gt = PrepareGrad<M>(g[i], ga, gb);
+    T gi = decoupled ? gt : gt + twd * p[i];
     if (decoupled) p[i] *= decay;
     T mi = tb1 * m[i] + (T(1) - tb1) * gi;
     T vi = tb2 * v[i] + (T(1) - tb2) * gi * gi;
@@ -292,18 +315,22 @@ __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, con
   }
 }
 
-// param, grad: (n), lr: (), m, v: (n), step: () -> param, m, v in place
+// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] -> param, m, v in place
 void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double b1 = op.attrs.Float("beta1"), b2 = op.attrs.Float("beta2"), eps = op.attrs.Float("eps");
   const double wd = op.attrs.Float("weight_decay", 0);
   const bool decoupled = op.attrs.Int("decoupled", 0) != 0;
   const int64_t n = op.inputs[0].numel();
   if (n == 0) return;
+  const double clip = op.attrs.Float("clip_value", 0);
   FloatDispatch(op.inputs[0].dtype(), "adam_update", [&](auto tag) {
     using T = decltype(tag);
-    AdamKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
-        op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
-        op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled));
+    optim::DispatchGradMode(op, [&](auto mode) {
+      AdamKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+          op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
+          op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled),
+          GradScale(op), clip);
+    });
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }

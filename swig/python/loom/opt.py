@@ -16,6 +16,7 @@ import contextlib
 import numbers
 
 from . import core, errors
+from .schedule import *  # noqa: F401,F403  SINGA's opt.DecayScheduler, opt.Constant, opt.ExponentialDecay, ...
 
 
 class Optimizer:

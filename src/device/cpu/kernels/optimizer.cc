@@ -5,25 +5,30 @@
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
 #include "device/cpu/skinny_gemm.h"
+#include "device/optimizer_formulas.h"
 
 namespace loom {
 namespace cpu {
 namespace {
 
-template <typename T>
+using optim::GradMode;
+using optim::PrepareGrad;
+
+// ga, gb: the gradient transform's constants (optimizer_formulas.h); unused for kRaw.
+template <typename T, GradMode M = GradMode::kRaw>
 void SgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t n, const T lr, const T wd,
-              const T mom, const T one_minus_damp, const bool nesterov) {
+              const T mom, const T one_minus_damp, const bool nesterov, const T ga = T(0), const T gb = T(0)) {
   if (!buf) {
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
   } else if (!nesterov) {
     for (int64_t i = 0; i < n; ++i) {
-      T v = mom * buf[i] + one_minus_damp * (g[i] + wd * p[i]);
+      T v = mom * buf[i] + one_minus_damp * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
       buf[i] = v;
       p[i] -= lr * v;
     }
   } else {
     for (int64_t i = 0; i < n; ++i) {
-      T d = g[i] + wd * p[i];
+      T d = PrepareGrad<M>(g[i], ga, gb) + wd * p[i];
       T v = mom * buf[i] + one_minus_damp * d;
       buf[i] = v;
       p[i] -= lr * (d + mom * v);
@@ -31,23 +36,37 @@ void SgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t
   }
 }
 
-// param: (n), grad: (n), lr: () [, buf: (n)] -> param, buf updated in place
+// The gradient transform's constants (a, b) of PrepareGrad for `op`: the scale read from its
+// last input (device memory is host memory here), or -clip_value and clip_value.
+std::pair<double, double> GradTransform(const OpRecord& op) {
+  switch (optim::GradModeOf(op)) {
+    case GradMode::kScaled: return {*op.inputs.back().data<double>(), 0.0};
+    case GradMode::kClamped: return {-op.attrs.Float("clip_value"), op.attrs.Float("clip_value")};
+    default: return {0.0, 0.0};
+  }
+}
+
+// param: (n), grad: (n), lr: () [, buf: (n)] [, scale: ()] -> param, buf updated in place
 void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   const double lr = *op.inputs[2].data<double>();
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
-  const bool has_buf = op.inputs.size() == 4;
+  const bool has_buf = op.outputs.size() == 2;
+  const auto [ga, gb] = GradTransform(op);
   FloatDispatch(op.inputs[0].dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
     T* p = op.outputs[0].data<T>();
     const T* g = op.inputs[1].data<T>();
     T* buf = has_buf ? op.outputs[1].data<T>() : nullptr;
-    const T tlr = T(lr), twd = T(wd), tm = T(mom), t1d = T(1 - damp);
-    ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
-      // Scalars by value and restrict pointers: otherwise the compiler must assume a store to
-      // p or buf may change them, and the momentum loop does not vectorise (3.6x slower).
-      SgdRange<T>(p + b, g + b, buf ? buf + b : nullptr, e - b, tlr, twd, tm, t1d, nesterov);
+    const T tlr = T(lr), twd = T(wd), tm = T(mom), t1d = T(1 - damp), tga = T(ga), tgb = T(gb);
+    optim::DispatchGradMode(op, [&](auto mode) {
+      constexpr GradMode M = decltype(mode)::value;
+      ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
+        // Scalars by value and restrict pointers: otherwise the compiler must assume a store to
+        // p or buf may change them, and the momentum loop does not vectorise (3.6x slower).
+        SgdRange<T, M>(p + b, g + b, buf ? buf + b : nullptr, e - b, tlr, twd, tm, t1d, nesterov, tga, tgb);
+      });
     });
   });
 }
@@ -97,12 +116,13 @@ bool MatmulSgdUpdateSupportedCpu(const OpRecord& op) {
   return ChooseSgemm(/*ta=*/true, /*tb=*/false, p.shape()[0], p.shape()[1], a.shape()[0]) == GemmKernel::kSkinny;
 }
 
-template <typename T>
+template <typename T, GradMode M>
 void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t n, const T b1,
                const T b2, const T eps, const T wd, const T step_size, const T inv_sqrt_c2, const T decay,
-               const bool decoupled) {
+               const bool decoupled, const T ga, const T gb) {
   for (int64_t i = 0; i < n; ++i) {
-    T gi = decoupled ? g[i] : g[i] + wd * p[i];
+    const T gt = PrepareGrad<M>(g[i], ga, gb);
+    T gi = decoupled ? gt : gt + wd * p[i];
     if (decoupled) p[i] *= decay;
     m[i] = b1 * m[i] + (T(1) - b1) * gi;
     v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
@@ -110,7 +130,7 @@ void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __res
   }
 }
 
-// param, grad: (n), lr: (), m, v: (n), step: () -> param, m, v in place
+// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] -> param, m, v in place
 void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   const double lr = *op.inputs[2].data<double>();
   const double step = *op.inputs[5].data<double>();
@@ -118,6 +138,7 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   const double wd = op.attrs.Float("weight_decay", 0);
   const bool decoupled = op.attrs.Int("decoupled", 0) != 0;
   const double c1 = 1 - std::pow(b1, step), c2 = 1 - std::pow(b2, step);
+  const auto [ga, gb] = GradTransform(op);
   FloatDispatch(op.inputs[0].dtype(), "adam_update", [&](auto tag) {
     using T = decltype(tag);
     T* p = op.outputs[0].data<T>();
@@ -126,8 +147,13 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
     T* v = op.outputs[2].data<T>();
     const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
     const T step_size = T(lr / c1), inv_sqrt_c2 = T(1 / std::sqrt(c2)), decay = T(1 - lr * wd);
-    ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
-      AdamRange<T>(p + b, g + b, m + b, v + b, e - b, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay, decoupled);
+    const T tga = T(ga), tgb = T(gb);
+    optim::DispatchGradMode(op, [&](auto mode) {
+      constexpr GradMode M = decltype(mode)::value;
+      ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
+        AdamRange<T, M>(p + b, g + b, m + b, v + b, e - b, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay,
+                        decoupled, tga, tgb);
+      });
     });
   });
 }

@@ -1,0 +1,46 @@
+// What an optimizer update does to each gradient element before using it, written once for
+// every backend (Note [Clipping folded into the update] in core/ops/optimizer.cc): the CPU
+// kernels (cpu/kernels/optimizer.cc) and the CUDA kernels (cuda/elementwise.cu) are templated
+// on the GradMode and call PrepareGrad, compiled by nvcc as __host__ __device__.
+#pragma once
+
+#include "core/op.h"
+#include "core/host_device.h"
+
+namespace loom {
+namespace optim {
+
+enum class GradMode { kRaw, kScaled, kClamped };
+
+// kRaw: g. kScaled: g * a (a = the clip scale). kClamped: g clamped to [a, b] (a = -clip value,
+// b = clip value); a NaN stays NaN.
+template <GradMode M, typename T>
+LOOM_HD T PrepareGrad(T g, T a, T b) {
+  if constexpr (M == GradMode::kScaled) {
+    return g * a;
+  } else if constexpr (M == GradMode::kClamped) {
+    return g < a ? a : (g > b ? b : g);
+  } else {
+    return g;
+  }
+}
+
+// The mode an update record asks for, from its attributes (checked by the op's infer).
+inline GradMode GradModeOf(const OpRecord& op) {
+  if (op.attrs.Int("grad_scaled", 0) != 0) return GradMode::kScaled;
+  if (op.attrs.Float("clip_value", 0) > 0) return GradMode::kClamped;
+  return GradMode::kRaw;
+}
+
+// f(std::integral_constant<GradMode, m>{}) for the record's mode m: one instantiation each.
+template <typename F>
+void DispatchGradMode(const OpRecord& op, F&& f) {
+  switch (GradModeOf(op)) {
+    case GradMode::kScaled: f(std::integral_constant<GradMode, GradMode::kScaled>{}); break;
+    case GradMode::kClamped: f(std::integral_constant<GradMode, GradMode::kClamped>{}); break;
+    default: f(std::integral_constant<GradMode, GradMode::kRaw>{}); break;
+  }
+}
+
+}  // namespace optim
+}  // namespace loom
