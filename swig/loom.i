@@ -66,3 +66,4 @@
 %include "comm.i"
 %include "nn.i"
 %include "io.i"
+%include "onnx_import.i"
