@@ -53,7 +53,7 @@ class OnnxModel {
 
   // Runs the graph: `inputs` in the order of inputs() (the trailing ones may be left out when the
   // graph does not use them), outputs in the order of outputs(). An input of another dtype than
-  // declared is an OnnxError; shapes are checked by the ops (the error names the node).
+  // declared is an OnnxError; declared shapes are not enforced, the ops check shapes (naming the node).
   // BatchNormalization uses its running statistics and Dropout is the identity: an ONNX file
   // describes inference, and fine-tuning keeps those semantics.
   std::vector<Tensor> Forward(const std::vector<Tensor>& inputs) const;

@@ -87,6 +87,7 @@ class RunContext {
 struct InferArgs {
   const NodeSpec& node;
   std::vector<DType> in;
+  std::vector<bool> constant;  // input i is an initializer or a Constant's output
   DType operator[](size_t i) const { return in.at(i); }
   size_t size() const { return in.size(); }
 };

@@ -16,6 +16,7 @@ namespace {
 
 bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
 bool IsInt(DType t) { return t == DType::kInt32 || t == DType::kInt64; }
+bool IsOrdered(DType t) { return IsFloat(t) || IsInt(t) || t == DType::kUInt8; }
 
 Tensor Scalar(double v, const Tensor& like) { return ops::Full({}, v, like.dtype(), like.device_ptr()); }
 
@@ -39,6 +40,25 @@ std::vector<DType> NumericSame(const InferArgs& a, bool ints) {
 }
 std::vector<DType> NumericInts(const InferArgs& a) { return NumericSame(a, true); }
 
+// Selections (Min, Max, Clip): any ordered dtype, uint8 too (no arithmetic that could wrap).
+std::vector<DType> OrderedSame(const InferArgs& a) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a.node.HasInput(i)) continue;
+    if (!IsOrdered(a[i]))
+      Fail(a.node, detail::Cat("input ", i, " '", a.node.inputs[i], "' is ", Name(a[i]), "; loom runs ",
+                               a.node.op_type, " on float32, float64, int32, int64 and uint8"));
+    CheckSameDType(a, 0, i);
+  }
+  return {a[0]};
+}
+
+// A float-only unary op on integers too, through float64 (Neg, Abs, Sign).
+template <Tensor (*F)(const Tensor&)>
+Tensor Numeric1(const Tensor& x) {
+  if (IsFloat(x.dtype())) return F(x);
+  return ops::Cast(F(ops::Cast(x, DType::kFloat64)), x.dtype());
+}
+
 Tensor Min2(const Tensor& a, const Tensor& b) { return ops::Where(ops::Less(b, a), b, a); }
 Tensor Max2(const Tensor& a, const Tensor& b) { return ops::Where(ops::Greater(b, a), b, a); }
 
@@ -50,13 +70,18 @@ std::vector<Value> RunMul(RunContext& c) { return {V(Numeric2(c.T(0), c.T(1), op
 std::vector<Value> RunDiv(RunContext& c) { return {V(ops::Div(c.T(0), c.T(1)))}; }
 
 std::vector<DType> InferPow(const InferArgs& a) {
-  CheckFloatInput(a, 0);
+  if (!IsFloat(a[0]) && !IsInt(a[0]))
+    Fail(a.node, detail::Cat("base is ", Name(a[0]), "; loom takes a float or int32/int64 base"));
   if (!IsFloat(a[1]) && !IsInt(a[1]))
     Fail(a.node, detail::Cat("exponent is ", Name(a[1]), "; loom takes a float or int32/int64 exponent"));
   return {a[0]};
 }
 std::vector<Value> RunPow(RunContext& c) {
   const Tensor& x = c.T(0);
+  if (!IsFloat(x.dtype())) {
+    Tensor xf = ops::Cast(x, DType::kFloat64);
+    return {V(ops::Cast(ops::Pow(xf, ops::Cast(c.T(1), DType::kFloat64)), x.dtype()))};
+  }
   return {V(ops::Pow(x, ops::Cast(c.T(1), x.dtype())))};
 }
 
@@ -71,8 +96,8 @@ std::vector<Value> RunPow(RunContext& c) {
 LOOM_ONNX_UNARY(RunSqrt, ops::Sqrt(x))
 LOOM_ONNX_UNARY(RunExp, ops::Exp(x))
 LOOM_ONNX_UNARY(RunLog, ops::Log(x))
-LOOM_ONNX_UNARY(RunAbs, ops::Abs(x))
-LOOM_ONNX_UNARY(RunNeg, ops::Neg(x))
+LOOM_ONNX_UNARY(RunAbs, Numeric1<ops::Abs>(x))
+LOOM_ONNX_UNARY(RunNeg, Numeric1<ops::Neg>(x))
 LOOM_ONNX_UNARY(RunReciprocal, ops::RDivScalar(x, 1.0))
 LOOM_ONNX_UNARY(RunErf, ops::Erf(x))
 LOOM_ONNX_UNARY(RunRelu, ops::Relu(x))
@@ -125,11 +150,11 @@ std::vector<Value> RunCeil(RunContext& c) {
   Tensor t = Trunc(x);
   return {V(ops::Add(t, ops::Cast(ops::Less(t, x), x.dtype())))};
 }
-std::vector<Value> RunSign(RunContext& c) {
-  const Tensor& x = c.T(0);
+Tensor SignOf(const Tensor& x) {
   Tensor z = Scalar(0, x);
-  return {V(ops::Sub(ops::Cast(ops::Greater(x, z), x.dtype()), ops::Cast(ops::Less(x, z), x.dtype())))};
+  return ops::Sub(ops::Cast(ops::Greater(x, z), x.dtype()), ops::Cast(ops::Less(x, z), x.dtype()));
 }
+std::vector<Value> RunSign(RunContext& c) { return {V(Numeric1<SignOf>(c.T(0)))}; }
 
 // Softmax and LogSoftmax: before opset 13 the input is seen as 2-D, (prod(:axis), prod(axis:)).
 template <Tensor (*F)(const Tensor&, int64_t)>
@@ -329,12 +354,12 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Sqrt", 6, 1, 1, {}, FloatUnary, RunSqrt));
   r->push_back(MakeOp("Exp", 6, 1, 1, {}, FloatUnary, RunExp));
   r->push_back(MakeOp("Log", 6, 1, 1, {}, FloatUnary, RunLog));
-  r->push_back(MakeOp("Abs", 6, 1, 1, {}, FloatUnary, RunAbs));
-  r->push_back(MakeOp("Neg", 6, 1, 1, {}, FloatUnary, RunNeg));
+  r->push_back(MakeOp("Abs", 6, 1, 1, {}, NumericInts, RunAbs));
+  r->push_back(MakeOp("Neg", 6, 1, 1, {}, NumericInts, RunNeg));
   r->push_back(MakeOp("Reciprocal", 6, 1, 1, {}, FloatUnary, RunReciprocal));
   r->push_back(MakeOp("Floor", 6, 1, 1, {}, FloatUnary, RunFloor));
   r->push_back(MakeOp("Ceil", 6, 1, 1, {}, FloatUnary, RunCeil));
-  r->push_back(MakeOp("Sign", 9, 1, 1, {}, FloatUnary, RunSign));
+  r->push_back(MakeOp("Sign", 9, 1, 1, {}, NumericInts, RunSign));
   r->push_back(MakeOp("Erf", 9, 1, 1, {}, FloatUnary, RunErf));
   r->push_back(MakeOp("IsNaN", 9, 1, 1, {}, InferBoolOut, RunIsNaN));
   r->push_back(MakeOp("Relu", 6, 1, 1, {}, FloatUnary, RunRelu));
@@ -363,11 +388,11 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Not", 1, 1, 1, {}, InferLogic, RunNot));
   r->push_back(MakeOp("Where", 9, 3, 3, {}, InferWhere, RunWhere));
   // Opset 8 made the variadic ops broadcast.
-  r->push_back(MakeOp("Min", 8, 1, -1, {}, NumericInts, RunMin));
-  r->push_back(MakeOp("Max", 8, 1, -1, {}, NumericInts, RunMax));
+  r->push_back(MakeOp("Min", 8, 1, -1, {}, OrderedSame, RunMin));
+  r->push_back(MakeOp("Max", 8, 1, -1, {}, OrderedSame, RunMax));
   r->push_back(MakeOp("Sum", 8, 1, -1, {}, FloatAllSame, RunSum));
   r->push_back(MakeOp("Mean", 8, 1, -1, {}, FloatAllSame, RunMean));
-  r->push_back(MakeOp("Clip", 6, 1, 3, {"min", "max"}, NumericInts, RunClip));
+  r->push_back(MakeOp("Clip", 6, 1, 3, {"min", "max"}, OrderedSame, RunClip));
   r->push_back(MakeOp("Cast", 6, 1, 1, {"to"}, InferCast, RunCast));
   r->push_back(MakeOp("Identity", 1, 1, 1, {}, Same0, RunIdentity));
   // ReduceSum takes its axes as an input from opset 13; the others until opset 18.

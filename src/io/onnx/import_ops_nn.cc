@@ -14,6 +14,15 @@ namespace io {
 namespace onnx {
 namespace {
 
+// Note [1-D as 2-D]: a 1-D Conv or pool, on (N, C, L), runs as the 2-D op on (N, C, 1, L) with a
+// unit first spatial axis: its kernel, stride and dilation get a leading 1 and its pads a 0.
+bool Is1D(const RunContext& c) { return c.T(0).ndim() == 3; }
+std::vector<int64_t> Widen(std::vector<int64_t> v, int64_t lead, size_t per_side) {
+  if (per_side == 1) v.insert(v.begin(), lead);
+  else if (v.size() == 2) v = {0, v[0], 0, v[1]};
+  return v;
+}
+
 // The spatial padding of Conv and the pools: (begin_h, begin_w, end_h, end_w) from `pads` or
 // `auto_pad`, given the input size, kernel, stride and dilation.
 std::vector<int64_t> SpatialPads(const RunContext& c, const Tensor& x, const std::vector<int64_t>& k,
@@ -21,6 +30,7 @@ std::vector<int64_t> SpatialPads(const RunContext& c, const Tensor& x, const std
   const std::string auto_pad = c.node.Str("auto_pad", "NOTSET");
   if (auto_pad == "NOTSET") {
     std::vector<int64_t> p = c.node.Ints("pads", {0, 0, 0, 0});
+    if (Is1D(c) && p.size() == 2) p = Widen(p, 0, 2);
     if (p.size() != 4) Fail(c, detail::Cat("pads has ", p.size(), " values, a 2-D op wants 4"));
     for (int64_t v : p)
       if (v < 0) Fail(c, "negative pads");
@@ -39,7 +49,8 @@ std::vector<int64_t> SpatialPads(const RunContext& c, const Tensor& x, const std
 }
 
 std::vector<int64_t> Pair(const RunContext& c, const char* key, int64_t dflt) {
-  std::vector<int64_t> v = c.node.Ints(key, {dflt, dflt});
+  std::vector<int64_t> v = c.node.Ints(key, Is1D(c) ? std::vector<int64_t>{dflt} : std::vector<int64_t>{dflt, dflt});
+  if (Is1D(c) && v.size() == 1) v.insert(v.begin(), 1);
   if (v.size() != 2) Fail(c, detail::Cat(key, " has ", v.size(), " values; loom imports 2-D ", c.node.op_type, " only"));
   for (int64_t e : v)
     if (e < 1) Fail(c, detail::Cat(key, " must be positive"));
@@ -53,23 +64,41 @@ void CheckAutoPad(const InferArgs& a) {
   if (a.node.Has("pads") && ap != "NOTSET") Fail(a.node, "pads and auto_pad are both given");
 }
 
-void Check4D(const RunContext& c, const Tensor& x) {
-  if (x.ndim() != 4) Fail(c, detail::Cat("input is ", x.Describe(), "; loom imports the 2-D form (N, C, H, W) only"));
+// The input as (N, C, H, W) (Note [1-D as 2-D]).
+Tensor As4D(const RunContext& c, const Tensor& x) {
+  if (x.ndim() == 3) return ops::Reshape(x, {x.shape()[0], x.shape()[1], 1, x.shape()[2]});
+  if (x.ndim() != 4)
+    Fail(c, detail::Cat("input is ", x.Describe(), "; loom imports the 1-D and 2-D forms, (N, C, L) and (N, C, H, W)"));
+  return x;
+}
+Tensor Back(const Tensor& x0, const Tensor& y) {
+  return x0.ndim() == 3 ? ops::Reshape(y, {y.shape()[0], y.shape()[1], y.shape()[3]}) : y;
+}
+
+// kernel_shape, when given, says the spatial rank: 1 or 2 (checked at import).
+void CheckSpatialRank(const InferArgs& a) {
+  if (a.node.Has("kernel_shape")) {
+    const size_t k = a.node.Ints("kernel_shape", {}).size();
+    if (k != 1 && k != 2) Fail(a.node, detail::Cat(k, "-D ", a.node.op_type, " is not supported (loom imports 1-D and 2-D)"));
+  }
 }
 
 // ---- Conv ----
 
 std::vector<DType> InferConv(const InferArgs& a) {
   CheckAutoPad(a);
+  CheckSpatialRank(a);
   std::vector<DType> d = FloatAllSame(a);
   return d;
 }
 std::vector<Value> RunConv(RunContext& c) {
-  Tensor x = c.T(0);
-  const Tensor& w = c.T(1);
-  Check4D(c, x);
+  const Tensor& x0 = c.T(0);
+  Tensor x = As4D(c, x0);
+  Tensor w = c.T(1);
+  if (x0.ndim() == 3 && w.ndim() == 3) w = ops::Reshape(w, {w.shape()[0], w.shape()[1], 1, w.shape()[2]});
   if (w.ndim() != 4) Fail(c, detail::Cat("weight is ", w.Describe(), ", expected (O, C/group, KH, KW)"));
   std::vector<int64_t> k = c.node.Ints("kernel_shape", {w.shape()[2], w.shape()[3]});
+  if (x0.ndim() == 3 && k.size() == 1) k.insert(k.begin(), 1);
   if (k.size() != 2 || k[0] != w.shape()[2] || k[1] != w.shape()[3])
     Fail(c, "kernel_shape disagrees with the weight's shape " + ToString(w.shape()));
   ops::Conv2dOptions o;
@@ -83,54 +112,63 @@ std::vector<Value> RunConv(RunContext& c) {
     x = PadConstant(x, {0, 0, p[0], p[1]}, {0, 0, p[2], p[3]}, 0.0);
     o.padding = {0, 0};
   }
-  return {V(ops::Conv2d(x, w, c.Has(2) ? c.T(2) : Tensor(), o))};
+  return {V(Back(x0, ops::Conv2d(x, w, c.Has(2) ? c.T(2) : Tensor(), o)))};
 }
 
 // ---- pooling ----
 
 std::vector<DType> InferPool(const InferArgs& a) {
   CheckAutoPad(a);
+  CheckSpatialRank(a);
   if (a.node.Int("storage_order", 0) != 0) Fail(a.node, "storage_order 1 (column-major indices) is not supported");
   if (a.node.outputs.size() > 1 && !a.node.outputs[1].empty())
     Fail(a.node, "the Indices output of MaxPool is not supported");
   for (int64_t d : a.node.Ints("dilations", {1, 1}))
     if (d != 1) Fail(a.node, "dilated pooling is not supported");
-  if (a.node.op_type == "AveragePool" && a.node.Int("ceil_mode", 0) != 0)
-    Fail(a.node, "ceil_mode 1 is not supported for AveragePool");
   return FloatUnary(a);
 }
 
 template <bool kMax>
 std::vector<Value> RunPool(RunContext& c) {
-  Tensor x = c.T(0);
-  Check4D(c, x);
-  const std::vector<int64_t> k = c.node.Ints("kernel_shape", {});
-  if (k.size() != 2) Fail(c, "kernel_shape must have 2 values (2-D pooling)");
+  const Tensor& x0 = c.T(0);
+  Tensor x = As4D(c, x0);
+  std::vector<int64_t> k = c.node.Ints("kernel_shape", {});
+  if (x0.ndim() == 3 && k.size() == 1) k.insert(k.begin(), 1);
+  if (k.size() != 2) Fail(c, "kernel_shape does not match the input's spatial rank");
   ops::Pool2dOptions o;
   o.kernel = k;
   o.stride = Pair(c, "strides", 1);
-  std::vector<int64_t> p = SpatialPads(c, x, k, o.stride, {1, 1});
-  if (kMax && c.node.Int("ceil_mode", 0) != 0) {
-    // ceil: extend the end padding so that the last partial window exists (padding never wins).
+  const std::vector<int64_t> p = SpatialPads(c, x, k, o.stride, {1, 1});
+  // ceil_mode: more end padding, so that the last partial window exists. It is never counted
+  // (AveragePool divides by the window's elements inside the input and the explicit pads).
+  std::vector<int64_t> extra{0, 0};
+  if (c.node.Int("ceil_mode", 0) != 0) {
     for (size_t i = 0; i < 2; ++i) {
       const int64_t span = x.shape()[2 + i] + p[i] + p[i + 2] - k[i];
       const int64_t rem = span % o.stride[i];
-      if (span >= 0 && rem != 0) p[i + 2] += o.stride[i] - rem;
+      // ONNX (as PyTorch) drops a last window that would start inside the end padding.
+      if (span >= 0 && rem != 0 && span / o.stride[i] * o.stride[i] + o.stride[i] < x.shape()[2 + i] + p[i])
+        extra[i] = o.stride[i] - rem;
     }
   }
   const bool include_pad = c.node.Int("count_include_pad", 0) != 0;
-  const bool symmetric = p[0] == p[2] && p[1] == p[3] && 2 * p[0] <= k[0] && 2 * p[1] <= k[1];
-  if (symmetric) {
+  const bool plain = p[0] == p[2] && p[1] == p[3] && 2 * p[0] <= k[0] && 2 * p[1] <= k[1] && !extra[0] && !extra[1];
+  if (plain) {
     o.padding = {p[0], p[1]};
     o.count_include_pad = include_pad;
-  } else {
-    if (!kMax && !include_pad && (p[0] || p[1] || p[2] || p[3]))
-      Fail(c, "asymmetric padding with count_include_pad 0 is not supported for AveragePool");
-    const double fill = kMax ? -std::numeric_limits<double>::infinity() : 0.0;
-    x = PadConstant(x, {0, 0, p[0], p[1]}, {0, 0, p[2], p[3]}, fill);
-    o.padding = {0, 0};
+    return {V(Back(x0, kMax ? ops::MaxPool2d(x, o) : ops::AvgPool2d(x, o)))};
   }
-  return {V(kMax ? ops::MaxPool2d(x, o) : ops::AvgPool2d(x, o))};
+  o.padding = {0, 0};
+  const std::vector<int64_t> b{0, 0, p[0], p[1]}, e{0, 0, p[2], p[3]}, ex{0, 0, extra[0], extra[1]};
+  if (kMax) {
+    const double lowest = -std::numeric_limits<double>::infinity();
+    return {V(Back(x0, ops::MaxPool2d(PadConstant(PadConstant(x, b, e, lowest), {0, 0, 0, 0}, ex, lowest), o)))};
+  }
+  // The mean over the counted elements: pool(x, zero-padded) / pool(1 where counted, else 0).
+  Tensor xs = PadConstant(PadConstant(x, b, e, 0.0), {0, 0, 0, 0}, ex, 0.0);
+  Tensor ones = ops::Ones({1, 1, x.shape()[2], x.shape()[3]}, x.dtype(), x.device_ptr());
+  Tensor mask = PadConstant(PadConstant(ones, b, e, include_pad ? 1.0 : 0.0), {0, 0, 0, 0}, ex, 0.0);
+  return {V(Back(x0, ops::Div(ops::AvgPool2d(xs, o), ops::AvgPool2d(mask, o))))};
 }
 
 std::vector<int64_t> SpatialAxes(const Tensor& x) {
@@ -176,9 +214,9 @@ std::vector<Value> RunInstanceNorm(RunContext& c) {
 }
 
 std::vector<DType> InferLayerNorm(const InferArgs& a) {
-  if (a.node.outputs.size() > 1) Fail(a.node, "the Mean and InvStdDev outputs are not supported");
   if (a.node.Int("stash_type", 1) != 1) Fail(a.node, "stash_type other than 1 (float32) is not supported");
-  return FloatAllSame(a);
+  std::vector<DType> t = FloatAllSame(a);
+  return {t[0], t[0], t[0]};
 }
 std::vector<Value> RunLayerNorm(RunContext& c) {
   const Tensor& x = c.T(0);
@@ -187,7 +225,15 @@ std::vector<Value> RunLayerNorm(RunContext& c) {
   Tensor gamma = c.T(1), beta = c.Has(2) ? c.T(2) : ops::Zeros(norm, x.dtype(), x.device_ptr());
   if (gamma.shape() != norm) gamma = ops::BroadcastTo(gamma, norm);
   if (beta.shape() != norm) beta = ops::BroadcastTo(beta, norm);
-  return {V(ops::LayerNorm(x, gamma, beta, c.node.Float("epsilon", 1e-5)))};
+  const double eps = c.node.Float("epsilon", 1e-5);
+  const bool stats = c.node.outputs.size() > 1;
+  if (!stats) return {V(ops::LayerNorm(x, gamma, beta, eps))};
+  // Mean and InvStdDev wanted too: the same normalisation, spelled out.
+  std::vector<int64_t> axes;
+  for (int64_t i = axis; i < x.ndim(); ++i) axes.push_back(i);
+  Tensor m = ops::Mean(x, axes, true), xc = ops::Sub(x, m);
+  Tensor inv = ops::RDivScalar(ops::Sqrt(ops::AddScalar(ops::Mean(ops::Mul(xc, xc), axes, true), eps)), 1.0);
+  return {V(ops::Add(ops::Mul(ops::Mul(xc, inv), gamma), beta)), V(m), V(inv)};
 }
 
 // ---- dense ----
@@ -219,7 +265,7 @@ std::vector<Value> RunGemm(RunContext& c) {
   if (c.Has(2)) {
     Tensor bias = c.T(2);
     if (beta != 1.0) bias = ops::MulScalar(bias, beta);
-    y = bias.ndim() == 1 ? ops::AddBias(y, bias) : ops::Add(y, bias);
+    y = bias.ndim() == 1 && bias.shape()[0] == y.shape()[1] ? ops::AddBias(y, bias) : ops::Add(y, bias);
   }
   return {V(y)};
 }
@@ -228,6 +274,9 @@ std::vector<Value> RunGemm(RunContext& c) {
 
 std::vector<DType> InferDropout(const InferArgs& a) {
   if (a.node.HasInput(2) && a[2] != DType::kBool) Fail(a.node, "training_mode must be bool");
+  if (a.node.HasInput(2) && !a.constant.at(2))
+    Fail(a.node, "training_mode given at run time is not supported (an imported graph runs inference; "
+                 "a constant false is)");
   CheckFloatInput(a, 0);
   return {a[0], DType::kBool};
 }

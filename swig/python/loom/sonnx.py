@@ -50,6 +50,22 @@ def _loom_device(device):
     raise errors.ValueError(f"[sonnx] unknown device '{device}' (CPU or CUDA[:i])")
 
 
+# Note [bfloat16 through numpy]: numpy has no bfloat16, so ONNX (and its test data) carries
+# bfloat16 values as their uint16 bit patterns. Such an array for a bfloat16 input becomes a loom
+# bfloat16 tensor (the bits are the top half of a float32), and a bfloat16 output returns as bits.
+def _from_numpy(arr, dtype, device):
+    if dtype == "bfloat16" and arr.dtype == np.uint16:
+        wide = (arr.astype(np.uint32) << 16).view(np.float32)
+        return from_numpy(wide, device).astype("bfloat16")
+    return from_numpy(arr, device)
+
+
+def _to_numpy(t):
+    if t.dtype == "bfloat16":
+        return (t.astype("float32").to_numpy().view(np.uint32) >> 16).astype(np.uint16)
+    return t.to_numpy()
+
+
 class LoomBackendRep(_BackendRepBase):
     """A prepared model: run(inputs) takes numpy arrays (or loom Tensors) in the order of the
     graph's inputs and returns numpy arrays in the order of its outputs."""
@@ -62,10 +78,13 @@ class LoomBackendRep(_BackendRepBase):
             inputs = [inputs[n] for n in self.graph.input_names if n in inputs]
         elif not isinstance(inputs, (list, tuple)):
             inputs = [inputs]
-        xs = [x if isinstance(x, Tensor) else from_numpy(np.asarray(x), self.graph.device) for x in inputs]
+        infos = self.graph.input_infos
+        xs = [x if isinstance(x, Tensor) else _from_numpy(np.asarray(x), infos[i][1] if i < len(infos) else None,
+                                                          self.graph.device)
+              for i, x in enumerate(inputs)]
         with autograd.no_grad():
             ys = self.graph.forward(xs)
-        return [y.to_numpy() for y in ys]
+        return [_to_numpy(y) for y in ys]
 
 
 class LoomBackend(_BackendBase):
