@@ -18,6 +18,7 @@ PACKAGES=(
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
   python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
+  python3-torch                                 # test_onnx_import.py: a CNN exported by torch.onnx.export (large)
 )
 # tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
 # only the comparison needs it.

@@ -272,15 +272,15 @@ std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<
     }
     // The handler: the registry's entry for this op_type whose range holds the opset.
     const OpEntry* e = nullptr;
-    bool known = false;
+    std::string ranges;
     for (const auto& r : registry) {
       if (r.op_type != n.op_type) continue;
-      known = true;
+      ranges += detail::Cat(ranges.empty() ? "" : ", ", r.since, " to ", r.until);
       if (g->opset >= r.since && g->opset <= r.until) e = &r;
     }
-    LOOM_CHECK(known, OnnxError, where, ": op ", n.op_type, " is not supported by loom's importer");
-    LOOM_CHECK(e != nullptr, OnnxError, where, ": op ", n.op_type, " at opset ", g->opset,
-               " is not supported (loom implements the opset range the registry lists in SupportedOnnxOpRanges)");
+    LOOM_CHECK(!ranges.empty(), OnnxError, where, ": op ", n.op_type, " is not supported by loom's importer");
+    LOOM_CHECK(e != nullptr, OnnxError, where, ": ", n.op_type, " at opset ", g->opset,
+               " is not supported (loom implements it for opsets ", ranges, ")");
     for (const auto& kv : n.attrs)
       LOOM_CHECK(std::find(e->attrs.begin(), e->attrs.end(), kv.first) != e->attrs.end(), OnnxError, where,
                  ": attribute '", kv.first, "' is not supported");
