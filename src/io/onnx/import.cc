@@ -213,6 +213,36 @@ OnnxValueInfo ParseValueInfo(const ValueInfoProto& v, const char* what) {
   return info;
 }
 
+// The type ONNX gives an attribute: by its name, which means the same in every op the registry
+// holds, except `value` (a TENSOR but in Pad before opset 11) and Constant's value_* forms.
+Attr::Kind AttrKind(const std::string& op, const std::string& name, const char** type_name) {
+  static const std::map<std::string, std::pair<Attr::Kind, const char*>> kinds = {
+      {"alpha", {Attr::kFloat, "FLOAT"}},      {"beta", {Attr::kFloat, "FLOAT"}},
+      {"gamma", {Attr::kFloat, "FLOAT"}},      {"epsilon", {Attr::kFloat, "FLOAT"}},
+      {"momentum", {Attr::kFloat, "FLOAT"}},   {"ratio", {Attr::kFloat, "FLOAT"}},
+      {"min", {Attr::kFloat, "FLOAT"}},        {"max", {Attr::kFloat, "FLOAT"}},
+      {"value_float", {Attr::kFloat, "FLOAT"}}, {"value_floats", {Attr::kFloats, "FLOATS"}},
+      {"value_int", {Attr::kInt, "INT"}},      {"value_ints", {Attr::kInts, "INTS"}},
+      {"value", {Attr::kTensor, "TENSOR"}},    {"auto_pad", {Attr::kString, "STRING"}},
+      {"mode", {Attr::kString, "STRING"}},     {"axes", {Attr::kInts, "INTS"}},
+      {"perm", {Attr::kInts, "INTS"}},         {"pads", {Attr::kInts, "INTS"}},
+      {"strides", {Attr::kInts, "INTS"}},      {"dilations", {Attr::kInts, "INTS"}},
+      {"kernel_shape", {Attr::kInts, "INTS"}}, {"split", {Attr::kInts, "INTS"}},
+      {"starts", {Attr::kInts, "INTS"}},       {"ends", {Attr::kInts, "INTS"}},
+  };
+  if (op == "Pad" && name == "value") {
+    *type_name = "FLOAT";
+    return Attr::kFloat;
+  }
+  auto it = kinds.find(name);
+  if (it != kinds.end()) {
+    *type_name = it->second.second;
+    return it->second.first;
+  }
+  *type_name = "INT";  // axis, keepdims, group, transA, ceil_mode, to, blocksize, seed, ...
+  return Attr::kInt;
+}
+
 std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<Device>& dev) {
   LOOM_CHECK(dev != nullptr, OnnxError, "[onnx] import needs a device");
   auto g = std::make_shared<ImportedGraph>();
@@ -281,9 +311,14 @@ std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<
     LOOM_CHECK(!ranges.empty(), OnnxError, where, ": op ", n.op_type, " is not supported by loom's importer");
     LOOM_CHECK(e != nullptr, OnnxError, where, ": ", n.op_type, " at opset ", g->opset,
                " is not supported (loom implements it for opsets ", ranges, ")");
-    for (const auto& kv : n.attrs)
+    for (const auto& kv : n.attrs) {
       LOOM_CHECK(std::find(e->attrs.begin(), e->attrs.end(), kv.first) != e->attrs.end(), OnnxError, where,
                  ": attribute '", kv.first, "' is not supported");
+      const char* want = nullptr;
+      const Attr::Kind k = AttrKind(n.op_type, kv.first, &want);
+      LOOM_CHECK(kv.second.kind == k, OnnxError, where, ": attribute '", kv.first, "' must be ", want, ", got ",
+                 kv.second.type_name);
+    }
     int nin = int(n.inputs.size()), nout = int(n.outputs.size());
     LOOM_CHECK(nin >= e->min_inputs && (e->max_inputs < 0 || nin <= e->max_inputs), OnnxError, where, ": ", nin,
                " inputs, expected ", e->min_inputs, e->max_inputs < 0 ? " or more" : detail::Cat(" to ", e->max_inputs));
