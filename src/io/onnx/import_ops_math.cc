@@ -87,6 +87,11 @@ std::vector<Value> RunPow(RunContext& c) {
 
 // ---- unary math and activations ----
 
+Tensor SignOf(const Tensor& x) {
+  Tensor z = Scalar(0, x);
+  return ops::Sub(ops::Cast(ops::Greater(x, z), x.dtype()), ops::Cast(ops::Less(x, z), x.dtype()));
+}
+
 #define LOOM_ONNX_UNARY(fn, expr)                 \
   std::vector<Value> fn(RunContext& c) {          \
     const Tensor& x = c.T(0);                     \
@@ -111,6 +116,12 @@ LOOM_ONNX_UNARY(RunHardSigmoid,
                 ops::Clamp(ops::AddScalar(ops::MulScalar(x, c.node.Float("alpha", 0.2)), c.node.Float("beta", 0.5)), 0, 1))
 LOOM_ONNX_UNARY(RunHardSwish, ops::Mul(x, ops::Clamp(ops::AddScalar(ops::MulScalar(x, 1.0 / 6), 0.5), 0, 1)))
 LOOM_ONNX_UNARY(RunIsNaN, ops::NotEqual(x, x))
+// The hyperbolic functions from exp, log and sqrt (loom has no kernels of their own for them).
+LOOM_ONNX_UNARY(RunSinh, ops::MulScalar(ops::Sub(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
+LOOM_ONNX_UNARY(RunCosh, ops::MulScalar(ops::Add(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
+LOOM_ONNX_UNARY(RunAsinh, ops::Mul(SignOf(x), ops::Log(ops::Add(ops::Abs(x), ops::Sqrt(ops::AddScalar(ops::Mul(x, x), 1.0))))))
+LOOM_ONNX_UNARY(RunAcosh, ops::Log(ops::Add(x, ops::Sqrt(ops::AddScalar(ops::Mul(x, x), -1.0)))))
+LOOM_ONNX_UNARY(RunAtanh, ops::MulScalar(ops::Log(ops::Div(ops::AddScalar(x, 1.0), ops::RSubScalar(x, 1.0))), 0.5))
 #undef LOOM_ONNX_UNARY
 
 // x > 0 ? x : scale * (exp(x / inner) - 1), the shape of Elu, Selu and Celu.
@@ -149,10 +160,6 @@ std::vector<Value> RunCeil(RunContext& c) {
   const Tensor& x = c.T(0);
   Tensor t = Trunc(x);
   return {V(ops::Add(t, ops::Cast(ops::Less(t, x), x.dtype())))};
-}
-Tensor SignOf(const Tensor& x) {
-  Tensor z = Scalar(0, x);
-  return ops::Sub(ops::Cast(ops::Greater(x, z), x.dtype()), ops::Cast(ops::Less(x, z), x.dtype()));
 }
 std::vector<Value> RunSign(RunContext& c) { return {V(Numeric1<SignOf>(c.T(0)))}; }
 
@@ -361,6 +368,11 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Ceil", 6, 1, 1, {}, FloatUnary, RunCeil));
   r->push_back(MakeOp("Sign", 9, 1, 1, {}, NumericInts, RunSign));
   r->push_back(MakeOp("Erf", 9, 1, 1, {}, FloatUnary, RunErf));
+  r->push_back(MakeOp("Sinh", 9, 1, 1, {}, FloatUnary, RunSinh));
+  r->push_back(MakeOp("Cosh", 9, 1, 1, {}, FloatUnary, RunCosh));
+  r->push_back(MakeOp("Asinh", 9, 1, 1, {}, FloatUnary, RunAsinh));
+  r->push_back(MakeOp("Acosh", 9, 1, 1, {}, FloatUnary, RunAcosh));
+  r->push_back(MakeOp("Atanh", 9, 1, 1, {}, FloatUnary, RunAtanh));
   r->push_back(MakeOp("IsNaN", 9, 1, 1, {}, InferBoolOut, RunIsNaN));
   r->push_back(MakeOp("Relu", 6, 1, 1, {}, FloatUnary, RunRelu));
   r->push_back(MakeOp("Sigmoid", 6, 1, 1, {}, FloatUnary, RunSigmoid));
