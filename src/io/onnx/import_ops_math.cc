@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/ops.h"
+#include "core/ops/math.h"
 #include "io/onnx/import_graph.h"
 #include "io/onnx/tensor_proto.h"
 
@@ -116,6 +117,12 @@ LOOM_ONNX_UNARY(RunHardSigmoid,
                 ops::Clamp(ops::AddScalar(ops::MulScalar(x, c.node.Float("alpha", 0.2)), c.node.Float("beta", 0.5)), 0, 1))
 LOOM_ONNX_UNARY(RunHardSwish, ops::Mul(x, ops::Clamp(ops::AddScalar(ops::MulScalar(x, 1.0 / 6), 0.5), 0, 1)))
 LOOM_ONNX_UNARY(RunIsNaN, ops::NotEqual(x, x))
+LOOM_ONNX_UNARY(RunSin, ops::Sin(x))
+LOOM_ONNX_UNARY(RunCos, ops::Cos(x))
+LOOM_ONNX_UNARY(RunTan, ops::Tan(x))
+LOOM_ONNX_UNARY(RunAsin, ops::Asin(x))
+LOOM_ONNX_UNARY(RunAcos, ops::Acos(x))
+LOOM_ONNX_UNARY(RunAtan, ops::Atan(x))
 // The hyperbolic functions from exp, log and sqrt (loom has no kernels of their own for them).
 LOOM_ONNX_UNARY(RunSinh, ops::MulScalar(ops::Sub(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
 LOOM_ONNX_UNARY(RunCosh, ops::MulScalar(ops::Add(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
@@ -368,6 +375,12 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Ceil", 6, 1, 1, {}, FloatUnary, RunCeil));
   r->push_back(MakeOp("Sign", 9, 1, 1, {}, NumericInts, RunSign));
   r->push_back(MakeOp("Erf", 9, 1, 1, {}, FloatUnary, RunErf));
+  r->push_back(MakeOp("Sin", 7, 1, 1, {}, FloatUnary, RunSin));
+  r->push_back(MakeOp("Cos", 7, 1, 1, {}, FloatUnary, RunCos));
+  r->push_back(MakeOp("Tan", 7, 1, 1, {}, FloatUnary, RunTan));
+  r->push_back(MakeOp("Asin", 7, 1, 1, {}, FloatUnary, RunAsin));
+  r->push_back(MakeOp("Acos", 7, 1, 1, {}, FloatUnary, RunAcos));
+  r->push_back(MakeOp("Atan", 7, 1, 1, {}, FloatUnary, RunAtan));
   r->push_back(MakeOp("Sinh", 9, 1, 1, {}, FloatUnary, RunSinh));
   r->push_back(MakeOp("Cosh", 9, 1, 1, {}, FloatUnary, RunCosh));
   r->push_back(MakeOp("Asinh", 9, 1, 1, {}, FloatUnary, RunAsinh));
