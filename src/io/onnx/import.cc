@@ -140,6 +140,7 @@ const std::vector<OpEntry>& OpRegistry() {
     AddMathOps(&r);
     AddNnOps(&r);
     AddShapeOps(&r);
+    AddIndexOps(&r);
     std::sort(r.begin(), r.end(), [](const OpEntry& a, const OpEntry& b) {
       return a.op_type != b.op_type ? a.op_type < b.op_type : a.since < b.since;
     });
@@ -229,6 +230,8 @@ Attr::Kind AttrKind(const std::string& op, const std::string& name, const char**
       {"strides", {Attr::kInts, "INTS"}},      {"dilations", {Attr::kInts, "INTS"}},
       {"kernel_shape", {Attr::kInts, "INTS"}}, {"split", {Attr::kInts, "INTS"}},
       {"starts", {Attr::kInts, "INTS"}},       {"ends", {Attr::kInts, "INTS"}},
+      {"scales", {Attr::kFloats, "FLOATS"}},   {"bias", {Attr::kFloat, "FLOAT"}},
+      {"lambd", {Attr::kFloat, "FLOAT"}},
   };
   if (op == "Pad" && name == "value") {
     *type_name = "FLOAT";

@@ -109,6 +109,7 @@ OpEntry MakeOp(const char* op_type, int64_t since, int min_inputs, int max_input
 void AddMathOps(std::vector<OpEntry>* r);   // import_ops_math.cc
 void AddNnOps(std::vector<OpEntry>* r);     // import_ops_nn.cc
 void AddShapeOps(std::vector<OpEntry>* r);  // import_ops_shape.cc
+void AddIndexOps(std::vector<OpEntry>* r);  // import_ops_index.cc
 const std::vector<OpEntry>& OpRegistry();   // import.cc: all of them, sorted by op_type
 
 struct ImportedGraph {
@@ -133,6 +134,10 @@ Value HostInts(const std::vector<int64_t>& values, const Shape& shape, DType dty
 std::vector<DType> Same0(const InferArgs& a);          // every output: in[0]'s dtype (no checks)
 std::vector<DType> FloatUnary(const InferArgs& a);     // float in, same out
 std::vector<DType> FloatAllSame(const InferArgs& a);   // every given input float, one dtype
+// The elements of x at positions `idx` (int64, any shape I, each in [0, x.shape[axis])) along
+// `axis`: shape x.shape[:axis] + I + x.shape[axis+1:] (import_ops_shape.cc, from Embedding).
+Tensor Take(const Tensor& x, int64_t axis, const Tensor& idx);
+Tensor TakeHost(const Tensor& x, int64_t axis, const std::vector<int64_t>& idx);  // 1-D positions
 // x padded by `begin`/`end` elements per axis with `value` (import_ops_shape.cc); negative: cropped.
 Tensor PadConstant(const Tensor& x, const std::vector<int64_t>& begin, const std::vector<int64_t>& end, double value);
 

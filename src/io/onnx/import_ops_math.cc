@@ -158,10 +158,46 @@ std::vector<Value> RunPRelu(RunContext& c) {
 // Rounding through int64 (exact for |x| < 2^63; loom has no floor kernel): t = trunc(x), then
 // floor = t - (t > x), ceil = t + (t < x). Their gradient is zero, as it should be.
 Tensor Trunc(const Tensor& x) { return ops::Cast(ops::Cast(x, DType::kInt64), x.dtype()); }
-std::vector<Value> RunFloor(RunContext& c) {
-  const Tensor& x = c.T(0);
+Tensor FloorOf(const Tensor& x) {
   Tensor t = Trunc(x);
-  return {V(ops::Sub(t, ops::Cast(ops::Greater(t, x), x.dtype())))};
+  return ops::Sub(t, ops::Cast(ops::Greater(t, x), x.dtype()));
+}
+std::vector<Value> RunFloor(RunContext& c) { return {V(FloorOf(c.T(0)))}; }
+// Round half to even: floor(x + 0.5), one less where that was a tie that landed on an odd number.
+std::vector<Value> RunRound(RunContext& c) {
+  const Tensor& x = c.T(0);
+  Tensor f = FloorOf(ops::AddScalar(x, 0.5));
+  Tensor tie = ops::Equal(ops::Sub(f, x), Scalar(0.5, x));
+  Tensor half = ops::MulScalar(f, 0.5);
+  Tensor odd = ops::NotEqual(FloorOf(half), half);
+  return {V(ops::Where(tie, ops::Where(odd, ops::AddScalar(f, -1.0), f), f))};
+}
+// Mod: fmod 1 is C's fmod (the dividend's sign), fmod 0 Python's (the divisor's sign).
+Tensor CMod(const Tensor& a, const Tensor& b) { return ops::Sub(a, ops::Mul(Trunc(ops::Div(a, b)), b)); }
+Tensor PyMod(const Tensor& a, const Tensor& b) { return ops::Sub(a, ops::Mul(FloorOf(ops::Div(a, b)), b)); }
+std::vector<Value> RunMod(RunContext& c) {
+  if (c.node.Int("fmod", 0) != 0) return {V(Numeric2(c.T(0), c.T(1), CMod))};
+  return {V(Numeric2(c.T(0), c.T(1), PyMod))};
+}
+std::vector<DType> InferMod(const InferArgs& a) {
+  if (a.node.Int("fmod", 0) == 0 && (a[0] == DType::kFloat32 || a[0] == DType::kFloat64))
+    Fail(a.node, "fmod 0 on floats is not valid ONNX (fmod must be 1 for floating-point inputs)");
+  return NumericSame(a, true);
+}
+std::vector<Value> RunShrink(RunContext& c) {
+  const Tensor& x = c.T(0);
+  const double bias = c.node.Float("bias", 0.0), lambd = c.node.Float("lambd", 0.5);
+  Tensor y = ops::Where(ops::Less(x, Scalar(-lambd, x)), ops::AddScalar(x, bias),
+                        ops::Where(ops::Greater(x, Scalar(lambd, x)), ops::AddScalar(x, -bias), Scalar(0, x)));
+  return {V(y)};
+}
+std::vector<Value> RunMeanVarianceNorm(RunContext& c) {
+  const Tensor& x = c.T(0);
+  std::vector<int64_t> axes = c.node.Ints("axes", {0, 2, 3});
+  for (auto& a : axes) a = Axis(c, a, x.ndim(), "axis");
+  Tensor xc = ops::Sub(x, ops::Mean(x, axes, true));
+  Tensor var = ops::Mean(ops::Mul(xc, xc), axes, true);
+  return {V(ops::Div(xc, ops::Sqrt(ops::AddScalar(var, 1e-9))))};
 }
 std::vector<Value> RunCeil(RunContext& c) {
   const Tensor& x = c.T(0);
@@ -372,6 +408,10 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Neg", 6, 1, 1, {}, NumericInts, RunNeg));
   r->push_back(MakeOp("Reciprocal", 6, 1, 1, {}, FloatUnary, RunReciprocal));
   r->push_back(MakeOp("Floor", 6, 1, 1, {}, FloatUnary, RunFloor));
+  r->push_back(MakeOp("Round", 11, 1, 1, {}, FloatUnary, RunRound));
+  r->push_back(MakeOp("Mod", 10, 2, 2, {"fmod"}, InferMod, RunMod));
+  r->push_back(MakeOp("Shrink", 9, 1, 1, {"bias", "lambd"}, FloatUnary, RunShrink));
+  r->push_back(MakeOp("MeanVarianceNormalization", 9, 1, 1, {"axes"}, FloatUnary, RunMeanVarianceNorm));
   r->push_back(MakeOp("Ceil", 6, 1, 1, {}, FloatUnary, RunCeil));
   r->push_back(MakeOp("Sign", 9, 1, 1, {}, NumericInts, RunSign));
   r->push_back(MakeOp("Erf", 9, 1, 1, {}, FloatUnary, RunErf));

@@ -16,16 +16,13 @@ namespace loom {
 namespace io {
 namespace onnx {
 
-namespace {
-
-bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
-
 // The elements of x at positions `idx` (int64, any shape I) along `axis`: shape
 // x.shape[:axis] + I + x.shape[axis+1:]. Built from Embedding (a gather of rows), which wants a
 // float table: other dtypes go through float64 (exact for integers below 2^53).
 Tensor Take(const Tensor& x0, int64_t axis, const Tensor& idx) {
   const DType dt = x0.dtype();
-  Tensor x = IsFloat(dt) ? x0 : ops::Cast(x0, DType::kFloat64);
+  const bool f = dt == DType::kFloat32 || dt == DType::kFloat64;
+  Tensor x = f ? x0 : ops::Cast(x0, DType::kFloat64);
   const int64_t r = x.ndim(), k = idx.ndim();
   std::vector<int64_t> perm{axis};
   Shape others;
@@ -45,13 +42,18 @@ Tensor Take(const Tensor& x0, int64_t axis, const Tensor& idx) {
   for (int64_t i = 0; i < k; ++i) back.push_back(i);
   for (int64_t i = axis; i < r - 1; ++i) back.push_back(k + i);
   e = ops::Permute(e, back).Contiguous();
-  return IsFloat(dt) ? e : ops::Cast(e, dt);
+  return f ? e : ops::Cast(e, dt);
 }
 
 Tensor TakeHost(const Tensor& x, int64_t axis, const std::vector<int64_t>& idx) {
   if (idx.empty()) return ops::Slice(x, axis, 0, 0);
   return Take(x, axis, ops::FromVector<int64_t>(idx, {int64_t(idx.size())}, x.device_ptr()));
 }
+
+
+namespace {
+
+bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
 
 std::shared_ptr<const std::vector<int64_t>> Host(std::vector<int64_t> v) {
   return std::make_shared<const std::vector<int64_t>>(std::move(v));
