@@ -198,6 +198,27 @@ std::vector<Value> RunUpsample(RunContext& c) {
   return {V(x)};
 }
 
+// Hann, Hamming and Blackman windows (opset 17): cosine sums computed on the host.
+template <int kKind>
+std::vector<Value> RunWindow(RunContext& c) {
+  const int64_t size = c.Ints(0, "size").at(0);
+  if (size < 0 || size > (int64_t(1) << 24)) Fail(c, detail::Cat("size ", size, " is out of range"));
+  const DType dt = DTypeFromOnnx(int32_t(c.node.Int("output_datatype", 1)), c.Where());
+  const double n = double(c.node.Int("periodic", 1) != 0 ? size : size - 1), pi = 3.14159265358979323846;
+  std::vector<double> w(static_cast<size_t>(size), 0.0);
+  for (int64_t i = 0; i < size; ++i) {
+    const double t = 2 * pi * double(i) / n;
+    if (kKind == 0) w[size_t(i)] = 0.5 - 0.5 * std::cos(t);
+    if (kKind == 1) w[size_t(i)] = 25.0 / 46 - (1 - 25.0 / 46) * std::cos(t);
+    if (kKind == 2) w[size_t(i)] = 0.42 - 0.5 * std::cos(t) + 0.08 * std::cos(2 * t);
+  }
+  return {V(ops::Cast(ops::FromVector<double>(w, {size}, c.dev()), dt))};
+}
+std::vector<DType> InferWindow(const InferArgs& a) {
+  if (a[0] != DType::kInt32 && a[0] != DType::kInt64) Fail(a.node, "size must be an integer");
+  return {DTypeFromOnnx(int32_t(a.node.Int("output_datatype", 1)), a.node.Where() + " attribute 'output_datatype'")};
+}
+
 }  // namespace
 
 void AddIndexOps(std::vector<OpEntry>* r) {
@@ -207,6 +228,9 @@ void AddIndexOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Trilu", 14, 1, 2, {"upper"}, Same0, RunTrilu));
   r->push_back(MakeOp("EyeLike", 9, 1, 1, {"dtype", "k"}, InferEyeLike, RunEyeLike));
   r->push_back(MakeOp("Hardmax", 1, 1, 1, {"axis"}, FloatUnary, RunHardmax));
+  for (auto w : {std::make_pair("HannWindow", RunWindow<0>), std::make_pair("HammingWindow", RunWindow<1>),
+                 std::make_pair("BlackmanWindow", RunWindow<2>)})
+    r->push_back(MakeOp(w.first, 17, 1, 1, {"output_datatype", "periodic"}, InferWindow, w.second));
   OpEntry up = MakeOp("Upsample", 7, 1, 2, {"mode", "scales"}, InferUpsample, RunUpsample);
   up.until = 9;
   r->push_back(up);

@@ -338,7 +338,13 @@ std::vector<Value> RunReduce(RunContext& c) {
         if (std::find(axes.begin(), axes.end(), i) == axes.end()) out.push_back(x.shape()[size_t(i)]);
       return {V(ops::Reshape(y, out))};
     }
-    case Reduce::kProd: break;
+    case Reduce::kProd: {
+      // |prod| = exp(sum log|x|) (a zero gives exp(-inf) = 0), the sign from the negatives' parity.
+      Tensor mag = ops::Exp(ops::Sum(ops::Log(ops::Abs(x)), axes, keep));
+      Tensor negs = ops::Sum(ops::Cast(ops::Less(x, Scalar(0, x)), x.dtype()), axes, keep);
+      Tensor odd = ops::NotEqual(FloorOf(ops::MulScalar(negs, 0.5)), ops::MulScalar(negs, 0.5));
+      return {V(ops::Where(odd, ops::Neg(mag), mag))};
+    }
   }
   Fail(c, "reduction not implemented");
 }
@@ -382,6 +388,13 @@ std::vector<DType> InferCast(const InferArgs& a) {
 }
 std::vector<Value> RunCast(RunContext& c) {
   const DType to = DTypeFromOnnx(int32_t(c.node.Int("to", -1)), c.Where());
+  const Value& v = c.V(0);
+  return {Value{ops::Cast(c.T(0), to), (to == DType::kInt64 || to == DType::kInt32) ? v.host : nullptr}};
+}
+
+std::vector<DType> InferCastLike(const InferArgs& a) { return {a[1]}; }
+std::vector<Value> RunCastLike(RunContext& c) {
+  const DType to = c.T(1).dtype();
   const Value& v = c.V(0);
   return {Value{ops::Cast(c.T(0), to), (to == DType::kInt64 || to == DType::kInt32) ? v.host : nullptr}};
 }
@@ -471,6 +484,8 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("ReduceL2", 1, 1, 1, {"axes", "keepdims"}, FloatUnary, RunReduce<Reduce::kL2>));
   r->push_back(MakeOp("ReduceLogSum", 1, 1, 1, {"axes", "keepdims"}, FloatUnary, RunReduce<Reduce::kLogSum>));
   r->push_back(MakeOp("ReduceLogSumExp", 1, 1, 1, {"axes", "keepdims"}, FloatUnary, RunReduce<Reduce::kLogSumExp>));
+  r->push_back(MakeOp("ReduceProd", 1, 1, 1, {"axes", "keepdims"}, FloatUnary, RunReduce<Reduce::kProd>));
+  r->push_back(MakeOp("CastLike", 15, 2, 2, {}, InferCastLike, RunCastLike));
   r->push_back(MakeOp("ArgMax", 1, 1, 1, {"axis", "keepdims", "select_last_index"}, InferArg, RunArg<true>));
   r->push_back(MakeOp("ArgMin", 1, 1, 1, {"axis", "keepdims", "select_last_index"}, InferArg, RunArg<false>));
 }

@@ -236,6 +236,26 @@ std::vector<Value> RunLayerNorm(RunContext& c) {
   return {V(ops::Add(ops::Mul(ops::Mul(xc, inv), gamma), beta)), V(m), V(inv)};
 }
 
+// LRN: x / (bias + alpha / size * sum of x^2 over `size` neighbouring channels)^beta, the channel
+// sum as an average pool over (N, 1, C, spatial) with the window's zero padding.
+std::vector<Value> RunLrn(RunContext& c) {
+  const Tensor& x = c.T(0);
+  if (x.ndim() < 3) Fail(c, "input must be (N, C, spatial...)");
+  const int64_t size = c.node.Int("size", 0);
+  if (size < 1) Fail(c, "size must be positive");
+  const int64_t n = x.shape()[0], ch = x.shape()[1], rest = x.numel() / std::max<int64_t>(1, n * ch);
+  Tensor sq = ops::Reshape(ops::Mul(x, x), {n, 1, ch, rest});
+  sq = PadConstant(sq, {0, 0, (size - 1) / 2, 0}, {0, 0, size / 2, 0}, 0.0);
+  ops::Pool2dOptions o;
+  o.kernel = {size, 1};
+  o.stride = {1, 1};
+  o.padding = {0, 0};
+  Tensor mean = ops::Reshape(ops::AvgPool2d(sq, o), x.shape());
+  Tensor den = ops::PowScalar(ops::AddScalar(ops::MulScalar(mean, c.node.Float("alpha", 1e-4)), c.node.Float("bias", 1.0)),
+                              c.node.Float("beta", 0.75));
+  return {V(ops::Div(x, den))};
+}
+
 // ---- dense ----
 
 std::vector<Value> RunMatMul(RunContext& c) {
@@ -318,6 +338,7 @@ void AddNnOps(std::vector<OpEntry>* r) {
   OpEntry bn = MakeOp("BatchNormalization", 7, 5, 5, {"epsilon", "momentum", "training_mode"}, InferBatchNorm, RunBatchNorm);
   bn.max_outputs = 5;
   r->push_back(bn);
+  r->push_back(MakeOp("LRN", 1, 1, 1, {"alpha", "beta", "bias", "size"}, FloatUnary, RunLrn));
   r->push_back(MakeOp("InstanceNormalization", 6, 3, 3, {"epsilon"}, FloatAllSame, RunInstanceNorm));
   OpEntry ln = MakeOp("LayerNormalization", 17, 2, 3, {"axis", "epsilon", "stash_type"}, InferLayerNorm, RunLayerNorm);
   ln.max_outputs = 3;
