@@ -141,6 +141,7 @@ const std::vector<OpEntry>& OpRegistry() {
     AddNnOps(&r);
     AddShapeOps(&r);
     AddIndexOps(&r);
+    AddLossOps(&r);
     std::sort(r.begin(), r.end(), [](const OpEntry& a, const OpEntry& b) {
       return a.op_type != b.op_type ? a.op_type < b.op_type : a.since < b.since;
     });
@@ -231,7 +232,7 @@ Attr::Kind AttrKind(const std::string& op, const std::string& name, const char**
       {"kernel_shape", {Attr::kInts, "INTS"}}, {"split", {Attr::kInts, "INTS"}},
       {"starts", {Attr::kInts, "INTS"}},       {"ends", {Attr::kInts, "INTS"}},
       {"scales", {Attr::kFloats, "FLOATS"}},   {"bias", {Attr::kFloat, "FLOAT"}},
-      {"lambd", {Attr::kFloat, "FLOAT"}},
+      {"lambd", {Attr::kFloat, "FLOAT"}},      {"reduction", {Attr::kString, "STRING"}},
   };
   if (op == "Pad" && name == "value") {
     *type_name = "FLOAT";

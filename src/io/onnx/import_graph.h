@@ -110,6 +110,7 @@ void AddMathOps(std::vector<OpEntry>* r);   // import_ops_math.cc
 void AddNnOps(std::vector<OpEntry>* r);     // import_ops_nn.cc
 void AddShapeOps(std::vector<OpEntry>* r);  // import_ops_shape.cc
 void AddIndexOps(std::vector<OpEntry>* r);  // import_ops_index.cc
+void AddLossOps(std::vector<OpEntry>* r);   // import_ops_loss.cc
 const std::vector<OpEntry>& OpRegistry();   // import.cc: all of them, sorted by op_type
 
 struct ImportedGraph {
