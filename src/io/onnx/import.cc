@@ -69,6 +69,7 @@ std::vector<int64_t> RunContext::Ints(size_t i, const char* what) const {
   const Value& v = in_.at(i);
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
   if (v.host) return *v.host;
+  if (v.t.numel() == 0) return {};  // an empty tensor from a file has nothing to read (nor written)
   if (v.t.dtype() == DType::kInt64) return v.t.Contiguous().ToVector<int64_t>();
   Tensor c = ops::Cast(v.t, IsFloating(v.t.dtype()) ? DType::kFloat64 : DType::kInt64);
   if (c.dtype() == DType::kInt64) return c.ToVector<int64_t>();
@@ -80,6 +81,7 @@ std::vector<double> RunContext::Doubles(size_t i, const char* what) const {
   const Value& v = in_.at(i);
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
   if (v.host) return std::vector<double>(v.host->begin(), v.host->end());
+  if (v.t.numel() == 0) return {};
   return ops::Cast(v.t, DType::kFloat64).Contiguous().ToVector<double>();
 }
 
@@ -233,6 +235,9 @@ Attr::Kind AttrKind(const std::string& op, const std::string& name, const char**
       {"starts", {Attr::kInts, "INTS"}},       {"ends", {Attr::kInts, "INTS"}},
       {"scales", {Attr::kFloats, "FLOATS"}},   {"bias", {Attr::kFloat, "FLOAT"}},
       {"lambd", {Attr::kFloat, "FLOAT"}},      {"reduction", {Attr::kString, "STRING"}},
+      {"coordinate_transformation_mode", {Attr::kString, "STRING"}},
+      {"nearest_mode", {Attr::kString, "STRING"}}, {"cubic_coeff_a", {Attr::kFloat, "FLOAT"}},
+      {"extrapolation_value", {Attr::kFloat, "FLOAT"}},
   };
   if (op == "Pad" && name == "value") {
     *type_name = "FLOAT";

@@ -1,5 +1,5 @@
 // ONNX handlers for index-driven and structured ops: GatherElements, NonZero, CumSum, Trilu,
-// EyeLike, Hardmax and nearest-neighbour Upsample (Note [ONNX handlers] in import_graph.h).
+// EyeLike, Hardmax, windows, nearest-neighbour Upsample and Resize (nearest, linear) (Note [ONNX handlers] in import_graph.h).
 // Index patterns that depend only on shapes are built on the host; the data moves with ops.
 #include <algorithm>
 #include <cmath>
@@ -219,6 +219,81 @@ std::vector<DType> InferWindow(const InferArgs& a) {
   return {DTypeFromOnnx(int32_t(a.node.Int("output_datatype", 1)), a.node.Where() + " attribute 'output_datatype'")};
 }
 
+// Resize (opsets 11 to 17), nearest and linear modes, one axis at a time: each output position i
+// maps to an input coordinate x by the coordinate transformation mode; nearest takes the input
+// at round(x) (by nearest_mode), linear blends floor(x) and floor(x) + 1 (indices clamped to the
+// edge, as ONNX's reference does).
+std::vector<DType> InferResize(const InferArgs& a) {
+  const NodeSpec& n = a.node;
+  const std::string mode = n.Str("mode", "nearest"), ct = n.Str("coordinate_transformation_mode", "half_pixel"),
+                    nm = n.Str("nearest_mode", "round_prefer_floor");
+  if (mode != "nearest" && mode != "linear") Fail(n, "mode '" + mode + "' is not supported (nearest and linear are)");
+  if (ct != "half_pixel" && ct != "pytorch_half_pixel" && ct != "align_corners" && ct != "asymmetric" &&
+      ct != "tf_half_pixel_for_nn")
+    Fail(n, "coordinate_transformation_mode '" + ct + "' is not supported");
+  if (nm != "round_prefer_floor" && nm != "round_prefer_ceil" && nm != "floor" && nm != "ceil")
+    Fail(n, "nearest_mode '" + nm + "' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil");
+  if (n.Int("exclude_outside", 0) != 0) Fail(n, "exclude_outside 1 is not supported");
+  CheckFloatInput(a, 0);
+  return {a[0]};
+}
+std::vector<Value> RunResize(RunContext& c) {
+  Tensor x = c.T(0);
+  const NodeSpec& n = c.node;
+  const std::string mode = n.Str("mode", "nearest"), ct = n.Str("coordinate_transformation_mode", "half_pixel"),
+                    nm = n.Str("nearest_mode", "round_prefer_floor");
+  std::vector<double> scales = c.Has(2) ? c.Doubles(2, "scales") : std::vector<double>();
+  std::vector<int64_t> sizes = c.Has(3) ? c.Ints(3, "sizes") : std::vector<int64_t>();
+  const int64_t r = x.ndim();
+  if (scales.empty() == sizes.empty()) Fail(c, "exactly one of scales and sizes must be given");
+  if (int64_t(scales.size() + sizes.size()) != r) Fail(c, detail::Cat("scales or sizes must have ", r, " values"));
+  for (int64_t a = 0; a < r; ++a) {
+    const int64_t in = x.shape()[size_t(a)];
+    const int64_t out = sizes.empty() ? int64_t(std::floor(double(in) * scales[size_t(a)])) : sizes[size_t(a)];
+    const double scale = sizes.empty() ? scales[size_t(a)] : double(out) / double(in);
+    if (!(scale > 0) || !std::isfinite(scale) || out < 0 || out > (int64_t(1) << 24) || in == 0)
+      Fail(c, detail::Cat("axis ", a, ": cannot resize ", in, " to ", out));
+    if (out == in && scale == 1.0) continue;
+    std::vector<int64_t> i0(static_cast<size_t>(out), 0), i1(static_cast<size_t>(out), 0);
+    std::vector<double> w(static_cast<size_t>(out), 0.0);
+    for (int64_t i = 0; i < out; ++i) {
+      // ONNX measures the resized length as in * scale, unrounded (it is `out` when sizes are given).
+      const double len = double(in) * scale;
+      double xo;
+      if (ct == "half_pixel") xo = (double(i) + 0.5) / scale - 0.5;
+      else if (ct == "pytorch_half_pixel") xo = len > 1 ? (double(i) + 0.5) / scale - 0.5 : 0.0;
+      else if (ct == "align_corners") xo = len == 1 ? 0.0 : double(i) * double(in - 1) / (len - 1);
+      else if (ct == "asymmetric") xo = double(i) / scale;
+      else xo = (double(i) + 0.5) / scale;  // tf_half_pixel_for_nn
+      auto clampi = [in](int64_t v) { return std::min(std::max<int64_t>(v, 0), in - 1); };
+      if (mode == "nearest") {
+        double k;
+        const double fl = std::floor(xo);
+        if (nm == "floor") k = fl;
+        else if (nm == "ceil") k = std::ceil(xo);
+        else if (xo - fl == 0.5) k = nm == "round_prefer_floor" ? fl : fl + 1;
+        else k = std::round(xo);
+        i0[size_t(i)] = clampi(int64_t(k));
+      } else {
+        const double fl = std::floor(xo);
+        i0[size_t(i)] = clampi(int64_t(fl));
+        i1[size_t(i)] = clampi(int64_t(fl) + 1);
+        w[size_t(i)] = xo - fl;
+      }
+    }
+    if (mode == "nearest") {
+      x = TakeHost(x, a, i0);
+      continue;
+    }
+    Shape ws(size_t(r), 1);
+    ws[size_t(a)] = out;
+    Tensor wt = ops::Cast(ops::FromVector<double>(w, ws, x.device_ptr()), x.dtype());
+    Tensor lo = TakeHost(x, a, i0), hi = TakeHost(x, a, i1);
+    x = ops::Add(lo, ops::Mul(ops::Sub(hi, lo), wt));
+  }
+  return {V(x)};
+}
+
 }  // namespace
 
 void AddIndexOps(std::vector<OpEntry>* r) {
@@ -231,6 +306,10 @@ void AddIndexOps(std::vector<OpEntry>* r) {
   for (auto w : {std::make_pair("HannWindow", RunWindow<0>), std::make_pair("HammingWindow", RunWindow<1>),
                  std::make_pair("BlackmanWindow", RunWindow<2>)})
     r->push_back(MakeOp(w.first, 17, 1, 1, {"output_datatype", "periodic"}, InferWindow, w.second));
+  r->push_back(MakeOp("Resize", 11, 1, 4,
+                      {"coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value",
+                       "mode", "nearest_mode"},
+                      InferResize, RunResize));
   OpEntry up = MakeOp("Upsample", 7, 1, 2, {"mode", "scales"}, InferUpsample, RunUpsample);
   up.until = 9;
   r->push_back(up);
