@@ -117,6 +117,16 @@ LOOM_ONNX_UNARY(RunHardSigmoid,
                 ops::Clamp(ops::AddScalar(ops::MulScalar(x, c.node.Float("alpha", 0.2)), c.node.Float("beta", 0.5)), 0, 1))
 LOOM_ONNX_UNARY(RunHardSwish, ops::Mul(x, ops::Clamp(ops::AddScalar(ops::MulScalar(x, 1.0 / 6), 0.5), 0, 1)))
 LOOM_ONNX_UNARY(RunIsNaN, ops::NotEqual(x, x))
+std::vector<Value> RunIsInf(RunContext& c) {
+  const Tensor& x = c.T(0);
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor pos = ops::Equal(x, Scalar(inf, x)), neg = ops::Equal(x, Scalar(-inf, x));
+  const bool p = c.node.Int("detect_positive", 1) != 0, n = c.node.Int("detect_negative", 1) != 0;
+  if (p && n) return {V(ops::NotEqual(pos, neg))};  // never both: either one
+  if (p) return {V(pos)};
+  if (n) return {V(neg)};
+  return {V(ops::Cast(ops::Zeros(x.shape(), DType::kFloat32, x.device_ptr()), DType::kBool))};  // neither: all false
+}
 LOOM_ONNX_UNARY(RunSin, ops::Sin(x))
 LOOM_ONNX_UNARY(RunCos, ops::Cos(x))
 LOOM_ONNX_UNARY(RunTan, ops::Tan(x))
@@ -439,6 +449,7 @@ void AddMathOps(std::vector<OpEntry>* r) {
   r->push_back(MakeOp("Asinh", 9, 1, 1, {}, FloatUnary, RunAsinh));
   r->push_back(MakeOp("Acosh", 9, 1, 1, {}, FloatUnary, RunAcosh));
   r->push_back(MakeOp("Atanh", 9, 1, 1, {}, FloatUnary, RunAtanh));
+  r->push_back(MakeOp("IsInf", 10, 1, 1, {"detect_negative", "detect_positive"}, InferBoolOut, RunIsInf));
   r->push_back(MakeOp("IsNaN", 9, 1, 1, {}, InferBoolOut, RunIsNaN));
   r->push_back(MakeOp("Relu", 6, 1, 1, {}, FloatUnary, RunRelu));
   r->push_back(MakeOp("Sigmoid", 6, 1, 1, {}, FloatUnary, RunSigmoid));
