@@ -88,11 +88,6 @@ std::vector<Value> RunPow(RunContext& c) {
 
 // ---- unary math and activations ----
 
-Tensor SignOf(const Tensor& x) {
-  Tensor z = Scalar(0, x);
-  return ops::Sub(ops::Cast(ops::Greater(x, z), x.dtype()), ops::Cast(ops::Less(x, z), x.dtype()));
-}
-
 #define LOOM_ONNX_UNARY(fn, expr)                 \
   std::vector<Value> fn(RunContext& c) {          \
     const Tensor& x = c.T(0);                     \
@@ -133,12 +128,11 @@ LOOM_ONNX_UNARY(RunTan, ops::Tan(x))
 LOOM_ONNX_UNARY(RunAsin, ops::Asin(x))
 LOOM_ONNX_UNARY(RunAcos, ops::Acos(x))
 LOOM_ONNX_UNARY(RunAtan, ops::Atan(x))
-// The hyperbolic functions from exp, log and sqrt (loom has no kernels of their own for them).
-LOOM_ONNX_UNARY(RunSinh, ops::MulScalar(ops::Sub(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
-LOOM_ONNX_UNARY(RunCosh, ops::MulScalar(ops::Add(ops::Exp(x), ops::Exp(ops::Neg(x))), 0.5))
-LOOM_ONNX_UNARY(RunAsinh, ops::Mul(SignOf(x), ops::Log(ops::Add(ops::Abs(x), ops::Sqrt(ops::AddScalar(ops::Mul(x, x), 1.0))))))
-LOOM_ONNX_UNARY(RunAcosh, ops::Log(ops::Add(x, ops::Sqrt(ops::AddScalar(ops::Mul(x, x), -1.0)))))
-LOOM_ONNX_UNARY(RunAtanh, ops::MulScalar(ops::Log(ops::Div(ops::AddScalar(x, 1.0), ops::RSubScalar(x, 1.0))), 0.5))
+LOOM_ONNX_UNARY(RunSinh, ops::Sinh(x))
+LOOM_ONNX_UNARY(RunCosh, ops::Cosh(x))
+LOOM_ONNX_UNARY(RunAsinh, ops::Asinh(x))
+LOOM_ONNX_UNARY(RunAcosh, ops::Acosh(x))
+LOOM_ONNX_UNARY(RunAtanh, ops::Atanh(x))
 #undef LOOM_ONNX_UNARY
 
 // x > 0 ? x : scale * (exp(x / inner) - 1), the shape of Elu, Selu and Celu.
@@ -165,26 +159,14 @@ std::vector<Value> RunPRelu(RunContext& c) {
   return {V(ops::Where(ops::Less(x, Scalar(0, x)), ops::Mul(x, slope), x))};
 }
 
-// Rounding through int64 (exact for |x| < 2^63; loom has no floor kernel): t = trunc(x), then
-// floor = t - (t > x), ceil = t + (t < x). Their gradient is zero, as it should be.
-Tensor Trunc(const Tensor& x) { return ops::Cast(ops::Cast(x, DType::kInt64), x.dtype()); }
-Tensor FloorOf(const Tensor& x) {
-  Tensor t = Trunc(x);
-  return ops::Sub(t, ops::Cast(ops::Greater(t, x), x.dtype()));
-}
-std::vector<Value> RunFloor(RunContext& c) { return {V(FloorOf(c.T(0)))}; }
-// Round half to even: floor(x + 0.5), one less where that was a tie that landed on an odd number.
-std::vector<Value> RunRound(RunContext& c) {
-  const Tensor& x = c.T(0);
-  Tensor f = FloorOf(ops::AddScalar(x, 0.5));
-  Tensor tie = ops::Equal(ops::Sub(f, x), Scalar(0.5, x));
-  Tensor half = ops::MulScalar(f, 0.5);
-  Tensor odd = ops::NotEqual(FloorOf(half), half);
-  return {V(ops::Where(tie, ops::Where(odd, ops::AddScalar(f, -1.0), f), f))};
-}
+// Rounding: loom's floor and ceil; trunc rounds toward zero (C's fmod needs it).
+Tensor Trunc(const Tensor& x) { return ops::Where(ops::Less(x, Scalar(0, x)), ops::Ceil(x), ops::Floor(x)); }
+std::vector<Value> RunFloor(RunContext& c) { return {V(ops::Floor(c.T(0)))}; }
+std::vector<Value> RunCeil(RunContext& c) { return {V(ops::Ceil(c.T(0)))}; }
+std::vector<Value> RunRound(RunContext& c) { return {V(ops::Rounde(c.T(0)))}; }  // halves to even
 // Mod: fmod 1 is C's fmod (the dividend's sign), fmod 0 Python's (the divisor's sign).
 Tensor CMod(const Tensor& a, const Tensor& b) { return ops::Sub(a, ops::Mul(Trunc(ops::Div(a, b)), b)); }
-Tensor PyMod(const Tensor& a, const Tensor& b) { return ops::Sub(a, ops::Mul(FloorOf(ops::Div(a, b)), b)); }
+Tensor PyMod(const Tensor& a, const Tensor& b) { return ops::Sub(a, ops::Mul(ops::Floor(ops::Div(a, b)), b)); }
 std::vector<Value> RunMod(RunContext& c) {
   if (c.node.Int("fmod", 0) != 0) return {V(Numeric2(c.T(0), c.T(1), CMod))};
   return {V(Numeric2(c.T(0), c.T(1), PyMod))};
@@ -209,12 +191,7 @@ std::vector<Value> RunMeanVarianceNorm(RunContext& c) {
   Tensor var = ops::Mean(ops::Mul(xc, xc), axes, true);
   return {V(ops::Div(xc, ops::Sqrt(ops::AddScalar(var, 1e-9))))};
 }
-std::vector<Value> RunCeil(RunContext& c) {
-  const Tensor& x = c.T(0);
-  Tensor t = Trunc(x);
-  return {V(ops::Add(t, ops::Cast(ops::Less(t, x), x.dtype())))};
-}
-std::vector<Value> RunSign(RunContext& c) { return {V(Numeric1<SignOf>(c.T(0)))}; }
+std::vector<Value> RunSign(RunContext& c) { return {V(Numeric1<ops::Sign>(c.T(0)))}; }
 
 // Softmax and LogSoftmax: before opset 13 the input is seen as 2-D, (prod(:axis), prod(axis:)).
 template <Tensor (*F)(const Tensor&, int64_t)>
@@ -352,7 +329,7 @@ std::vector<Value> RunReduce(RunContext& c) {
       // |prod| = exp(sum log|x|) (a zero gives exp(-inf) = 0), the sign from the negatives' parity.
       Tensor mag = ops::Exp(ops::Sum(ops::Log(ops::Abs(x)), axes, keep));
       Tensor negs = ops::Sum(ops::Cast(ops::Less(x, Scalar(0, x)), x.dtype()), axes, keep);
-      Tensor odd = ops::NotEqual(FloorOf(ops::MulScalar(negs, 0.5)), ops::MulScalar(negs, 0.5));
+      Tensor odd = ops::NotEqual(ops::Floor(ops::MulScalar(negs, 0.5)), ops::MulScalar(negs, 0.5));
       return {V(ops::Where(odd, ops::Neg(mag), mag))};
     }
   }
