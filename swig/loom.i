@@ -67,3 +67,4 @@
 %include "nn.i"
 %include "io.i"
 %include "onnx_export.i"
+%include "onnx_import.i"

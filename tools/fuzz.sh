@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes loom's parsers with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (targets in
-# tools/fuzz/: checkpoint, idx, cifar, graph_dump).
+# tools/fuzz/: checkpoint, idx, cifar, graph_dump, onnx).
 #
 #   tools/fuzz.sh            60 s per target
 #   tools/fuzz.sh 300        300 s per target
@@ -9,7 +9,8 @@
 #
 # Builds with clang (from tools/setup.sh's packages) in its own folder (default build-fuzz/,
 # never the main build), seeds each target's corpus with valid files (the graph-dump seeds are
-# real dumps, written by the main build's graph_dump_seeds), runs each target for the given
+# real dumps, written by the main build's graph_dump_seeds; the onnx seeds are models of ONNX's
+# backend node tests, and the onnx target links the main build's libloom), runs each target for the given
 # time and prints how many inputs it executed. Every run first executes the inputs that once
 # crashed a target (tools/fuzz/regressions/<target>/). Exits non-zero when a target finds a crash:
 # the log then shows the stack, the crashing input (base64) and the command that reproduces it;
@@ -24,7 +25,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${LOOM_FUZZ_BUILD:-$root/build-fuzz}"
 main_build="${LOOM_BUILD_DIR:-build}"
-targets=(checkpoint idx cifar graph_dump)
+targets=(checkpoint idx cifar graph_dump onnx)
 
 # clang with libFuzzer's runtime (Debian: clang, libclang-rt-dev) and a configured main build:
 # tools/setup.sh provides both.
@@ -37,8 +38,8 @@ if ! clang++ -fsanitize=fuzzer,address,undefined "$probe/p.cc" -o "$probe/p" >/d
 fi
 rm -rf "$probe"
 
-cmake --build "$main_build" --target graph_dump_seeds >/dev/null
-cmake -G Ninja -S "$root/tools/fuzz" -B "$build" \
+cmake --build "$main_build" --target graph_dump_seeds loom >/dev/null
+cmake -G Ninja -S "$root/tools/fuzz" -B "$build" -DLOOM_MAIN_BUILD="$(cd "$main_build" && pwd)" \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 ninja -C "$build" -j "$(nproc)" >"$build/build.log" 2>&1 || { tail -40 "$build/build.log" >&2; echo "fuzz.sh: build failed (log: $build/build.log)" >&2; exit 1; }
 
@@ -50,6 +51,15 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   if [ "$t" = graph_dump ]; then
     "$main_build/graph_dump_seeds" "$corpus"
+  elif [ "$t" = onnx ]; then
+    # A few of ONNX's backend node tests (tools/setup.sh installs them): convolution, pooling,
+    # normalisation, dense, shapes, slicing, constants.
+    onnx_data="$(ls -d /usr/lib/python3/dist-packages/onnx/backend/test/data/node /usr/share/libonnx-testdata/data/node 2>/dev/null | head -1)"
+    [ -n "$onnx_data" ] || { echo "fuzz.sh: ONNX's backend node tests are missing: run tools/setup.sh" >&2; exit 1; }
+    for m in basic_conv_with_padding maxpool_2d_pads batchnorm_example gemm_all_attributes reshape_negative_dim \
+             slice_neg_steps gather_negative_indices constant_pad constantofshape_int_zeros split_variable_parts_2d; do
+      cp "$onnx_data/test_$m/model.onnx" "$corpus/$m.onnx"
+    done
   else
     "$build/make_seeds" "$t" "$corpus"
   fi

@@ -20,9 +20,10 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
   python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
   python3-coloredlogs python3-flatbuffers python3-sympy python3-packaging  # what the onnxruntime wheel imports
+  python3-torch                                 # test_onnx_import.py: a CNN exported by torch.onnx.export (large)
 )
-# tools/compare.sh installs python3-torch (PyTorch 1.13 on OpenBLAS) itself when it is missing:
-# only the comparison needs it.
+# python3-torch (PyTorch 1.13 on OpenBLAS, large) is for test_onnx_import.py; tools/compare.sh
+# installs it itself when it is missing.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

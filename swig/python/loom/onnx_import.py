@@ -1,0 +1,94 @@
+"""loom.onnx_import: ONNX models in, as loom ops (C++: src/io/onnx/import.h).
+
+    g = onnx_import.import_model("net.onnx", device)     # a path, bytes or an onnx.ModelProto
+    y, = g.forward([x])                                   # loom Tensors in, loom Tensors out
+    g.parameters()                                        # {name: Tensor}: the float initializers
+
+Everything that can be checked without running is checked at import: an unsupported op, opset,
+attribute or dtype, or a malformed file, is a loom.OnnxError naming the node ("[onnx] node
+'conv1' (Conv): ..."). `supported_ops()` is the importer's registry (never a hand-typed list).
+loom.sonnx builds ONNX's backend interface and SONNXModel on this module.
+"""
+import os
+
+from . import core, errors
+from .tensor import Tensor, _check_device
+
+__all__ = ["import_model", "import_problem", "supported_ops", "supported_op_ranges", "OnnxGraph", "model_bytes"]
+
+
+def model_bytes(model):
+    """The serialized ModelProto of `model`: a path, bytes, or an object with SerializeToString
+    (onnx.ModelProto)."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    if isinstance(model, (str, os.PathLike)):
+        with open(os.fspath(model), "rb") as f:
+            return f.read()
+    if hasattr(model, "SerializeToString"):
+        return model.SerializeToString()
+    raise errors.TypeError(f"[onnx] expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def supported_op_ranges():
+    """[(op_type, since_opset, until_opset)] from the importer's registry."""
+    return [tuple(r) for r in core.supported_onnx_op_range_list()]
+
+
+def supported_ops():
+    """The ONNX op types the importer implements (sorted), from its registry."""
+    return sorted({r[0] for r in supported_op_ranges()})
+
+
+def import_problem(model, device=None):
+    """Why `model` cannot be imported (the loom.OnnxError's message), or "" when it can."""
+    return core.onnx_import_problem_bytes(model_bytes(model), _check_device(device))
+
+
+class OnnxGraph:
+    """An imported ONNX graph: forward runs it with loom ops (eagerly, or captured in a graph)."""
+
+    def __init__(self, model, device=None):
+        self.device = _check_device(device)
+        self._impl = core.import_onnx_bytes(model_bytes(model), self.device)
+        # One Python handle per initializer, kept: optimizers key their state by the tensor.
+        self._initializers = [(name, t) for name, t in self._impl.initializers()]
+        self.input_infos = [tuple(i) for i in self._impl.input_infos()]
+        self.output_infos = [tuple(o) for o in self._impl.output_infos()]
+
+    @property
+    def input_names(self):
+        return [i[0] for i in self.input_infos]
+
+    @property
+    def output_names(self):
+        return [o[0] for o in self.output_infos]
+
+    @property
+    def opset(self):
+        return self._impl.opset()
+
+    def initializers(self):
+        """{name: Tensor}, every initializer in file order."""
+        return dict(self._initializers)
+
+    def parameters(self):
+        """{name: Tensor}, the trainable (float) initializers; BatchNormalization's running
+        statistics are state, not parameters."""
+        return {n: t for n, t in self._initializers if t.requires_grad}
+
+    def states(self):
+        """{name: Tensor}, the float initializers that do not train (running statistics)."""
+        return {n: t for n, t in self._initializers if not t.requires_grad and t.dtype in ("float32", "float64")}
+
+    def forward(self, inputs):
+        """Runs the graph on loom Tensors (in the order of input_names); a list of Tensors."""
+        for i, x in enumerate(inputs):
+            if not isinstance(x, Tensor):
+                raise errors.TypeError(f"[onnx] forward: input {i} must be a loom Tensor, got {type(x).__name__}")
+        return list(self._impl.forward(list(inputs)))
+
+
+def import_model(model, device=None):
+    """Imports `model` (a path, bytes or an onnx.ModelProto) onto `device` (default: the CPU)."""
+    return OnnxGraph(model, device)
