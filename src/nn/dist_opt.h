@@ -44,6 +44,10 @@ class DistOpt : public Optimizer {
   // The wrapped optimizer computes the rate and clips, after the all-reduce. Clipping by global
   // norm is refused: the norm would have to wait for every bucket's all-reduce.
   void SetSchedule(const Schedule& schedule) override { optimizer_->SetSchedule(schedule); }
+  void SetLearningRate(double lr) override {
+    Optimizer::SetLearningRate(lr);
+    optimizer_->SetLearningRate(lr);
+  }
   void SetGradClip(const GradClip& clip) override;
 
   // Every rank ends with root's values of `params` (start from the same weights).

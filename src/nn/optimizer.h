@@ -43,7 +43,8 @@ class Optimizer {
   void BackwardAndUpdate(const Tensor& loss, bool key_by_name = true);
 
   // The constant rate. With a schedule set, the schedule's rate overwrites it at every step.
-  void SetLearningRate(double lr);
+  // Virtual: a wrapper (DistOpt) hands it to the optimizer it wraps.
+  virtual void SetLearningRate(double lr);
   double learning_rate() const { return lr_; }
 
   // ---- schedules (nn/schedule.h). The step counter counts steps on each device from 0; the

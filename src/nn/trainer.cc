@@ -270,7 +270,9 @@ void Trainer::Log() {
   last_loss_ = r.loss_sum / double(r.losses);
   const double ms = steps > 0 ? 1e3 * secs / double(steps) : 0, items = secs > 0 ? double(steps * batch_) / secs : 0;
   const int64_t bpe = train_.batches_per_epoch();
-  const double lr = model_.optimizer().learning_rate();
+  // With a schedule the rate lives on the device (a host read here, at a log point, as the loss's).
+  Optimizer& opt = model_.optimizer();
+  const double lr = opt.schedule() ? opt.LearningRateTensor(dev_).Item() : opt.learning_rate();
   std::string fields = detail::Cat("epoch ", (step_ - 1) / bpe + 1, "  ", Fmt("%.1f ms/step", ms), "  ",
                                    Fmt("%.0f items/s", items), "  loss ", Fmt("%.4f", last_loss_), "  lr ",
                                    Fmt("%g", lr));

@@ -273,6 +273,19 @@ TEST(DistGraph, WithoutOverlapAllReducesComeAfterTheBackward) {
   });
 }
 
+// SetLearningRate on a DistOpt reaches the optimizer it wraps (which reads its own rate).
+TEST(DistOptRate, SetLearningRateReachesTheWrappedOptimizer) {
+  auto errors = RunInProcRanks(1, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    auto sgd = std::make_shared<nn::SGD>(0.05, 0.9);
+    nn::DistOpt opt(sgd, comm);
+    nn::Optimizer& base = opt;  // as loom-cnn's --lr-drop and the trainer hold it
+    base.SetLearningRate(0.005);
+    EXPECT_EQ(sgd->learning_rate(), 0.005);
+    EXPECT_EQ(opt.learning_rate(), 0.005);
+  });
+  for (auto& e : errors) EXPECT_FALSE(e);
+}
+
 // ---- failures end every rank with a typed error ----
 
 TEST(DistFailure, RanksThatCapturedDifferentGraphsAllRaiseGraphError) {

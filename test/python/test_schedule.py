@@ -239,3 +239,16 @@ def test_dist_opt_hands_schedule_and_value_clipping_to_its_optimizer(dev):
         dist.apply("w", w, g)
     # rates 0.2, 0.1; gradient clamped to (0.25, -0.1)
     np.testing.assert_allclose(w.to_numpy(), [-(0.2 + 0.1) * 0.25, (0.2 + 0.1) * 0.1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls", ["SGD", "Adam"])
+def test_singa_form_scheduler_as_the_rate(dev, cls):
+    """SINGA's opt.SGD(lr=opt.ExponentialDecay(...)): the scheduler is the optimizer's schedule."""
+    s = opt.ExponentialDecay(0.5, 2, 0.5, staircase=True)
+    o = getattr(opt, cls)(lr=s)
+    w = tensor.from_numpy(np.ones(2), dev)
+    g = tensor.from_numpy(np.ones(2), dev)
+    for k in range(5):
+        o.apply("w", w, g)
+        assert schedule.current_lr(o, dev) == s.value_at(k) == 0.5 * 0.5 ** (k // 2)
+    assert schedule.schedule_step(o, dev) == 5

@@ -17,6 +17,7 @@ import numbers
 
 from . import core, errors
 from .schedule import *  # noqa: F401,F403  SINGA's opt.DecayScheduler, opt.Constant, opt.ExponentialDecay, ...
+from .schedule import set_schedule as _set_schedule
 
 
 class Optimizer:
@@ -238,6 +239,15 @@ class Optimizer:
         return f"{type(self).__name__}(lr={self.lr:g})"
 
 
+def _rate_and_scheduler(lr):
+    """SINGA's opt.SGD(lr=opt.ExponentialDecay(...)): a scheduler for the rate gives its step-0
+    value as the constant rate and is set as the optimizer's schedule (loom.schedule: evaluated
+    on the device from its step counter, so graph replays follow it)."""
+    if isinstance(lr, DecayScheduler):
+        return lr.init_value, lr
+    return lr, None
+
+
 class SGD(Optimizer):
     """SGD with momentum, dampening, L2 weight decay and Nesterov momentum, in SINGA's positional
     order. Per parameter p with gradient g (v starts at zero):
@@ -251,9 +261,12 @@ class SGD(Optimizer):
 
     def __init__(self, lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, dtype="float32"):
         _check_float_dtype("SGD", dtype)
+        lr, scheduler = _rate_and_scheduler(lr)
         super().__init__(core.SGD(_number("SGD", "lr", lr), _number("SGD", "momentum", momentum),
                                   _number("SGD", "weight_decay", weight_decay), bool(nesterov),
                                   _number("SGD", "dampening", dampening)))
+        if scheduler is not None:
+            _set_schedule(self, scheduler)
 
 
 class Adam(Optimizer):
@@ -267,8 +280,11 @@ class Adam(Optimizer):
     def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, dtype="float32",
                  decoupled=False):
         _check_float_dtype("Adam", dtype)
+        lr, scheduler = _rate_and_scheduler(lr)
         super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
                                    bool(decoupled)))
+        if scheduler is not None:
+            _set_schedule(self, scheduler)
 
     def steps_taken(self, device):
         """Completed steps on `device`, replays included (a host read)."""

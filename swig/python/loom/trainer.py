@@ -280,6 +280,9 @@ class Trainer:
     def _lr(self):
         """The optimizer's learning rate as the host knows it (NaN when it does not say)."""
         o = self.model.optimizer
+        impl = getattr(o, "_impl", None)
+        if impl is not None and impl.has_schedule():  # the rate lives on the device: a host read, at a log point
+            return float(impl.current_learning_rate(self.device))
         lr = getattr(o, "lr", None)  # loom.opt's optimizers
         if lr is None and getattr(o, "_impl", None) is not None:
             lr = o._impl.learning_rate()
