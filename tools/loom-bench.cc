@@ -854,9 +854,10 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
   Flags unbudgeted = f;
   unbudgeted.budget_fraction = 0;
   struct Run { Mode mode; const Flags* flags; const char* file; loom::GraphStats* stats; };
-  std::vector<Run> runs = {{Mode::kGraphDynamic, &unbudgeted, "/dynamic.csv", &dyn},
-                           {Mode::kGraphPlanned, &unbudgeted, "/planned.csv", &plan}};
-  if (f.budget_fraction > 0) runs.push_back({Mode::kGraphPlanned, &f, "/budgeted.csv", &budgeted});
+  std::vector<Run> runs;
+  runs.push_back(Run{Mode::kGraphDynamic, &unbudgeted, "/dynamic.csv", &dyn});
+  runs.push_back(Run{Mode::kGraphPlanned, &unbudgeted, "/planned.csv", &plan});
+  if (f.budget_fraction > 0) runs.push_back(Run{Mode::kGraphPlanned, &f, "/budgeted.csv", &budgeted});
   for (const Run& run : runs) {
     Session s = NewSession(*run.flags, spec, batch, run.mode, dev, data);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();  // capture + first replay

@@ -59,12 +59,21 @@ double JsonNumber(const std::string& out, const std::string& key) {
   if (!MpiBuilt()) GTEST_SKIP() << "loom was built without MPI, so --dist cannot run (test_comm_mpi_NOT_FOUND " \
                                    "says what to install)"
 
+// A sanitizer build folder (tools/test.sh asan, tsan) makes the test executables and loom-bench
+// only, without the Python module: the launcher and the example programs are not there. Those
+// tests run in the release build (the cpp stage); here they say why they skip.
+#define SKIP_WITHOUT_PROGRAMS(program)                                                                            \
+  if (::access(ProgramPath("python/loom/launch.py").c_str(), F_OK) != 0 || !ProgramBuilt(ProgramPath(program))) \
+  GTEST_SKIP() << program << " or the launcher (python/loom/launch.py) is not built in this build folder "       \
+               << "(a sanitizer build makes only the tests and loom-bench; the release build runs this test)"
+
 // 2 ranks at global batch 32 take the steps of 1 rank at batch 32: the first loss is the same
 // global batch's (the shards are the right rows), the last one is the same training (gradients
 // averaged, not summed), to float32's rounding of the sums in another order; in eager mode and
 // in serial and parallel replay (buckets all-reduced during backward).
 TEST(DistPrograms, MlpTwoRanksTrainLikeOneRank) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-mlp");
   for (const std::string mode : {"", "--graph", "--graph --parallel"}) {
     const std::string args = "--batch 32 --steps 8 --lr 0.05 --print-every 4 --json " + mode;
     const ProgramRun one = RunProgram(ProgramPath("loom-mlp"), "--threads 1 " + args);
@@ -87,6 +96,7 @@ TEST(DistPrograms, MlpTwoRanksTrainLikeOneRank) {
 // eager and replay agree (DESIGN.md invariant 5), and the ranks end with the same parameters.
 TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-cnn");
   const std::string args = "--dist --batch 16 --steps 4 --lr 0.01 --json";
   const ProgramRun eager = LaunchTwo("loom-cnn", args + " --eager");
   const ProgramRun graph = LaunchTwo("loom-cnn", args + " --graph");
@@ -102,6 +112,7 @@ TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
 // A global batch that does not divide between the ranks is refused, naming both.
 TEST(DistPrograms, IndivisibleBatchIsRefused) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-mlp");
   const ProgramRun r = LaunchTwo("loom-mlp", "--dist --batch 33 --steps 2");
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_TRUE(Has(r.out, "[loom-mlp] --dist: the global batch 33 does not divide into 2 ranks")) << r.out;
@@ -154,6 +165,7 @@ TEST(DistPrograms, BenchSimulatedRanksReportTheModelledCommunication) {
 // loom-bench --dist on 2 ranks: each mode compute-only and over MPI, reported by rank 0 alone.
 TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
   SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-bench");
   const ProgramRun r = LaunchTwo("loom-bench", "--model mlp --mode eager,graph-parallel --dist --batch 32 --steps 3 "
                                                "--warmup 1 --peak-gflops 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
