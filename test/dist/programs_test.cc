@@ -141,6 +141,9 @@ std::string JsonText(const std::string& line, const std::string& key) {
 // numbers for the graph's buckets (no clock is read): the MLP's gradients, each padded to 64
 // bytes, in a 1 MiB first bucket and one more.
 TEST(DistPrograms, BenchSimulatedRanksReportTheModelledCommunication) {
+  if (!ProgramBuilt(ProgramPath("loom-bench")))
+    GTEST_SKIP() << "loom-bench is not built in this build folder (the tsan stage builds only the tests; the "
+                 << "release build runs this test)";
   const ProgramRun r =
       RunProgram(ProgramPath("loom-bench"), "--model mlp --mode graph-parallel --simulate-ranks 1,4 --link-gbps 10 "
                                             "--latency-us 5 --steps 3 --warmup 1 --threads 1 --peak-gflops 1 --json");
