@@ -93,15 +93,16 @@ class Finetune(sonnx.SONNXModel):
         return out, loss
 
 
-def finetune(dev, model, use_graph, steps=20):
+def finetune(dev, model, use_graph, steps=20, batch=data, lr=0.05):
+    """`steps` SGD steps of the imported `model` over four batches `batch(seed=...)` in turn."""
     m = Finetune(model, dev)
-    m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
-    x0, y0 = data(seed=1)
+    m.set_optimizer(opt.SGD(lr=lr, momentum=0.9))
+    x0, y0 = batch(seed=1)
     x, y = tensor.from_numpy(x0, dev), tensor.from_numpy(y0, dev)
     m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
     losses = []
     for i in range(steps):
-        xb, yb = data(seed=100 + i % 4)
+        xb, yb = batch(seed=100 + i % 4)
         x.copy_from_numpy(xb)
         y.copy_from_numpy(yb)
         _, loss = m.train_one_batch(x, y)
