@@ -39,11 +39,13 @@ std::vector<Tensor> StepMonitor::Step(const std::vector<Tensor>& in) {
 }
 
 void StepMonitor::Record(const Tensor& loss) {
-  LOOM_CHECK(loss.defined() && loss.ndim() == 0 && IsFloating(loss.dtype()), ShapeError,
+  // A scalar, or one value of another shape: SINGA's losses are (1,) (Note [Loss shape] in
+  // swig/python/loom/autograd.py).
+  LOOM_CHECK(loss.defined() && loss.numel() == 1 && IsFloating(loss.dtype()), ShapeError,
              "[step_monitor] the loss must be a floating-point scalar, got ",
              loss.defined() ? loss.Describe() : "none");
   NoGradGuard no_grad;
-  Tensor l = loss.Detach();
+  Tensor l = loss.ndim() == 0 ? loss.Detach() : ops::Reshape(loss.Detach(), {});
   if (use_graph_) {
     if (!step_)
       step_ = std::make_unique<CapturedStep>(

@@ -74,7 +74,7 @@ def test_softmax_cross_entropy_with_class_indices(dev):
     x = t64(logits, dev)
     loss = ag.softmax_cross_entropy(x, tensor.from_numpy(labels, dev))
     p = softmax_np(logits)
-    assert loss.shape == ()
+    assert loss.shape == (1,)
     assert loss.item() == pytest.approx(-np.log(p[np.arange(5), labels]).mean(), rel=1e-10)
     onehot = np.eye(4)[labels]
     np.testing.assert_allclose(grads_of(loss, [x])[0], (p - onehot) / 5, rtol=1e-8)
@@ -83,11 +83,12 @@ def test_softmax_cross_entropy_with_class_indices(dev):
 def test_softmax_cross_entropy_with_one_hot_targets(dev):
     logits, target = RNG.normal(size=(4, 3)), np.eye(3)[[0, 2, 1, 2]]
     check_op(dev, lambda x, t: ag.softmax_cross_entropy(x, t),
-             lambda x, t: -(t * np.log(softmax_np(x))).sum(axis=1).mean(), [logits, target], grad_args=[0])
+             lambda x, t: np.reshape(-(t * np.log(softmax_np(x))).sum(axis=1).mean(), (1,)), [logits, target],
+             grad_args=[0])
 
 
 def test_mse_loss(dev):
-    check_op(dev, ag.mse_loss, lambda a, b: ((a - b) ** 2).mean(), [RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3))])
+    check_op(dev, ag.mse_loss, lambda a, b: np.reshape(((a - b) ** 2).mean(), (1,)), [RNG.normal(size=(4, 3)), RNG.normal(size=(4, 3))])
 
 
 def test_arithmetic_and_reductions(dev):

@@ -413,7 +413,7 @@ def test_autograd_cross_entropy(dev):
     p /= p.sum(1, keepdims=True)
     t = np.eye(4)[[2, 0, 1]]
     loss = autograd.cross_entropy(tensor.from_numpy(p, dev), tensor.from_numpy(t, dev))
-    assert loss.shape == () and loss.item() == pytest.approx(-(t * np.log(p)).sum() / 3, rel=1e-10)
+    assert loss.shape == (1,) and loss.item() == pytest.approx(-(t * np.log(p)).sum() / 3, rel=1e-10)
 
 
 # ---- layers written in Python the SINGA way: initialize(x) and Tensor attributes ----

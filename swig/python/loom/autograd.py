@@ -31,7 +31,29 @@ def _op_functions():
 # The op functions themselves (one C call, no Python in between). The definitions below replace
 # the few whose SINGA spelling takes other arguments (numbers, None, axis=None, pairs).
 globals().update(_op_functions())
-from .core import mse_loss, sum_to  # noqa: E402,F401  (core/ops.h functions made of other ops)
+from .core import sum_to  # noqa: E402,F401  (a core/ops.h function made of other ops)
+
+
+# ---- losses: SINGA's shape (1,) ----
+# Note [Loss shape]: loom's C++ losses are 0-d (shape ()), SINGA's autograd losses are (1,). The
+# functions here return a (1,) view of the C++ loss (a reshape: no copy, and backward from it
+# seeds the 0-d loss with the same single value), so a SINGA script's loss.shape, indexing
+# (loss[0]) and tensor.to_numpy(loss) see what they see in SINGA.
+
+def _loss(y):
+    return core.reshape(y, (1,))
+
+
+def softmax_cross_entropy(x, t):
+    """The mean over the batch of the cross-entropy of softmax(x) (N, C) against t, class indices
+    (N) (int32/int64) or probabilities (N, C); shape (1,)."""
+    return _loss(core.softmax_cross_entropy(x, t))
+
+
+def mse_loss(x, t):
+    """The mean over all elements of (x - t)^2; shape (1,)."""
+    return _loss(core.mse_loss(x, t))
+
 
 mse = mse_loss  # the registered op's name
 
@@ -714,12 +736,25 @@ def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
 
 def cross_entropy(y, t):
     """SINGA's cross_entropy: -sum(t * log(y)) / N for probabilities y (N, C) (a softmax's output)
-    and targets t of the same shape; shape () as loom's other losses."""
+    and targets t of the same shape; shape (1,) (Note [Loss shape])."""
     if y.ndim != 2 or y.shape != t.shape:
         raise errors.ShapeError(f"[cross_entropy] expects probabilities (N, C) and targets of the same shape, got "
                                 f"{y.describe()} and {t.describe()}")
     total = core.sum(core.mul(t, core.log(y)), (), False)
-    return core.div_scalar(core.neg(total), float(y.shape[0]))
+    return _loss(core.div_scalar(core.neg(total), float(y.shape[0])))
+
+
+def binary_cross_entropy(x, t, eps=1e-4):
+    """SINGA's binary_cross_entropy: -sum(t log(x + eps) + (1 - t) log(1 - x + eps)) / N for
+    probabilities x (N, ...) (a sigmoid's output) and targets t of the same shape, N = x.shape[0];
+    eps keeps log finite at 0 and 1 as SINGA's does. Shape (1,) (Note [Loss shape])."""
+    if x.ndim < 1 or x.shape != t.shape:
+        raise errors.ShapeError(f"[binary_cross_entropy] expects probabilities (N, ...) and targets of the same "
+                                f"shape, got {x.describe()} and {t.describe()}")
+    pos = core.mul(t, core.log(core.add_scalar(x, float(eps))))
+    neg = core.mul(core.rsub_scalar(t, 1.0), core.log(core.rsub_scalar(x, 1.0 + float(eps))))
+    total = core.sum(core.add(pos, neg), (), False)
+    return _loss(core.div_scalar(core.neg(total), float(x.shape[0])))
 
 
 def nonzero(x):
@@ -797,8 +832,8 @@ _CLASS_FORMS = {
     "Gemm": gemm, "Shape": shape, "ConstantOfShape": constant_of_shape, "NonZero": nonzero,
     "ScatterElements": scatter_elements, "CosSim": cossim, "Cast": cast, "Dropout": dropout,
     "SoftMax": lambda x, axis=1: core.softmax(x, axis),  # SINGA's default axis
-    "SoftMaxCrossEntropy": lambda x, t: core.softmax_cross_entropy(x, t),
-    "MeanSquareError": lambda x, t: core.mse_loss(x, t), "CrossEntropy": cross_entropy,
+    "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": mse_loss, "CrossEntropy": cross_entropy,
+    "BinaryCrossEntropy": binary_cross_entropy,
     "AddBias": _add_bias_axis, "Concat": _concat,
     "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
     "ReduceMean": lambda x, axes=None, keepdims=1: core.mean(x, _axes(axes), bool(keepdims)),

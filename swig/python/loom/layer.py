@@ -731,7 +731,7 @@ class SoftMaxCrossEntropy(Layer):
 
     def forward(self, x, t):
         _check_pair("SoftMaxCrossEntropy", x, t)
-        return core.reshape(autograd.softmax_cross_entropy(x, t), (1,))
+        return autograd.softmax_cross_entropy(x, t)
 
 
 class MeanSquareError(Layer):
@@ -742,7 +742,7 @@ class MeanSquareError(Layer):
         _check_pair("MeanSquareError", x, t)
         if x.shape != t.shape:
             raise errors.ShapeError(f"[MeanSquareError] input {x.describe()} and target {t.describe()} differ in shape")
-        return core.reshape(autograd.mse_loss(x, t), (1,))
+        return autograd.mse_loss(x, t)
 
 
 class CrossEntropy(Layer):
@@ -754,7 +754,7 @@ class CrossEntropy(Layer):
         if x.ndim != 2 or x.shape != t.shape:
             raise errors.ShapeError(f"[CrossEntropy] expects probabilities (N, C) and targets of the same shape, "
                                     f"got {x.describe()} and {t.describe()}")
-        return core.reshape(autograd.cross_entropy(x, t), (1,))
+        return autograd.cross_entropy(x, t)
 
 
 class Add(Layer):
