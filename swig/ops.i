@@ -85,6 +85,7 @@ static loom::Attrs ToAttrs(PyObject* dict) {
 %ignore loom::ops::Conv2d;
 %ignore loom::ops::MaxPool2d;
 %ignore loom::ops::AvgPool2d;
+%ignore loom::PaddingEnd;
 %include "core/ops_cnn.h"
 // Exceptions to the naming rule, which would write conv_2d: the registered ops' names.
 %rename(conv2d) loom_py::conv2d;
@@ -95,28 +96,34 @@ static loom::Attrs ToAttrs(PyObject* dict) {
 namespace loom_py {
 loom::Tensor conv2d(const loom::Tensor& x, const loom::Tensor& w, const loom::Tensor& bias,
                     const std::vector<int64_t>& stride, const std::vector<int64_t>& padding,
-                    const std::vector<int64_t>& dilation, int64_t groups) {
+                    const std::vector<int64_t>& dilation, int64_t groups,
+                    const std::vector<int64_t>& padding_end = std::vector<int64_t>()) {
   loom::ops::Conv2dOptions o;
   o.stride = stride;
   o.padding = padding;
   o.dilation = dilation;
   o.groups = groups;
+  o.padding_end = padding_end;  // Note [Asymmetric padding]; empty: as padding
   return loom::ops::Conv2d(x, w, bias, o);
 }
 loom::Tensor max_pool2d(const loom::Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                        const std::vector<int64_t>& padding) {
+                        const std::vector<int64_t>& padding,
+                        const std::vector<int64_t>& padding_end = std::vector<int64_t>()) {
   loom::ops::Pool2dOptions o;
   o.kernel = kernel;
   o.stride = stride;
   o.padding = padding;
+  o.padding_end = padding_end;
   return loom::ops::MaxPool2d(x, o);
 }
 loom::Tensor avg_pool2d(const loom::Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                        const std::vector<int64_t>& padding, bool count_include_pad) {
+                        const std::vector<int64_t>& padding, bool count_include_pad,
+                        const std::vector<int64_t>& padding_end = std::vector<int64_t>()) {
   loom::ops::Pool2dOptions o;
   o.kernel = kernel;
   o.stride = stride;
   o.padding = padding;
+  o.padding_end = padding_end;
   o.count_include_pad = count_include_pad;
   return loom::ops::AvgPool2d(x, o);
 }

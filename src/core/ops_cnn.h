@@ -9,17 +9,32 @@
 #include "core/op.h"
 
 namespace loom {
+
+// Note [Asymmetric padding]
+// Convolution and pooling pad each spatial axis at its beginning (top, left: the attribute
+// "padding", (ph, pw)) and at its end (bottom, right: "padding_end", (ph_end, pw_end)). A record
+// without "padding_end" pads both ends equally, so symmetric records, and everything keyed on
+// them, are as before. ONNX's pads, SINGA's odd_padding and pad_mode SAME_UPPER/SAME_LOWER with
+// an odd total need the two to differ. Kernels index the input from the beginning padding only;
+// the end padding enters through the output size (OH = (H + ph + ph_end - ...) / sh + 1), so a
+// kernel that clips windows to the image needs nothing more. cuDNN pads symmetrically only: the
+// CUDA convolution pads such an input explicitly (device/cuda/cudnn.cc).
+inline const std::vector<int64_t>& PaddingEnd(const Attrs& a) {
+  return a.Has("padding_end") ? a.Ints("padding_end") : a.Ints("padding");
+}
+
 namespace ops {
 
 // ---- convolution (src/core/ops/conv.cc) ----
 struct Conv2dOptions {
   std::vector<int64_t> stride{1, 1};    // (sh, sw)
-  std::vector<int64_t> padding{0, 0};   // (ph, pw), zeros on both sides
+  std::vector<int64_t> padding{0, 0};   // (ph, pw), zeros before each axis (top, left)
   std::vector<int64_t> dilation{1, 1};  // (dh, dw)
   int64_t groups = 1;
+  std::vector<int64_t> padding_end{};   // (ph_end, pw_end) after (bottom, right); empty: = padding
 };
 // x: (N, C, H, W), w: (O, C/groups, KH, KW), bias: (O) or undefined -> (N, O, OH, OW) with
-// OH = (H + 2 ph - dh (KH - 1) - 1) / sh + 1, and OW likewise.
+// OH = (H + ph + ph_end - dh (KH - 1) - 1) / sh + 1, and OW likewise (Note [Asymmetric padding]).
 Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
               const Conv2dOptions& opt = Conv2dOptions());
 
@@ -27,11 +42,13 @@ Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias = Tensor(),
 struct Pool2dOptions {
   std::vector<int64_t> kernel{2, 2};   // (kh, kw)
   std::vector<int64_t> stride{};       // (sh, sw); empty: the kernel size
-  std::vector<int64_t> padding{0, 0};  // (ph, pw), at most half the kernel
+  std::vector<int64_t> padding{0, 0};  // (ph, pw) before each axis, at most half the kernel
   bool count_include_pad = true;       // avg_pool2d only: divide by kh * kw even at borders
+  std::vector<int64_t> padding_end{};  // (ph_end, pw_end) after, at most half the kernel; empty: = padding
 };
-// x: (N, C, H, W) -> (N, C, OH, OW), OH = (H + 2 ph - kh) / sh + 1 (floor). Padding never wins
-// the max; the gradient goes to the first maximum of each window.
+// x: (N, C, H, W) -> (N, C, OH, OW), OH = (H + ph + ph_end - kh) / sh + 1 (floor; Note
+// [Asymmetric padding]). Padding never wins the max; the gradient goes to the first maximum of
+// each window.
 Tensor MaxPool2d(const Tensor& x, const Pool2dOptions& opt = Pool2dOptions());
 Tensor AvgPool2d(const Tensor& x, const Pool2dOptions& opt = Pool2dOptions());
 // x: (N, C, H, W) -> (N, C), the mean over H and W.

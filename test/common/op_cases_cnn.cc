@@ -18,10 +18,14 @@ struct Conv {
   int64_t groups = 1;
   bool bias = false;
 
-  Attrs attrs() const { return Attrs{{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}}; }
+  Attrs attrs() const {
+    Attrs a{{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}};
+    if (!padding_end.empty()) a.Set("padding_end", padding_end);
+    return a;
+  }
   std::string Name() const {
-    return "x" + S(x) + " w" + S(w) + " s" + S(stride) + " p" + S(padding) + " d" + S(dilation) + " g" +
-           std::to_string(groups);
+    return "x" + S(x) + " w" + S(w) + " s" + S(stride) + " p" + S(padding) +
+           (padding_end.empty() ? "" : " pe" + S(padding_end)) + " d" + S(dilation) + " g" + std::to_string(groups);
   }
   Shape y(DType dt) const { return OutShape("conv2d", {{x, dt}, {w, dt}}, attrs()); }
   // float32 rows of the larger geometries sum a few hundred products (forward, input gradient)
@@ -32,6 +36,8 @@ struct Conv {
     c.Tol(tol, tol);
   }
   bool large = false;
+  // Note [Asymmetric padding] in core/ops_cnn.h; empty: as padding
+  std::vector<int64_t> padding_end{};
 };
 
 void ConvForward(Table& t, const Conv& k, DType dt, bool with_bias) {
@@ -71,6 +77,13 @@ void AddConv(Table& t) {
       {{2, 4, 3, 3}, {4, 2, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2},            // 1x1 direct, grouped
       {{1, 3, 5, 5}, {2, 3, 1, 1}, {2, 2}},                               // strided 1x1: im2col
       {{1, 3, 3, 3}, {2, 3, 1, 1}, {1, 1}, {1, 1}},                       // padded 1x1: im2col
+      // Asymmetric padding (Note [Asymmetric padding] in core/ops_cnn.h): SAME_UPPER and
+      // SAME_LOWER of a 3x3 stride 2 (odd total on W), a 1x1 padded at the end only (not the
+      // direct path), and odd_padding with groups and per-axis strides.
+      {{1, 2, 5, 6}, {3, 2, 3, 3}, {2, 2}, {1, 0}, {1, 1}, 1, true, false, {1, 1}},
+      {{1, 2, 5, 6}, {3, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 1, false, false, {1, 0}},
+      {{1, 3, 4, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true, false, {1, 1}},
+      {{1, 4, 6, 5}, {4, 2, 3, 2}, {1, 2}, {2, 0}, {1, 1}, 2, false, false, {0, 1}},
   };
   // Larger geometries, forward and the three gradient ops: every chunking path of the im2col
   // kernels (images per chunk of about 1024 GEMM columns, chunks split across the pool when each
@@ -100,6 +113,8 @@ void AddConv(Table& t) {
       {{2, 3, 9, 8}, {5, 3, 3, 3}, {2, 1}, {1, 2}, {2, 1}, 1, true},
       {{3, 4, 6, 5}, {6, 2, 3, 3}, {1, 2}, {1, 1}, {1, 1}, 2, true},
       {{2, 8, 4, 4}, {3, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},
+      {{2, 8, 8, 8}, {16, 8, 3, 3}, {2, 2}, {0, 0}, {1, 1}, 1, true, false, {1, 1}},   // SAME_UPPER, oneDNN
+      {{3, 4, 6, 7}, {8, 4, 2, 2}, {1, 1}, {1, 1}, {1, 1}, 1, false, false, {0, 0}},  // SAME_LOWER, k 2
   };
   for (DType dt : kFloats) {
     for (const Conv& k : small) ConvForward(t, k, dt, k.bias);
@@ -133,9 +148,17 @@ void AddConv(Table& t) {
 struct Pool {
   Shape x;
   std::vector<int64_t> kernel, stride, padding{0, 0};
+  std::vector<int64_t> padding_end{};  // Note [Asymmetric padding] in core/ops_cnn.h; empty: as padding
 
-  Attrs attrs() const { return Attrs{{"kernel", kernel}, {"stride", stride.empty() ? kernel : stride}, {"padding", padding}}; }
-  std::string Name() const { return "x" + S(x) + " k" + S(kernel) + " s" + S(stride) + " p" + S(padding); }
+  Attrs attrs() const {
+    Attrs a{{"kernel", kernel}, {"stride", stride.empty() ? kernel : stride}, {"padding", padding}};
+    if (!padding_end.empty()) a.Set("padding_end", padding_end);
+    return a;
+  }
+  std::string Name() const {
+    return "x" + S(x) + " k" + S(kernel) + " s" + S(stride) + " p" + S(padding) +
+           (padding_end.empty() ? "" : " pe" + S(padding_end));
+  }
 };
 
 void AddPool(Table& t) {
@@ -145,7 +168,13 @@ void AddPool(Table& t) {
                                    {{1, 2, 5, 6}, {3, 3}, {2, 2}, {1, 1}},
                                    {{2, 2, 7, 5}, {3, 2}, {2, 1}, {1, 0}},
                                    {{1, 1, 5, 5}, {3, 3}, {1, 1}, {1, 1}},
-                                   {{1, 2, 3, 3}, {3, 3}, {}}};
+                                   {{1, 2, 3, 3}, {3, 3}, {}},
+                                   // asymmetric padding: SAME_UPPER k2 s1, SAME_LOWER and
+                                   // SAME_UPPER k3 s2 (odd totals), odd_padding
+                                   {{1, 2, 5, 6}, {2, 2}, {1, 1}, {0, 0}, {1, 1}},
+                                   {{2, 2, 6, 6}, {3, 3}, {2, 2}, {1, 1}, {0, 0}},
+                                   {{2, 2, 6, 6}, {3, 3}, {2, 2}, {0, 0}, {1, 1}},
+                                   {{1, 3, 5, 7}, {3, 2}, {1, 2}, {0, 1}, {1, 0}}};
   // Values on a grid of 0.5: ties, where the first maximum takes the gradient; and the gradient
   // ops straight.
   // The last four are wide enough for the CPU's vector path (Note [Max pooling in vectors] in
@@ -157,7 +186,9 @@ void AddPool(Table& t) {
                                   {{2, 3, 6, 36}, {2, 2}, {2, 2}},
                                   {{1, 2, 7, 40}, {3, 3}, {2, 2}, {1, 1}},
                                   {{1, 2, 5, 20}, {3, 3}, {1, 1}, {1, 1}},
-                                  {{2, 2, 8, 16}, {2, 2}, {2, 2}}};
+                                  {{2, 2, 8, 16}, {2, 2}, {2, 2}},
+                                  {{1, 2, 7, 40}, {3, 3}, {2, 2}, {0, 0}, {1, 1}},  // vector path, end padded
+                                  {{1, 2, 6, 6}, {3, 3}, {2, 2}, {1, 1}, {0, 0}}};
   for (DType dt : kFloats) {
     for (const Pool& k : small) {
       t.Add("max_pool2d", k.Name(), dt, ref::MaxPool2d).In(Uniform(k.x)).Exact().attrs = k.attrs();

@@ -22,13 +22,13 @@ Shape ShapeAttr(const Attrs& a, const char* key) {
 // A convolution's geometry: x (N, C, H, W), w (O, C/groups, KH, KW) -> y (N, O, OH, OW).
 struct Conv {
   Shape x, w, y;
-  std::vector<int64_t> stride, pad, dil;
+  std::vector<int64_t> stride, pad, pad_end, dil;
   int64_t groups;
   Conv(const Attrs& a, Shape xs, Shape ws)
       : x(std::move(xs)), w(std::move(ws)), stride(Pair(a, "stride", {1, 1})), pad(Pair(a, "padding", {0, 0})),
-        dil(Pair(a, "dilation", {1, 1})), groups(a.Int("groups", 1)) {
-    int64_t oh = (x[2] + 2 * pad[0] - dil[0] * (w[2] - 1) - 1) / stride[0] + 1;
-    int64_t ow = (x[3] + 2 * pad[1] - dil[1] * (w[3] - 1) - 1) / stride[1] + 1;
+        pad_end(Pair(a, "padding_end", pad)), dil(Pair(a, "dilation", {1, 1})), groups(a.Int("groups", 1)) {
+    int64_t oh = (x[2] + pad[0] + pad_end[0] - dil[0] * (w[2] - 1) - 1) / stride[0] + 1;
+    int64_t ow = (x[3] + pad[1] + pad_end[1] - dil[1] * (w[3] - 1) - 1) / stride[1] + 1;
     y = {x[0], w[0], oh, ow};
   }
   // f(x index, w index, y index) for every product of the definition
@@ -57,11 +57,22 @@ struct Conv {
 // A pooling geometry: x (N, C, H, W) -> y (N, C, OH, OW), windows of kernel (kh, kw).
 struct Pool {
   Shape x, y;
-  int64_t kh, kw, sh, sw, ph, pw;
+  int64_t kh, kw, sh, sw, ph, pw, peh, pew;
   Pool(const Attrs& a, Shape xs) : x(std::move(xs)) {
     std::vector<int64_t> k = a.Ints("kernel"), s = Pair(a, "stride", k), p = Pair(a, "padding", {0, 0});
-    kh = k[0], kw = k[1], sh = s[0], sw = s[1], ph = p[0], pw = p[1];
-    y = {x[0], x[1], (x[2] + 2 * ph - kh) / sh + 1, (x[3] + 2 * pw - kw) / sw + 1};
+    std::vector<int64_t> pe = Pair(a, "padding_end", p);
+    kh = k[0], kw = k[1], sh = s[0], sw = s[1], ph = p[0], pw = p[1], peh = pe[0], pew = pe[1];
+    y = {x[0], x[1], (x[2] + ph + peh - kh) / sh + 1, (x[3] + pw + pew - kw) / sw + 1};
+  }
+  // The positions of the window of output (i, j) inside the padded image, padding included.
+  int64_t PaddedWindow(int64_t i, int64_t j) const {
+    int64_t count = 0;
+    for (int64_t a = 0; a < kh; ++a)
+      for (int64_t b = 0; b < kw; ++b) {
+        int64_t yy = i * sh - ph + a, xx = j * sw - pw + b;
+        count += yy >= -ph && yy < x[2] + peh && xx >= -pw && xx < x[3] + pew;
+      }
+    return count;
   }
   // f(plane, output index in the plane, the window's pixel indices in the plane, row-major)
   template <typename F>
@@ -187,9 +198,10 @@ std::vector<HostTensor> MaxPool2dGrad(const RefArgs& a) {
 }
 
 namespace {
-// The divisor of a window: kh kw with count_include_pad, else its pixels inside the image.
-double WindowCount(const Attrs& a, const Pool& g, const std::vector<int64_t>& pixels) {
-  return a.Int("count_include_pad", 1) ? double(g.kh * g.kw) : double(pixels.size());
+// The divisor of window `out`: with count_include_pad its positions inside the padded image,
+// else its pixels inside the image.
+double WindowCount(const Attrs& a, const Pool& g, int64_t out, const std::vector<int64_t>& pixels) {
+  return a.Int("count_include_pad", 1) ? double(g.PaddedWindow(out / g.y[3], out % g.y[3])) : double(pixels.size());
 }
 }  // namespace
 
@@ -199,7 +211,7 @@ std::vector<HostTensor> AvgPool2d(const RefArgs& a) {
   g.ForEachWindow([&](int64_t plane, int64_t out, const std::vector<int64_t>& pixels) {
     double s = 0;
     for (int64_t p : pixels) s += a.in[0].v[size_t(plane * g.PlaneIn() + p)];
-    y.v[size_t(plane * g.PlaneOut() + out)] = s / WindowCount(a.attrs, g, pixels);
+    y.v[size_t(plane * g.PlaneOut() + out)] = s / WindowCount(a.attrs, g, out, pixels);
   });
   return {y};
 }
@@ -209,7 +221,7 @@ std::vector<HostTensor> AvgPool2dGrad(const RefArgs& a) {
   Pool g(a.attrs, ShapeAttr(a.attrs, "x_shape"));
   HostTensor dx(g.x);
   g.ForEachWindow([&](int64_t plane, int64_t out, const std::vector<int64_t>& pixels) {
-    double share = a.in[0].v[size_t(plane * g.PlaneOut() + out)] / WindowCount(a.attrs, g, pixels);
+    double share = a.in[0].v[size_t(plane * g.PlaneOut() + out)] / WindowCount(a.attrs, g, out, pixels);
     for (int64_t p : pixels) dx.v[size_t(plane * g.PlaneIn() + p)] += share;
   });
   return {dx};

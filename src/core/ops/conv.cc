@@ -1,6 +1,7 @@
 // 2-D convolution (NCHW) with stride, zero padding, dilation and groups, and its gradients as
 // three ops of their own. Attributes, shared by all four ops:
-//   stride (sh, sw), padding (ph, pw), dilation (dh, dw), groups
+//   stride (sh, sw), padding (ph, pw), dilation (dh, dw), groups, and optionally padding_end
+//   (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h)
 // and, on the gradient ops, the shape they produce: x_shape (conv2d_grad_input) and w_shape
 // (conv2d_grad_weight); a strided convolution maps several input sizes to one output size, so
 // the gradient cannot infer it from dy.
@@ -15,6 +16,7 @@ namespace {
 
 struct ConvGeom {
   int64_t sh, sw, ph, pw, dh, dw, groups;
+  int64_t peh, pew;  // padding_end
 };
 
 std::vector<int64_t> Pair(const Attrs& a, const char* key, const char* op) {
@@ -25,9 +27,11 @@ std::vector<int64_t> Pair(const Attrs& a, const char* key, const char* op) {
 
 ConvGeom ReadGeom(const Attrs& a, const char* op) {
   std::vector<int64_t> s = Pair(a, "stride", op), p = Pair(a, "padding", op), d = Pair(a, "dilation", op);
-  ConvGeom g{s[0], s[1], p[0], p[1], d[0], d[1], a.Int("groups")};
+  std::vector<int64_t> pe = a.Has("padding_end") ? Pair(a, "padding_end", op) : p;
+  ConvGeom g{s[0], s[1], p[0], p[1], d[0], d[1], a.Int("groups"), pe[0], pe[1]};
   LOOM_CHECK(g.sh >= 1 && g.sw >= 1, ValueError, "[", op, "] stride ", ToString(s), " must be positive");
   LOOM_CHECK(g.ph >= 0 && g.pw >= 0, ValueError, "[", op, "] padding ", ToString(p), " must not be negative");
+  LOOM_CHECK(g.peh >= 0 && g.pew >= 0, ValueError, "[", op, "] padding_end ", ToString(pe), " must not be negative");
   LOOM_CHECK(g.dh >= 1 && g.dw >= 1, ValueError, "[", op, "] dilation ", ToString(d), " must be positive");
   LOOM_CHECK(g.groups >= 1, ValueError, "[", op, "] groups=", g.groups, " must be positive");
   return g;
@@ -49,7 +53,7 @@ Shape ConvOutShape(const char* op, const Shape& x, const Shape& w, const ConvGeo
                " channels, weight ", ToString(w), " with groups=", g.groups, " expects ", w[1] * g.groups);
   LOOM_CHECK(w[2] >= 1 && w[3] >= 1, ShapeError, "[", op, "] weight ", ToString(w), " has an empty kernel");
   int64_t ekh = g.dh * (w[2] - 1) + 1, ekw = g.dw * (w[3] - 1) + 1;  // dilated kernel extent
-  int64_t hp = x[2] + 2 * g.ph, wp = x[3] + 2 * g.pw;
+  int64_t hp = x[2] + g.ph + g.peh, wp = x[3] + g.pw + g.pew;
   LOOM_CHECK(ekh <= hp && ekw <= wp, ShapeError, "[", op, "] kernel (", w[2], ", ", w[3], ") with dilation (", g.dh,
              ", ", g.dw, ") spans (", ekh, ", ", ekw, "), larger than the padded input (", hp, ", ", wp, ") of ",
              ToString(x));
@@ -147,6 +151,7 @@ LOOM_OP(conv2d_grad_bias) {
 namespace ops {
 Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
   Attrs a{{"stride", opt.stride}, {"padding", opt.padding}, {"dilation", opt.dilation}, {"groups", opt.groups}};
+  if (!opt.padding_end.empty() && opt.padding_end != opt.padding) a.Set("padding_end", opt.padding_end);
   if (bias.defined()) return Call1("conv2d", {x, w, bias}, a);
   return Call1("conv2d", {x, w}, a);
 }

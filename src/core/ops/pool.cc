@@ -1,6 +1,11 @@
 // 2-D pooling (NCHW): max, average and global average. Attributes of max/avg pooling and their
-// gradients: kernel (kh, kw), stride (sh, sw), padding (ph, pw); avg_pool2d also
+// gradients: kernel (kh, kw), stride (sh, sw), padding (ph, pw), optionally padding_end
+// (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h); avg_pool2d also
 // count_include_pad (0/1); the gradients also x_shape, the input shape they produce.
+//
+// Each padding is at most half the kernel, so every window holds a pixel. avg_pool2d's
+// count_include_pad = 1 divides by kh * kw: every window lies inside the padded image, so this
+// is the count of the padded window at the borders too, whichever end is padded more.
 //
 // max_pool2d backward uses saved argmax indices rather than recomputation: the op has a second,
 // int32 output holding, for every output element, the flat index (ih * W + iw) in its input
@@ -18,6 +23,7 @@ namespace {
 
 struct PoolGeom {
   int64_t kh, kw, sh, sw, ph, pw;
+  int64_t peh, pew;  // padding_end
 };
 
 PoolGeom ReadPool(const Attrs& a, const char* op) {
@@ -28,17 +34,20 @@ PoolGeom ReadPool(const Attrs& a, const char* op) {
     return v;
   };
   std::vector<int64_t> k = pair("kernel"), s = pair("stride"), p = pair("padding");
-  PoolGeom g{k[0], k[1], s[0], s[1], p[0], p[1]};
+  std::vector<int64_t> pe = a.Has("padding_end") ? pair("padding_end") : p;
+  PoolGeom g{k[0], k[1], s[0], s[1], p[0], p[1], pe[0], pe[1]};
   LOOM_CHECK(g.kh >= 1 && g.kw >= 1, ValueError, "[", op, "] kernel ", ToString(k), " must be positive");
   LOOM_CHECK(g.sh >= 1 && g.sw >= 1, ValueError, "[", op, "] stride ", ToString(s), " must be positive");
   LOOM_CHECK(g.ph >= 0 && g.pw >= 0 && 2 * g.ph <= g.kh && 2 * g.pw <= g.kw, ValueError, "[", op, "] padding ",
              ToString(p), " must be between 0 and half the kernel ", ToString(k));
+  LOOM_CHECK(g.peh >= 0 && g.pew >= 0 && 2 * g.peh <= g.kh && 2 * g.pew <= g.kw, ValueError, "[", op,
+             "] padding_end ", ToString(pe), " must be between 0 and half the kernel ", ToString(k));
   return g;
 }
 
 Shape PoolOutShape(const char* op, const Shape& x, const PoolGeom& g) {
   LOOM_CHECK(x.size() == 4, ShapeError, "[", op, "] input ", ToString(x), " must be (N, C, H, W)");
-  int64_t hp = x[2] + 2 * g.ph, wp = x[3] + 2 * g.pw;
+  int64_t hp = x[2] + g.ph + g.peh, wp = x[3] + g.pw + g.pew;
   LOOM_CHECK(g.kh <= hp && g.kw <= wp, ShapeError, "[", op, "] kernel (", g.kh, ", ", g.kw,
              ") is larger than the padded input (", hp, ", ", wp, ") of ", ToString(x));
   return {x[0], x[1], (hp - g.kh) / g.sh + 1, (wp - g.kw) / g.sw + 1};
@@ -70,7 +79,9 @@ Attrs WithInputShape(const BackwardArgs& a) {
 Attrs PoolAttrs(const ops::Pool2dOptions& o, const char* op) {
   LOOM_CHECK(o.kernel.size() == 2, ValueError, "[", op, "] kernel must have 2 values (height, width), got ",
              ToString(o.kernel));
-  return Attrs{{"kernel", o.kernel}, {"stride", o.stride.empty() ? o.kernel : o.stride}, {"padding", o.padding}};
+  Attrs a{{"kernel", o.kernel}, {"stride", o.stride.empty() ? o.kernel : o.stride}, {"padding", o.padding}};
+  if (!o.padding_end.empty() && o.padding_end != o.padding) a.Set("padding_end", o.padding_end);
+  return a;
 }
 
 }  // namespace

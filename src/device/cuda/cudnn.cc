@@ -18,6 +18,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/ops_cnn.h"
 #include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_shapes.h"
@@ -61,11 +62,66 @@ struct ConvPlan {
 };
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW), y: (N, O, OH, OW), all of dtype t.
-std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a) {
+// padded: x is the explicitly padded input and cuDNN pads nothing (Note [Explicit padding]).
+std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a,
+                    bool padded) {
   std::ostringstream k;
   k << dev << '|' << int(kind) << '|' << int(t) << '|' << ToString(x) << ToString(w) << ToString(y)
-    << ToString(a.Ints("stride")) << ToString(a.Ints("padding")) << ToString(a.Ints("dilation")) << a.Int("groups");
+    << ToString(a.Ints("stride")) << ToString(a.Ints("padding")) << ToString(PaddingEnd(a))
+    << ToString(a.Ints("dilation")) << a.Int("groups") << '|' << padded;
   return k.str();
+}
+
+// Note [Explicit padding]
+// cuDNN pads both ends of an axis equally. A convolution with padding_end != padding (Note
+// [Asymmetric padding] in core/ops_cnn.h) runs on a copy of x padded explicitly with zeros,
+// (N, C, H + ph + ph_end, W + pw + pw_end), with no padding of cuDNN's own: the forward pass and
+// the weight gradient read that copy; the input gradient is the padded copy's, cropped. The copy
+// lives in the device's workspace, ahead of cuDNN's own workspace, so it is counted and a device
+// graph's warm-up replay sizes it. Symmetric convolutions take none of this.
+struct ExplicitPad {
+  bool on = false;
+  Shape padded;             // the padded x
+  int64_t top = 0, left = 0;
+  size_t bytes = 0;         // of the padded x, rounded up to keep cuDNN's workspace aligned
+};
+ExplicitPad ExplicitPadOf(const Attrs& a, const Shape& x, DType t) {
+  const std::vector<int64_t>& p = a.Ints("padding");
+  const std::vector<int64_t>& pe = PaddingEnd(a);
+  ExplicitPad e;
+  if (p == pe) return e;
+  e.on = true;
+  e.padded = {x[0], x[1], x[2] + p[0] + pe[0], x[3] + p[1] + pe[1]};
+  e.top = p[0];
+  e.left = p[1];
+  e.bytes = (size_t(NumElements(e.padded)) * SizeOf(t) + 255) / 256 * 256;
+  return e;
+}
+
+// x (N, C, H, W) <-> the interior of the padded xp: into = true copies x into xp (whose border
+// the caller has zeroed), false copies the interior of xp out to x. One 3-D copy over N C planes.
+void CopyInterior(const ExplicitPad& e, const Shape& x, size_t elem, void* xp, void* xd, bool into, cudaStream_t s) {
+  cudaMemcpy3DParms c = {};
+  cudaPitchedPtr small = make_cudaPitchedPtr(xd, size_t(x[3]) * elem, size_t(x[3]), size_t(x[2]));
+  cudaPitchedPtr big = make_cudaPitchedPtr(xp, size_t(e.padded[3]) * elem, size_t(e.padded[3]), size_t(e.padded[2]));
+  const cudaPos at = make_cudaPos(size_t(e.left) * elem, size_t(e.top), 0);
+  c.srcPtr = into ? small : big;
+  c.dstPtr = into ? big : small;
+  if (into)
+    c.dstPos = at;
+  else
+    c.srcPos = at;
+  c.extent = make_cudaExtent(size_t(x[3]) * elem, size_t(x[2]), size_t(x[0] * x[1]));
+  c.kind = cudaMemcpyDeviceToDevice;
+  LOOM_CUDA_CHECK(cudaMemcpy3DAsync(&c, s));
+}
+
+// The input cuDNN reads: x itself, or its zero-padded copy made at xp (Note [Explicit padding]).
+const void* ConvInput(const ExplicitPad& e, const Tensor& x, char* xp, cudaStream_t s) {
+  if (!e.on) return x.raw_data();
+  LOOM_CUDA_CHECK(cudaMemsetAsync(xp, 0, e.bytes, s));
+  CopyInterior(e, x.shape(), SizeOf(x.dtype()), xp, x.raw_data(), true, s);
+  return xp;
 }
 
 // Picks the first usable algorithm among cuDNN's heuristic answers (best first): deterministic
@@ -87,18 +143,19 @@ void ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, c
                                 " candidates, none supported within ", kMaxConvWorkspace >> 20, " MiB of workspace)"));
 }
 
+// xs: the input as cuDNN sees it (the padded copy when padded; Note [Explicit padding]).
 const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& xs, const Shape& ws,
-                            const Shape& ys, const Attrs& a, const char* op) {
+                            const Shape& ys, const Attrs& a, const char* op, bool padded = false) {
   static std::mutex mu;
   static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
-  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a);
+  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded);
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
 
   const cudnnDataType_t dt = CudnnType(t, op);
   const std::vector<int64_t>& s = a.Ints("stride");
-  const std::vector<int64_t>& pd = a.Ints("padding");
+  const std::vector<int64_t> pd = padded ? std::vector<int64_t>{0, 0} : a.Ints("padding");
   const std::vector<int64_t>& dl = a.Ints("dilation");
   ConvPlan p;
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.x));
@@ -177,9 +234,13 @@ void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
   if (x.numel() == 0) {  // no input channels: only the bias (if any) remains
     LOOM_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev.stream()));
   } else {
-    const ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, x.shape(), w.shape(), y.shape(), op.attrs, name);
-    void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
-    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(t), p.x, x.raw_data(), p.w, w.raw_data(), p.conv,
+    const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
+    const ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
+                                    op.attrs, name, e.on);
+    char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
+    const void* xin = ConvInput(e, x, base, dev.stream());
+    void* ws = p.workspace ? base + e.bytes : nullptr;
+    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(t), p.x, xin, p.w, w.raw_data(), p.conv,
                                             cudnnConvolutionFwdAlgo_t(p.algo), ws, p.workspace, kScalars.zero(t), p.y,
                                             y.raw_data()));
   }
@@ -215,11 +276,16 @@ void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
     return;
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
-  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, dx.shape(), w.shape(), dy.shape(), op.attrs, name);
-  void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
+  const ExplicitPad e = ExplicitPadOf(op.attrs, dx.shape(), t);
+  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, e.on ? e.padded : dx.shape(), w.shape(),
+                                  dy.shape(), op.attrs, name, e.on);
+  char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
+  void* ws = p.workspace ? base + e.bytes : nullptr;
+  // Note [Explicit padding]: the padded input's gradient, then its interior
   LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(t), p.w, w.raw_data(), p.y, dy.raw_data(),
                                                p.conv, cudnnConvolutionBwdDataAlgo_t(p.algo), ws, p.workspace,
-                                               kScalars.zero(t), p.x, dx.raw_data()));
+                                               kScalars.zero(t), p.x, e.on ? base : dx.raw_data()));
+  if (e.on) CopyInterior(e, dx.shape(), SizeOf(t), base, dx.raw_data(), false, dev.stream());
 }
 
 // x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW)
@@ -236,9 +302,13 @@ void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
     return;
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
-  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, x.shape(), dw.shape(), dy.shape(), op.attrs, name);
-  void* ws = p.workspace ? dev.Workspace(p.workspace) : nullptr;
-  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(t), p.x, x.raw_data(), p.y, dy.raw_data(),
+  const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
+  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, e.on ? e.padded : x.shape(), dw.shape(),
+                                  dy.shape(), op.attrs, name, e.on);
+  char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
+  const void* xin = ConvInput(e, x, base, dev.stream());
+  void* ws = p.workspace ? base + e.bytes : nullptr;
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(t), p.x, xin, p.y, dy.raw_data(),
                                                  p.conv, cudnnConvolutionBwdFilterAlgo_t(p.algo), ws, p.workspace,
                                                  kScalars.zero(t), p.w, dw.raw_data()));
 }

@@ -8,6 +8,7 @@
 
 #include <unordered_map>
 
+#include "core/ops_cnn.h"
 #include "device/bias_act_formulas.h"
 #include "io/onnx/export_emit.h"
 
@@ -163,8 +164,13 @@ void EmitDenseBiasAct(Emitter& e, const OpMapping&) {
 
 // ---- convolution, pooling, normalisation ----
 
-// loom's (h, w) padding is symmetric: ONNX's pads are (h_begin, w_begin, h_end, w_end).
-std::vector<int64_t> Pads(const std::vector<int64_t>& p) { return {p[0], p[1], p[0], p[1]}; }
+// ONNX's pads are (h_begin, w_begin, h_end, w_end): loom's padding and padding_end (Note
+// [Asymmetric padding] in core/ops_cnn.h).
+std::vector<int64_t> Pads(const Attrs& a) {
+  const std::vector<int64_t>& p = a.Ints("padding");
+  const std::vector<int64_t>& pe = PaddingEnd(a);
+  return {p[0], p[1], pe[0], pe[1]};
+}
 
 onnx_pb::NodeProto* ConvNode(Emitter& e, const std::string& out) {
   const OpRecord& op = e.op();
@@ -174,7 +180,7 @@ onnx_pb::NodeProto* ConvNode(Emitter& e, const std::string& out) {
   const Shape& w = op.inputs[1].shape();
   SetAttr(n, "kernel_shape", std::vector<int64_t>{w[2], w[3]});
   SetAttr(n, "strides", op.attrs.Ints("stride"));
-  SetAttr(n, "pads", Pads(op.attrs.Ints("padding")));
+  SetAttr(n, "pads", Pads(op.attrs));
   SetAttr(n, "dilations", op.attrs.Ints("dilation"));
   SetAttr(n, "group", op.attrs.Int("groups"));
   return n;
@@ -196,7 +202,7 @@ void EmitPool(Emitter& e, const OpMapping& m) {
   onnx_pb::NodeProto* n = e.Node(m.onnx, {e.In(0)}, {e.Out(0)});
   SetAttr(n, "kernel_shape", a.Ints("kernel"));
   SetAttr(n, "strides", a.Ints("stride"));
-  SetAttr(n, "pads", Pads(a.Ints("padding")));
+  SetAttr(n, "pads", Pads(a));
   // Without the attribute the kernels count the padding (pool.cc's default).
   if (std::string(m.onnx) == "AveragePool") SetAttr(n, "count_include_pad", a.Int("count_include_pad", 1));
 }

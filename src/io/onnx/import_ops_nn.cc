@@ -1,6 +1,8 @@
 // ONNX handlers for the network layers: Conv, pooling, normalisation, Gemm/MatMul, Dropout and
-// Flatten (Note [ONNX handlers] in import_graph.h). loom's convolution and pooling are 2-D with
-// symmetric padding: other paddings are applied first as an explicit Pad (PadConstant).
+// Flatten (Note [ONNX handlers] in import_graph.h). loom's convolution and pooling are 2-D and
+// pad each axis's two ends by their own amounts (Note [Asymmetric padding] in core/ops_cnn.h);
+// pooling paddings beyond half the kernel and ceil_mode's extra are applied first as an explicit
+// Pad (PadConstant).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -106,12 +108,8 @@ std::vector<Value> RunConv(RunContext& c) {
   o.dilation = Pair(c, "dilations", 1);
   o.groups = c.node.Int("group", 1);
   std::vector<int64_t> p = SpatialPads(c, x, k, o.stride, o.dilation);
-  if (p[0] == p[2] && p[1] == p[3]) {
-    o.padding = {p[0], p[1]};
-  } else {
-    x = PadConstant(x, {0, 0, p[0], p[1]}, {0, 0, p[2], p[3]}, 0.0);
-    o.padding = {0, 0};
-  }
+  o.padding = {p[0], p[1]};
+  o.padding_end = {p[2], p[3]};
   return {V(Back(x0, ops::Conv2d(x, w, c.Has(2) ? c.T(2) : Tensor(), o)))};
 }
 
@@ -152,9 +150,11 @@ std::vector<Value> RunPool(RunContext& c) {
     }
   }
   const bool include_pad = c.node.Int("count_include_pad", 0) != 0;
-  const bool plain = p[0] == p[2] && p[1] == p[3] && 2 * p[0] <= k[0] && 2 * p[1] <= k[1] && !extra[0] && !extra[1];
+  bool plain = !extra[0] && !extra[1];
+  for (size_t i = 0; i < 4; ++i) plain = plain && 2 * p[i] <= k[i % 2];  // the pooling ops' limit
   if (plain) {
     o.padding = {p[0], p[1]};
+    o.padding_end = {p[2], p[3]};
     o.count_include_pad = include_pad;
     return {V(Back(x0, kMax ? ops::MaxPool2d(x, o) : ops::AvgPool2d(x, o)))};
   }

@@ -248,29 +248,54 @@ def _pair(v, what):
     return v
 
 
-def conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1):
-    """x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None -> (N, O, OH, OW)."""
-    return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"),
-                       _pair(padding, "conv2d padding"), _pair(dilation, "conv2d dilation"), groups)
+def _pads(op, padding, padding_end, odd_padding):
+    """(begin, end) paddings (height, width) of a convolution or pooling (Note [Asymmetric padding]
+    in core/ops_cnn.h): `padding` at the beginning (top, left), `padding_end` (default: padding)
+    at the end (bottom, right), plus SINGA's odd_padding (top, bottom, left, right): extra rows and
+    columns at one end."""
+    begin = _pair(padding, f"{op} padding")
+    end = begin if padding_end is None else _pair(padding_end, f"{op} padding_end")
+    try:
+        odd = tuple(int(v) for v in odd_padding)
+    except (TypeError, ValueError):
+        odd = ()
+    if len(odd) != 4 or builtins.min(odd) < 0:
+        raise errors.ValueError(f"[{op}] odd_padding must be 4 non-negative ints (top, bottom, left, right), "
+                                f"got {odd_padding!r}")
+    return (begin[0] + odd[0], begin[1] + odd[2]), (end[0] + odd[1], end[1] + odd[3])
 
 
-def max_pool_2d(x, kernel_size, stride=None, padding=0):
+def conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
+    """x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None -> (N, O, OH, OW). Zero padding
+    `padding` before, `padding_end` (default: padding) after each axis, plus SINGA's odd_padding
+    (top, bottom, left, right)."""
+    begin, end = _pads("conv2d", padding, padding_end, odd_padding)
+    return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"), begin,
+                       _pair(dilation, "conv2d dilation"), groups, end)
+
+
+def max_pool_2d(x, kernel_size, stride=None, padding=0, padding_end=None, odd_padding=(0, 0, 0, 0)):
+    """Max pooling; padding as conv2d's, and never the maximum."""
+    begin, end = _pads("max_pool_2d", padding, padding_end, odd_padding)
     return core.max_pool2d(x, _pair(kernel_size, "max_pool_2d kernel"),
-                           () if stride is None else _pair(stride, "max_pool_2d stride"),
-                           _pair(padding, "max_pool_2d padding"))
+                           () if stride is None else _pair(stride, "max_pool_2d stride"), begin, end)
 
 
-def avg_pool_2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+def avg_pool_2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, padding_end=None,
+                odd_padding=(0, 0, 0, 0)):
+    """Average pooling; padding as conv2d's. count_include_pad: divide by the window's size (the
+    padded positions count as zeros), else by its pixels inside the image."""
+    begin, end = _pads("avg_pool_2d", padding, padding_end, odd_padding)
     return core.avg_pool2d(x, _pair(kernel_size, "avg_pool_2d kernel"),
-                           () if stride is None else _pair(stride, "avg_pool_2d stride"),
-                           _pair(padding, "avg_pool_2d padding"), count_include_pad)
+                           () if stride is None else _pair(stride, "avg_pool_2d stride"), begin,
+                           count_include_pad, end)
 
 
-def pooling(x, kernel_size, stride=None, padding=0, is_max=True):
+def pooling(x, kernel_size, stride=None, padding=0, is_max=True, odd_padding=(0, 0, 0, 0)):
     """SINGA's pooling_2d: max pooling, or average pooling when is_max=False."""
     if is_max:
-        return max_pool_2d(x, kernel_size, stride, padding)
-    return avg_pool_2d(x, kernel_size, stride, padding)
+        return max_pool_2d(x, kernel_size, stride, padding, odd_padding=odd_padding)
+    return avg_pool_2d(x, kernel_size, stride, padding, odd_padding=odd_padding)
 
 
 pooling_2d = pooling

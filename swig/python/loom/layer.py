@@ -356,22 +356,21 @@ def _pad_mode(op, mode):
 
 
 def _padding_for(op, mode, padding, x, kernel, stride, dilation=(1, 1)):
-    """The (top/bottom, left/right) padding of `x` under SINGA's pad_mode: NOTSET takes `padding`,
-    VALID none, SAME_* enough for ceil(H / stride) outputs. loom pads symmetrically, so a SAME
-    mode whose total padding is odd (SINGA would put the extra row at one end) is refused."""
+    """The (begin, end) paddings, each (height, width), of `x` under SINGA's pad_mode: NOTSET takes
+    `padding` at both ends, VALID none, SAME_* enough for ceil(H / stride) outputs, an odd total's
+    extra row at the end (SAME_UPPER) or at the beginning (SAME_LOWER), as SINGA and ONNX put it
+    (Note [Asymmetric padding] in core/ops_cnn.h)."""
     if mode == "NOTSET":
-        return padding
+        return padding, padding
     if mode == "VALID":
-        return (0, 0)
-    out = []
-    for axis, size, k, s, d in zip(("height", "width"), x.shape[2:], kernel, stride, dilation):
+        return (0, 0), (0, 0)
+    begin, end = [], []
+    for size, k, s, d in zip(x.shape[2:], kernel, stride, dilation):
         total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-        if total % 2:
-            raise errors.ValueError(f"[{op}] pad_mode {mode} needs {total} rows of padding along the {axis} of "
-                                    f"{x.describe()} (kernel {k}, stride {s}): an odd total pads one end more, "
-                                    "and loom pads both ends equally; give padding=... instead")
-        out.append(total // 2)
-    return tuple(out)
+        small, large = total // 2, total - total // 2
+        begin.append(small if mode == "SAME_UPPER" else large)
+        end.append(large if mode == "SAME_UPPER" else small)
+    return tuple(begin), tuple(end)
 
 
 def _check_images(op, x, channels=None):
@@ -408,7 +407,8 @@ class Conv2d(NativeLayer, _PythonParams):
     first input and creates W (nb_kernels, C / group, kh, kw) ~ N(0, 2 / (C / group * kh * kw +
     nb_kernels)) and b = 0 then (Model.compile runs that first pass before any capture). Sizes
     may be pairs (height, width); pad_mode SAME_UPPER / SAME_LOWER pads for ceil(H / stride)
-    outputs (symmetric totals only), VALID not at all; activation "RELU" applies a ReLU.
+    outputs (an odd total's extra row at the end, or at the beginning for SAME_LOWER), VALID not
+    at all; activation "RELU" applies a ReLU.
     The explicit form with square sizes and neither pad_mode nor activation is the C++ layer
     (weight, bias; Kaiming init); any other use is this Python layer (W, b)."""
 
@@ -469,9 +469,9 @@ class Conv2d(NativeLayer, _PythonParams):
         _check_images("Conv2d", x, self.in_channels)
         if self.W is None:
             self._create(x.shape[1], self._first_options(x))
-        padding = _padding_for("Conv2d", self.pad_mode, self.padding, x, self.kernel_size, self.stride,
-                               self.dilation)
-        y = autograd.conv2d(x, self.W, self.b, self.stride, padding, self.dilation, self.group)
+        begin, end = _padding_for("Conv2d", self.pad_mode, self.padding, x, self.kernel_size, self.stride,
+                                  self.dilation)
+        y = autograd.conv2d(x, self.W, self.b, self.stride, begin, self.dilation, self.group, padding_end=end)
         return core.relu(y) if self.activation == "RELU" else y
 
     def get_params(self):
@@ -540,21 +540,23 @@ class BatchNorm2d(NativeLayer):
 class Pooling2d(NativeLayer):
     """SINGA's Pooling2d(kernel_size, stride=None, padding=0, is_max=True, pad_mode="NOTSET"):
     max (or average, counting padded zeros) pooling of (N, C, H, W). `stride` None is the
-    kernel size; sizes may be pairs; pad_mode as Conv2d's. Square sizes without a pad_mode run
-    as the C++ layer."""
+    kernel size; sizes may be pairs; pad_mode as Conv2d's. Padding never wins the max. Square
+    sizes without a pad_mode or odd_padding run as the C++ layer."""
 
-    def __init__(self, kernel_size, stride=None, padding=0, is_max=True, pad_mode="NOTSET"):
+    def __init__(self, kernel_size, stride=None, padding=0, is_max=True, pad_mode="NOTSET", odd_padding=(0, 0, 0, 0)):
         op = type(self).__name__
         self.kernel_size = _pair(op, "kernel_size", kernel_size)
         self.stride = self.kernel_size if stride is None else _pair(op, "stride", stride)
         self.padding = _pair(op, "padding", padding)
         self.is_max = bool(is_max)
         self.pad_mode = _pad_mode(op, pad_mode)
+        autograd._pads(op, 0, None, odd_padding)  # checks it: 4 non-negative ints
+        self.odd_padding = tuple(int(v) for v in odd_padding)  # SINGA's (top, bottom, left, right) extra
         for what, v in (("kernel_size", self.kernel_size), ("stride", self.stride)):
             if min(v) <= 0:
                 raise errors.ValueError(f"[{op}] {what} must be positive, got {v}")
         square = all(p[0] == p[1] for p in (self.kernel_size, self.stride, self.padding))
-        if square and self.pad_mode == "NOTSET":
+        if square and self.pad_mode == "NOTSET" and not any(self.odd_padding):
             make = core.MaxPool2d if self.is_max else core.AvgPool2d
             super().__init__(make(self.kernel_size[0], self.stride[0], self.padding[0]))
         else:
@@ -564,39 +566,29 @@ class Pooling2d(NativeLayer):
     def forward(self, x):  # the Python path's (the C++ layer's forward replaces it)
         op = type(self).__name__
         _check_images(op, x)
-        padding = _padding_for(op, self.pad_mode, self.padding, x, self.kernel_size, self.stride)
+        begin, end = _padding_for(op, self.pad_mode, self.padding, x, self.kernel_size, self.stride)
         pool = autograd.max_pool_2d if self.is_max else autograd.avg_pool_2d
-        return pool(x, self.kernel_size, self.stride, padding)
+        return pool(x, self.kernel_size, self.stride, begin, padding_end=end, odd_padding=self.odd_padding)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.kernel_size}, stride={self.stride}, padding={self.padding})"
 
 
-def _no_odd_padding(op, odd_padding):
-    try:
-        zero = all(int(v) == 0 for v in odd_padding)
-    except (TypeError, ValueError):
-        zero = False
-    if not zero:
-        raise errors.ValueError(f"[{op}] odd_padding {odd_padding!r} (extra rows at one end) is not supported: "
-                                "loom pads both ends equally")
-
-
 class MaxPool2d(Pooling2d):
-    """SINGA's MaxPool2d(kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0))."""
+    """SINGA's MaxPool2d(kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)):
+    odd_padding adds (top, bottom, left, right) rows and columns at one end."""
 
     def __init__(self, kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)):
-        _no_odd_padding("MaxPool2d", odd_padding)
-        super().__init__(kernel_size, stride, padding, is_max=True)
+        super().__init__(kernel_size, stride, padding, is_max=True, odd_padding=odd_padding)
 
 
 class AvgPool2d(Pooling2d):
     """SINGA's AvgPool2d(kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)); padded
-    zeros count in the average."""
+    zeros count in the average (count_include_pad), at either end."""
 
     def __init__(self, kernel_size, stride=None, padding=0, odd_padding=(0, 0, 0, 0)):
-        _no_odd_padding("AvgPool2d", odd_padding)
-        super().__init__(kernel_size, stride, padding, is_max=False)
+        super().__init__(kernel_size, stride, padding, is_max=False, odd_padding=odd_padding)
+
 
 class SyncBatchNorm2d(NativeLayer):
     """BatchNorm2d over the global batch of a data-parallel job (Note [SyncBatchNorm]): one

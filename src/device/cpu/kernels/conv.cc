@@ -77,8 +77,10 @@ struct Geom : ConvDims {
   int64_t ohw() const { return oh * ow; }
   int64_t rows() const { return c * kk(); }      // rows of col
   int64_t grows() const { return cg() * kk(); }  // rows of one group's block of col
-  bool one_by_one() const {  // 1x1, stride 1, no padding: im2col would copy the image
-    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  // 1x1, stride 1, no padding: im2col would copy the image. The output size says whether the
+  // end is padded (Note [Asymmetric padding] in core/ops_cnn.h).
+  bool one_by_one() const {
+    return kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == w;
   }
 };
 
