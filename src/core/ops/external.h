@@ -8,6 +8,8 @@
 // like any backward's: at once eagerly, or recorded while a device captures, so a graph holds
 // the operator's forward and backward as ordinary op records and replays them without calling
 // the host again. Gradients do not flow into y (the host's result, made without history).
+// An operator with several outputs joins them into one y first, so that its backward runs once
+// with all their gradients (Note [Operators with several outputs] in swig/python/loom/autograd.py).
 #pragma once
 
 #include <functional>

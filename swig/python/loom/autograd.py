@@ -330,7 +330,17 @@ def call(op, inputs, **attrs):
 
 # ---- SINGA's Operator protocol: operators written in Python (Note [External ops]) ----
 
-_pending = {}  # external-op id -> (operator, output index, number of outputs)
+# Note [Operators with several outputs]
+# SINGA calls an operator's backward once, with the gradients of all its outputs: backward(*dys)
+# -> dxs. loom's external op (core/ops/external.h) is a view of one tensor, so an operator with
+# several floating-point outputs packs them: their values, flattened, are concatenated into one
+# tensor (one copy), the external op joins that tensor to the inputs, and each output is a
+# reshaped slice of it. Autograd sums the outputs' gradients into the packed tensor's (zeros where
+# an output got none), the external op's backward runs once, and backward(*dys) gets the slices.
+# Outputs that are not floating point (indices, masks) carry no gradient: their dys are zeros.
+# The floating-point outputs must share one dtype (a typed error otherwise).
+
+_pending = {}  # external-op id -> (operator, [(output index, offset, size)] of the joined outputs)
 _ids = itertools.count(1)
 
 
@@ -350,13 +360,12 @@ class Operator:
 
     forward runs without autograd history; when training (autograd.training) with gradients
     enabled and an input that requires a gradient, each output gets history back to the inputs,
-    and loom's backward (autograd.backward, optimizer(loss)) calls backward once with dy. The
-    operator's loom ops are recorded like any other while a device captures, so a captured step
-    replays them without running Python (a host read inside forward or backward is then a
-    loom.GraphError at capture). An operator with several outputs has backward called once per
-    output that receives a gradient, with zeros for the other outputs' dys (backward is linear in
-    them), and the inputs' gradients summed. Until its backward has run, an operator with
-    recorded history stays referenced by loom.autograd (with what it saved)."""
+    and loom's backward (autograd.backward, optimizer(loss)) calls backward once, with the
+    gradients of all outputs (zeros for an output that got none; Note [Operators with several
+    outputs]). The operator's loom ops are recorded like any other while a device captures, so a
+    captured step replays them without running Python (a host read inside forward or backward is
+    then a loom.GraphError at capture). Until its backward has run, an operator with recorded
+    history stays referenced by loom.autograd (with what it saved)."""
 
     def __init__(self, name=None):
         self.name = name or type(self).__name__
@@ -389,19 +398,37 @@ class Operator:
         self._input_metas = [(x.shape, x.dtype) for x in xs]
         self._output_metas = [(y.shape, _c_dtype(y), y.device) for y in ys]
         self.requires_grad = bool(training) and grad_enabled() and any(x.requires_grad for x in xs)
-        if not self.requires_grad:
-            outs = ys
-        else:
-            outs = []
-            for k, y in enumerate(ys):
-                op_id = next(_ids)
-                out = core.external(y, list(xs), op_id)
-                if out.requires_grad:
-                    _pending[op_id] = (self, k, len(ys))
-                outs.append(out)
+        outs = self._with_history(name, ys, xs) if self.requires_grad else ys
         for out in outs:
             out.creator = self
         return tuple(outs)
+
+    def _with_history(self, name, ys, xs):
+        """ys joined to xs by one external op (Note [Operators with several outputs])."""
+        joined_outputs = [k for k, y in enumerate(ys) if core.is_floating(_c_dtype(y))]
+        if not joined_outputs:
+            return ys
+        dtypes = sorted({ys[k].dtype for k in joined_outputs})
+        if len(dtypes) > 1:
+            raise errors.DTypeError(f"[{name}] the floating-point outputs of an operator with several outputs must "
+                                    f"share one dtype for its backward, got {', '.join(dtypes)}")
+        op_id, layout, offset = next(_ids), [], 0
+        for k in joined_outputs:
+            layout.append((k, offset, ys[k].size()))
+            offset += ys[k].size()
+        if len(layout) == 1:
+            joined = core.external(ys[layout[0][0]], list(xs), op_id)
+        else:
+            with no_grad():
+                flat = core.cat([core.reshape(ys[k], (-1,)) for k in joined_outputs], 0)
+            joined = core.external(flat, list(xs), op_id)
+        if joined.requires_grad:
+            _pending[op_id] = (self, layout)
+        outs = list(ys)
+        for k, start, size in layout:
+            outs[k] = joined if len(layout) == 1 else core.reshape(core.slice(joined, 0, start, start + size),
+                                                                   ys[k].shape)
+        return outs
 
 
 def _c_dtype(t):
@@ -413,14 +440,14 @@ def _external_backward(op_id, dy, needs):
     entry = _pending.pop(op_id, None)
     if entry is None:
         raise errors.GraphError(f"[Operator] no operator awaits backward {op_id}: its backward ran already "
-                                "(loom calls an operator's backward once per output)")
-    op, k, n = entry
+                                "(loom calls an operator's backward once)")
+    op, layout = entry
     name = getattr(op, "name", type(op).__name__)
-    dys = [dy if i == k else core.zeros(shape, dtype, device)
-           for i, (shape, dtype, device) in enumerate(op._output_metas)]
-    if dys[k] is None:
-        shape, dtype, device = op._output_metas[k]
-        dys[k] = core.zeros(shape, dtype, device)
+    dys = [core.zeros(shape, dtype, device) for shape, dtype, device in op._output_metas]
+    if dy is not None:
+        for k, start, size in layout:  # Note [Operators with several outputs]
+            dys[k] = dy if len(layout) == 1 else core.reshape(core.slice(dy, 0, start, start + size),
+                                                                op._output_metas[k][0])
     dxs = op.backward(*dys)
     dxs = list(dxs) if isinstance(dxs, (tuple, list)) else [dxs]
     if len(dxs) != len(op._input_metas):
