@@ -42,12 +42,17 @@ def hand(a, b, gu, gv):
     return gu * b + 2 * gv.reshape(a.shape) * a, (gu * a).sum(axis=0, keepdims=True)
 
 
-def test_backward_once_with_both_gradients(dev):
+def call(dev, rows, cols):
+    """A fresh count, inputs x (rows, cols) and w (1, cols), and the operator's two outputs."""
     reset()
-    a, b = RNG.normal(size=(3, 4)), RNG.normal(size=(1, 4))
-    x = tensor.from_numpy(a, dev, requires_grad=True)
-    w = tensor.from_numpy(b, dev, requires_grad=True)
-    u, v = ProductAndSquare()(x, w)
+    a, b = RNG.normal(size=(rows, cols)), RNG.normal(size=(1, cols))
+    u, v = ProductAndSquare()(tensor.from_numpy(a, dev, requires_grad=True),
+                              tensor.from_numpy(b, dev, requires_grad=True))
+    return a, b, u, v
+
+
+def test_backward_once_with_both_gradients(dev):
+    a, b, u, v = call(dev, 3, 4)
     assert u.shape == (3, 4) and v.shape == (12,)
     np.testing.assert_allclose(u.to_numpy(), a * b)
     np.testing.assert_allclose(v.to_numpy(), (a * a).ravel())
@@ -65,11 +70,7 @@ def test_backward_once_with_both_gradients(dev):
 
 
 def test_an_output_without_gradient_gets_zeros_in_the_one_call(dev):
-    reset()
-    a, b = RNG.normal(size=(2, 3)), RNG.normal(size=(1, 3))
-    x = tensor.from_numpy(a, dev, requires_grad=True)
-    w = tensor.from_numpy(b, dev, requires_grad=True)
-    u, v = ProductAndSquare()(x, w)
+    a, b, u, v = call(dev, 2, 3)
     grads = {p.shape: g.to_numpy() for p, g in autograd.backward(autograd.sum(v))}  # u unused
     assert ProductAndSquare.calls == 1
     want_x, want_w = hand(a, b, np.zeros((2, 3)), np.ones(6))
