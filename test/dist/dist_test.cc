@@ -9,6 +9,7 @@
 
 #include "dist_common.h"
 #include "graph/passes.h"
+#include "graph/schedule.h"
 
 LOOM_OP_KIND(allreduce);
 LOOM_OP_KIND(sgd_update);
@@ -288,6 +289,46 @@ TEST(DistGraph, AllReducesOverlapTheBackwardByStructure) {
     for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
       after += ops.ops[i].def != &op_kind::allreduce && ops.ops[i].def != &op_kind::sgd_update;
     EXPECT_GT(after, 0);
+  });
+}
+
+// Note [Parallel or serial]: the captured MLP step with DistOpt's buckets is a chain beside its
+// all-reduces. With op costs injected (no clock): each compute op the elements it reads and
+// writes, the all-reduces together twice the compute, as on a slow link. The parallelism rule
+// alone would replay it serially; the collective lane, played out, keeps the parallel replay,
+// on one worker or two. With free all-reduces (a fast link) there is nothing to hide, and the
+// chain replays serially.
+TEST(DistGraph, AChainWithBucketAllReducesKeepsTheParallelReplayWhenOverlapPays) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    o.first_bucket_bytes = 0;
+    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kParallel, DType::kFloat64, 1, o);
+    const Graph& g = run.graph->graph();
+    const Captured c = FindAllReduces(g);
+    ASSERT_GE(c.allreduces.size(), 3u);
+    const size_t n = g.ops().size();
+    std::vector<double> costs(n, 0.0);
+    double compute = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const OpRecord& op = g.ops().ops[i];
+      for (const auto* ts : {&op.inputs, &op.outputs})
+        for (const Tensor& t : *ts) costs[i] += double(t.numel());
+      compute += costs[i];
+    }
+    for (int a : c.allreduces) {
+      compute -= costs[size_t(a)];
+      costs[size_t(a)] = 0;
+    }
+    const ParallelChoice free_links = ChooseParallelOrSerial(g.schedule(), costs, 2, 2);
+    EXPECT_TRUE(free_links.run_serially) << "parallelism " << free_links.parallelism;
+    for (int a : c.allreduces) costs[size_t(a)] = 2.0 * compute / double(c.allreduces.size());
+    for (int workers : {1, 2}) {
+      const ParallelChoice choice = ChooseParallelOrSerial(g.schedule(), costs, workers, 2);
+      EXPECT_FALSE(choice.run_serially) << workers << " workers: parallel " << choice.parallel_cost << ", serial "
+                                        << choice.serial_cost;
+      if (workers == 2) EXPECT_LT(choice.parallelism, 0.9 * workers) << "the parallelism rule alone chose parallel";
+    }
   });
 }
 
