@@ -84,6 +84,7 @@ Flags ParseFlags(int argc, char** argv) {
 struct Result {
   double step_ms = 0;
   size_t allreduces = 0;
+  bool serial = false;  // the parallel replay chose to run serially (Note [Parallel or serial])
 };
 
 double Median(std::vector<double> v) {
@@ -110,8 +111,8 @@ std::pair<Result, Result> RunModes(const Flags& f) {
     std::unique_ptr<loom::Graph> graphs[2];  // overlap, after
     for (int k = 0; k < 2; ++k) {
       loom::GraphOptions go;
-      go.parallel_fallback = false;  // the schedule itself is measured
-      go.num_workers = 1;            // one compute worker per rank (2 cores shared); plus the lane
+      // The replay's own choice (Note [Parallel or serial]), as users get it; the JSON says which.
+      go.num_workers = 1;  // one compute worker per rank (2 cores shared); plus the lane
       go.bucket_bytes = int(f.bucket_kb * 1024);
       go.first_bucket_bytes = 0;
       go.overlap_collectives = k == 0;
@@ -137,6 +138,7 @@ std::pair<Result, Result> RunModes(const Flags& f) {
     for (int k = 0; k < 2; ++k) {
       Result& r = k == 0 ? on : off;
       r.step_ms = Median(ms[k]);
+      r.serial = graphs[k]->stats().parallel_runs_serial;
       for (const auto& op : graphs[k]->ops().ops) r.allreduces += op.name() == "allreduce";
     }
   }, io);
@@ -159,8 +161,9 @@ int main(int argc, char** argv) {
     const auto [on, off] = RunModes(f);
     const double injected = double(on.allreduces) * f.latency_ms;
     for (const auto& [name, r] : {std::pair<const char*, Result>{"overlap", on}, {"after_backward", off}})
-      std::printf("{\"mode\": \"%s\", \"ranks\": %lld, \"step_ms\": %.3f, \"allreduces\": %zu}\n", name,
-                  (long long)f.ranks, r.step_ms, r.allreduces);
+      std::printf("{\"mode\": \"%s\", \"ranks\": %lld, \"step_ms\": %.3f, \"allreduces\": %zu, "
+                  "\"replay\": \"%s\"}\n",
+                  name, (long long)f.ranks, r.step_ms, r.allreduces, r.serial ? "serial" : "parallel");
     std::printf("{\"injected_ms_per_step\": %.3f, \"saved_ms\": %.3f, \"target_saved_ms\": %.3f, "
                 "\"meets_target\": %s}\n",
                 injected, off.step_ms - on.step_ms, 0.5 * injected,

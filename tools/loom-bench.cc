@@ -561,10 +561,6 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.x.CopyFrom(bx);
   s.y.CopyFrom(by);
   loom::GraphOptions o = GraphOptionsFor(mode, f, fuse);
-  // Note [Parallel or serial] counts a collective's wait as work on the critical path, and so
-  // replays a chain (an MLP) with all-reduces serially: no overlap. Data-parallel runs keep the
-  // dependency-driven replay, whose collective lane is what overlaps all-reduce with backward.
-  if (comm && mode == Mode::kGraphParallel) o.parallel_fallback = false;
   if (f.budget_fraction > 0 && fuse && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
     // Note [Recomputing for a memory budget]: the budget is relative to this graph. (Not for the
     // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)

@@ -246,9 +246,6 @@ int Train(const Flags& f) {
     y.CopyFrom(by);
     loom::GraphOptions options;
     options.memory = f.dynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
-    // With --dist, the dependency-driven replay always: its collective lane overlaps the
-    // all-reduces with backward, which Note [Parallel or serial] would give up on a chain.
-    if (dist.on() && f.parallel) options.parallel_fallback = false;
     graph = loom::Graph::Capture(dev, "mlp", [&] { graph_loss = train_step(); }, options);
     out << graph->Summary() << std::endl;
   }

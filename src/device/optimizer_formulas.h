@@ -12,23 +12,30 @@ namespace optim {
 
 enum class GradMode { kRaw, kScaled, kClamped };
 
-// kRaw: g. kScaled: g * a (a = the clip scale). kClamped: g clamped to [a, b] (a = -clip value,
-// b = clip value); a NaN stays NaN.
+// kRaw: g. kScaled: g * a (a = the clip scale times the gradient multiplier). kClamped: g * a
+// clamped to [-b, b] (a = the gradient multiplier, 1 without one; b = the clip value); a NaN
+// stays NaN. A multiplier of 1 changes no bit (g * 1 == g).
 template <GradMode M, typename T>
 LOOM_HD T PrepareGrad(T g, T a, T b) {
   if constexpr (M == GradMode::kScaled) {
     return g * a;
   } else if constexpr (M == GradMode::kClamped) {
-    return g < a ? a : (g > b ? b : g);
+    const T x = g * a;
+    return x < -b ? -b : (x > b ? b : x);
   } else {
     return g;
   }
 }
 
-// The mode an update record asks for, from its attributes (checked by the op's infer).
+// The constant multiplier of the gradient (attribute grad_mult, 1 when absent): Note [Data
+// parallelism folded into the update] in core/ops/optimizer.cc.
+inline double GradMultiplier(const OpRecord& op) { return op.attrs.Float("grad_mult", 1.0); }
+
+// The mode an update record asks for, from its attributes (checked by the op's infer): a clip
+// value clamps; a scale input or a multiplier other than 1 scales; else the gradient is raw.
 inline GradMode GradModeOf(const OpRecord& op) {
-  if (op.attrs.Int("grad_scaled", 0) != 0) return GradMode::kScaled;
   if (op.attrs.Float("clip_value", 0) > 0) return GradMode::kClamped;
+  if (op.attrs.Int("grad_scaled", 0) != 0 || GradMultiplier(op) != 1.0) return GradMode::kScaled;
   return GradMode::kRaw;
 }
 

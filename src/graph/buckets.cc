@@ -3,7 +3,8 @@
 //
 // Note [Gradient buckets]
 // DistOpt (nn/dist_opt.h) captures what eager mode runs: after backward, for each gradient,
-//     allreduce(g, token; scale = 1/N)        then the optimizer's update reading g.
+//     allreduce(g, token)                     then the optimizer's update reading g
+// (a pure sum: the update applies 1/N, Note [Data parallelism folded into the update]).
 // Correct, but every all-reduce waits for the whole backward, and N small messages cost N
 // latencies. This pass rewrites those all-reduces (the ones whose buffer is a whole gradient
 // block reduced in place, written earlier in the graph, read only by ops after them) as follows:
@@ -30,8 +31,8 @@
 //     their original order. Moving an op later past ops it does not conflict with changes no
 //     value.
 // All slices read and write the bucket and the token, so they keep issue order on every rank
-// (Note [The collective token]). The arithmetic is unchanged — the same element-wise sum and
-// scale — so replay stays equal to eager.
+// (Note [The collective token]). The arithmetic is unchanged — the same element-wise sum — so
+// replay stays equal to eager.
 #include <algorithm>
 #include <cstring>
 #include <map>

@@ -7,10 +7,11 @@
 // gradient: the optimizer is called after backward has made it. A captured step can: the pass
 // below replaces
 //     g = matmul(x, dy, ta=1)            (g read by nothing but the update)
-//     sgd_update(W, g, lr[, v]) -> W[, v]
-// by one matmul_sgd_update(W, x, dy, lr[, v]) at the update's place, whose kernel computes the
-// gradient a few rows at a time in cache and applies them. g is never stored; the plan no
-// longer holds its bytes. The fused kernel promises the same sums in the same order as the two
+//     sgd_update(W, g, lr[, v][, s]) -> W[, v]
+// by one matmul_sgd_update(W, x, dy, lr[, v][, s]) at the update's place, whose kernel computes
+// the gradient a few rows at a time in cache and applies them, with the same gradient transform
+// (clip scale s, clip value, multiplier: the Notes in core/ops/optimizer.cc). g is never
+// stored; the plan no longer holds its bytes. The fused kernel promises the same sums in the same order as the two
 // ops it replaces only for some shapes (on the CPU: where that matmul takes the skinny TN
 // kernel), and says which through its supports predicate, so the pass fires only there and
 // replay stays bitwise equal to eager (DESIGN.md invariant 5).
@@ -45,8 +46,6 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
   for (size_t j = 0; j < n; ++j) {
     const OpRecord& up = list.ops[j];
     if (up.def != &op_kind::sgd_update) continue;
-    // The fused kernel takes no clipped gradient (Note [Clipping folded into the update]).
-    if (up.attrs.Int("grad_scaled", 0) != 0 || up.attrs.Float("clip_value", 0) > 0) continue;
     const int g = list.BlockIndex(up.inputs[1].block());
     if (writers[size_t(g)].size() != 1 || readers[size_t(g)] != std::vector<int>{int(j)}) continue;
     if (list.facts[size_t(g)].marked_persistent || list.facts[size_t(g)].held_outside) continue;
@@ -59,9 +58,9 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const Device& device) {
     if (written_between(x, i, int(j)) || written_between(dy, i, int(j))) continue;
     OpRecord f;
     f.def = &op_kind::matmul_sgd_update;
-    f.attrs = up.attrs;
-    f.inputs = {up.inputs[0], x, dy, up.inputs[2]};
-    if (up.inputs.size() == 4) f.inputs.push_back(up.inputs[3]);
+    f.attrs = up.attrs;  // with the gradient transform (Note [Clipping folded into the update])
+    f.inputs = {up.inputs[0], x, dy};
+    f.inputs.insert(f.inputs.end(), up.inputs.begin() + 2, up.inputs.end());  // lr [, buffer] [, scale]
     f.outputs = up.outputs;
     if (!device.Supports(f)) continue;  // Note [What a kernel supports]
     list.ops[j] = std::move(f);

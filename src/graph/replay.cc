@@ -122,12 +122,15 @@ void Replayer::MeasureParallelism(const ReplayInputs& g, const KernelContext& ct
   std::vector<double> costs(g.ops.size());
   for (size_t i = 0; i < costs.size(); ++i) costs[i] = profile_[i].end_us - profile_[i].start_us;
   const int workers = g.options.num_workers > 0 ? g.options.num_workers : NumThreads();
-  const ParallelChoice c = ChooseParallelOrSerial(g.schedule, costs, workers);
+  const ParallelChoice c = ChooseParallelOrSerial(g.schedule, costs, workers, NumThreads());
   stats.parallelism = c.parallelism;
   stats.parallel_runs_serial = c.run_serially;
   if (DebugLevel() >= 1)
-    std::fprintf(stderr, "[loom] graph '%s': parallelism %.2f (%d workers): later parallel replays run %s\n",
-                 g.name.c_str(), c.parallelism, workers, c.run_serially ? "serially" : "in parallel");
+    std::fprintf(stderr,
+                 "[loom] graph '%s': parallelism %.2f (%d workers, %d pool threads), estimated serial %.0f us, "
+                 "parallel %.0f us: later parallel replays run %s\n",
+                 g.name.c_str(), c.parallelism, workers, NumThreads(), c.serial_cost, c.parallel_cost,
+                 c.run_serially ? "serially" : "in parallel");
 }
 
 // Note [Device graph replay]

@@ -41,17 +41,34 @@ Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const Memory
 // Note [Parallel or serial]
 // On a few cores, one op at a time with the whole pool inside it (serial replay) usually beats
 // several ops at once with one core each, and a chain of ops (an MLP) has nothing to run side by
-// side anyway. So the first parallel replay runs serially and times every op; the graph's
-// parallelism is then the total op time over the longest chain of dependent ops (with those
-// times). Below 0.9 x the worker count, later parallel replays run serially too
-// (GraphStats::parallel_runs_serial); at or above it, they use the dependency-driven schedule.
-// The choice is made once per graph, from one measurement, and results are the same either way
-// (a parallel replay agrees with a serial one to rounding).
+// side anyway. So the first parallel replay runs serially and times every op (each with the
+// pool's `pool_threads` cores), and later parallel replays use the dependency-driven schedule
+// when either holds:
+//   parallelism  the total op time over the longest chain of dependent ops (with those times)
+//                is at least 0.9 x the worker count: enough independent work for the workers;
+//   overlap      the parallel replay, played out with those times, takes at most 0.9 x the
+//                serial one (the sum of all times).
+// Else they run serially too (GraphStats::parallel_runs_serial). The play-out follows the
+// replay's rules (graph/replay_workers.cc): ready ops in issue order; collectives on their own
+// lane, one at a time, holding no core (Note [A lane for collectives]); a compute op alone in
+// flight gets the whole pool (Note [Alone in flight]), any other one core, so it takes
+// pool_threads times as long (the pessimistic end: as if every kernel used the whole pool), on
+// at most min(workers, pool_threads) compute workers. Without collectives the play-out is
+// never faster than the serial sum, so the parallelism rule decides alone, as before. With
+// collectives it is what keeps a chain (an MLP with gradient buckets) on the parallel replay
+// when the all-reduce waits it hides behind the backward are worth it: the parallelism rule,
+// which counts each wait as work on the critical path, sees only a chain. The choice is made
+// once per graph, from one measurement, and results are the same either way (a parallel replay
+// agrees with a serial one to rounding).
 struct ParallelChoice {
-  double parallelism = 1;  // total cost / cost of the longest dependent chain
+  double parallelism = 1;     // total cost / cost of the longest dependent chain
+  double serial_cost = 0;     // the sum of the op costs
+  double parallel_cost = 0;   // the parallel replay, played out
   bool run_serially = true;
 };
-// op_costs: per op, in any unit (the replay measures microseconds).
-ParallelChoice ChooseParallelOrSerial(const Schedule& schedule, const std::vector<double>& op_costs, int workers);
+// op_costs: per op, in any unit (the replay measures microseconds). pool_threads: the cores the
+// measured kernels used; 0: as many as workers. A schedule without lanes is all compute.
+ParallelChoice ChooseParallelOrSerial(const Schedule& schedule, const std::vector<double>& op_costs, int workers,
+                                      int pool_threads = 0);
 
 }  // namespace loom

@@ -28,6 +28,8 @@ DistOpt::DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communica
       compression_(compression),
       bucket_bytes_(bucket_bytes) {
   LOOM_CHECK(bucket_bytes_ > 0, ValueError, "[dist_opt] bucket_bytes must be > 0");
+  // Note [Data parallelism folded into the update]: the all-reduce sums, the update divides.
+  optimizer_->SetGradMultiplier(1.0 / world_size());
 }
 
 int DistOpt::local_rank() const {
@@ -38,24 +40,26 @@ int DistOpt::local_rank() const {
 
 void DistOpt::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {
   LOOM_CHECK(grad.defined(), ValueError, "[dist_opt] gradient of ", param.Describe(), " is undefined");
-  ops::AllReduce(comm_.id(), grad, ReduceOp::kSum, 1.0 / world_size(), compression_);
+  ops::AllReduce(comm_.id(), grad, ReduceOp::kSum, 1.0, compression_);
   optimizer_->Apply(grad, param, name);
 }
 
 void DistOpt::SetGradClip(const GradClip& clip) {
-  CheckGradClip(clip);
-  LOOM_CHECK(clip.max_norm == 0, ValueError, "[dist_opt] clipping by global norm (max_norm ", clip.max_norm,
-             ") is not supported under DistOpt yet; clipping by value is");
+  Optimizer::SetGradClip(clip);  // clips_by_norm(): BackwardAndUpdate then hands every gradient to StepKeyed
   optimizer_->SetGradClip(clip);
 }
 
-void DistOpt::StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
-  if (param_grads.empty()) return;
-  if (param_grads[0].first.device()->buffering()) {  // the graph's bucket pass regroups these
-    for (const auto& pg : param_grads) Apply(pg.second, pg.first, pg.first.name());
-    return;
+std::vector<std::pair<Tensor, Tensor>> DistOpt::AllReduceGradients(
+    const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
+  for (const auto& pg : param_grads)
+    LOOM_CHECK(pg.second.defined(), ValueError, "[dist_opt] gradient of ", pg.first.Describe(), " is undefined");
+  if (param_grads.empty() || param_grads[0].first.device()->buffering()) {
+    // Captured: one all-reduce per gradient, in place; the graph's bucket pass regroups them.
+    for (const auto& pg : param_grads) ops::AllReduce(comm_.id(), pg.second, ReduceOp::kSum, 1.0, compression_);
+    return param_grads;
   }
   NoGradGuard no_grad;
+  std::vector<std::pair<Tensor, Tensor>> reduced;
   size_t k = 0;
   while (k < param_grads.size()) {
     // One bucket: consecutive gradients of one device and dtype, up to bucket_bytes_.
@@ -66,20 +70,29 @@ void DistOpt::StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_g
            (end == k || bytes + param_grads[end].second.nbytes() <= bucket_bytes_))
       bytes += param_grads[end++].second.nbytes();
     Tensor bucket(Shape{int64_t(bytes / SizeOf(g0.dtype()))}, g0.dtype(), g0.device_ptr());
-    std::vector<Tensor> slices;
     int64_t at = 0;
     for (size_t i = k; i < end; ++i) {
       const Tensor& g = param_grads[i].second;
       Tensor slice(bucket.block_ptr(), g.shape(), ContiguousStrides(g.shape()), at, g.dtype());
       ops::CopyInto(slice, g);
-      slices.push_back(slice);
+      reduced.emplace_back(param_grads[i].first, slice);
       at += g.numel();
     }
-    ops::AllReduce(comm_.id(), bucket, ReduceOp::kSum, 1.0 / world_size(), compression_);
-    for (size_t i = k; i < end; ++i)
-      optimizer_->Apply(slices[i - k], param_grads[i].first, param_grads[i].first.name());
+    ops::AllReduce(comm_.id(), bucket, ReduceOp::kSum, 1.0, compression_);
     k = end;
   }
+  return reduced;
+}
+
+void DistOpt::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) {
+  if (param_grads.empty()) return;
+  // Every gradient reduced before the first update: clipping by global norm measures the
+  // averaged gradient, the same on every rank (Note [Clipping under DistOpt]).
+  optimizer_->StepKeyed(AllReduceGradients(param_grads), key_by_name);
+}
+
+void DistOpt::StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
+  StepKeyed(param_grads, true);
 }
 
 void DistOpt::BroadcastParameters(const std::vector<Tensor>& params, int root) {

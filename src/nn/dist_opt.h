@@ -1,6 +1,10 @@
 // DistOpt: data-parallel training over a communicator (issue 15), SINGA's `opt.DistOpt`.
-// Wraps an optimizer: every gradient is all-reduced (summed over ranks, scaled by 1/N, so each
-// rank's loss is the mean over its shard of the global batch) before the wrapped update reads it.
+// Wraps an optimizer: every gradient is all-reduced (summed over ranks) before the wrapped
+// update reads it, and the update scales it by 1/N as it reads it (each rank's loss is the mean
+// over its shard of the global batch, so the sum over N is the gradient of the global mean).
+// The all-reduce carries no scale: DistOpt sets the wrapped optimizer's gradient multiplier to
+// 1/N (Note [Data parallelism folded into the update] in core/ops/optimizer.cc), so that
+// optimizer, once wrapped, expects summed gradients.
 //
 //   eager     Apply: a blocking all-reduce of that gradient, then the update. Step: the
 //             gradients packed into buckets of `bucket_bytes`, one blocking all-reduce per
@@ -8,6 +12,15 @@
 //   captured  the same ops are recorded (per-gradient all-reduces after backward); the graph's
 //             bucket pass then regroups them into persistent buckets all-reduced while backward
 //             runs (Note [Gradient buckets] in graph/buckets.cc). Same arithmetic, same numbers.
+//
+// Note [Clipping under DistOpt]
+// Clipping by global norm takes the norm of the averaged gradient (1/N times the all-reduced
+// sum), which is the same on every rank, so every rank computes the same clip scale and the
+// ranks stay equal: the norm and the scale are ops after the all-reduces (Step, or
+// BackwardAndUpdate, which then collects every gradient first). In a captured step the bucket
+// pass moves the norm after the last bucket's all-reduce, since it reads every gradient; the
+// all-reduces of the buckets still overlap the backward. Clipping by value clamps the averaged
+// gradient.
 // The communicator stays registered while the DistOpt lives: a graph captured with it refers to
 // it by id, so keep the DistOpt as long as the graph (a replay after it is gone raises CommError).
 #pragma once
@@ -38,17 +51,20 @@ class DistOpt : public Optimizer {
 
   // All-reduces `grad` in place (blocking in eager mode), then the wrapped update.
   void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") override;
-  // Eager: bucketed blocking all-reduce, then the updates; captured: Apply for each pair.
-  void StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+  // Every gradient all-reduced (eager: bucketed and blocking; captured: one all-reduce record per
+  // gradient, for the bucket pass), then the wrapped optimizer's step on the sums.
+  void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) override;
+  void StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads);  // StepKeyed(pg, true)
   bool HasSlot(const std::string& slot) const override { return optimizer_->HasSlot(slot); }
-  // The wrapped optimizer computes the rate and clips, after the all-reduce. Clipping by global
-  // norm is refused: the norm would have to wait for every bucket's all-reduce.
+  // The wrapped optimizer computes the rate and clips, after the all-reduce (Note [Clipping
+  // under DistOpt]).
   void SetSchedule(const Schedule& schedule) override { optimizer_->SetSchedule(schedule); }
   void SetLearningRate(double lr) override {
     Optimizer::SetLearningRate(lr);
     optimizer_->SetLearningRate(lr);
   }
   void SetGradClip(const GradClip& clip) override;
+  const Tensor& last_grad_norm() const override { return optimizer_->last_grad_norm(); }
 
   // Every rank ends with root's values of `params` (start from the same weights).
   void BroadcastParameters(const std::vector<Tensor>& params, int root = 0);
@@ -61,6 +77,9 @@ class DistOpt : public Optimizer {
   Optimizer& optimizer() const { return *optimizer_; }
 
  private:
+  // The pairs with their gradients summed over the ranks (eager: slices of the buckets).
+  std::vector<std::pair<Tensor, Tensor>> AllReduceGradients(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+
   std::shared_ptr<Optimizer> optimizer_;
   CommunicatorId comm_;
   Compression compression_;

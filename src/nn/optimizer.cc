@@ -31,6 +31,10 @@ void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_gr
     std::vector<Tensor> grads;
     for (const auto& pg : param_grads) grads.push_back(pg.second);
     last_grad_norm_ = GlobalGradNorm(grads);
+    if (grad_mult_ != 1) {  // the norm of what the updates read
+      NoGradGuard no_grad;
+      last_grad_norm_ = ops::MulScalar(last_grad_norm_, grad_mult_);
+    }
     grad_scale_ = ClipScale(last_grad_norm_, clip_.max_norm, clip_.eps);
   }
   struct Reset {
@@ -90,7 +94,14 @@ void Optimizer::SetGradClip(const GradClip& clip) {
   clip_ = clip;
 }
 
+void Optimizer::SetGradMultiplier(double m) {
+  LOOM_CHECK(std::isfinite(m) && m > 0, ValueError, "[optimizer] gradient multiplier ", m,
+             ": must be a finite number > 0");
+  grad_mult_ = m;
+}
+
 void Optimizer::AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const {
+  if (grad_mult_ != 1) attrs->Set("grad_mult", grad_mult_);
   if (clip_.clip_value > 0) attrs->Set("clip_value", clip_.clip_value);
   if (!clips_by_norm()) return;
   LOOM_CHECK(grad_scale_.defined(), ValueError, "[", op, "] clipping by global norm (max_norm ", clip_.max_norm,

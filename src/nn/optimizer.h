@@ -37,6 +37,9 @@ class Optimizer {
   // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss). With clipping
   // by global norm, the norm of all the gradients and the scale come first (device ops).
   void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+  // Step with the state keyed by each parameter's name, or its storage (key_by_name false).
+  // Virtual: a wrapper (DistOpt) all-reduces the gradients first.
+  virtual void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
   // Backward from `loss` and the updates: each parameter as soon as its gradient is final (the
   // memory-friendly order), or, when clipping by global norm, all after backward (the norm needs
   // every gradient). State is keyed by the parameter's name, or its storage (key_by_name false).
@@ -67,7 +70,13 @@ class Optimizer {
   bool clips_by_norm() const { return clip_.max_norm > 0; }
   // The global gradient norm of the last Step with clipping by norm (a float64 device scalar,
   // rewritten by every replay; undefined before).
-  const Tensor& last_grad_norm() const { return last_grad_norm_; }
+  // Virtual: a wrapper (DistOpt) answers with the optimizer it wraps.
+  virtual const Tensor& last_grad_norm() const { return last_grad_norm_; }
+  // The updates read grad_multiplier x the gradient they are handed (1 by default), and clipping
+  // measures that product: DistOpt sets 1/N on the optimizer it wraps, whose gradients are sums
+  // over N ranks (Note [Data parallelism folded into the update] in core/ops/optimizer.cc).
+  void SetGradMultiplier(double m);
+  double grad_multiplier() const { return grad_mult_; }
   // The device scalar (float64, shape ()) the update kernels read on `dev`.
   const Tensor& LearningRateTensor(const std::shared_ptr<Device>& dev);
 
@@ -92,14 +101,12 @@ class Optimizer {
   // schedule's ops come first (Note [Schedules on the device]).
   const Tensor& RateForUpdate(const Tensor& param);
   // Appends the clip scale input and the clipping attributes of an update op (Note [Clipping
-  // folded into the update]); `op` names the update in errors.
+  // folded into the update]), and the gradient multiplier; `op` names the update in errors.
   void AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const;
 
  private:
-  void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
-
- private:
   double lr_;
+  double grad_mult_ = 1;
   std::map<Device*, Tensor> lr_tensors_;
   std::map<std::string, Tensor> states_;
   std::map<Device*, Block*> opened_by_;  // OpensStep's parameter per device

@@ -623,6 +623,37 @@ void AddOptimizers(Table& t) {
       else c.In(Float64(0.37)).Attr("grad_scaled", int64_t(1));
     }
   }
+  // The 1/N of data parallelism folded into the updates (Note [Data parallelism folded into the
+  // update]): alone, with a gradient scale, with a clip value; and in the fused update.
+  for (DType dt : kFloats) {
+    t.Add("sgd_update", "momentum, 1/N", dt, ref::SgdUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05)).In(Uniform({50}))
+        .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("grad_mult", 1.0 / 3)
+        .Into({0, 3});
+    t.Add("sgd_update", "1/N, gradient scale", dt, ref::SgdUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05)).In(Float64(0.37))
+        .Attr("weight_decay", 1e-3).Attr("grad_scaled", int64_t(1)).Attr("grad_mult", 0.25)
+        .Into({0});
+    t.Add("sgd_update", "1/N, clip value", dt, ref::SgdUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05))
+        .Attr("weight_decay", 1e-3).Attr("clip_value", 0.5).Attr("grad_mult", 0.5)
+        .Into({0});
+    t.Add("adam_update", "1/N, gradient scale", dt, ref::AdamUpdate)
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05))
+        .In(Uniform({50}, -0.1, 0.1)).In(Uniform({50}, 0, 0.1)).In(Float64(3)).In(Float64(0.37))
+        .Attr("beta1", 0.9).Attr("beta2", 0.999).Attr("eps", 1e-8).Attr("weight_decay", 0.01)
+        .Attr("grad_scaled", int64_t(1)).Attr("grad_mult", 0.25)
+        .Into({0, 3, 4});
+  }
+  t.Add("matmul_sgd_update", "momentum, 1/N, gradient scale", kF32, ref::MatmulSgdUpdate)
+      .In(Uniform({40, 48})).In(Uniform({8, 40})).In(Uniform({8, 48})).In(Float64(0.05))
+      .In(Uniform({40, 48})).In(Float64(0.37))
+      .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("grad_scaled", int64_t(1)).Attr("grad_mult", 0.5)
+      .Into({0, 4});
+  t.Add("matmul_sgd_update", "1/N, clip value", kF32, ref::MatmulSgdUpdate)
+      .In(Uniform({40, 48})).In(Uniform({8, 40})).In(Uniform({8, 48})).In(Float64(0.05))
+      .Attr("clip_value", 0.05).Attr("grad_mult", 0.5)
+      .Into({0});
   // Schedules (Note [Schedules on the device]): the rate for a step counter.
   const nn::Schedule warm_cosine =
       nn::Schedule::Sequential({nn::Schedule::LinearWarmup(0.1, 5, 0.01), nn::Schedule::Cosine(0.1, 20, 0.001)}, {5});

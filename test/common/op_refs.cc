@@ -384,12 +384,13 @@ std::vector<HostTensor> MseGrad(const RefArgs& a) {
 // ---------------------------------------------------------------- optimizer updates
 
 // (param, grad, lr [, buf]) -> param [, buf]
-// The gradient an update uses (Note [Clipping folded into the update]): times the scale (the
-// last input) with grad_scaled, clamped to [-clip_value, clip_value] with clip_value > 0.
-std::vector<double> ClippedGradient(const RefArgs& a) {
-  std::vector<double> g = a.in[1].v;
+// The gradient an update uses (Note [Clipping folded into the update], Note [Data parallelism
+// folded into the update]): times grad_mult, then times the scale (the last input) with
+// grad_scaled, clamped to [-clip_value, clip_value] with clip_value > 0.
+std::vector<double> ClippedGradient(const RefArgs& a, std::vector<double> g) {
   const double clip = a.attrs.Float("clip_value", 0);
   for (double& x : g) {
+    x *= a.attrs.Float("grad_mult", 1.0);
     if (a.attrs.Int("grad_scaled", 0)) x *= a.in.back().v[0];
     if (clip > 0) x = std::max(-clip, std::min(clip, x));
   }
@@ -399,15 +400,16 @@ size_t ClipInputs(const RefArgs& a) { return a.attrs.Int("grad_scaled", 0) ? 1 :
 
 std::vector<HostTensor> SgdUpdate(const RefArgs& a) {
   const bool buffer = a.in.size() - ClipInputs(a) == 4;
-  return Sgd(a.in[0], ClippedGradient(a), a.in[2].v[0], buffer ? &a.in[3] : nullptr, a.attrs);
+  return Sgd(a.in[0], ClippedGradient(a, a.in[1].v), a.in[2].v[0], buffer ? &a.in[3] : nullptr, a.attrs);
 }
 
-// (param (M, N), a (K, M), b (K, N), lr [, buf]) -> the SGD update with grad = a^T b
+// (param (M, N), a (K, M), b (K, N), lr [, buf] [, scale]) -> the SGD update with grad = a^T b
 std::vector<HostTensor> MatmulSgdUpdate(const RefArgs& a) {
   const Attrs transposed_a{{"ta", int64_t(1)}};
   const std::vector<HostTensor> operands{a.in[1], a.in[2]};
   std::vector<HostTensor> g = MatMul(RefArgs{operands, transposed_a});
-  return Sgd(a.in[0], g[0].v, a.in[3].v[0], a.in.size() == 5 ? &a.in[4] : nullptr, a.attrs);
+  const bool buffer = a.in.size() - ClipInputs(a) == 5;
+  return Sgd(a.in[0], ClippedGradient(a, g[0].v), a.in[3].v[0], buffer ? &a.in[4] : nullptr, a.attrs);
 }
 
 // (param, grad, lr, m, v, step) -> param, m, v: Adam with bias correction at `step`; weight
@@ -418,7 +420,7 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
   const double b1 = a.attrs.Float("beta1"), b2 = a.attrs.Float("beta2"), eps = a.attrs.Float("eps");
   const double wd = a.attrs.Float("weight_decay", 0);
   const bool decoupled = a.attrs.Int("decoupled", 0) != 0;
-  const std::vector<double> grad = ClippedGradient(a);
+  const std::vector<double> grad = ClippedGradient(a, a.in[1].v);
   for (size_t i = 0; i < p.v.size(); ++i) {
     double g = grad[i];
     if (decoupled) p.v[i] *= 1 - lr * wd;

@@ -103,12 +103,16 @@ struct DistRun {
 // When the optimizer updates a parameter: after the whole backward (Mlp::Step), or as soon as
 // its gradient is final, from Backward's callback (nn::Model, loom-mlp): then the captured list
 // interleaves the updates of late layers with the backward of early ones.
-enum class Updates { kAfterBackward, kDuringBackward };
+// Or through Optimizer::BackwardAndUpdate (nn::Model's way: from the callback, or, clipping by
+// global norm, all after backward through StepKeyed).
+enum class Updates { kAfterBackward, kDuringBackward, kBackwardAndUpdate };
 
 // `steps` steps of SGD with momentum on the MLP, on rank's shard with DistOpt over comm, or
-// (comm null) on the whole global batch without one.
+// (comm null) on the whole global batch without one. With clipping by global norm, kAfterBackward
+// is one Step over all the gradients.
 inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>& comm, Mode mode, DType dtype,
-                        int steps, GraphOptions options = {}, Updates updates = Updates::kAfterBackward) {
+                        int steps, GraphOptions options = {}, Updates updates = Updates::kAfterBackward,
+                        nn::GradClip clip = {}) {
   DistRun run;
   run.device = NewCpuDevice(rank);
   const auto& dev = run.device;
@@ -117,17 +121,20 @@ inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>
   run.opt = sgd;
   if (comm) run.opt = std::make_shared<nn::DistOpt>(sgd, comm);
   nn::Optimizer* opt = run.opt.get();
+  opt->SetGradClip(clip);
   const int64_t rows = kGlobalBatch / world;
   Tensor x = ops::Zeros({rows, kFeatures}, dtype, dev), y = ops::Zeros({rows}, DType::kInt32, dev);
   x.block()->set_persistent(true);
   y.block()->set_persistent(true);
   auto step = [&] {
-    if (updates == Updates::kAfterBackward) {
+    if (updates == Updates::kAfterBackward && !opt->clips_by_norm()) {
       m.Step(x, y, *opt);
       return;
     }
     Tensor loss = ops::SoftmaxCrossEntropy(m.Logits(x), y);
-    Backward(loss, [&](const Tensor& p, const Tensor& g) { opt->Apply(g, p, p.name()); });
+    if (updates == Updates::kAfterBackward) opt->Step(Backward(loss));
+    else if (updates == Updates::kBackwardAndUpdate) opt->BackwardAndUpdate(loss);
+    else Backward(loss, [&](const Tensor& p, const Tensor& g) { opt->Apply(g, p, p.name()); });
   };
   if (mode == Mode::kEager) {
     for (int s = 0; s < steps; ++s) {

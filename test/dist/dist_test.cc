@@ -9,6 +9,7 @@
 
 #include "dist_common.h"
 #include "graph/passes.h"
+#include "graph/schedule.h"
 
 LOOM_OP_KIND(allreduce);
 LOOM_OP_KIND(sgd_update);
@@ -66,6 +67,32 @@ TEST(DistTraining, UpdatesDuringBackwardEqualOneRank) {
           EXPECT_LE(RelativeDiff(many, one), 1e-10)
               << Name(mode) << ", overlap " << overlap << ", bucket " << cap << " bytes, rank " << rank;
         }
+      }
+  });
+}
+
+// Note [Clipping under DistOpt]: clipping by global norm measures the averaged gradient, so 2
+// ranks clip as one rank on the global batch, through Step and through BackwardAndUpdate, in
+// every mode; every rank computes the norm of one rank. max_norm is well below the gradient's
+// norm, so every step clips (the unclipped run ends elsewhere).
+TEST(DistTraining, ClippingByGlobalNormEqualsOneRank) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const int world = comm->size();
+    const nn::GradClip clip{0.05, 0, 1e-6};
+    const DistRun one = TrainMlp(0, 1, nullptr, Mode::kEager, DType::kFloat64, 10, {}, Updates::kAfterBackward, clip);
+    const double one_norm = one.opt->last_grad_norm().Item();
+    EXPECT_GT(one_norm, 2 * clip.max_norm);
+    const auto unclipped = TrainMlp(0, 1, nullptr, Mode::kEager, DType::kFloat64, 10).params;
+    EXPECT_GT(RelativeDiff(unclipped, one.params), 1e-3);
+    for (Updates updates : {Updates::kAfterBackward, Updates::kBackwardAndUpdate})
+      for (Mode mode : {Mode::kEager, Mode::kSerial, Mode::kParallel}) {
+        GraphOptions o;
+        o.bucket_bytes = 4096;
+        const DistRun many = TrainMlp(rank, world, comm, mode, DType::kFloat64, 10, o, updates, clip);
+        EXPECT_LE(RelativeDiff(many.params, one.params), 1e-10)
+            << Name(mode) << ", updates " << int(updates) << ", rank " << rank;
+        ASSERT_TRUE(many.opt->last_grad_norm().defined());
+        EXPECT_NEAR(many.opt->last_grad_norm().Item(), one_norm, 1e-10 * one_norm) << Name(mode) << ", rank " << rank;
       }
   });
 }
@@ -138,7 +165,6 @@ TEST(DistGraph, OneAllReducePerBucketChainedThroughTheToken) {
         const OpRecord& op = g.ops().ops[size_t(c.allreduces[k])];
         EXPECT_EQ(op.inputs[1].block(), token);
         EXPECT_EQ(op.outputs[1].block(), token);
-        EXPECT_DOUBLE_EQ(op.attrs.Float("scale"), 1.0 / comm->size());
         if (k == 0) continue;
         const auto& preds = g.analysis().preds[size_t(c.allreduces[k])];
         EXPECT_NE(std::find(preds.begin(), preds.end(), c.allreduces[k - 1]), preds.end())
@@ -146,6 +172,45 @@ TEST(DistGraph, OneAllReducePerBucketChainedThroughTheToken) {
       }
     });
   }
+}
+
+// Note [Data parallelism folded into the update]: a bucket's all-reduce only sums; each update
+// reading a bucketed gradient applies 1/N itself. The same records in every mode, and eager
+// DistOpt submits the same update.
+TEST(DistGraph, AllReducesSumAndUpdatesCarryOneOverN) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    const double inv_n = 1.0 / comm->size();
+    for (bool overlap : {true, false}) {
+      GraphOptions o;
+      o.bucket_bytes = 4096;
+      o.overlap_collectives = overlap;
+      DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kSerial, DType::kFloat64, 1, o);
+      const OpList& ops = run.graph->graph().ops();
+      std::set<const Block*> bucketed;
+      int allreduces = 0, updates = 0;
+      for (const OpRecord& op : ops.ops) {
+        if (op.def == &op_kind::allreduce) {
+          ++allreduces;
+          EXPECT_EQ(op.attrs.Float("scale", 1.0), 1.0) << "a bucket's all-reduce must be a pure sum";
+          EXPECT_EQ(op.attrs.Int("reduce", 0), 0);
+          for (size_t k = 2; k < op.inputs.size(); ++k) bucketed.insert(op.inputs[k].block());
+        }
+      }
+      for (const OpRecord& op : ops.ops)
+        if (op.def == &op_kind::sgd_update) {
+          ++updates;
+          EXPECT_TRUE(bucketed.count(op.inputs[1].block())) << "the update reads a gradient outside the buckets";
+          EXPECT_EQ(op.attrs.Float("grad_mult", 1.0), inv_n);
+          EXPECT_EQ(op.attrs.Int("grad_scaled", 0), 0);
+        }
+      EXPECT_GT(allreduces, 1);
+      EXPECT_EQ(updates, int(2 * (kDims.size() - 1)));
+    }
+    // A plain optimizer (one rank, no DistOpt) carries no multiplier.
+    DistRun plain = TrainMlp(0, 1, nullptr, Mode::kSerial, DType::kFloat64, 1);
+    for (const OpRecord& op : plain.graph->graph().ops().ops)
+      if (op.def == &op_kind::sgd_update) EXPECT_FALSE(op.attrs.Has("grad_mult"));
+  });
 }
 
 TEST(DistGraph, SmallFirstBucket) {
@@ -224,6 +289,46 @@ TEST(DistGraph, AllReducesOverlapTheBackwardByStructure) {
     for (size_t i = size_t(c.allreduces[0]) + 1; i < ops.size(); ++i)
       after += ops.ops[i].def != &op_kind::allreduce && ops.ops[i].def != &op_kind::sgd_update;
     EXPECT_GT(after, 0);
+  });
+}
+
+// Note [Parallel or serial]: the captured MLP step with DistOpt's buckets is a chain beside its
+// all-reduces. With op costs injected (no clock): each compute op the elements it reads and
+// writes, the all-reduces together twice the compute, as on a slow link. The parallelism rule
+// alone would replay it serially; the collective lane, played out, keeps the parallel replay,
+// on one worker or two. With free all-reduces (a fast link) there is nothing to hide, and the
+// chain replays serially.
+TEST(DistGraph, AChainWithBucketAllReducesKeepsTheParallelReplayWhenOverlapPays) {
+  Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    GraphOptions o;
+    o.bucket_bytes = 4096;
+    o.first_bucket_bytes = 0;
+    DistRun run = TrainMlp(rank, comm->size(), comm, Mode::kParallel, DType::kFloat64, 1, o);
+    const Graph& g = run.graph->graph();
+    const Captured c = FindAllReduces(g);
+    ASSERT_GE(c.allreduces.size(), 3u);
+    const size_t n = g.ops().size();
+    std::vector<double> costs(n, 0.0);
+    double compute = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const OpRecord& op = g.ops().ops[i];
+      for (const auto* ts : {&op.inputs, &op.outputs})
+        for (const Tensor& t : *ts) costs[i] += double(t.numel());
+      compute += costs[i];
+    }
+    for (int a : c.allreduces) {
+      compute -= costs[size_t(a)];
+      costs[size_t(a)] = 0;
+    }
+    const ParallelChoice free_links = ChooseParallelOrSerial(g.schedule(), costs, 2, 2);
+    EXPECT_TRUE(free_links.run_serially) << "parallelism " << free_links.parallelism;
+    for (int a : c.allreduces) costs[size_t(a)] = 2.0 * compute / double(c.allreduces.size());
+    for (int workers : {1, 2}) {
+      const ParallelChoice choice = ChooseParallelOrSerial(g.schedule(), costs, workers, 2);
+      EXPECT_FALSE(choice.run_serially) << workers << " workers: parallel " << choice.parallel_cost << ", serial "
+                                        << choice.serial_cost;
+      if (workers == 2) EXPECT_LT(choice.parallelism, 0.9 * workers) << "the parallelism rule alone chose parallel";
+    }
   });
 }
 

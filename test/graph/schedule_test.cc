@@ -122,5 +122,50 @@ TEST(ParallelOrSerial, ADiamondIsWeighedByItsLongestPath) {
   EXPECT_FALSE(wide.run_serially);
 }
 
+// Note [Parallel or serial], with collectives: a backward chain 0 -> 1 -> 2 -> 3 -> 4 whose
+// gradients are all-reduced on the lane (5 after 1, 6 after 3, chained through the token) and
+// then read by updates (7, 8). Counted as critical-path work, the waits make the graph look like
+// a chain (parallelism 13 / 9, below 0.9 x 2); on their own lane they hide behind the backward,
+// and the played-out parallel replay ends at 9 against 13 for the serial one.
+Schedule BackwardWithAllReduces() {
+  Schedule s = FromEdges(9, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {1, 5}, {3, 6}, {5, 6}, {5, 7}, {6, 8}});
+  s.lane.assign(9, Lane::kCompute);
+  s.lane[5] = s.lane[6] = Lane::kCollective;
+  return s;
+}
+
+TEST(ParallelOrSerial, CollectivesOnTheirLaneKeepAChainParallelWhenTheOverlapPays) {
+  const Schedule s = BackwardWithAllReduces();
+  const std::vector<double> costs{1, 1, 1, 1, 1, 3, 3, 1, 1};
+  for (int pool : {1, 2}) {
+    const ParallelChoice c = ChooseParallelOrSerial(s, costs, 2, pool);
+    EXPECT_NEAR(c.parallelism, 13.0 / 9.0, 1e-12);  // the parallelism rule alone: serial
+    EXPECT_DOUBLE_EQ(c.serial_cost, 13.0);
+    EXPECT_LE(c.parallel_cost, 0.9 * 13.0) << "pool " << pool;
+    EXPECT_FALSE(c.run_serially) << "pool " << pool;
+  }
+  // Played out exactly, one worker, one pool thread: 0 1 | 2 3 4 beside the first all-reduce
+  // (2..5) | 7 beside the second (5..8) | 8 after it.
+  EXPECT_DOUBLE_EQ(ChooseParallelOrSerial(s, costs, 1, 1).parallel_cost, 9.0);
+  // The same graph with no lane (the collectives as compute): the old view, a serial replay.
+  Schedule no_lane = s;
+  no_lane.lane.clear();
+  EXPECT_TRUE(ChooseParallelOrSerial(no_lane, costs, 2, 2).run_serially);
+  // Cheap collectives hide nothing worth the handoffs: serial.
+  EXPECT_TRUE(ChooseParallelOrSerial(s, {1, 1, 1, 1, 1, 0.1, 0.1, 1, 1}, 2, 2).run_serially);
+}
+
+// Without collectives the played-out parallel replay is never faster than the serial one, so
+// the parallelism rule alone decides (the cases above).
+TEST(ParallelOrSerial, WithoutCollectivesThePlayOutNeverBeatsSerial) {
+  const Schedule diamond = FromEdges(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}});
+  const Schedule wide = FromEdges(4, {});
+  for (int workers : {1, 2, 4})
+    for (int pool : {1, 2, 4}) {
+      EXPECT_GE(ChooseParallelOrSerial(diamond, {1, 9, 9, 1}, workers, pool).parallel_cost, 20.0);
+      EXPECT_GE(ChooseParallelOrSerial(wide, {2, 2, 2, 2}, workers, pool).parallel_cost, 8.0);
+    }
+}
+
 }  // namespace
 }  // namespace loom

@@ -388,8 +388,8 @@ TEST(Schedule, CheckpointCarriesTheScheduleStep) {
   EXPECT_THROW(io::RestoreOptimizerState(ckpt, b, dev), IOError);
 }
 
-// A DistOpt hands a schedule and clipping by value to the optimizer it wraps (which updates
-// after the all-reduce) and refuses clipping by global norm.
+// A DistOpt hands a schedule and clipping to the optimizer it wraps (which updates after the
+// all-reduce; Note [Clipping under DistOpt]).
 TEST(Schedule, DistOptHandsScheduleAndClipToTheWrappedOptimizer) {
   auto inner = std::make_shared<nn::SGD>(0.1);
   nn::DistOpt dist(inner, MakeInProcGroup(1)[0]);
@@ -397,7 +397,10 @@ TEST(Schedule, DistOptHandsScheduleAndClipToTheWrappedOptimizer) {
   ASSERT_NE(inner->schedule(), nullptr);
   dist.SetGradClip({0, 0.25, 1e-6});
   EXPECT_EQ(inner->grad_clip().clip_value, 0.25);
-  EXPECT_THROW(dist.SetGradClip({1.0, 0, 1e-6}), ValueError);
+  dist.SetGradClip({1.0, 0, 1e-6});
+  EXPECT_EQ(inner->grad_clip().max_norm, 1.0);
+  EXPECT_TRUE(dist.clips_by_norm());
+  EXPECT_THROW(dist.SetGradClip({-1.0, 0, 1e-6}), ValueError);
 }
 
 TEST(Clip, ClippingByNormNeedsStep) {

@@ -12,6 +12,17 @@
 // At most one of the two. Weight decay is added after the transform, as torch clips the
 // gradient before the optimizer adds it. Without either, the kernels run their old loops
 // unchanged, so results are bitwise what they were.
+//
+// Note [Data parallelism folded into the update]
+// Under DistOpt (nn/dist_opt.h) each rank's gradient is the sum over ranks of their gradients of
+// the mean loss over their shard; the gradient of the mean over the global batch is that sum over
+// N. The all-reduce only sums (it carries no scale), and the update applies 1/N as it reads the
+// gradient, through a third optional attribute:
+//   grad_mult = m     the update sees m * g before the clipping above: m * s * g with a scale
+//                     input (s computed from the norm of m * g, nn/clip.h), clamp(m * g, -v, v)
+//                     with a clip value. Weight decay is added after, to the unscaled parameter.
+// So the reduced buffer is read once, by the update that needs it, instead of being rewritten
+// by a scaling pass; a 1-rank run (m = 1) runs the old loops bit for bit.
 #include <cmath>
 
 #include "core/ops/common.h"
@@ -22,13 +33,16 @@ using namespace opdecl;
 
 namespace {
 // The inputs an update takes beyond its own: 1 when a gradient scale is appended. Checks the
-// clipping attributes (Note [Clipping folded into the update]).
+// clipping attributes (Note [Clipping folded into the update]) and the gradient multiplier.
 size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs& a) {
   const bool scaled = a.Int("grad_scaled", 0) != 0;
   const double clip = a.Float("clip_value", 0);
   LOOM_CHECK(std::isfinite(clip) && clip >= 0, ValueError, "[", op, "] clip_value ", clip,
              ": must be a finite number >= 0 (0: no clipping)");
   LOOM_CHECK(!(scaled && clip > 0), ValueError, "[", op, "] takes a gradient scale or a clip value, not both");
+  const double mult = a.Float("grad_mult", 1.0);
+  LOOM_CHECK(std::isfinite(mult) && mult > 0, ValueError, "[", op, "] grad_mult ", mult,
+             ": must be a finite number > 0 (Note [Data parallelism folded into the update])");
   if (!scaled) return 0;
   LOOM_CHECK(!in.empty() && in.back().dtype == DType::kFloat64 && NumElements(in.back().shape) == 1, DTypeError,
              "[", op, "] gradient scale (the last input) must be a float64 scalar");
@@ -38,7 +52,8 @@ size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs
 
 // inputs: param, grad, lr (float64 scalar) [, momentum buffer] [, grad scale] -> outputs: param
 // [, buffer]. attrs: momentum, weight_decay, nesterov (0/1), dampening, and grad_scaled,
-// clip_value (Note [Clipping folded into the update])
+// clip_value (Note [Clipping folded into the update]), grad_mult (Note [Data parallelism folded
+// into the update])
 LOOM_OP(sgd_update) {
   def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& a) {
@@ -59,15 +74,17 @@ LOOM_OP(sgd_update) {
 }
 
 // Note [Weight gradient into the update]: made only by the graph pass in graph/fuse.cc, never
-// by user code. inputs: param (M, N), a (K, M), b (K, N), lr [, momentum buffer] -> outputs:
-// param [, buffer]; attrs as sgd_update. The same update as sgd_update with grad = a^T b (the
-// weight gradient of a linear layer, K = batch), computed a few rows at a time and applied while
-// the rows are in cache: the gradient is never stored.
+// by user code. inputs: param (M, N), a (K, M), b (K, N), lr [, momentum buffer] [, grad scale]
+// -> outputs: param [, buffer]; attrs as sgd_update. The same update as sgd_update with
+// grad = a^T b (the weight gradient of a linear layer, K = batch), computed a few rows at a time
+// and applied while the rows are in cache: the gradient is never stored.
 LOOM_OP(matmul_sgd_update) {
   def.internal = "made only by the graph pass in graph/fuse.cc";
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
-    LOOM_CHECK(in.size() == 4 || in.size() == 5, ValueError, "[matmul_sgd_update] takes 4 or 5 inputs, got ",
-               in.size());
+  def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& at) {
+    const size_t extra = ClipInputs("matmul_sgd_update", in_all, at);
+    const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
+    LOOM_CHECK(in.size() == 4 || in.size() == 5, ValueError, "[matmul_sgd_update] takes 4 or 5 inputs",
+               extra ? " and a scale" : "", ", got ", in_all.size());
     CheckFloat("matmul_sgd_update", in[0], "parameter");
     CheckSameDType("matmul_sgd_update", in[0], in[1]);
     CheckSameDType("matmul_sgd_update", in[0], in[2]);
@@ -85,7 +102,7 @@ LOOM_OP(matmul_sgd_update) {
 
 // inputs: param, grad, lr, m, v, step (float64 scalar, the step count after this update)
 // [, grad scale] -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled
-// (AdamW, 0/1), and grad_scaled, clip_value (Note [Clipping folded into the update])
+// (AdamW, 0/1), and grad_scaled, clip_value, grad_mult (the Notes above)
 LOOM_OP(adam_update) {
   def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {

@@ -237,18 +237,20 @@ void DropoutGradCuda(const OpRecord& op, const KernelContext& ctx) {
 using optim::GradMode;
 using optim::PrepareGrad;
 
-// The gradient transform's constants (a, b) of PrepareGrad: the clip scale read from device
-// memory, or -clip and clip (Note [Clipping folded into the update]).
+// The constant a of PrepareGrad (optimizer_formulas.h): the clip scale read from device memory
+// (1 without one) times the gradient multiplier, for kScaled; the multiplier, for kClamped (b is
+// the clip value). Note [Clipping folded into the update], Note [Data parallelism folded into
+// the update].
 template <GradMode M, typename T>
-__device__ __forceinline__ T GradA(const double* scale, double clip) {
-  return M == GradMode::kScaled ? T(*scale) : T(-clip);
+__device__ __forceinline__ T GradA(const double* scale, double mult) {
+  return M == GradMode::kScaled && scale ? T(*scale * mult) : T(mult);
 }
 
 template <typename T, GradMode M>
 __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
-                          int nesterov, const double* scale, double clip) {
+                          int nesterov, const double* scale, double mult, double clip) {
   const T tlr = T(*lr);
-  const T ga = GradA<M, T>(scale, clip), gb = T(clip);
+  const T ga = GradA<M, T>(scale, mult), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
     if (!buf) {
       p[i] -= tlr * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
@@ -263,7 +265,7 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n,
 
 // The clip scale's device address (the last input) when the record has one, else null.
 const double* GradScale(const OpRecord& op) {
-  return optim::GradModeOf(op) == GradMode::kScaled ? op.inputs.back().data<double>() : nullptr;
+  return op.attrs.Int("grad_scaled", 0) != 0 ? op.inputs.back().data<double>() : nullptr;
 }
 
 // param: (n), grad: (n), lr: () float64 [, buf: (n)] [, scale: ()] -> param, buf updated in place
@@ -280,7 +282,8 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
     optim::DispatchGradMode(op, [&](auto mode) {
       SgdKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
-          op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov), GradScale(op), clip);
+          op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov), GradScale(op),
+          optim::GradMultiplier(op), clip);
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
@@ -289,7 +292,7 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
 template <typename T, GradMode M>
 __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
                            double b1, double b2, double eps, double wd, int decoupled, const double* scale,
-                           double clip) {
+                           double mult, double clip) {
   // The bias corrections depend on the device-side step count: computed once per block, in
   // double, exactly as the CPU kernel computes them.
   __shared__ T step_size, inv_sqrt_c2, decay;
@@ -302,7 +305,7 @@ __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, con
   }
   __syncthreads();
   const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
-  const T ga = GradA<M, T>(scale, clip), gb = T(clip);
+  const T ga = GradA<M, T>(scale, mult), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
     const T gt = PrepareGrad<M>(g[i], ga, gb);
     T gi = decoupled ? gt : gt + twd * p[i];
@@ -329,7 +332,7 @@ void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
       AdamKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
           op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled),
-          GradScale(op), clip);
+          GradScale(op), optim::GradMultiplier(op), clip);
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });

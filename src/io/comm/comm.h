@@ -18,8 +18,9 @@ namespace loom {
 
 // backend: "mpi"   MPI_COMM_WORLD's ranks, host buffers; launched by mpirun (tools/launch.sh,
 //                  python3 -m loom.launch) or, started alone, a 1-rank world;
-//          "nccl"  NCCL on `device` (default: the CUDA device numbered by the rank's local rank
-//                  modulo the visible GPUs), device buffers; needs the CUDA backend and NCCL;
+//          "nccl"  NCCL on `device` (default: the CUDA device numbered by the rank's local rank;
+//                  more ranks than GPUs on a host is refused), device buffers; needs the CUDA
+//                  backend and NCCL;
 //          "auto"  "nccl" when `device` is a CUDA device and NCCL is built, else "mpi".
 // Throws DeviceError naming what to install when the backend is not built, ValueError for an
 // unknown name, CommError when the world cannot be joined.

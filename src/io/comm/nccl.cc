@@ -77,9 +77,12 @@ class NcclCommunicator : public Communicator {
     dev_->MakeCurrent();
     if (!broken_) {
       try {
-        // Finalise flushes what is still queued; it may take a while, but not for ever.
-        if (ncclCommFinalize(comm_) == ncclInProgress) WaitComm("destroy communicator (ncclCommFinalize)");
-        ncclCommDestroy(comm_);
+        // Finalise flushes what is still queued; it may take a while, but not for ever. NCCL's
+        // rule: after an error, a communicator is aborted, not destroyed (Fail aborts).
+        const ncclResult_t r = ncclCommFinalize(comm_);
+        if (r == ncclInProgress) WaitComm("destroy communicator (ncclCommFinalize)");
+        if (r != ncclSuccess && r != ncclInProgress) ncclCommAbort(comm_);
+        else ncclCommDestroy(comm_);
       } catch (const CommError&) {
         // Fail already aborted the communicator; a destructor has nobody to tell.
       }
@@ -227,7 +230,11 @@ std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> devic
     const int local = mpi->LocalRank();  // collective: every rank calls it, GPU or not
     LOOM_CHECK(e == cudaSuccess && gpus > 0, DeviceError, "[nccl] rank ", mpi->rank(),
                " sees no GPU: the NCCL communicator needs one CUDA device per rank (use backend \"mpi\" on CPUs)");
-    device = CudaDevice(local % gpus);
+    // NCCL does not support one device as two ranks of a communicator (it may hang): refused.
+    LOOM_CHECK(local < gpus, DeviceError, "[nccl] rank ", mpi->rank(), " is rank ", local, " on its host, which has ",
+               gpus, " visible GPU(s): the NCCL communicator needs a GPU of its own per rank (start at most ", gpus,
+               " ranks per host, or use backend \"mpi\")");
+    device = CudaDevice(local);
   }
   return std::make_shared<NcclCommunicator>(std::move(device), std::move(mpi));
 }

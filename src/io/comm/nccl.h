@@ -10,8 +10,9 @@
 
 namespace loom {
 
-// `device`: a CUDA device, or null for the one numbered by the rank's local rank modulo the
-// visible GPUs. Collective: Note [Communicators are made in the same order on every rank].
+// `device`: a CUDA device, or null for the one numbered by the rank's local rank (DeviceError
+// when the host has fewer visible GPUs than ranks: NCCL does not support one device as two ranks
+// of a communicator). Collective: Note [Communicators are made in the same order on every rank].
 std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> device);
 
 }  // namespace loom

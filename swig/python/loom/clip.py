@@ -18,7 +18,7 @@ from . import core, errors
 
 def _cpp_optimizer(optimizer, wrapped=False):
     """The C++ optimizer; with `wrapped`, a DistOpt's inner one (which keeps the clipping: a
-    DistOpt hands clipping by value to it and refuses clipping by norm, a loom.ValueError)."""
+    DistOpt hands it on, and clips by the norm of the averaged gradient)."""
     from . import opt  # opt imports nothing of clip at import time
     if not isinstance(optimizer, opt.Optimizer):
         raise errors.TypeError(f"[clip] expected a loom.opt optimizer, got {type(optimizer).__name__}")

@@ -37,11 +37,14 @@ void SgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t
 }
 
 // The gradient transform's constants (a, b) of PrepareGrad for `op`: the scale read from its
-// last input (device memory is host memory here), or -clip_value and clip_value.
+// last input (device memory is host memory here) times the multiplier, or the multiplier and
+// clip_value (optimizer_formulas.h).
 std::pair<double, double> GradTransform(const OpRecord& op) {
+  const double mult = optim::GradMultiplier(op);
   switch (optim::GradModeOf(op)) {
-    case GradMode::kScaled: return {*op.inputs.back().data<double>(), 0.0};
-    case GradMode::kClamped: return {-op.attrs.Float("clip_value"), op.attrs.Float("clip_value")};
+    case GradMode::kScaled:
+      return {op.attrs.Int("grad_scaled", 0) != 0 ? *op.inputs.back().data<double>() * mult : mult, 0.0};
+    case GradMode::kClamped: return {mult, op.attrs.Float("clip_value")};
     default: return {0.0, 0.0};
   }
 }
@@ -72,7 +75,7 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // Note [Weight gradient into the update] (core/ops/optimizer.cc, graph/fuse.cc): param (M, N),
-// a (K, M), b (K, N), lr [, buf] -> param [, buf]. Rows of the gradient a^T b are computed a
+// a (K, M), b (K, N), lr [, buf] [, scale] -> param [, buf]. Rows of the gradient a^T b are computed a
 // tile at a time (16 KB, in L1) by the same skinny kernel that the matmul op uses, then SgdRange
 // applies them: bitwise the update sgd_update makes from the stored gradient, with one pass
 // fewer over memory the size of the parameter (the gradient's write) and one read fewer.
@@ -83,26 +86,32 @@ void MatmulSgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   const float tlr = float(lr), twd = float(op.attrs.Float("weight_decay", 0)),
               tm = float(op.attrs.Float("momentum", 0)), t1d = float(1 - op.attrs.Float("dampening", 0));
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
+  const auto [ga, gb] = GradTransform(op);
+  const float tga = float(ga), tgb = float(gb);
   const int64_t m = op.inputs[0].shape()[0], n = op.inputs[0].shape()[1], k = op.inputs[1].shape()[0];
   float* p = op.outputs[0].data<float>();
-  float* buf = op.inputs.size() == 5 ? op.outputs[1].data<float>() : nullptr;
+  float* buf = op.outputs.size() == 2 ? op.outputs[1].data<float>() : nullptr;
   const float* a = op.inputs[1].data<float>();
   const float* b = op.inputs[2].data<float>();
   constexpr int64_t kTile = 16 * kSkinnyTNColumns;  // floats
   const int64_t cols = std::min(n, kTile), rows = std::max<int64_t>(1, kTile / cols);
-  ParallelFor(m, std::max<int64_t>(1, kGrain / n), [=](int64_t r0, int64_t r1) {
-    float tile[kTile];
-    for (int64_t r = r0; r < r1; r += rows) {
-      const int64_t nr = std::min(rows, r1 - r);
-      for (int64_t c = 0; c < n; c += cols) {
-        const int64_t nc = std::min(cols, n - c);
-        SkinnyGemmTNRows(nr, nc, k, a + r, m, b + c, n, tile, nc);
-        for (int64_t q = 0; q < nr; ++q) {
-          const int64_t at = (r + q) * n + c;
-          SgdRange<float>(p + at, tile + q * nc, buf ? buf + at : nullptr, nc, tlr, twd, tm, t1d, nesterov);
+  optim::DispatchGradMode(op, [&](auto mode) {
+    constexpr GradMode M = decltype(mode)::value;
+    ParallelFor(m, std::max<int64_t>(1, kGrain / n), [=](int64_t r0, int64_t r1) {
+      float tile[kTile];
+      for (int64_t r = r0; r < r1; r += rows) {
+        const int64_t nr = std::min(rows, r1 - r);
+        for (int64_t c = 0; c < n; c += cols) {
+          const int64_t nc = std::min(cols, n - c);
+          SkinnyGemmTNRows(nr, nc, k, a + r, m, b + c, n, tile, nc);
+          for (int64_t q = 0; q < nr; ++q) {
+            const int64_t at = (r + q) * n + c;
+            SgdRange<float, M>(p + at, tile + q * nc, buf ? buf + at : nullptr, nc, tlr, twd, tm, t1d, nesterov, tga,
+                               tgb);
+          }
         }
       }
-    }
+    });
   });
 }
 
