@@ -811,3 +811,17 @@ for _name, _fn in _CLASS_FORMS.items():
                    "(*inputs, *attributes),)"})
 Softmax = globals()["SoftMax"]
 del _name, _fn
+
+
+# ---- SINGA 3.0's layers, which it kept in autograd (autograd.Linear, autograd.RNN, ...): loom's
+# layers themselves, looked up on first use (loom.layer imports this module) ----
+
+_LAYER_NAMES = ("Linear", "Conv2d", "SeparableConv2d", "BatchNorm2d", "RNN", "LSTM", "MaxPool2d", "AvgPool2d",
+                "Pooling2d")
+
+
+def __getattr__(name):
+    if name in _LAYER_NAMES:
+        from . import layer
+        return getattr(layer, name)
+    raise AttributeError(f"module 'loom.autograd' has no attribute '{name}'")
