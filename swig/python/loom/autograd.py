@@ -616,16 +616,33 @@ def _not(x):
 
 
 def shape(x):
-    """ONNX's Shape: the shape of x as an int64 tensor (1-D)."""
+    """ONNX's Shape: the shape of x as an int64 tensor (1-D). The shape is static, so the result
+    also remembers it on the host: constant_of_shape reads it from there, which lets the pair
+    run inside a capture (Note [ConstantOfShape in a graph], src/core/ops/scatter.cc)."""
     from .tensor import from_numpy
-    return from_numpy(np.asarray(x.shape, np.int64), x.device)
+    out = from_numpy(np.asarray(x.shape, np.int64), x.device)
+    out._static_shape = tuple(int(d) for d in x.shape)
+    return out
 
 
 def constant_of_shape(x, value=0.0):
-    """ONNX's ConstantOfShape: a float32 tensor whose shape is the values of the 1-D int tensor
-    x (read on the host: not inside a capture)."""
-    dims = tuple(int(d) for d in x.to_numpy().reshape(-1))
-    return core.full(dims, float(value), _F32, x.device)
+    """ONNX's ConstantOfShape: a float32 tensor of `value`s whose shape is the values of the 1-D
+    int tensor x. A device op (Note [ConstantOfShape in a graph]): the shape is recorded with it,
+    read from x now when the device runs eagerly, or, while it captures, known without a read
+    when x came from autograd.shape(); otherwise a capture raises loom.GraphError (a graph's
+    shapes are fixed when it is captured). A replay whose x holds another shape raises."""
+    if not isinstance(x, Tensor):
+        raise errors.TypeError(f"[constant_of_shape] expected a loom Tensor of dims, got {type(x).__name__}")
+    dims = getattr(x, "_static_shape", None)
+    if dims is None:
+        if x.device.buffering():
+            raise errors.GraphError(f"[constant_of_shape] {x.describe()}'s values are the output's shape, and "
+                                    f"{x.device.name()} is capturing: pass the tensor autograd.shape() returned "
+                                    "(its values are known), or call it before the capture")
+        if x.ndim != 1:
+            raise errors.ShapeError(f"[constant_of_shape] the shape tensor must be 1-D, got {x.describe()}")
+        dims = tuple(int(d) for d in x.to_numpy())
+    return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
 
 
 def pad(x, mode="constant", pads=None, constant=0.0):
@@ -730,17 +747,18 @@ def nonzero(x):
 
 
 def scatter_elements(x, indices, updates, axis=0):
-    """ONNX's ScatterElements: a copy of x with updates written at indices along axis. Computed on
-    the host (eager only, not differentiable)."""
+    """ONNX's ScatterElements: a copy of x with updates written at indices along axis (Note
+    [Element scatter and gather], src/core/ops/scatter.cc). A device op: it runs inside a
+    capture, and its gradient reaches x (zero where overwritten) and updates. indices and
+    updates may be arrays (copied to x's device)."""
     from .tensor import from_numpy
-    out = x.to_numpy().copy()
-    idx = indices.to_numpy() if isinstance(indices, Tensor) else np.asarray(indices)
-    upd = updates.to_numpy() if isinstance(updates, Tensor) else np.asarray(updates)
-    if idx.shape != upd.shape or idx.ndim != out.ndim:
-        raise errors.ShapeError(f"[scatter_elements] indices {idx.shape} and updates {upd.shape} must match and "
-                                f"have the rank of {x.describe()}")
-    np.put_along_axis(out, np.where(idx < 0, idx + out.shape[axis], idx), upd.astype(out.dtype), axis)
-    return from_numpy(out, x.device)
+    if not isinstance(x, Tensor):
+        raise errors.TypeError(f"[scatter_elements] x must be a loom Tensor, got {type(x).__name__}")
+    if not isinstance(indices, Tensor):
+        indices = from_numpy(np.asarray(indices, np.int64), x.device)
+    if not isinstance(updates, Tensor):
+        updates = from_numpy(np.asarray(updates, np.dtype(x.dtype)), x.device)
+    return core.call_op("scatter_elements", [x, indices, updates], {"axis": int(axis)})[0]
 
 
 _F32 = core.dtype_from_name("float32")
