@@ -126,3 +126,18 @@ def test_singa_names_keywords_and_initializers(dev):
         layer.Linear(3).set_params(W=np.zeros((2, 4), np.float32))
     with pytest.raises(loom.TypeError, match="not a function"):
         layer.Linear(3).set_params_initializer(W=1.0)
+
+
+def test_gradients_found_by_the_callers_own_handle(dev):
+    w = tensor.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32), dev)
+    w.requires_grad = True
+    v = tensor.from_numpy(np.array([0.5, -1.0], np.float32), dev)
+    v.requires_grad = True
+    grads = autograd.gradients(autograd.sum(autograd.mul(autograd.mul(w, w), v)))
+    assert w in grads and v in grads and len(grads) == 2
+    np.testing.assert_allclose(grads[w].to_numpy(), 2 * w.to_numpy() * v.to_numpy())
+    np.testing.assert_allclose(grads.get(v).to_numpy(), (w.to_numpy() ** 2).sum(0))
+    other = tensor.from_numpy(np.zeros((2, 2), np.float32), dev)
+    assert other not in grads and grads.get(other) is None
+    with pytest.raises(KeyError):
+        grads[other]

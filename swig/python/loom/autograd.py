@@ -48,9 +48,40 @@ def backward(y, dy=None):
     return core.backward(y, _UNDEFINED if dy is None else dy)
 
 
+class _Gradients(dict):
+    """{param: grad} whose lookups also find a parameter by another Python handle on the same
+    tensor (its storage, offset, shape and dtype): autograd returns new handles, and SINGA's
+    scripts look gradients up with their own (grads[layer.W])."""
+
+    @staticmethod
+    def _key(t):
+        return (t._block_id(), t.offset(), tuple(t.shape), t.dtype)
+
+    def _find(self, t):
+        if isinstance(t, Tensor) and t.defined():
+            k = self._key(t)
+            for p in self.keys():
+                if self._key(p) == k:
+                    return p
+        return None
+
+    def __missing__(self, t):
+        p = self._find(t)
+        if p is None:
+            raise KeyError(t)
+        return dict.__getitem__(self, p)
+
+    def __contains__(self, t):
+        return dict.__contains__(self, t) or self._find(t) is not None
+
+    def get(self, t, default=None):
+        return self[t] if t in self else default
+
+
 def gradients(y, dy=None):
-    """{param: grad} (keyed by the parameter Tensor objects autograd returned)."""
-    return dict(backward(y, dy))
+    """{param: grad}: keyed by the parameter Tensor objects autograd returned; a lookup with
+    another handle on the same parameter finds it too."""
+    return _Gradients(backward(y, dy))
 
 
 @contextlib.contextmanager
