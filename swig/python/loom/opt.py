@@ -59,6 +59,11 @@ class Optimizer:
         """SINGA's step counter as a tensor: a new float32 (1,) tensor holding step_count."""
         return core.full((1,), float(self.step_count), core.dtype_from_name("float32"), core.cpu_device())
 
+    def backward_and_update(self, loss):
+        """SINGA 3.0's name for optimizer(loss): backward from loss, each parameter updated as
+        its gradient is ready, then step()."""
+        return self(loss)
+
     def step(self):
         """SINGA's end of an iteration: counts it (step_count). The updates themselves happened
         in apply; a device-side count (Adam's bias correction) advances with them, also in
