@@ -141,3 +141,32 @@ def test_gradients_found_by_the_callers_own_handle(dev):
     assert other not in grads and grads.get(other) is None
     with pytest.raises(KeyError):
         grads[other]
+
+
+def test_creator_backward_of_op_results(dev):
+    """SINGA's y.creator.backward(dy) (Note [Creators of op results]), against numpy."""
+    x = RNG.uniform(-0.9, 0.9, size=(3, 2)).astype(np.float32)
+    s = RNG.uniform(0.5, 2.0, size=(3, 2)).astype(np.float32)
+    dy = RNG.normal(size=(3, 2)).astype(np.float32)
+    tx, ts, tdy = (tensor.from_numpy(a, dev) for a in (x, s, dy))
+    y = autograd.asin(tx)
+    dx = y.creator.backward(tdy.data)  # .data: SINGA's C++ handle, a loom Tensor itself
+    assert dx.shape() == (3, 2) and tensor.from_raw_tensor(dx) is dx
+    np.testing.assert_allclose(dx.to_numpy(), dy / np.sqrt(1 - x.astype(np.float64) ** 2), rtol=1e-5)
+    d0, d1 = autograd.pow(ts, tx).creator.backward(tdy)
+    np.testing.assert_allclose(d0.to_numpy(), dy * x * s ** (x - 1), rtol=1e-5)
+    np.testing.assert_allclose(d1.to_numpy(), dy * s ** x * np.log(s), rtol=1e-5)
+    assert [t.shape for t in y.creator.src] == [(3, 2)]
+    assert not tx.requires_grad  # the inputs themselves are left alone
+    autograd.training = False
+    try:
+        assert autograd.relu(tx).creator is None  # nothing is made outside training
+    finally:
+        autograd.training = True
+
+
+def test_creator_does_not_keep_inputs_alive(dev):
+    y = autograd.exp(tensor.from_numpy(np.ones(3, np.float32), dev))  # the input's only handle dies here
+    assert y.creator.src == []
+    with pytest.raises(loom.GraphError, match=r"\[exp\] creator.backward: an input of the op has been freed"):
+        y.creator.backward()

@@ -1,6 +1,7 @@
 """loom.autograd: the ops, under SINGA's names, and backward.
 
-Most functions here *are* the C++ op functions (one C call, no Python in between); the rest
+Most functions here are the C++ op functions (one C call), the SINGA-named ones behind a thin
+wrapper that hangs SINGA's y.creator on the result (Note [Creators of op results]); the rest
 adapt SINGA's argument conventions (pairs for conv strides, None for "no bias"). Every op records
 autograd history when an input requires grad and gradients are enabled; on a buffering device
 it is recorded into the graph instead of running.
@@ -13,6 +14,7 @@ import builtins
 import contextlib
 import itertools
 import math
+import weakref
 
 import numpy as np
 
@@ -874,3 +876,73 @@ def __getattr__(name):
         from . import layer
         return getattr(layer, name)
     raise AttributeError(f"module 'loom.autograd' has no attribute '{name}'")
+
+
+# ---- SINGA's y.creator on the results of the functions above ----
+# Note [Creators of op results]
+# SINGA hangs on every op's output the operator that made it (y.creator), whose backward(dy)
+# gives the gradients of that one op's inputs, and which keeps those inputs alive. loom's autograd
+# keeps only what backward needs, in C++, and only when an input requires a gradient (DESIGN.md
+# invariant 8). So these functions attach an _OpCreator that holds *weak* references to the op's
+# tensor inputs and, when asked, runs the op again on detached handles of them and differentiates
+# that: it extends no lifetime and runs nothing until asked (about half a microsecond per call to
+# make; none while autograd.training is False, and replays of a captured step run no Python).
+# An input freed since is a loom.GraphError.
+
+class _OpCreator:
+    """The creator of an op function's result (Note [Creators of op results])."""
+
+    __slots__ = ("name", "_fn", "_args", "_kwargs")
+
+    def __init__(self, name, fn, args, kwargs):
+        self.name, self._fn, self._kwargs = name, fn, kwargs
+        self._args = tuple(weakref.ref(a) if isinstance(a, Tensor) else a for a in args)
+
+    @property
+    def src(self):
+        """The op's tensor inputs that are still alive."""
+        return [t for t in (a() for a in self._args if isinstance(a, weakref.ref)) if t is not None]
+
+    def backward(self, dy=None):
+        """The gradients of the op's tensor inputs given dy (ones when None): one tensor for an op
+        of one tensor input, else a tuple in input order (None for an integer input)."""
+        args, leaves = [], []
+        for a in self._args:
+            if not isinstance(a, weakref.ref):
+                args.append(a)
+                continue
+            t = a()
+            if t is None:
+                raise errors.GraphError(f"[{self.name}] creator.backward: an input of the op has been freed (loom's "
+                                        "creators do not keep inputs alive; keep a reference to them)")
+            leaf = t.detach()
+            if leaf.dtype in ("float32", "float64", "float16", "bfloat16"):
+                leaf.requires_grad = True
+                leaves.append(leaf)
+            else:
+                leaves.append(None)
+            args.append(leaf)
+        y = self._fn(*args, **self._kwargs)
+        grads = gradients(y, dy)
+        out = [None if l is None else grads.get(l) if l in grads else core.zeros_like(l) for l in leaves]
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def _with_creator(name, fn):
+    def op(*args, **kwargs):
+        y = fn(*args, **kwargs)
+        if training and isinstance(y, Tensor):
+            y.creator = _OpCreator(name, fn, args, kwargs)
+        return y
+    op.__name__, op.__qualname__, op.__doc__, op.__wrapped__ = name, name, fn.__doc__, fn
+    return op
+
+
+for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "cos", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
+              "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
+              "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
+              "softmax", "square", "clip", "prelu", "cossim", "gemm"):
+    if _name in globals():
+        globals()[_name] = _with_creator(_name, globals()[_name])
+del _name

@@ -112,6 +112,14 @@ def _init(self, shape=None, device=None, dtype=None, requires_grad=False, stores
         self._set_requires_grad(True)
 
 
+class _CallableTuple(tuple):
+    """A tuple that returns itself when called: t.shape (SINGA's Python tensors) and t.shape()
+    (SINGA's C++ ones, which its operators' backward returns)."""
+
+    def __call__(self):
+        return tuple(self)
+
+
 class _CallableInt(int):
     """An int that returns itself when called: t.ndim (numpy's spelling) and t.ndim() (SINGA's)."""
 
@@ -585,7 +593,9 @@ _METHODS = {
     "__repr__": _repr,
     "__str__": _repr,
     # properties (SWIG's accessors stay reachable as core._core.Tensor_*)
-    "shape": property(_c.Tensor_shape, doc="The shape, a tuple of ints."),
+    "shape": property(lambda self: _CallableTuple(_c.Tensor_shape(self)),
+                      doc="The shape, a tuple of ints; SINGA's C++ tensors call it, t.shape()."),
+    "data": property(lambda self: self, doc="SINGA's handle on the C++ tensor: a loom Tensor is its own."),
     "dtype": property(lambda self: _NAME[_c.Tensor_dtype(self)], doc="The dtype's name, e.g. 'float32'."),
     "device": property(_c.Tensor_device, doc="The Device holding the tensor."),
     "ndim": property(lambda self: _CallableInt(_c.Tensor_ndim(self)),
@@ -999,3 +1009,8 @@ def PlaceHolder(shape, device=None, dtype=float32):
     """SINGA's tensor.PlaceHolder: a tensor standing for a model's input at compile time (shape,
     device and dtype are what matter); it holds zeros (Note [A new Tensor holds zeros])."""
     return Tensor(shape, device, dtype)
+
+
+def from_raw_tensor(t):
+    """SINGA's: the Python tensor of a C++ one. A loom Tensor is both, so it is returned."""
+    return _check_tensor("from_raw_tensor", t)
