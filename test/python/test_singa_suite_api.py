@@ -62,6 +62,8 @@ def test_integer_arithmetic_matches_numpy(dev):
     np.testing.assert_array_equal(z.to_numpy(), 3 - a)
     i64 = tensor.from_numpy(np.array([1, 2, 3], np.int64), dev)
     assert (i64 + 0.5).dtype == "float32" and (i64 + 0.5).to_numpy().tolist() == [1.5, 2.5, 3.5]
+    big = tensor.from_numpy(np.array([3_000_000_000], np.int64), dev)
+    assert (big + 1).dtype == "int64" and (big + 1).to_numpy().tolist() == [3_000_000_001]
 
 
 def test_placeholder_is_a_tensor_of_the_shape(dev):

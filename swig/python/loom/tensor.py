@@ -220,15 +220,16 @@ _INTS = ("int32", "int64", "uint8")
 def _int_arith(op, a, b):
     """SINGA's arithmetic on integer tensors, which loom's element-wise kernels (floating point
     only) do not take: computed in float64, exact for the integers float64 holds (all int32
-    values and sums and products below 2**53), then cast. Two integer tensors give int32 (SINGA's
-    kInt); an integer tensor with a float number or tensor gives float32, as SINGA's does; an
-    integer number with an integer tensor keeps int32."""
+    values and sums and products below 2**53), then cast. Integer operands give int32 (SINGA's
+    kInt), or int64 when a tensor is int64; an integer tensor with a float number or tensor
+    gives float32, as SINGA's does."""
     def is_int(v):
         return isinstance(v, Tensor) and _NAME[_c.Tensor_dtype(v)] in _INTS
     def is_float_number(v):
         return isinstance(v, (float, np.floating))
-    out = int32 if all(is_int(v) or (not isinstance(v, Tensor) and not is_float_number(v)) for v in (a, b)) \
-        else float32
+    out = float32
+    if all(is_int(v) or (not isinstance(v, Tensor) and not is_float_number(v)) for v in (a, b)):
+        out = int64 if any(isinstance(v, Tensor) and _NAME[_c.Tensor_dtype(v)] == int64 for v in (a, b)) else int32
     f64 = core.dtype_from_name("float64")
     a2 = core.cast(a, f64) if isinstance(a, Tensor) and _c.Tensor_dtype(a) != f64 else a
     b2 = core.cast(b, f64) if isinstance(b, Tensor) and _c.Tensor_dtype(b) != f64 else b
