@@ -138,3 +138,13 @@ def test_dropout_between_layers_only_in_training(dev):
     lay.train()
     c = lay(xs, h0)[0][-1].to_numpy()
     assert not np.allclose(a, c)
+
+
+def test_positional_order_is_singas(dev):
+    """SINGA's RNN takes num_layers third, its LSTM nonlinearity third."""
+    rnn = layer.RNN(IN, H, 2, "relu")
+    assert rnn.num_layers == 2 and rnn.nonlinearity == "relu"
+    lstm = layer.LSTM(IN, H, "tanh", 3)
+    assert lstm.num_layers == 3
+    with pytest.raises(loom.ValueError, match=r"\[LSTM\] the LSTM's activations are fixed"):
+        layer.LSTM(IN, H, "relu")

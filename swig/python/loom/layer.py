@@ -854,9 +854,8 @@ class _Recurrent(Layer, _PythonParams):
 
     _GATES = ()
 
-    def __init__(self, input_size, hidden_size=None, nonlinearity="tanh", num_layers=1, bias=True,
-                 batch_first=False, dropout=0, bidirectional=False):
-        super().__init__()
+    def _setup(self, input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional):
+        Layer.__init__(self)
         op = type(self).__name__
         if hidden_size is None:  # SINGA's RNN(hidden_size): the input size comes from the first step
             input_size, hidden_size = None, input_size
@@ -1026,7 +1025,7 @@ class _Recurrent(Layer, _PythonParams):
 
 
 class RNN(_Recurrent):
-    """SINGA's RNN(input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True,
+    """SINGA's RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
     batch_first=False, dropout=0, bidirectional=False), or RNN(hidden_size) with the input size
     from the first call; called on xs, a list of T steps (N, input_size) (or one (T, N,
     input_size) tensor), and h0:
@@ -1042,6 +1041,10 @@ class RNN(_Recurrent):
 
     _GATES = ("",)
     _BIASES = ("b",)
+
+    def __init__(self, input_size, hidden_size=None, num_layers=1, nonlinearity="tanh", bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):  # SINGA's order: num_layers before nonlinearity
+        self._setup(input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional)
 
     def forward(self, xs, h0):
         xs = self._steps(xs, [("h0", h0)])
@@ -1059,8 +1062,8 @@ class RNN(_Recurrent):
 
 
 class LSTM(_Recurrent):
-    """SINGA's LSTM(input_size, hidden_size, ..., num_layers=1, bias=True, batch_first=False,
-    dropout=0, bidirectional=False) (the nonlinearity argument is RNN's and must stay "tanh"), or
+    """SINGA's LSTM(input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True,
+    batch_first=False, dropout=0, bidirectional=False) (nonlinearity must stay "tanh"), or
     LSTM(hidden_size); called on xs (as RNN's) and (h0, c0), each shaped as RNN's h0, with input
     (i), forget (f), output (o) and candidate (g) gates:
 
@@ -1071,6 +1074,13 @@ class LSTM(_Recurrent):
 
     _GATES = ("_i", "_f", "_o", "_g")
     _BIASES = ("Bx", "Bh")
+
+    def __init__(self, input_size, hidden_size=None, nonlinearity="tanh", num_layers=1, bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):  # SINGA's order: nonlinearity before num_layers
+        if nonlinearity != "tanh":
+            raise errors.ValueError(f"[LSTM] the LSTM's activations are fixed (sigmoid gates, tanh cell); "
+                                    f"nonlinearity must stay 'tanh', got {nonlinearity!r}")
+        self._setup(input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional)
 
     def forward(self, xs, h0_c0):
         if not isinstance(h0_c0, (tuple, list)) or len(h0_c0) != 2:
