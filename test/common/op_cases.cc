@@ -889,6 +889,108 @@ void AddShape(Table& t) {
 }  // namespace
 }  // namespace table
 
+namespace table {
+namespace {
+
+// ---------------------------------------------------------------- scatter / gather along an axis
+// References for Note [Element scatter and gather] (src/core/ops/scatter.cc), from coordinates:
+// entry p of the indices (row-major) names x's element at p's coordinates with the axis one
+// replaced by the index; later entries overwrite earlier ones.
+
+int64_t XOffset(const Shape& x, const Shape& e, int64_t axis, int64_t p, double index) {
+  int64_t off = 0, stride = 1;
+  for (int64_t d = int64_t(x.size()) - 1; d >= 0; --d) {
+    int64_t c = p % e[size_t(d)];
+    p /= e[size_t(d)];
+    if (d == axis) c = index < 0 ? int64_t(index) + x[size_t(d)] : int64_t(index);
+    off += c * stride;
+    stride *= x[size_t(d)];
+  }
+  return off;
+}
+
+int64_t RefAxis(const RefArgs& a) {
+  const int64_t axis = a.attrs.Int("axis"), rank = int64_t(a.in[0].shape.size());
+  return axis < 0 ? axis + rank : axis;
+}
+
+std::vector<HostTensor> ScatterElementsRef(const RefArgs& a) {
+  HostTensor y = a.in[0];
+  const HostTensor &idx = a.in[1], &upd = a.in[2];
+  for (int64_t p = 0; p < idx.numel(); ++p)
+    y.v[size_t(XOffset(y.shape, idx.shape, RefAxis(a), p, idx.v[size_t(p)]))] = upd.v[size_t(p)];
+  return {y};
+}
+
+std::vector<HostTensor> GatherElementsRef(const RefArgs& a) {
+  const HostTensor &x = a.in[0], &idx = a.in[1];
+  HostTensor y(idx.shape);
+  for (int64_t p = 0; p < idx.numel(); ++p)
+    y.v[size_t(p)] = x.v[size_t(XOffset(x.shape, idx.shape, RefAxis(a), p, idx.v[size_t(p)]))];
+  return {y};
+}
+
+void AddScatterGather(Table& t) {
+  for (DType dt : kFloats)
+    for (DType it : {DType::kInt64, DType::kInt32}) {
+      const std::string i = std::string(" ") + Name(it);
+      // distinct positions along the axis in every line, so that the gradient is exact
+      t.Add("scatter_elements", "(3, 3) axis 0" + i, dt, ScatterElementsRef)
+          .In(Uniform({3, 3}))
+          .In(Values({2, 3}, {1, 0, 2, 0, 2, 1}, it))
+          .In(Uniform({2, 3}))
+          .Attr("axis", int64_t(0))
+          .Exact();
+      t.Add("scatter_elements", "(2, 4) axis -1 negative indices" + i, dt, ScatterElementsRef)
+          .In(Uniform({2, 4}))
+          .In(Values({2, 2}, {-1, 0, 2, -3}, it))
+          .In(Uniform({2, 2}))
+          .Attr("axis", int64_t(-1))
+          .Exact();
+      t.Add("scatter_elements", "(2, 4, 3) axis 1 by (2, 2, 2)" + i, dt, ScatterElementsRef)
+          .In(Uniform({2, 4, 3}))
+          .In(Values({2, 2, 2}, {3, 0, 1, 2, 0, 3, 2, 1}, it))
+          .In(Uniform({2, 2, 2}))
+          .Attr("axis", int64_t(1))
+          .Exact();
+      t.Add("gather_elements", "(3, 4) axis 1 by (3, 2), repeats" + i, dt, GatherElementsRef)
+          .In(Uniform({3, 4}))
+          .In(Values({3, 2}, {3, 3, 0, -1, 2, 1}, it))
+          .Attr("axis", int64_t(1))
+          .Exact();
+    }
+  // repeated positions: the last update wins on every backend (no gradient: ONNX leaves them undefined)
+  t.Add("scatter_elements", "(4,) repeats, last wins", kF32, ScatterElementsRef)
+      .In(Uniform({4}))
+      .In(Values({5}, {1, 3, 1, 1, 3}, DType::kInt64))
+      .In(Uniform({5}))
+      .Attr("axis", int64_t(0))
+      .Exact();
+  // many lines: the scatter splits across threads
+  t.Add("scatter_elements", "(3, 40000) axis 0 by (1, 40000)", kF32, ScatterElementsRef)
+      .In(Uniform({3, 40000}))
+      .In(Derived([](const std::vector<Tensor>& in) {
+        std::vector<int64_t> v(40000);
+        for (size_t j = 0; j < v.size(); ++j) v[j] = int64_t(j % 3);
+        return ops::FromVector(v, {1, 40000}, in[0].device_ptr());
+      }))
+      .In(Uniform({1, 40000}))
+      .Attr("axis", int64_t(0))
+      .Exact();
+  // constant_of_shape: the shape tensor's values are the recorded shape
+  for (DType dt : kFloats)
+    for (DType it : {DType::kInt64, DType::kInt32}) {
+      const std::string i = std::string(" ") + Name(it);
+      t.Add("constant_of_shape", "(2, 3) 1.5" + i, dt, ref::Fill).In(Values({2}, {2, 3}, it)).Exact().attrs =
+          Creation({2, 3}, dt).Set("value", 1.5);
+      t.Add("constant_of_shape", "(4,) -2" + i, dt, ref::Fill).In(Values({1}, {4}, it)).Exact().attrs =
+          Creation({4}, dt).Set("value", -2.0);
+    }
+}
+
+}  // namespace
+}  // namespace table
+
 const std::vector<OpCase>& AllOpCases() {
   static const std::vector<OpCase> rows = [] {
     using namespace table;
@@ -902,6 +1004,7 @@ const std::vector<OpCase>& AllOpCases() {
     AddRandom(t);
     AddCreation(t);
     AddShape(t);
+    AddScatterGather(t);
     AddCnnCases(t);
     AddCollectiveCases(t);
     return t.Take();

@@ -20,11 +20,12 @@ def test_every_user_facing_op_is_in_autograd():
 
 
 def test_op_functions_are_the_bound_cpp_functions():
-    # Not overridden by a SINGA spelling: the C++ function itself, one C call per op.
+    # Not overridden by a SINGA spelling: the C++ function itself, one C call per op, behind the
+    # thin wrapper that hangs SINGA's y.creator on the result (Note [Creators of op results]).
     # (transpose is SINGA's transpose(x, perm) in loom.autograd, over core.permute and core.transpose.)
     # (the losses are (1,) views of the C++ losses: Note [Loss shape] in loom/autograd.py.)
     for op in ("matmul", "relu", "add_bias", "tanh", "sin"):
-        assert getattr(autograd, op) is getattr(core, op)
+        assert getattr(autograd, op).__wrapped__ is getattr(core, op)
 
 
 def test_internal_ops_say_why():

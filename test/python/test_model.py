@@ -386,11 +386,11 @@ def test_cnn_models_train_in_both_modes(dev):
 def test_layer_tree_params_and_set_params(dev):
     m = MLP((4, 3, 2), dev)
     names = list(m.get_params())
-    assert names == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]
-    m.set_params({"layers.1.bias": np.array([1.0, 2.0], np.float32)})
-    assert m.get_params()["layers.1.bias"].to_numpy().tolist() == [1.0, 2.0]
+    assert names == ["layers.0.W", "layers.0.b", "layers.1.W", "layers.1.b"]  # SINGA's names
+    m.set_params({"layers.1.b": np.array([1.0, 2.0], np.float32)})
+    assert m.get_params()["layers.1.b"].to_numpy().tolist() == [1.0, 2.0]
     with pytest.raises(loom.ValueError, match="no parameter"):
         m.set_params({"nope": np.zeros(2)})
     seq = layer.Sequential(layer.Linear(4, 3, device=dev), layer.ReLU(), layer.Linear(3, 2, device=dev))
-    assert list(seq.get_params()) == ["0.weight", "0.bias", "2.weight", "2.bias"] and len(seq) == 3
+    assert list(seq.get_params()) == ["0.W", "0.b", "2.W", "2.b"] and len(seq) == 3
     assert seq(tensor.zeros((5, 4), dev)).shape == (5, 2)

@@ -135,7 +135,7 @@ def test_conv2d_same_padding_relu_and_valid(dev):
 def test_conv2d_explicit_form_is_the_cxx_layer_unless_it_needs_python(dev):
     a, x = images(dev)
     native = layer.Conv2d(4, 8, 3, 1, 1)
-    assert native._impl is not None and list(native.get_params()) == ["weight", "bias"]
+    assert native._impl is not None and list(native.get_params()) == ["W", "b"]
     assert native(x).shape == (2, 8, 7, 6)
     rect = layer.Conv2d(4, 8, (3, 1), device=dev)  # a non-square kernel: the Python layer, sized now
     assert rect._impl is None and rect.W.shape == (8, 4, 3, 1)
@@ -191,7 +191,7 @@ def test_batchnorm2d_singa_form_and_momentum(dev, momentum):
     assert not bn.initialized
     y = bn(x)
     states = bn.get_states()
-    assert bn.num_features == 3 and states["gamma"].shape == (3,)
+    assert bn.num_features == 3 and states["scale"].shape == (3,)
     mean, var = a.mean(axis=(0, 2, 3)), a.var(axis=(0, 2, 3))
     ref = (a - mean.reshape(1, 3, 1, 1)) / np.sqrt(var.reshape(1, 3, 1, 1) + 1e-5)
     np.testing.assert_allclose(y.to_numpy(), ref, rtol=1e-4, atol=1e-4)
@@ -355,7 +355,7 @@ def train_small_cnn(dev, use_graph, steps=4):
     ty = tensor.Tensor((6,), dev, tensor.int32)
     m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)
     assert not layer.uninitialized(m) and sorted(m.get_params()) == [
-        "bn.beta", "bn.gamma", "conv.W", "conv.b", "fc.bias", "fc.weight"]
+        "bn.bias", "bn.scale", "conv.W", "conv.b", "fc.W", "fc.b"]
     losses = []
     for i in range(steps):
         tx.copy_from_numpy(xs[i])

@@ -63,8 +63,8 @@ def test_call_dispatches_by_mode(dev, use_graph):
     x, y = tensor.from_numpy(X, dev), tensor.from_numpy(Y, dev)
     m.compile([x], is_train=True, use_graph=use_graph, sequential=True)
     params = m.get_params()
-    (wname,) = [k for k in params if k.endswith("weight")]
-    (bname,) = [k for k in params if k.endswith("bias")]
+    (wname,) = [k for k in params if k.endswith(".W")]
+    (bname,) = [k for k in params if k.endswith(".b")]
     w0 = params[wname].to_numpy().copy()
     m.calls.clear()
     out, loss = m(x, y)  # training: a step
@@ -104,8 +104,8 @@ def test_compile_accepts_placeholders(dev, use_graph):
     m.compile([tx], is_train=True, use_graph=use_graph, sequential=True)
     assert not tx._allocated()  # the check did not write the placeholder
     params = m.get_params()
-    w = next(v for k, v in params.items() if k.endswith("weight")).to_numpy().astype(np.float64)
-    b = next(v for k, v in params.items() if k.endswith("bias")).to_numpy().astype(np.float64)
+    w = next(v for k, v in params.items() if k.endswith(".W")).to_numpy().astype(np.float64)
+    b = next(v for k, v in params.items() if k.endswith(".b")).to_numpy().astype(np.float64)
     tx.copy_from_numpy(X)
     ty.copy_from_numpy(Y)
     _, loss = m(tx, ty)
@@ -124,13 +124,13 @@ def test_linear_out_features_only_sizes_itself_at_first_call(dev):
     y = fc(x)
     assert fc.initialized and fc.in_features == 6
     params = fc.get_params()
-    w, b = params["weight"].to_numpy(), params["bias"].to_numpy()
+    w, b = params["W"].to_numpy(), params["b"].to_numpy()
     assert w.shape == (6, 3)
     np.testing.assert_allclose(y.to_numpy(), X.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
     assert set(layer.Linear(4, False).get_params()) == set()
     nobias = layer.Linear(4, bias=False)
     nobias(x)
-    assert set(nobias.get_params()) == {"weight"}
+    assert set(nobias.get_params()) == {"W"}
     assert layer.Linear(6, 3).initialized  # the explicit two-size form is unchanged
     with pytest.raises(loom.ValueError, match=r"\[Linear\] size"):
         layer.Linear(0)

@@ -27,7 +27,7 @@ def lstm_ref(xs, h, c, p):
 def rnn_ref(xs, h, p, act):
     ys = []
     for x in xs:
-        h = act(x @ p["Wx"] + h @ p["Wh"] + p["Bx"] + p["Bh"])
+        h = act(x @ p["Wx"] + h @ p["Wh"] + p["b"])
         ys.append(h)
     return ys, h
 
@@ -122,13 +122,15 @@ def test_lstm_backward_through_time(dev):
 
 def test_recurrent_errors_are_typed(dev):
     _, _, _, txs, th0, tc0 = inputs(dev)
-    with pytest.raises(loom.ValueError, match=r"\[LSTM\] loom's LSTM is one unidirectional layer"):
-        layer.LSTM(IN, H, num_layers=2)
+    with pytest.raises(loom.ValueError, match=r"\[LSTM\] loom's LSTM takes steps first"):
+        layer.LSTM(IN, H, batch_first=True)
+    with pytest.raises(loom.ValueError, match=r"\[RNN\] dropout must be a number in \[0, 1\)"):
+        layer.RNN(IN, H, num_layers=2, dropout=1.5)
     with pytest.raises(loom.ValueError, match=r"\[RNN\] nonlinearity must be 'tanh' or 'relu'"):
         layer.RNN(IN, H, nonlinearity="gelu")
     with pytest.raises(loom.ShapeError, match=r"\[RNN\] step 1 is .*every step must be \(N, 3\)"):
         layer.RNN(IN, H)([txs[0], tensor.from_numpy(np.zeros((N, 5)), dev)], th0)
-    with pytest.raises(loom.ShapeError, match=r"\[LSTM\] c0 is .*expected \(2, 4\)"):
+    with pytest.raises(loom.ShapeError, match=r"\[LSTM\] c0 is .*expected \(2 or 1, 4\)"):
         layer.LSTM(IN, H)(txs, (th0, tensor.from_numpy(np.zeros((N, 3)), dev)))
     with pytest.raises(loom.TypeError, match=r"\[LSTM\] the initial state is a pair"):
         layer.LSTM(IN, H)(txs, th0)

@@ -216,9 +216,9 @@ def test_requires_grad_name_and_repr(dev):
 
 def test_copy_and_astype(dev):
     a = tensor.from_numpy(np.arange(3, dtype=np.float32), dev)
-    c = a.copy()
+    c, d = a.copy(), a.clone()  # SINGA's: copy() shares the data, clone()/deepcopy() do not
     a.set_value(0)
-    assert c.to_numpy().tolist() == [0, 1, 2]
+    assert d.to_numpy().tolist() == [0, 1, 2] and c.to_numpy().tolist() == [0, 0, 0]
     assert a.astype(np.int32).dtype == "int32"
 
 

@@ -91,6 +91,38 @@ void FillCuda(const OpRecord& op, const KernelContext& ctx) {
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
+// The shape tensor must still hold the recorded shape (Note [ConstantOfShape in a graph]). The
+// recorded dims go to the kernel by value, so that a captured CUDA graph keeps them; one thread
+// compares the R entries.
+struct Dims {
+  int64_t v[8];
+};
+template <typename I>
+__global__ void CheckDimsKernel(const I* v, Dims dims, int64_t r, KernelError* err) {
+  for (int64_t d = 0; d < r; ++d)
+    if ((long long)v[d] != (long long)dims.v[d]) {
+      RaiseKernelError(err, kShapeMismatch, kOpConstantOfShape, d, (long long)v[d], (long long)dims.v[d]);
+      return;
+    }
+}
+
+// shape: int32/int64 (R) -> y: attrs.shape, every element attrs.value
+void ConstantOfShapeCuda(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& shape = op.inputs[0];
+  const std::vector<int64_t>& dims = op.attrs.Ints("shape");
+  CudaDeviceImpl& dev = Dev(ctx);
+  LOOM_CHECK(dims.size() <= 8, ShapeError, "[constant_of_shape] rank ", dims.size(), " is above the 8 supported");
+  Dims d{};
+  for (size_t i = 0; i < dims.size(); ++i) d.v[i] = dims[i];
+  if (!dims.empty())
+    IndexDispatch(shape.dtype(), "constant_of_shape", [&](auto itag) {
+      using I = decltype(itag);
+      CheckDimsKernel<I><<<1, 1, 0, dev.stream()>>>(shape.data<I>(), d, int64_t(dims.size()), dev.kernel_error());
+      LOOM_CUDA_CHECK_LAUNCH();
+    });
+  FillCuda(op, ctx);
+}
+
 // ---------------------------------------------------------------- random fills
 // Note [Philox stream]
 // Element i uses word i % 4 of Philox4x32(seed, base + offset + i / 4), as on the CPU: one
@@ -344,6 +376,7 @@ void BroadcastToCuda(const OpRecord& op, const KernelContext& ctx) {
 }  // namespace
 
 LOOM_KERNEL(fill, kCUDA, FillCuda);
+LOOM_KERNEL(constant_of_shape, kCUDA, ConstantOfShapeCuda);
 LOOM_KERNEL(uniform, kCUDA, UniformCuda);
 LOOM_KERNEL(normal, kCUDA, NormalCuda);
 LOOM_KERNEL(bernoulli, kCUDA, BernoulliCuda);

@@ -152,14 +152,24 @@ void CudaDeviceImpl::SyncAndCheck() {
   const char* op = e.op == kOpSoftmaxCrossEntropy       ? "softmax_cross_entropy"
                    : e.op == kOpSoftmaxCrossEntropyGrad ? "softmax_cross_entropy_grad"
                    : e.op == kOpEmbedding               ? "embedding"
-                                                        : "embedding_grad";
+                   : e.op == kOpEmbeddingGrad           ? "embedding_grad"
+                   : e.op == kOpScatterElements         ? "scatter_elements"
+                   : e.op == kOpGatherElements          ? "gather_elements"
+                                                        : "constant_of_shape";
   // The messages of the CPU kernels, and where the error surfaced.
   const std::string where = detail::Cat(" (found on ", name(), " by an earlier kernel; its outputs were set to NaN)");
   if (e.code == kLabelOutOfRange)
     throw ValueError(detail::Cat("[", op, "] label ", e.b, " in row ", e.a, " is outside [0, ", e.c, ")", where));
+  if (e.code == kIndexOutOfRange && (e.op == kOpScatterElements || e.op == kOpGatherElements))
+    throw ValueError(detail::Cat("[", op, "] index ", e.b, " at position ", e.a, " is out of range for an axis of ",
+                                 e.c, where));
   if (e.code == kIndexOutOfRange)
     throw ValueError(detail::Cat("[", op, "] index ", e.b, " at position ", e.a, " is out of range for a table of ",
                                  e.c, " rows", where));
+  if (e.code == kShapeMismatch)
+    throw ValueError(detail::Cat("[", op, "] the shape tensor holds ", e.b, " at position ", e.a,
+                                 " but the op was recorded for ", e.c, " there: a graph's shapes are fixed when it "
+                                 "is captured", where));
   throw InternalError(detail::Cat("[", name(), "] unknown kernel error code ", e.code));
 }
 

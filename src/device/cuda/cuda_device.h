@@ -40,7 +40,8 @@ namespace cuda {
 enum KernelErrorCode : int {
   kKernelOk = 0,
   kLabelOutOfRange = 1,  // a = row, b = label, c = number of classes
-  kIndexOutOfRange = 2,  // a = position, b = index, c = number of table rows
+  kIndexOutOfRange = 2,  // a = position, b = index, c = number of table rows (axis length)
+  kShapeMismatch = 3,    // a = position, b = value held, c = value recorded
 };
 struct KernelError {
   int code;  // KernelErrorCode
@@ -53,6 +54,9 @@ enum KernelErrorOp : int {
   kOpSoftmaxCrossEntropyGrad = 2,
   kOpEmbedding = 3,
   kOpEmbeddingGrad = 4,
+  kOpScatterElements = 5,
+  kOpGatherElements = 6,
+  kOpConstantOfShape = 7,
 };
 
 class CudaDeviceImpl : public Device {

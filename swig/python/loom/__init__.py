@@ -13,13 +13,14 @@ graph and replayed from C++ (SINGA's API, graph mode included).
 Modules: device (devices, buffering, memory statistics, graph dumps), tensor (Tensor, numpy
 round trips and zero-copy views), autograd (ops and backward), opt (SGD, Adam), layer (Linear,
 Conv2d, BatchNorm2d, ...), model (Model with compile/train_one_batch, save_states/load_states, the model
-zoo), io (checkpoints, MNIST / CIFAR-10, DataLoader), comm (communicators for data-parallel
-jobs; `python3 -m loom.launch -n N script.py` starts the ranks), errors.
+zoo), module (SINGA 3.0's Module), io (checkpoints, MNIST / CIFAR-10, DataLoader), comm
+(communicators for data-parallel jobs; `python3 -m loom.launch -n N script.py` starts the
+ranks), errors.
 """
 from . import core
 from . import errors
 from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, OnnxError, ShapeError
-from . import device, tensor, autograd, opt, layer, model, io, comm
+from . import device, tensor, autograd, opt, layer, model, module, io, comm
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
 from .core import Graph, graph_option_fields, graph_stats_fields
 

@@ -1,6 +1,7 @@
 """loom.autograd: the ops, under SINGA's names, and backward.
 
-Most functions here *are* the C++ op functions (one C call, no Python in between); the rest
+Most functions here are the C++ op functions (one C call), the SINGA-named ones behind a thin
+wrapper that hangs SINGA's y.creator on the result (Note [Creators of op results]); the rest
 adapt SINGA's argument conventions (pairs for conv strides, None for "no bias"). Every op records
 autograd history when an input requires grad and gradients are enabled; on a buffering device
 it is recorded into the graph instead of running.
@@ -13,6 +14,7 @@ import builtins
 import contextlib
 import itertools
 import math
+import weakref
 
 import numpy as np
 
@@ -70,9 +72,40 @@ def backward(y, dy=None):
     return core.backward(y, _UNDEFINED if dy is None else dy)
 
 
+class _Gradients(dict):
+    """{param: grad} whose lookups also find a parameter by another Python handle on the same
+    tensor (its storage, offset, shape and dtype): autograd returns new handles, and SINGA's
+    scripts look gradients up with their own (grads[layer.W])."""
+
+    @staticmethod
+    def _key(t):
+        return (t._block_id(), t.offset(), tuple(t.shape), t.dtype)
+
+    def _find(self, t):
+        if isinstance(t, Tensor) and t.defined():
+            k = self._key(t)
+            for p in self.keys():
+                if self._key(p) == k:
+                    return p
+        return None
+
+    def __missing__(self, t):
+        p = self._find(t)
+        if p is None:
+            raise KeyError(t)
+        return dict.__getitem__(self, p)
+
+    def __contains__(self, t):
+        return dict.__contains__(self, t) or self._find(t) is not None
+
+    def get(self, t, default=None):
+        return self[t] if t in self else default
+
+
 def gradients(y, dy=None):
-    """{param: grad} (keyed by the parameter Tensor objects autograd returned)."""
-    return dict(backward(y, dy))
+    """{param: grad}: keyed by the parameter Tensor objects autograd returned; a lookup with
+    another handle on the same parameter finds it too."""
+    return _Gradients(backward(y, dy))
 
 
 @contextlib.contextmanager
@@ -690,16 +723,33 @@ def _not(x):
 
 
 def shape(x):
-    """ONNX's Shape: the shape of x as an int64 tensor (1-D)."""
+    """ONNX's Shape: the shape of x as an int64 tensor (1-D). The shape is static, so the result
+    also remembers it on the host: constant_of_shape reads it from there, which lets the pair
+    run inside a capture (Note [ConstantOfShape in a graph], src/core/ops/scatter.cc)."""
     from .tensor import from_numpy
-    return from_numpy(np.asarray(x.shape, np.int64), x.device)
+    out = from_numpy(np.asarray(x.shape, np.int64), x.device)
+    out._static_shape = tuple(int(d) for d in x.shape)
+    return out
 
 
 def constant_of_shape(x, value=0.0):
-    """ONNX's ConstantOfShape: a float32 tensor whose shape is the values of the 1-D int tensor
-    x (read on the host: not inside a capture)."""
-    dims = tuple(int(d) for d in x.to_numpy().reshape(-1))
-    return core.full(dims, float(value), _F32, x.device)
+    """ONNX's ConstantOfShape: a float32 tensor of `value`s whose shape is the values of the 1-D
+    int tensor x. A device op (Note [ConstantOfShape in a graph]): the shape is recorded with it,
+    read from x now when the device runs eagerly, or, while it captures, known without a read
+    when x came from autograd.shape(); otherwise a capture raises loom.GraphError (a graph's
+    shapes are fixed when it is captured). A replay whose x holds another shape raises."""
+    if not isinstance(x, Tensor):
+        raise errors.TypeError(f"[constant_of_shape] expected a loom Tensor of dims, got {type(x).__name__}")
+    dims = getattr(x, "_static_shape", None)
+    if dims is None:
+        if x.device.buffering():
+            raise errors.GraphError(f"[constant_of_shape] {x.describe()}'s values are the output's shape, and "
+                                    f"{x.device.name()} is capturing: pass the tensor autograd.shape() returned "
+                                    "(its values are known), or call it before the capture")
+        if x.ndim != 1:
+            raise errors.ShapeError(f"[constant_of_shape] the shape tensor must be 1-D, got {x.describe()}")
+        dims = tuple(int(d) for d in x.to_numpy())
+    return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
 
 
 def pad(x, mode="constant", pads=None, constant=0.0):
@@ -817,17 +867,18 @@ def nonzero(x):
 
 
 def scatter_elements(x, indices, updates, axis=0):
-    """ONNX's ScatterElements: a copy of x with updates written at indices along axis. Computed on
-    the host (eager only, not differentiable)."""
+    """ONNX's ScatterElements: a copy of x with updates written at indices along axis (Note
+    [Element scatter and gather], src/core/ops/scatter.cc). A device op: it runs inside a
+    capture, and its gradient reaches x (zero where overwritten) and updates. indices and
+    updates may be arrays (copied to x's device)."""
     from .tensor import from_numpy
-    out = x.to_numpy().copy()
-    idx = indices.to_numpy() if isinstance(indices, Tensor) else np.asarray(indices)
-    upd = updates.to_numpy() if isinstance(updates, Tensor) else np.asarray(updates)
-    if idx.shape != upd.shape or idx.ndim != out.ndim:
-        raise errors.ShapeError(f"[scatter_elements] indices {idx.shape} and updates {upd.shape} must match and "
-                                f"have the rank of {x.describe()}")
-    np.put_along_axis(out, np.where(idx < 0, idx + out.shape[axis], idx), upd.astype(out.dtype), axis)
-    return from_numpy(out, x.device)
+    if not isinstance(x, Tensor):
+        raise errors.TypeError(f"[scatter_elements] x must be a loom Tensor, got {type(x).__name__}")
+    if not isinstance(indices, Tensor):
+        indices = from_numpy(np.asarray(indices, np.int64), x.device)
+    if not isinstance(updates, Tensor):
+        updates = from_numpy(np.asarray(updates, np.dtype(x.dtype)), x.device)
+    return core.call_op("scatter_elements", [x, indices, updates], {"axis": int(axis)})[0]
 
 
 _F32 = core.dtype_from_name("float32")
@@ -898,3 +949,87 @@ for _name, _fn in _CLASS_FORMS.items():
                    "(*inputs, *attributes),)"})
 Softmax = globals()["SoftMax"]
 del _name, _fn
+
+
+# ---- SINGA 3.0's layers, which it kept in autograd (autograd.Linear, autograd.RNN, ...): loom's
+# layers themselves, looked up on first use (loom.layer imports this module) ----
+
+_LAYER_NAMES = ("Linear", "Conv2d", "SeparableConv2d", "BatchNorm2d", "RNN", "LSTM", "MaxPool2d", "AvgPool2d",
+                "Pooling2d")
+
+
+def __getattr__(name):
+    if name in _LAYER_NAMES:
+        from . import layer
+        return getattr(layer, name)
+    raise AttributeError(f"module 'loom.autograd' has no attribute '{name}'")
+
+
+# ---- SINGA's y.creator on the results of the functions above ----
+# Note [Creators of op results]
+# SINGA hangs on every op's output the operator that made it (y.creator), whose backward(dy)
+# gives the gradients of that one op's inputs, and which keeps those inputs alive. loom's autograd
+# keeps only what backward needs, in C++, and only when an input requires a gradient (DESIGN.md
+# invariant 8). So these functions attach an _OpCreator that holds *weak* references to the op's
+# tensor inputs and, when asked, runs the op again on detached handles of them and differentiates
+# that: it extends no lifetime and runs nothing until asked (about half a microsecond per call to
+# make; none while autograd.training is False, and replays of a captured step run no Python).
+# An input freed since is a loom.GraphError.
+
+class _OpCreator:
+    """The creator of an op function's result (Note [Creators of op results])."""
+
+    __slots__ = ("name", "_fn", "_args", "_kwargs")
+
+    def __init__(self, name, fn, args, kwargs):
+        self.name, self._fn, self._kwargs = name, fn, kwargs
+        self._args = tuple(weakref.ref(a) if isinstance(a, Tensor) else a for a in args)
+
+    @property
+    def src(self):
+        """The op's tensor inputs that are still alive."""
+        return [t for t in (a() for a in self._args if isinstance(a, weakref.ref)) if t is not None]
+
+    def backward(self, dy=None):
+        """The gradients of the op's tensor inputs given dy (ones when None): one tensor for an op
+        of one tensor input, else a tuple in input order (None for an integer input)."""
+        args, leaves = [], []
+        for a in self._args:
+            if not isinstance(a, weakref.ref):
+                args.append(a)
+                continue
+            t = a()
+            if t is None:
+                raise errors.GraphError(f"[{self.name}] creator.backward: an input of the op has been freed (loom's "
+                                        "creators do not keep inputs alive; keep a reference to them)")
+            leaf = t.detach()
+            if leaf.dtype in ("float32", "float64", "float16", "bfloat16"):
+                leaf.requires_grad = True
+                leaves.append(leaf)
+            else:
+                leaves.append(None)
+            args.append(leaf)
+        y = self._fn(*args, **self._kwargs)
+        grads = gradients(y, dy)
+        out = [None if l is None else grads.get(l) if l in grads else core.zeros_like(l) for l in leaves]
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+def _with_creator(name, fn):
+    def op(*args, **kwargs):
+        y = fn(*args, **kwargs)
+        if training and isinstance(y, Tensor):
+            y.creator = _OpCreator(name, fn, args, kwargs)
+        return y
+    op.__name__, op.__qualname__, op.__doc__, op.__wrapped__ = name, name, fn.__doc__, fn
+    return op
+
+
+for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "cos", "tan", "asin", "acos", "atan",
+              "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
+              "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
+              "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
+              "softmax", "square", "clip", "prelu", "cossim", "gemm"):
+    if _name in globals():
+        globals()[_name] = _with_creator(_name, globals()[_name])
+del _name

@@ -101,9 +101,31 @@ class Layer:
                 out[f"{name}.{k}"] = v
         return out
 
-    def set_params(self, values):
-        """Copies values (numpy arrays or Tensors) into the parameters of the same names."""
-        self._set(self.get_params(), values)
+    def set_params(self, values=None, **kwargs):
+        """Copies values (numpy arrays or Tensors) into the parameters of the same names: a dict,
+        or SINGA's keywords, set_params(W=w, b=b)."""
+        self._set(self.get_params(), dict(values or {}, **kwargs))
+
+    def set_params_initializer(self, **fns):
+        """SINGA's: fns maps a parameter's name to a function that fills a tensor in place
+        (W=lambda t: t.gaussian(0, 1)). Applied now to the parameters that exist; a layer that
+        makes its parameters at its first input applies the rest then."""
+        for key, fn in fns.items():
+            if not callable(fn):
+                raise errors.TypeError(f"[{type(self).__name__}] initializer '{key}' is a {type(fn).__name__}, "
+                                       "not a function")
+        pending = self.__dict__.setdefault("_pending_initializers", {})
+        pending.update(fns)
+        self._apply_initializers()
+
+    def _apply_initializers(self):
+        pending = self.__dict__.get("_pending_initializers")
+        if not pending:
+            return
+        params = self.get_params()
+        for key in [k for k in pending if k in params]:
+            with autograd.no_grad():
+                pending.pop(key)(params[key])
 
     def set_states(self, values):
         self._set(self.get_states(), values)
@@ -143,6 +165,21 @@ def _options(device, dtype):
     return o
 
 
+# Note [SINGA's parameter names]: the C++ layers name their tensors as torch does (weight and
+# bias; gamma and beta for the normalisations); SINGA's scripts and checkpoints use W, b, scale
+# and bias. The two sets map one to one, so the last part of every C++ path is renamed here, and
+# get_params / get_states / set_params of the Python layers speak SINGA's names only.
+_CXX_TO_SINGA = {"weight": "W", "bias": "b", "gamma": "scale", "beta": "bias"}
+
+
+def _singa_names(pairs):
+    out = OrderedDict()
+    for path, t in pairs:
+        head, dot, last = path.rpartition(".")
+        out[head + dot + _CXX_TO_SINGA.get(last, last)] = t
+    return out
+
+
 class NativeLayer(Layer):
     """A C++ layer (loom::nn::Layer). `forward` is the C++ method itself."""
 
@@ -151,14 +188,17 @@ class NativeLayer(Layer):
         self._impl = impl
         self.forward = impl.forward
 
+    def _renamed(self, pairs):
+        return _singa_names(pairs)
+
     def get_params(self):
-        return OrderedDict(self._impl.params()) if self._impl is not None else OrderedDict()
+        return self._renamed(self._impl.params()) if self._impl is not None else OrderedDict()
 
     def get_states(self):
         if self._impl is None:  # a lazy layer before its first input
             return OrderedDict()
-        out = OrderedDict(self._impl.params())
-        out.update(self._impl.states())
+        out = self._renamed(self._impl.params())
+        out.update(self._renamed(self._impl.states()))
         return out
 
     def train(self, mode=True):
@@ -181,6 +221,7 @@ class NativeLayer(Layer):
         self._impl = impl
         impl.train(self.training)
         self.forward = impl.forward
+        self._apply_initializers()
         return self.forward(x)
 
 
@@ -192,7 +233,9 @@ class Linear(NativeLayer):
     from the first input, and the parameters are created at that first call (which therefore
     must not happen during a capture: Model.compile runs one eager forward pass first)."""
 
-    def __init__(self, in_features, out_features=None, bias=True, device=None, dtype=None):
+    def __init__(self, in_features=None, out_features=None, bias=True, device=None, dtype=None):
+        if in_features is None and out_features is not None:  # Linear(out_features=3)
+            in_features, out_features = out_features, None
         if out_features is None or isinstance(out_features, bool):  # SINGA's Linear(out, bias)
             if isinstance(out_features, bool):
                 bias = out_features
@@ -216,6 +259,25 @@ class Linear(NativeLayer):
     def initialized(self):
         """False for SINGA's Linear(out) until its first call has created the parameters."""
         return self._impl is not None
+
+    def set_params(self, values=None, **kwargs):
+        """As Layer's; on SINGA's Linear(out) before its first call, W (in, out) creates the
+        parameters first (its first axis is the input size)."""
+        values = dict(values or {}, **kwargs)
+        if self._impl is None and "W" in values:
+            w = values["W"]
+            shape = tuple(w.shape)
+            if len(shape) != 2 or shape[1] != self.out_features:
+                raise errors.ShapeError(f"[Linear] W is {shape}, expected (in_features, {self.out_features})")
+            device, dtype = self._lazy_options
+            dev = device or (w.device if isinstance(w, core.Tensor) else None)
+            dt = dtype or (w.dtype if isinstance(w, core.Tensor) else None)
+            self.in_features = shape[0]
+            self._impl = core.Linear(shape[0], self.out_features, self._bias, _options(dev, dt))
+            self._impl.train(self.training)
+            self.forward = self._impl.forward
+            self._apply_initializers()
+        Layer.set_params(self, values)
 
     def get_params(self):
         return super().get_params() if self._impl is not None else OrderedDict()
@@ -314,8 +376,8 @@ class Sequential(Layer):
         return x
 
     def get_params(self):
-        if self._impl is not None:  # the C++ names ("0.weight"), the same paths
-            return OrderedDict(self._impl.params())
+        if self._impl is not None:  # the same paths ("0.W"), Note [SINGA's parameter names]
+            return _singa_names(self._impl.params())
         return super().get_params()
 
     def train(self, mode=True):
@@ -773,69 +835,46 @@ class Cat(Layer):
 # from autograd, and a captured step records the unrolled sequence ----
 
 class _Recurrent(Layer, _PythonParams):
-    """Shared by RNN and LSTM: arguments, parameter creation at the first input, the inputs."""
+    """Shared by RNN and LSTM: arguments, parameter creation at the first input, the stacking of
+    layers and directions.
+
+    Note [Recurrent parameter names]: layer 0's forward direction has SINGA's names (RNN: Wx, Wh,
+    b; LSTM: Wx_g, Wh_g, Bx_g, Bh_g for each gate g of _i, _f, _o, _g); layer k > 0 appends
+    "_l{k}" and the backward direction "_reverse" (torch's suffixes), so "Wx_l1_reverse" is
+    torch's weight_ih_l1_reverse transposed. set_params_initializer(Wx=f) applies f to every
+    parameter whose name is Wx or starts with "Wx_"."""
 
     _GATES = ()
 
-    def __init__(self, input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True, batch_first=False,
-                 dropout=0, bidirectional=False):
-        super().__init__()
+    def _setup(self, input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional):
+        Layer.__init__(self)
         op = type(self).__name__
-        self.input_size, self.hidden_size = _size(op, input_size), _size(op, hidden_size)
+        if hidden_size is None:  # SINGA's RNN(hidden_size): the input size comes from the first step
+            input_size, hidden_size = None, input_size
+        self.input_size = None if input_size is None else _size(op, input_size)
+        self.hidden_size = _size(op, hidden_size)
         if nonlinearity not in ("tanh", "relu"):
             raise errors.ValueError(f"[{op}] nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-        if num_layers != 1 or dropout or bidirectional or batch_first:
-            raise errors.ValueError(f"[{op}] loom's {op} is one unidirectional layer over a list of steps: "
-                                    "num_layers=1, dropout=0, bidirectional=False, batch_first=False")
-        self.nonlinearity, self.bias = nonlinearity, bool(bias)
+        self.num_layers = _size(op, num_layers)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise errors.ValueError(f"[{op}] dropout must be a number in [0, 1), got {dropout!r}")
+        if batch_first:
+            raise errors.ValueError(f"[{op}] loom's {op} takes steps first: a list of (N, features) steps or one "
+                                    "(T, N, features) tensor (batch_first=False)")
+        self.nonlinearity, self.bias, self.dropout = nonlinearity, bool(bias), float(dropout)
+        self.bidirectional = bool(bidirectional)
+        self.directions = 2 if self.bidirectional else 1
         self._py_params = OrderedDict()
+        self._initializers = {}
 
     @property
     def initialized(self):
         return bool(self._py_params)
 
-    def _create(self, x):
-        o = _options(x.device, x.dtype)
-        bound = 1.0 / math.sqrt(self.hidden_size)  # U(-1/sqrt(H), 1/sqrt(H)), PyTorch's choice
-        for g in self._GATES:
-            for name, shape in ((f"Wx{g}", (self.input_size, self.hidden_size)),
-                                (f"Wh{g}", (self.hidden_size, self.hidden_size))):
-                self._add_param(name, core.uniform(shape, -bound, bound, o.dtype, o.device))
-            if self.bias:
-                for name in (f"Bx{g}", f"Bh{g}"):
-                    self._add_param(name, core.zeros((self.hidden_size,), o.dtype, o.device))
-
-    def _steps(self, xs, h0):
-        op = type(self).__name__
-        if isinstance(xs, core.Tensor):
-            if xs.ndim != 3:
-                raise errors.ShapeError(f"[{op}] expects a list of (N, {self.input_size}) steps or one (T, N, "
-                                        f"{self.input_size}) tensor, got {xs.describe()}")
-            xs = [core.reshape(core.slice(xs, 0, t, t + 1), xs.shape[1:]) for t in range(xs.shape[0])]
-        xs = list(xs)
-        if not xs:
-            raise errors.ValueError(f"[{op}] needs at least one step")
-        for t, x in enumerate(xs):
-            if not isinstance(x, core.Tensor) or x.ndim != 2 or x.shape[1] != self.input_size or \
-                    x.shape[0] != xs[0].shape[0]:
-                what = x.describe() if isinstance(x, core.Tensor) else type(x).__name__
-                raise errors.ShapeError(f"[{op}] step {t} is {what}; every step must be (N, {self.input_size}) with "
-                                        "one N")
-        want = (xs[0].shape[0], self.hidden_size)
-        for what, h in h0:
-            if not isinstance(h, core.Tensor) or h.shape != want:
-                got = h.describe() if isinstance(h, core.Tensor) else type(h).__name__
-                raise errors.ShapeError(f"[{op}] {what} is {got}, expected {want}")
-        if not self._py_params:
-            self._create(xs[0])
-        return xs
-
-    def _gate(self, g, x, h):
-        p = self._py_params
-        y = core.add(core.matmul(x, p[f"Wx{g}"]), core.matmul(h, p[f"Wh{g}"]))
-        if self.bias:
-            y = core.add_bias(core.add_bias(y, p[f"Bx{g}"]), p[f"Bh{g}"])
-        return y
+    @property
+    def params(self):
+        """SINGA's rnn.params: the parameters, a list."""
+        return list(self._py_params.values())
 
     def get_params(self):
         return OrderedDict(self._py_params)
@@ -843,48 +882,212 @@ class _Recurrent(Layer, _PythonParams):
     def get_states(self):
         return OrderedDict(self._py_params)
 
+    @staticmethod
+    def _suffix(layer, direction):
+        return (f"_l{layer}" if layer else "") + ("_reverse" if direction else "")
+
+    def _param_shapes(self, input_size):
+        """[(name, shape)] of every parameter, layer by layer, direction by direction."""
+        h, out = self.hidden_size, []
+        for k in range(self.num_layers):
+            n_in = input_size if k == 0 else h * self.directions
+            for d in range(self.directions):
+                sfx = self._suffix(k, d)
+                for g in self._GATES:
+                    out += [(f"Wx{g}{sfx}", (n_in, h)), (f"Wh{g}{sfx}", (h, h))]
+                    if self.bias:
+                        out += [(f"{b}{g}{sfx}", (h,)) for b in self._BIASES]
+        return out
+
+    def _create(self, x):
+        o = _options(x.device, x.dtype)
+        if self.input_size is None:
+            self.input_size = x.shape[1]
+        bound = 1.0 / math.sqrt(self.hidden_size)  # U(-1/sqrt(H), 1/sqrt(H)), PyTorch's choice
+        for name, shape in self._param_shapes(self.input_size):
+            if len(shape) == 2:
+                self._add_param(name, core.uniform(shape, -bound, bound, o.dtype, o.device))
+            else:
+                self._add_param(name, core.zeros(shape, o.dtype, o.device))
+        self._run_initializers()
+
+    def _run_initializers(self):
+        for key, fn in self._initializers.items():
+            for name, t in self._py_params.items():
+                if name == key or name.startswith(key + "_"):
+                    with autograd.no_grad():
+                        fn(t)
+
+    def set_params_initializer(self, **fns):
+        """SINGA's: fns maps a parameter name to a function filling a tensor in place
+        (lambda t: t.gaussian(0, 1)); Note [Recurrent parameter names] says which it reaches.
+        Applied now if the parameters exist, else when the first input creates them."""
+        for key, fn in fns.items():
+            if not callable(fn):
+                raise errors.TypeError(f"[{type(self).__name__}] initializer '{key}' is a {type(fn).__name__}, "
+                                       "not a function")
+        self._initializers.update(fns)
+        if self._py_params:
+            self._run_initializers()
+
+    def set_params(self, values=None, **kwargs):
+        """Copies values (Tensors or arrays, by name) into the parameters; before the first input
+        they create the parameters (the input size is read from Wx's first axis)."""
+        values = dict(values or {}, **kwargs)
+        if not self._py_params and values:
+            wx = values.get("Wx", values.get(f"Wx{self._GATES[0]}"))
+            if wx is None:
+                raise errors.ValueError(f"[{type(self).__name__}] set_params before the first input needs Wx "
+                                        "(it gives the input size)")
+            size = wx.shape[0]
+            if self.input_size is not None and size != self.input_size:
+                raise errors.ShapeError(f"[{type(self).__name__}] Wx has {size} rows, input_size is {self.input_size}")
+            self.input_size = size
+            dev = wx.device if isinstance(wx, core.Tensor) else None
+            self._create(core.zeros((1, size), _enum("float32"), _check_device(dev)))
+        Layer._set(self._py_params, values)
+
+    def _steps(self, xs, states):
+        """xs as a list of (N, input_size) steps; checks the steps and the initial states, and
+        creates the parameters at the first call."""
+        op = type(self).__name__
+        if isinstance(xs, core.Tensor):
+            if xs.ndim != 3:
+                raise errors.ShapeError(f"[{op}] expects a list of (N, features) steps or one (T, N, features) "
+                                        f"tensor, got {xs.describe()}")
+            xs = [core.reshape(core.slice(xs, 0, t, t + 1), xs.shape[1:]) for t in range(xs.shape[0])]
+        xs = list(xs)
+        if not xs:
+            raise errors.ValueError(f"[{op}] needs at least one step")
+        n_in = self.input_size if self.input_size is not None else getattr(xs[0], "shape", (0, 0))[-1]
+        for t, x in enumerate(xs):
+            if not isinstance(x, core.Tensor) or x.ndim != 2 or x.shape[1] != n_in or x.shape[0] != xs[0].shape[0]:
+                what = x.describe() if isinstance(x, core.Tensor) else type(x).__name__
+                raise errors.ShapeError(f"[{op}] step {t} is {what}; every step must be (N, {n_in}) with one N")
+        n, stacked = xs[0].shape[0], self.num_layers * self.directions
+        for what, h in states:
+            if not isinstance(h, core.Tensor):
+                raise errors.TypeError(f"[{op}] {what} is a {type(h).__name__}, not a loom Tensor")
+            ok = h.shape in ((n, self.hidden_size), (1, self.hidden_size)) if stacked == 1 else \
+                h.shape in ((stacked, n, self.hidden_size), (stacked, 1, self.hidden_size))
+            if not ok:
+                want = f"({n} or 1, {self.hidden_size})" if stacked == 1 else \
+                    f"({stacked}, {n} or 1, {self.hidden_size}) (num_layers * directions first)"
+                raise errors.ShapeError(f"[{op}] {what} is {h.describe()}, expected {want}")
+        if not self._py_params:
+            self._create(xs[0])
+        return xs
+
+    def _initial(self, h, index):
+        """Layer-direction `index`'s slice of an initial state (the state itself when there is one)."""
+        if self.num_layers * self.directions == 1:
+            return h
+        return core.reshape(core.slice(h, 0, index, index + 1), h.shape[1:])
+
+    def _gate(self, g, sfx, x, h):
+        p = self._py_params
+        y = core.add(core.matmul(x, p[f"Wx{g}{sfx}"]), core.matmul(h, p[f"Wh{g}{sfx}"]))
+        if self.bias:
+            for b in self._BIASES:
+                y = core.add_bias(y, p[f"{b}{g}{sfx}"])
+        return y
+
+    def _run(self, xs, states):
+        """Every layer and direction over the steps; `states` is the list of initial states
+        (h0 alone, or h0 and c0). Returns the top layer's outputs and the final states, each
+        stacked as the initial states were."""
+        finals = [[] for _ in states]
+        for k in range(self.num_layers):
+            if k and self.dropout and self.training:
+                xs = [autograd.dropout(x, self.dropout, True) for x in xs]
+            outs = []
+            for d in range(self.directions):
+                index = k * self.directions + d
+                init = [self._initial(s, index) for s in states]
+                seq = xs[::-1] if d else xs
+                ys, last = self._cell_over(seq, init, self._suffix(k, d))
+                outs.append(ys[::-1] if d else ys)
+                for f, v in zip(finals, last):
+                    f.append(v)
+            xs = outs[0] if self.directions == 1 else [core.cat([a, b], 1) for a, b in zip(*outs)]
+        if self.num_layers * self.directions == 1:
+            return xs, [f[0] for f in finals]
+        n = xs[0].shape[0]
+        return xs, [core.cat([core.reshape(v, (1, n, self.hidden_size)) for v in f], 0) for f in finals]
+
 
 class RNN(_Recurrent):
-    """SINGA's RNN(input_size, hidden_size, nonlinearity="tanh", bias=True): called on xs, a list
-    of T steps (N, input_size) (or one (T, N, input_size) tensor), and h0 (N, hidden_size):
+    """SINGA's RNN(input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
+    batch_first=False, dropout=0, bidirectional=False), or RNN(hidden_size) with the input size
+    from the first call; called on xs, a list of T steps (N, input_size) (or one (T, N,
+    input_size) tensor), and h0:
 
-        h_t = act(x_t Wx + h_(t-1) Wh + Bx + Bh)
+        h_t = act(x_t Wx + h_(t-1) Wh + b)
 
-    returns (ys, h_T), ys the list of every h_t. Parameters Wx, Wh, Bx, Bh are made at the first
-    call, on its device and in its dtype."""
+    per layer and direction (a backward direction reads the steps last to first; a layer above
+    the first reads the concatenated directions of the one below, after dropout when training).
+    h0 is (N, hidden_size) (or (1, hidden_size), broadcast) for one unidirectional layer, else
+    (num_layers * directions, N, hidden_size) as torch's. Returns (ys, h_T): ys the top layer's
+    (N, directions * hidden_size) steps, h_T shaped as h0. The parameters (Note [Recurrent
+    parameter names]) are made at the first call, on its device and in its dtype."""
 
     _GATES = ("",)
+    _BIASES = ("b",)
+
+    def __init__(self, input_size, hidden_size=None, num_layers=1, nonlinearity="tanh", bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):  # SINGA's order: num_layers before nonlinearity
+        self._setup(input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional)
 
     def forward(self, xs, h0):
         xs = self._steps(xs, [("h0", h0)])
-        act = core.tanh if self.nonlinearity == "tanh" else core.relu
-        ys, h = [], h0
-        for x in xs:
-            h = act(self._gate("", x, h))
-            ys.append(h)
+        ys, (h,) = self._run(xs, [h0])
         return ys, h
+
+    def _cell_over(self, xs, init, sfx):
+        act = core.tanh if self.nonlinearity == "tanh" else core.relu
+        (h,) = init
+        ys = []
+        for x in xs:
+            h = act(self._gate("", sfx, x, h))
+            ys.append(h)
+        return ys, [h]
 
 
 class LSTM(_Recurrent):
-    """SINGA's LSTM(input_size, hidden_size, bias=True): called on xs (as RNN's) and (h0, c0),
-    each (N, hidden_size), with input (i), forget (f), output (o) and candidate (g) gates:
+    """SINGA's LSTM(input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True,
+    batch_first=False, dropout=0, bidirectional=False) (nonlinearity must stay "tanh"), or
+    LSTM(hidden_size); called on xs (as RNN's) and (h0, c0), each shaped as RNN's h0, with input
+    (i), forget (f), output (o) and candidate (g) gates:
 
         i, f, o = sigmoid(x Wx_* + h Wh_* + Bx_* + Bh_*),  g = tanh(x Wx_g + h Wh_g + Bx_g + Bh_g)
         c_t = f c_(t-1) + i g,   h_t = o tanh(c_t)
 
-    returns (ys, h_T, c_T), ys the list of every h_t."""
+    returns (ys, h_T, c_T), stacked as RNN's."""
 
     _GATES = ("_i", "_f", "_o", "_g")
+    _BIASES = ("Bx", "Bh")
+
+    def __init__(self, input_size, hidden_size=None, nonlinearity="tanh", num_layers=1, bias=True, batch_first=False,
+                 dropout=0, bidirectional=False):  # SINGA's order: nonlinearity before num_layers
+        if nonlinearity != "tanh":
+            raise errors.ValueError(f"[LSTM] the LSTM's activations are fixed (sigmoid gates, tanh cell); "
+                                    f"nonlinearity must stay 'tanh', got {nonlinearity!r}")
+        self._setup(input_size, hidden_size, nonlinearity, num_layers, bias, batch_first, dropout, bidirectional)
 
     def forward(self, xs, h0_c0):
         if not isinstance(h0_c0, (tuple, list)) or len(h0_c0) != 2:
             raise errors.TypeError("[LSTM] the initial state is a pair (h0, c0)")
         h, c = h0_c0
         xs = self._steps(xs, [("h0", h), ("c0", c)])
+        ys, (h, c) = self._run(xs, [h, c])
+        return ys, h, c
+
+    def _cell_over(self, xs, init, sfx):
+        h, c = init
         ys = []
         for x in xs:
-            i, f, o = (core.sigmoid(self._gate(g, x, h)) for g in ("_i", "_f", "_o"))
-            c = core.add(core.mul(f, c), core.mul(i, core.tanh(self._gate("_g", x, h))))
+            i, f, o = (core.sigmoid(self._gate(g, sfx, x, h)) for g in ("_i", "_f", "_o"))
+            c = core.add(core.mul(f, c), core.mul(i, core.tanh(self._gate("_g", sfx, x, h))))
             h = core.mul(o, core.tanh(c))
             ys.append(h)
-        return ys, h, c
+        return ys, [h, c]

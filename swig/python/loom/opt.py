@@ -54,6 +54,16 @@ class Optimizer:
         grad, param, name = _apply_args(args, kwargs)
         self._apply(grad, param, name)
 
+    @property
+    def step_counter(self):
+        """SINGA's step counter as a tensor: a new float32 (1,) tensor holding step_count."""
+        return core.full((1,), float(self.step_count), core.dtype_from_name("float32"), core.cpu_device())
+
+    def backward_and_update(self, loss):
+        """SINGA 3.0's name for optimizer(loss): backward from loss, each parameter updated as
+        its gradient is ready, then step()."""
+        return self(loss)
+
     def step(self):
         """SINGA's end of an iteration: counts it (step_count). The updates themselves happened
         in apply; a device-side count (Adam's bias correction) advances with them, also in
@@ -106,6 +116,9 @@ class Optimizer:
             else:
                 raise errors.TypeError(f"[optimizer] set_states: state '{k}' is a {type(v).__name__}; expected "
                                        f"a number or a dict ({', '.join(slots)}) of tensors")
+        if not tensors and not meta and step_count is not None:  # SINGA's set_states({'step_counter': 5})
+            self.step_count = int(step_count)
+            return
         if "lr" not in meta:
             raise errors.ValueError("[optimizer] set_states: no 'lr' in the states (pass what get_states returned)")
         device = tensors[0][1].device if tensors else core.cpu_device()
@@ -131,8 +144,6 @@ class Optimizer:
             else:
                 raise errors.IOError(f"[{name}] set_states: unknown state '{k}'; {name} keeps step_counter, lr"
                                      + "".join(f", {s}" for s in self._SLOTS))
-        if "lr" not in states:
-            raise errors.ValueError(f"[{name}] set_states: no 'lr' in the states (pass what get_states returned)")
         for slot in self._SLOTS:
             for key, t in states.get(slot, {}).items():
                 old = self._slots.setdefault(slot, {}).get(key)
@@ -141,7 +152,8 @@ class Optimizer:
                     old._set_persistent(True)
                 else:
                     core.copy_into(old, t)
-        self.set_learning_rate(states["lr"])
+        if "lr" in states:  # SINGA's set_states restores what it is given
+            self.set_learning_rate(states["lr"])
         self.step_count = int(states.get("step_counter", self.step_count))
 
     def update(self, param, grad):
@@ -484,6 +496,10 @@ def _apply_args(args, kwargs):
     first = args[0] if args else None
     if isinstance(first, str) and len(args) == 3:
         name, param, grad = args
+    elif isinstance(first, core.Tensor) and len(args) == 3 and all(isinstance(a, core.Tensor) for a in args):
+        # SINGA 3+ with a non-str key (SINGA keys its state dict by whatever param_name is,
+        # scripts pass the parameter itself): the parameter's storage keys the state
+        name, param, grad = "", args[1], args[2]
     elif isinstance(first, numbers.Integral) and not isinstance(first, bool) and len(args) in (3, 4):
         grad, param = args[1], args[2]
         name = args[3] if len(args) == 4 else ""

@@ -55,6 +55,11 @@ class DecayScheduler:
         float64 scalar Tensor (a device step counter) gives a float64 scalar Tensor, made by the
         schedule's op on that tensor's device."""
         if isinstance(step, core.Tensor):
+            if step.dtype != "float64" or step.shape != ():  # SINGA's counter: a float32 (1,) tensor
+                if step.size() != 1:
+                    raise errors.ShapeError(f"[{type(self).__name__}] the step counter must hold one value, "
+                                            f"got {step.describe()}")
+                step = core.reshape(core.cast(step, core.dtype_from_name("float64")), ())
             return self._impl.eval(step)
         return self.value_at(step)
 

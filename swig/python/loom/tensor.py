@@ -112,6 +112,21 @@ def _init(self, shape=None, device=None, dtype=None, requires_grad=False, stores
         self._set_requires_grad(True)
 
 
+class _CallableTuple(tuple):
+    """A tuple that returns itself when called: t.shape (SINGA's Python tensors) and t.shape()
+    (SINGA's C++ ones, which its operators' backward returns)."""
+
+    def __call__(self):
+        return tuple(self)
+
+
+class _CallableInt(int):
+    """An int that returns itself when called: t.ndim (numpy's spelling) and t.ndim() (SINGA's)."""
+
+    def __call__(self):
+        return int(self)
+
+
 def _repr(self):
     if not self.defined():
         return "Tensor(undefined)"
@@ -199,12 +214,37 @@ def _operand(self, other):
     return None
 
 
+_INTS = ("int32", "int64", "uint8")
+
+
+def _int_arith(op, a, b):
+    """SINGA's arithmetic on integer tensors, which loom's element-wise kernels (floating point
+    only) do not take: computed in float64, exact for the integers float64 holds (all int32
+    values and sums and products below 2**53), then cast. Integer operands give int32 (SINGA's
+    kInt), or int64 when a tensor is int64; an integer tensor with a float number or tensor
+    gives float32, as SINGA's does."""
+    def is_int(v):
+        return isinstance(v, Tensor) and _NAME[_c.Tensor_dtype(v)] in _INTS
+    def is_float_number(v):
+        return isinstance(v, (float, np.floating))
+    out = float32
+    if all(is_int(v) or (not isinstance(v, Tensor) and not is_float_number(v)) for v in (a, b)):
+        out = int64 if any(isinstance(v, Tensor) and _NAME[_c.Tensor_dtype(v)] == int64 for v in (a, b)) else int32
+    f64 = core.dtype_from_name("float64")
+    a2 = core.cast(a, f64) if isinstance(a, Tensor) and _c.Tensor_dtype(a) != f64 else a
+    b2 = core.cast(b, f64) if isinstance(b, Tensor) and _c.Tensor_dtype(b) != f64 else b
+    return core.cast(op(a2, b2), _enum(out))
+
+
 def _binary(tensor_op, scalar_op):
     def op(self, other):
         t = _operand(self, other)
+        ints = _NAME[_c.Tensor_dtype(self)] in _INTS or (t is not None and _NAME[_c.Tensor_dtype(t)] in _INTS)
         if t is not None:
-            return tensor_op(self, t)
+            return _int_arith(tensor_op, self, t) if ints else tensor_op(self, t)
         if isinstance(other, (int, float, np.number)):
+            if ints:
+                return _int_arith(lambda a, b: scalar_op(a, float(b)), self, other)
             return scalar_op(self, float(other))
         return NotImplemented
     return op
@@ -213,9 +253,12 @@ def _binary(tensor_op, scalar_op):
 def _rbinary(tensor_op, scalar_op):
     def op(self, other):
         t = _operand(self, other)
+        ints = _NAME[_c.Tensor_dtype(self)] in _INTS or (t is not None and _NAME[_c.Tensor_dtype(t)] in _INTS)
         if t is not None:
-            return tensor_op(t, self)
+            return _int_arith(tensor_op, t, self) if ints else tensor_op(t, self)
         if isinstance(other, (int, float, np.number)):
+            if ints:
+                return _int_arith(lambda a, b: scalar_op(a, float(b)), self, other)
             return scalar_op(self, float(other))
         return NotImplemented
     return op
@@ -551,10 +594,14 @@ _METHODS = {
     "__repr__": _repr,
     "__str__": _repr,
     # properties (SWIG's accessors stay reachable as core._core.Tensor_*)
-    "shape": property(_c.Tensor_shape, doc="The shape, a tuple of ints."),
+    "shape": property(lambda self: _CallableTuple(_c.Tensor_shape(self)),
+                      doc="The shape, a tuple of ints; SINGA's C++ tensors call it, t.shape()."),
+    "data": property(lambda self: self, doc="SINGA's handle on the C++ tensor: a loom Tensor is its own."),
     "dtype": property(lambda self: _NAME[_c.Tensor_dtype(self)], doc="The dtype's name, e.g. 'float32'."),
     "device": property(_c.Tensor_device, doc="The Device holding the tensor."),
-    "ndim": property(_c.Tensor_ndim),
+    "ndim": property(lambda self: _CallableInt(_c.Tensor_ndim(self)),
+                     doc="The number of axes; SINGA calls it, t.ndim(), numpy reads it, t.ndim."),
+    "is_transpose": lambda self: False,  # SINGA's flag for a transposed view; loom's views are strided
     "strides": property(_c.Tensor_strides, doc="Strides in elements."),
     "requires_grad": property(_c.Tensor_requires_grad, _set_requires_grad,
                               doc="Whether autograd computes a gradient for this leaf."),
@@ -573,7 +620,7 @@ _METHODS = {
     "gaussian": _gaussian,
     "uniform": _uniform,
     "set_value": _set_value,
-    "copy": _copy,
+    "copy": lambda self: core.reshape(self, _c.Tensor_shape(self)),  # SINGA's shallow copy: shares the data
     "clone": _copy,
     "astype": _astype,
     "reshape": _reshape,
@@ -625,12 +672,20 @@ def _inplace(name, method):
     `for p, g in ...: p -= lr * g` updates the parameters). The new value must keep t's shape;
     another dtype is converted. It is one copy op, recorded like any other during a capture.
     While gradients are recorded, a t with autograd history or an x that requires a gradient
-    (`loss += reg`) gets the new tensor bound instead, with its history, as before."""
+    (`loss += reg`) gets the new tensor bound instead, with its history, as before.
+
+    Note [In-place on a tensor never written]: SINGA's Tensor(shape) holds zeros, and its
+    scripts accumulate into one (`t = Tensor(s); t += 1.23`). loom's stays unwritten (and
+    unallocated: Model.compile's placeholders must stay so), so an eager `op=` on a tensor no op
+    has written fills it with zeros first. While a device captures, the tensor may be written by
+    a recorded op that has not run, so nothing is filled there."""
     def op(self, other):
         if core.grad_enabled() and (self._has_grad_fn() or (isinstance(other, Tensor) and other.requires_grad)):
             return _METHODS[method](self, other)
         guard = core.NoGradGuard()
         try:
+            if not _c.Tensor_device(self).buffering() and not self._allocated():
+                core.fill(self, 0.0)  # Note [In-place on a tensor never written]
             value = _METHODS[method](self, other)
             if value is NotImplemented:
                 return NotImplemented
@@ -923,3 +978,40 @@ def einsum(subscripts, *operands):
     summed = tuple(range(len(output), len(order)))
     # every letter is full-sized in the operand that has it, so the product is too
     return core.sum(prod, summed, False) if summed else prod
+
+
+# ---- SINGA's element-wise module functions: tensor.log(t) etc., the ops themselves ----
+
+def _unary(name):
+    fn = getattr(core, name)
+
+    def f(t):
+        return fn(_check_tensor(name, t))
+    f.__name__ = name
+    f.__doc__ = f"SINGA's tensor.{name}(t): the element-wise op {name} (autograd.{name} is the same op)."
+    return f
+
+
+for _n in ("abs", "exp", "log", "sqrt", "sigmoid", "relu", "tanh", "sign", "ceil", "floor", "round",
+           "rounde", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf"):
+    globals()[_n] = _unary(_n)
+del _n
+
+
+def concatenate(tensors, axis):
+    """SINGA's tensor.concatenate(tensors, axis): the tensors joined along `axis`."""
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor("concatenate", t)
+    return core.cat(tensors, int(axis))
+
+
+def PlaceHolder(shape, device=None, dtype=float32):
+    """SINGA's tensor.PlaceHolder: a tensor standing for a model's input at compile time (shape,
+    device and dtype are what matter); it holds zeros (Note [A new Tensor holds zeros])."""
+    return Tensor(shape, device, dtype)
+
+
+def from_raw_tensor(t):
+    """SINGA's: the Python tensor of a C++ one. A loom Tensor is both, so it is returned."""
+    return _check_tensor("from_raw_tensor", t)

@@ -33,6 +33,22 @@ void FillCpu(const OpRecord& op, const KernelContext&) {
   }
 }
 
+// shape: int32/int64 (R) -> y: attrs.shape, every element attrs.value. The shape tensor must
+// still hold the shape the op was recorded with (Note [ConstantOfShape in a graph]).
+void ConstantOfShapeCpu(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& shape = op.inputs[0];
+  const std::vector<int64_t>& dims = op.attrs.Ints("shape");
+  IndexDispatch(shape.dtype(), "constant_of_shape", [&](auto itag) {
+    using I = decltype(itag);
+    const I* v = shape.data<I>();
+    for (size_t d = 0; d < dims.size(); ++d)
+      LOOM_CHECK(int64_t(v[d]) == dims[d], ValueError, "[constant_of_shape] the shape tensor holds ", int64_t(v[d]),
+                 " at position ", d, " but the op was recorded for shape ", ToString(dims),
+                 ": a graph's shapes are fixed when it is captured");
+  });
+  FillCpu(op, ctx);
+}
+
 // Element i uses word i % 4 of Philox(key, base + offset + i / 4): the same numbers whatever the
 // thread split, on every backend.
 template <typename T, typename F>
@@ -164,6 +180,7 @@ void CastCpu(const OpRecord& op, const KernelContext&) {
 }  // namespace
 
 LOOM_KERNEL(fill, kCPU, FillCpu);
+LOOM_KERNEL(constant_of_shape, kCPU, ConstantOfShapeCpu);
 LOOM_KERNEL(uniform, kCPU, UniformCpu);
 LOOM_KERNEL(normal, kCPU, NormalCpu);
 LOOM_KERNEL(bernoulli, kCPU, BernoulliCpu);
