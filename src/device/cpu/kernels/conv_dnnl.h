@@ -50,6 +50,9 @@ struct ConvDims {
   // oneDNN's nChw16c layout instead of NCHW; O is a multiple of 16 (Note [Activation layouts]
   // in graph/layout.cc).
   bool blocked = false;
+  // The same for the (N, C, H, W) operand (x of the forward pass and of the weight gradient, dx
+  // of the input gradient); C is a multiple of 16.
+  bool x_blocked = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.
