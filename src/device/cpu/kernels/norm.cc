@@ -331,7 +331,13 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
         scale[l] = T(g * invstd);  // ScaleChannel's
         shift[l] = T(b - mean[l] * g * invstd);
       }
-      for (int64_t i = 0; i < d.n; ++i)  // y = x scale + shift, in tiles of 16 pixels
+      for (int64_t i = 0; xl.blocked && yl.blocked && i < d.n; ++i) {  // y = x scale + shift, in place
+        const T* xb = x + xl.Start(d, i, c0);
+        T* yb = y + yl.Start(d, i, c0);
+        for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
+          for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
+      }
+      for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)  // the same in tiles of 16 pixels
         for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
           const int64_t n = std::min(kGroup, d.s - k0);
           T t[kGroup][kGroup];
