@@ -33,8 +33,10 @@
 // kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), and an
 // element-wise op maps each element alone. Replay stays bitwise equal to eager
 // (test/graph/layout_test.cc).
-// Measured (loom-bench --plan-layouts, ResNet-18 and ResNet-50, the commit that turned it on):
-// the activation reorders were 12% of ResNet-50's oneDNN time; GraphOptions::plan_layouts.
+// On by default (GraphOptions::plan_layouts): on ResNet-50 b8 it removes every activation
+// reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
+// the blocked batch-norm kernels are per op no slower than the NCHW ones (the commit that
+// turned it on has the measurements).
 #include <algorithm>
 #include <numeric>
 #include <vector>
