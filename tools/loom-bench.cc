@@ -180,7 +180,7 @@ struct Flags {
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
-  bool plan_layouts = false;  // GraphOptions::plan_layouts
+  bool plan_layouts = loom::GraphOptions().plan_layouts;
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
   std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
@@ -193,7 +193,7 @@ const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
-    "                  [--plan-layouts]\n"
+    "                  [--plan-layouts | --no-plan-layouts]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
     "                  [--latency-us L]] [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
@@ -216,8 +216,8 @@ const char* kUsage =
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
-    "  --plan-layouts         graphs keep conv/batch-norm activations in oneDNN's blocked layout\n"
-    "                         (GraphOptions::plan_layouts, off by default)\n"
+    "  --plan-layouts, --no-plan-layouts  graphs keep conv/batch-norm/relu/add activations in oneDNN's\n"
+    "                         blocked layout, or not (GraphOptions::plan_layouts, on by default)\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
     "  --dist         data-parallel over the ranks of tools/launch.sh -n N (MPI, DistOpt): --batch is the\n"
@@ -292,6 +292,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.fuse_bias_act = false;
     } else if (a.Switch("--plan-layouts")) {
       f.plan_layouts = true;
+    } else if (a.Switch("--no-plan-layouts")) {
+      f.plan_layouts = false;
     } else if (a.Switch("--dist")) {
       f.dist = true;
     } else if (a.Is("--simulate-ranks")) {

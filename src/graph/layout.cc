@@ -3,37 +3,42 @@
 // Note [Activation layouts]
 // oneDNN's convolutions run on a blocked layout (nChw16c on AVX-512: channels in groups of 16,
 // each pixel's 16 values side by side). Eager execution sees one op at a time, so every
-// convolution reorders its NCHW input in and its result out around the call (Note [oneDNN
-// convolution] in device/cpu/kernels/conv_dnnl.h). A captured step sees every reader of every
-// activation, so where all readers of a block can take the blocked layout, the block keeps it:
-//   forward:  y = conv2d(x, w) read only by batch_norm_train (as x) and batch_norm_grad (as x):
-//             the convolution writes y blocked (attribute y_blocked), batch norm reads it so
-//             (x_blocked), and y's reorder out is gone;
-//   backward: dx = batch_norm_grad(...) read only by conv2d_grad_input and conv2d_grad_weight
-//             (as dy): batch norm writes dx blocked (dx_blocked), both gradients read it so
-//             (dy_blocked), and two reorders in are gone.
-// Conv-bn-relu nets (the small CNN, the ResNets) have these pairs at every convolution. The
-// rest stays NCHW: the boundaries are the ops without a blocked kernel (relu, pooling, add,
-// flatten), host reads, and any block the user holds.
+// convolution reorders its NCHW operands in and its result out around the call (Note [oneDNN
+// convolution] in device/cpu/kernels/conv_dnnl.h). A captured step sees every reader and writer
+// of every activation, so it keeps whole regions of the net in the blocked layout:
+//   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
+//     attribute on the record (kSlots below): the convolutions (x, y; dy, dx), batch norm (x,
+//     y; x, dy, dx), global average pooling (x; dx);
+//   - element-wise ops whose operands all have one shape (relu, relu_grad, add) compute the
+//     same values in any layout, as long as all their operands share it: they tie their blocks
+//     together.
+// The blocks tied by element-wise ops form a region (in a ResNet, a stage's trunk: the
+// shortcut adds, the ReLUs, the batch-norm outputs, and in backward their gradients, tied to
+// the forward ones by relu_grad). A region is blocked as a whole or not at all, so every op
+// sees each operand in one layout. What keeps a region NCHW: any other use of one of its blocks
+// (max pooling, flatten, a sum, a view of another shape, the loss), host reads, a block the
+// user holds, or a kernel that does not support the rewritten record.
 // Conditions, each needed for the rewrite to be exact:
-//   - the block is an intermediate: written by one op of the graph, as a whole, held by nothing
-//     outside it (the user, the host) and with no memory before the capture;
-//   - every reader is one of the ops above, reading the block in that operand only;
-//   - every op touching the block has a kernel that knows the attributes and supports the
+//   - every block of the region is an intermediate: written by one op of the graph, as a whole,
+//     held by nothing outside it (the user, the host) and with no memory before the capture;
+//   - every op touching the block does so through a slot of kSlots or as an element-wise op
+//     above, with the whole tensor (offset 0, contiguous, the block's bytes);
+//   - every op with a rewritten slot has a kernel that knows the attributes and supports the
 //     rewritten record (Device::Supports: on the CPU, float32 with channels a multiple of 16, so
 //     that the blocked tensor has exactly the NCHW tensor's bytes and the plan is unchanged;
 //     oneDNN has a plan for the convolution). A kernel without a supports predicate does not
 //     know the attributes (the CUDA kernels): nothing is rewritten there.
 // The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
-// handed (it reordered to the same blocked layout before), and the blocked batch-norm kernels
-// sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc). Replay stays bitwise equal
-// to eager (test/graph/layout_test.cc).
-// Off by default (GraphOptions::plan_layouts). On the small CNN (one thread, min of 20 calls)
-// the convolutions gain about 1.2 ms a step without their reorders, and batch norm loses about
-// as much: its dy (from relu_grad) and its y (to relu) are NCHW, so each blocked pass transposes
-// 16x16 tiles. It pays once the blocked region reaches past batch norm (relu and add are
-// elementwise and take any layout; pooling needs a blocked kernel), so that batch norm sees
-// only blocked tensors.
+// handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
+// kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), and an
+// element-wise op maps each element alone. Replay stays bitwise equal to eager
+// (test/graph/layout_test.cc).
+// On by default (GraphOptions::plan_layouts): on ResNet-50 b8 it removes every activation
+// reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
+// the blocked batch-norm kernels are per op no slower than the NCHW ones (the commit that
+// turned it on has the measurements).
+#include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "device/device.h"
@@ -44,31 +49,53 @@ LOOM_OP_KIND(conv2d_grad_input);
 LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(batch_norm_train);
 LOOM_OP_KIND(batch_norm_grad);
+LOOM_OP_KIND(global_avg_pool);
+LOOM_OP_KIND(global_avg_pool_grad);
+LOOM_OP_KIND(relu);
+LOOM_OP_KIND(relu_grad);
+LOOM_OP_KIND(add);
 
 namespace loom {
 namespace {
 
 constexpr int64_t kBlock = 16;  // nChw16c
 
-// Which ops read or write each block.
-struct Access {
-  explicit Access(const OpList& list) : readers(list.blocks.size()), writers(list.blocks.size()) {
-    for (size_t i = 0; i < list.size(); ++i) {
-      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
-      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
-    }
-  }
-  std::vector<std::vector<int>> readers, writers;
+// An operand a kernel can take blocked, and the attribute that says so.
+struct Slot {
+  const OpDef* def;
+  bool output;
+  int index;
+  const char* attr;
 };
+const Slot kSlots[] = {
+    {&op_kind::conv2d, false, 0, "x_blocked"},
+    {&op_kind::conv2d, true, 0, "y_blocked"},
+    {&op_kind::conv2d_grad_input, false, 1, "dy_blocked"},
+    {&op_kind::conv2d_grad_input, true, 0, "dx_blocked"},
+    {&op_kind::conv2d_grad_weight, false, 0, "x_blocked"},
+    {&op_kind::conv2d_grad_weight, false, 1, "dy_blocked"},
+    {&op_kind::batch_norm_train, false, 0, "x_blocked"},
+    {&op_kind::batch_norm_train, true, 0, "y_blocked"},
+    {&op_kind::batch_norm_grad, false, 0, "x_blocked"},
+    {&op_kind::batch_norm_grad, false, 4, "dy_blocked"},
+    {&op_kind::batch_norm_grad, true, 0, "dx_blocked"},
+    {&op_kind::global_avg_pool, false, 0, "x_blocked"},
+    {&op_kind::global_avg_pool_grad, true, 0, "dx_blocked"},
+};
+const Slot* FindSlot(const OpDef* def, bool output, int index) {
+  for (const Slot& s : kSlots)
+    if (s.def == def && s.output == output && s.index == index) return &s;
+  return nullptr;
+}
 
-// Reader `op` reads the block of `t` through its input `slot` alone, as the same whole tensor.
-bool ReadsOnlyAs(const OpRecord& op, int slot, const Tensor& t) {
-  for (size_t k = 0; k < op.inputs.size(); ++k) {
-    const Tensor& in = op.inputs[k];
-    if (in.block() != t.block()) continue;
-    if (int(k) != slot || in.offset() != 0 || in.shape() != t.shape() || !in.is_contiguous()) return false;
-  }
-  return size_t(slot) < op.inputs.size() && op.inputs[size_t(slot)].block() == t.block();
+// An element-wise op whose operands all have one shape: any layout, if they all share it.
+bool LayoutFree(const OpRecord& op) {
+  if (op.def != &op_kind::relu && op.def != &op_kind::relu_grad && op.def != &op_kind::add) return false;
+  const Shape& s = op.outputs.at(0).shape();
+  for (const auto* ts : {&op.inputs, &op.outputs})
+    for (const Tensor& t : *ts)
+      if (t.shape() != s) return false;
+  return true;
 }
 
 // A kernel reads the layout attributes only if it says which records it supports (Note [What a
@@ -79,68 +106,118 @@ bool KnowsLayout(const Device& device, const OpRecord& op) {
 
 class Planner {
  public:
-  Planner(OpList& list, const Device& device) : list_(list), device_(device), access_(list) {}
-
-  // Output 0 of op `w`, read only by (kind, input slot) pairs of `readers`: sets `w_attr` on the
-  // writer and each reader's attribute when every rewritten record is supported.
-  struct ReaderKind {
-    const OpDef* def;
-    int slot;
-    const char* attr;
-  };
-  bool Block(int w, const char* w_attr, const std::vector<ReaderKind>& readers) {
-    const OpRecord& op = list_.ops[size_t(w)];
-    const Tensor& t = op.outputs[0];
-    const int b = list_.BlockIndex(t.block());
-    const BlockFacts& f = list_.facts[size_t(b)];
-    if (f.marked_persistent || f.held_outside || f.has_memory || t.offset() != 0 || !t.is_contiguous() ||
-        t.nbytes() != f.bytes || t.dtype() != DType::kFloat32 || t.ndim() != 4 || t.shape()[1] % kBlock != 0)
-      return false;
-    if (access_.writers[size_t(b)] != std::vector<int>{w} || access_.readers[size_t(b)].empty()) return false;
-    std::vector<OpRecord> changed;
-    std::vector<int> at;
-    OpRecord wr = op;
-    wr.attrs.Set(w_attr, kBlock);
-    changed.push_back(std::move(wr));
-    at.push_back(w);
-    for (int r : access_.readers[size_t(b)]) {
-      if (r == w) return false;
-      const OpRecord& rd = list_.ops[size_t(r)];
-      const ReaderKind* kind = nullptr;
-      for (const ReaderKind& k : readers)
-        if (rd.def == k.def && ReadsOnlyAs(rd, k.slot, t)) kind = &k;
-      if (!kind) return false;
-      OpRecord c = rd;
-      c.attrs.Set(kind->attr, kBlock);
-      changed.push_back(std::move(c));
-      at.push_back(r);
+  Planner(OpList& list, const Device& device)
+      : list_(list), device_(device), parent_(list.blocks.size()), ok_(list.blocks.size(), 1),
+        shape_(list.blocks.size()), writers_(list.blocks.size(), 0) {
+    std::iota(parent_.begin(), parent_.end(), 0);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const OpRecord& op = list.ops[i];
+      for (int b : list.access[i].writes) ++writers_[size_t(b)];
+      const bool free = LayoutFree(op);
+      int first = -1;
+      for (bool output : {false, true}) {
+        const std::vector<Tensor>& ts = output ? op.outputs : op.inputs;
+        for (size_t k = 0; k < ts.size(); ++k) {
+          const Tensor& t = ts[k];
+          if (!t.defined()) continue;
+          const int b = list.BlockIndex(t.block());
+          if (b < 0) continue;
+          Use(b, t);
+          const Slot* slot = FindSlot(op.def, output, int(k));
+          if (slot) uses_.push_back({int(i), b, slot});
+          if (free) {
+            if (first >= 0) Union(first, b);
+            first = b;
+          } else if (!slot) {
+            ok_[size_t(b)] = 0;
+          }
+        }
+      }
     }
-    for (const OpRecord& c : changed)
-      if (!KnowsLayout(device_, c)) return false;
-    for (size_t k = 0; k < changed.size(); ++k) list_.ops[size_t(at[k])] = std::move(changed[k]);
-    return true;
+    for (size_t b = 0; b < list.blocks.size(); ++b) {
+      const BlockFacts& f = list.facts[b];
+      if (f.marked_persistent || f.held_outside || f.has_memory || writers_[b] != 1) ok_[b] = 0;
+    }
+  }
+
+  // Blocks every region that may be blocked and whose rewritten records are all supported, in
+  // the order of their first slot; returns the number of blocks made blocked.
+  size_t Run() {
+    std::vector<char> bad(parent_.size(), 0), done(parent_.size(), 0);
+    for (size_t b = 0; b < parent_.size(); ++b)
+      if (!ok_[b]) bad[size_t(Find(int(b)))] = 1;
+    size_t blocked = 0;
+    for (const SlotUse& u : uses_) {
+      const int root = Find(u.block);
+      if (bad[size_t(root)] || done[size_t(root)]) continue;
+      done[size_t(root)] = 1;
+      blocked += Try(root);
+    }
+    return blocked;
   }
 
  private:
+  struct SlotUse {
+    int op, block;
+    const Slot* slot;
+  };
+
+  // The block is read or written as t: whole, float32 (N, C, H, W) with C a multiple of 16,
+  // the same shape at every use.
+  void Use(int b, const Tensor& t) {
+    const BlockFacts& f = list_.facts[size_t(b)];
+    if (t.offset() != 0 || !t.is_contiguous() || t.nbytes() != f.bytes || t.dtype() != DType::kFloat32 ||
+        t.ndim() != 4 || t.shape()[1] % kBlock != 0)
+      ok_[size_t(b)] = 0;
+    if (shape_[size_t(b)].empty()) shape_[size_t(b)] = t.shape();
+    if (shape_[size_t(b)] != t.shape()) ok_[size_t(b)] = 0;
+  }
+
+  // Sets the attributes of every slot on the region `root`; undoes them and returns 0 unless
+  // every rewritten record is supported.
+  size_t Try(int root) {
+    std::vector<std::pair<int, OpRecord>> before;
+    for (const SlotUse& u : uses_) {
+      if (Find(u.block) != root) continue;
+      OpRecord& op = list_.ops[size_t(u.op)];
+      if (before.empty() || before.back().first != u.op) before.emplace_back(u.op, op);
+      op.attrs.Set(u.slot->attr, kBlock);
+    }
+    bool supported = true;
+    for (const auto& b : before) supported = supported && KnowsLayout(device_, list_.ops[size_t(b.first)]);
+    if (!supported) {
+      for (auto it = before.rbegin(); it != before.rend(); ++it) list_.ops[size_t(it->first)] = it->second;
+      return 0;
+    }
+    size_t n = 0;
+    for (size_t b = 0; b < parent_.size(); ++b) n += Find(int(b)) == root;
+    return n;
+  }
+
+  int Find(int b) {
+    while (parent_[size_t(b)] != b) b = parent_[size_t(b)] = parent_[size_t(parent_[size_t(b)])];
+    return b;
+  }
+  void Union(int a, int b) {
+    a = Find(a);
+    b = Find(b);
+    if (a != b) parent_[size_t(std::max(a, b))] = std::min(a, b);
+  }
+
   OpList& list_;
   const Device& device_;
-  Access access_;
+  std::vector<int> parent_;  // union-find over blocks: the regions
+  std::vector<char> ok_;     // the block may be blocked as far as its own uses go
+  std::vector<Shape> shape_;
+  std::vector<int> writers_;
+  std::vector<SlotUse> uses_;  // in op order
 };
 
 }  // namespace
 
 PassResult PlanActivationLayouts(OpList list, const Device& device) {
   Planner p(list, device);
-  size_t blocked = 0;
-  for (int i = 0; i < int(list.size()); ++i) {
-    const OpDef* def = list.ops[size_t(i)].def;
-    if (def == &op_kind::conv2d)
-      blocked += p.Block(i, "y_blocked",
-                         {{&op_kind::batch_norm_train, 0, "x_blocked"}, {&op_kind::batch_norm_grad, 0, "x_blocked"}});
-    else if (def == &op_kind::batch_norm_grad)
-      blocked += p.Block(i, "dx_blocked",
-                         {{&op_kind::conv2d_grad_input, 1, "dy_blocked"}, {&op_kind::conv2d_grad_weight, 1, "dy_blocked"}});
-  }
+  const size_t blocked = p.Run();
   PassResult r{std::move(list), 0};
   r.blocked_layouts = blocked;
   return r;

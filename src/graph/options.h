@@ -36,10 +36,10 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "with fuse: matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> "           \
     "conv2d_relu, an activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias "    \
     "and activation])")                                                                                 \
-  X(bool, plan_layouts, false,                                                                         \
-    "with fuse: convolution outputs only batch norm reads, and batch norm input gradients only "      \
-    "convolution gradients read, stay in oneDNN's blocked layout (Note [Activation layouts]; off by "  \
-    "default: measured no faster yet)")                                                              \
+  X(bool, plan_layouts, true,                                                                          \
+    "with fuse: activations and their gradients between convolutions, batch norm, relu, add and "     \
+    "global pooling stay in oneDNN's blocked layout, without reorders around the convolutions "      \
+    "(Note [Activation layouts])")                                                                   \
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \

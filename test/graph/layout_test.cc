@@ -1,8 +1,9 @@
 // Note [Activation layouts] (graph/layout.cc): in a conv-bn-relu net the pass keeps every
-// convolution output and every batch-norm input gradient in oneDNN's blocked layout, replay
-// stays bitwise equal to eager (parameters, running statistics, losses), the plan does not grow,
-// and a block that another op reads or the user holds stays NCHW. The blocked kernels on their
-// own: each is bitwise its NCHW kernel on the same values.
+// activation and activation gradient between the first convolution and the global pooling in
+// oneDNN's blocked layout (through batch norm, relu, relu_grad), replay stays bitwise equal to
+// eager (parameters, running statistics, losses), the plan does not grow, and a block that
+// another op reads or the user holds stays NCHW with the region the element-wise ops tie it to.
+// The blocked kernels on their own: each is bitwise its NCHW kernel on the same values.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -135,11 +136,16 @@ TEST_F(LayoutTest, ConvBatchNormBlocksStayBlockedAndReplayStaysBitwiseEqualToEag
   const Replayed on = Replay(Conv0::kPlain, true), off = Replay(Conv0::kPlain, false);
   ExpectBitwise(e, on.run, "layouts planned");
   ExpectBitwise(e, off.run, "layouts not planned");
-  // Both convolution outputs (read by batch_norm_train and batch_norm_grad) and both batch-norm
-  // input gradients (read by the second convolution's two gradients; the first convolution's
-  // weight gradient alone, its input needs none).
-  EXPECT_EQ(on.stats.blocked_layouts, 4u);
-  EXPECT_EQ(on.blocked_attrs, 2u + 4u + 2u + 3u);  // conv y, bn x (train, grad), bn dx, conv dy
+  // Six regions: each convolution's output (read by batch norm), each batch-norm input gradient
+  // (read by the convolution gradients), and after each batch norm its output, the relu's, and
+  // in backward the gradients tied to them by relu_grad (the second convolution's dx and the
+  // first relu_grad's dx; the global pooling's dx and the second relu_grad's dx): 1 + 1 + 4 + 1
+  // + 1 + 4 blocks.
+  EXPECT_EQ(on.stats.blocked_layouts, 12u);
+  // Attributes: conv0 y; bn0 x, y; conv1 x, y; bn1 x, y; pool x; pool grad dx; bn1 grad x, dy,
+  // dx; conv1 grad input dy, dx; conv1 grad weight x, dy; bn0 grad x, dy, dx; conv0 grad weight
+  // dy (its x is the graph's input, 3 channels).
+  EXPECT_EQ(on.blocked_attrs, 1u + 2u + 2u + 2u + 1u + 1u + 3u + 2u + 2u + 3u + 1u);
   EXPECT_EQ(off.stats.blocked_layouts, 0u);
   EXPECT_EQ(off.blocked_attrs, 0u);
   // Channels are multiples of 16: the blocked tensors have the NCHW tensors' bytes; what goes
@@ -154,9 +160,10 @@ TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
     const std::string what = how == Conv0::kHeld ? "held" : "read by a sum";
     const Replayed r = Replay(how, true);
     ExpectBitwise(Eager(how), r.run, what);
-    // The first convolution's output stays NCHW. Read by a sum, its gradient is also the sum of
-    // two (batch norm's and the sum's), which an add makes: the first batch norm's dx stays NCHW.
-    EXPECT_EQ(r.stats.blocked_layouts, how == Conv0::kHeld ? 3u : 2u) << what;
+    // The first convolution's output stays NCHW (of the 12 blocks above). Read by a sum, its
+    // gradient is also the sum of two (batch norm's and the sum's), which an add makes: the add
+    // ties the first batch norm's dx to the sum's gradient, and that region stays NCHW too.
+    EXPECT_EQ(r.stats.blocked_layouts, how == Conv0::kHeld ? 11u : 10u) << what;
   }
 }
 
@@ -185,19 +192,28 @@ TEST_F(LayoutTest, BlockedKernelsAreBitwiseTheirNchwKernels) {
   const Attrs train{{"momentum", 0.1}, {"eps", 1e-5}};
   auto stats = [] { return std::make_pair(RandomTensor({32}, DType::kFloat32, 5), RandomTensor({32}, DType::kFloat32, 6, 0.5, 2)); };
   auto [rm0, rv0] = stats();
-  auto [rm1, rv1] = stats();
   std::vector<Tensor> plain = Call("batch_norm_train", {x, gamma, beta, rm0, rv0}, train);
-  std::vector<Tensor> blocked = Call("batch_norm_train", {Blocked(x), gamma, beta, rm1, rv1}, Attrs(train).Set("x_blocked", int64_t(16)));
-  for (size_t i = 0; i < plain.size(); ++i) ExpectSameBytes(plain[i], blocked[i], "batch_norm_train output " + std::to_string(i));
+  for (int mode = 1; mode < 4; ++mode) {  // x blocked, y blocked, both
+    auto [rm1, rv1] = stats();
+    Attrs ab = train;
+    if (mode & 1) ab.Set("x_blocked", int64_t(16));
+    if (mode & 2) ab.Set("y_blocked", int64_t(16));
+    std::vector<Tensor> blocked = Call("batch_norm_train", {mode & 1 ? Blocked(x) : x, gamma, beta, rm1, rv1}, ab);
+    const std::string what = "batch_norm_train mode " + std::to_string(mode) + " output ";
+    ExpectSameBytes(mode & 2 ? Blocked(plain[0]) : plain[0], blocked[0], what + "0");
+    for (size_t i = 1; i < plain.size(); ++i) ExpectSameBytes(plain[i], blocked[i], what + std::to_string(i));
+  }
   for (int64_t training : {1, 0}) {
     const Attrs a{{"eps", 1e-5}, {"training", training}};
     const Tensor mean = training ? plain[1] : rm0, stat = training ? plain[2] : rv0;
     std::vector<Tensor> want = Call("batch_norm_grad", {x, gamma, mean, stat, dy}, a);
-    for (int mode = 1; mode < 4; ++mode) {  // x blocked, dx blocked, both
+    for (int mode = 1; mode < 8; ++mode) {  // x, dx, dy blocked: each set of them
       Attrs ab = a;
       if (mode & 1) ab.Set("x_blocked", int64_t(16));
       if (mode & 2) ab.Set("dx_blocked", int64_t(16));
-      std::vector<Tensor> got = Call("batch_norm_grad", {mode & 1 ? Blocked(x) : x, gamma, mean, stat, dy}, ab);
+      if (mode & 4) ab.Set("dy_blocked", int64_t(16));
+      std::vector<Tensor> got =
+          Call("batch_norm_grad", {mode & 1 ? Blocked(x) : x, gamma, mean, stat, mode & 4 ? Blocked(dy) : dy}, ab);
       const std::string what = "batch_norm_grad training " + std::to_string(training) + " mode " + std::to_string(mode);
       ExpectSameBytes(mode & 2 ? Blocked(want[0]) : want[0], got[0], what + " dx");
       ExpectSameBytes(want[1], got[1], what + " dgamma");
@@ -205,10 +221,18 @@ TEST_F(LayoutTest, BlockedKernelsAreBitwiseTheirNchwKernels) {
     }
   }
 
+  // Global average pooling and its gradient.
+  const Tensor pooled = Call("global_avg_pool", {x}, {})[0];
+  ExpectSameBytes(pooled, Call("global_avg_pool", {Blocked(x)}, Attrs().Set("x_blocked", int64_t(16)))[0], "global_avg_pool");
+  const Attrs pg = Attrs().Set("x_shape", xs);
+  ExpectSameBytes(Blocked(Call("global_avg_pool_grad", {pooled}, pg)[0]),
+                  Call("global_avg_pool_grad", {pooled}, Attrs(pg).Set("dx_blocked", int64_t(16)))[0], "global_avg_pool_grad");
+
   // Convolutions: 32 output channels, 1 to 5 images (one part per image and uneven parts), and
-  // a weight gradient split by channel (few output positions).
+  // a weight gradient split by channel (few output positions); 16 input channels, so that x and
+  // dx can be blocked too.
   for (int64_t n : {1, 5}) {
-    const Tensor cx = RandomTensor({n, 8, 6, 6}, DType::kFloat32, 7), w = RandomTensor({32, 8, 3, 3}, DType::kFloat32, 8);
+    const Tensor cx = RandomTensor({n, 16, 6, 6}, DType::kFloat32, 7), w = RandomTensor({32, 16, 3, 3}, DType::kFloat32, 8);
     const Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
                   {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
     const Tensor y = Call("conv2d", {cx, w}, a)[0];
@@ -221,6 +245,23 @@ TEST_F(LayoutTest, BlockedKernelsAreBitwiseTheirNchwKernels) {
     ExpectSameBytes(Call("conv2d_grad_weight", {cx, cdy}, gw)[0],
                     Call("conv2d_grad_weight", {cx, Blocked(cdy)}, Attrs(gw).Set("dy_blocked", int64_t(16)))[0],
                     "conv2d_grad_weight");
+    // x (dx) blocked, alone and with y (dy).
+    for (bool both : {false, true}) {
+      const std::string what = both ? " x and y blocked" : " x blocked";
+      Attrs fa = Attrs(a).Set("x_blocked", int64_t(16)), ia = Attrs(gi).Set("dx_blocked", int64_t(16)),
+            wa = Attrs(gw).Set("x_blocked", int64_t(16));
+      if (both) {
+        fa.Set("y_blocked", int64_t(16));
+        ia.Set("dy_blocked", int64_t(16));
+        wa.Set("dy_blocked", int64_t(16));
+      }
+      ExpectSameBytes(both ? Blocked(y) : y, Call("conv2d", {Blocked(cx), w}, fa)[0], "conv2d" + what);
+      ExpectSameBytes(Blocked(Call("conv2d_grad_input", {w, cdy}, gi)[0]),
+                      Call("conv2d_grad_input", {w, both ? Blocked(cdy) : cdy}, ia)[0], "conv2d_grad_input" + what);
+      ExpectSameBytes(Call("conv2d_grad_weight", {cx, cdy}, gw)[0],
+                      Call("conv2d_grad_weight", {Blocked(cx), both ? Blocked(cdy) : cdy}, wa)[0],
+                      "conv2d_grad_weight" + what);
+    }
   }
 }
 

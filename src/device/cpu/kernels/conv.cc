@@ -93,20 +93,31 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 }
 
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
+// Which activation operands of a call are nChw16c: the attributes a graph sets (Note [Activation
+// layouts] in graph/layout.cc). y: the (N, O, OH, OW) operand (y or dy, ConvDims::blocked); x:
+// the (N, C, H, W) one (x or dx, ConvDims::x_blocked).
+struct Layouts {
+  bool y = false, x = false;
+  bool any() const { return y || x; }
+};
+
 const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false,
-                            bool blocked = false) {
+                            Layouts blocked = {}) {
   if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
   ConvDims d = g;
   d.bias = bias;
   d.relu = relu;
-  d.blocked = blocked;
+  d.blocked = blocked.y;
+  d.x_blocked = blocked.x;
   return FindDnnlConv(pass, d, dtype);
 }
 
-// Whether the record's (N, O, OH, OW) operand, y or dy, is nChw16c (ConvDims::blocked): the
-// attribute a graph sets (Note [Activation layouts] in graph/layout.cc).
-bool Blocked(const OpRecord& op, ConvPass pass) {
-  return op.attrs.Int(pass == ConvPass::kForward ? "y_blocked" : "dy_blocked", 0) != 0;
+// The record's layouts: y_blocked or dy_blocked, x_blocked or dx_blocked.
+Layouts Blocked(const OpRecord& op, ConvPass pass) {
+  Layouts l;
+  l.y = op.attrs.Int(pass == ConvPass::kForward ? "y_blocked" : "dy_blocked", 0) != 0;
+  l.x = op.attrs.Int(pass == ConvPass::kGradInput ? "dx_blocked" : "x_blocked", 0) != 0;
+  return l;
 }
 
 static const char* const kPass[] = {"forward", "grad input", "grad weight"};
@@ -114,7 +125,7 @@ static const char* const kPass[] = {"forward", "grad input", "grad weight"};
 // Runs the call through oneDNN when it has a plan for it; false when im2col must.
 template <typename T>
 bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a, const T* b, const T* bias, T* out,
-             bool relu = false, bool blocked = false) {
+             bool relu = false, Layouts blocked = {}) {
   if constexpr (std::is_same_v<T, float>) {
     if (const DnnlConvPlan* plan = DnnlFor(pass, g, bias != nullptr, DType::kFloat32, relu, blocked)) {
       Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
@@ -124,8 +135,7 @@ bool TryDnnl(ConvPass pass, const Geom& g, const KernelContext& ctx, const T* a,
   }
   // Only oneDNN reads and writes the blocked layout (Conv2dSupports said so at capture; the
   // implementation was switched to im2col since).
-  LOOM_CHECK(!blocked, ValueError, "[conv2d ", kPass[int(pass)], "] the ", pass == ConvPass::kForward ? "output" : "dy",
-             " of this captured graph is in oneDNN's blocked layout, and oneDNN cannot run this call now (im2col was "
+  LOOM_CHECK(!blocked.any(), ValueError, "[conv2d ", kPass[int(pass)], "] an operand of this captured graph is in oneDNN's blocked layout, and oneDNN cannot run this call now (im2col was "
              "selected after capture?); capture the graph again");
   ReportKernel(std::string("conv2d ") + kPass[int(pass)] + " " + (sizeof(T) == 4 ? "f32" : "f64"),
                "im2col + loom's GEMM (kind 'gemm')");
@@ -489,11 +499,12 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
 // Note [What a kernel supports]: every plain record; a blocked one (Note [Activation layouts]
 // in graph/layout.cc) when oneDNN has a plan for it.
 bool ConvSupports(const OpRecord& op, ConvPass kind) {
-  if (!Blocked(op, kind)) return true;
+  const Layouts l = Blocked(op, kind);
+  if (!l.any()) return true;
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  return op.outputs[0].dtype() == DType::kFloat32 && g.o % 16 == 0 &&
-         DnnlFor(kind, g, bias, DType::kFloat32, false, true) != nullptr;
+  return op.outputs[0].dtype() == DType::kFloat32 && (!l.y || g.o % 16 == 0) && (!l.x || g.c % 16 == 0) &&
+         DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
 }
 bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
 bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }

@@ -193,7 +193,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
   const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
-  const md x_plain = Act(nb, d.c, d.h, d.w, tag::nchw),
+  const md x_plain = Act(nb, d.c, d.h, d.w, d.x_blocked ? tag::nChw16c : tag::nchw),
            y_plain = d.blocked ? BlockedChannels(nb, d.o, oq, d.oh, d.ow) : ActChannels(nb, d.o, oq, d.oh, d.ow);
   const md w_any = Weights(d, oq, true), w_plain = Weights(d, oq, false);
   const md bias_md = d.bias && pass == ConvPass::kForward ? md({oq}, kF32, tag::x) : md();
@@ -320,11 +320,12 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 }  // namespace
 
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
-  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0 || (d.blocked && d.o % 16))
+  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0 || (d.blocked && d.o % 16) ||
+      (d.x_blocked && d.c % 16))
     return nullptr;
   Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
-           d.relu && pass == ConvPass::kForward, d.blocked}};
+           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
@@ -357,7 +358,7 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
     const DnnlConvPlan::Part& part = p.parts[size_t(q)];
     const Shard& s = *p.shards[size_t(part.shard)];
     // Where this part's slice starts in each operand: images n0.., output channels o0.. (the
-    // same offsets in nChw16c: BlockedChannels)
+    // same offsets in nChw16c: BlockedChannels; an image is C H W elements in either layout)
     const int64_t x_at = part.n0 * x_img, y_at = part.n0 * y_img + part.o0 * y_plane;
     char* cur = At(scratch, part.offset);
     dn::memory pad_mem(s.pad, Engine(), cur);

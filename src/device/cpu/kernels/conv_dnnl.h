@@ -11,7 +11,10 @@
 //   operands in and the result out around each call, as PyTorch's eager mkldnn path does. The
 //   reordered copies and oneDNN's own scratchpad are the op's scratch: declared up front
 //   (Conv2dScratch & co.) so a planned graph packs them into its arena, and taken from the
-//   device pool in eager mode, so memory statistics see every byte (invariant 2).
+//   device pool in eager mode, so memory statistics see every byte (invariant 2). In a captured
+//   graph the activations may already be nChw16c (ConvDims::blocked, x_blocked; Note
+//   [Activation layouts] in graph/layout.cc): their reorders then vanish, since the plain and
+//   the chosen layout agree.
 // - Threads. oneDNN here runs on OpenMP; a second thread team beside loom's pool would fight it
 //   for the cores. So every oneDNN call runs with one OpenMP thread, and loom splits the batch
 //   into one part per pool thread (parts differ by at most one image; at most two primitives).
@@ -50,6 +53,9 @@ struct ConvDims {
   // oneDNN's nChw16c layout instead of NCHW; O is a multiple of 16 (Note [Activation layouts]
   // in graph/layout.cc).
   bool blocked = false;
+  // The same for the (N, C, H, W) operand (x of the forward pass and of the weight gradient, dx
+  // of the input gradient); C is a multiple of 16.
+  bool x_blocked = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.

@@ -180,8 +180,19 @@ void StoreTile(const ChannelDims& d, const ChannelLayout& l, T* t, int64_t i, in
 // Per channel of the group starting at c0 of a blocked x, the lane sums of f(l, v) over its
 // values v (channel c0 + l): images in order, pixel k into lane k mod kSumLanes, Note [Sums in
 // lanes]'s order. Each pixel's 16 values are read together, into [lane][channel] accumulators.
+// (An NCHW x, where only y is blocked, is summed run by run, in the same order.)
 template <typename T, typename F>
 void BlockedSums(const ChannelDims& d, const ChannelLayout& xl, const T* x, int64_t c0, LaneSums* sums, F f) {
+  if (!xl.blocked) {
+    for (int64_t l = 0; l < kGroup; ++l) {
+      sums[l] = LaneSums();
+      for (int64_t i = 0; i < d.n; ++i) {
+        const T* xr = x + xl.Start(d, i, c0 + l);
+        AddRun(sums[l], d.s, [&](int64_t k) { return f(l, double(xr[k])); });
+      }
+    }
+    return;
+  }
   double acc[kSumLanes][kGroup] = {};
   for (int64_t i = 0; i < d.n; ++i) {
     const T* xb = x + xl.Start(d, i, c0);
@@ -193,6 +204,49 @@ void BlockedSums(const ChannelDims& d, const ChannelLayout& xl, const T* x, int6
   }
   for (int64_t l = 0; l < kGroup; ++l)
     for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = acc[j][l];
+}
+
+// The same sums for float x (and a second float tensor y of the same blocked layout), as fast as
+// the NCHW kernels: 8 channels at a time, so that each lane's 8 channel sums are one vector and
+// all lanes stay in registers. f(half, x, y, s0, s1) adds the values x, y of pixel k (channels
+// c0 + 8 half ..., widened to double) into lane k mod kSumLanes's accumulators s0, s1; the
+// result is s0[lane][channel], s1[lane][channel] for the group's 16 channels.
+typedef double F64x8 __attribute__((vector_size(64)));
+typedef float F32x8 __attribute__((vector_size(32)));
+static_assert(kSumLanes == 8, "one accumulator per lane, 8 channels per vector");
+inline F64x8 Widen8(const float* p) {
+  F32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, F64x8);
+}
+template <typename F>
+void BlockedLaneSums(const ChannelDims& d, const ChannelLayout& l, const float* x, const float* y, int64_t c0,
+                     double (*s0)[kGroup], double (*s1)[kGroup], F f) {
+  for (int half = 0; half < 2; ++half) {
+    F64x8 a0[kSumLanes] = {}, a1[kSumLanes] = {};
+    for (int64_t i = 0; i < d.n; ++i) {
+      const float* px = x + l.Start(d, i, c0) + half * 8;
+      const float* py = y + l.Start(d, i, c0) + half * 8;
+      int64_t k = 0;
+      for (; k + kSumLanes <= d.s; k += kSumLanes) {
+#pragma GCC unroll 8
+        for (int j = 0; j < kSumLanes; ++j)
+          f(half, Widen8(px + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
+      }
+      for (int j = 0; k + j < d.s; ++j)
+        f(half, Widen8(px + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
+    }
+    for (int j = 0; j < kSumLanes; ++j)
+      for (int c = 0; c < 8; ++c) {
+        s0[j][half * 8 + c] = a0[j][c];
+        s1[j][half * 8 + c] = a1[j][c];
+      }
+  }
+}
+inline F64x8 Half(const double* v, int half) {
+  F64x8 r;
+  std::memcpy(&r, v + half * 8, sizeof r);
+  return r;
 }
 
 // f(c0) for the first channel of every group of 16, groups split across the pool.
@@ -230,7 +284,8 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
       return invstd;
     };
     const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_train");
-    if (!xl.blocked) {
+    const ChannelLayout yl = LayoutAttr(op, "y_blocked", d, "batch_norm_train");
+    if (!xl.blocked && !yl.blocked) {
       ForChannels(d, [&](int64_t c) {
         double mean, sq;
         MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
@@ -243,12 +298,32 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
       LaneSums sums[kGroup], devs[kGroup];
       double mean[kGroup];
       T scale[kGroup], shift[kGroup];
-      BlockedSums(d, xl, x, c0, sums, [](int64_t, double v) { return v; });
-      for (int64_t l = 0; l < kGroup; ++l) mean[l] = sums[l].Total() / m;
-      BlockedSums(d, xl, x, c0, devs, [&](int64_t l, double v) {
-        const double dev = v - mean[l];
-        return dev * dev;
-      });
+      bool done = false;
+      if constexpr (std::is_same_v<T, float>) {
+        if (xl.blocked) {  // BlockedSums' sums, vectorised
+          double s0[kSumLanes][kGroup], s1[kSumLanes][kGroup];
+          BlockedLaneSums(d, xl, x, x, c0, s0, s1, [](int, F64x8 v, F64x8, F64x8& a0, F64x8&) { a0 += v; });
+          for (int64_t l = 0; l < kGroup; ++l) {
+            for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = s0[j][l];
+            mean[l] = sums[l].Total() / m;
+          }
+          BlockedLaneSums(d, xl, x, x, c0, s0, s1, [&](int half, F64x8 v, F64x8, F64x8& a0, F64x8&) {
+            const F64x8 dev = v - Half(mean, half);
+            a0 += dev * dev;
+          });
+          for (int64_t l = 0; l < kGroup; ++l)
+            for (int64_t j = 0; j < kSumLanes; ++j) devs[l].v[j] = s0[j][l];
+          done = true;
+        }
+      }
+      if (!done) {
+        BlockedSums(d, xl, x, c0, sums, [](int64_t, double v) { return v; });
+        for (int64_t l = 0; l < kGroup; ++l) mean[l] = sums[l].Total() / m;
+        BlockedSums(d, xl, x, c0, devs, [&](int64_t l, double v) {
+          const double dev = v - mean[l];
+          return dev * dev;
+        });
+      }
       for (int64_t l = 0; l < kGroup; ++l) {
         const int64_t c = c0 + l;
         const double g = double(gamma[c]), b = double(beta[c]);
@@ -256,15 +331,20 @@ void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
         scale[l] = T(g * invstd);  // ScaleChannel's
         shift[l] = T(b - mean[l] * g * invstd);
       }
-      const ChannelLayout nchw;
-      for (int64_t i = 0; i < d.n; ++i)  // y = x scale + shift, in tiles of 16 pixels
+      for (int64_t i = 0; xl.blocked && yl.blocked && i < d.n; ++i) {  // y = x scale + shift, in place
+        const T* xb = x + xl.Start(d, i, c0);
+        T* yb = y + yl.Start(d, i, c0);
+        for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
+          for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
+      }
+      for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)  // the same in tiles of 16 pixels
         for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
           const int64_t n = std::min(kGroup, d.s - k0);
           T t[kGroup][kGroup];
           LoadTile(d, xl, x, i, c0, k0, n, t);
           for (int64_t k = 0; k < n; ++k)
             for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
-          StoreTile(d, nchw, y, i, c0, k0, n, t);
+          StoreTile(d, yl, y, i, c0, k0, n, t);
         }
     });
   });
@@ -306,8 +386,9 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
     T* dgamma = op.outputs[1].data<T>();
     T* dbeta = op.outputs[2].data<T>();
     const double m = double(d.n * d.s);
-    // Layouts of x and dx (dy is NCHW); Note [Activation layouts] in graph/layout.cc.
+    // Layouts of x, dy and dx; Note [Activation layouts] in graph/layout.cc.
     const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_grad");
+    const ChannelLayout dyl = LayoutAttr(op, "dy_blocked", d, "batch_norm_grad");
     const ChannelLayout dxl = LayoutAttr(op, "dx_blocked", d, "batch_norm_grad");
     // Channel c from its two sums: dgamma, dbeta, and dx's coefficients a, k_x, b.
     struct Coef {
@@ -323,7 +404,7 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
                   training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0)};
     };
     auto invstd_of = [&](int64_t c) { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); };
-    if (!xl.blocked && !dxl.blocked) {
+    if (!xl.blocked && !dyl.blocked && !dxl.blocked) {
       ForChannels(d, [&](int64_t c) {
         const double mean = double(mean_in[c]);
         const double invstd = invstd_of(c);
@@ -344,20 +425,44 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
       });
       return;
     }
+    // x, dy and dx all blocked (a graph's blocked region, Note [Activation layouts]): each
+    // pixel's 16 values are side by side in all three, so the passes read them in place.
+    const bool all_blocked = xl.blocked && dyl.blocked && dxl.blocked;
     ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
       LaneSums sum_dy[kGroup], sum_dyx[kGroup];
       Coef f[kGroup];
       // Tiles of 16 pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k adds
       // into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
-      const ChannelLayout nchw;
       double mean[kGroup], a_dy[kSumLanes][kGroup] = {}, a_dyx[kSumLanes][kGroup] = {};
       T tx[kGroup][kGroup], tg[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
       for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
-      for (int64_t i = 0; i < d.n; ++i)
+      if constexpr (std::is_same_v<T, float>) {
+        if (all_blocked)
+          BlockedLaneSums(d, xl, dy, x, c0, a_dy, a_dyx, [&](int half, F64x8 g, F64x8 v, F64x8& s1, F64x8& s2) {
+            s1 += g;
+            s2 += g * (v - Half(mean, half));
+          });
+      }
+      for (int64_t i = 0; all_blocked && !std::is_same_v<T, float> && i < d.n; ++i) {
+        const T* xb = x + xl.Start(d, i, c0);
+        const T* gb = dy + dyl.Start(d, i, c0);
+        for (int64_t k = 0; k < d.s; ++k) {
+          const T* xp = xb + k * kGroup;
+          const T* gp = gb + k * kGroup;
+          double* s1 = a_dy[k % kSumLanes];
+          double* s2 = a_dyx[k % kSumLanes];
+          for (int64_t l = 0; l < kGroup; ++l) {
+            const double g = double(gp[l]);
+            s1[l] += g;
+            s2[l] += g * (double(xp[l]) - mean[l]);
+          }
+        }
+      }
+      for (int64_t i = 0; !all_blocked && i < d.n; ++i)
         for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
           const int64_t n = std::min(kGroup, d.s - k0);
           LoadTile(d, xl, x, i, c0, k0, n, tx);
-          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          LoadTile(d, dyl, dy, i, c0, k0, n, tg);
           for (int64_t k = 0; k < n; ++k) {
             double* s1 = a_dy[k % kSumLanes];
             double* s2 = a_dyx[k % kSumLanes];
@@ -379,11 +484,18 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
         fk[l] = f[l].k_x;
         fb[l] = f[l].b;
       }
-      for (int64_t i = 0; i < d.n; ++i)
+      for (int64_t i = 0; all_blocked && i < d.n; ++i) {
+        const T* xb = x + xl.Start(d, i, c0);
+        const T* gb = dy + dyl.Start(d, i, c0);
+        T* db = dx + dxl.Start(d, i, c0);
+        for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
+          for (int64_t l = 0; l < kGroup; ++l) db[k + l] = fa[l] * gb[k + l] + fk[l] * xb[k + l] + fb[l];
+      }
+      for (int64_t i = 0; !all_blocked && i < d.n; ++i)
         for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
           const int64_t n = std::min(kGroup, d.s - k0);
           LoadTile(d, xl, x, i, c0, k0, n, tx);
-          LoadTile(d, nchw, dy, i, c0, k0, n, tg);
+          LoadTile(d, dyl, dy, i, c0, k0, n, tg);
           for (int64_t k = 0; k < n; ++k)
             for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
           StoreTile(d, dxl, dx, i, c0, k0, n, tx);
@@ -471,7 +583,8 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 // Note [What a kernel supports]: every NCHW record; a blocked one for (N, C, H, W), C a
 // multiple of 16.
 bool BatchNormSupports(const OpRecord& op) {
-  const bool blocked = op.attrs.Int("x_blocked", 0) != 0 || op.attrs.Int("dx_blocked", 0) != 0;
+  bool blocked = false;
+  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked"}) blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
   return !blocked || (x.size() == 4 && x[1] % kGroup == 0);
 }

@@ -219,19 +219,37 @@ void AvgPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// x: (N, C, H, W) -> y: (N, C)
+// Plane p = (n, c) of an (N, C, H, W) tensor: where it starts and the step between its pixels,
+// in NCHW or, with the attribute a graph sets (Note [Activation layouts] in graph/layout.cc), in
+// oneDNN's nChw16c (C a multiple of 16: pixel k of channel c at ((n C/16 + c/16) H W + k) 16 +
+// c % 16).
+struct Planes {
+  int64_t c, hw;
+  bool blocked;
+  int64_t Start(int64_t p) const {
+    return blocked ? ((p / c) * (c / 16) + (p % c) / 16) * hw * 16 + p % 16 : p * hw;
+  }
+  int64_t Step() const { return blocked ? 16 : 1; }
+};
+Planes PlanesOf(const OpRecord& op, const Shape& s, const char* attr) {
+  return Planes{s[1], s[2] * s[3], op.attrs.Int(attr, 0) != 0};
+}
+
+// x: (N, C, H, W) -> y: (N, C); each plane summed in pixel order in either layout
 void GlobalAvgPoolCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "global_avg_pool", [&](auto tag) {
     using T = decltype(tag);
     const Shape& s = op.inputs[0].shape();
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
+    const Planes pl = PlanesOf(op, s, "x_blocked");
     const T* x = op.inputs[0].data<T>();
     T* y = op.outputs[0].data<T>();
     ParallelFor(planes, std::max<int64_t>(1, kGrain / hw), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
-        const T* xp = x + p * hw;
+        const T* xp = x + pl.Start(p);
+        const int64_t step = pl.Step();
         double acc = 0;
-        for (int64_t i = 0; i < hw; ++i) acc += double(xp[i]);
+        for (int64_t i = 0; i < hw; ++i) acc += double(xp[i * step]);
         y[p] = T(acc / double(hw));
       }
     });
@@ -244,12 +262,25 @@ void GlobalAvgPoolGradCpu(const OpRecord& op, const KernelContext&) {
     using T = decltype(tag);
     const Shape& s = op.outputs[0].shape();
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
+    const Planes pl = PlanesOf(op, s, "dx_blocked");
     const T* dy = op.inputs[0].data<T>();
     T* dx = op.outputs[0].data<T>();
     ParallelFor(planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(hw, 1)), [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) std::fill(dx + p * hw, dx + (p + 1) * hw, T(dy[p] / T(hw)));
+      for (int64_t p = p0; p < p1; ++p) {
+        T* dp = dx + pl.Start(p);
+        const T v = T(dy[p] / T(hw));
+        for (int64_t i = 0; i < hw; ++i) dp[i * pl.Step()] = v;
+      }
     });
   });
+}
+
+// Note [What a kernel supports]: every NCHW record; a blocked one for C a multiple of 16.
+bool GlobalAvgPoolSupports(const OpRecord& op) {
+  return op.attrs.Int("x_blocked", 0) == 0 || op.inputs[0].shape()[1] % 16 == 0;
+}
+bool GlobalAvgPoolGradSupports(const OpRecord& op) {
+  return op.attrs.Int("dx_blocked", 0) == 0 || op.outputs[0].shape()[1] % 16 == 0;
 }
 
 }  // namespace
@@ -260,6 +291,8 @@ LOOM_KERNEL(avg_pool2d, kCPU, AvgPool2dCpu);
 LOOM_KERNEL(avg_pool2d_grad, kCPU, AvgPool2dGradCpu);
 LOOM_KERNEL(global_avg_pool, kCPU, GlobalAvgPoolCpu);
 LOOM_KERNEL(global_avg_pool_grad, kCPU, GlobalAvgPoolGradCpu);
+LOOM_KERNEL_SUPPORTS(global_avg_pool, kCPU, GlobalAvgPoolSupports);
+LOOM_KERNEL_SUPPORTS(global_avg_pool_grad, kCPU, GlobalAvgPoolGradSupports);
 
 }  // namespace cpu
 }  // namespace loom
