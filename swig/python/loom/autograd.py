@@ -48,7 +48,10 @@ def _loss(y):
 
 def softmax_cross_entropy(x, t):
     """The mean over the batch of the cross-entropy of softmax(x) (N, C) against t, class indices
-    (N) (int32/int64) or probabilities (N, C); shape (1,)."""
+    (N) (int32/int64) or probabilities (N, C); shape (1,). An integer t of x's shape is SINGA's
+    one-hot target: it is read as the probabilities it spells (cast to x's dtype)."""
+    if isinstance(t, Tensor) and isinstance(x, Tensor) and t.shape == x.shape and not core.is_floating(_c_dtype(t)):
+        t = core.cast(t, _c_dtype(x))
     return _loss(core.softmax_cross_entropy(x, t))
 
 
