@@ -122,3 +122,16 @@ def test_set_verbosity_and_print_time_profiling(capsys):
         dev.SetVerbosity(0)
         if dev.HasGraph():
             dev.ResetGraph("default")
+
+
+def test_copy_from_numpy_fills_a_flat_tensor_from_an_image_batch():
+    # SINGA's examples/cnn/train_cnn.py feeds (N, 1, H, W) batches into an (N, H*W) tensor for its
+    # MLP: SINGA copies any array of the same element count, in C order.
+    batch = np.random.default_rng(1).standard_normal((3, 1, 2, 2)).astype(np.float32)
+    t = tensor.Tensor((3, 4))
+    t.copy_from_numpy(batch)
+    np.testing.assert_array_equal(tensor.to_numpy(t), batch.reshape(3, 4))
+    t.copy_from_numpy(batch.astype(np.float64).transpose(0, 2, 3, 1))  # strided, converted
+    np.testing.assert_array_equal(tensor.to_numpy(t), batch.transpose(0, 2, 3, 1).reshape(3, 4))
+    with pytest.raises(loom.ShapeError):
+        t.copy_from_numpy(np.zeros((3, 1, 2, 3), np.float32))
