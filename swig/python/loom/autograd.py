@@ -1032,7 +1032,8 @@ for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "co
               "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
               "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
               "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
-              "softmax", "square", "clip", "prelu", "cossim", "gemm"):
+              "softmax", "square", "clip", "prelu", "cossim", "gemm", "conv2d", "max_pool_2d", "avg_pool_2d",
+              "pooling"):
     if _name in globals():
         globals()[_name] = _with_creator(_name, globals()[_name])
 del _name
