@@ -76,8 +76,12 @@ def test_copy_from_numpy_writes_only_exact_arrays_as_they_are(dev):
     assert t.to_numpy().tolist() == [[0.0, 1.0], [2.0, 3.0]]
     t.copy_from_numpy(np.arange(8, dtype=np.float32).reshape(2, 4)[:, ::2])  # strided
     assert t.to_numpy().tolist() == [[0.0, 2.0], [4.0, 6.0]]
-    for wrong in (np.zeros(4, np.float32), np.zeros((4, 1), np.float32), np.zeros((2, 2, 1), np.float32)):
-        with pytest.raises(loom.ShapeError):  # the same bytes in another shape
+    for other in (np.arange(4, dtype=np.float32), np.arange(4.0).reshape(4, 1), np.arange(4).reshape(1, 2, 2, 1)):
+        t.copy_from_numpy(other)  # SINGA's rule: the same elements in another shape, read in C order
+        assert t.to_numpy().tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        t.copy_from_numpy(np.zeros((2, 2), np.float32))
+    for wrong in (np.zeros(5, np.float32), np.zeros((2, 3), np.float32)):
+        with pytest.raises(loom.ShapeError):  # another number of elements
             t.copy_from_numpy(wrong)
     i = Tensor((2,), dev, "int32")
     with pytest.raises(loom.DTypeError):  # float32 has int32's width, not its kind

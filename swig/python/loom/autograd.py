@@ -48,7 +48,10 @@ def _loss(y):
 
 def softmax_cross_entropy(x, t):
     """The mean over the batch of the cross-entropy of softmax(x) (N, C) against t, class indices
-    (N) (int32/int64) or probabilities (N, C); shape (1,)."""
+    (N) (int32/int64) or probabilities (N, C); shape (1,). An integer t of x's shape is SINGA's
+    one-hot target: it is read as the probabilities it spells (cast to x's dtype)."""
+    if isinstance(t, Tensor) and isinstance(x, Tensor) and t.shape == x.shape and not core.is_floating(_c_dtype(t)):
+        t = core.cast(t, _c_dtype(x))
     return _loss(core.softmax_cross_entropy(x, t))
 
 
@@ -1029,7 +1032,8 @@ for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "co
               "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
               "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
               "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
-              "softmax", "square", "clip", "prelu", "cossim", "gemm"):
+              "softmax", "square", "clip", "prelu", "cossim", "gemm", "conv2d", "max_pool_2d", "avg_pool_2d",
+              "pooling"):
     if _name in globals():
         globals()[_name] = _with_creator(_name, globals()[_name])
 del _name

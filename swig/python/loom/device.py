@@ -41,6 +41,16 @@ def create_cuda_device(id=0):
     return core.cuda_device(id)
 
 
+def create_cuda_gpu():
+    """SINGA's name for CUDA device 0 (create_cuda_device(0)): loom.DeviceError without CUDA."""
+    return create_cuda_device(0)
+
+
+def create_cuda_gpu_on(device_id):
+    """SINGA's name for CUDA device `device_id` (create_cuda_device(device_id))."""
+    return create_cuda_device(device_id)
+
+
 def get_default_device():
     return core.cpu_device()
 
@@ -118,6 +128,27 @@ def set_graph_options(self, **options):
     self._set_graph_options(options)
 
 
+# SINGA's graph verbosity per device (by address): 0 prints nothing, more prints the plan.
+_verbosity = {}
+
+
+def SetVerbosity(self, verbosity):
+    """SINGA's: how much PrintTimeProfiling prints, an int >= 0 (0: nothing). loom's per-op
+    timings are LOOM_DEBUG=2 or a graph's set_profile(True) and trace_json()."""
+    if isinstance(verbosity, bool) or not isinstance(verbosity, int):
+        raise errors.TypeError(f"[SetVerbosity] verbosity must be an int, got {type(verbosity).__name__}")
+    if verbosity < 0:
+        raise errors.ValueError(f"[SetVerbosity] verbosity must not be negative, got {verbosity}")
+    _verbosity[self._address()] = verbosity
+
+
+def PrintTimeProfiling(self):
+    """SINGA's: with verbosity > 0, prints the summary of this device's default graph (when it
+    has one); with verbosity 0 (SINGA's default) prints nothing."""
+    if _verbosity.get(self._address(), 0) > 0 and self.HasGraph():
+        print(self.graph().summary())
+
+
 def _repr(self):
     return f"Device({self.name()})"
 
@@ -133,6 +164,8 @@ _METHODS = {
     "buffer": buffer,
     "set_graph_options": set_graph_options,
     "Sync": lambda self: self.Synchronize(),
+    "SetVerbosity": SetVerbosity,
+    "PrintTimeProfiling": PrintTimeProfiling,
     "__repr__": _repr,
     "__str__": lambda self: self.name(),
     "__eq__": _eq,

@@ -16,10 +16,13 @@ ReLU networks), marked persistent for graphs and require gradients. Create layer
 capture: their initialisation is setup, not part of the step.
 """
 import math
+import weakref
 from collections import OrderedDict
 
 from . import autograd, core, errors
 from .tensor import _check_device, _enum, _shape
+
+_c = core._core  # the extension's functions
 
 __all__ = ["Layer", "Linear", "ReLU", "LeakyReLU", "Sigmoid", "Tanh", "GELU", "Softplus", "Dropout", "Flatten",
            "Sequential", "Conv2d", "BatchNorm2d", "SyncBatchNorm2d", "LayerNorm", "MaxPool2d", "AvgPool2d", "GlobalAvgPool",
@@ -180,13 +183,76 @@ def _singa_names(pairs):
     return out
 
 
+# Note [Creators of layer results]
+# SINGA's layers are made of autograd operators, so a layer's output carries y.creator, whose
+# backward(dy) gives (dx, dW, db). loom's C++ layers are one C++ call, so NativeLayer.__call__
+# hangs a _LayerCreator on a one-tensor call's result, as autograd does for its op functions
+# (Note [Creators of op results] in autograd.py): it holds the input weakly and, when asked,
+# runs the layer's forward again on a detached handle of it and differentiates the whole layer
+# (a Conv2d with activation="RELU" included: its pre-activation is an intermediate that a
+# creator holding it weakly could not reach). Only layers whose forward is a pure function of
+# input and parameters get one: not a layer with running states (BatchNorm2d: a second forward
+# would move them) nor one that draws random numbers (Dropout: the mask would differ).
+
+class _LayerCreator:
+    """The creator of a C++ layer's result (Note [Creators of layer results])."""
+
+    __slots__ = ("name", "_layer", "_x")
+
+    def __init__(self, layer, x):
+        self.name, self._layer, self._x = type(layer).__name__, layer, weakref.ref(x)
+
+    @property
+    def src(self):
+        x = self._x()
+        return [] if x is None else [x]
+
+    def backward(self, dy=None):
+        """(dx, then the gradient of each parameter in get_params() order) given dy (ones when
+        None); dx is None for an integer input (Embedding's indices)."""
+        x = self._x()
+        if x is None:
+            raise errors.GraphError(f"[{self.name}] creator.backward: the layer's input has been freed (loom's "
+                                    "creators do not keep inputs alive; keep a reference to it)")
+        leaf = x.detach()
+        if core.is_floating(_c.Tensor_dtype(leaf)):
+            leaf.requires_grad = True
+        else:
+            leaf = x
+        grads = autograd.gradients(self._layer.forward(leaf), dy)
+        out = [grads.get(leaf) if leaf is not x else None]
+        out += [grads[p] if p in grads else core.zeros_like(p) for p in self._layer.get_params().values()]
+        return tuple(out)
+
+
 class NativeLayer(Layer):
-    """A C++ layer (loom::nn::Layer). `forward` is the C++ method itself."""
+    """A C++ layer (loom::nn::Layer). `forward` is the C++ method itself; a call's result
+    carries SINGA's y.creator (Note [Creators of layer results])."""
 
     def __init__(self, impl):
         super().__init__()
         self._impl = impl
         self.forward = impl.forward
+
+    def __call__(self, *args, **kwargs):
+        y = Layer.__call__(self, *args, **kwargs)
+        if (autograd.training and len(args) == 1 and not kwargs and isinstance(y, core.Tensor)
+                and isinstance(args[0], core.Tensor) and self._replayable()):
+            y.creator = _LayerCreator(self, args[0])
+        return y
+
+    def _replayable(self):
+        """Whether forward is a pure function of the input and the parameters (Note [Creators of
+        layer results]): no running states beside the parameters; known once the layer is sized."""
+        known = self.__dict__.get("_pure")
+        if known is None:
+            if not self.initialized:
+                return False
+            known = self._pure = not self._draws_random and not (
+                self.get_states().keys() - self.get_params().keys())
+        return known
+
+    _draws_random = False
 
     def _renamed(self, pairs):
         return _singa_names(pairs)
@@ -329,6 +395,8 @@ class LeakyReLU(NativeLayer):
 class Dropout(NativeLayer):
     """Zeroes elements with probability `ratio` in train mode and scales the rest by
     1 / (1 - ratio) (fresh numbers every replay). SINGA's Dropout(ratio); `p` is PyTorch's name."""
+
+    _draws_random = True  # Note [Creators of layer results]
 
     def __init__(self, ratio=0.5, p=None):
         super().__init__(core.Dropout(float(ratio if p is None else p)))

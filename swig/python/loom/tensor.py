@@ -12,6 +12,7 @@ Arithmetic operators call loom's ops directly (one C++ call each). Values are re
 
 dtypes are named by strings: loom.float32 == "float32"; numpy dtypes are accepted too.
 """
+import math
 import operator
 
 import numpy as np
@@ -161,14 +162,18 @@ def to_numpy(self):
 
 
 def copy_from_numpy(self, arr):
-    """Writes `arr` into this tensor: same shape; its dtype is converted when it is of the same
-    kind (float64 -> float32, int64 -> int32), refused otherwise (float -> int)."""
+    """Writes `arr` into this tensor: the same number of elements, read in C order (SINGA's rule:
+    a (N, 1, 28, 28) batch fills an (N, 784) tensor); its dtype is converted when it is of the
+    same kind (float64 -> float32, int64 -> int32), refused otherwise (float -> int)."""
     if type(arr) is np.ndarray and self._copy_from_exact(arr):  # the usual batch: one call
         return self
     arr = np.asarray(arr)
     shape = _c.Tensor_shape(self)
     if arr.shape != shape:
-        raise errors.ShapeError(f"[copy_from_numpy] tensor is {self.describe()}, array has shape {arr.shape}")
+        if arr.size != math.prod(shape):
+            raise errors.ShapeError(f"[copy_from_numpy] tensor is {self.describe()}, array has shape {arr.shape} "
+                                    f"({arr.size} elements, the tensor {math.prod(shape)})")
+        arr = arr.reshape(shape)
     target = _numpy_dtype(self, "copy_from_numpy")
     if arr.dtype != target and not np.can_cast(arr.dtype, target, casting="same_kind"):
         raise errors.DTypeError(f"[copy_from_numpy] cannot write a {arr.dtype} array into {self.describe()}: "
