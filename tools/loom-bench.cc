@@ -78,6 +78,7 @@
 #include <vector>
 
 #include "core/ops.h"
+#include "device/cpu/kernels/conv_dnnl.h"
 #include "device/cpu/parallel.h"
 #include "device/device.h"
 #include "examples/common/dist.h"
@@ -155,6 +156,15 @@ std::vector<ModelSpec> Zoo() {
 enum class Mode { kEager, kGraphDynamic, kGraphPlanned, kGraphParallel, kCudaGraph };
 const char* kModeNames[] = {"eager", "graph-dynamic", "graph-planned", "graph-parallel", "cuda-graph"};
 const char* Name(Mode m) { return kModeNames[int(m)]; }
+
+// The CPU convolution in force (--cpu-conv, else LOOM_CPU_CONV; Note [Winograd]).
+const char* CpuConvName() {
+  switch (loom::cpu::GetCpuConvImpl()) {
+    case loom::cpu::CpuConvImpl::kIm2col: return "im2col";
+    case loom::cpu::CpuConvImpl::kWinograd: return "winograd";
+    default: return "auto";
+  }
+}
 bool UsesGraph(Mode m) { return m != Mode::kEager; }
 
 Mode ParseMode(const std::string& s) {
@@ -181,6 +191,7 @@ struct Flags {
   double peak_gflops = 0;  // 0: measure it (CPU)
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
   bool plan_layouts = loom::GraphOptions().plan_layouts;
+  std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
   std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
@@ -193,7 +204,7 @@ const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
-    "                  [--plan-layouts | --no-plan-layouts]\n"
+    "                  [--plan-layouts | --no-plan-layouts] [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
     "                  [--latency-us L]] [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
@@ -218,6 +229,9 @@ const char* kUsage =
     "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
     "  --plan-layouts, --no-plan-layouts  graphs keep conv/batch-norm/relu/add activations in oneDNN's\n"
     "                         blocked layout, or not (GraphOptions::plan_layouts, on by default)\n"
+    "  --cpu-conv I   CPU convolutions: auto (oneDNN direct, else im2col; the default), im2col, or winograd\n"
+    "                 (oneDNN's Winograd F(4x4,3x3) for 3x3 stride-1 layers: faster, ~1e-4 relative rounding,\n"
+    "                 more scratch; Note [Winograd] in device/cpu/kernels/conv_dnnl.h); default LOOM_CPU_CONV\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
     "  --dist         data-parallel over the ranks of tools/launch.sh -n N (MPI, DistOpt): --batch is the\n"
@@ -294,6 +308,12 @@ Flags ParseFlags(int argc, char** argv) {
       f.plan_layouts = true;
     } else if (a.Switch("--no-plan-layouts")) {
       f.plan_layouts = false;
+    } else if (a.Is("--cpu-conv")) {
+      f.cpu_conv = a.Value();
+      if (f.cpu_conv == "auto") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kAuto);
+      else if (f.cpu_conv == "im2col") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kIm2col);
+      else if (f.cpu_conv == "winograd") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kWinograd);
+      else throw UsageError("--cpu-conv must be auto, im2col or winograd, got '" + f.cpu_conv + "'");
     } else if (a.Switch("--dist")) {
       f.dist = true;
     } else if (a.Is("--simulate-ranks")) {
@@ -943,7 +963,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   std::snprintf(
       buf, sizeof buf,
       "{\"tool\": \"loom-bench\", \"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
-      "\"device\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"rounds\": %lld, "
+      "\"device\": \"%s\", \"cpu_conv\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"rounds\": %lld, "
       "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, \"items_per_s\": %.2f, "
       "\"peak_bytes\": %zu, \"state_bytes\": %zu, \"working_peak_bytes\": %zu, \"rss_peak_delta_bytes\": %zu, "
       "\"rss_peak_delta_exact\": %s, \"arena_bytes\": %s, \"lower_bound_bytes\": %s, "
@@ -954,7 +974,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
-      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), loom::NumThreads(),
+      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), CpuConvName(), loom::NumThreads(),
       (long long)f.steps, (long long)f.warmup, (long long)std::min(f.rounds, f.steps), r.median, r.p10, r.p90,
       ItemsPerSecond(r), r.peak_bytes, r.state_bytes,
       r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta, r.rss_exact ? "true" : "false",

@@ -54,6 +54,37 @@ TEST(Conv, Float32CasesUnderIm2col) {
   EXPECT_GT(checked, 30);
 }
 
+// Note [Winograd] (device/cpu/kernels/conv_dnnl.h): the float32 rows again under the opt-in
+// Winograd kernels, against the same float64 references at Winograd's looser tolerance, with
+// replay still writing eager's bytes; and on a CPU with AVX-512 the Winograd kernels really ran
+// for a 3x3 stride-1 geometry (a silent fallback to direct would pass the accuracy checks).
+TEST(Conv, Float32CasesUnderWinograd) {
+  if (!cpu::HaveDnnl()) GTEST_SKIP() << "built without oneDNN: no Winograd kernels";
+  ConvImplScope scope(cpu::CpuConvImpl::kWinograd);
+  int checked = 0;
+  for (const std::string op : {"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+    for (const OpCase* c : CasesOf(op))
+      if (c->dtype == DType::kFloat32) {
+        OpCase w = *c;
+        w.Tol(std::max(c->rtol, 1e-3), std::max(c->atol, 2e-4));
+        CheckForward(w);
+        CheckGraphReplay(w);
+        ++checked;
+      }
+  EXPECT_GT(checked, 30);
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (!avx512) return;  // oneDNN 2.x has Winograd kernels for AVX-512 only: direct ran, as documented
+  cpu::ConvDims d{8, 32, 12, 12, 48, 3, 3, 12, 12, 1, 1, 1, 1, 1, 1, 1, false};
+  for (cpu::ConvPass pass : {cpu::ConvPass::kForward, cpu::ConvPass::kGradInput, cpu::ConvPass::kGradWeight})
+    ASSERT_NE(cpu::FindDnnlConv(pass, d, DType::kFloat32), nullptr);
+  for (const char* kind : {"conv2d forward f32", "conv2d grad input f32", "conv2d grad weight f32"}) {
+    bool wino = false;
+    for (const auto& k : ReportedKernels()) wino |= k.first == kind && k.second.find("wino") != std::string::npos;
+    EXPECT_TRUE(wino) << kind << ": no Winograd kernel reported";
+  }
+}
+
 TEST(Conv, OneDnnRunsFloat32WhenBuiltWithIt) {
   // The fast path is really taken (a silent fallback would pass every accuracy test).
   cpu::ConvDims d{16, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 1, false};

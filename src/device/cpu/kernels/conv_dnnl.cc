@@ -30,7 +30,9 @@ std::atomic<int> g_impl{-1};  // -1: not read from the environment yet
 
 CpuConvImpl ImplFromEnv() {
   const char* s = std::getenv("LOOM_CPU_CONV");
-  return s && std::strcmp(s, "im2col") == 0 ? CpuConvImpl::kIm2col : CpuConvImpl::kAuto;
+  if (s && std::strcmp(s, "im2col") == 0) return CpuConvImpl::kIm2col;
+  if (s && std::strcmp(s, "winograd") == 0) return CpuConvImpl::kWinograd;
+  return CpuConvImpl::kAuto;
 }
 }  // namespace
 
@@ -189,7 +191,12 @@ namespace {
 // 492 ms at 1024, 487 ms at 4096 (layers 2-4), 490 ms always.
 constexpr int64_t kChannelSplitColumns = 4096;
 
-std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, int64_t oq) {
+// Winograd's geometry (Note [Winograd]); oneDNN may still have no kernel for it (then direct).
+bool WinogradShape(const ConvDims& d) {
+  return d.kh == 3 && d.kw == 3 && d.sh == 1 && d.sw == 1 && d.dh == 1 && d.dw == 1 && d.groups == 1;
+}
+
+std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const ConvDims& d, int64_t nb, int64_t oq) {
   const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
   const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
@@ -200,8 +207,8 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   dn::primitive_attr attr;
   attr.set_scratchpad_mode(dn::scratchpad_mode::user);
   // Backward primitives need the forward one as a hint.
-  dn::convolution_forward::desc fd(dn::prop_kind::forward_training, dn::algorithm::convolution_direct, x_any, w_any,
-                                   bias_md, y_any, strides, dil, pl, pr);
+  dn::convolution_forward::desc fd(dn::prop_kind::forward_training, alg, x_any, w_any, bias_md, y_any, strides, dil,
+                                   pl, pr);
   dn::convolution_forward::primitive_desc fpd(fd, attr, Engine());
   auto s = std::make_unique<Shard>();
   s->nb = nb;
@@ -216,8 +223,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       ReportKernel("conv2d forward f32", std::string("oneDNN ") + fpd.impl_info_str());
       break;
     case ConvPass::kGradInput: {
-      dn::convolution_backward_data::desc bd(dn::algorithm::convolution_direct, x_any, w_any, y_any, strides, dil, pl,
-                                             pr);
+      dn::convolution_backward_data::desc bd(alg, x_any, w_any, y_any, strides, dil, pl, pr);
       dn::convolution_backward_data::primitive_desc bpd(bd, attr, Engine(), fpd);
       s->conv = dn::convolution_backward_data(bpd);
       s->a = Operand::Make(w_plain, bpd.weights_desc(), true);
@@ -228,8 +234,7 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
       break;
     }
     case ConvPass::kGradWeight: {
-      dn::convolution_backward_weights::desc wd(dn::algorithm::convolution_direct, x_any, w_any, md(), y_any, strides,
-                                                dil, pl, pr);
+      dn::convolution_backward_weights::desc wd(alg, x_any, w_any, md(), y_any, strides, dil, pl, pr);
       dn::convolution_backward_weights::primitive_desc wpd(wd, attr, Engine(), fpd);
       s->conv = dn::convolution_backward_weights(wpd);
       s->a = Operand::Make(x_plain, wpd.src_desc(), true);
@@ -244,10 +249,21 @@ std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, i
   return s;
 }
 
+std::unique_ptr<Shard> MakeShard(ConvPass pass, const ConvDims& d, int64_t nb, int64_t oq, bool winograd) {
+  if (winograd && WinogradShape(d)) {
+    try {
+      return MakeShardWith(dn::algorithm::convolution_winograd, pass, d, nb, oq);
+    } catch (const dn::error&) {
+      // no Winograd kernel for this geometry or ISA: the direct one below
+    }
+  }
+  return MakeShardWith(dn::algorithm::convolution_direct, pass, d, nb, oq);
+}
+
 // The weights operand the parts share (forward and input gradient).
 const Operand& SharedWeights(ConvPass pass, const Shard& s) { return pass == ConvPass::kForward ? s.b : s.a; }
 
-std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t nparts) {
+std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t nparts, bool winograd) {
   auto p = std::make_unique<DnnlConvPlan>();
   p->pass = pass;
   p->d = d;
@@ -260,7 +276,7 @@ std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t
     auto it = by_size.find({nb, oq});
     if (it == by_size.end()) {
       it = by_size.emplace(std::make_pair(nb, oq), int(p->shards.size())).first;
-      p->shards.push_back(MakeShard(pass, d, nb, oq));
+      p->shards.push_back(MakeShard(pass, d, nb, oq, winograd));
     }
     p->parts.push_back({n0, nb, o0, oq, it->second, 0});
   };
@@ -277,7 +293,7 @@ std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t
   // The parts share one copy of the weights, so every primitive must want the same layout.
   if (pass != ConvPass::kGradWeight && nparts > 1)
     for (auto& s : p->shards)
-      if (SharedWeights(pass, *s).inner != SharedWeights(pass, *p->shards[0]).inner) return MakePlan(pass, d, 1);
+      if (SharedWeights(pass, *s).inner != SharedWeights(pass, *p->shards[0]).inner) return MakePlan(pass, d, 1, winograd);
   const size_t w_bytes = size_t(d.o * (d.c / d.groups) * d.kh * d.kw) * sizeof(float);
   const bool partials = pass == ConvPass::kGradWeight && !p->by_channel && p->parts.size() > 1;
   for (auto& s : p->shards) {
@@ -307,7 +323,7 @@ std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t
   return p;
 }
 
-using Key = std::tuple<int, int, std::vector<int64_t>>;  // pass, threads, dims
+using Key = std::tuple<int, int, std::vector<int64_t>>;  // pass (+4 for Winograd), threads, dims
 
 std::mutex g_mu;
 std::map<Key, std::unique_ptr<DnnlConvPlan>>& Cache() {
@@ -320,10 +336,12 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 }  // namespace
 
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
-  if (dtype != DType::kFloat32 || GetCpuConvImpl() != CpuConvImpl::kAuto || d.n <= 0 || (d.blocked && d.o % 16) ||
+  const CpuConvImpl impl = GetCpuConvImpl();
+  if (dtype != DType::kFloat32 || impl == CpuConvImpl::kIm2col || d.n <= 0 || (d.blocked && d.o % 16) ||
       (d.x_blocked && d.c % 16))
     return nullptr;
-  Key key{int(pass), NumThreads(),
+  const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d);
+  Key key{int(pass) + 4 * winograd, NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
            d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked}};
   std::lock_guard<std::mutex> l(g_mu);
@@ -332,7 +350,7 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) 
   std::unique_ptr<DnnlConvPlan> plan;
   try {
     OneOmpThread one;
-    plan = MakePlan(pass, d, std::max<int64_t>(1, std::min<int64_t>(NumThreads(), d.n)));
+    plan = MakePlan(pass, d, std::max<int64_t>(1, std::min<int64_t>(NumThreads(), d.n)), winograd);
   } catch (const dn::error&) {
     plan.reset();  // no oneDNN implementation for this geometry: im2col runs it (cached as such)
   }

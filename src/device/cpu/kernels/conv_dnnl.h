@@ -23,6 +23,16 @@
 //   results do not depend on timing.
 // - Cost. Primitives are built (JIT-compiled) once per geometry and kept in a process-wide
 //   cache; a call builds nothing.
+//
+// Note [Winograd]
+// Winograd's F(4x4, 3x3) computes a 3x3 convolution with 36 multiplies per 16 outputs of a tile
+// instead of 144: about 2.25x fewer, bought with transforms whose float32 rounding grows with
+// the tile (measured on the op-case table: up to ~1e-4 relative against the float64 reference,
+// where direct convolution stays within 1e-5) and with bigger scratch (the transformed tiles;
+// +91 MiB of arena on ResNet-18 at batch 16). It is therefore opt-in, never the default: replay
+// still equals eager bitwise (both run the same kernel), but results differ from direct
+// convolution by that rounding. test/core/cnn_test.cc checks the passes against the float64
+// references at Winograd's tolerance and that the Winograd kernels really ran.
 #pragma once
 
 #include <cstddef>
@@ -58,8 +68,11 @@ struct ConvDims {
   bool x_blocked = false;
 };
 
-// Which implementation the CPU conv kernels use. kAuto: oneDNN where it applies, else im2col.
-enum class CpuConvImpl { kAuto, kIm2col };
+// Which implementation the CPU conv kernels use. kAuto: oneDNN's direct convolution where it
+// applies, else im2col. kWinograd: as kAuto, but 3x3 stride-1 convolutions without dilation or
+// groups run oneDNN's Winograd F(4x4, 3x3) kernels (all three passes) where oneDNN has them
+// (AVX-512); opt-in (LOOM_CPU_CONV=winograd, loom-bench --cpu-conv winograd), see Note [Winograd].
+enum class CpuConvImpl { kAuto, kIm2col, kWinograd };
 void SetCpuConvImpl(CpuConvImpl impl);
 CpuConvImpl GetCpuConvImpl();
 bool HaveDnnl();  // built with oneDNN
