@@ -7,7 +7,7 @@
 // convolution] in device/cpu/kernels/conv_dnnl.h). A captured step sees every reader and writer
 // of every activation, so it keeps whole regions of the net in the blocked layout:
 //   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
-//     attribute on the record (kSlots below): the convolutions (x, y; dy, dx), batch norm (x,
+//     attribute on the record (Slots() below): the convolutions (x, y; dy, dx), batch norm (x,
 //     y; x, dy, dx), global average pooling (x; dx);
 //   - element-wise ops whose operands all have one shape (relu, relu_grad, add) compute the
 //     same values in any layout, as long as all their operands share it: they tie their blocks
@@ -21,7 +21,7 @@
 // Conditions, each needed for the rewrite to be exact:
 //   - every block of the region is an intermediate: written by one op of the graph, as a whole,
 //     held by nothing outside it (the user, the host) and with no memory before the capture;
-//   - every op touching the block does so through a slot of kSlots or as an element-wise op
+//   - every op touching the block does so through a slot of Slots() or as an element-wise op
 //     above, with the whole tensor (offset 0, contiguous, the block's bytes);
 //   - every op with a rewritten slot has a kernel that knows the attributes and supports the
 //     rewritten record (Device::Supports: on the CPU, float32 with channels a multiple of 16, so
@@ -67,7 +67,12 @@ struct Slot {
   int index;
   const char* attr;
 };
-const Slot kSlots[] = {
+// The slots, built at first use: op_kind's definitions are other files' globals, and a static
+// array of their addresses here would read them before they are initialised (the language
+// leaves the order of initialisation across files open; AddressSanitizer's init-order check
+// catches it).
+const std::vector<Slot>& Slots() {
+  static const std::vector<Slot> slots = {
     {&op_kind::conv2d, false, 0, "x_blocked"},
     {&op_kind::conv2d, true, 0, "y_blocked"},
     {&op_kind::conv2d_grad_input, false, 1, "dy_blocked"},
@@ -81,9 +86,11 @@ const Slot kSlots[] = {
     {&op_kind::batch_norm_grad, true, 0, "dx_blocked"},
     {&op_kind::global_avg_pool, false, 0, "x_blocked"},
     {&op_kind::global_avg_pool_grad, true, 0, "dx_blocked"},
-};
+  };
+  return slots;
+}
 const Slot* FindSlot(const OpDef* def, bool output, int index) {
-  for (const Slot& s : kSlots)
+  for (const Slot& s : Slots())
     if (s.def == def && s.output == output && s.index == index) return &s;
   return nullptr;
 }
