@@ -323,7 +323,7 @@ std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t
   return p;
 }
 
-using Key = std::tuple<int, int, std::vector<int64_t>>;  // pass (+4 for Winograd), threads, dims
+using Key = std::tuple<int, int, std::vector<int64_t>>;  // pass, threads, dims and choices
 
 std::mutex g_mu;
 std::map<Key, std::unique_ptr<DnnlConvPlan>>& Cache() {
@@ -341,9 +341,9 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) 
       (d.x_blocked && d.c % 16))
     return nullptr;
   const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d);
-  Key key{int(pass) + 4 * winograd, NumThreads(),
+  Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
-           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked}};
+           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked, winograd}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
