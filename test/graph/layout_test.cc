@@ -6,6 +6,7 @@
 // The blocked kernels on their own: each is bitwise its NCHW kernel on the same values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "common/harness.h"
@@ -263,6 +264,70 @@ TEST_F(LayoutTest, BlockedKernelsAreBitwiseTheirNchwKernels) {
                       "conv2d_grad_weight" + what);
     }
   }
+}
+
+// Max pooling and its gradient with each mix of blocked operands against the NCHW kernels, byte
+// for byte (Note [Blocked max pooling] in device/cpu/kernels/pool.cc): kernels 2 and 3, strides
+// 1 and 2, padding 0 and 1 (and more at the end than at the start), odd sizes, output rows
+// longer and shorter than a tile of 16 pixels. x holds few distinct values, so most windows
+// tie (the argmax must be the NCHW kernel's first maximum), and a few NaNs, which win; dy is
+// random, and with stride 1 windows overlap, so dx adds several dy in the NCHW kernel's order.
+Tensor Ties(const Shape& s, uint32_t seed) {
+  std::vector<float> v = RandomTensor(s, DType::kFloat32, seed, 0, 3).ToVector<float>();
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i % 97 == 5 ? std::nanf("") : std::floor(v[i]) - 1;
+  return ops::FromVector(v, s, CpuDevice());
+}
+
+TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
+  NoGradGuard no_grad;
+  struct Geometry {
+    Shape x;
+    std::vector<int64_t> kernel, stride, padding, padding_end;
+  };
+  const Geometry geometries[] = {
+      {{2, 32, 8, 8}, {2, 2}, {2, 2}, {0, 0}, {}},    // the small CNN's
+      {{2, 32, 7, 9}, {2, 2}, {2, 2}, {0, 0}, {}},    // odd sizes: the last row and column dropped
+      {{1, 16, 9, 37}, {3, 3}, {2, 2}, {1, 1}, {}},   // the ResNet stem's
+      {{2, 16, 7, 5}, {3, 3}, {1, 1}, {1, 1}, {}},    // overlapping windows, clipped at every border
+      {{1, 32, 6, 19}, {2, 3}, {1, 2}, {1, 0}, {}},   // kernel 2 with padding 1
+      {{3, 16, 5, 7}, {3, 2}, {1, 1}, {0, 0}, {}},
+      {{1, 16, 11, 10}, {3, 3}, {2, 1}, {1, 1}, {0, 1}},  // asymmetric padding
+  };
+  uint32_t seed = 40;
+  for (const Geometry& g : geometries) {
+    Attrs a{{"kernel", g.kernel}, {"stride", g.stride}, {"padding", g.padding}};
+    if (!g.padding_end.empty()) a.Set("padding_end", g.padding_end);
+    const std::string where = ToString(g.x) + " kernel " + ToString(g.kernel) + " stride " + ToString(g.stride) +
+                              " padding " + ToString(g.padding);
+    const Tensor x = Ties(g.x, seed++);
+    const std::vector<Tensor> want = Call("max_pool2d", {x}, a);
+    for (int mode = 1; mode < 4; ++mode) {  // x blocked, y blocked, both
+      Attrs ab = a;
+      if (mode & 1) ab.Set("x_blocked", int64_t(16));
+      if (mode & 2) ab.Set("y_blocked", int64_t(16));
+      const std::vector<Tensor> got = Call("max_pool2d", {mode & 1 ? Blocked(x) : x}, ab);
+      const std::string what = "max_pool2d " + where + " mode " + std::to_string(mode);
+      ExpectSameBytes(mode & 2 ? Blocked(want[0]) : want[0], got[0], what + " y");
+      ExpectSameBytes(want[1], got[1], what + " argmax");
+    }
+    const Attrs ga = Attrs(a).Set("x_shape", g.x);
+    const Tensor dy = RandomTensor(want[0].shape(), DType::kFloat32, seed++);
+    const Tensor dx = Call("max_pool2d_grad", {want[1], dy}, ga)[0];
+    for (int mode = 1; mode < 4; ++mode) {  // dy blocked, dx blocked, both
+      Attrs ab = ga;
+      if (mode & 1) ab.Set("dy_blocked", int64_t(16));
+      if (mode & 2) ab.Set("dx_blocked", int64_t(16));
+      ExpectSameBytes(mode & 2 ? Blocked(dx) : dx, Call("max_pool2d_grad", {want[1], mode & 1 ? Blocked(dy) : dy}, ab)[0],
+                      "max_pool2d_grad " + where + " mode " + std::to_string(mode));
+    }
+  }
+  // A blocked operand needs C a multiple of 16 (and float32): a typed error, not a wrong result.
+  const Tensor x8 = RandomTensor({1, 8, 4, 4}, DType::kFloat32, 1);
+  const Attrs a{{"kernel", std::vector<int64_t>{2, 2}}, {"stride", std::vector<int64_t>{2, 2}},
+                {"padding", std::vector<int64_t>{0, 0}}};
+  EXPECT_THROW(Call("max_pool2d", {x8}, Attrs(a).Set("y_blocked", int64_t(16))), ValueError);
+  const Tensor x64 = RandomTensor({1, 16, 4, 4}, DType::kFloat64, 1);
+  EXPECT_THROW(Call("max_pool2d", {x64}, Attrs(a).Set("x_blocked", int64_t(16))), DTypeError);
 }
 
 }  // namespace

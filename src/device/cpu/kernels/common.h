@@ -80,5 +80,22 @@ void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) 
   });
 }
 
+// 16 vectors of 16 32-bit lanes (float or int32, GCC vector extensions) transposed in registers:
+// afterwards lane j of r[i] holds what lane i of r[j] held. Four rounds of interleaving r[i] with
+// r[i + 8] (r[2i] takes the low halves, r[2i + 1] the high ones). The blocked-layout kernels use
+// it to move a [pixel][channel] tile of nChw16c values to and from 16 NCHW runs.
+template <typename V>
+inline void Transpose16x16(V* r) {
+  typedef int32_t I __attribute__((vector_size(64)));
+  static_assert(sizeof(V) == sizeof(I), "16 lanes of 32 bits");
+  const I lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  const I hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  for (int round = 0; round < 4; ++round) {
+    V t[16];
+    for (int i = 0; i < 16; ++i) t[i] = __builtin_shuffle(r[i / 2], r[i / 2 + 8], i % 2 ? hi : lo);
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+  }
+}
+
 }  // namespace cpu
 }  // namespace loom

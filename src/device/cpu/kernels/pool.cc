@@ -3,6 +3,7 @@
 // give the same bits for any thread count.
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
@@ -18,6 +19,27 @@ void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
               [&](int64_t p0, int64_t p1) {
                 for (int64_t p = p0; p < p1; ++p) f(p);
               });
+}
+
+// Plane p = (n, c) of an (N, C, H, W) tensor: where it starts and the step between its pixels,
+// in NCHW or, with the attribute a graph sets (Note [Activation layouts] in graph/layout.cc), in
+// oneDNN's nChw16c (C a multiple of 16: pixel k of channel c at ((n C/16 + c/16) H W + k) 16 +
+// c % 16).
+struct Planes {
+  int64_t c, hw;
+  bool blocked;
+  int64_t Start(int64_t p) const {
+    return blocked ? ((p / c) * (c / 16) + (p % c) / 16) * hw * 16 + p % 16 : p * hw;
+  }
+  int64_t Step() const { return blocked ? 16 : 1; }
+};
+// The layout of operand t by the record's attribute; checked.
+Planes PlanesOf(const OpRecord& op, const Tensor& t, const char* attr, const char* opname) {
+  const bool blocked = op.attrs.Int(attr, 0) != 0;
+  const Shape& s = t.shape();
+  LOOM_CHECK(!blocked || (s.size() == 4 && s[1] % 16 == 0), ValueError, "[", opname, "] ", attr,
+             ": the blocked layout needs (N, C, H, W) with C a multiple of 16, got ", ToString(s));
+  return Planes{s[1], s[2] * s[3], blocked};
 }
 
 // Note [Max pooling in vectors]
@@ -115,47 +137,222 @@ void MaxPoolRun(const float* xp, const PoolDims& d, int64_t oi, const VectorRun&
   }
 }
 
-// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW)
+// One plane of max pooling: xp (H, W) -> yp (OH, OW), ap (OH, OW); runs[oi]: the vector path
+// of row oi (MaxPoolVectorRun, float only; none for double).
+template <typename T>
+void MaxPoolPlane(const PoolDims& d, const std::vector<VectorRun>& runs, const T* xp, T* yp, int32_t* ap) {
+  auto scalar = [&](int64_t oi, int64_t oj0, int64_t oj1) {
+    for (int64_t oj = oj0; oj < oj1; ++oj) {
+      T m;
+      const int64_t best = WindowArgMax(xp, d.w, RowSpan(d, oi), ColSpan(d, oj), m);
+      yp[oi * d.ow + oj] = m;
+      ap[oi * d.ow + oj] = int32_t(best);
+    }
+  };
+  for (int64_t oi = 0; oi < d.oh; ++oi) {
+    const VectorRun& run = runs[size_t(oi)];
+    scalar(oi, 0, run.oj0);
+    const float* xf = reinterpret_cast<const float*>(xp);  // read only when T is float
+    float* yf = reinterpret_cast<float*>(yp + oi * d.ow);
+    if (run.lanes == 16) MaxPoolRun<16>(xf, d, oi, run, yf, ap + oi * d.ow);
+    if (run.lanes == 8) MaxPoolRun<8>(xf, d, oi, run, yf, ap + oi * d.ow);
+    scalar(oi, run.oj1, d.ow);
+  }
+}
+
+// The vector paths of every output row (none for double).
+template <typename T>
+std::vector<VectorRun> MaxPoolVectorRuns(const PoolDims& d) {
+  std::vector<VectorRun> runs(size_t(d.oh));
+  if (std::is_same<T, float>::value)
+    for (int64_t oi = 0; oi < d.oh; ++oi) runs[size_t(oi)] = MaxPoolVectorRun(d, oi);
+  return runs;
+}
+
+// ---- max pooling over nChw16c operands ----
+// Note [Blocked max pooling]
+// A graph keeps max pooling's operands in oneDNN's nChw16c layout when the regions they belong
+// to are blocked (Note [Activation layouts] in graph/layout.cc). Each operand says its own
+// layout (x_blocked, y_blocked; dy_blocked, dx_blocked): x and y lie in different regions, and
+// so do dy and dx, so any of the four mixes occurs (the small CNN's last pooling reads a blocked
+// x and writes the NCHW y that a flatten reads; its gradient reads that flatten's NCHW dy). The
+// argmax is int32 and never blocked: it holds the NCHW kernel's values (the index in the plane)
+// in every layout, so the gradient routes dy as the NCHW kernel does whatever the forward's
+// layouts were.
+// Work is split by group: 16 channels of one image, whose pixels in a blocked tensor are
+// 16-value vectors (one cache line each). Over a blocked x, every output pixel scans its
+// window, clipped to the image (RowSpan, ColSpan), position by position in WindowArgMax's order
+// with its test as a lane mask: each channel gets WindowArgMax's maximum and first argmax, NaN
+// winning. Outputs go in tiles of 16 consecutive output pixels ([pixel] = the group's 16
+// channels), stored as they are into a blocked y and through Transpose16x16 into NCHW runs (y,
+// the argmax). An NCHW x (a region the graph could not block, a graph input) goes through
+// MaxPoolPlane per channel, and its y tile is transposed into the blocked y. The gradient adds
+// dy into dx at the argmax channel by channel in output order, the NCHW kernel's sums in its
+// order. Float32 only (the layout pass blocks nothing else). Results are bitwise those of the
+// NCHW kernels (test/graph/layout_test.cc, every mix, with ties, padding and NaN).
+
+using F16 = Lanes<16>::F;
+using I16 = Lanes<16>::I;
+static_assert(sizeof(F16) == 16 * sizeof(float) && sizeof(I16) == 16 * sizeof(int32_t), "16 lanes");
+
+// A tile (V: F16 or I16; tile[k] = pixel k0 + k of the group's 16 channels, n <= 16 pixels)
+// to or from 16 NCHW runs of n values, channel c's at p + c * stride; lanes of pixels past n
+// are zero.
+template <typename V, typename T>
+void RunsToTile(const T* p, int64_t stride, int64_t n, V* tile) {
+  static_assert(sizeof(V) == 16 * sizeof(T), "16 lanes of T");
+  for (int c = 0; c < 16; ++c) {
+    tile[c] = V{};
+    std::memcpy(&tile[c], p + c * stride, size_t(n) * sizeof(T));
+  }
+  Transpose16x16(tile);
+}
+template <typename V, typename T>
+void TileToRuns(V* tile, T* p, int64_t stride, int64_t n) {  // transposes tile in place
+  static_assert(sizeof(V) == 16 * sizeof(T), "16 lanes of T");
+  Transpose16x16(tile);
+  for (int c = 0; c < 16; ++c) std::memcpy(p + c * stride, &tile[c], size_t(n) * sizeof(T));
+}
+// The same between a tile and the n pixels from k0 of the group whose first plane is p0, in an
+// operand of layout l.
+void LoadTile(const Planes& l, const float* t, int64_t p0, int64_t k0, int64_t n, F16* tile) {
+  if (l.blocked) {
+    std::memcpy(tile, t + l.Start(p0) + k0 * 16, size_t(n) * sizeof(F16));
+    for (int64_t k = n; k < 16; ++k) tile[k] = F16{};
+  } else {
+    RunsToTile(t + l.Start(p0) + k0, l.hw, n, tile);
+  }
+}
+void StoreTile(const Planes& l, float* t, int64_t p0, int64_t k0, int64_t n, F16* tile) {
+  if (l.blocked)
+    std::memcpy(t + l.Start(p0) + k0 * 16, tile, size_t(n) * sizeof(F16));
+  else
+    TileToRuns(tile, t + l.Start(p0) + k0, l.hw, n);
+}
+
+// f(p0) for the first plane of every group of 16 channels (N C / 16 groups), split across the
+// pool; work: per group.
+template <typename F>
+void ForGroups(const PoolDims& d, int64_t work, F f) {
+  ParallelFor(d.planes / 16, std::max<int64_t>(1, kGrain / std::max<int64_t>(work, 1)), [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) f(g * 16);
+  });
+}
+
+// Output pixels [k0, k0 + n) of the group over a blocked x (xb: the group's H W pixels of 16
+// values): maxima into m, first argmax into best.
+void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t n, F16* m, I16* best) {
+  for (int64_t k = 0; k < n; ++k) {
+    const Span rows = RowSpan(d, (k0 + k) / d.ow), cols = ColSpan(d, (k0 + k) % d.ow);
+    int32_t at = int32_t(rows.lo * d.w + cols.lo);
+    F16 mk;
+    std::memcpy(&mk, xb + int64_t(at) * 16, sizeof mk);
+    I16 bk = I16{} + at;
+    for (int64_t i = rows.lo; i < rows.hi; ++i)
+      for (int64_t j = cols.lo; j < cols.hi; ++j) {
+        at = int32_t(i * d.w + j);
+        F16 v;
+        std::memcpy(&v, xb + int64_t(at) * 16, sizeof v);
+        const I16 take = (v > mk) | ((v != v) & (mk == mk));  // WindowArgMax's test, lane by lane
+        mk = take ? v : mk;
+        bk = take ? I16{} + at : bk;
+      }
+    m[k] = mk;
+    best[k] = bk;
+  }
+  for (int64_t k = n; k < 16; ++k) {
+    m[k] = F16{};
+    best[k] = I16{};
+  }
+}
+
+// max_pool2d with x or y (or both) blocked; Note [Blocked max pooling].
+void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl, const Planes& yl) {
+  LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError, "[max_pool2d] the blocked layout is float32 only, x is ",
+             Name(op.inputs[0].dtype()));
+  const float* x = op.inputs[0].data<float>();
+  float* y = op.outputs[0].data<float>();
+  int32_t* arg = op.outputs[1].data<int32_t>();
+  const int64_t hw = d.h * d.w, ohw = d.oh * d.ow;
+  const std::vector<VectorRun> runs = xl.blocked ? std::vector<VectorRun>() : MaxPoolVectorRuns<float>(d);
+  ForGroups(d, 16 * ohw * d.kh * d.kw, [&](int64_t p0) {
+    F16 m[16];
+    I16 best[16];
+    if (xl.blocked) {
+      for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
+        const int64_t n = std::min<int64_t>(16, ohw - k0);
+        MaxPoolBlockedTile(d, x + xl.Start(p0), k0, n, m, best);
+        StoreTile(yl, y, p0, k0, n, m);
+        TileToRuns(best, arg + p0 * ohw + k0, ohw, n);  // the argmax: NCHW
+      }
+      return;
+    }
+    // NCHW x, blocked y: the NCHW kernel's planes, y staged in the group's 16 NCHW planes of
+    // this thread's buffer.
+    thread_local std::vector<float> stage;
+    stage.resize(size_t(16 * ohw));
+    for (int64_t c = 0; c < 16; ++c)
+      MaxPoolPlane(d, runs, x + (p0 + c) * hw, stage.data() + c * ohw, arg + (p0 + c) * ohw);
+    for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
+      const int64_t n = std::min<int64_t>(16, ohw - k0);
+      RunsToTile(stage.data() + k0, ohw, n, m);
+      StoreTile(yl, y, p0, k0, n, m);
+    }
+  });
+}
+
+// max_pool2d_grad with dy or dx (or both) blocked; Note [Blocked max pooling].
+void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& dyl, const Planes& dxl) {
+  LOOM_CHECK(op.outputs[0].dtype() == DType::kFloat32, DTypeError,
+             "[max_pool2d_grad] the blocked layout is float32 only, dy is ", Name(op.outputs[0].dtype()));
+  const int32_t* arg = op.inputs[0].data<int32_t>();
+  const float* dy = op.inputs[1].data<float>();
+  float* dx = op.outputs[0].data<float>();
+  const int64_t hw = d.h * d.w, ohw = d.oh * d.ow;
+  // Channel c of the group at dxb + c * across, pixel k at + k * step.
+  const int64_t across = dxl.blocked ? 1 : hw, step = dxl.Step();
+  ForGroups(d, 16 * (hw + ohw), [&](int64_t p0) {
+    float* dxb = dx + dxl.Start(p0);
+    std::fill(dxb, dxb + 16 * hw, 0.0f);  // the group's pixels: contiguous in either layout
+    F16 g[16];
+    I16 a[16];
+    for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
+      const int64_t n = std::min<int64_t>(16, ohw - k0);
+      LoadTile(dyl, dy, p0, k0, n, g);
+      RunsToTile(arg + p0 * ohw + k0, ohw, n, a);
+      for (int64_t k = 0; k < n; ++k)
+        for (int c = 0; c < 16; ++c) dxb[c * across + int64_t(a[k][c]) * step] += g[k][c];
+    }
+  });
+}
+
+// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); x and y NCHW or nChw16c
 void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
+  const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
+  const Planes xl = PlanesOf(op, op.inputs[0], "x_blocked", "max_pool2d");
+  const Planes yl = PlanesOf(op, op.outputs[0], "y_blocked", "max_pool2d");
+  if (xl.blocked || yl.blocked) return MaxPool2dBlockedCpu(op, d, xl, yl);
   FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
     const T* x = op.inputs[0].data<T>();
     T* y = op.outputs[0].data<T>();
     int32_t* arg = op.outputs[1].data<int32_t>();
-    std::vector<VectorRun> runs(size_t(d.oh));
-    if (std::is_same<T, float>::value)
-      for (int64_t oi = 0; oi < d.oh; ++oi) runs[size_t(oi)] = MaxPoolVectorRun(d, oi);
+    const std::vector<VectorRun> runs = MaxPoolVectorRuns<T>(d);
     ForPlanes(d, d.oh * d.ow * d.kh * d.kw, [&](int64_t p) {
-      const T* xp = x + p * d.h * d.w;
-      T* yp = y + p * d.oh * d.ow;
-      int32_t* ap = arg + p * d.oh * d.ow;
-      auto scalar = [&](int64_t oi, int64_t oj0, int64_t oj1) {
-        for (int64_t oj = oj0; oj < oj1; ++oj) {
-          T m;
-          const int64_t best = WindowArgMax(xp, d.w, RowSpan(d, oi), ColSpan(d, oj), m);
-          yp[oi * d.ow + oj] = m;
-          ap[oi * d.ow + oj] = int32_t(best);
-        }
-      };
-      for (int64_t oi = 0; oi < d.oh; ++oi) {
-        const VectorRun& run = runs[size_t(oi)];
-        scalar(oi, 0, run.oj0);
-        const float* xf = reinterpret_cast<const float*>(xp);  // read only when T is float
-        float* yf = reinterpret_cast<float*>(yp + oi * d.ow);
-        if (run.lanes == 16) MaxPoolRun<16>(xf, d, oi, run, yf, ap + oi * d.ow);
-        if (run.lanes == 8) MaxPoolRun<8>(xf, d, oi, run, yf, ap + oi * d.ow);
-        scalar(oi, run.oj1, d.ow);
-      }
+      MaxPoolPlane(d, runs, x + p * d.h * d.w, y + p * d.oh * d.ow, arg + p * d.oh * d.ow);
     });
   });
 }
 
-// argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: (N, C, H, W)
+// argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: (N, C, H, W); dy and dx NCHW or
+// nChw16c, argmax NCHW
 void MaxPool2dGradCpu(const OpRecord& op, const KernelContext&) {
+  const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
+  const Planes dyl = PlanesOf(op, op.inputs[1], "dy_blocked", "max_pool2d_grad");
+  const Planes dxl = PlanesOf(op, op.outputs[0], "dx_blocked", "max_pool2d_grad");
+  if (dyl.blocked || dxl.blocked) return MaxPool2dGradBlockedCpu(op, d, dyl, dxl);
   FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
-    const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
     const int32_t* arg = op.inputs[0].data<int32_t>();
     const T* dy = op.inputs[1].data<T>();
     T* dx = op.outputs[0].data<T>();
@@ -219,29 +416,13 @@ void AvgPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// Plane p = (n, c) of an (N, C, H, W) tensor: where it starts and the step between its pixels,
-// in NCHW or, with the attribute a graph sets (Note [Activation layouts] in graph/layout.cc), in
-// oneDNN's nChw16c (C a multiple of 16: pixel k of channel c at ((n C/16 + c/16) H W + k) 16 +
-// c % 16).
-struct Planes {
-  int64_t c, hw;
-  bool blocked;
-  int64_t Start(int64_t p) const {
-    return blocked ? ((p / c) * (c / 16) + (p % c) / 16) * hw * 16 + p % 16 : p * hw;
-  }
-  int64_t Step() const { return blocked ? 16 : 1; }
-};
-Planes PlanesOf(const OpRecord& op, const Shape& s, const char* attr) {
-  return Planes{s[1], s[2] * s[3], op.attrs.Int(attr, 0) != 0};
-}
-
 // x: (N, C, H, W) -> y: (N, C); each plane summed in pixel order in either layout
 void GlobalAvgPoolCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "global_avg_pool", [&](auto tag) {
     using T = decltype(tag);
     const Shape& s = op.inputs[0].shape();
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
-    const Planes pl = PlanesOf(op, s, "x_blocked");
+    const Planes pl = PlanesOf(op, op.inputs[0], "x_blocked", "global_avg_pool");
     const T* x = op.inputs[0].data<T>();
     T* y = op.outputs[0].data<T>();
     ParallelFor(planes, std::max<int64_t>(1, kGrain / hw), [&](int64_t p0, int64_t p1) {
@@ -262,7 +443,7 @@ void GlobalAvgPoolGradCpu(const OpRecord& op, const KernelContext&) {
     using T = decltype(tag);
     const Shape& s = op.outputs[0].shape();
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
-    const Planes pl = PlanesOf(op, s, "dx_blocked");
+    const Planes pl = PlanesOf(op, op.outputs[0], "dx_blocked", "global_avg_pool_grad");
     const T* dy = op.inputs[0].data<T>();
     T* dx = op.outputs[0].data<T>();
     ParallelFor(planes, std::max<int64_t>(1, kGrain / std::max<int64_t>(hw, 1)), [&](int64_t p0, int64_t p1) {
@@ -273,6 +454,18 @@ void GlobalAvgPoolGradCpu(const OpRecord& op, const KernelContext&) {
       }
     });
   });
+}
+
+// Note [What a kernel supports]: every NCHW record; one with blocked operands (any mix) for
+// float32 with C a multiple of 16.
+bool MaxPoolSupports(const OpRecord& op, const Tensor& t, std::initializer_list<const char*> attrs) {
+  bool blocked = false;
+  for (const char* a : attrs) blocked |= op.attrs.Int(a, 0) != 0;
+  return !blocked || (t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[1] % 16 == 0);
+}
+bool MaxPool2dSupports(const OpRecord& op) { return MaxPoolSupports(op, op.inputs[0], {"x_blocked", "y_blocked"}); }
+bool MaxPool2dGradSupports(const OpRecord& op) {
+  return MaxPoolSupports(op, op.outputs[0], {"dy_blocked", "dx_blocked"});
 }
 
 // Note [What a kernel supports]: every NCHW record; a blocked one for C a multiple of 16.
@@ -287,6 +480,8 @@ bool GlobalAvgPoolGradSupports(const OpRecord& op) {
 
 LOOM_KERNEL(max_pool2d, kCPU, MaxPool2dCpu);
 LOOM_KERNEL(max_pool2d_grad, kCPU, MaxPool2dGradCpu);
+LOOM_KERNEL_SUPPORTS(max_pool2d, kCPU, MaxPool2dSupports);
+LOOM_KERNEL_SUPPORTS(max_pool2d_grad, kCPU, MaxPool2dGradSupports);
 LOOM_KERNEL(avg_pool2d, kCPU, AvgPool2dCpu);
 LOOM_KERNEL(avg_pool2d_grad, kCPU, AvgPool2dGradCpu);
 LOOM_KERNEL(global_avg_pool, kCPU, GlobalAvgPoolCpu);
