@@ -8,7 +8,8 @@
 // of every activation, so it keeps whole regions of the net in the blocked layout:
 //   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
 //     attribute on the record (Slots() below): the convolutions (x, y; dy, dx), batch norm (x,
-//     y; x, dy, dx), global average pooling (x; dx);
+//     y; x, dy, dx), global average pooling (x; dx), max pooling (x, y; dy, dx: its int32
+//     argmax stays NCHW);
 //   - element-wise ops whose operands all have one shape (relu, relu_grad, add) compute the
 //     same values in any layout, as long as all their operands share it: they tie their blocks
 //     together.
@@ -16,8 +17,10 @@
 // shortcut adds, the ReLUs, the batch-norm outputs, and in backward their gradients, tied to
 // the forward ones by relu_grad). A region is blocked as a whole or not at all, so every op
 // sees each operand in one layout. What keeps a region NCHW: any other use of one of its blocks
-// (max pooling, flatten, a sum, a view of another shape, the loss), host reads, a block the
-// user holds, or a kernel that does not support the rewritten record.
+// (flatten, a sum, a view of another shape, the loss), host reads, a block the user holds, or
+// a kernel that does not support the rewritten record. An op's slots may lie in different
+// regions (max pooling's x and y): each is blocked or not with its own region, and the kernels
+// take any mix.
 // Conditions, each needed for the rewrite to be exact:
 //   - every block of the region is an intermediate: written by one op of the graph, as a whole,
 //     held by nothing outside it (the user, the host) and with no memory before the capture;
@@ -30,9 +33,10 @@
 //     know the attributes (the CUDA kernels): nothing is rewritten there.
 // The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
-// kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), and an
-// element-wise op maps each element alone. Replay stays bitwise equal to eager
-// (test/graph/layout_test.cc).
+// kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), blocked
+// max pooling picks the NCHW kernel's first maximum and adds its gradient in the same order
+// (Note [Blocked max pooling] in cpu/kernels/pool.cc), and an element-wise op maps each element
+// alone. Replay stays bitwise equal to eager (test/graph/layout_test.cc).
 // On by default (GraphOptions::plan_layouts): on ResNet-50 b8 it removes every activation
 // reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
 // the blocked batch-norm kernels are per op no slower than the NCHW ones (the commit that
@@ -51,6 +55,8 @@ LOOM_OP_KIND(batch_norm_train);
 LOOM_OP_KIND(batch_norm_grad);
 LOOM_OP_KIND(global_avg_pool);
 LOOM_OP_KIND(global_avg_pool_grad);
+LOOM_OP_KIND(max_pool2d);
+LOOM_OP_KIND(max_pool2d_grad);
 LOOM_OP_KIND(relu);
 LOOM_OP_KIND(relu_grad);
 LOOM_OP_KIND(add);
@@ -86,6 +92,10 @@ const std::vector<Slot>& Slots() {
     {&op_kind::batch_norm_grad, true, 0, "dx_blocked"},
     {&op_kind::global_avg_pool, false, 0, "x_blocked"},
     {&op_kind::global_avg_pool_grad, true, 0, "dx_blocked"},
+    {&op_kind::max_pool2d, false, 0, "x_blocked"},
+    {&op_kind::max_pool2d, true, 0, "y_blocked"},
+    {&op_kind::max_pool2d_grad, false, 1, "dy_blocked"},
+    {&op_kind::max_pool2d_grad, true, 0, "dx_blocked"},
   };
   return slots;
 }
