@@ -20,6 +20,8 @@ LOOM_OP_KIND(conv2d_grad_input);
 LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(batch_norm_train);
 LOOM_OP_KIND(batch_norm_grad);
+LOOM_OP_KIND(max_pool2d);
+LOOM_OP_KIND(max_pool2d_grad);
 
 namespace loom {
 namespace test {
@@ -29,15 +31,22 @@ constexpr int kSteps = 3;
 
 // How the first convolution's output is used besides batch norm.
 enum class Conv0 { kPlain, kReadByAnOp, kHeld };
+// What follows each conv-bn-relu: nothing, then a global average pool (a ResNet's trunk); or a
+// max pooling each, then a flatten (the small CNN: the first pooling 3x3 stride 2 padding 1, as
+// in a ResNet stem, the second 2x2).
+enum class Pooling { kGlobalAverage, kMax };
 
-// conv(3->16) -> bn -> relu -> conv(16->32) -> bn -> relu -> global average pool -> linear.
+// conv(3->16) -> bn -> relu -> conv(16->32) -> bn -> relu -> global average pool -> linear, or
+// conv(3->16) -> bn -> relu -> max pool -> conv(16->32) -> bn -> relu -> max pool -> linear.
 struct Net {
+  Pooling pooling;
   std::vector<Tensor> p;      // trained: w0, g0, b0, w1, g1, b1, fc, fc bias
   std::vector<Tensor> stats;  // running mean and variance of both batch norms
-  explicit Net(const std::shared_ptr<Device>& dev) {
+  explicit Net(const std::shared_ptr<Device>& dev, Pooling pooling_ = Pooling::kGlobalAverage) : pooling(pooling_) {
     dev->SetRandSeed(17);
+    const int64_t features = pooling == Pooling::kMax ? 32 * 2 * 2 : 32;  // 9x9 -> 5x5 -> 2x2
     for (Shape s : {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{32, 16, 3, 3}, Shape{32}, Shape{32},
-                    Shape{32, 10}, Shape{10}}) {
+                    Shape{features, 10}, Shape{10}}) {
       Tensor t = s.size() == 1 && (p.size() == 1 || p.size() == 4) ? ops::Ones(s, DType::kFloat32, dev)
                                                                      : ops::Normal(s, 0, 0.3, DType::kFloat32, dev);
       t.set_requires_grad(true).set_name("p" + std::to_string(p.size()));
@@ -55,9 +64,16 @@ struct Net {
     same.padding = {1, 1};
     Tensor c0 = ops::Conv2d(x, p[0], Tensor(), same);
     if (held) *held = c0;
+    ops::Pool2dOptions stem, halve;
+    stem.kernel = {3, 3};
+    stem.stride = {2, 2};
+    stem.padding = {1, 1};
+    const bool max = pooling == Pooling::kMax;
     Tensor h = ops::Relu(ops::BatchNorm(c0, p[1], p[2], stats[0], stats[1], true));
+    if (max) h = ops::MaxPool2d(h, stem);
     h = ops::Relu(ops::BatchNorm(ops::Conv2d(h, p[3], Tensor(), same), p[4], p[5], stats[2], stats[3], true));
-    Tensor loss = ops::SoftmaxCrossEntropy(ops::AddBias(ops::MatMul(ops::GlobalAvgPool(h), p[6]), p[7]), y);
+    h = max ? ops::Flatten(ops::MaxPool2d(h, halve)) : ops::GlobalAvgPool(h);
+    Tensor loss = ops::SoftmaxCrossEntropy(ops::AddBias(ops::MatMul(h, p[6]), p[7]), y);
     if (how == Conv0::kReadByAnOp) loss = ops::Add(loss, ops::MulScalar(ops::Sum(c0), 1e-4));
     for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
     return loss;
@@ -76,8 +92,8 @@ std::pair<Tensor, Tensor> Batch(int s) {
   return {x, ops::FromVector(labels, {4}, CpuDevice())};
 }
 
-TrainRun Eager(Conv0 how) {
-  Net net(CpuDevice());
+TrainRun Eager(Conv0 how, Pooling pooling = Pooling::kGlobalAverage) {
+  Net net(CpuDevice(), pooling);
   nn::SGD opt(0.05, 0.9);
   TrainRun e;
   for (int s = 0; s < kSteps; ++s) {
@@ -92,10 +108,11 @@ struct Replayed {
   TrainRun run;
   GraphStats stats;
   size_t blocked_attrs = 0;  // layout attributes set on the replayed records
+  std::vector<std::string> pooling_attrs;  // per max pooling op in order, its layout attributes set
 };
 
-Replayed Replay(Conv0 how, bool plan_layouts) {
-  Net net(CpuDevice());
+Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobalAverage) {
+  Net net(CpuDevice(), pooling);
   nn::SGD opt(0.05, 0.9);
   auto b = Batch(0);
   Tensor x = b.first, y = b.second, loss, held;
@@ -105,8 +122,16 @@ Replayed Replay(Conv0 how, bool plan_layouts) {
     loss = net.Step(x, y, opt, how, how == Conv0::kHeld ? &held : nullptr);
   }, options);
   Replayed r;
-  for (const OpRecord& op : g->ops().ops)
-    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked"}) r.blocked_attrs += op.attrs.Int(a, 0) != 0;
+  for (const OpRecord& op : g->ops().ops) {
+    std::string set;
+    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked"})
+      if (op.attrs.Int(a, 0) != 0) {
+        ++r.blocked_attrs;
+        set += std::string(set.empty() ? "" : " ") + a;
+      }
+    if (op.def == &op_kind::max_pool2d || op.def == &op_kind::max_pool2d_grad)
+      r.pooling_attrs.push_back(op.def->name + ": " + set);
+  }
   for (int s = 0; s < kSteps; ++s) {
     auto bs = Batch(s);
     x.CopyFrom(bs.first.ToVector<float>());
@@ -166,6 +191,27 @@ TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
     // ties the first batch norm's dx to the sum's gradient, and that region stays NCHW too.
     EXPECT_EQ(r.stats.blocked_layouts, how == Conv0::kHeld ? 11u : 10u) << what;
   }
+}
+
+TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEager) {
+  const TrainRun e = Eager(Conv0::kPlain, Pooling::kMax);
+  const Replayed on = Replay(Conv0::kPlain, true, Pooling::kMax), off = Replay(Conv0::kPlain, false, Pooling::kMax);
+  ExpectBitwise(e, on.run, "max pooling, layouts planned");
+  ExpectBitwise(e, off.run, "max pooling, layouts not planned");
+  // Max pooling no longer pins its region: blocked are each convolution's output (1 + 1), each
+  // batch norm's output with the relu's and the two gradients relu_grad ties to them (4 + 4),
+  // the first pooling's output (read by the second convolution) and its gradient (the second
+  // convolution's dx), and each batch-norm input gradient (1 + 1). Only the four convolution
+  // and batch-norm blocks were blocked while max pooling had no slots. The second pooling's y
+  // (and dy) stay NCHW: the flatten's view reads it.
+  EXPECT_EQ(on.stats.blocked_layouts, 14u);
+  const std::vector<std::string> pooling = {"max_pool2d: y_blocked x_blocked", "max_pool2d: x_blocked",
+                                            "max_pool2d_grad: dx_blocked", "max_pool2d_grad: dx_blocked dy_blocked"};
+  EXPECT_EQ(on.pooling_attrs, pooling);
+  EXPECT_EQ(off.stats.blocked_layouts, 0u);
+  EXPECT_EQ(off.blocked_attrs, 0u);
+  EXPECT_LE(on.stats.arena_bytes, off.stats.arena_bytes);
+  EXPECT_LE(on.stats.arena_bytes, on.stats.lower_bound_bytes * 105 / 100);
 }
 
 // Each blocked kernel against its NCHW kernel on the same values, byte for byte: batch norm's
