@@ -203,7 +203,10 @@ void RunsToTile(const T* p, int64_t stride, int64_t n, V* tile) {
   static_assert(sizeof(V) == 16 * sizeof(T), "16 lanes of T");
   for (int c = 0; c < 16; ++c) {
     tile[c] = V{};
-    std::memcpy(&tile[c], p + c * stride, size_t(n) * sizeof(T));
+    if (n == 16)  // a fixed size: one vector move, not a string copy
+      std::memcpy(&tile[c], p + c * stride, sizeof(V));
+    else
+      std::memcpy(&tile[c], p + c * stride, size_t(n) * sizeof(T));
   }
   Transpose16x16(tile);
 }
@@ -211,7 +214,12 @@ template <typename V, typename T>
 void TileToRuns(V* tile, T* p, int64_t stride, int64_t n) {  // transposes tile in place
   static_assert(sizeof(V) == 16 * sizeof(T), "16 lanes of T");
   Transpose16x16(tile);
-  for (int c = 0; c < 16; ++c) std::memcpy(p + c * stride, &tile[c], size_t(n) * sizeof(T));
+  for (int c = 0; c < 16; ++c) {
+    if (n == 16)
+      std::memcpy(p + c * stride, &tile[c], sizeof(V));
+    else
+      std::memcpy(p + c * stride, &tile[c], size_t(n) * sizeof(T));
+  }
 }
 // The same between a tile and the n pixels from k0 of the group whose first plane is p0, in an
 // operand of layout l.
@@ -242,23 +250,41 @@ void ForGroups(const PoolDims& d, int64_t work, F f) {
 // Output pixels [k0, k0 + n) of the group over a blocked x (xb: the group's H W pixels of 16
 // values): maxima into m, first argmax into best.
 void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t n, F16* m, I16* best) {
-  for (int64_t k = 0; k < n; ++k) {
-    const Span rows = RowSpan(d, (k0 + k) / d.ow), cols = ColSpan(d, (k0 + k) % d.ow);
-    int32_t at = int32_t(rows.lo * d.w + cols.lo);
-    F16 mk;
-    std::memcpy(&mk, xb + int64_t(at) * 16, sizeof mk);
-    I16 bk = I16{} + at;
-    for (int64_t i = rows.lo; i < rows.hi; ++i)
-      for (int64_t j = cols.lo; j < cols.hi; ++j) {
-        at = int32_t(i * d.w + j);
-        F16 v;
-        std::memcpy(&v, xb + int64_t(at) * 16, sizeof v);
-        const I16 take = (v > mk) | ((v != v) & (mk == mk));  // WindowArgMax's test, lane by lane
-        mk = take ? v : mk;
-        bk = take ? I16{} + at : bk;
+  // Each pixel's window: its top left (clipped) and whether padding clips it.
+  int32_t at0[16];
+  bool whole = n == 16;
+  int64_t oi = k0 / d.ow, oj = k0 % d.ow;  // output pixel k0 + k, walked without dividing
+  for (int64_t k = 0; k < n; ++k, oj = oj + 1 == d.ow ? 0 : oj + 1, oi += oj == 0) {
+    const Span rows = RowSpan(d, oi), cols = ColSpan(d, oj);
+    at0[k] = int32_t(rows.lo * d.w + cols.lo);
+    whole = whole && rows.hi - rows.lo == d.kh && cols.hi - cols.lo == d.kw;
+    std::memcpy(&m[k], xb + int64_t(at0[k]) * 16, sizeof m[k]);
+    best[k] = I16{} + at0[k];
+  }
+  auto scan = [&](int64_t k, int32_t at) {
+    F16 v;
+    std::memcpy(&v, xb + int64_t(at) * 16, sizeof v);
+    const I16 take = (v > m[k]) | ((v != v) & (m[k] == m[k]));  // WindowArgMax's test, lane by lane
+    m[k] = take ? v : m[k];
+    best[k] = take ? I16{} + at : best[k];
+  };
+  if (whole) {
+    // Window position by position, the 16 pixels at each: 16 independent scans, and each load
+    // walks x with a fixed stride (the prefetcher follows it). Each pixel still sees its
+    // window's positions in WindowArgMax's order.
+    for (int64_t i = 0; i < d.kh; ++i)
+      for (int64_t j = 0; j < d.kw; ++j) {
+        const int32_t off = int32_t(i * d.w + j);
+#pragma GCC unroll 16
+        for (int64_t k = 0; k < 16; ++k) scan(k, at0[k] + off);
       }
-    m[k] = mk;
-    best[k] = bk;
+    return;
+  }
+  oi = k0 / d.ow, oj = k0 % d.ow;
+  for (int64_t k = 0; k < n; ++k, oj = oj + 1 == d.ow ? 0 : oj + 1, oi += oj == 0) {
+    const Span rows = RowSpan(d, oi), cols = ColSpan(d, oj);
+    for (int64_t i = rows.lo; i < rows.hi; ++i)
+      for (int64_t j = cols.lo; j < cols.hi; ++j) scan(k, int32_t(i * d.w + j));
   }
   for (int64_t k = n; k < 16; ++k) {
     m[k] = F16{};
@@ -309,20 +335,47 @@ void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes
   const float* dy = op.inputs[1].data<float>();
   float* dx = op.outputs[0].data<float>();
   const int64_t hw = d.h * d.w, ohw = d.oh * d.ow;
-  // Channel c of the group at dxb + c * across, pixel k at + k * step.
-  const int64_t across = dxl.blocked ? 1 : hw, step = dxl.Step();
-  ForGroups(d, 16 * (hw + ohw), [&](int64_t p0) {
+  ForGroups(d, 16 * (hw + ohw * d.kh * d.kw), [&](int64_t p0) {
     float* dxb = dx + dxl.Start(p0);
-    std::fill(dxb, dxb + 16 * hw, 0.0f);  // the group's pixels: contiguous in either layout
+    // dx rows [0, zeroed) of the group are zeroed (and may hold sums): each row is zeroed just
+    // before the first window reaching it, so that it is still in cache when dy is added.
+    int64_t zeroed = 0;
+    auto zero_to = [&](int64_t r) {
+      if (r <= zeroed) return;
+      for (int64_t c = 0; c < (dxl.blocked ? 1 : 16); ++c) {  // blocked: the group's rows are one run
+        float* row0 = dxb + (dxl.blocked ? zeroed * d.w * 16 : c * hw + zeroed * d.w);
+        std::fill(row0, row0 + (r - zeroed) * d.w * (dxl.blocked ? 16 : 1), 0.0f);
+      }
+      zeroed = r;
+    };
     F16 g[16];
     I16 a[16];
     for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
       const int64_t n = std::min<int64_t>(16, ohw - k0);
       LoadTile(dyl, dy, p0, k0, n, g);
       RunsToTile(arg + p0 * ohw + k0, ohw, n, a);
-      for (int64_t k = 0; k < n; ++k)
-        for (int c = 0; c < 16; ++c) dxb[c * across + int64_t(a[k][c]) * step] += g[k][c];
+      zero_to(RowSpan(d, (k0 + n - 1) / d.ow).hi);
+      if (!dxl.blocked) {  // an NCHW dx: the NCHW kernel's scatter, channel by channel
+        for (int c = 0; c < 16; ++c)  // channel by channel: 16 planes a page apart thrash a cache set
+          for (int64_t k = 0; k < n; ++k) dxb[c * hw + a[k][c]] += g[k][c];
+        continue;
+      }
+      // A blocked dx: every pixel of the window takes dy in the lanes whose argmax it is.
+      int64_t oi = k0 / d.ow, oj = k0 % d.ow;
+      for (int64_t k = 0; k < n; ++k, oj = oj + 1 == d.ow ? 0 : oj + 1, oi += oj == 0) {
+        const Span rows = RowSpan(d, oi), cols = ColSpan(d, oj);
+        for (int64_t i = rows.lo; i < rows.hi; ++i)
+          for (int64_t j = cols.lo; j < cols.hi; ++j) {
+            const int32_t at = int32_t(i * d.w + j);
+            float* p = dxb + int64_t(at) * 16;
+            F16 v;
+            std::memcpy(&v, p, sizeof v);
+            v = a[k] == at ? v + g[k] : v;
+            std::memcpy(p, &v, sizeof v);
+          }
+      }
     }
+    zero_to(d.h);  // rows no window reaches
   });
 }
 
