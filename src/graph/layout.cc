@@ -8,8 +8,8 @@
 // of every activation, so it keeps whole regions of the net in the blocked layout:
 //   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
 //     attribute on the record (Slots() below): the convolutions (x, y; dy, dx), batch norm (x,
-//     y; x, dy, dx), global average pooling (x; dx), max pooling (x, y; dy, dx: its int32
-//     argmax stays NCHW);
+//     y; x, dy, dx), global average pooling (x; dx), max pooling (x, y, its int32 argmax;
+//     argmax, dy, dx);
 //   - element-wise ops whose operands all have one shape (relu, relu_grad, add) compute the
 //     same values in any layout, as long as all their operands share it: they tie their blocks
 //     together.
@@ -27,9 +27,9 @@
 //   - every op touching the block does so through a slot of Slots() or as an element-wise op
 //     above, with the whole tensor (offset 0, contiguous, the block's bytes);
 //   - every op with a rewritten slot has a kernel that knows the attributes and supports the
-//     rewritten record (Device::Supports: on the CPU, float32 with channels a multiple of 16, so
-//     that the blocked tensor has exactly the NCHW tensor's bytes and the plan is unchanged;
-//     oneDNN has a plan for the convolution). A kernel without a supports predicate does not
+//     rewritten record (Device::Supports: on the CPU, float32 (the pooling argmax: int32) with
+//     channels a multiple of 16, so that the blocked tensor has exactly the NCHW tensor's bytes
+//     and the plan is unchanged; oneDNN has a plan for the convolution). A kernel without a supports predicate does not
 //     know the attributes (the CUDA kernels): nothing is rewritten there.
 // The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
@@ -94,6 +94,8 @@ const std::vector<Slot>& Slots() {
     {&op_kind::global_avg_pool_grad, true, 0, "dx_blocked"},
     {&op_kind::max_pool2d, false, 0, "x_blocked"},
     {&op_kind::max_pool2d, true, 0, "y_blocked"},
+    {&op_kind::max_pool2d, true, 1, "argmax_blocked"},
+    {&op_kind::max_pool2d_grad, false, 0, "argmax_blocked"},
     {&op_kind::max_pool2d_grad, false, 1, "dy_blocked"},
     {&op_kind::max_pool2d_grad, true, 0, "dx_blocked"},
   };
@@ -179,11 +181,12 @@ class Planner {
     const Slot* slot;
   };
 
-  // The block is read or written as t: whole, float32 (N, C, H, W) with C a multiple of 16,
-  // the same shape at every use.
+  // The block is read or written as t: whole, float32 (or int32: max pooling's argmax) (N, C,
+  // H, W) with C a multiple of 16, the same shape at every use.
   void Use(int b, const Tensor& t) {
     const BlockFacts& f = list_.facts[size_t(b)];
-    if (t.offset() != 0 || !t.is_contiguous() || t.nbytes() != f.bytes || t.dtype() != DType::kFloat32 ||
+    if (t.offset() != 0 || !t.is_contiguous() || t.nbytes() != f.bytes ||
+        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kInt32) ||
         t.ndim() != 4 || t.shape()[1] % kBlock != 0)
       ok_[size_t(b)] = 0;
     if (shape_[size_t(b)].empty()) shape_[size_t(b)] = t.shape();

@@ -124,7 +124,7 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   Replayed r;
   for (const OpRecord& op : g->ops().ops) {
     std::string set;
-    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked"})
+    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
       if (op.attrs.Int(a, 0) != 0) {
         ++r.blocked_attrs;
         set += std::string(set.empty() ? "" : " ") + a;
@@ -201,12 +201,13 @@ TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEag
   // Max pooling no longer pins its region: blocked are each convolution's output (1 + 1), each
   // batch norm's output with the relu's and the two gradients relu_grad ties to them (4 + 4),
   // the first pooling's output (read by the second convolution) and its gradient (the second
-  // convolution's dx), and each batch-norm input gradient (1 + 1). Only the four convolution
-  // and batch-norm blocks were blocked while max pooling had no slots. The second pooling's y
-  // (and dy) stay NCHW: the flatten's view reads it.
-  EXPECT_EQ(on.stats.blocked_layouts, 14u);
-  const std::vector<std::string> pooling = {"max_pool2d: y_blocked x_blocked", "max_pool2d: x_blocked",
-                                            "max_pool2d_grad: dx_blocked", "max_pool2d_grad: dx_blocked dy_blocked"};
+  // convolution's dx), each batch-norm input gradient (1 + 1), and each pooling's argmax (1 +
+  // 1). Only the four convolution and batch-norm blocks were blocked while max pooling had no
+  // slots. The second pooling's y (and dy) stay NCHW: the flatten's view reads it.
+  EXPECT_EQ(on.stats.blocked_layouts, 16u);
+  const std::vector<std::string> pooling = {
+      "max_pool2d: y_blocked x_blocked argmax_blocked", "max_pool2d: x_blocked argmax_blocked",
+      "max_pool2d_grad: dx_blocked argmax_blocked", "max_pool2d_grad: dx_blocked dy_blocked argmax_blocked"};
   EXPECT_EQ(on.pooling_attrs, pooling);
   EXPECT_EQ(off.stats.blocked_layouts, 0u);
   EXPECT_EQ(off.blocked_attrs, 0u);
@@ -218,15 +219,19 @@ TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEag
 // forward and gradient with x and dx blocked, and the three convolution passes with y or dy
 // blocked. Blocked operands are made with the same reorder oneDNN uses (a (N, C, H, W) tensor
 // with C a multiple of 16, element (n, c, h, w) at ((n C/16 + c/16) H W + h W + w) 16 + c % 16).
-std::vector<float> ToBlocked(const std::vector<float>& v, const Shape& s) {
-  std::vector<float> b(v.size());
+template <typename T>
+std::vector<T> ToBlocked(const std::vector<T>& v, const Shape& s) {
+  std::vector<T> b(v.size());
   const int64_t c = s[1], hw = s[2] * s[3];
   for (int64_t n = 0; n < s[0]; ++n)
     for (int64_t ch = 0; ch < c; ++ch)
       for (int64_t k = 0; k < hw; ++k) b[size_t(((n * (c / 16) + ch / 16) * hw + k) * 16 + ch % 16)] = v[size_t((n * c + ch) * hw + k)];
   return b;
 }
-Tensor Blocked(const Tensor& t) { return ops::FromVector(ToBlocked(t.ToVector<float>(), t.shape()), t.shape(), CpuDevice()); }
+Tensor Blocked(const Tensor& t) {
+  if (t.dtype() == DType::kInt32) return ops::FromVector(ToBlocked(t.ToVector<int32_t>(), t.shape()), t.shape(), CpuDevice());
+  return ops::FromVector(ToBlocked(t.ToVector<float>(), t.shape()), t.shape(), CpuDevice());
+}
 void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
   EXPECT_TRUE(HostBytes(a) == HostBytes(b)) << what;
 }
@@ -347,23 +352,26 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
                               " padding " + ToString(g.padding);
     const Tensor x = Ties(g.x, seed++);
     const std::vector<Tensor> want = Call("max_pool2d", {x}, a);
-    for (int mode = 1; mode < 4; ++mode) {  // x blocked, y blocked, both
+    for (int mode = 1; mode < 8; ++mode) {  // x, y, argmax blocked: each set of them
       Attrs ab = a;
       if (mode & 1) ab.Set("x_blocked", int64_t(16));
       if (mode & 2) ab.Set("y_blocked", int64_t(16));
+      if (mode & 4) ab.Set("argmax_blocked", int64_t(16));
       const std::vector<Tensor> got = Call("max_pool2d", {mode & 1 ? Blocked(x) : x}, ab);
       const std::string what = "max_pool2d " + where + " mode " + std::to_string(mode);
       ExpectSameBytes(mode & 2 ? Blocked(want[0]) : want[0], got[0], what + " y");
-      ExpectSameBytes(want[1], got[1], what + " argmax");
+      ExpectSameBytes(mode & 4 ? Blocked(want[1]) : want[1], got[1], what + " argmax");
     }
     const Attrs ga = Attrs(a).Set("x_shape", g.x);
     const Tensor dy = RandomTensor(want[0].shape(), DType::kFloat32, seed++);
     const Tensor dx = Call("max_pool2d_grad", {want[1], dy}, ga)[0];
-    for (int mode = 1; mode < 4; ++mode) {  // dy blocked, dx blocked, both
+    for (int mode = 1; mode < 8; ++mode) {  // dy, dx, argmax blocked: each set of them
       Attrs ab = ga;
       if (mode & 1) ab.Set("dy_blocked", int64_t(16));
       if (mode & 2) ab.Set("dx_blocked", int64_t(16));
-      ExpectSameBytes(mode & 2 ? Blocked(dx) : dx, Call("max_pool2d_grad", {want[1], mode & 1 ? Blocked(dy) : dy}, ab)[0],
+      if (mode & 4) ab.Set("argmax_blocked", int64_t(16));
+      ExpectSameBytes(mode & 2 ? Blocked(dx) : dx,
+                      Call("max_pool2d_grad", {mode & 4 ? Blocked(want[1]) : want[1], mode & 1 ? Blocked(dy) : dy}, ab)[0],
                       "max_pool2d_grad " + where + " mode " + std::to_string(mode));
     }
   }

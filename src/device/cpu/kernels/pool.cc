@@ -173,23 +173,25 @@ std::vector<VectorRun> MaxPoolVectorRuns(const PoolDims& d) {
 // Note [Blocked max pooling]
 // A graph keeps max pooling's operands in oneDNN's nChw16c layout when the regions they belong
 // to are blocked (Note [Activation layouts] in graph/layout.cc). Each operand says its own
-// layout (x_blocked, y_blocked; dy_blocked, dx_blocked): x and y lie in different regions, and
-// so do dy and dx, so any of the four mixes occurs (the small CNN's last pooling reads a blocked
-// x and writes the NCHW y that a flatten reads; its gradient reads that flatten's NCHW dy). The
-// argmax is int32 and never blocked: it holds the NCHW kernel's values (the index in the plane)
-// in every layout, so the gradient routes dy as the NCHW kernel does whatever the forward's
-// layouts were.
+// layout (x_blocked, y_blocked, argmax_blocked; argmax_blocked, dy_blocked, dx_blocked): x, y
+// and the argmax lie in different regions, and so do dy and dx, so any mix occurs (the small
+// CNN's last pooling reads a blocked x and writes the NCHW y that a flatten reads; its gradient
+// reads that flatten's NCHW dy). The argmax holds the NCHW kernel's values (the index of the
+// maximum in its plane) in either layout, only placed differently, so the gradient routes dy as
+// the NCHW kernel does whatever the forward's layouts were. Blocked, the argmax is written and
+// read as one stream: transposed into 16 NCHW runs it cost the blocked forward a third more
+// than the NCHW kernel on the small CNN's first pooling (16 store streams a page apart).
 // Work is split by group: 16 channels of one image, whose pixels in a blocked tensor are
 // 16-value vectors (one cache line each). Over a blocked x, every output pixel scans its
 // window, clipped to the image (RowSpan, ColSpan), position by position in WindowArgMax's order
 // with its test as a lane mask: each channel gets WindowArgMax's maximum and first argmax, NaN
 // winning. Outputs go in tiles of 16 consecutive output pixels ([pixel] = the group's 16
-// channels), stored as they are into a blocked y and through Transpose16x16 into NCHW runs (y,
-// the argmax). An NCHW x (a region the graph could not block, a graph input) goes through
-// MaxPoolPlane per channel, and its y tile is transposed into the blocked y. The gradient adds
-// dy into dx at the argmax channel by channel in output order, the NCHW kernel's sums in its
-// order. Float32 only (the layout pass blocks nothing else). Results are bitwise those of the
-// NCHW kernels (test/graph/layout_test.cc, every mix, with ties, padding and NaN).
+// channels), stored as they are into a blocked operand and through Transpose16x16 into NCHW
+// runs. An NCHW x (a region the graph could not block, a graph input) goes through MaxPoolPlane
+// per channel, and the tiles of its blocked outputs are transposed from the planes. The
+// gradient adds dy into dx at the argmax channel by channel in output order, the NCHW kernel's
+// sums in its order. x float32 only (the layout pass blocks nothing else). Results are bitwise
+// those of the NCHW kernels (test/graph/layout_test.cc, every mix, with ties, padding and NaN).
 
 using F16 = Lanes<16>::F;
 using I16 = Lanes<16>::I;
@@ -223,17 +225,19 @@ void TileToRuns(V* tile, T* p, int64_t stride, int64_t n) {  // transposes tile 
 }
 // The same between a tile and the n pixels from k0 of the group whose first plane is p0, in an
 // operand of layout l.
-void LoadTile(const Planes& l, const float* t, int64_t p0, int64_t k0, int64_t n, F16* tile) {
+template <typename V, typename T>
+void LoadTile(const Planes& l, const T* t, int64_t p0, int64_t k0, int64_t n, V* tile) {
   if (l.blocked) {
-    std::memcpy(tile, t + l.Start(p0) + k0 * 16, size_t(n) * sizeof(F16));
-    for (int64_t k = n; k < 16; ++k) tile[k] = F16{};
+    std::memcpy(tile, t + l.Start(p0) + k0 * 16, size_t(n) * sizeof(V));
+    for (int64_t k = n; k < 16; ++k) tile[k] = V{};
   } else {
     RunsToTile(t + l.Start(p0) + k0, l.hw, n, tile);
   }
 }
-void StoreTile(const Planes& l, float* t, int64_t p0, int64_t k0, int64_t n, F16* tile) {
+template <typename V, typename T>
+void StoreTile(const Planes& l, T* t, int64_t p0, int64_t k0, int64_t n, V* tile) {
   if (l.blocked)
-    std::memcpy(t + l.Start(p0) + k0 * 16, tile, size_t(n) * sizeof(F16));
+    std::memcpy(t + l.Start(p0) + k0 * 16, tile, size_t(n) * sizeof(V));
   else
     TileToRuns(tile, t + l.Start(p0) + k0, l.hw, n);
 }
@@ -292,8 +296,8 @@ void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t 
   }
 }
 
-// max_pool2d with x or y (or both) blocked; Note [Blocked max pooling].
-void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl, const Planes& yl) {
+// max_pool2d with any of x, y and the argmax blocked; Note [Blocked max pooling].
+void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl, const Planes& yl, const Planes& al) {
   LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError, "[max_pool2d] the blocked layout is float32 only, x is ",
              Name(op.inputs[0].dtype()));
   const float* x = op.inputs[0].data<float>();
@@ -309,26 +313,30 @@ void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl
         const int64_t n = std::min<int64_t>(16, ohw - k0);
         MaxPoolBlockedTile(d, x + xl.Start(p0), k0, n, m, best);
         StoreTile(yl, y, p0, k0, n, m);
-        TileToRuns(best, arg + p0 * ohw + k0, ohw, n);  // the argmax: NCHW
+        StoreTile(al, arg, p0, k0, n, best);
       }
       return;
     }
-    // NCHW x, blocked y: the NCHW kernel's planes, y staged in the group's 16 NCHW planes of
-    // this thread's buffer.
-    thread_local std::vector<float> stage;
-    stage.resize(size_t(16 * ohw));
-    for (int64_t c = 0; c < 16; ++c)
-      MaxPoolPlane(d, runs, x + (p0 + c) * hw, stage.data() + c * ohw, arg + (p0 + c) * ohw);
+    // An NCHW x: the NCHW kernel's planes, each blocked output staged in the group's 16 NCHW
+    // planes of this thread's buffers.
+    thread_local std::vector<float> ystage;
+    thread_local std::vector<int32_t> astage;
+    float* yp = y + p0 * ohw;
+    int32_t* ap = arg + p0 * ohw;
+    if (yl.blocked) ystage.resize(size_t(16 * ohw)), yp = ystage.data();
+    if (al.blocked) astage.resize(size_t(16 * ohw)), ap = astage.data();
+    for (int64_t c = 0; c < 16; ++c) MaxPoolPlane(d, runs, x + (p0 + c) * hw, yp + c * ohw, ap + c * ohw);
     for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
       const int64_t n = std::min<int64_t>(16, ohw - k0);
-      RunsToTile(stage.data() + k0, ohw, n, m);
-      StoreTile(yl, y, p0, k0, n, m);
+      if (yl.blocked) RunsToTile(yp + k0, ohw, n, m), StoreTile(yl, y, p0, k0, n, m);
+      if (al.blocked) RunsToTile(ap + k0, ohw, n, best), StoreTile(al, arg, p0, k0, n, best);
     }
   });
 }
 
-// max_pool2d_grad with dy or dx (or both) blocked; Note [Blocked max pooling].
-void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& dyl, const Planes& dxl) {
+// max_pool2d_grad with any of the argmax, dy and dx blocked; Note [Blocked max pooling].
+void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& al, const Planes& dyl,
+                             const Planes& dxl) {
   LOOM_CHECK(op.outputs[0].dtype() == DType::kFloat32, DTypeError,
              "[max_pool2d_grad] the blocked layout is float32 only, dy is ", Name(op.outputs[0].dtype()));
   const int32_t* arg = op.inputs[0].data<int32_t>();
@@ -353,7 +361,7 @@ void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes
     for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
       const int64_t n = std::min<int64_t>(16, ohw - k0);
       LoadTile(dyl, dy, p0, k0, n, g);
-      RunsToTile(arg + p0 * ohw + k0, ohw, n, a);
+      LoadTile(al, arg, p0, k0, n, a);
       zero_to(RowSpan(d, (k0 + n - 1) / d.ow).hi);
       if (!dxl.blocked) {  // an NCHW dx: the NCHW kernel's scatter, channel by channel
         for (int c = 0; c < 16; ++c)  // channel by channel: 16 planes a page apart thrash a cache set
@@ -379,12 +387,13 @@ void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes
   });
 }
 
-// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); x and y NCHW or nChw16c
+// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); each NCHW or nChw16c
 void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
   const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
   const Planes xl = PlanesOf(op, op.inputs[0], "x_blocked", "max_pool2d");
   const Planes yl = PlanesOf(op, op.outputs[0], "y_blocked", "max_pool2d");
-  if (xl.blocked || yl.blocked) return MaxPool2dBlockedCpu(op, d, xl, yl);
+  const Planes al = PlanesOf(op, op.outputs[1], "argmax_blocked", "max_pool2d");
+  if (xl.blocked || yl.blocked || al.blocked) return MaxPool2dBlockedCpu(op, d, xl, yl, al);
   FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const T* x = op.inputs[0].data<T>();
@@ -397,13 +406,13 @@ void MaxPool2dCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: (N, C, H, W); dy and dx NCHW or
-// nChw16c, argmax NCHW
+// argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: (N, C, H, W); each NCHW or nChw16c
 void MaxPool2dGradCpu(const OpRecord& op, const KernelContext&) {
   const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
+  const Planes al = PlanesOf(op, op.inputs[0], "argmax_blocked", "max_pool2d_grad");
   const Planes dyl = PlanesOf(op, op.inputs[1], "dy_blocked", "max_pool2d_grad");
   const Planes dxl = PlanesOf(op, op.outputs[0], "dx_blocked", "max_pool2d_grad");
-  if (dyl.blocked || dxl.blocked) return MaxPool2dGradBlockedCpu(op, d, dyl, dxl);
+  if (al.blocked || dyl.blocked || dxl.blocked) return MaxPool2dGradBlockedCpu(op, d, al, dyl, dxl);
   FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
     const int32_t* arg = op.inputs[0].data<int32_t>();
@@ -516,9 +525,11 @@ bool MaxPoolSupports(const OpRecord& op, const Tensor& t, std::initializer_list<
   for (const char* a : attrs) blocked |= op.attrs.Int(a, 0) != 0;
   return !blocked || (t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[1] % 16 == 0);
 }
-bool MaxPool2dSupports(const OpRecord& op) { return MaxPoolSupports(op, op.inputs[0], {"x_blocked", "y_blocked"}); }
+bool MaxPool2dSupports(const OpRecord& op) {
+  return MaxPoolSupports(op, op.inputs[0], {"x_blocked", "y_blocked", "argmax_blocked"});
+}
 bool MaxPool2dGradSupports(const OpRecord& op) {
-  return MaxPoolSupports(op, op.outputs[0], {"dy_blocked", "dx_blocked"});
+  return MaxPoolSupports(op, op.outputs[0], {"argmax_blocked", "dy_blocked", "dx_blocked"});
 }
 
 // Note [What a kernel supports]: every NCHW record; a blocked one for C a multiple of 16.
