@@ -343,10 +343,15 @@ void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes
   const float* dy = op.inputs[1].data<float>();
   float* dx = op.outputs[0].data<float>();
   const int64_t hw = d.h * d.w, ohw = d.oh * d.ow;
+  // Disjoint windows (stride at least the kernel: the usual pooling): each pixel of dx lies in
+  // at most one window and is written once, 0 + dy or 0 (as the NCHW kernel's fill and scatter
+  // leave it), without reading it back.
+  const bool disjoint = d.sh >= d.kh && d.sw >= d.kw;
   ForGroups(d, 16 * (hw + ohw * d.kh * d.kw), [&](int64_t p0) {
     float* dxb = dx + dxl.Start(p0);
     // dx rows [0, zeroed) of the group are zeroed (and may hold sums): each row is zeroed just
-    // before the first window reaching it, so that it is still in cache when dy is added.
+    // before the first window reaching it, so that it is still in cache when dy is added (a
+    // string store of whole lines, which does not read them first).
     int64_t zeroed = 0;
     auto zero_to = [&](int64_t r) {
       if (r <= zeroed) return;
@@ -356,29 +361,42 @@ void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes
       }
       zeroed = r;
     };
-    F16 g[16];
-    I16 a[16];
+    F16 gt[16];
+    I16 at[16];
     for (int64_t k0 = 0; k0 < ohw; k0 += 16) {
       const int64_t n = std::min<int64_t>(16, ohw - k0);
-      LoadTile(dyl, dy, p0, k0, n, g);
-      LoadTile(al, arg, p0, k0, n, a);
+      // The tile's dy and argmax: read in place where blocked, else transposed into gt, at.
+      const float* gs = reinterpret_cast<const float*>(gt);
+      const int32_t* as = reinterpret_cast<const int32_t*>(at);
+      if (dyl.blocked)
+        gs = dy + dyl.Start(p0) + k0 * 16;
+      else
+        LoadTile(dyl, dy, p0, k0, n, gt);
+      if (al.blocked)
+        as = arg + al.Start(p0) + k0 * 16;
+      else
+        LoadTile(al, arg, p0, k0, n, at);
       zero_to(RowSpan(d, (k0 + n - 1) / d.ow).hi);
       if (!dxl.blocked) {  // an NCHW dx: the NCHW kernel's scatter, channel by channel
         for (int c = 0; c < 16; ++c)  // channel by channel: 16 planes a page apart thrash a cache set
-          for (int64_t k = 0; k < n; ++k) dxb[c * hw + a[k][c]] += g[k][c];
+          for (int64_t k = 0; k < n; ++k) dxb[c * hw + as[k * 16 + c]] += gs[k * 16 + c];
         continue;
       }
       // A blocked dx: every pixel of the window takes dy in the lanes whose argmax it is.
       int64_t oi = k0 / d.ow, oj = k0 % d.ow;
       for (int64_t k = 0; k < n; ++k, oj = oj + 1 == d.ow ? 0 : oj + 1, oi += oj == 0) {
+        F16 g;
+        I16 a;
+        std::memcpy(&g, gs + k * 16, sizeof g);
+        std::memcpy(&a, as + k * 16, sizeof a);
         const Span rows = RowSpan(d, oi), cols = ColSpan(d, oj);
         for (int64_t i = rows.lo; i < rows.hi; ++i)
           for (int64_t j = cols.lo; j < cols.hi; ++j) {
-            const int32_t at = int32_t(i * d.w + j);
-            float* p = dxb + int64_t(at) * 16;
-            F16 v;
-            std::memcpy(&v, p, sizeof v);
-            v = a[k] == at ? v + g[k] : v;
+            const int32_t here = int32_t(i * d.w + j);
+            float* p = dxb + int64_t(here) * 16;
+            F16 v = F16{};
+            if (!disjoint) std::memcpy(&v, p, sizeof v);
+            v = a == here ? v + g : v;
             std::memcpy(p, &v, sizeof v);
           }
       }
