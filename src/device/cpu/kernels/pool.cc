@@ -179,8 +179,9 @@ std::vector<VectorRun> MaxPoolVectorRuns(const PoolDims& d) {
 // reads that flatten's NCHW dy). The argmax holds the NCHW kernel's values (the index of the
 // maximum in its plane) in either layout, only placed differently, so the gradient routes dy as
 // the NCHW kernel does whatever the forward's layouts were. Blocked, the argmax is written and
-// read as one stream: transposed into 16 NCHW runs it cost the blocked forward a third more
-// than the NCHW kernel on the small CNN's first pooling (16 store streams a page apart).
+// read as one stream: kept NCHW (16 runs a plane apart per tile), it made the blocked forward
+// about 1.5 times as slow as the NCHW kernel on the small CNN's first pooling ((32, 32, 32, 32),
+// one thread, a shared machine), and the gradient slower still.
 // Work is split by group: 16 channels of one image, whose pixels in a blocked tensor are
 // 16-value vectors (one cache line each). Over a blocked x, every output pixel scans its
 // window, clipped to the image (RowSpan, ColSpan), position by position in WindowArgMax's order
@@ -189,9 +190,11 @@ std::vector<VectorRun> MaxPoolVectorRuns(const PoolDims& d) {
 // channels), stored as they are into a blocked operand and through Transpose16x16 into NCHW
 // runs. An NCHW x (a region the graph could not block, a graph input) goes through MaxPoolPlane
 // per channel, and the tiles of its blocked outputs are transposed from the planes. The
-// gradient adds dy into dx at the argmax channel by channel in output order, the NCHW kernel's
-// sums in its order. x float32 only (the layout pass blocks nothing else). Results are bitwise
-// those of the NCHW kernels (test/graph/layout_test.cc, every mix, with ties, padding and NaN).
+// gradient adds each output pixel's dy, in output order, into the pixels of its window whose
+// lanes hold the argmax there (a blocked dx: a masked vector add per window position; an NCHW
+// dx: the NCHW kernel's scatter), so every element of dx sums the same dy in the NCHW kernel's
+// order. x float32 only (the layout pass blocks nothing else). Results are bitwise those of the
+// NCHW kernels (test/graph/layout_test.cc, every mix, with ties, padding and NaN).
 
 using F16 = Lanes<16>::F;
 using I16 = Lanes<16>::I;
@@ -254,7 +257,7 @@ void ForGroups(const PoolDims& d, int64_t work, F f) {
 // Output pixels [k0, k0 + n) of the group over a blocked x (xb: the group's H W pixels of 16
 // values): maxima into m, first argmax into best.
 void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t n, F16* m, I16* best) {
-  // Each pixel's window: its top left (clipped) and whether padding clips it.
+  // Each pixel's window: its top left (clipped), and whether padding clips any of the 16.
   int32_t at0[16];
   bool whole = n == 16;
   int64_t oi = k0 / d.ow, oj = k0 % d.ow;  // output pixel k0 + k, walked without dividing
@@ -273,9 +276,9 @@ void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t 
     best[k] = take ? I16{} + at : best[k];
   };
   if (whole) {
-    // Window position by position, the 16 pixels at each: 16 independent scans, and each load
-    // walks x with a fixed stride (the prefetcher follows it). Each pixel still sees its
-    // window's positions in WindowArgMax's order.
+    // Window position by position, the 16 pixels at each: 16 independent chains of comparisons
+    // rather than one pixel's after another's. Each pixel still sees its window's positions in
+    // WindowArgMax's order.
     for (int64_t i = 0; i < d.kh; ++i)
       for (int64_t j = 0; j < d.kw; ++j) {
         const int32_t off = int32_t(i * d.w + j);
@@ -338,7 +341,7 @@ void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl
 void MaxPool2dGradBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& al, const Planes& dyl,
                              const Planes& dxl) {
   LOOM_CHECK(op.outputs[0].dtype() == DType::kFloat32, DTypeError,
-             "[max_pool2d_grad] the blocked layout is float32 only, dy is ", Name(op.outputs[0].dtype()));
+             "[max_pool2d_grad] the blocked layout is float32 only, dx is ", Name(op.outputs[0].dtype()));
   const int32_t* arg = op.inputs[0].data<int32_t>();
   const float* dy = op.inputs[1].data<float>();
   float* dx = op.outputs[0].data<float>();
