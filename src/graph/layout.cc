@@ -29,8 +29,9 @@
 //   - every op with a rewritten slot has a kernel that knows the attributes and supports the
 //     rewritten record (Device::Supports: on the CPU, float32 (the pooling argmax: int32) with
 //     channels a multiple of 16, so that the blocked tensor has exactly the NCHW tensor's bytes
-//     and the plan is unchanged; oneDNN has a plan for the convolution). A kernel without a supports predicate does not
-//     know the attributes (the CUDA kernels): nothing is rewritten there.
+//     and the plan is unchanged; oneDNN has a plan for the convolution). A kernel without a
+//     supports predicate does not know the attributes (the CUDA kernels): nothing is rewritten
+//     there.
 // The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
 // kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), blocked

@@ -229,7 +229,8 @@ std::vector<T> ToBlocked(const std::vector<T>& v, const Shape& s) {
   return b;
 }
 Tensor Blocked(const Tensor& t) {
-  if (t.dtype() == DType::kInt32) return ops::FromVector(ToBlocked(t.ToVector<int32_t>(), t.shape()), t.shape(), CpuDevice());
+  if (t.dtype() == DType::kInt32)  // max pooling's argmax
+    return ops::FromVector(ToBlocked(t.ToVector<int32_t>(), t.shape()), t.shape(), CpuDevice());
   return ops::FromVector(ToBlocked(t.ToVector<float>(), t.shape()), t.shape(), CpuDevice());
 }
 void ExpectSameBytes(const Tensor& a, const Tensor& b, const std::string& what) {
@@ -370,8 +371,8 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
       if (mode & 1) ab.Set("dy_blocked", int64_t(16));
       if (mode & 2) ab.Set("dx_blocked", int64_t(16));
       if (mode & 4) ab.Set("argmax_blocked", int64_t(16));
-      ExpectSameBytes(mode & 2 ? Blocked(dx) : dx,
-                      Call("max_pool2d_grad", {mode & 4 ? Blocked(want[1]) : want[1], mode & 1 ? Blocked(dy) : dy}, ab)[0],
+      const Tensor arg = mode & 4 ? Blocked(want[1]) : want[1];
+      ExpectSameBytes(mode & 2 ? Blocked(dx) : dx, Call("max_pool2d_grad", {arg, mode & 1 ? Blocked(dy) : dy}, ab)[0],
                       "max_pool2d_grad " + where + " mode " + std::to_string(mode));
     }
   }

@@ -300,9 +300,10 @@ void MaxPoolBlockedTile(const PoolDims& d, const float* xb, int64_t k0, int64_t 
 }
 
 // max_pool2d with any of x, y and the argmax blocked; Note [Blocked max pooling].
-void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl, const Planes& yl, const Planes& al) {
-  LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError, "[max_pool2d] the blocked layout is float32 only, x is ",
-             Name(op.inputs[0].dtype()));
+void MaxPool2dBlockedCpu(const OpRecord& op, const PoolDims& d, const Planes& xl, const Planes& yl,
+                         const Planes& al) {
+  LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError,
+             "[max_pool2d] the blocked layout is float32 only, x is ", Name(op.inputs[0].dtype()));
   const float* x = op.inputs[0].data<float>();
   float* y = op.outputs[0].data<float>();
   int32_t* arg = op.outputs[1].data<int32_t>();
