@@ -3,6 +3,7 @@
 // oneDNN's blocked layout (through batch norm, relu, relu_grad), replay stays bitwise equal to
 // eager (parameters, running statistics, losses), the plan does not grow, and a block that
 // another op reads or the user holds stays NCHW with the region the element-wise ops tie it to.
+// With max pooling after each relu (the small CNN) the regions extend through the pooling.
 // The blocked kernels on their own: each is bitwise its NCHW kernel on the same values.
 #include <gtest/gtest.h>
 
