@@ -24,6 +24,7 @@
 // bitwise equal to eager.
 #include "device/bias_act_formulas.h"
 #include "device/device.h"
+#include "graph/op_uses.h"
 #include "graph/passes.h"
 
 LOOM_OP_KIND(matmul);
@@ -58,41 +59,10 @@ BiasAct ActGradOf(const OpDef* def) {
   return BiasAct::kNone;
 }
 
-struct Uses {
-  explicit Uses(const OpList& list) : list(list), readers(list.blocks.size()), writers(list.blocks.size()) {
-    for (size_t i = 0; i < list.size(); ++i) {
-      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
-      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
-    }
-  }
-  int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
-  // t is all of its block, contiguous.
-  bool Whole(const Tensor& t) const {
-    return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
-  }
-  // Output `t` of op i is an intermediate that op i alone writes and one other op alone reads,
-  // as a whole, and no one outside holds: returns that reader, or -1.
-  int OnlyReader(const Tensor& t, int i) const {
-    const int b = Block(t);
-    const BlockFacts& f = list.facts[size_t(b)];
-    if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
-    if (writers[size_t(b)] != std::vector<int>{i} || readers[size_t(b)].size() != 1) return -1;
-    return readers[size_t(b)][0];
-  }
-  bool WrittenBetween(const Tensor& t, int i, int j) const {
-    for (int w : writers[size_t(Block(t))])
-      if (w > i && w < j) return true;
-    return false;
-  }
-
-  const OpList& list;
-  std::vector<std::vector<int>> readers, writers;
-};
-
 }  // namespace
 
 PassResult FuseBiasActivations(OpList list, const Device& device) {
-  const Uses u(list);
+  const OpUses u(list);
   const int n = int(list.size());
   std::vector<bool> drop(size_t(n), false);
   std::vector<OpRecord> fused_at(static_cast<size_t>(n));  // the record replacing op i (def null: none)

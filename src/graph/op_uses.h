@@ -1,0 +1,43 @@
+// Who reads and writes each block of a captured op list, for the fusion passes (passes.h):
+// fuse_bias_act.cc and fuse_bn_relu.cc ask the same questions of an intermediate before they
+// fuse its writer with its reader.
+#pragma once
+
+#include <vector>
+
+#include "graph/capture.h"
+
+namespace loom {
+
+struct OpUses {
+  explicit OpUses(const OpList& list) : list(list), readers(list.blocks.size()), writers(list.blocks.size()) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
+      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
+    }
+  }
+  int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
+  // t is all of its block, contiguous.
+  bool Whole(const Tensor& t) const {
+    return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
+  }
+  // Output `t` of op i is an intermediate that op i alone writes and one other op alone reads,
+  // as a whole, and no one outside holds: returns that reader, or -1.
+  int OnlyReader(const Tensor& t, int i) const {
+    const int b = Block(t);
+    const BlockFacts& f = list.facts[size_t(b)];
+    if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
+    if (writers[size_t(b)] != std::vector<int>{i} || readers[size_t(b)].size() != 1) return -1;
+    return readers[size_t(b)][0];
+  }
+  bool WrittenBetween(const Tensor& t, int i, int j) const {
+    for (int w : writers[size_t(Block(t))])
+      if (w > i && w < j) return true;
+    return false;
+  }
+
+  const OpList& list;
+  std::vector<std::vector<int>> readers, writers;
+};
+
+}  // namespace loom
