@@ -210,6 +210,37 @@ void StoreTile(const ChannelDims& d, const ChannelLayout& l, T* t, int64_t i, in
     for (int64_t kk = 0; kk < n; ++kk) p[c * d.s + k0 + kk] = tile[kk][c];
 }
 
+// LoadTile of relu_grad(a, dy) for a and dy in one layout l (Note [Batch norm with ReLU]): the
+// gradient is taken on the values where they lie, then the tile is loaded as LoadTile loads one
+// (one transpose from NCHW, not one per operand).
+template <typename T>
+void LoadReluGradTile(const ChannelDims& d, const ChannelLayout& l, const T* a, const T* dy, int64_t i, int64_t c0,
+                      int64_t k0, int64_t n, T (*tile)[kGroup]) {
+  const int64_t start = l.Start(d, i, c0);
+  const T* pa = a + start;
+  const T* pg = dy + start;
+  if (l.blocked) {
+    T* t = &tile[0][0];
+    for (int64_t j = 0; j < n * kGroup; ++j) t[j] = Dz<true>(pa[k0 * kGroup + j], pg[k0 * kGroup + j]);
+    return;
+  }
+  // 32 runs read at once (a's and dy's) are more than the hardware prefetcher follows: the
+  // fused gradient was twice as slow as the two ops it replaces until each run's next lines
+  // were asked for here.
+  constexpr int64_t kAhead = 4 * kGroup;
+  T runs[kGroup][kGroup];  // channel c's n values, as in the tensor
+  for (int64_t c = 0; c < kGroup; ++c) {
+    __builtin_prefetch(pa + c * d.s + k0 + kAhead);
+    __builtin_prefetch(pg + c * d.s + k0 + kAhead);
+    for (int64_t kk = 0; kk < n; ++kk) runs[c][kk] = Dz<true>(pa[c * d.s + k0 + kk], pg[c * d.s + k0 + kk]);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kGroup) return RunsToTile(&runs[0][0], kGroup, tile);
+  }
+  for (int64_t c = 0; c < kGroup; ++c)
+    for (int64_t kk = 0; kk < n; ++kk) tile[kk][c] = runs[c][kk];
+}
+
 // Per channel of the group starting at c0 of a blocked x, the lane sums of f(l, v) over its
 // values v (channel c0 + l): images in order, pixel k into lane k mod kSumLanes, Note [Sums in
 // lanes]'s order. Each pixel's 16 values are read together, into [lane][channel] accumulators.
@@ -456,24 +487,41 @@ void BatchNormGrad(const OpRecord& op) {
   };
   auto invstd_of = [&](int64_t c) { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); };
   if (!xl.blocked && !dyl.blocked && !al.blocked && !dxl.blocked) {
+    // Runs of dz, kChunk values at a time (with kRelu, relu_grad's values are formed first in a
+    // loop of their own, which vectorises; folded into the sums it became a branch per value).
+    // kChunk is a multiple of kSumLanes: value k of a run still goes to lane k mod kSumLanes.
+    constexpr int64_t kChunk = 256;
+    static_assert(kChunk % kSumLanes == 0, "chunks start at lane 0");
     ForChannels(d, [&](int64_t c) {
       const double mean = double(mean_in[c]);
       const double invstd = invstd_of(c);
+      T buf[kRelu ? kChunk : 1];
+      // f(k0, len, dz) for the chunks of image i's run: dz[k] is dz at pixel k0 + k.
+      auto chunks = [&](int64_t i, auto&& f) {
+        const T* gr = dy + (i * d.c + c) * d.s;
+        const T* ar = act + (i * d.c + c) * d.s;
+        if constexpr (!kRelu) return f(int64_t(0), d.s, gr);
+        for (int64_t k0 = 0; k0 < d.s; k0 += kChunk) {
+          const int64_t len = std::min(kChunk, d.s - k0);
+          for (int64_t k = 0; k < len; ++k) buf[k] = Dz<true>(ar[k0 + k], gr[k0 + k]);
+          f(k0, len, static_cast<const T*>(buf));
+        }
+      };
       LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
       for (int64_t i = 0; i < d.n; ++i) {
         const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        const T* ar = act + (i * d.c + c) * d.s;
-        AddRun(sum_dy, d.s, [&](int64_t k) { return double(Dz<kRelu>(ar[k], gr[k])); });
-        AddRun(sum_dyx, d.s, [&](int64_t k) { return double(Dz<kRelu>(ar[k], gr[k])) * (double(xr[k]) - mean); });
+        chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
+          AddRun(sum_dy, len, [&](int64_t k) { return double(gr[k]); });
+          AddRun(sum_dyx, len, [&](int64_t k) { return double(gr[k]) * (double(xr[k0 + k]) - mean); });
+        });
       }
       const Coef f = finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
       for (int64_t i = 0; i < d.n; ++i) {
         const T* xr = x + (i * d.c + c) * d.s;
-        const T* gr = dy + (i * d.c + c) * d.s;
-        const T* ar = act + (i * d.c + c) * d.s;
         T* dr = dx + (i * d.c + c) * d.s;
-        for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * Dz<kRelu>(ar[k], gr[k]) + f.k_x * xr[k] + f.b;
+        chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
+          for (int64_t k = 0; k < len; ++k) dr[k0 + k] = f.a * gr[k] + f.k_x * xr[k0 + k] + f.b;
+        });
       }
     });
     return;
@@ -490,6 +538,9 @@ void BatchNormGrad(const OpRecord& op) {
     T tx[kGroup][kGroup], tg[kGroup][kGroup], ta[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
     // The group's dz at pixels [k0, k0 + n) of image i into tg: dy's, relu_grad's with kRelu.
     auto load_dz = [&](int64_t i, int64_t k0, int64_t n) {
+      if constexpr (kRelu) {
+        if (al.blocked == dyl.blocked) return LoadReluGradTile(d, dyl, act, dy, i, c0, k0, n, tg);
+      }
       LoadTile(d, dyl, dy, i, c0, k0, n, tg);
       if constexpr (kRelu) {
         LoadTile(d, al, act, i, c0, k0, n, ta);
