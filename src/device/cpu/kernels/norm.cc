@@ -226,39 +226,18 @@ void ReluGradChunks(const T* a, const T* dy, int64_t n, F f) {
   }
 }
 
-// LoadTile of relu_grad(a, dy) for a and dy in one layout l (Note [Batch norm with ReLU]): the
-// gradient is taken on the values where they lie, then the tile is loaded as LoadTile loads one
-// (one transpose from NCHW, not one per operand).
+// LoadTile of relu_grad(a, dy) for a and dy both blocked (Note [Batch norm with ReLU]): the
+// pixels' values side by side in both, the gradient is taken where they lie.
 template <typename T>
 void LoadReluGradTile(const ChannelDims& d, const ChannelLayout& l, const T* a, const T* dy, int64_t i, int64_t c0,
                       int64_t k0, int64_t n, T (*tile)[kGroup]) {
-  const int64_t start = l.Start(d, i, c0);
-  const T* pa = a + start;
-  const T* pg = dy + start;
-  if (l.blocked) {
-    T* t = &tile[0][0];
-    for (int64_t j = 0; j < n * kGroup; ++j) t[j] = Dz<true>(pa[k0 * kGroup + j], pg[k0 * kGroup + j]);
-    return;
-  }
-  // 32 runs read at once (a's and dy's) are more than the hardware prefetcher follows: the
-  // fused gradient was twice as slow as the two ops it replaces until each run's next lines
-  // were asked for here.
-  constexpr int64_t kAhead = 4 * kGroup;
-  T runs[kGroup][kGroup];  // channel c's n values, as in the tensor
-  for (int64_t c = 0; c < kGroup; ++c) {
-    __builtin_prefetch(pa + c * d.s + k0 + kAhead);
-    __builtin_prefetch(pg + c * d.s + k0 + kAhead);
-    for (int64_t kk = 0; kk < n; ++kk) runs[c][kk] = Dz<true>(pa[c * d.s + k0 + kk], pg[c * d.s + k0 + kk]);
-  }
-  if constexpr (std::is_same_v<T, float>) {
-    if (n == kGroup) return RunsToTile(&runs[0][0], kGroup, tile);
-  }
-  for (int64_t c = 0; c < kGroup; ++c)
-    for (int64_t kk = 0; kk < n; ++kk) tile[kk][c] = runs[c][kk];
+  const int64_t start = l.Start(d, i, c0) + k0 * kGroup;
+  T* t = &tile[0][0];
+  for (int64_t j = 0; j < n * kGroup; ++j) t[j] = Dz<true>(a[start + j], dy[start + j]);
 }
 
-// LoadReluGradTile for NCHW a and dy and up to 4 tiles (n <= 64 pixels): each channel's run
-// of n values is read at once, then transposed tile by tile.
+// The same for NCHW a and dy and up to 4 tiles (n <= 64 pixels): each channel's run of n values
+// is read at once, then transposed tile by tile.
 template <typename T>
 void LoadReluGradTiles(const ChannelDims& d, const ChannelLayout& l, const T* a, const T* dy, int64_t i, int64_t c0,
                        int64_t k0, int64_t n, T (*tile)[kGroup]) {
@@ -574,7 +553,7 @@ void BatchNormGrad(const OpRecord& op) {
     // The group's dz at pixels [k0, k0 + n) of image i into tg: dy's, relu_grad's with kRelu.
     auto load_dz = [&](int64_t i, int64_t k0, int64_t n) {
       if constexpr (kRelu) {
-        if (al.blocked == dyl.blocked) return LoadReluGradTile(d, dyl, act, dy, i, c0, k0, n, tg);
+        if (al.blocked && dyl.blocked) return LoadReluGradTile(d, dyl, act, dy, i, c0, k0, n, tg);
       }
       LoadTile(d, dyl, dy, i, c0, k0, n, tg);
       if constexpr (kRelu) {
