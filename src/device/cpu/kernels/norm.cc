@@ -538,21 +538,25 @@ void BatchNormGrad(const OpRecord& op) {
   // pixel's 16 values are side by side in all of them, so the passes read them in place.
   const bool all_blocked = xl.blocked && dyl.blocked && al.blocked && dxl.blocked;
   // The fused gradient with a and da NCHW but x or dx blocked (the ReLU's output is read by an
-  // op without a blocked kernel): tiles of kWide pixels, so that each of the 32 runs of a and da
-  // read at once is read 4 lines at a time (with 16-pixel tiles the fused gradient was 1.4x
-  // slower than relu_grad and batch_norm_grad apart).
+  // op without a blocked kernel) takes tiles of kWide pixels, so that each of the 32 runs of a
+  // and da read at once is read 4 lines at a time (with 16-pixel tiles the fused gradient was
+  // 1.4x slower than relu_grad and batch_norm_grad apart).
   const bool runs = kRelu && !al.blocked && !dyl.blocked;
   constexpr int64_t kWide = 4 * kGroup;
+  const int64_t width = runs ? kWide : kGroup;
   ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
     LaneSums sum_dy[kGroup], sum_dyx[kGroup];
     Coef f[kGroup];
-    // Tiles of 16 pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k adds
-    // into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
+    // Tiles of `width` pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k
+    // adds into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
     double mean[kGroup], a_dy[kSumLanes][kGroup] = {}, a_dyx[kSumLanes][kGroup] = {};
-    T tx[kGroup][kGroup], tg[kGroup][kGroup], ta[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
-    // The group's dz at pixels [k0, k0 + n) of image i into tg: dy's, relu_grad's with kRelu.
-    auto load_dz = [&](int64_t i, int64_t k0, int64_t n) {
+    T tx[kWide][kGroup], tg[kWide][kGroup], ta[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
+    // The group's pixels [k0, k0 + n) of image i, n <= width: x into tx, dz into tg (dy's,
+    // relu_grad's with kRelu).
+    auto load = [&](int64_t i, int64_t k0, int64_t n) {
+      for (int64_t t = 0; t < n; t += kGroup) LoadTile(d, xl, x, i, c0, k0 + t, std::min(kGroup, n - t), tx + t);
       if constexpr (kRelu) {
+        if (runs) return LoadReluGradTiles(d, dyl, act, dy, i, c0, k0, n, tg);
         if (al.blocked && dyl.blocked) return LoadReluGradTile(d, dyl, act, dy, i, c0, k0, n, tg);
       }
       LoadTile(d, dyl, dy, i, c0, k0, n, tg);
@@ -561,12 +565,6 @@ void BatchNormGrad(const OpRecord& op) {
         for (int64_t k = 0; k < n; ++k)
           for (int64_t l = 0; l < kGroup; ++l) tg[k][l] = Dz<true>(ta[k][l], tg[k][l]);
       }
-    };
-    // kWide pixels from k0 of image i: x into wx, dz into wg (runs).
-    T wx[runs ? kWide : 1][kGroup], wg[runs ? kWide : 1][kGroup];
-    auto load_wide = [&](int64_t i, int64_t k0, int64_t n) {
-      for (int64_t t = 0; t < n; t += kGroup) LoadTile(d, xl, x, i, c0, k0 + t, std::min(kGroup, n - t), wx + t);
-      LoadReluGradTiles(d, dyl, act, dy, i, c0, k0, n, wg);
     };
     for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
     if constexpr (std::is_same_v<T, float>) {
@@ -594,25 +592,10 @@ void BatchNormGrad(const OpRecord& op) {
         }
       }
     }
-    for (int64_t i = 0; runs && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += kWide) {
-        const int64_t n = std::min(kWide, d.s - k0);
-        load_wide(i, k0, n);
-        for (int64_t k = 0; k < n; ++k) {
-          double* s1 = a_dy[k % kSumLanes];
-          double* s2 = a_dyx[k % kSumLanes];
-          for (int64_t l = 0; l < kGroup; ++l) {
-            const double g = double(wg[k][l]);
-            s1[l] += g;
-            s2[l] += g * (double(wx[k][l]) - mean[l]);
-          }
-        }
-      }
-    for (int64_t i = 0; !all_blocked && !runs && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
-        const int64_t n = std::min(kGroup, d.s - k0);
-        LoadTile(d, xl, x, i, c0, k0, n, tx);
-        load_dz(i, k0, n);
+    for (int64_t i = 0; !all_blocked && i < d.n; ++i)
+      for (int64_t k0 = 0; k0 < d.s; k0 += width) {
+        const int64_t n = std::min(width, d.s - k0);
+        load(i, k0, n);
         for (int64_t k = 0; k < n; ++k) {
           double* s1 = a_dy[k % kSumLanes];
           double* s2 = a_dyx[k % kSumLanes];
@@ -643,22 +626,13 @@ void BatchNormGrad(const OpRecord& op) {
         for (int64_t l = 0; l < kGroup; ++l)
           db[k + l] = fa[l] * Dz<kRelu>(ab[k + l], gb[k + l]) + fk[l] * xb[k + l] + fb[l];
     }
-    for (int64_t i = 0; runs && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += kWide) {
-        const int64_t n = std::min(kWide, d.s - k0);
-        load_wide(i, k0, n);
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t l = 0; l < kGroup; ++l) wx[k][l] = fa[l] * wg[k][l] + fk[l] * wx[k][l] + fb[l];
-        for (int64_t t = 0; t < n; t += kGroup) StoreTile(d, dxl, dx, i, c0, k0 + t, std::min(kGroup, n - t), wx + t);
-      }
-    for (int64_t i = 0; !all_blocked && !runs && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
-        const int64_t n = std::min(kGroup, d.s - k0);
-        LoadTile(d, xl, x, i, c0, k0, n, tx);
-        load_dz(i, k0, n);
+    for (int64_t i = 0; !all_blocked && i < d.n; ++i)
+      for (int64_t k0 = 0; k0 < d.s; k0 += width) {
+        const int64_t n = std::min(width, d.s - k0);
+        load(i, k0, n);
         for (int64_t k = 0; k < n; ++k)
           for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
-        StoreTile(d, dxl, dx, i, c0, k0, n, tx);
+        for (int64_t t = 0; t < n; t += kGroup) StoreTile(d, dxl, dx, i, c0, k0 + t, std::min(kGroup, n - t), tx + t);
       }
   });
 }
