@@ -48,9 +48,7 @@ bool SameWhole(const OpUses& u, const Tensor& t, const Tensor& like) {
 PassResult FuseBatchNormRelu(OpList list, const Device& device) {
   const OpUses u(list);
   const int n = int(list.size());
-  std::vector<bool> drop(size_t(n), false);
-  std::vector<OpRecord> fused_at(static_cast<size_t>(n));  // the record replacing op i (def null: none)
-  size_t fused = 0;
+  OpRewrites rw{size_t(n)};
 
   // Forward: batch_norm_train, then relu of its y; the fused record at the batch norm's place.
   for (int i = 0; i < n; ++i) {
@@ -71,15 +69,14 @@ PassResult FuseBatchNormRelu(OpList list, const Device& device) {
     f.attrs.Set("relu", int64_t(1));
     f.outputs[0] = a;
     if (!device.Supports(f)) continue;  // Note [What a kernel supports]
-    fused_at[size_t(i)] = std::move(f);
-    drop[size_t(j)] = true;
-    ++fused;
+    rw.Replace(i, std::move(f));
+    rw.drop[size_t(j)] = true;
   }
 
   // Backward: relu_grad, then batch_norm_grad of its dz; the fused record at the latter's place.
   for (int p = 0; p < n; ++p) {
     const OpRecord& g = list.ops[size_t(p)];
-    if (g.def != &op_kind::relu_grad || drop[size_t(p)]) continue;
+    if (g.def != &op_kind::relu_grad || rw.drop[size_t(p)]) continue;
     const Tensor& dz = g.outputs[0];
     const int q = u.OnlyReader(dz, p);
     if (q < 0) continue;
@@ -99,18 +96,12 @@ PassResult FuseBatchNormRelu(OpList list, const Device& device) {
     f.inputs[4] = da;
     f.inputs.push_back(a);
     if (!device.Supports(f)) continue;  // Note [What a kernel supports]
-    fused_at[size_t(q)] = std::move(f);
-    drop[size_t(p)] = true;
-    ++fused;
+    rw.Replace(q, std::move(f));
+    rw.drop[size_t(p)] = true;
   }
 
-  if (!fused) return {std::move(list), 0};
-  std::vector<OpRecord> kept;
-  for (int i = 0; i < n; ++i) {
-    if (drop[size_t(i)]) continue;
-    kept.push_back(fused_at[size_t(i)].def ? std::move(fused_at[size_t(i)]) : std::move(list.ops[size_t(i)]));
-  }
-  PassResult r{Rebuild(std::move(kept), list), fused};
+  const size_t fused = rw.count;
+  PassResult r{rw.Apply(std::move(list)), fused};
   r.bn_relu = fused;
   return r;
 }

@@ -1,8 +1,9 @@
 // Who reads and writes each block of a captured op list, for the fusion passes (passes.h):
 // fuse_bias_act.cc and fuse_bn_relu.cc ask the same questions of an intermediate before they
-// fuse its writer with its reader.
+// fuse its writer with its reader, and collect their rewrites the same way (OpRewrites).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "graph/capture.h"
@@ -38,6 +39,29 @@ struct OpUses {
 
   const OpList& list;
   std::vector<std::vector<int>> readers, writers;
+};
+
+// A fusion pass's rewrites of a list of n ops: op i dropped, or replaced by a fused record.
+struct OpRewrites {
+  explicit OpRewrites(size_t n) : drop(n, false), replace(n) {}
+  void Replace(int i, OpRecord fused) {
+    replace[size_t(i)] = std::move(fused);
+    ++count;
+  }
+  // The list with the rewrites made (the list itself when there are none).
+  OpList Apply(OpList list) {
+    if (!count) return list;
+    std::vector<OpRecord> kept;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (drop[i]) continue;
+      kept.push_back(replace[i].def ? std::move(replace[i]) : std::move(list.ops[i]));
+    }
+    return Rebuild(std::move(kept), list);
+  }
+
+  std::vector<bool> drop;
+  std::vector<OpRecord> replace;  // def null: op i stays
+  size_t count = 0;               // fused records made
 };
 
 }  // namespace loom
