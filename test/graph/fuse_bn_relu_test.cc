@@ -4,7 +4,7 @@
 // replay stays bitwise equal to eager with the pass and the blocked layouts on or off; the pass
 // leaves the ops alone where z is read by another op or held by the user, or dz is read twice.
 // The fused kernels on their own (Note [Batch norm with ReLU] in device/cpu/kernels/norm.cc):
-// byte for byte the unfused ops, NCHW and blocked.
+// byte for byte the unfused ops, NCHW and blocked. The CUDA kernels refuse the fused records.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -311,6 +311,26 @@ TEST(FuseBnReluTest, FusedKernelsAreBytewiseTheUnfusedOps) {
   const Attrs fused{{"eps", 1e-5}, {"training", int64_t(1)}, {"relu", int64_t(1)}};
   LOOM_EXPECT_THROW_MSG(Call("batch_norm_grad", {x, c, c, c, x}, fused), ValueError, "[batch_norm_grad] takes 6");
   LOOM_EXPECT_THROW_MSG(Call("batch_norm_grad", {x, c, c, c, x, c}, fused), ShapeError, "the ReLU output");
+}
+
+// The CUDA kernels call cuDNN's batch norm as is: their predicate refuses the fused records (and
+// the layout attributes), so that neither pass fires on a CUDA device. Read without a GPU: the
+// predicate is registered whenever the CUDA backend is built.
+TEST(FuseBnReluTest, CudaBatchNormRefusesTheFusedRecords) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "loom was built without the CUDA backend";
+#endif
+  for (const char* name : {"batch_norm_train", "batch_norm_grad"}) {
+    bool (*supports)(const OpRecord&) = GetOp(name).supports[int(DeviceType::kCUDA)];
+    ASSERT_NE(supports, nullptr) << name << ": without a predicate every record is supported";
+    OpRecord r;
+    r.def = &GetOp(name);
+    EXPECT_TRUE(supports(r)) << name;
+    r.attrs.Set("relu", int64_t(1));
+    EXPECT_FALSE(supports(r)) << name;
+    r.attrs.Set("relu", int64_t(0)).Set("x_blocked", int64_t(16));
+    EXPECT_FALSE(supports(r)) << name;
+  }
 }
 
 }  // namespace
