@@ -190,6 +190,7 @@ struct Flags {
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
+  bool fuse_bn_relu = loom::GraphOptions().fuse_bn_relu;
   bool plan_layouts = loom::GraphOptions().plan_layouts;
   std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
@@ -204,6 +205,7 @@ const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
+    "                  [--fuse-bn-relu | --no-fuse-bn-relu]\n"
     "                  [--plan-layouts | --no-plan-layouts] [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
     "                  [--latency-us L]] [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]\n"
@@ -227,6 +229,8 @@ const char* kUsage =
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
+    "  --fuse-bn-relu, --no-fuse-bn-relu  graphs fuse training batch norm with its ReLU, forward and\n"
+    "                         backward, or not (GraphOptions::fuse_bn_relu, off by default)\n"
     "  --plan-layouts, --no-plan-layouts  graphs keep conv/batch-norm/relu/add activations in oneDNN's\n"
     "                         blocked layout, or not (GraphOptions::plan_layouts, on by default)\n"
     "  --cpu-conv I   CPU convolutions: auto (oneDNN direct, else im2col; the default), im2col, or winograd\n"
@@ -304,6 +308,10 @@ Flags ParseFlags(int argc, char** argv) {
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
     } else if (a.Switch("--no-fuse-bias-act")) {
       f.fuse_bias_act = false;
+    } else if (a.Switch("--fuse-bn-relu")) {
+      f.fuse_bn_relu = true;
+    } else if (a.Switch("--no-fuse-bn-relu")) {
+      f.fuse_bn_relu = false;
     } else if (a.Switch("--plan-layouts")) {
       f.plan_layouts = true;
     } else if (a.Switch("--no-plan-layouts")) {
@@ -533,6 +541,7 @@ loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) 
   loom::GraphOptions o;
   o.fuse = fuse;
   o.fuse_bias_act = fuse && f.fuse_bias_act;
+  o.fuse_bn_relu = fuse && f.fuse_bn_relu;
   o.plan_layouts = fuse && f.plan_layouts;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;

@@ -83,6 +83,12 @@ PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& optio
     b.rewrites += r.rewrites;
     r = std::move(b);
   }
+  if (options.fuse_bn_relu) {
+    PassResult b = FuseBatchNormRelu(std::move(r.ops), device);
+    r.ops = std::move(b.ops);
+    r.rewrites += b.rewrites;
+    r.bn_relu = b.bn_relu;
+  }
   if (options.plan_layouts) {  // last: it sees the fused ops
     PassResult l = PlanActivationLayouts(std::move(r.ops), device);
     r.ops = std::move(l.ops);

@@ -24,6 +24,7 @@
 // bitwise equal to eager.
 #include "device/bias_act_formulas.h"
 #include "device/device.h"
+#include "graph/op_uses.h"
 #include "graph/passes.h"
 
 LOOM_OP_KIND(matmul);
@@ -58,45 +59,12 @@ BiasAct ActGradOf(const OpDef* def) {
   return BiasAct::kNone;
 }
 
-struct Uses {
-  explicit Uses(const OpList& list) : list(list), readers(list.blocks.size()), writers(list.blocks.size()) {
-    for (size_t i = 0; i < list.size(); ++i) {
-      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
-      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
-    }
-  }
-  int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
-  // t is all of its block, contiguous.
-  bool Whole(const Tensor& t) const {
-    return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
-  }
-  // Output `t` of op i is an intermediate that op i alone writes and one other op alone reads,
-  // as a whole, and no one outside holds: returns that reader, or -1.
-  int OnlyReader(const Tensor& t, int i) const {
-    const int b = Block(t);
-    const BlockFacts& f = list.facts[size_t(b)];
-    if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
-    if (writers[size_t(b)] != std::vector<int>{i} || readers[size_t(b)].size() != 1) return -1;
-    return readers[size_t(b)][0];
-  }
-  bool WrittenBetween(const Tensor& t, int i, int j) const {
-    for (int w : writers[size_t(Block(t))])
-      if (w > i && w < j) return true;
-    return false;
-  }
-
-  const OpList& list;
-  std::vector<std::vector<int>> readers, writers;
-};
-
 }  // namespace
 
 PassResult FuseBiasActivations(OpList list, const Device& device) {
-  const Uses u(list);
+  const OpUses u(list);
   const int n = int(list.size());
-  std::vector<bool> drop(size_t(n), false);
-  std::vector<OpRecord> fused_at(static_cast<size_t>(n));  // the record replacing op i (def null: none)
-  size_t fused = 0;
+  OpRewrites rw{size_t(n)};
 
   // Forward chains, each ending at its last op.
   for (int i = 0; i < n; ++i) {
@@ -130,10 +98,9 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
       f.inputs = {x, w, b};
       f.outputs = {list.ops[size_t(last)].outputs[0]};
       if (device.Supports(f)) {  // Note [What a kernel supports]
-        fused_at[size_t(last)] = std::move(f);
-        drop[size_t(i)] = true;
-        if (last != j) drop[size_t(j)] = true;
-        ++fused;
+        rw.Replace(last, std::move(f));
+        rw.drop[size_t(i)] = true;
+        if (last != j) rw.drop[size_t(j)] = true;
         break;
       }
       if (last == j) break;
@@ -161,9 +128,8 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
     f.inputs = conv.inputs;
     f.outputs = a.outputs;
     if (!device.Supports(f)) continue;  // Note [What a kernel supports]
-    fused_at[size_t(j)] = std::move(f);
-    drop[size_t(i)] = true;
-    ++fused;
+    rw.Replace(j, std::move(f));
+    rw.drop[size_t(i)] = true;
   }
 
   // Backward: an activation's gradient and the bias gradient of the same dz (a dense layer's
@@ -171,14 +137,14 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
   for (int p = 0; p < n; ++p) {
     const OpRecord& g = list.ops[size_t(p)];
     const BiasAct act = ActGradOf(g.def);
-    if (act == BiasAct::kNone || drop[size_t(p)]) continue;
+    if (act == BiasAct::kNone || rw.drop[size_t(p)]) continue;
     const Tensor& dz = g.outputs[0];
     const int bz = u.Block(dz);
     if (u.writers[size_t(bz)] != std::vector<int>{p} || !u.Whole(dz)) continue;
     for (int q : u.readers[size_t(bz)]) {
       const OpRecord& bg = list.ops[size_t(q)];
       const bool channels = bg.def == &op_kind::conv2d_grad_bias;
-      if ((bg.def != &op_kind::bias_grad && !channels) || drop[size_t(q)] || bg.inputs[0].block() != dz.block() ||
+      if ((bg.def != &op_kind::bias_grad && !channels) || rw.drop[size_t(q)] || bg.inputs[0].block() != dz.block() ||
           bg.inputs[0].shape() != dz.shape())
         continue;
       const Tensor& db = bg.outputs[0];
@@ -193,20 +159,14 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
       f.inputs = g.inputs;
       f.outputs = {dz, db};
       if (!device.Supports(f)) continue;  // Note [What a kernel supports]
-      fused_at[size_t(p)] = std::move(f);
-      drop[size_t(q)] = true;
-      ++fused;
+      rw.Replace(p, std::move(f));
+      rw.drop[size_t(q)] = true;
       break;
     }
   }
 
-  if (!fused) return {std::move(list), 0};
-  std::vector<OpRecord> kept;
-  for (int i = 0; i < n; ++i) {
-    if (drop[size_t(i)]) continue;
-    kept.push_back(fused_at[size_t(i)].def ? std::move(fused_at[size_t(i)]) : std::move(list.ops[size_t(i)]));
-  }
-  PassResult r{Rebuild(std::move(kept), list), fused};
+  const size_t fused = rw.count;
+  PassResult r{rw.Apply(std::move(list)), fused};
   r.bias_act = fused;
   return r;
 }

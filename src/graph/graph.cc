@@ -107,6 +107,7 @@ void Graph::Finalize() {
   stats_.inplace_ops = layout_.inplace.size();
   stats_.fused_ops = passed.rewrites;
   stats_.fused_bias_act = passed.bias_act;
+  stats_.fused_bn_relu = passed.bn_relu;
   stats_.blocked_layouts = passed.blocked_layouts;
   stats_.recomputed_ops = rc.recomputed_ops;
   stats_.recompute_flops = rc.added_flops;

@@ -36,6 +36,10 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "with fuse: matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> "           \
     "conv2d_relu, an activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias "    \
     "and activation])")                                                                                 \
+  X(bool, fuse_bn_relu, false,                                                                         \
+    "with fuse: training batch norm + relu -> batch_norm_train with relu = 1, relu_grad + "            \
+    "batch_norm_grad -> batch_norm_grad with relu = 1 (Note [Fusing batch norm and ReLU]); off by "    \
+    "default until test/graph/layout_test.cc counts the blocks it removes")                            \
   X(bool, plan_layouts, true,                                                                          \
     "with fuse: activations and their gradients between convolutions, batch norm, relu, add and "     \
     "global pooling stay in oneDNN's blocked layout, without reorders around the convolutions "      \
@@ -59,6 +63,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(size_t, inplace_ops, 0, "ops whose output took over an input's memory")                           \
   X(size_t, fused_ops, 0, "op pairs the passes made one")                                              \
   X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
+  X(size_t, fused_bn_relu, 0, "of these, the batch norms that took their ReLU (forward and backward)") \
   X(size_t, blocked_layouts, 0, "activation blocks kept in oneDNN's blocked layout (Note [Activation layouts])") \
   X(size_t, recomputed_ops, 0, "ops the memory budget added to compute dropped activations again")    \
   X(int64_t, recompute_flops, 0, "dense FLOPs of these ops (graph/flops.h)")                            \

@@ -23,6 +23,7 @@ struct PassResult {
   OpList ops;
   size_t rewrites = 0;  // op pairs made one (GraphStats::fused_ops)
   size_t bias_act = 0;  // of these, the ops FuseBiasActivations made (GraphStats::fused_bias_act)
+  size_t bn_relu = 0;   // of these, the ops FuseBatchNormRelu made (GraphStats::fused_bn_relu)
   size_t blocked_layouts = 0;  // blocks PlanActivationLayouts keeps blocked (GraphStats::blocked_layouts)
 };
 
@@ -31,6 +32,9 @@ PassResult FuseWeightGradientsIntoUpdates(OpList ops, const Device& device);
 
 // Note [Fusing bias and activation] (fuse_bias_act.cc). Keeps arithmetic on the CPU.
 PassResult FuseBiasActivations(OpList ops, const Device& device);
+
+// Note [Fusing batch norm and ReLU] (fuse_bn_relu.cc). Keeps arithmetic on the CPU.
+PassResult FuseBatchNormRelu(OpList ops, const Device& device);
 
 // Note [Activation layouts] (layout.cc). Keeps arithmetic on the CPU.
 PassResult PlanActivationLayouts(OpList ops, const Device& device);

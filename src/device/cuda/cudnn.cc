@@ -394,6 +394,16 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
       op.inputs[2].raw_data(), op.inputs[3].raw_data()));
 }
 
+// Note [What a kernel supports]: cuDNN's batch norm as called above, so neither the fused ReLU
+// (relu = 1, Note [Fusing batch norm and ReLU] in graph/fuse_bn_relu.cc) nor a blocked layout
+// attribute (Note [Activation layouts] in graph/layout.cc, which reads a predicate as knowing
+// its attributes): the graph passes leave these records as they are on a CUDA device.
+bool BatchNormSupportsCuda(const OpRecord& op) {
+  for (const char* a : {"relu", "x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
+    if (op.attrs.Int(a, 0) != 0) return false;
+  return true;
+}
+
 }  // namespace
 
 LOOM_KERNEL(conv2d, kCUDA, Conv2dCuda);
@@ -404,6 +414,8 @@ LOOM_KERNEL(conv2d_grad_bias, kCUDA, Conv2dGradBiasCuda);
 LOOM_KERNEL(batch_norm_train, kCUDA, BatchNormTrainCuda);
 LOOM_KERNEL(batch_norm_infer, kCUDA, BatchNormInferCuda);
 LOOM_KERNEL(batch_norm_grad, kCUDA, BatchNormGradCuda);
+LOOM_KERNEL_SUPPORTS(batch_norm_train, kCUDA, BatchNormSupportsCuda);
+LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCUDA, BatchNormSupportsCuda);
 
 }  // namespace cuda
 }  // namespace loom

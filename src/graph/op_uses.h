@@ -1,0 +1,67 @@
+// Who reads and writes each block of a captured op list, for the fusion passes (passes.h):
+// fuse_bias_act.cc and fuse_bn_relu.cc ask the same questions of an intermediate before they
+// fuse its writer with its reader, and collect their rewrites the same way (OpRewrites).
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "graph/capture.h"
+
+namespace loom {
+
+struct OpUses {
+  explicit OpUses(const OpList& list) : list(list), readers(list.blocks.size()), writers(list.blocks.size()) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
+      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
+    }
+  }
+  int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
+  // t is all of its block, contiguous.
+  bool Whole(const Tensor& t) const {
+    return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
+  }
+  // Output `t` of op i is an intermediate that op i alone writes and one other op alone reads,
+  // as a whole, and no one outside holds: returns that reader, or -1.
+  int OnlyReader(const Tensor& t, int i) const {
+    const int b = Block(t);
+    const BlockFacts& f = list.facts[size_t(b)];
+    if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
+    if (writers[size_t(b)] != std::vector<int>{i} || readers[size_t(b)].size() != 1) return -1;
+    return readers[size_t(b)][0];
+  }
+  bool WrittenBetween(const Tensor& t, int i, int j) const {
+    for (int w : writers[size_t(Block(t))])
+      if (w > i && w < j) return true;
+    return false;
+  }
+
+  const OpList& list;
+  std::vector<std::vector<int>> readers, writers;
+};
+
+// A fusion pass's rewrites of a list of n ops: op i dropped, or replaced by a fused record.
+struct OpRewrites {
+  explicit OpRewrites(size_t n) : drop(n, false), replace(n) {}
+  void Replace(int i, OpRecord fused) {
+    replace[size_t(i)] = std::move(fused);
+    ++count;
+  }
+  // The list with the rewrites made (the list itself when there are none).
+  OpList Apply(OpList list) {
+    if (!count) return list;
+    std::vector<OpRecord> kept;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (drop[i]) continue;
+      kept.push_back(replace[i].def ? std::move(replace[i]) : std::move(list.ops[i]));
+    }
+    return Rebuild(std::move(kept), list);
+  }
+
+  std::vector<bool> drop;
+  std::vector<OpRecord> replace;  // def null: op i stays
+  size_t count = 0;               // fused records made
+};
+
+}  // namespace loom
