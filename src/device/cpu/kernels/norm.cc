@@ -151,30 +151,18 @@ ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims
   return l;
 }
 
-// 16 rows of 16 floats transposed in registers: four rounds of interleaving row i with row i + 8
-// (row 2i takes the low halves, row 2i + 1 the high ones).
 typedef float F32x16 __attribute__((vector_size(64)));
-typedef int32_t I32x16 __attribute__((vector_size(64)));
-inline void Transpose16(F32x16* r) {
-  const I32x16 lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-  const I32x16 hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  for (int round = 0; round < 4; ++round) {
-    F32x16 t[16];
-    for (int i = 0; i < 16; ++i) t[i] = __builtin_shuffle(r[i / 2], r[i / 2 + 8], i % 2 ? hi : lo);
-    for (int i = 0; i < 16; ++i) r[i] = t[i];
-  }
-}
 // A whole float tile between 16 runs of 16 values (`stride` apart) and [pixel][channel] order.
 inline void RunsToTile(const float* p, int64_t stride, float (*tile)[kGroup]) {
   F32x16 r[16];
   for (int c = 0; c < 16; ++c) std::memcpy(&r[c], p + c * stride, sizeof r[c]);
-  Transpose16(r);
+  Transpose16x16(r);
   std::memcpy(tile, r, sizeof r);
 }
 inline void TileToRuns(const float (*tile)[kGroup], float* p, int64_t stride) {
   F32x16 r[16];
   std::memcpy(r, tile, sizeof r);
-  Transpose16(r);
+  Transpose16x16(r);
   for (int c = 0; c < 16; ++c) std::memcpy(p + c * stride, &r[c], sizeof r[c]);
 }
 
