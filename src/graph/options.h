@@ -39,7 +39,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(bool, fuse_bn_relu, false,                                                                         \
     "with fuse: training batch norm + relu -> batch_norm_train with relu = 1, relu_grad + "            \
     "batch_norm_grad -> batch_norm_grad with relu = 1 (Note [Fusing batch norm and ReLU]); off by "    \
-    "default until test/graph/layout_test.cc counts the blocks it removes")                            \
+    "default: measured no faster than the unfused ops on the small CNN and ResNet-18")                \
   X(bool, plan_layouts, true,                                                                          \
     "with fuse: activations and their gradients between convolutions, batch norm, relu, add and "     \
     "global pooling stay in oneDNN's blocked layout, without reorders around the convolutions "      \
