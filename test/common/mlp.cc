@@ -1,5 +1,11 @@
 #include "common/mlp.h"
 
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/harness.h"
+
 namespace loom {
 namespace test {
 
@@ -29,6 +35,12 @@ TrainRun TrainReplayed(CapturedGraph& graph, const Mlp& m, nn::Optimizer& opt, c
   }
   run.params = m.Values();
   return run;
+}
+
+void ExpectBitwiseRuns(const TrainRun& a, const TrainRun& b, const std::string& what) {
+  ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
+  EXPECT_EQ(std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)), 0) << what;
+  EXPECT_TRUE(SameBits(a.params, b.params)) << what;
 }
 
 }  // namespace test

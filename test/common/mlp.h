@@ -4,6 +4,7 @@
 #pragma once
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/autograd.h"
@@ -91,6 +92,9 @@ struct TrainRun {
   std::vector<float> losses;
   std::vector<std::vector<float>> params;
 };
+
+// Losses and parameters of two runs bit for bit (graph replay against eager); `what` names the run.
+void ExpectBitwiseRuns(const TrainRun& a, const TrainRun& b, const std::string& what);
 
 // Where a run's batches come from: step s trains on data.Batch(batch, seed + s).
 struct BatchPlan {

@@ -138,12 +138,6 @@ Replayed Replay(bool fuse, bool plan_layouts) {
   return r;
 }
 
-void ExpectBitwise(const TrainRun& e, const TrainRun& g, const std::string& what) {
-  ASSERT_EQ(e.losses.size(), g.losses.size()) << what;
-  EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << what;
-  EXPECT_TRUE(SameBits(e.params, g.params)) << what;
-}
-
 TEST(FuseBnReluTest, ConvBnReluNetAndResidualBlockReplayBitwiseEqualToEager) {
   const TrainRun e = Eager();
   GraphStats on_nchw, off_nchw;
@@ -151,7 +145,7 @@ TEST(FuseBnReluTest, ConvBnReluNetAndResidualBlockReplayBitwiseEqualToEager) {
     for (bool fuse : {false, true}) {
       const std::string what = std::string(fuse ? "fused" : "unfused") + (layouts ? ", layouts" : ", NCHW");
       const Replayed r = Replay(fuse, layouts);
-      ExpectBitwise(e, r.run, what);
+      ExpectBitwiseRuns(e, r.run, what);
       EXPECT_EQ(r.stats.fused_bn_relu, fuse ? 4u : 0u) << what;
       EXPECT_EQ(r.counts.fused_train, fuse ? 2u : 0u) << what;
       EXPECT_EQ(r.counts.fused_grad, fuse ? 2u : 0u) << what;

@@ -145,12 +145,6 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   return r;
 }
 
-void ExpectBitwise(const TrainRun& e, const TrainRun& g, const std::string& what) {
-  ASSERT_EQ(e.losses.size(), g.losses.size()) << what;
-  EXPECT_EQ(std::memcmp(e.losses.data(), g.losses.data(), e.losses.size() * sizeof(float)), 0) << what;
-  EXPECT_TRUE(SameBits(e.params, g.params)) << what;
-}
-
 class LayoutTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -161,8 +155,8 @@ class LayoutTest : public ::testing::Test {
 TEST_F(LayoutTest, ConvBatchNormBlocksStayBlockedAndReplayStaysBitwiseEqualToEager) {
   const TrainRun e = Eager(Conv0::kPlain);
   const Replayed on = Replay(Conv0::kPlain, true), off = Replay(Conv0::kPlain, false);
-  ExpectBitwise(e, on.run, "layouts planned");
-  ExpectBitwise(e, off.run, "layouts not planned");
+  ExpectBitwiseRuns(e, on.run, "layouts planned");
+  ExpectBitwiseRuns(e, off.run, "layouts not planned");
   // Six regions: each convolution's output (read by batch norm), each batch-norm input gradient
   // (read by the convolution gradients), and after each batch norm its output, the relu's, and
   // in backward the gradients tied to them by relu_grad (the second convolution's dx and the
@@ -186,7 +180,7 @@ TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
   for (Conv0 how : {Conv0::kReadByAnOp, Conv0::kHeld}) {
     const std::string what = how == Conv0::kHeld ? "held" : "read by a sum";
     const Replayed r = Replay(how, true);
-    ExpectBitwise(Eager(how), r.run, what);
+    ExpectBitwiseRuns(Eager(how), r.run, what);
     // The first convolution's output stays NCHW (of the 12 blocks above). Read by a sum, its
     // gradient is also the sum of two (batch norm's and the sum's), which an add makes: the add
     // ties the first batch norm's dx to the sum's gradient, and that region stays NCHW too.
@@ -197,8 +191,8 @@ TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
 TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEager) {
   const TrainRun e = Eager(Conv0::kPlain, Pooling::kMax);
   const Replayed on = Replay(Conv0::kPlain, true, Pooling::kMax), off = Replay(Conv0::kPlain, false, Pooling::kMax);
-  ExpectBitwise(e, on.run, "max pooling, layouts planned");
-  ExpectBitwise(e, off.run, "max pooling, layouts not planned");
+  ExpectBitwiseRuns(e, on.run, "max pooling, layouts planned");
+  ExpectBitwiseRuns(e, off.run, "max pooling, layouts not planned");
   // Max pooling no longer pins its region: blocked are each convolution's output (1 + 1), each
   // batch norm's output with the relu's and the two gradients relu_grad ties to them (4 + 4),
   // the first pooling's output (read by the second convolution) and its gradient (the second
