@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "common/harness.h"
+#include "common/conv_params.h"
 #include "common/mlp.h"
 #include "core/ops_cnn.h"
 #include "device/cpu/kernels/conv_dnnl.h"
@@ -39,19 +40,11 @@ struct Net {
   std::vector<Tensor> stats;  // running mean and variance of the three batch norms
   explicit Net(const std::shared_ptr<Device>& dev) {
     dev->SetRandSeed(23);
-    for (Shape s : {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{16, 16, 3, 3}, Shape{16}, Shape{16},
-                    Shape{32, 16, 3, 3}, Shape{32}, Shape{32}, Shape{32, 10}, Shape{10}}) {
-      const bool gamma = s.size() == 1 && (p.size() == 1 || p.size() == 4 || p.size() == 7);
-      Tensor t = gamma ? ops::Ones(s, DType::kFloat32, dev) : ops::Normal(s, 0, 0.3, DType::kFloat32, dev);
-      t.set_requires_grad(true).set_name("p" + std::to_string(p.size()));
-      t.block()->set_persistent(true);
-      p.push_back(t);
-    }
-    for (int64_t c : {16, 16, 16, 16, 32, 32}) {
-      Tensor t = stats.size() % 2 ? ops::Ones({c}, DType::kFloat32, dev) : ops::Zeros({c}, DType::kFloat32, dev);
-      t.block()->set_persistent(true);
-      stats.push_back(t);
-    }
+    p = TrainableParams(dev,
+                        {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{16, 16, 3, 3}, Shape{16}, Shape{16},
+                         Shape{32, 16, 3, 3}, Shape{32}, Shape{32}, Shape{32, 10}, Shape{10}},
+                        {1, 4, 7});
+    stats = RunningStats(dev, {16, 16, 32});
   }
   Tensor Bn(const Tensor& x, int k) const {
     return ops::BatchNorm(x, p[size_t(3 * k + 1)], p[size_t(3 * k + 2)], stats[size_t(2 * k)], stats[size_t(2 * k + 1)],
@@ -67,19 +60,10 @@ struct Net {
     for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
     return loss;
   }
-  std::vector<std::vector<float>> Values() const {
-    std::vector<std::vector<float>> v;
-    for (const Tensor& t : p) v.push_back(t.ToVector<float>());
-    for (const Tensor& t : stats) v.push_back(t.ToVector<float>());
-    return v;
-  }
+  std::vector<std::vector<float>> Values() const { return HostValues(p, stats); }
 };
 
-std::pair<Tensor, Tensor> Batch(int s) {
-  Tensor x = RandomTensor({4, 3, 8, 8}, DType::kFloat32, uint32_t(400 + s));
-  std::vector<int32_t> labels = {int32_t(s % 10), 3, 7, int32_t((s * 3) % 10)};
-  return {x, ops::FromVector(labels, {4}, CpuDevice())};
-}
+std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(8, 400, s); }
 
 TrainRun Eager() {
   Net net(CpuDevice());

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/harness.h"
+#include "common/conv_params.h"
 #include "common/mlp.h"
 #include "core/ops_cnn.h"
 #include "device/cpu/kernels/conv_dnnl.h"
@@ -46,19 +47,11 @@ struct Net {
   explicit Net(const std::shared_ptr<Device>& dev, Pooling pooling_ = Pooling::kGlobalAverage) : pooling(pooling_) {
     dev->SetRandSeed(17);
     const int64_t features = pooling == Pooling::kMax ? 32 * 2 * 2 : 32;  // 9x9 -> 5x5 -> 2x2
-    for (Shape s : {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{32, 16, 3, 3}, Shape{32}, Shape{32},
-                    Shape{features, 10}, Shape{10}}) {
-      Tensor t = s.size() == 1 && (p.size() == 1 || p.size() == 4) ? ops::Ones(s, DType::kFloat32, dev)
-                                                                     : ops::Normal(s, 0, 0.3, DType::kFloat32, dev);
-      t.set_requires_grad(true).set_name("p" + std::to_string(p.size()));
-      t.block()->set_persistent(true);
-      p.push_back(t);
-    }
-    for (int64_t c : {16, 16, 32, 32}) {
-      Tensor t = stats.size() % 2 ? ops::Ones({c}, DType::kFloat32, dev) : ops::Zeros({c}, DType::kFloat32, dev);
-      t.block()->set_persistent(true);
-      stats.push_back(t);
-    }
+    p = TrainableParams(dev,
+                        {Shape{16, 3, 3, 3}, Shape{16}, Shape{16}, Shape{32, 16, 3, 3}, Shape{32}, Shape{32},
+                         Shape{features, 10}, Shape{10}},
+                        {1, 4});
+    stats = RunningStats(dev, {16, 32});
   }
   Tensor Step(const Tensor& x, const Tensor& y, nn::Optimizer& opt, Conv0 how, Tensor* held = nullptr) const {
     ops::Conv2dOptions same;
@@ -79,19 +72,10 @@ struct Net {
     for (auto& pg : Backward(loss)) opt.Apply(pg.second, pg.first, pg.first.name());
     return loss;
   }
-  std::vector<std::vector<float>> Values() const {
-    std::vector<std::vector<float>> v;
-    for (const Tensor& t : p) v.push_back(t.ToVector<float>());
-    for (const Tensor& t : stats) v.push_back(t.ToVector<float>());
-    return v;
-  }
+  std::vector<std::vector<float>> Values() const { return HostValues(p, stats); }
 };
 
-std::pair<Tensor, Tensor> Batch(int s) {
-  Tensor x = RandomTensor({4, 3, 9, 9}, DType::kFloat32, uint32_t(300 + s));
-  std::vector<int32_t> labels = {int32_t(s % 10), 3, 7, int32_t((s * 3) % 10)};
-  return {x, ops::FromVector(labels, {4}, CpuDevice())};
-}
+std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(9, 300, s); }
 
 TrainRun Eager(Conv0 how, Pooling pooling = Pooling::kGlobalAverage) {
   Net net(CpuDevice(), pooling);
