@@ -192,6 +192,7 @@ struct Flags {
   bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
   bool fuse_bn_relu = loom::GraphOptions().fuse_bn_relu;
   bool plan_layouts = loom::GraphOptions().plan_layouts;
+  bool weights_blocked = loom::GraphOptions().keep_weights_blocked;
   std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
@@ -206,7 +207,8 @@ const char* kUsage =
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
     "                  [--fuse-bn-relu | --no-fuse-bn-relu]\n"
-    "                  [--plan-layouts | --no-plan-layouts] [--cpu-conv auto|im2col|winograd]\n"
+    "                  [--plan-layouts | --no-plan-layouts] [--blocked-weights | --no-blocked-weights]\n"
+    "                  [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
     "                  [--latency-us L]] [--bucket-mb X] [--first-bucket-mb X] [--no-overlap]\n"
     "  --model M      mlp (784-1024-1024-10), cnn (small CNN, 3x32x32), resnet18 (CIFAR stem, 3x32x32),\n"
@@ -233,6 +235,9 @@ const char* kUsage =
     "                         backward, or not (GraphOptions::fuse_bn_relu, off by default)\n"
     "  --plan-layouts, --no-plan-layouts  graphs keep conv/batch-norm/relu/add activations in oneDNN's\n"
     "                         blocked layout, or not (GraphOptions::plan_layouts, on by default)\n"
+    "  --blocked-weights, --no-blocked-weights  graphs keep SGD-updated convolution weights (and their\n"
+    "                         gradients and momentum) in oneDNN's blocked layout between replays, or not\n"
+    "                         (GraphOptions::keep_weights_blocked, on by default)\n"
     "  --cpu-conv I   CPU convolutions: auto (oneDNN direct, else im2col; the default), im2col, or winograd\n"
     "                 (oneDNN's Winograd F(4x4,3x3) for 3x3 stride-1 layers: faster, ~1e-4 relative rounding,\n"
     "                 more scratch; Note [Winograd] in device/cpu/kernels/conv_dnnl.h); default LOOM_CPU_CONV\n"
@@ -316,6 +321,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.plan_layouts = true;
     } else if (a.Switch("--no-plan-layouts")) {
       f.plan_layouts = false;
+    } else if (a.Switch("--blocked-weights")) {
+      f.weights_blocked = true;
+    } else if (a.Switch("--no-blocked-weights")) {
+      f.weights_blocked = false;
     } else if (a.Is("--cpu-conv")) {
       f.cpu_conv = a.Value();
       if (f.cpu_conv == "auto") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kAuto);
@@ -543,6 +552,7 @@ loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) 
   o.fuse_bias_act = fuse && f.fuse_bias_act;
   o.fuse_bn_relu = fuse && f.fuse_bn_relu;
   o.plan_layouts = fuse && f.plan_layouts;
+  o.keep_weights_blocked = fuse && f.weights_blocked;
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   if (f.bucket_mb > 0) o.bucket_bytes = int(f.bucket_mb * (1 << 20));

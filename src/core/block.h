@@ -13,6 +13,7 @@
 // never recycled by a graph: see IsPersistent in graph/analysis.h.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,18 @@
 namespace loom {
 
 class Device;
+
+// Note [Weights kept blocked] (graph/weight_layout.h): a graph may keep a parameter's block in a
+// kernel's own layout between its replays. It then guards the block: every access through a
+// Tensor (Tensor::raw_data: kernels, host reads, checkpoints, other graphs) first calls
+// BeforeAccess, which puts the block's values back in the tensor's own layout.
+class BlockGuard {
+ public:
+  virtual void BeforeAccess() = 0;
+
+ protected:
+  ~BlockGuard() = default;
+};
 
 class Block {
  public:
@@ -46,12 +59,22 @@ class Block {
   bool persistent() const { return persistent_; }
   void set_persistent(bool p) { persistent_ = p; }
 
+  // Note [Weights kept blocked]: at most one guard; null when none.
+  BlockGuard* guard() const { return guard_.load(std::memory_order_acquire); }
+  void set_guard(BlockGuard* g) { guard_.store(g, std::memory_order_release); }
+  // Python once exposed this block's memory as a zero-copy numpy view (swig/tensor.i), which may
+  // still exist: no graph may keep the block in another layout. Never cleared.
+  bool host_viewed() const { return host_viewed_.load(std::memory_order_relaxed); }
+  void set_host_viewed() { host_viewed_.store(true, std::memory_order_relaxed); }
+
  private:
   size_t bytes_;
   std::shared_ptr<Device> device_;
   void* ptr_ = nullptr;
   bool owned_ = false;
   bool persistent_ = false;
+  std::atomic<BlockGuard*> guard_{nullptr};
+  std::atomic<bool> host_viewed_{false};
   uint64_t id_;
 };
 

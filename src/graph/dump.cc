@@ -161,6 +161,7 @@ std::string Graph::Summary() const {
   if (stats_.fused_bias_act) o << ", " << stats_.fused_bias_act << " bias+activation fusions";
   if (stats_.fused_bn_relu) o << ", " << stats_.fused_bn_relu << " batch-norm+ReLU fusions";
   if (stats_.blocked_layouts) o << ", " << stats_.blocked_layouts << " blocks in the blocked layout";
+  if (stats_.blocked_weights) o << ", " << stats_.blocked_weights << " weights kept blocked";
   if (options_.memory_budget)
     o << ", memory budget " << options_.memory_budget << " B: " << stats_.recomputed_ops << " ops recomputed (+"
       << stats_.recompute_flops << " FLOPs)";

@@ -94,6 +94,11 @@ PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& optio
     r.ops = std::move(l.ops);
     r.blocked_layouts = l.blocked_layouts;
   }
+  if (options.keep_weights_blocked) {
+    PassResult w = KeepWeightsBlocked(std::move(r.ops), device);
+    r.ops = std::move(w.ops);
+    r.blocked_weights = std::move(w.blocked_weights);
+  }
   return r;
 }
 

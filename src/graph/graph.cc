@@ -115,6 +115,9 @@ void Graph::Finalize() {
   stats_.plan_strategy = planned ? layout_.packing.strategy : "dynamic";
   stats_.memory = options_.memory;
   stats_.random_draws = ops_.random_draws;
+  // Last, once nothing above can throw: the guards put the blocks back when the graph goes.
+  for (Tensor& t : passed.blocked_weights) weight_guards_.push_back(std::make_unique<WeightGuard>(std::move(t)));
+  stats_.blocked_weights = weight_guards_.size();
 }
 
 void Graph::Run(bool sequential) {
@@ -122,6 +125,7 @@ void Graph::Run(bool sequential) {
              state_ == State::kCapturing ? "is still being captured" : "has no finished capture to replay");
   auto in_use = device_->Use();  // Note [One user at a time]
   Device::ReplayScope replaying(device_.get(), name_);  // Note [Host-transfer trap]
+  WeightReplayScope weights(weight_guards_);  // Note [Weights kept blocked]
   replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, binding_}, sequential, stats_);
 }
 

@@ -41,6 +41,7 @@
 #include "graph/plan.h"
 #include "graph/replay.h"
 #include "graph/schedule.h"
+#include "graph/weight_layout.h"
 
 namespace loom {
 
@@ -103,6 +104,8 @@ class Graph final : public CaptureSink {
   Schedule schedule_;      // 4
   Binding binding_;        // 5
   Replayer replayer_;      // 6 (declared after binding_: its device graph goes before the arena)
+  // Note [Weights kept blocked]: the parameters this graph keeps blocked between its replays.
+  std::vector<std::unique_ptr<WeightGuard>> weight_guards_;
   GraphStats stats_;
 };
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "graph/capture.h"
 #include "graph/options.h"
@@ -25,6 +26,8 @@ struct PassResult {
   size_t bias_act = 0;  // of these, the ops FuseBiasActivations made (GraphStats::fused_bias_act)
   size_t bn_relu = 0;   // of these, the ops FuseBatchNormRelu made (GraphStats::fused_bn_relu)
   size_t blocked_layouts = 0;  // blocks PlanActivationLayouts keeps blocked (GraphStats::blocked_layouts)
+  // KeepWeightsBlocked: the parameters and momentum buffers the graph must guard (weight_layout.h)
+  std::vector<Tensor> blocked_weights;
 };
 
 // Note [Weight gradient into the update] (fuse.cc). Keeps arithmetic: bitwise equal to eager.
@@ -38,6 +41,10 @@ PassResult FuseBatchNormRelu(OpList ops, const Device& device);
 
 // Note [Activation layouts] (layout.cc). Keeps arithmetic on the CPU.
 PassResult PlanActivationLayouts(OpList ops, const Device& device);
+
+// Note [Weights kept blocked] (weight_layout.h). Keeps arithmetic on the CPU. The graph guards
+// the blocks of blocked_weights from the end of its capture on.
+PassResult KeepWeightsBlocked(OpList ops, const Device& device);
 
 // Note [Gradient buckets] (buckets.cc). Keeps arithmetic. rewrites: the bucket all-reduces made.
 PassResult BucketGradients(OpList ops, const GraphOptions& options);

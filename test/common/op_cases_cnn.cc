@@ -143,6 +143,17 @@ void AddConv(Table& t) {
     }
 }
 
+// The in-place weight conversion of Note [Weights kept blocked] (graph/weight_layout.h), float32
+// only: to oneDNN's OIhw16i16o and back, a permutation.
+void AddWeightLayout(Table& t) {
+  for (const Shape& w : {Shape{16, 16, 1, 1}, Shape{32, 16, 3, 3}, Shape{16, 48, 2, 3}})
+    for (int64_t blocked : {int64_t(1), int64_t(0)})
+      t.Add("conv_weight_layout", S(w) + (blocked ? " to blocked" : " to OIHW"), kF32, ref::ConvWeightLayout)
+          .In(Uniform(w))
+          .Exact()
+          .Attr("blocked", blocked);
+}
+
 // ---------------------------------------------------------------- pooling
 
 struct Pool {
@@ -364,6 +375,7 @@ void AddEmbedding(Table& t) {
 
 void AddCnnCases(Table& t) {
   AddConv(t);
+  AddWeightLayout(t);
   AddPool(t);
   AddNorm(t);
   AddEmbedding(t);

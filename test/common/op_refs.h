@@ -98,6 +98,7 @@ std::vector<HostTensor> Conv2dRelu(const RefArgs& a);  // relu(conv2d(...)): con
 std::vector<HostTensor> Conv2dGradInput(const RefArgs& a);
 std::vector<HostTensor> Conv2dGradWeight(const RefArgs& a);
 std::vector<HostTensor> Conv2dGradBias(const RefArgs& a);
+std::vector<HostTensor> ConvWeightLayout(const RefArgs& a);
 std::vector<HostTensor> MaxPool2d(const RefArgs& a);
 std::vector<HostTensor> MaxPool2dGrad(const RefArgs& a);
 std::vector<HostTensor> AvgPool2d(const RefArgs& a);

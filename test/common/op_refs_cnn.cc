@@ -171,6 +171,25 @@ std::vector<HostTensor> Conv2dGradBias(const RefArgs& a) {
   return {db};
 }
 
+// w (O, C, KH, KW): blocked = 1: OIHW -> OIhw16i16o, 0: back. In OIhw16i16o, the value of
+// (o, c, kh, kw) sits at [o/16][c/16][kh][kw][c%16][o%16] (oneDNN's definition of the tag).
+std::vector<HostTensor> ConvWeightLayout(const RefArgs& a) {
+  const HostTensor& w = a.in[0];
+  const int64_t o = w.shape[0], c = w.shape[1], kh = w.shape[2], kw = w.shape[3];
+  const bool to_blocked = a.attrs.Int("blocked") != 0;
+  HostTensor out(w.shape);
+  for (int64_t i = 0; i < o; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      for (int64_t y = 0; y < kh; ++y)
+        for (int64_t x = 0; x < kw; ++x) {
+          const int64_t plain = ((i * c + j) * kh + y) * kw + x;
+          const int64_t blocked = ((((i / 16 * (c / 16) + j / 16) * kh + y) * kw + x) * 16 + j % 16) * 16 + i % 16;
+          if (to_blocked) out.v[size_t(blocked)] = w.v[size_t(plain)];
+          else out.v[size_t(plain)] = w.v[size_t(blocked)];
+        }
+  return {out};
+}
+
 // ---------------------------------------------------------------- pooling
 
 // -> (y, argmax): the first maximum of each window (padding never wins), and its index in the plane

@@ -136,6 +136,24 @@ LOOM_OP(conv2d_grad_weight) {
   };
 }
 
+// w: (O, C, KH, KW) -> the same values in the other layout: blocked = 1: from OIHW to oneDNN's
+// OIhw16i16o, 0: back. O and C multiples of 16. The output may be the input itself. Note
+// [Weights kept blocked] in graph/weight_layout.h: run by a graph's guard, not by user code.
+LOOM_OP(conv_weight_layout) {
+  def.internal = "run by a graph that keeps convolution weights blocked (graph/weight_layout.h)";
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "conv_weight_layout";
+    CheckArity(op, in, 1);
+    LOOM_CHECK(in[0].dtype == DType::kFloat32, DTypeError, "[", op, "] weights must be float32, got ", Name(in[0].dtype));
+    const Shape& w = in[0].shape;
+    LOOM_CHECK(w.size() == 4 && w[0] % 16 == 0 && w[1] % 16 == 0, ShapeError, "[", op, "] weights ", ToString(w),
+               ": expected (O, C, KH, KW) with O and C multiples of 16");
+    const int64_t b = a.Int("blocked", -1);
+    LOOM_CHECK(b == 0 || b == 1, ValueError, "[", op, "] blocked must be 0 or 1, got ", b);
+    return std::vector<TensorMeta>{in[0]};
+  };
+}
+
 // dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
 LOOM_OP(conv2d_grad_bias) {
   def.internal = "backward of conv2d";

@@ -93,12 +93,14 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 }
 
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
-// Which activation operands of a call are nChw16c: the attributes a graph sets (Note [Activation
-// layouts] in graph/layout.cc). y: the (N, O, OH, OW) operand (y or dy, ConvDims::blocked); x:
-// the (N, C, H, W) one (x or dx, ConvDims::x_blocked).
+// Which operands of a call are in oneDNN's blocked layouts: the attributes a graph sets. y: the
+// (N, O, OH, OW) operand (y or dy, ConvDims::blocked); x: the (N, C, H, W) one (x or dx,
+// ConvDims::x_blocked), both nChw16c (Note [Activation layouts] in graph/layout.cc); w: the
+// weights (w or dw, ConvDims::w_blocked), OIhw16i16o (Note [Weights kept blocked] in
+// graph/weight_layout.h).
 struct Layouts {
-  bool y = false, x = false;
-  bool any() const { return y || x; }
+  bool y = false, x = false, w = false;
+  bool any() const { return y || x || w; }
 };
 
 const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false,
@@ -109,14 +111,17 @@ const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype
   d.relu = relu;
   d.blocked = blocked.y;
   d.x_blocked = blocked.x;
+  d.w_blocked = blocked.w;
   return FindDnnlConv(pass, d, dtype);
 }
 
-// The record's layouts: y_blocked or dy_blocked, x_blocked or dx_blocked.
+// The record's layouts: y_blocked or dy_blocked, x_blocked or dx_blocked, w_blocked or
+// dw_blocked.
 Layouts Blocked(const OpRecord& op, ConvPass pass) {
   Layouts l;
   l.y = op.attrs.Int(pass == ConvPass::kForward ? "y_blocked" : "dy_blocked", 0) != 0;
   l.x = op.attrs.Int(pass == ConvPass::kGradInput ? "dx_blocked" : "x_blocked", 0) != 0;
+  l.w = op.attrs.Int(pass == ConvPass::kGradWeight ? "dw_blocked" : "w_blocked", 0) != 0;
   return l;
 }
 
@@ -472,6 +477,37 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// w: (O, C, KH, KW) -> the same values in oneDNN's OIhw16i16o (blocked = 1) or back to OIHW
+// (0); O and C multiples of 16 (conv_weight_layout, Note [Weights kept blocked] in
+// graph/weight_layout.h). The output may be the input itself: the input is copied to scratch
+// first. Element (o, c, k) of OIHW (k a position of the KH x KW kernel) lies at
+// ((o C + c) KHKW + k); in OIhw16i16o, at (((o/16 C/16 + c/16) KHKW + k) 16 + c%16) 16 + o%16.
+void ConvWeightLayoutCpu(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor& tw = op.inputs[0];
+  const Shape& s = tw.shape();
+  const int64_t o = s[0], c = s[1], kk = s[2] * s[3], n = tw.numel(), cb = c / 16;
+  if (n == 0) return;
+  const bool to_blocked = op.attrs.Int("blocked") != 0;
+  Scratch scratch(ctx, size_t(n) * sizeof(float));
+  const float* src = scratch.as<float>();
+  std::memcpy(scratch.as<float>(), tw.data<float>(), size_t(n) * sizeof(float));
+  float* dst = op.outputs[0].data<float>();
+  ParallelFor(o / 16, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t ob = b0; ob < b1; ++ob)
+      for (int64_t ib = 0; ib < cb; ++ib)
+        for (int64_t k = 0; k < kk; ++k) {
+          const int64_t blocked = ((ob * cb + ib) * kk + k) * 256;
+          for (int64_t ci = 0; ci < 16; ++ci)
+            for (int64_t oi = 0; oi < 16; ++oi) {
+              const int64_t plain = ((ob * 16 + oi) * c + ib * 16 + ci) * kk + k;
+              if (to_blocked) dst[blocked + ci * 16 + oi] = src[plain];
+              else dst[plain] = src[blocked + ci * 16 + oi];
+            }
+        }
+  });
+}
+size_t ConvWeightLayoutScratch(const OpRecord& op) { return size_t(op.inputs[0].numel()) * sizeof(float); }
+
 }  // namespace
 
 Geom GeomOf(const OpRecord& op, ConvPass kind) {
@@ -504,9 +540,11 @@ bool ConvSupports(const OpRecord& op, ConvPass kind) {
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
   return op.outputs[0].dtype() == DType::kFloat32 && (!l.y || g.o % 16 == 0) && (!l.x || g.c % 16 == 0) &&
+         (!l.w || (g.groups == 1 && g.o % 16 == 0 && g.c % 16 == 0)) &&
          DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
 }
 bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
+bool Conv2dReluSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
 bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }
 bool Conv2dGradWeightSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradWeight); }
 size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
@@ -523,7 +561,10 @@ LOOM_KERNEL_SCRATCH(conv2d_grad_weight, kCPU, Conv2dGradWeightScratch);
 LOOM_KERNEL(conv2d_grad_input, kCPU, Conv2dGradInputCpu);
 LOOM_KERNEL(conv2d_grad_weight, kCPU, Conv2dGradWeightCpu);
 LOOM_KERNEL(conv2d_grad_bias, kCPU, Conv2dGradBiasCpu);
+LOOM_KERNEL(conv_weight_layout, kCPU, ConvWeightLayoutCpu);
+LOOM_KERNEL_SCRATCH(conv_weight_layout, kCPU, ConvWeightLayoutScratch);
 LOOM_KERNEL_SUPPORTS(conv2d, kCPU, Conv2dSupports);
+LOOM_KERNEL_SUPPORTS(conv2d_relu, kCPU, Conv2dReluSupports);
 LOOM_KERNEL_SUPPORTS(conv2d_grad_input, kCPU, Conv2dGradInputSupports);
 LOOM_KERNEL_SUPPORTS(conv2d_grad_weight, kCPU, Conv2dGradWeightSupports);
 

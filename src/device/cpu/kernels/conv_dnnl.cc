@@ -147,9 +147,11 @@ md BlockedChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
   const md all({n, o, h, w}, kF32, tag::nChw16c);
   return oq == o ? all : all.submemory_desc({n, oq, h, w}, {0, 0, 0, 0});
 }
-// o output channels of the weights: plain (OIHW, or GOIHW with groups), or any layout.
+// o output channels of the weights: loom's layout (OIHW, GOIHW with groups, OIhw16i16o when
+// w_blocked), or any layout. Output channels [o0, o0 + o) of OIhw16i16o weights (o0 and o
+// multiples of 16) are o0 C KH KW elements in, as in OIHW, and laid out as o channels alone.
 md Weights(const ConvDims& d, int64_t o, bool any) {
-  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, any ? tag::any : tag::oihw);
+  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, any ? tag::any : d.w_blocked ? tag::OIhw16i16o : tag::oihw);
   return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, kF32, any ? tag::any : tag::goihw);
 }
 
@@ -338,12 +340,12 @@ char* At(void* base, size_t off) { return static_cast<char*>(base) + off; }
 const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) {
   const CpuConvImpl impl = GetCpuConvImpl();
   if (dtype != DType::kFloat32 || impl == CpuConvImpl::kIm2col || d.n <= 0 || (d.blocked && d.o % 16) ||
-      (d.x_blocked && d.c % 16))
+      (d.x_blocked && d.c % 16) || (d.w_blocked && (d.groups != 1 || d.o % 16 || d.c % 16)))
     return nullptr;
   const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d);
   Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
-           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked, winograd}};
+           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked, d.w_blocked, winograd}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();

@@ -66,6 +66,10 @@ struct ConvDims {
   // The same for the (N, C, H, W) operand (x of the forward pass and of the weight gradient, dx
   // of the input gradient); C is a multiple of 16.
   bool x_blocked = false;
+  // The weights (w of the forward pass and of the input gradient, dw of the weight gradient)
+  // are stored in oneDNN's OIhw16i16o layout instead of OIHW; groups is 1 and O and C are
+  // multiples of 16 (Note [Weights kept blocked] in graph/weight_layout.h).
+  bool w_blocked = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN's direct convolution where it

@@ -1,0 +1,239 @@
+// Step 1b of graph.h: the pass and the guards of Note [Weights kept blocked] (weight_layout.h).
+#include "graph/weight_layout.h"
+
+#include <vector>
+
+#include "core/shape.h"
+#include "device/device.h"
+#include "graph/passes.h"
+
+LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_relu);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
+LOOM_OP_KIND(sgd_update);
+LOOM_OP_KIND(conv_weight_layout);
+
+namespace loom {
+namespace {
+
+constexpr int64_t kBlock = 16;  // OIhw16i16o
+
+// t covers its whole block as a float32 (O, C, KH, KW) tensor with O and C multiples of 16.
+bool WholeWeight(const Tensor& t, const OpList& list) {
+  const int b = list.BlockIndex(t.block());
+  return b >= 0 && t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(b)].bytes &&
+         t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[0] % kBlock == 0 && t.shape()[1] % kBlock == 0;
+}
+
+// The parameter, gradient and momentum of one sgd_update, and the records that would change.
+struct Candidate {
+  int update = -1;
+  int w = -1, dw = -1, m = -1;  // blocks; m = -1 without momentum
+  std::vector<std::pair<int, const char*>> attrs;  // (op, attribute) to set
+};
+
+class WeightPlanner {
+ public:
+  WeightPlanner(OpList& list, const Device& device) : list_(list), device_(device), uses_(list.blocks.size()) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const OpRecord& op = list.ops[i];
+      for (bool output : {false, true}) {
+        const std::vector<Tensor>& ts = output ? op.outputs : op.inputs;
+        for (size_t k = 0; k < ts.size(); ++k)
+          if (ts[k].defined()) uses_[size_t(list.BlockIndex(ts[k].block()))].push_back({int(i), output, int(k)});
+      }
+    }
+  }
+
+  // Rewrites every update that qualifies; returns the tensors whose blocks the graph must guard.
+  std::vector<Tensor> Run() {
+    std::vector<Tensor> guarded;
+    for (size_t j = 0; j < list_.size(); ++j) {
+      Candidate c;
+      if (!Qualifies(int(j), c) || !Rewrite(c)) continue;
+      const OpRecord& up = list_.ops[j];
+      guarded.push_back(up.outputs[0]);
+      if (c.m >= 0) guarded.push_back(up.outputs[1]);
+    }
+    return guarded;
+  }
+
+ private:
+  struct Use {
+    int op;
+    bool output;
+    int index;
+  };
+
+  // A parameter or momentum block the graph may keep blocked between replays.
+  bool Keepable(int b) const {
+    const BlockFacts& f = list_.facts[size_t(b)];
+    const Block& block = *list_.blocks[size_t(b)];
+    return f.has_memory && !block.guard() && !block.host_viewed();
+  }
+
+  bool Qualifies(int j, Candidate& c) {
+    const OpRecord& up = list_.ops[size_t(j)];
+    if (up.def != &op_kind::sgd_update) return false;
+    const Tensor &w = up.inputs[0], &dw = up.inputs[1];
+    if (!WholeWeight(w, list_) || !WholeWeight(dw, list_) || dw.shape() != w.shape()) return false;
+    if (up.outputs[0].block() != w.block()) return false;
+    c.update = j;
+    c.w = list_.BlockIndex(w.block());
+    c.dw = list_.BlockIndex(dw.block());
+    if (up.outputs.size() == 2) {
+      const Tensor& m = up.outputs[1];
+      if (!WholeWeight(m, list_) || m.shape() != w.shape() || up.inputs[3].block() != m.block()) return false;
+      c.m = list_.BlockIndex(m.block());
+      if (!Keepable(c.m)) return false;
+      for (const Use& u : uses_[size_t(c.m)])
+        if (u.op != j || u.index != (u.output ? 1 : 3)) return false;
+    }
+    if (!Keepable(c.w) || c.w == c.dw || c.w == c.m || c.dw == c.m) return false;
+    // The parameter: read by convolutions as their weights, whole, and updated here.
+    bool conv = false;
+    for (const Use& u : uses_[size_t(c.w)]) {
+      const OpRecord& op = list_.ops[size_t(u.op)];
+      if (u.op == j && u.index == 0) continue;  // the update's parameter, in and out
+      const Tensor& t = (u.output ? op.outputs : op.inputs)[size_t(u.index)];
+      if (u.output || t.shape() != w.shape() || t.offset() != 0) return false;
+      if ((op.def == &op_kind::conv2d || op.def == &op_kind::conv2d_relu) && u.index == 1)
+        c.attrs.push_back({u.op, "w_blocked"});
+      else if (op.def == &op_kind::conv2d_grad_input && u.index == 0)
+        c.attrs.push_back({u.op, "w_blocked"});
+      else
+        return false;
+      conv = true;
+    }
+    // The gradient: written whole by one conv2d_grad_weight, read by the update alone.
+    const BlockFacts& g = list_.facts[size_t(c.dw)];
+    if (!conv || g.marked_persistent || g.held_outside || g.has_memory) return false;
+    int writer = -1;
+    for (const Use& u : uses_[size_t(c.dw)]) {
+      const OpRecord& op = list_.ops[size_t(u.op)];
+      if (!u.output) {
+        if (u.op != j || u.index != 1) return false;
+        continue;
+      }
+      if (writer >= 0 || op.def != &op_kind::conv2d_grad_weight || u.index != 0 || u.op > j) return false;
+      writer = u.op;
+    }
+    if (writer < 0) return false;
+    c.attrs.push_back({writer, "dw_blocked"});
+    return true;
+  }
+
+  // Sets the attributes; undoes them and returns false unless every rewritten record is supported.
+  bool Rewrite(const Candidate& c) {
+    std::vector<std::pair<int, OpRecord>> before;
+    for (const auto& [op, attr] : c.attrs) {
+      before.emplace_back(op, list_.ops[size_t(op)]);
+      list_.ops[size_t(op)].attrs.Set(attr, kBlock);
+    }
+    bool supported = true;
+    for (const auto& [op, attr] : c.attrs) {
+      const OpRecord& r = list_.ops[size_t(op)];
+      supported = supported && r.def->supports[int(device_.type())] != nullptr && device_.Supports(r);
+    }
+    if (supported) return true;
+    for (auto it = before.rbegin(); it != before.rend(); ++it) list_.ops[size_t(it->first)] = it->second;
+    return false;
+  }
+
+  OpList& list_;
+  const Device& device_;
+  std::vector<std::vector<Use>> uses_;  // per block, in op order
+};
+
+}  // namespace
+
+PassResult KeepWeightsBlocked(OpList list, const Device& device) {
+  // The conversion runs through the device's conv_weight_layout kernel: without one, nothing.
+  if (!device.HasKernel(op_kind::conv_weight_layout)) return {std::move(list), 0};
+  WeightPlanner p(list, device);
+  std::vector<Tensor> guarded = p.Run();
+  PassResult r{std::move(list), 0};
+  r.blocked_weights = std::move(guarded);
+  return r;
+}
+
+// ---- WeightGuard ----
+
+WeightGuard::WeightGuard(Tensor whole) : whole_(std::move(whole)) {
+  LOOM_ASSERT(!whole_.block()->guard(), "a block guarded twice: ", whole_.Describe());
+  whole_.block()->set_guard(this);
+}
+
+WeightGuard::~WeightGuard() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (blocked_) {
+    try {
+      Convert(false);
+    } catch (...) {
+      // Scratch from the device pool failed: the kernel takes host memory of this thread instead.
+      std::vector<float> scratch(size_t(whole_.numel()));
+      Convert(false, scratch.data(), scratch.size() * sizeof(float));
+    }
+  }
+  whole_.block()->set_guard(nullptr);
+}
+
+void WeightGuard::Convert(bool to_blocked, void* scratch, size_t scratch_bytes) {
+  OpRecord op;
+  op.def = &op_kind::conv_weight_layout;
+  op.attrs.Set("blocked", int64_t(to_blocked ? 1 : 0));
+  op.inputs = {whole_};
+  op.outputs = {whole_};
+  KernelContext ctx;
+  ctx.device = whole_.device();
+  ctx.rng_seed = ctx.device->rng_seed();
+  ctx.scratch = scratch;  // null: the kernel takes its scratch from the device pool
+  ctx.scratch_bytes = scratch_bytes;
+  // The kernel's own accesses to the block pass the guard (this thread, while converting).
+  converting_.store(std::this_thread::get_id(), std::memory_order_release);
+  try {
+    op.def->kernels[int(ctx.device->type())](op, ctx);
+  } catch (...) {
+    converting_.store(std::thread::id(), std::memory_order_release);
+    throw;
+  }
+  converting_.store(std::thread::id(), std::memory_order_release);
+  blocked_ = to_blocked;
+}
+
+void WeightGuard::BeginReplay() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!blocked_) Convert(true);
+  replaying_.store(true, std::memory_order_release);
+}
+
+void WeightGuard::BeforeAccess() {
+  if (replaying_.load(std::memory_order_acquire)) return;  // the owning graph's replay
+  if (converting_.load(std::memory_order_acquire) == std::this_thread::get_id()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  if (blocked_) Convert(false);
+}
+
+bool WeightGuard::blocked() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return blocked_;
+}
+
+WeightReplayScope::WeightReplayScope(const std::vector<std::unique_ptr<WeightGuard>>& guards) : guards_(guards) {
+  try {
+    for (; begun_ < guards_.size(); ++begun_) guards_[begun_]->BeginReplay();
+  } catch (...) {
+    End();
+    throw;
+  }
+}
+
+WeightReplayScope::~WeightReplayScope() { End(); }
+
+void WeightReplayScope::End() noexcept {
+  for (size_t i = 0; i < begun_; ++i) guards_[i]->EndReplay();
+  begun_ = 0;
+}
+
+}  // namespace loom
