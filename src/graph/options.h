@@ -45,9 +45,9 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "global pooling stay in oneDNN's blocked layout, without reorders around the convolutions "      \
     "(Note [Activation layouts])")                                                                   \
   X(bool, keep_weights_blocked, true,                                                                  \
-    "with fuse: convolution weights updated by SGD, their gradients and momentum stay in oneDNN's "    \
-    "blocked layout between replays, converted back when anything else reads them (Note [Weights "    \
-    "kept blocked])")                                                                                 \
+    "with fuse: convolution weights updated by SGD or Adam, their gradients and optimizer state "     \
+    "stay in oneDNN's blocked layout between replays, converted back when anything else reads them " \
+    "(Note [Weights kept blocked])")                                                                  \
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
@@ -69,7 +69,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
   X(size_t, fused_bn_relu, 0, "of these, the batch norms that took their ReLU (forward and backward)") \
   X(size_t, blocked_layouts, 0, "activation blocks kept in oneDNN's blocked layout (Note [Activation layouts])") \
-  X(size_t, blocked_weights, 0, "parameters and momentum buffers kept blocked between replays (Note [Weights kept blocked])") \
+  X(size_t, blocked_weights, 0, "parameters and optimizer state buffers kept blocked between replays (Note [Weights kept blocked])") \
   X(size_t, recomputed_ops, 0, "ops the memory budget added to compute dropped activations again")    \
   X(int64_t, recompute_flops, 0, "dense FLOPs of these ops (graph/flops.h)")                            \
   X(size_t, arena_bytes, 0, "planned arena (0 in dynamic mode)")                                       \

@@ -26,7 +26,7 @@ struct PassResult {
   size_t bias_act = 0;  // of these, the ops FuseBiasActivations made (GraphStats::fused_bias_act)
   size_t bn_relu = 0;   // of these, the ops FuseBatchNormRelu made (GraphStats::fused_bn_relu)
   size_t blocked_layouts = 0;  // blocks PlanActivationLayouts keeps blocked (GraphStats::blocked_layouts)
-  // KeepWeightsBlocked: the parameters and momentum buffers the graph must guard (weight_layout.h)
+  // KeepWeightsBlocked: the parameters and optimizer state the graph must guard (weight_layout.h)
   std::vector<Tensor> blocked_weights;
 };
 

@@ -12,6 +12,7 @@ LOOM_OP_KIND(conv2d_relu);
 LOOM_OP_KIND(conv2d_grad_input);
 LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(sgd_update);
+LOOM_OP_KIND(adam_update);
 LOOM_OP_KIND(conv_weight_layout);
 
 namespace loom {
@@ -26,10 +27,20 @@ bool WholeWeight(const Tensor& t, const OpList& list) {
          t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[0] % kBlock == 0 && t.shape()[1] % kBlock == 0;
 }
 
-// The parameter, gradient and momentum of one sgd_update, and the records that would change.
+// An element-wise update: param (input 0, output 0), gradient (input 1), and its state buffers,
+// each an (input, output) index pair.
+std::vector<std::pair<int, int>> UpdateStates(const OpRecord& op) {
+  if (op.def == &op_kind::sgd_update) return op.outputs.size() == 2 ? std::vector<std::pair<int, int>>{{3, 1}}
+                                                                     : std::vector<std::pair<int, int>>{};
+  if (op.def == &op_kind::adam_update) return {{3, 1}, {4, 2}};  // m, v
+  return {};
+}
+bool IsUpdate(const OpRecord& op) { return op.def == &op_kind::sgd_update || op.def == &op_kind::adam_update; }
+
+// The parameter, gradient and state of one update, and the records that would change.
 struct Candidate {
-  int update = -1;
-  int w = -1, dw = -1, m = -1;  // blocks; m = -1 without momentum
+  int w = -1, dw = -1;  // blocks
+  std::vector<int> states;  // blocks: momentum (SGD), m and v (Adam)
   std::vector<std::pair<int, const char*>> attrs;  // (op, attribute) to set
 };
 
@@ -54,7 +65,7 @@ class WeightPlanner {
       if (!Qualifies(int(j), c) || !Rewrite(c)) continue;
       const OpRecord& up = list_.ops[j];
       guarded.push_back(up.outputs[0]);
-      if (c.m >= 0) guarded.push_back(up.outputs[1]);
+      for (const auto& st : UpdateStates(up)) guarded.push_back(up.outputs[size_t(st.second)]);
     }
     return guarded;
   }
@@ -75,22 +86,25 @@ class WeightPlanner {
 
   bool Qualifies(int j, Candidate& c) {
     const OpRecord& up = list_.ops[size_t(j)];
-    if (up.def != &op_kind::sgd_update) return false;
+    if (!IsUpdate(up)) return false;
     const Tensor &w = up.inputs[0], &dw = up.inputs[1];
     if (!WholeWeight(w, list_) || !WholeWeight(dw, list_) || dw.shape() != w.shape()) return false;
     if (up.outputs[0].block() != w.block()) return false;
-    c.update = j;
     c.w = list_.BlockIndex(w.block());
     c.dw = list_.BlockIndex(dw.block());
-    if (up.outputs.size() == 2) {
-      const Tensor& m = up.outputs[1];
-      if (!WholeWeight(m, list_) || m.shape() != w.shape() || up.inputs[3].block() != m.block()) return false;
-      c.m = list_.BlockIndex(m.block());
-      if (!Keepable(c.m)) return false;
-      for (const Use& u : uses_[size_t(c.m)])
-        if (u.op != j || u.index != (u.output ? 1 : 3)) return false;
+    if (!Keepable(c.w) || c.w == c.dw) return false;
+    // Each state buffer: the update's alone, read and written whole by it.
+    for (const auto& [in, out] : UpdateStates(up)) {
+      const Tensor& m = up.outputs[size_t(out)];
+      if (!WholeWeight(m, list_) || m.shape() != w.shape() || up.inputs[size_t(in)].block() != m.block()) return false;
+      const int b = list_.BlockIndex(m.block());
+      if (!Keepable(b) || b == c.w || b == c.dw) return false;
+      for (int other : c.states)
+        if (other == b) return false;
+      for (const Use& u : uses_[size_t(b)])
+        if (u.op != j || u.index != (u.output ? out : in)) return false;
+      c.states.push_back(b);
     }
-    if (!Keepable(c.w) || c.w == c.dw || c.w == c.m || c.dw == c.m) return false;
     // The parameter: read by convolutions as their weights, whole, and updated here.
     bool conv = false;
     for (const Use& u : uses_[size_t(c.w)]) {

@@ -10,9 +10,10 @@
 //   - the convolutions read w blocked (attribute w_blocked: the forward reorder is gone; the
 //     input gradient's kernel wants another blocking, OIhw16o16i, and still reorders, from the
 //     blocked copy), the weight gradient is written blocked (dw_blocked: its reorder is gone);
-//   - the SGD update is element-wise over w, dw and the momentum buffer, so it computes the same
-//     values when all three share a layout: the momentum buffer is kept blocked too.
-// The parameter and its momentum are the user's tensors, so the graph keeps them blocked only
+//   - the SGD and Adam updates are element-wise over w, dw and their state (SGD's momentum,
+//     Adam's m and v), so they compute the same values when all of these share a layout: the
+//     state is kept blocked too.
+// The parameter and its state are the user's tensors, so the graph keeps them blocked only
 // while nobody else looks. It guards their blocks (BlockGuard in core/block.h): a replay first
 // puts each guarded block into the blocked layout (a no-op when the previous replay left it
 // so), and any access from outside the replay (Tensor::raw_data: an eager op, a host read, a
@@ -23,8 +24,8 @@
 // Conditions, each needed for the rewrite to be exact:
 //   - the parameter is a float32 (O, C, KH, KW) tensor, O and C multiples of 16 (the blocked
 //     tensor has exactly the OIHW tensor's bytes), read only by convolutions (as their weights,
-//     whole: conv2d, conv2d_relu, conv2d_grad_input) and updated by one sgd_update, which alone
-//     touches its momentum buffer; both had memory before the capture;
+//     whole: conv2d, conv2d_relu, conv2d_grad_input) and updated by one sgd_update or
+//     adam_update, which alone touches its state buffers; all had memory before the capture;
 //   - the weight gradient is written by one conv2d_grad_weight and read by that update alone,
 //     and held by nothing outside the graph (a user holding it sees it in OIHW);
 //   - no other graph guards the blocks, and Python never exposed them as a zero-copy numpy view
@@ -47,7 +48,7 @@
 
 namespace loom {
 
-// A parameter or momentum block a graph keeps blocked between its replays.
+// A parameter or optimizer-state block a graph keeps blocked between its replays.
 class WeightGuard final : public BlockGuard {
  public:
   // `whole`: the tensor covering the block, (O, C, KH, KW) float32. Installs the guard.

@@ -1,5 +1,5 @@
 // Note [Weights kept blocked] (graph/weight_layout.h): a captured step keeps the weights of its
-// convolutions (16-multiple channels, updated by SGD) and their momentum in oneDNN's blocked
+// convolutions (16-multiple channels, updated by SGD or Adam) and their state in oneDNN's blocked
 // layout between replays; replay stays bitwise equal to eager, whatever reads or writes the
 // weights between replays (host reads and writes, eager ops, another graph) sees and reaches
 // OIHW values, destroying the graph leaves OIHW values, and a weight with another use stays
@@ -70,6 +70,13 @@ struct Net {
 
 std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(9, 700, s); }
 
+// SGD with momentum and weight decay (one state buffer), or Adam with decoupled decay (two).
+enum class Opt { kSgd, kAdam };
+std::unique_ptr<nn::Optimizer> MakeOptimizer(Opt o) {
+  if (o == Opt::kAdam) return std::make_unique<nn::Adam>(0.01, 0.9, 0.999, 1e-8, 1e-3, true);
+  return std::make_unique<nn::SGD>(0.05, 0.9, 1e-3);
+}
+
 // Between steps s and s + 1 (both runs alike): read w1 on the host, run an eager op on w2, and
 // write w1 from the host (a tenth smaller). Returns what the reads saw.
 std::vector<std::vector<float>> Meddle(Net& net) {
@@ -89,9 +96,10 @@ struct Outcome {
   std::vector<std::string> attrs;  // the weight layout attributes of the replayed records, in order
 };
 
-Outcome Eager(bool meddle) {
+Outcome Eager(bool meddle, Opt o = Opt::kSgd) {
   Net net(CpuDevice());
-  nn::SGD opt(0.05, 0.9, 1e-3);
+  auto optimizer = MakeOptimizer(o);
+  nn::Optimizer& opt = *optimizer;
   Outcome r;
   for (int s = 0; s < kSteps; ++s) {
     auto b = Batch(s);
@@ -105,9 +113,11 @@ Outcome Eager(bool meddle) {
 
 // Replays a captured step; with `keep_graph` false the graph is destroyed before the values are
 // read (they must be OIHW again).
-Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool keep_graph = true) {
+Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool keep_graph = true,
+                 Opt o = Opt::kSgd) {
   Net net(CpuDevice());
-  nn::SGD opt(0.05, 0.9, 1e-3);
+  auto optimizer = MakeOptimizer(o);
+  nn::Optimizer& opt = *optimizer;
   auto b = Batch(0);
   Tensor x = b.first, y = b.second, loss, held;
   GraphOptions options;
@@ -159,6 +169,15 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
   EXPECT_EQ(off.stats.blocked_weights, 0u);
   EXPECT_TRUE(off.attrs.empty());
   ExpectBitwiseRuns(e.run, off.run, "replay without");
+}
+
+TEST_F(WeightLayoutTest, AdamStateStaysBlockedToo) {
+  const Outcome e = Eager(true, Opt::kAdam);
+  const Outcome g = Replayed(true, Extra::kNone, true, true, Opt::kAdam);
+  EXPECT_EQ(g.stats.blocked_weights, 6u);  // w1 and w2, with m and v each
+  ASSERT_EQ(e.seen.size(), g.seen.size());
+  for (size_t i = 0; i < e.seen.size(); ++i) EXPECT_EQ(e.seen[i], g.seen[i]) << "read " << i << " between replays";
+  ExpectBitwiseRuns(e.run, g.run, "Adam replay with blocked weights and state");
 }
 
 TEST_F(WeightLayoutTest, ReadsAndWritesBetweenReplaysSeeAndReachOihwValues) {
