@@ -114,7 +114,7 @@ Outcome Eager(bool meddle, Opt o = Opt::kSgd) {
 // Replays a captured step; with `keep_graph` false the graph is destroyed before the values are
 // read (they must be OIHW again).
 Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool keep_graph = true,
-                 Opt o = Opt::kSgd) {
+                 Opt o = Opt::kSgd, bool sequential = true) {
   Net net(CpuDevice());
   auto optimizer = MakeOptimizer(o);
   nn::Optimizer& opt = *optimizer;
@@ -133,7 +133,7 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
     auto bs = Batch(s);
     x.CopyFrom(bs.first.ToVector<float>());
     y.CopyFrom(bs.second.ToVector<int32_t>());
-    g->Run();
+    g->Run(sequential);
     r.run.losses.push_back(float(loss.Item()));
     if (meddle)
       for (auto& v : Meddle(net)) r.seen.push_back(std::move(v));
@@ -165,6 +165,10 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
                                                "conv2d_grad_input w_blocked", "conv2d_grad_weight dw_blocked",
                                                "conv2d_grad_input w_blocked", "conv2d_grad_weight dw_blocked"}));
   ExpectBitwiseRuns(e.run, g.run, "replay with blocked weights");
+  // The parallel replay's workers pass the guards as the serial replay does.
+  const Outcome p = Replayed(false, Extra::kNone, true, true, Opt::kSgd, /*sequential=*/false);
+  EXPECT_EQ(p.stats.blocked_weights, 4u);
+  ExpectBitwiseRuns(e.run, p.run, "parallel replay with blocked weights");
   const Outcome off = Replayed(false, Extra::kNone, /*keep=*/false);
   EXPECT_EQ(off.stats.blocked_weights, 0u);
   EXPECT_TRUE(off.attrs.empty());
