@@ -1,7 +1,10 @@
 // Parameters and batch-norm state of the small hand-built conv nets of the graph tests
-// (test/graph/layout_test.cc, fuse_bn_relu_test.cc): trainable tensors drawn from a device's
-// seed, running statistics, and their host values for bit-for-bit comparison of two runs.
+// (test/graph/layout_test.cc, fuse_bn_relu_test.cc, weight_layout_test.cc): trainable tensors
+// drawn from a device's seed, running statistics, and their host values for bit-for-bit
+// comparison of two runs; and the fixture of tests about oneDNN's blocked layouts.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "device/cpu/kernels/conv_dnnl.h"
 #include "device/device.h"
 
 namespace loom {
@@ -30,6 +34,15 @@ std::pair<Tensor, Tensor> ImageBatch(int64_t side, uint32_t seed, int s);
 
 // The float32 values of `params` then `stats`, read on the host.
 std::vector<std::vector<float>> HostValues(const std::vector<Tensor>& params, const std::vector<Tensor>& stats);
+
+// Tests of what a graph keeps in oneDNN's blocked layouts: skipped, saying so, on a build without
+// oneDNN (there is no blocked layout to keep).
+class BlockedLayoutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cpu::HaveDnnl()) GTEST_SKIP() << "loom was built without oneDNN: no blocked layouts";
+  }
+};
 
 }  // namespace test
 }  // namespace loom

@@ -129,12 +129,7 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   return r;
 }
 
-class LayoutTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cpu::HaveDnnl()) GTEST_SKIP() << "loom was built without oneDNN: no blocked layout to plan";
-  }
-};
+using LayoutTest = BlockedLayoutTest;
 
 TEST_F(LayoutTest, ConvBatchNormBlocksStayBlockedAndReplayStaysBitwiseEqualToEager) {
   const TrainRun e = Eager(Conv0::kPlain);

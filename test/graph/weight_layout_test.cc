@@ -148,12 +148,7 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
   return r;
 }
 
-class WeightLayoutTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cpu::HaveDnnl()) GTEST_SKIP() << "loom was built without oneDNN: no blocked weights to keep";
-  }
-};
+using WeightLayoutTest = BlockedLayoutTest;
 
 TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
   const Outcome e = Eager(false);
