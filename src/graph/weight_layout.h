@@ -20,7 +20,12 @@
 // checkpoint, another graph) first puts the values back in OIHW, in place. The outside access
 // may write, so the next replay converts again. A training loop that never looks at its
 // weights between steps converts once; one that reads them every step pays two conversions per
-// step and stays correct. Destroying the graph puts its blocks back in OIHW.
+// step (ResNet-18's 11.2 M weights take about 8 ms each way on 2 cores) and stays correct.
+// Destroying the graph puts its blocks back in OIHW.
+// Measured alternating against the graph without it (tools/ab_bench.py, --no-blocked-weights
+// on one side): ResNet-18 b16 0.96x the step time, with 9 MiB less peak (the weight
+// gradients' reorder buffers), ResNet-50 b8 0.97x. What stays is the input gradient's reorder
+// into its own blocking, about 4 ms of thread time per ResNet-18 step (ONEDNN_VERBOSE=1).
 // Conditions, each needed for the rewrite to be exact:
 //   - the parameter is a float32 (O, C, KH, KW) tensor, O and C multiples of 16 (the blocked
 //     tensor has exactly the OIHW tensor's bytes), read only by convolutions (as their weights,
