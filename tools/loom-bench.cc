@@ -1008,14 +1008,16 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
   std::string out = buf;
   out.pop_back();  // the closing brace: the arithmetic and kernel fields follow
-  char more[768];
+  char more[1024];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
                 ", \"final_params_checksum\": \"%016llx\", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
-                "\"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
+                "\"blocked_layouts\": %s, \"blocked_weights\": %s, \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
                 "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
                 (unsigned long long)r.final_checksum, r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
-                (long long)(r.has_graph ? r.gstats.recompute_flops : 0), (long long)sp.flops_per_step, gf,
+                (long long)(r.has_graph ? r.gstats.recompute_flops : 0),
+                num_or_null(r.has_graph, r.gstats.blocked_layouts).c_str(),
+                num_or_null(r.has_graph, r.gstats.blocked_weights).c_str(), (long long)sp.flops_per_step, gf,
                 sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
                 JsonString(sp.peak_what).c_str(),
