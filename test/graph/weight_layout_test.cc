@@ -9,11 +9,13 @@
 #include <memory>
 
 #include "common/conv_params.h"
+#include "common/files.h"
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/ops_cnn.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "graph/graph.h"
+#include "io/checkpoint.h"
 
 LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(conv2d_grad_input);
@@ -230,6 +232,47 @@ TEST_F(WeightLayoutTest, AnotherGraphReadingTheWeightsSeesOihwValues) {
       seen.push_back(float(loss.Item()));
       seen.push_back(float(eval.Item()));
     }
+    return seen;
+  };
+  EXPECT_EQ(run(false), run(true));
+}
+
+TEST_F(WeightLayoutTest, CheckpointsBetweenReplaysSaveAndRestoreOihwValues) {
+  // After step 1, a checkpoint of the parameters and the optimizer state; after step 2, the same
+  // checkpoint restored (a rewind), then one more step: the files and the values bitwise as in
+  // eager mode.
+  auto run = [](bool graph) {
+    TempDir dir;
+    Net net(CpuDevice());
+    nn::SGD opt(0.05, 0.9, 1e-3);
+    auto b = Batch(0);
+    Tensor x = b.first, y = b.second, loss;
+    std::unique_ptr<Graph> g;
+    if (graph) g = Graph::Capture(CpuDevice(), "train", [&] { loss = net.Step(x, y, opt); });
+    io::NamedTensors params;
+    for (size_t i = 0; i < net.p.size(); ++i) params.push_back({"p" + std::to_string(i), net.p[i]});
+    std::vector<std::vector<float>> seen;
+    for (int s = 0; s < 4; ++s) {
+      auto bs = Batch(s);
+      x.CopyFrom(bs.first.ToVector<float>());
+      y.CopyFrom(bs.second.ToVector<int32_t>());
+      if (graph) g->Run();
+      else loss = net.Step(x, y, opt);
+      if (s == 1) {
+        io::NamedTensors all = params;
+        std::map<std::string, double> meta;
+        io::AddOptimizerState(opt, &all, &meta);
+        io::SaveCheckpoint(dir / "ckpt", all, meta);
+        for (const auto& [name, t] : io::LoadCheckpoint(dir / "ckpt").tensors) seen.push_back(t.ToVector<float>());
+      }
+      if (s == 2) {
+        const io::Checkpoint ckpt = io::LoadCheckpoint(dir / "ckpt");
+        io::RestoreInto(ckpt, params);
+        io::RestoreOptimizerState(ckpt, opt, CpuDevice());
+      }
+    }
+    if (graph) EXPECT_EQ(g->stats().blocked_weights, 4u);
+    for (auto& v : net.Values(opt)) seen.push_back(std::move(v));
     return seen;
   };
   EXPECT_EQ(run(false), run(true));
