@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "graph/op_uses.h"
 #include "graph/passes.h"
 
 LOOM_OP_KIND(conv2d);
@@ -117,12 +118,6 @@ bool LayoutFree(const OpRecord& op) {
     for (const Tensor& t : *ts)
       if (t.shape() != s) return false;
   return true;
-}
-
-// A kernel reads the layout attributes only if it says which records it supports (Note [What a
-// kernel supports] in core/op.h); one without a predicate does not know them.
-bool KnowsLayout(const Device& device, const OpRecord& op) {
-  return op.def->supports[int(device.type())] != nullptr && device.Supports(op);
 }
 
 class Planner {
@@ -198,19 +193,10 @@ class Planner {
   // Sets the attributes of every slot on the region `root`; undoes them and returns 0 unless
   // every rewritten record is supported.
   size_t Try(int root) {
-    std::vector<std::pair<int, OpRecord>> before;
-    for (const SlotUse& u : uses_) {
-      if (Find(u.block) != root) continue;
-      OpRecord& op = list_.ops[size_t(u.op)];
-      if (before.empty() || before.back().first != u.op) before.emplace_back(u.op, op);
-      op.attrs.Set(u.slot->attr, kBlock);
-    }
-    bool supported = true;
-    for (const auto& b : before) supported = supported && KnowsLayout(device_, list_.ops[size_t(b.first)]);
-    if (!supported) {
-      for (auto it = before.rbegin(); it != before.rend(); ++it) list_.ops[size_t(it->first)] = it->second;
-      return 0;
-    }
+    std::vector<std::pair<int, const char*>> attrs;
+    for (const SlotUse& u : uses_)
+      if (Find(u.block) == root) attrs.push_back({u.op, u.slot->attr});
+    if (!SetAttrsIfSupported(list_, device_, attrs, kBlock)) return 0;
     size_t n = 0;
     for (size_t b = 0; b < parent_.size(); ++b) n += Find(int(b)) == root;
     return n;

@@ -1,11 +1,15 @@
 // Who reads and writes each block of a captured op list, for the fusion passes (passes.h):
 // fuse_bias_act.cc and fuse_bn_relu.cc ask the same questions of an intermediate before they
-// fuse its writer with its reader, and collect their rewrites the same way (OpRewrites).
+// fuse its writer with its reader, and collect their rewrites the same way (OpRewrites). The
+// layout passes (layout.cc, weight_layout.cc) set layout attributes on records the same way
+// (SetAttrsIfSupported).
 #pragma once
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "device/device.h"
 #include "graph/capture.h"
 
 namespace loom {
@@ -63,5 +67,26 @@ struct OpRewrites {
   std::vector<OpRecord> replace;  // def null: op i stays
   size_t count = 0;               // fused records made
 };
+
+// Sets attribute `attr` = value on op `op` for each (op, attr); undoes them all and returns false
+// unless the device has a kernel for every changed record that knows the attributes and supports
+// the record. A kernel reads the layout attributes only if it says which records it supports
+// (Note [What a kernel supports] in core/op.h); one without a predicate does not know them.
+inline bool SetAttrsIfSupported(OpList& list, const Device& device,
+                                const std::vector<std::pair<int, const char*>>& attrs, int64_t value) {
+  std::vector<std::pair<int, OpRecord>> before;
+  for (const auto& [op, attr] : attrs) {
+    if (before.empty() || before.back().first != op) before.emplace_back(op, list.ops[size_t(op)]);
+    list.ops[size_t(op)].attrs.Set(attr, value);
+  }
+  bool supported = true;
+  for (const auto& b : before) {
+    const OpRecord& r = list.ops[size_t(b.first)];
+    supported = supported && r.def->supports[int(device.type())] != nullptr && device.Supports(r);
+  }
+  if (supported) return true;
+  for (auto it = before.rbegin(); it != before.rend(); ++it) list.ops[size_t(it->first)] = it->second;
+  return false;
+}
 
 }  // namespace loom

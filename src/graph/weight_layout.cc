@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "core/shape.h"
 #include "device/device.h"
+#include "graph/op_uses.h"
 #include "graph/passes.h"
 
 LOOM_OP_KIND(conv2d);
@@ -62,7 +62,7 @@ class WeightPlanner {
     std::vector<Tensor> guarded;
     for (size_t j = 0; j < list_.size(); ++j) {
       Candidate c;
-      if (!Qualifies(int(j), c) || !Rewrite(c)) continue;
+      if (!Qualifies(int(j), c) || !SetAttrsIfSupported(list_, device_, c.attrs, kBlock)) continue;
       const OpRecord& up = list_.ops[j];
       guarded.push_back(up.outputs[0]);
       for (const auto& st : UpdateStates(up)) guarded.push_back(up.outputs[size_t(st.second)]);
@@ -138,23 +138,6 @@ class WeightPlanner {
     return true;
   }
 
-  // Sets the attributes; undoes them and returns false unless every rewritten record is supported.
-  bool Rewrite(const Candidate& c) {
-    std::vector<std::pair<int, OpRecord>> before;
-    for (const auto& [op, attr] : c.attrs) {
-      before.emplace_back(op, list_.ops[size_t(op)]);
-      list_.ops[size_t(op)].attrs.Set(attr, kBlock);
-    }
-    bool supported = true;
-    for (const auto& [op, attr] : c.attrs) {
-      const OpRecord& r = list_.ops[size_t(op)];
-      supported = supported && r.def->supports[int(device_.type())] != nullptr && device_.Supports(r);
-    }
-    if (supported) return true;
-    for (auto it = before.rbegin(); it != before.rend(); ++it) list_.ops[size_t(it->first)] = it->second;
-    return false;
-  }
-
   OpList& list_;
   const Device& device_;
   std::vector<std::vector<Use>> uses_;  // per block, in op order
@@ -201,7 +184,6 @@ void WeightGuard::Convert(bool to_blocked, void* scratch, size_t scratch_bytes) 
   op.outputs = {whole_};
   KernelContext ctx;
   ctx.device = whole_.device();
-  ctx.rng_seed = ctx.device->rng_seed();
   ctx.scratch = scratch;  // null: the kernel takes its scratch from the device pool
   ctx.scratch_bytes = scratch_bytes;
   // The kernel's own accesses to the block pass the guard (this thread, while converting).
@@ -227,11 +209,6 @@ void WeightGuard::BeforeAccess() {
   if (converting_.load(std::memory_order_acquire) == std::this_thread::get_id()) return;
   std::lock_guard<std::mutex> l(mu_);
   if (blocked_) Convert(false);
-}
-
-bool WeightGuard::blocked() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return blocked_;
 }
 
 WeightReplayScope::WeightReplayScope(const std::vector<std::unique_ptr<WeightGuard>>& guards) : guards_(guards) {

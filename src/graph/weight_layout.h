@@ -67,13 +67,12 @@ class WeightGuard final : public BlockGuard {
   void BeginReplay();
   void EndReplay() noexcept { replaying_.store(false, std::memory_order_release); }
   void BeforeAccess() override;  // from outside the replay: back to OIHW
-  bool blocked() const;
 
  private:
   // Runs the device's conv_weight_layout kernel on the block, in place.
   void Convert(bool to_blocked, void* scratch = nullptr, size_t scratch_bytes = 0);
   Tensor whole_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   bool blocked_ = false;                // guarded by mu_
   std::atomic<bool> replaying_{false};  // the owning graph replays (its accesses pass)
   std::atomic<std::thread::id> converting_{};  // the thread converting (its kernel's accesses pass)

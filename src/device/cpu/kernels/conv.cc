@@ -540,11 +540,9 @@ bool ConvSupports(const OpRecord& op, ConvPass kind) {
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
   return op.outputs[0].dtype() == DType::kFloat32 && (!l.y || g.o % 16 == 0) && (!l.x || g.c % 16 == 0) &&
-         (!l.w || (g.groups == 1 && g.o % 16 == 0 && g.c % 16 == 0)) &&
          DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
 }
 bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
-bool Conv2dReluSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
 bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }
 bool Conv2dGradWeightSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradWeight); }
 size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
@@ -564,7 +562,7 @@ LOOM_KERNEL(conv2d_grad_bias, kCPU, Conv2dGradBiasCpu);
 LOOM_KERNEL(conv_weight_layout, kCPU, ConvWeightLayoutCpu);
 LOOM_KERNEL_SCRATCH(conv_weight_layout, kCPU, ConvWeightLayoutScratch);
 LOOM_KERNEL_SUPPORTS(conv2d, kCPU, Conv2dSupports);
-LOOM_KERNEL_SUPPORTS(conv2d_relu, kCPU, Conv2dReluSupports);
+LOOM_KERNEL_SUPPORTS(conv2d_relu, kCPU, Conv2dSupports);  // the same operands and layouts
 LOOM_KERNEL_SUPPORTS(conv2d_grad_input, kCPU, Conv2dGradInputSupports);
 LOOM_KERNEL_SUPPORTS(conv2d_grad_weight, kCPU, Conv2dGradWeightSupports);
 
