@@ -38,6 +38,20 @@ std::pair<Tensor, Tensor> ImageBatch(int64_t side, uint32_t seed, int s) {
   return {x, ops::FromVector(labels, {4}, CpuDevice())};
 }
 
+std::vector<float> ReplayImageSteps(Graph& g, Tensor x, Tensor y, const Tensor& loss, int steps, int64_t side,
+                                    uint32_t seed, const std::function<void(int)>& after, bool sequential) {
+  std::vector<float> losses;
+  for (int s = 0; s < steps; ++s) {
+    auto b = ImageBatch(side, seed, s);
+    x.CopyFrom(b.first.ToVector<float>());
+    y.CopyFrom(b.second.ToVector<int32_t>());
+    g.Run(sequential);
+    losses.push_back(float(loss.Item()));
+    if (after) after(s);
+  }
+  return losses;
+}
+
 std::vector<std::vector<float>> HostValues(const std::vector<Tensor>& params, const std::vector<Tensor>& stats) {
   std::vector<std::vector<float>> v;
   for (const auto* list : {&params, &stats})

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/tensor.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/device.h"
+#include "graph/graph.h"
 
 namespace loom {
 namespace test {
@@ -31,6 +33,12 @@ std::vector<Tensor> RunningStats(const std::shared_ptr<Device>& dev, const std::
 // Training batch of step s: 4 random 3-channel side x side images (seeded seed + s) and their
 // labels (s mod 10, 3, 7, 3s mod 10), on the CPU.
 std::pair<Tensor, Tensor> ImageBatch(int64_t side, uint32_t seed, int s);
+
+// Replays `g` `steps` times: before step s, ImageBatch(side, seed, s) is copied into x and y
+// (the graph's inputs); after it, the loss is read, then after(s) runs if given. Returns the
+// losses.
+std::vector<float> ReplayImageSteps(Graph& g, Tensor x, Tensor y, const Tensor& loss, int steps, int64_t side,
+                                    uint32_t seed, const std::function<void(int)>& after = {}, bool sequential = true);
 
 // The float32 values of `params` then `stats`, read on the host.
 std::vector<std::vector<float>> HostValues(const std::vector<Tensor>& params, const std::vector<Tensor>& stats);

@@ -63,7 +63,9 @@ struct Net {
   std::vector<std::vector<float>> Values() const { return HostValues(p, stats); }
 };
 
-std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(8, 400, s); }
+constexpr int64_t kSide = 8;   // images kSide x kSide
+constexpr uint32_t kSeed = 400;  // batch s: ImageBatch(kSide, kSeed, s)
+std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(kSide, kSeed, s); }
 
 TrainRun Eager() {
   Net net(CpuDevice());
@@ -110,13 +112,7 @@ Replayed Replay(bool fuse, bool plan_layouts) {
   auto g = Graph::Capture(CpuDevice(), "bn_relu", [&] { loss = net.Step(x, y, opt); }, options);
   Replayed r;
   r.counts = Count(*g);
-  for (int s = 0; s < kSteps; ++s) {
-    auto bs = Batch(s);
-    x.CopyFrom(bs.first.ToVector<float>());
-    y.CopyFrom(bs.second.ToVector<int32_t>());
-    g->Run();
-    r.run.losses.push_back(float(loss.Item()));
-  }
+  r.run.losses = ReplayImageSteps(*g, x, y, loss, kSteps, kSide, kSeed);
   r.run.params = net.Values();
   r.stats = g->stats();
   return r;

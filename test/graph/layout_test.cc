@@ -75,7 +75,9 @@ struct Net {
   std::vector<std::vector<float>> Values() const { return HostValues(p, stats); }
 };
 
-std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(9, 300, s); }
+constexpr int64_t kSide = 9;   // images kSide x kSide
+constexpr uint32_t kSeed = 300;  // batch s: ImageBatch(kSide, kSeed, s)
+std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(kSide, kSeed, s); }
 
 TrainRun Eager(Conv0 how, Pooling pooling = Pooling::kGlobalAverage) {
   Net net(CpuDevice(), pooling);
@@ -117,13 +119,7 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
     if (op.def == &op_kind::max_pool2d || op.def == &op_kind::max_pool2d_grad)
       r.pooling_attrs.push_back(op.def->name + ": " + set);
   }
-  for (int s = 0; s < kSteps; ++s) {
-    auto bs = Batch(s);
-    x.CopyFrom(bs.first.ToVector<float>());
-    y.CopyFrom(bs.second.ToVector<int32_t>());
-    g->Run();
-    r.run.losses.push_back(float(loss.Item()));
-  }
+  r.run.losses = ReplayImageSteps(*g, x, y, loss, kSteps, kSide, kSeed);
   r.run.params = net.Values();
   r.stats = g->stats();
   return r;

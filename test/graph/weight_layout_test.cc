@@ -70,7 +70,9 @@ struct Net {
   }
 };
 
-std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(9, 700, s); }
+constexpr int64_t kSide = 9;   // images kSide x kSide
+constexpr uint32_t kSeed = 700;  // batch s: ImageBatch(kSide, kSeed, s)
+std::pair<Tensor, Tensor> Batch(int s) { return ImageBatch(kSide, kSeed, s); }
 
 // SGD with momentum and weight decay (one state buffer), or Adam with decoupled decay (two).
 enum class Opt { kSgd, kAdam };
@@ -131,15 +133,10 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
   for (const OpRecord& op : g->ops().ops)
     for (const char* a : {"w_blocked", "dw_blocked"})
       if (op.attrs.Int(a, 0) != 0) r.attrs.push_back(op.def->name + " " + a);
-  for (int s = 0; s < kSteps; ++s) {
-    auto bs = Batch(s);
-    x.CopyFrom(bs.first.ToVector<float>());
-    y.CopyFrom(bs.second.ToVector<int32_t>());
-    g->Run(sequential);
-    r.run.losses.push_back(float(loss.Item()));
+  r.run.losses = ReplayImageSteps(*g, x, y, loss, kSteps, kSide, kSeed, [&](int) {
     if (meddle)
       for (auto& v : Meddle(net)) r.seen.push_back(std::move(v));
-  }
+  }, sequential);
   r.stats = g->stats();
   if (!keep_graph) {
     EXPECT_NE(net.p[3].block()->guard(), nullptr);
