@@ -47,6 +47,8 @@ def make_data(sample, classes, batch, seed=SEED):
     dim = int(np.prod(sample))
     budget = max(64, (64 << 20) // (dim * 4))
     n = max(2 * batch, min(1024, budget))
+    if min(1024, budget) < classes:  # no room for every class: two batches (loom-bench's MakeData)
+        n = 2 * batch
     p = np.arange(dim, dtype=np.uint64)
     if len(sample) == 3:  # images: one prototype bit per 4x4 block of a channel
         ch, h, w = sample

@@ -106,7 +106,8 @@ def test_bench_data_is_loom_benchs():
     bench = os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build"), "loom-bench")
     if not os.path.exists(bench):
         pytest.fail(f"{bench} is not built")
-    for model, batch in (("mlp", 3), ("cnn", 2)):
+    # resnet50: 1000 classes, a pool of two batches (the rule in make_data)
+    for model, batch in (("mlp", 3), ("cnn", 2), ("resnet50", 1)):
         r = run([bench, "--model", model, "--batch", str(batch), "--steps", "2", "--warmup", "1", "--mode", "eager",
                  "--threads", "1", "--peak-gflops", "1", "--json"])
         out = one_json_line(r)
