@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   const loom_tools::FmaPeak p = loom_tools::MeasureFmaPeak(threads, seconds);
   std::printf(
       "{\"tool\": \"fma_peak\", \"isa\": \"%s\", \"threads\": %d, \"gflops_per_thread\": %.1f, \"gflops\": %.1f, "
-      "\"what\": \"float32, independent FMA chains in registers, best of 3 runs\"}\n",
+      "\"what\": \"float32, independent FMA chains in registers, best of 3 runs, up to 10 more while disturbed\"}\n",
       p.isa, p.threads, p.gflops_per_thread, p.gflops);
   return 0;
 }
