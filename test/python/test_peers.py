@@ -98,6 +98,36 @@ def test_compare_needs_a_new_enough_python_for_the_peer_environments(tmp_path):
     assert not os.path.exists(tmp_path / "venv-jax")
 
 
+# ---------------------------------------------------------------- compare.sh's report
+
+
+def test_compare_report_gives_each_repetitions_ratio_and_the_replay_speed_up(tmp_path):
+    """tools/compare_report.py: the ratio of medians, each repetition's own ratio, and eager / graph."""
+    bench = os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build"), "loom-bench")
+    if not os.path.exists(bench):
+        pytest.fail(f"{bench} is not built")
+    r = run([bench, "--model", "mlp", "--batch", "1", "--steps", "2", "--warmup", "1", "--mode", "eager",
+             "--threads", "1", "--peak-gflops", "1", "--json"])
+    template = one_json_line(r)
+    # Two repetitions; ms chosen so that every figure is known: the best graph's medians 1.0 and
+    # 1.5 (graph-dynamic is slower), the best peer's 2.0 and 2.5 (torch.compile is slower),
+    # eager's 3.0 and 3.3.
+    lines = []
+    for graph, peer, eager in ((1.0, 2.0, 3.0), (1.5, 2.5, 3.3)):
+        for extra, ms in (({"mode": "eager"}, eager), ({"mode": "graph-planned"}, graph),
+                          ({"mode": "graph-dynamic"}, graph + 0.5),
+                          ({"tool": "bench_torch", "mode": "torch-eager", "torch": "2.15.0"}, peer),
+                          ({"tool": "bench_torch", "mode": "torch-compile", "torch": "2.15.0"}, peer + 1)):
+            lines.append(json.dumps({**template, **extra, "ms_per_step_median": ms}))
+    f = tmp_path / "rows.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    out = run([sys.executable, os.path.join(TOOLS, "compare_report.py"), str(f), "2"])
+    assert out.returncode == 0, out.stderr
+    row = next(l for l in out.stdout.splitlines() if l.startswith("| mlp | 1 |"))
+    assert "**0.56** (graph-planned vs torch 2.15.0 eager); reps 0.50 0.60" in row, row
+    assert row.endswith("| 2.52x |"), row  # median eager 3.15 / median graph 1.25
+
+
 # ---------------------------------------------------------------- the shared data
 
 
