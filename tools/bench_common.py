@@ -45,10 +45,8 @@ def unit(h):
 def make_data(sample, classes, batch, seed=SEED):
     """The pool of samples loom-bench cycles through: (x float32 (n, *sample), y int64 (n,))."""
     dim = int(np.prod(sample))
-    budget = max(64, (64 << 20) // (dim * 4))
-    n = max(2 * batch, min(1024, budget))
-    if min(1024, budget) < classes:  # no room for every class: two batches (loom-bench's MakeData)
-        n = 2 * batch
+    pool = min(1024, max(64, (64 << 20) // (dim * 4)))
+    n = 2 * batch if pool < classes else max(2 * batch, pool)  # loom-bench's MakeData says why
     p = np.arange(dim, dtype=np.uint64)
     if len(sample) == 3:  # images: one prototype bit per 4x4 block of a channel
         ch, h, w = sample

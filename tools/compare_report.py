@@ -40,7 +40,7 @@ print(f"\n## Time per training step: median ms ({reps} rep(s) in alternating ord
 print("| model | batch | " + " | ".join(cols) + " | loom best graph / best peer | loom eager / best graph |")
 print("|---|---:|" + "---:|" * len(cols) + "---|---:|")
 
-def per_rep(cs, i):  # the best of these columns' medians in repetition i (None: one is missing)
+def per_rep(m, cs, i):  # the best of columns cs' medians in repetition i of m (None: one is missing)
     v = [m[c][i]["ms_per_step_median"] for c in cs if i < len(m[c])]
     return min(v) if len(v) == len(cs) else None
 
@@ -56,7 +56,7 @@ for (model, batch, dev), m in by.items():
         (g, gc), (p, pc) = min(graphs), min(peers)
         ratio = f"**{g / p:.2f}** ({gc[5:]} vs {pc})"
         # Each repetition's own ratio, best against best within it: how far the noise moves the median.
-        each = [(per_rep(graph_cols, i), per_rep(peer_cols, i)) for i in range(reps)]
+        each = [(per_rep(m, graph_cols, i), per_rep(m, peer_cols, i)) for i in range(reps)]
         each = [f"{a / b:.2f}" for a, b in each if a and b]
         if len(each) > 1:
             ratio += "; reps " + " ".join(each)

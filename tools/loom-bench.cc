@@ -414,9 +414,8 @@ Data MakeData(const ModelSpec& spec, int64_t batch, uint64_t seed) {
   // few steps a benchmark runs would see each sample once and each class about never, and the
   // loss rises in every framework; so the pool is then two batches, revisited every other step,
   // and the loss falls (ResNet-50 b8: 7.83 -> 2.31 over 8 steps). tools/bench_common.py: same.
-  int64_t budget = std::max<int64_t>(64, (64ll << 20) / (d.dim * 4));
-  d.n = std::max<int64_t>(2 * batch, std::min<int64_t>(1024, budget));
-  if (std::min<int64_t>(1024, budget) < spec.classes) d.n = 2 * batch;
+  const int64_t pool = std::min<int64_t>(1024, std::max<int64_t>(64, (64ll << 20) / (d.dim * 4)));
+  d.n = pool < spec.classes ? 2 * batch : std::max<int64_t>(2 * batch, pool);
   d.x.resize(size_t(d.n * d.dim));
   d.y.resize(size_t(d.n));
   for (int64_t s = 0; s < d.n; ++s) {
