@@ -35,6 +35,7 @@ add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 file(GLOB LOOM_CUDA_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/src/device/cuda/*.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/src/device/cuda/*.cu)
+list(FILTER LOOM_CUDA_SOURCES EXCLUDE REGEX "/nccl\\.cc$")  # with NCCL and MPI only (CMakeLists.txt)
 list(FILTER LOOM_SOURCES EXCLUDE REGEX "/src/device/cuda_stub/")  # the glob of src/device/*.cc caught it
 list(APPEND LOOM_SOURCES ${LOOM_CUDA_SOURCES})
 

@@ -11,7 +11,7 @@
 
 %{
 #include "core/tensor.h"
-#include "device/communicator.h"
+#include "core/communicator.h"
 #include "io/comm/comm.h"
 
 namespace loom_py {
@@ -63,7 +63,7 @@ LOOM_COMM_WITHOUT_GIL(loom::MakeCommunicator)
 %ignore loom::Communicator::AllGather;
 %ignore loom::Communicator::Broadcast;
 %ignore loom::ReduceOp;
-%include "device/communicator.h"
+%include "core/communicator.h"
 
 %extend loom::Communicator {
   // In place: every rank ends with the sum (or max) over ranks of `t`.

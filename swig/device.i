@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "device/cpu/parallel.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "core/file.h"
 #include "graph/graph.h"
 #include "graph/registry.h"

@@ -16,6 +16,7 @@
 #include <map>
 #include "core/file.h"
 #include "io/checkpoint.h"
+#include "nn/optimizer_checkpoint.h"
 #include "io/dataset.h"
 #include "nn/optimizer.h"
 
@@ -225,7 +226,7 @@ LOOM_WITHOUT_GIL(loom::io::LoadCifar10Dir)
 
 %rename(restore_into) loom::io::RestoreInto;
 %rename(check_restore_into) loom::io::CheckRestoreInto;
-%rename(restore_optimizer_state) loom::io::RestoreOptimizerState;
+%rename(restore_optimizer_state) loom::nn::RestoreOptimizerState;
 %rename(load_mnist) loom::io::LoadMnist;
 %rename(load_mnist_dir) loom::io::LoadMnistDir;
 %rename(load_cifar10) loom::io::LoadCifar10;
@@ -244,8 +245,6 @@ struct Checkpoint {
 
 void RestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
 void CheckRestoreInto(const Checkpoint& ckpt, const std::vector<std::pair<std::string, loom::Tensor>>& targets);
-void RestoreOptimizerState(const Checkpoint& ckpt, loom::nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
-                           const std::string& prefix);
 
 %immutable;
 struct ImageData {
@@ -269,6 +268,13 @@ class DataLoader {
 };
 
 }  // namespace io
+}  // namespace loom
+
+namespace loom {
+namespace nn {
+void RestoreOptimizerState(const loom::io::Checkpoint& ckpt, loom::nn::Optimizer& opt,
+                           const std::shared_ptr<loom::Device>& dev, const std::string& prefix);
+}  // namespace nn
 }  // namespace loom
 
 %extend loom::io::Checkpoint {
@@ -368,19 +374,19 @@ loom::io::Checkpoint load_checkpoint(const std::string& path) {
 void save_optimizer(const std::string& path, loom::nn::Optimizer& opt) {
   loom::io::NamedTensors tensors;
   std::map<std::string, double> meta;
-  loom::io::AddOptimizerState(opt, &tensors, &meta);
+  loom::nn::AddOptimizerState(opt, &tensors, &meta);
   save_checkpoint(path, tensors, meta);
 }
 void load_optimizer(const std::string& path, loom::nn::Optimizer& opt, const std::shared_ptr<loom::Device>& dev) {
-  loom::io::RestoreOptimizerFile(load_checkpoint(path), opt, dev);
+  loom::nn::RestoreOptimizerFile(load_checkpoint(path), opt, dev);
 }
 
 // The state tensors ([(key, Tensor)], keys "<prefix><param key>/<slot>") and metadata
-// ("<prefix>lr", ...) of an optimizer: io::AddOptimizerState's output.
+// ("<prefix>lr", ...) of an optimizer: nn::AddOptimizerState's output.
 PyObject* optimizer_state(loom::nn::Optimizer& opt, const std::string& prefix) {
   loom::io::NamedTensors tensors;
   std::map<std::string, double> meta;
-  loom::io::AddOptimizerState(opt, &tensors, &meta, prefix);
+  loom::nn::AddOptimizerState(opt, &tensors, &meta, prefix);
   PyObject* t = FromNamedTensors(tensors);
   PyObject* m = FromMeta(meta);
   if (!t || !m) {
@@ -391,21 +397,21 @@ PyObject* optimizer_state(loom::nn::Optimizer& opt, const std::string& prefix) {
   return Py_BuildValue("(NN)", t, m);
 }
 
-// io::RestoreOptimizerState from tensors and metadata in memory (keys as optimizer_state gives
+// nn::RestoreOptimizerState from tensors and metadata in memory (keys as optimizer_state gives
 // them), e.g. a checkpoint's entries renamed to this process's parameter keys.
 void restore_optimizer_state_from(loom::nn::Optimizer& opt,
                                   const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
                                   const std::map<std::string, double>& meta, const std::shared_ptr<loom::Device>& dev,
                                   const std::string& prefix, const std::string& source) {
-  loom::io::RestoreOptimizerState(InMemory(tensors, meta, source), opt, dev, prefix);
+  loom::nn::RestoreOptimizerState(InMemory(tensors, meta, source), opt, dev, prefix);
 }
-// io::CheckOptimizerState on the same arguments: what restore_optimizer_state_from would refuse,
+// nn::CheckOptimizerState on the same arguments: what restore_optimizer_state_from would refuse,
 // raised before anything changes (Note [Check everything, then copy] in io/checkpoint.h).
 void check_optimizer_state_from(const loom::nn::Optimizer& opt,
                                 const std::vector<std::pair<std::string, loom::Tensor>>& tensors,
                                 const std::map<std::string, double>& meta, const std::string& prefix,
                                 const std::string& source) {
-  loom::io::CheckOptimizerState(InMemory(tensors, meta, source), opt, prefix);
+  loom::nn::CheckOptimizerState(InMemory(tensors, meta, source), opt, prefix);
 }
 
 // io::DecodeCheckpointBytes from a bytes-like object; `source` is named in errors.

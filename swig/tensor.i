@@ -5,7 +5,7 @@
 
 %{
 #include "core/tensor.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom_py {
 

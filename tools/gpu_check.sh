@@ -3,7 +3,7 @@
 # compiled and its kernels compile-checked in CI, which has no GPU; this is where they run).
 #   1. set-up and build (tools/setup.sh; CUDA is built when nvcc is found)
 #   2. every GPU test with LOOM_REQUIRE_GPU=1, so "no GPU" and CUDA setup errors fail instead of
-#      skipping (Note [No GPU, or a broken one] in src/device/device.h): the C++ suites labelled
+#      skipping (Note [No GPU, or a broken one] in src/core/device.h): the C++ suites labelled
 #      gpu, then the Python suite
 #   3. the GPU benchmarks: loom-bench on cuda for the MLP, the small CNN and ResNet-18, in eager,
 #      planned and CUDA-graph replay, one JSON line per run

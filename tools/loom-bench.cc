@@ -80,7 +80,7 @@
 #include "core/ops.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/cpu/parallel.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "device/kernel_report.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/graph.h"
 #include "graph/plan.h"
 #include "graph/recompute.h"

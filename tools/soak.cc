@@ -25,7 +25,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"
 #include "graph/registry.h"

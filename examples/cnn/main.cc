@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"

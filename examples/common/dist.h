@@ -23,7 +23,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "device/communicator.h"
+#include "core/communicator.h"
 #include "io/comm/comm.h"
 
 namespace loom {

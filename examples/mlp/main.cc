@@ -26,7 +26,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "device/cpu/parallel.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "examples/common/dist.h"
 #include "examples/common/flags.h"
 #include "graph/graph.h"

@@ -1,14 +1,14 @@
 // Collectives as ops (issue 15; DESIGN.md invariant 11): `allreduce`, `allgather` and
 // `broadcast` are op records like any other, submitted to the tensor's device, so they run now
 // (eager, blocking) or are captured, analysed, planned and replayed with the rest of a step.
-// The communicator is named by its registry id (device/comm_registry.h); every collective
+// The communicator is named by its registry id (core/comm_registry.h); every collective
 // also reads and writes the communicator's token (Note [The collective token]).
 #pragma once
 
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "device/communicator.h"
+#include "core/communicator.h"
 
 namespace loom {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "core/autograd.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

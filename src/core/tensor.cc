@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/op.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

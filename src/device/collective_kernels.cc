@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/collective.h"
-#include "device/comm_registry.h"
-#include "device/device.h"
+#include "core/comm_registry.h"
+#include "core/device.h"
 
 namespace loom {
 

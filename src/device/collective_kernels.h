@@ -1,5 +1,5 @@
 // The kernels of the collective ops (core/collective.h), one body for every backend: the wire
-// work goes to the communicator (device/comm_registry.h), and the element-wise parts (the
+// work goes to the communicator (core/comm_registry.h), and the element-wise parts (the
 // 16-bit casts of compression, the scale) run the device's own `cast` and `mul_scalar` kernels,
 // so nothing is written twice for the CPU and CUDA. A host communicator (MPI, in-process)
 // with a tensor in GPU memory stages the wire buffer through host memory; a device

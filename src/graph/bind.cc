@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

@@ -40,8 +40,8 @@
 
 #include "core/collective.h"
 #include "core/ops.h"
-#include "device/comm_registry.h"
-#include "device/device.h"
+#include "core/comm_registry.h"
+#include "core/device.h"
 #include "graph/passes.h"
 
 LOOM_OP_KIND(allreduce);

@@ -21,7 +21,7 @@
 //   - no op between the two writes x or dy (they are now read at the update's place).
 #include "graph/passes.h"
 
-#include "device/device.h"
+#include "core/device.h"
 
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(sgd_update);

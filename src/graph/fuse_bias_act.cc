@@ -22,8 +22,8 @@
 //   - the device has a kernel for the fused record (Device::Supports).
 // The fused kernels keep the arithmetic (core/ops/dense_bias_act.cc): on the CPU replay stays
 // bitwise equal to eager.
-#include "device/bias_act_formulas.h"
-#include "device/device.h"
+#include "core/bias_act_formulas.h"
+#include "core/device.h"
 #include "graph/op_uses.h"
 #include "graph/passes.h"
 

@@ -24,7 +24,7 @@
 //     supports]): on the CUDA device, none (cuDNN's batch norm is called as is).
 // The layout pass runs after this one: the fused gradient's a has its own slot (a_blocked,
 // graph/layout.cc), since it is no longer tied to da by an element-wise op.
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/op_uses.h"
 #include "graph/passes.h"
 

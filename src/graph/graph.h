@@ -33,7 +33,7 @@
 #include <mutex>
 #include <string>
 
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/analysis.h"
 #include "graph/bind.h"
 #include "graph/capture.h"

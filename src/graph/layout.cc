@@ -46,7 +46,7 @@
 #include <numeric>
 #include <vector>
 
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/op_uses.h"
 #include "graph/passes.h"
 

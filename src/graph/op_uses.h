@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/capture.h"
 
 namespace loom {

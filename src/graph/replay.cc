@@ -8,8 +8,7 @@
 #include <mutex>
 
 #include "core/debug.h"
-#include "device/cpu/parallel.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/replay_workers.h"
 
 namespace loom {
@@ -69,8 +68,8 @@ void Replayer::RunSerial(const ReplayInputs& g, const KernelContext& ctx, GraphS
 }
 
 void Replayer::RunParallel(const ReplayInputs& g, const KernelContext& ctx, GraphStats& stats) {
-  const int n = g.options.num_workers > 0 ? g.options.num_workers : NumThreads();
-  if (!workers_ || workers_->size() != n) workers_ = std::make_unique<ReplayWorkers>(n);
+  const int n = g.options.num_workers > 0 ? g.options.num_workers : g.device.HostThreads();
+  if (!workers_ || workers_->size() != n) workers_ = std::make_unique<ReplayWorkers>(n, g.device);
   const bool dynamic = g.options.memory == MemoryMode::kDynamic;
   // Dynamic memory under a parallel schedule: a block is allocated by its first writer (all its
   // other users depend on that op) and released when its reference count drops to zero.
@@ -121,15 +120,16 @@ void Replayer::MeasureParallelism(const ReplayInputs& g, const KernelContext& ct
   profiling_ = was_profiling;
   std::vector<double> costs(g.ops.size());
   for (size_t i = 0; i < costs.size(); ++i) costs[i] = profile_[i].end_us - profile_[i].start_us;
-  const int workers = g.options.num_workers > 0 ? g.options.num_workers : NumThreads();
-  const ParallelChoice c = ChooseParallelOrSerial(g.schedule, costs, workers, NumThreads());
+  const int threads = g.device.HostThreads();  // Note [Replay threads]
+  const int workers = g.options.num_workers > 0 ? g.options.num_workers : threads;
+  const ParallelChoice c = ChooseParallelOrSerial(g.schedule, costs, workers, threads);
   stats.parallelism = c.parallelism;
   stats.parallel_runs_serial = c.run_serially;
   if (DebugLevel() >= 1)
     std::fprintf(stderr,
                  "[loom] graph '%s': parallelism %.2f (%d workers, %d pool threads), estimated serial %.0f us, "
                  "parallel %.0f us: later parallel replays run %s\n",
-                 g.name.c_str(), c.parallelism, workers, NumThreads(), c.serial_cost, c.parallel_cost,
+                 g.name.c_str(), c.parallelism, workers, threads, c.serial_cost, c.parallel_cost,
                  c.run_serially ? "serially" : "in parallel");
 }
 

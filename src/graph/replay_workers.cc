@@ -4,11 +4,26 @@
 #include <algorithm>
 #include <functional>
 
-#include "device/cpu/parallel.h"
+#include "core/device.h"
 
 namespace loom {
 
-ReplayWorkers::ReplayWorkers(int n) : lane_thread_(n) {
+namespace {
+// Note [Replay threads]: whether this thread's kernels may fan out, for a scope.
+class FanOut {
+ public:
+  FanOut(Device& device, bool allowed) : device_(device), prev_(device.SetKernelFanOut(allowed)) {}
+  ~FanOut() { device_.SetKernelFanOut(prev_); }
+  FanOut(const FanOut&) = delete;
+  FanOut& operator=(const FanOut&) = delete;
+
+ private:
+  Device& device_;
+  bool prev_;
+};
+}  // namespace
+
+ReplayWorkers::ReplayWorkers(int n, Device& device) : device_(device), lane_thread_(n) {
   for (int i = 1; i < n; ++i) threads_.emplace_back([this, i] { Loop(i); });
   threads_.emplace_back([this, n] { Loop(n); });  // the collective lane
 }
@@ -23,7 +38,7 @@ ReplayWorkers::~ReplayWorkers() {
 }
 
 void ReplayWorkers::Loop(int thread) {
-  SerialRegion serial;
+  FanOut serial(device_, false);
   uint64_t seen = 0;
   std::unique_lock<std::mutex> l(mu_);
   while (true) {
@@ -59,7 +74,7 @@ void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
     l.unlock();
     std::exception_ptr err;
     try {
-      SerialRegion region(lane || !alone);
+      FanOut region(device_, !lane && alone);
       (*run_)(op, thread);
     } catch (...) {
       err = std::current_exception();
@@ -100,7 +115,7 @@ void ReplayWorkers::Run(const std::vector<std::vector<int>>& succs, const std::v
   ++generation_;
   cv_.notify_all();
   {
-    SerialRegion serial;
+    FanOut serial(device_, false);
     Work(0, l);
   }
   done_cv_.wait(l, [&] { return busy_ == 0 && lane_busy_ == 0 && (finished_ == total_ || error_); });

@@ -1,6 +1,6 @@
 // Worker threads for the dependency-driven replay. Kept alive between replays (a replay of a
-// small step is shorter than starting threads). Each worker runs inside a SerialRegion so that
-// kernels do not fan out again on the same cores. One more thread serves the collective lane
+// small step is shorter than starting threads). Each worker asks the device that its kernels do
+// not fan out again on the same cores (Device::SetKernelFanOut, Note [Replay threads]). One more thread serves the collective lane
 // (Note [A lane for collectives] in schedule.h) and runs nothing else.
 #pragma once
 
@@ -16,9 +16,11 @@
 
 namespace loom {
 
+class Device;
+
 class ReplayWorkers {
  public:
-  explicit ReplayWorkers(int n);
+  ReplayWorkers(int n, Device& device);
   ~ReplayWorkers();
   int size() const { return int(threads_.size()); }  // compute workers: the caller works too
 
@@ -34,6 +36,7 @@ class ReplayWorkers {
   void Work(int thread, std::unique_lock<std::mutex>& lock);
   void Ready(int op);  // under mu_: queues op on its lane
 
+  Device& device_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/op_uses.h"
 #include "graph/passes.h"
 

@@ -26,9 +26,6 @@
 namespace loom {
 
 class Device;
-namespace nn {
-class Optimizer;
-}
 
 namespace io {
 
@@ -76,38 +73,13 @@ void RestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 // What RestoreInto would refuse, without copying anything: throws its error, or returns.
 void CheckRestoreInto(const Checkpoint& ckpt, const NamedTensors& targets);
 
-// ---- optimizers ----
-// Note [Optimizer state in checkpoints]
-// An optimizer's state is its states() map ("<param key>/<slot>" -> tensor, e.g.
-// "w0/momentum") plus its learning rate; each is saved under `prefix` ("optimizer/w0/momentum",
-// meta "optimizer/lr"). An optimizer creates its state lazily, at the first update of each
-// parameter, so a fresh optimizer has none: RestoreOptimizerState creates each saved slot the
-// optimizer keeps (Optimizer::HasSlot, EnsureState) as zeros and overwrites it with the saved
-// value; a saved slot the optimizer does not keep (momentum into plain SGD) is an IOError. Adam's
-// step count is saved as meta "<prefix>adam_steps" and restored with Adam::SetStepsTaken, so the
-// bias correction continues where it stopped. A schedule's step counter (Note [Schedules on the
-// device]) is saved as meta "<prefix>schedule_step" and restored with SetScheduleStep.
-
-// Appends the optimizer's state tensors and learning rate (and Adam's step count) under `prefix`.
-void AddOptimizerState(nn::Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,
-                       const std::string& prefix = "optimizer/");
-// Restores what AddOptimizerState saved. New state is created on `dev` (the parameters'
-// device). Mismatched or missing slots are all reported in one IOError, before the optimizer
-// changes at all (Note [Check everything, then copy]). A slot the optimizer already keeps must
-// be in the file: a checkpoint saved before the first update has no slots, and restoring it
-// into an optimizer that has stepped since is refused rather than half done.
-void RestoreOptimizerState(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev,
-                           const std::string& prefix = "optimizer/");
-// What RestoreOptimizerState would refuse, without changing the optimizer.
-void CheckOptimizerState(const Checkpoint& ckpt, const nn::Optimizer& opt, const std::string& prefix = "optimizer/");
-
-// An optimizer alone in a file of its own. LoadOptimizer reads what SaveOptimizer wrote and
-// refuses any other file instead of restoring nothing: tensors outside "optimizer/" (a model
-// checkpoint) or no "optimizer/lr" are an IOError naming them. RestoreOptimizerFile is its
-// second half, on a checkpoint already read.
-void SaveOptimizer(const std::string& path, nn::Optimizer& opt);
-void LoadOptimizer(const std::string& path, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
-void RestoreOptimizerFile(const Checkpoint& ckpt, nn::Optimizer& opt, const std::shared_ptr<Device>& dev);
+// The problems RestoreInto would report (Note [Check everything, then copy]), appended to
+// `problems`; (*sources)[i] is target i's tensor in the file, or null. Mistakes in the call itself
+// (an undefined target, a name given twice, a device that is capturing) throw at once.
+void CollectRestoreProblems(const Checkpoint& ckpt, const NamedTensors& targets, std::vector<const Tensor*>* sources,
+                            std::vector<std::string>* problems);
+// One IOError listing every problem, after `head`.
+[[noreturn]] void ThrowProblems(const std::string& head, const std::vector<std::string>& problems);
 
 }  // namespace io
 }  // namespace loom

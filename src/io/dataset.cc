@@ -2,7 +2,7 @@
 
 #include <sys/stat.h>
 
-#include "device/device.h"
+#include "core/device.h"
 #include "io/file.h"
 
 namespace loom {

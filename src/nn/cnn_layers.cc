@@ -1,7 +1,7 @@
 #include "nn/cnn_layers.h"
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace nn {

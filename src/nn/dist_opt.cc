@@ -5,7 +5,7 @@
 #include <map>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/comm/comm.h"
 
 namespace loom {

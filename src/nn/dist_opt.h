@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "core/collective.h"
-#include "device/comm_registry.h"
+#include "core/comm_registry.h"
 #include "nn/optimizer.h"
 
 namespace loom {

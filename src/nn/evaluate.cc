@@ -6,7 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/step.h"
 #include "io/dataset.h"
 

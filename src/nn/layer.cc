@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace nn {

@@ -4,7 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace nn {

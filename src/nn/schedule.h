@@ -1,5 +1,5 @@
 // Learning-rate schedules evaluated on the device (Note [Schedules on the device] in
-// device/schedule_formula.h). A Schedule is an immutable value: what the rate is at each step.
+// core/schedule_formula.h). A Schedule is an immutable value: what the rate is at each step.
 // Optimizer::SetSchedule makes the optimizer compute its rate from a device step counter with
 // one lr_schedule op per step, inside the step, so a replayed graph follows the schedule with
 // no recapture and no host write.
@@ -19,7 +19,7 @@
 
 #include "core/attrs.h"
 #include "core/tensor.h"
-#include "device/schedule_formula.h"
+#include "core/schedule_formula.h"
 
 namespace loom {
 namespace nn {

@@ -2,7 +2,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/step.h"
 
 namespace loom {

@@ -4,7 +4,7 @@
 #include "core/collective.h"
 #include "core/ops.h"
 #include "core/ops_cnn.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace nn {

@@ -15,7 +15,7 @@
 
 #include <memory>
 
-#include "device/comm_registry.h"
+#include "core/comm_registry.h"
 #include "nn/layer.h"
 
 namespace loom {

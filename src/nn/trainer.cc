@@ -8,7 +8,8 @@
 
 #include "core/file.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
+#include "nn/optimizer_checkpoint.h"
 
 namespace loom {
 namespace nn {
@@ -213,7 +214,7 @@ void Trainer::Save(const std::string& path) {
   s.loss_sum = r.loss_sum;
   s.losses = r.losses;
   std::map<std::string, double> meta = s.ToMeta();
-  io::AddOptimizerState(model_.optimizer(), &tensors, &meta);
+  nn::AddOptimizerState(model_.optimizer(), &tensors, &meta);
   io::SaveCheckpoint(path, tensors, meta);
 }
 
@@ -222,11 +223,11 @@ void Trainer::Restore(const std::string& path) {
   // Note [Check everything, then copy] in io/checkpoint.h: every check before the first write.
   io::NamedTensors targets = StateTensors();
   io::CheckRestoreInto(ck, targets);
-  io::CheckOptimizerState(ck, model_.optimizer());
+  nn::CheckOptimizerState(ck, model_.optimizer());
   RunState s = RunState::FromMeta(ck.meta, path);
   CheckRunState(s, train_, path);
   io::RestoreInto(ck, targets);
-  io::RestoreOptimizerState(ck, model_.optimizer(), dev_);
+  nn::RestoreOptimizerState(ck, model_.optimizer(), dev_);
   ApplyRunState(s, train_, *dev_, path);
   monitor_->SetSteps(s.step, s.loss_sum, s.losses);
   step_ = last_log_step_ = s.step;

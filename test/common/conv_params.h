@@ -14,7 +14,7 @@
 
 #include "core/tensor.h"
 #include "device/cpu/kernels/conv_dnnl.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/graph.h"
 
 namespace loom {

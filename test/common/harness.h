@@ -13,7 +13,7 @@
 
 #include "core/autograd.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace test {
@@ -80,7 +80,7 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps = 1e-6, dou
     }                                                                                       \
   } while (0)
 
-// GPU tests start with this (Note [No GPU, or a broken one] in device/device.h): a CUDA setup
+// GPU tests start with this (Note [No GPU, or a broken one] in core/device.h): a CUDA setup
 // error fails the test; no GPU (or no CUDA backend) skips it with the reason, or fails it when
 // LOOM_REQUIRE_GPU=1 (tools/gpu_check.sh sets it, so a GPU machine never reports "skipped").
 bool GpuRequired();  // LOOM_REQUIRE_GPU=1

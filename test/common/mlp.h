@@ -10,7 +10,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "common/graph_capture.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "nn/optimizer.h"
 
 namespace loom {

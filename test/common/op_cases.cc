@@ -238,7 +238,7 @@ void AddElementwise(Table& t) {
       }
 
   // Comparisons, to bool, on every comparable dtype (Note [Comparisons] in
-  // device/compare_formulas.h): values on a coarse grid, so that both outcomes occur.
+  // core/compare_formulas.h): values on a coarse grid, so that both outcomes occur.
   for (const char* op : {"equal", "not_equal", "greater", "less", "greater_equal", "less_equal"})
     for (const auto& [sa, sb] : shapes)
       for (DType dt : {kF32, kF64, DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool})

@@ -3,7 +3,7 @@
 // as to any op: forward against that, backward (Note [A differentiable all-reduce]) against
 // finite differences, graph replay, another device. Several ranks: test/dist.
 #include "common/op_case_table.h"
-#include "device/comm_registry.h"
+#include "core/comm_registry.h"
 #include "io/comm/inproc.h"
 
 namespace loom {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/op_cases.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace test {

@@ -1,5 +1,5 @@
 // Comparisons (equal, not_equal, greater, less, greater_equal, less_equal): NaN and signed zeros, the bool result with no gradient, and
-// the errors (Note [Comparisons] in device/compare_formulas.h). Forward on every comparable
+// the errors (Note [Comparisons] in core/compare_formulas.h). Forward on every comparable
 // dtype and broadcast, graph replay and CUDA are rows of the op-case table (common/op_cases.cc).
 #include <limits>
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "common/harness.h"
-#include "device/allocator.h"
+#include "core/allocator.h"
 #include "nn/cnn_layers.h"
 #include "nn/layer.h"
 

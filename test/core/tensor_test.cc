@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "common/harness.h"
-#include "device/allocator.h"
+#include "core/allocator.h"
 
 namespace loom {
 namespace test {

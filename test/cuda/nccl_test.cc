@@ -1,4 +1,4 @@
-// The NCCL communicator (src/io/comm/nccl.cc) as a 1-rank world on the first GPU: started alone,
+// The NCCL communicator (src/device/cuda/nccl.cc) as a 1-rank world on the first GPU: started alone,
 // MPI hands NCCL its id as a singleton. One GPU cannot hold two NCCL ranks, so the 2-rank checks
 // of every collective live in test/comm (MPI); these check that the NCCL path initialises,
 // enqueues on the device's stream, waits, and leaves the values where they belong.

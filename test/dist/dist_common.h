@@ -19,7 +19,7 @@
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/comm/comm.h"
 #include "io/comm/inproc.h"
 #include "nn/dist_opt.h"

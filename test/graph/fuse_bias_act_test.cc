@@ -11,7 +11,7 @@
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/ops_cnn.h"
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "graph/graph.h"
 
 LOOM_OP_KIND(dense_bias_act);

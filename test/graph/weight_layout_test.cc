@@ -16,6 +16,7 @@
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "graph/graph.h"
 #include "io/checkpoint.h"
+#include "nn/optimizer_checkpoint.h"
 
 LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(conv2d_grad_input);
@@ -258,14 +259,14 @@ TEST_F(WeightLayoutTest, CheckpointsBetweenReplaysSaveAndRestoreOihwValues) {
       if (s == 1) {
         io::NamedTensors all = params;
         std::map<std::string, double> meta;
-        io::AddOptimizerState(opt, &all, &meta);
+        nn::AddOptimizerState(opt, &all, &meta);
         io::SaveCheckpoint(dir / "ckpt", all, meta);
         for (const auto& [name, t] : io::LoadCheckpoint(dir / "ckpt").tensors) seen.push_back(t.ToVector<float>());
       }
       if (s == 2) {
         const io::Checkpoint ckpt = io::LoadCheckpoint(dir / "ckpt");
         io::RestoreInto(ckpt, params);
-        io::RestoreOptimizerState(ckpt, opt, CpuDevice());
+        nn::RestoreOptimizerState(ckpt, opt, CpuDevice());
       }
     }
     if (graph) EXPECT_EQ(g->stats().blocked_weights, 4u);

@@ -18,6 +18,7 @@
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "io/checkpoint.h"
+#include "nn/optimizer_checkpoint.h"
 #include "io/checkpoint_format.h"
 #include "io/checksum.h"
 #include "io/file.h"
@@ -354,7 +355,7 @@ TEST(CheckpointResumeTest, SaveLoadAndContinueIsBitwiseEqualToTrainingStraight) 
     io::NamedTensors tensors;
     for (const Tensor& p : model.params) tensors.emplace_back("model/" + p.name(), p);
     std::map<std::string, double> meta = {{"step", n}};
-    io::AddOptimizerState(opt, &tensors, &meta);
+    nn::AddOptimizerState(opt, &tensors, &meta);
     EXPECT_EQ(opt.states().size(), model.params.size());  // one momentum buffer per parameter
     io::SaveCheckpoint(dir / "run.ckpt", tensors, meta);
   }
@@ -365,7 +366,7 @@ TEST(CheckpointResumeTest, SaveLoadAndContinueIsBitwiseEqualToTrainingStraight) 
     io::NamedTensors targets;
     for (const Tensor& p : model.params) targets.emplace_back("model/" + p.name(), p);
     io::RestoreInto(ck, targets);
-    io::RestoreOptimizerState(ck, opt, CpuDevice());
+    nn::RestoreOptimizerState(ck, opt, CpuDevice());
     EXPECT_EQ(opt.learning_rate(), 0.05);
     EXPECT_EQ(opt.states().size(), model.params.size());
     EXPECT_EQ(ck.Meta("step"), n);
@@ -383,18 +384,18 @@ TEST(CheckpointResumeTest, OptimizerFileRoundTripAndMismatches) {
   nn::SGD opt(0.1, 0.5);
   TrainRun t;
   TrainEager(model, opt, data, 0, 2, &t, kBatches);
-  io::SaveOptimizer(dir / "opt.ckpt", opt);
+  nn::SaveOptimizer(dir / "opt.ckpt", opt);
   io::Checkpoint ck = io::LoadCheckpoint(dir / "opt.ckpt");
   EXPECT_TRUE(ck.Has("optimizer/w0/momentum"));
   EXPECT_EQ(ck.Meta("optimizer/lr"), 0.1);
   // Into the same optimizer: values come back.
   nn::SGD fresh(0.2, 0.5);
-  io::LoadOptimizer(dir / "opt.ckpt", fresh, CpuDevice());
+  nn::LoadOptimizer(dir / "opt.ckpt", fresh, CpuDevice());
   for (const auto& kv : opt.states())
     EXPECT_EQ(fresh.states().at(kv.first).ToVector<float>(), kv.second.ToVector<float>()) << kv.first;
   // An optimizer without momentum has nowhere to put it.
   nn::SGD plain(0.1);
-  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "opt.ckpt", plain, CpuDevice()), IOError, "w0/momentum");
+  LOOM_EXPECT_THROW_MSG(nn::LoadOptimizer(dir / "opt.ckpt", plain, CpuDevice()), IOError, "w0/momentum");
 }
 
 TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
@@ -404,11 +405,11 @@ TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
   nn::Adam opt(0.01);
   TrainRun t;
   TrainEager(model, opt, data, 0, 3, &t, kBatches);
-  io::SaveOptimizer(dir / "adam.ckpt", opt);
+  nn::SaveOptimizer(dir / "adam.ckpt", opt);
   EXPECT_EQ(io::LoadCheckpoint(dir / "adam.ckpt").Meta("optimizer/adam_steps"), 3);
   // A fresh Adam gets the moments and the step count (its bias correction continues).
   nn::Adam fresh(0.01);
-  io::LoadOptimizer(dir / "adam.ckpt", fresh, CpuDevice());
+  nn::LoadOptimizer(dir / "adam.ckpt", fresh, CpuDevice());
   EXPECT_EQ(fresh.steps_taken(CpuDevice()), 3);
   for (const auto& kv : opt.states())
     EXPECT_EQ(fresh.states().at(kv.first).ToVector<float>(), kv.second.ToVector<float>()) << kv.first;
@@ -416,7 +417,7 @@ TEST(CheckpointResumeTest, AdamResumesIntoAFreshOptimizer) {
   std::map<std::string, std::vector<float>> saved;
   for (const auto& kv : opt.states()) saved[kv.first] = kv.second.ToVector<float>();
   for (const auto& kv : opt.states()) ops::Fill(kv.second, 0.5);
-  io::LoadOptimizer(dir / "adam.ckpt", opt, CpuDevice());
+  nn::LoadOptimizer(dir / "adam.ckpt", opt, CpuDevice());
   for (const auto& kv : opt.states()) EXPECT_EQ(kv.second.ToVector<float>(), saved[kv.first]) << kv.first;
 }
 
@@ -429,15 +430,15 @@ TEST(CheckpointResumeTest, ARefusedOptimizerRestoreChangesNothing) {
   nn::Adam opt(0.01);
   TrainRun t;
   TrainEager(model, opt, data, 0, 3, &t, kBatches);
-  io::SaveOptimizer(dir / "adam.ckpt", opt);
+  nn::SaveOptimizer(dir / "adam.ckpt", opt);
   io::Checkpoint ck = io::LoadCheckpoint(dir / "adam.ckpt");
 
   // A slot Adam does not keep, beside the ones it does: nothing is created, the count stays 0.
   io::Checkpoint mixed = ck;
   mixed.tensors.emplace_back("optimizer/w0/momentum", ck.Get("optimizer/w0/m"));
   nn::Adam fresh(0.02);
-  LOOM_EXPECT_THROW_MSG(io::CheckOptimizerState(mixed, fresh), IOError, "keeps no 'momentum'");
-  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(mixed, fresh, CpuDevice()), IOError, "nothing was restored");
+  LOOM_EXPECT_THROW_MSG(nn::CheckOptimizerState(mixed, fresh), IOError, "keeps no 'momentum'");
+  LOOM_EXPECT_THROW_MSG(nn::RestoreOptimizerState(mixed, fresh, CpuDevice()), IOError, "nothing was restored");
   EXPECT_TRUE(fresh.states().empty());
   EXPECT_EQ(fresh.steps_taken(CpuDevice()), 0);
   EXPECT_EQ(fresh.learning_rate(), 0.02);
@@ -450,7 +451,7 @@ TEST(CheckpointResumeTest, ARefusedOptimizerRestoreChangesNothing) {
   TrainEager(bigger, other, data, 0, 5, &t2, kBatches);
   std::map<std::string, std::vector<float>> before;
   for (const auto& kv : other.states()) before[kv.first] = kv.second.ToVector<float>();
-  LOOM_EXPECT_THROW_MSG(io::RestoreOptimizerState(ck, other, CpuDevice()), IOError,
+  LOOM_EXPECT_THROW_MSG(nn::RestoreOptimizerState(ck, other, CpuDevice()), IOError,
                         "'optimizer/w2/m': not in the file");
   EXPECT_EQ(other.steps_taken(CpuDevice()), 5);
   EXPECT_EQ(other.learning_rate(), 0.03);
@@ -527,18 +528,18 @@ TEST(CheckpointFileTest, LoadOptimizerRefusesAModelCheckpointNamingWhatIsMissing
   io::SaveCheckpoint(dir / "params.ckpt", params);
   io::NamedTensors both = params;
   std::map<std::string, double> meta;
-  io::AddOptimizerState(opt, &both, &meta);
+  nn::AddOptimizerState(opt, &both, &meta);
   io::SaveCheckpoint(dir / "both.ckpt", both, meta);
 
   nn::SGD fresh(0.3, 0.5);
-  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
+  LOOM_EXPECT_THROW_MSG(nn::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
                         "no metadata 'optimizer/lr'");
-  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
+  LOOM_EXPECT_THROW_MSG(nn::LoadOptimizer(dir / "params.ckpt", fresh, CpuDevice()), IOError,
                         "4 tensor(s) outside 'optimizer/' ('w0', 'b0', 'w1', ...)");
-  LOOM_EXPECT_THROW_MSG(io::LoadOptimizer(dir / "both.ckpt", fresh, CpuDevice()), IOError, "A model checkpoint?");
+  LOOM_EXPECT_THROW_MSG(nn::LoadOptimizer(dir / "both.ckpt", fresh, CpuDevice()), IOError, "A model checkpoint?");
   EXPECT_TRUE(fresh.states().empty());
   EXPECT_EQ(fresh.learning_rate(), 0.3);
-  io::RestoreOptimizerState(io::LoadCheckpoint(dir / "both.ckpt"), fresh, CpuDevice());  // the way to read it
+  nn::RestoreOptimizerState(io::LoadCheckpoint(dir / "both.ckpt"), fresh, CpuDevice());  // the way to read it
   EXPECT_EQ(fresh.states().size(), opt.states().size());
 }
 

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/dataset.h"
 #include "nn/cnn_layers.h"
 #include "nn/evaluate.h"

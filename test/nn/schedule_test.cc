@@ -10,10 +10,11 @@
 #include <random>
 
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/graph.h"
 #include "graph/step.h"
 #include "io/checkpoint.h"
+#include "nn/optimizer_checkpoint.h"
 #include "io/comm/inproc.h"
 #include "nn/dist_opt.h"
 #include "nn/clip.h"
@@ -378,14 +379,14 @@ TEST(Schedule, CheckpointCarriesTheScheduleStep) {
   b.SetSchedule(s);
   for (int k = 0; k < 5; ++k) a.Apply(g, w);
   io::Checkpoint ckpt;
-  io::AddOptimizerState(a, &ckpt.tensors, &ckpt.meta);
+  nn::AddOptimizerState(a, &ckpt.tensors, &ckpt.meta);
   EXPECT_EQ(ckpt.meta.at("optimizer/schedule_step"), 5.0);
-  io::RestoreOptimizerState(ckpt, b, dev);
+  nn::RestoreOptimizerState(ckpt, b, dev);
   EXPECT_EQ(b.schedule_step(dev), 5);
   b.Apply(g, w);
   EXPECT_DOUBLE_EQ(b.LearningRateTensor(dev).Item(), s.ValueAt(5));
   ckpt.meta["optimizer/schedule_step"] = -2;
-  EXPECT_THROW(io::RestoreOptimizerState(ckpt, b, dev), IOError);
+  EXPECT_THROW(nn::RestoreOptimizerState(ckpt, b, dev), IOError);
 }
 
 // A DistOpt hands a schedule and clipping to the optimizer it wraps (which updates after the

@@ -24,7 +24,7 @@
 
 #include "common/files.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
 #include "io/dataset.h"

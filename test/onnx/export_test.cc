@@ -17,6 +17,7 @@
 #include "core/ops_cnn.h"
 #include "io/onnx/tensor_proto.h"
 #include "nn/model.h"
+#include "nn/onnx_export.h"
 #include "nn/models.h"
 #include "nn/optimizer.h"
 
@@ -86,7 +87,7 @@ TEST(OnnxExport, MlpIsMatMulsAndReluWithNamedInitializers) {
   Tensor x = RandomTensor({4, 6}, DType::kFloat32, 1);
   io::OnnxExportOptions opt;
   opt.model_name = "mlp";
-  ModelProto m = Parse(io::ExportOnnxBytes(*net, x, opt));
+  ModelProto m = Parse(nn::ExportOnnxBytes(*net, x, opt));
   EXPECT_EQ(m.ir_version(), 8);
   ASSERT_EQ(m.opset_import_size(), 1);
   EXPECT_EQ(m.opset_import(0).domain(), "");
@@ -206,7 +207,7 @@ TEST(OnnxExport, DynamicBatchMakesDimensionZeroSymbolic) {
   Tensor x = RandomTensor({2, 3, 32, 32}, DType::kFloat32, 15);
   io::OnnxExportOptions opt;
   opt.dynamic_batch = true;
-  ModelProto m = Parse(io::ExportOnnxBytes(*net, x, opt));
+  ModelProto m = Parse(nn::ExportOnnxBytes(*net, x, opt));
   EXPECT_EQ(m.graph().input(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
   EXPECT_EQ(m.graph().output(0).type().tensor_type().shape().dim(0).dim_param(), "batch");
   EXPECT_EQ(Dims(m.graph().output(0)), (std::vector<int64_t>{-1, 10}));
@@ -215,7 +216,7 @@ TEST(OnnxExport, DynamicBatchMakesDimensionZeroSymbolic) {
   EXPECT_EQ(Int64Init(m, reshape->input(1))[0], 0);  // keeps the input's batch
   EXPECT_EQ(m.graph().value_info_size(), 0);      // no intermediate shape pins the batch
   // Without it every dimension is fixed.
-  ModelProto fixed = Parse(io::ExportOnnxBytes(*net, x));
+  ModelProto fixed = Parse(nn::ExportOnnxBytes(*net, x));
   EXPECT_EQ(Dims(fixed.graph().input(0)), (std::vector<int64_t>{2, 3, 32, 32}));
   EXPECT_EQ(Int64Init(fixed, FindNode(fixed, "Reshape")->input(1))[0], 2);
 }
@@ -223,7 +224,7 @@ TEST(OnnxExport, DynamicBatchMakesDimensionZeroSymbolic) {
 TEST(OnnxExport, ResNetBlocksExportEveryOp) {
   auto net = nn::MakeResNet18(10);
   Tensor x = RandomTensor({1, 3, 32, 32}, DType::kFloat32, 16);
-  ModelProto m = Parse(io::ExportOnnxBytes(*net, x));
+  ModelProto m = Parse(nn::ExportOnnxBytes(*net, x));
   std::map<std::string, int> count;
   for (const std::string& t : NodeTypes(m)) ++count[t];
   EXPECT_EQ(count["Conv"], 20);  // 17 3x3 convolutions and 3 projection shortcuts
@@ -281,7 +282,7 @@ TEST(OnnxExport, AFailedExportLeavesAnExistingFileAlone) {
   // exports its network in eval mode, and keeps training after.)
   nn::Model model(nn::MakeMlp({8, 2}), std::make_shared<nn::SGD>(0.1));
   model.Compile({x});
-  io::ExportOnnx(model, x, path);
+  nn::ExportOnnx(model, x, path);
   EXPECT_TRUE(model.net().training());
   EXPECT_EQ(dir.List(), (std::vector<std::string>{"model.onnx"}));
   ModelProto m;

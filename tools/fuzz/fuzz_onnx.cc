@@ -12,7 +12,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "core/error.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/onnx/import.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

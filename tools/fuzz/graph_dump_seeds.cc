@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "graph/graph.h"
 #include "io/graph_dump.h"
 #include "nn/model.h"

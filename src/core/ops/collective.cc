@@ -6,7 +6,7 @@
 #include "core/collective.h"
 
 #include "core/ops/common.h"
-#include "device/comm_registry.h"
+#include "core/comm_registry.h"
 
 namespace loom {
 

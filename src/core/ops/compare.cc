@@ -1,7 +1,7 @@
 // Comparisons: element-wise, with numpy broadcasting, to a bool tensor; not differentiable
-// (Note [Comparisons] in device/compare_formulas.h).
+// (Note [Comparisons] in core/compare_formulas.h).
 #include "core/ops/common.h"
-#include "device/compare_formulas.h"
+#include "core/compare_formulas.h"
 
 namespace loom {
 

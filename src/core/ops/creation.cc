@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "core/ops/common.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

@@ -10,7 +10,7 @@ using namespace opdecl;
 
 #define LOOM_MATH_INFER(opname) [](const std::vector<TensorMeta>& in, const Attrs&) { return UnaryFloat(#opname, in); }
 
-// f(x) with f_grad(x, dy) = dy * f'(x) (device/elementwise_formulas.h).
+// f(x) with f_grad(x, dy) = dy * f'(x) (core/elementwise_formulas.h).
 #define LOOM_DIFFERENTIABLE_MATH(opname)                                                          \
   LOOM_OP(opname) {                                                                               \
     def.infer = LOOM_MATH_INFER(opname);                                                          \

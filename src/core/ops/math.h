@@ -1,6 +1,6 @@
 // Element-wise math with SINGA's (and ONNX's) names: trigonometric and hyperbolic functions and
 // their inverses, and rounding. Declarations in core/ops/math.cc; the formulas, shared by the CPU
-// and CUDA kernels, in device/elementwise_formulas.h.
+// and CUDA kernels, in core/elementwise_formulas.h.
 #pragma once
 
 #include "core/op.h"

@@ -13,7 +13,7 @@
 // throws, Note [Errors found on the GPU]).
 #include "core/ops/common.h"
 #include "core/ops.h"
-#include "device/scatter_geometry.h"
+#include "core/scatter_geometry.h"
 
 namespace loom {
 

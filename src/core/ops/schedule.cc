@@ -2,7 +2,7 @@
 // float64 device scalar that the update kernels read, so a replayed step recomputes them from
 // device state alone (Note [Schedules on the device], Note [Clipping folded into the update]).
 #include "core/ops/common.h"
-#include "device/schedule_formula.h"
+#include "core/schedule_formula.h"
 
 namespace loom {
 

@@ -4,7 +4,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "device/device.h"
+#include "core/device.h"
+#include "device/cpu/parallel.h"
 
 namespace loom {
 
@@ -16,6 +17,9 @@ class CpuDeviceImpl : public Device {
                [](void* p) { std::free(p); }) {}
   void MemcpyToHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
   void MemcpyFromHost(void* dst, const void* src, size_t bytes) override { if (bytes) std::memcpy(dst, src, bytes); }
+  // Note [Replay threads]: the pool's threads; a worker's kernels run inline (SerialRegion).
+  int HostThreads() const override { return NumThreads(); }
+  bool SetKernelFanOut(bool fan_out) override { return !SetSerialRegion(!fan_out); }
 };
 }  // namespace
 

@@ -187,7 +187,13 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   });
 }
 
-SerialRegion::SerialRegion(bool serial) : prev_(t_serial) { t_serial = serial; }
+SerialRegion::SerialRegion(bool serial) : prev_(SetSerialRegion(serial)) {}
 SerialRegion::~SerialRegion() { t_serial = prev_; }
+
+bool SetSerialRegion(bool serial) {
+  const bool prev = t_serial;
+  t_serial = serial;
+  return prev;
+}
 
 }  // namespace loom

@@ -25,6 +25,8 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 
 // Marks the calling thread as one that must not fan out (graph replay workers), or, with
 // serial = false, lifts that for a scope (a replay worker running the only op in flight).
+// SetSerialRegion is the same without a scope; it returns the previous setting.
+bool SetSerialRegion(bool serial);
 class SerialRegion {
  public:
   explicit SerialRegion(bool serial = true);

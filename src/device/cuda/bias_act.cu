@@ -1,11 +1,11 @@
 // CUDA kernels of the fused dense layer's element-wise parts (Note [Dense, bias, activation] in
 // core/ops/dense_bias_act.cc): the epilogue after the GEMM (bias_act.h; the GEMM and cuBLASLt's
 // own epilogues are in linalg.cc; conv2d_relu's ReLU, cudnn.cc), and bias_act_grad. Each element is computed with the formulas
-// of the ops they replace (device/bias_act_formulas.h); the column sums run in the order of
+// of the ops they replace (core/bias_act_formulas.h); the column sums run in the order of
 // bias_grad's kernel (reduce.cu: 32 columns x 8 partial sums per block, in double), so db is
 // bitwise what bias_grad makes from the stored dz. With channels = 1 (a convolution's layout) the
 // sums are cuDNN's conv2d_grad_bias's to float32 tolerance.
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "device/cuda/bias_act.h"
 #include "device/cuda/common.cuh"
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 
 namespace loom {
 namespace cuda {

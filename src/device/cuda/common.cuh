@@ -46,7 +46,7 @@ void FloatDispatch(DType t, const char* op, F&& f) {
 }
 
 // ---- math, overloaded on float/double so templates pick the right precision (the element-wise
-// ops' formulas are shared with the CPU instead: device/elementwise_formulas.h) ----
+// ops' formulas are shared with the CPU instead: core/elementwise_formulas.h) ----
 __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
 __device__ __forceinline__ float Log(float x) { return logf(x); }

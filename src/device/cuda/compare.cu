@@ -1,8 +1,8 @@
 // CUDA kernels for the comparisons: one kernel per row of LOOM_COMPARE_FORMULAS, the CPU's
-// formulas (Note [Comparisons] in device/compare_formulas.h). One indexed kernel serves every
+// formulas (Note [Comparisons] in core/compare_formulas.h). One indexed kernel serves every
 // broadcast: MakeIndexer drops unit dimensions and merges neighbours, so operands of one shape
 // index as rank 1.
-#include "device/compare_formulas.h"
+#include "core/compare_formulas.h"
 #include "device/cuda/common.cuh"
 
 namespace loom {

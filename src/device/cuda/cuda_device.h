@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "device/cuda/cuda_check.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 namespace cuda {

@@ -1,9 +1,9 @@
 // CUDA kernels for element-wise ops, activations and their gradients (with numpy broadcasting
 // as on the CPU; their formulas are the CPU's own, Note [Element-wise formulas] in
-// device/elementwise_formulas.h), add_bias, dropout and the optimizer updates. Semantics follow
+// core/elementwise_formulas.h), add_bias, dropout and the optimizer updates. Semantics follow
 // src/device/cpu/kernels/{elementwise,linalg,dropout,optimizer}.cc expression for expression.
 #include "device/cuda/common.cuh"
-#include "device/elementwise_formulas.h"
+#include "core/elementwise_formulas.h"
 #include "device/optimizer_formulas.h"
 #include "device/philox.h"
 

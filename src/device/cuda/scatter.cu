@@ -4,7 +4,7 @@
 // on the CPU. An index out of range cannot throw from the GPU (Note [Errors found on the GPU]):
 // the elements it touches become NaN and the next host read throws the CPU's ValueError.
 #include "device/cuda/common.cuh"
-#include "device/scatter_geometry.h"
+#include "core/scatter_geometry.h"
 
 namespace loom {
 namespace cuda {

@@ -1,8 +1,8 @@
 // CUDA kernels of the schedule and clipping ops (core/ops/schedule.cc), as on the CPU
-// (cpu/kernels/schedule.cc): the schedule's formula is the shared one (device/schedule_formula.h);
+// (cpu/kernels/schedule.cc): the schedule's formula is the shared one (core/schedule_formula.h);
 // the norm sums in double, in a fixed order per launch shape, so it is deterministic.
 #include "device/cuda/common.cuh"
-#include "device/schedule_formula.h"
+#include "core/schedule_formula.h"
 
 namespace loom {
 namespace cuda {

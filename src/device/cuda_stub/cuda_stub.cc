@@ -1,6 +1,6 @@
 // Linked when loom is built without CUDA: the CUDA entry points exist and say why they fail.
 #include "core/error.h"
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

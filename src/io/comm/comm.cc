@@ -7,7 +7,7 @@
 #include "io/comm/mpi.h"
 #endif
 #ifdef LOOM_WITH_NCCL
-#include "io/comm/nccl.h"
+#include "core/communicator.h"
 #endif
 
 namespace loom {
@@ -48,7 +48,9 @@ std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend, std::
   if (b == "auto") b = device && device->type() == DeviceType::kCUDA && NcclBuilt() ? "nccl" : "mpi";
   if (b == "nccl") {
 #ifdef LOOM_WITH_NCCL
-    return MakeNcclCommunicator(std::move(device));
+    auto mpi = std::make_shared<MpiCommunicator>();
+    const int local = mpi->LocalRank();  // collective: every rank calls it, GPU or not
+    return MakeNcclCommunicator(std::move(device), mpi, local, mpi->timeout_s(), MarkCollectiveFailed);
 #else
     throw DeviceError(
         "[comm] the NCCL communicator is not built: it needs the CUDA backend (nvcc), NCCL (nccl.h and libnccl, "

@@ -1,6 +1,7 @@
 // Making a communicator (issue 15): the one entry point DistOpt, the tools and the Python
-// bindings call. The implementations are in this folder: mpi.h (OpenMPI, host buffers), nccl.h
-// (NCCL on a CUDA device, bootstrapped over MPI), inproc.h (ranks as threads, for tests).
+// bindings call. The implementations: mpi.h (OpenMPI, host buffers) and inproc.h (ranks as
+// threads, for tests) in this folder; NCCL on a CUDA device, bootstrapped over MPI here, in the
+// CUDA backend (device/cuda/nccl.cc, made through core/communicator.h).
 //
 // Note [Communicators are made in the same order on every rank]
 // Making an MPI or NCCL communicator is itself collective (it duplicates MPI_COMM_WORLD, or
@@ -11,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "device/communicator.h"
-#include "device/device.h"
+#include "core/communicator.h"
+#include "core/device.h"
 
 namespace loom {
 

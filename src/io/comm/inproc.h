@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "device/communicator.h"
+#include "core/communicator.h"
 
 namespace loom {
 

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "device/communicator.h"
+#include "core/communicator.h"
 
 namespace loom {
 
@@ -50,7 +50,7 @@ class MpiCommunicator : public Communicator {
 
 // Used by comm.cc's AbortAllRanks (Note [A failing rank takes the job down]).
 bool MpiAbortAllRanks(const std::string& message, int code);
-// A collective on some communicator of this process failed (the NCCL one says so here): at exit
+// A collective on some communicator of this process failed (the NCCL one says so through this): at exit
 // the process aborts the job instead of finalising MPI (Note [Bounded waits]).
 void MarkCollectiveFailed();
 

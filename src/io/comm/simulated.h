@@ -28,7 +28,7 @@
 #include <mutex>
 #include <vector>
 
-#include "device/communicator.h"
+#include "core/communicator.h"
 
 namespace loom {
 

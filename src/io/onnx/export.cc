@@ -26,8 +26,6 @@
 #include "core/shape.h"
 #include "graph/graph.h"
 #include "io/onnx/export_emit.h"
-#include "nn/layer.h"
-#include "nn/model.h"
 
 namespace loom {
 namespace io {
@@ -478,29 +476,6 @@ std::string Serialize(const pb::ModelProto& m) {
   return bytes;
 }
 
-// net.Forward(example) captured in eval mode without gradients; the training flag restored.
-std::unique_ptr<Graph> CaptureEval(nn::Layer& net, const Tensor& example, const std::string& name, Tensor* out) {
-  LOOM_CHECK(example.defined(), OnnxError, "[onnx] export needs an example input");
-  const bool was_training = net.training();
-  net.Train(false);
-  std::unique_ptr<Graph> g;
-  try {
-    NoGradGuard no_grad;
-    g = Graph::Capture(example.device_ptr(), name + ".onnx_export", [&] { *out = net.Forward(example); });
-  } catch (...) {
-    net.Train(was_training);
-    throw;
-  }
-  net.Train(was_training);
-  return g;
-}
-
-OnnxExportOptions WithNetNames(const nn::Layer& net, OnnxExportOptions options) {
-  for (auto& p : net.Params()) options.names.push_back(p);
-  for (auto& s : net.States()) options.names.push_back(s);
-  return options;
-}
-
 }  // namespace
 
 std::string ExportOnnxBytes(const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
@@ -512,22 +487,6 @@ void ExportOnnx(const Graph& graph, const std::vector<Tensor>& inputs, const std
                 const std::string& path, const OnnxExportOptions& options) {
   pb::ModelProto m = Exporter(graph, inputs, outputs, options).Build();
   onnx::WriteProtoFile(path, m, "ONNX model");
-}
-
-std::string ExportOnnxBytes(nn::Layer& net, const Tensor& example, OnnxExportOptions options) {
-  Tensor y;
-  std::unique_ptr<Graph> g = CaptureEval(net, example, options.model_name, &y);
-  return ExportOnnxBytes(*g, {example}, {y}, WithNetNames(net, std::move(options)));
-}
-
-void ExportOnnx(nn::Layer& net, const Tensor& example, const std::string& path, OnnxExportOptions options) {
-  Tensor y;
-  std::unique_ptr<Graph> g = CaptureEval(net, example, options.model_name, &y);
-  ExportOnnx(*g, {example}, {y}, path, WithNetNames(net, std::move(options)));
-}
-
-void ExportOnnx(nn::Model& model, const Tensor& example, const std::string& path, OnnxExportOptions options) {
-  ExportOnnx(model.net(), example, path, std::move(options));
 }
 
 std::vector<std::pair<std::string, std::string>> OnnxExportableOps() {

@@ -1,9 +1,8 @@
-// ONNX export: a captured inference graph, or a network in eval mode, written as an ONNX model
+// ONNX export: a captured inference graph written as an ONNX model
 // (IR version 8, default-domain opset 17) that onnxruntime and ONNX's checker accept.
 //
 //   auto g = Graph::Capture(dev, "export", [&] { y = net->Forward(x); });
-//   io::ExportOnnx(*g, {x}, {y}, "net.onnx");            // or, capturing in eval mode itself:
-//   io::ExportOnnx(*net, x, "net.onnx", options);       // options.dynamic_batch = true, ...
+//   io::ExportOnnx(*g, {x}, {y}, "net.onnx");  // a network in eval mode: nn/onnx_export.h
 //
 // What is written (Note [What an exported graph holds] in export.cc):
 //   graph inputs   the given input tensors, named by OnnxExportOptions::input_names (else the
@@ -30,10 +29,6 @@
 
 namespace loom {
 class Graph;
-namespace nn {
-class Layer;
-class Model;
-}  // namespace nn
 namespace io {
 
 struct OnnxExportOptions {
@@ -56,13 +51,6 @@ std::string ExportOnnxBytes(const Graph& graph, const std::vector<Tensor>& input
 // The same, written atomically to `path`.
 void ExportOnnx(const Graph& graph, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                 const std::string& path, const OnnxExportOptions& options = {});
-
-// A network in eval mode: net.Forward(example) captured (nothing runs) with gradients off, the
-// net's training flag restored after; its parameters and states give the initializers' names
-// (options.names, when given, come first). `example`: an input batch (its values are not used).
-std::string ExportOnnxBytes(nn::Layer& net, const Tensor& example, OnnxExportOptions options = {});
-void ExportOnnx(nn::Layer& net, const Tensor& example, const std::string& path, OnnxExportOptions options = {});
-void ExportOnnx(nn::Model& model, const Tensor& example, const std::string& path, OnnxExportOptions options = {});
 
 // The loom ops the exporter maps, with what each becomes: {"conv2d_relu", "Conv + Relu"}, ...
 std::vector<std::pair<std::string, std::string>> OnnxExportableOps();

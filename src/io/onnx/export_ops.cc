@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "core/ops_cnn.h"
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "io/onnx/export_emit.h"
 
 namespace loom {

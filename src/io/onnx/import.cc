@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/ops.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "core/file.h"
 #include "io/onnx/import_graph.h"
 #include "io/onnx/tensor_proto.h"

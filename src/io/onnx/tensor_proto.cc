@@ -6,7 +6,7 @@
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/shape.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "io/file.h"
 
 namespace loom {

@@ -1,6 +1,6 @@
 // CPU kernels for the comparisons: one kernel per row of LOOM_COMPARE_FORMULAS (Note
-// [Comparisons] in device/compare_formulas.h), on common.h's broadcasting loops.
-#include "device/compare_formulas.h"
+// [Comparisons] in core/compare_formulas.h), on common.h's broadcasting loops.
+#include "core/compare_formulas.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {

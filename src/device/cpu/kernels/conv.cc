@@ -30,9 +30,9 @@
 
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "device/cpu/kernels/conv_dnnl.h"
-#include "device/device.h"
+#include "core/device.h"
 #include "device/kernel_report.h"
 
 namespace loom {

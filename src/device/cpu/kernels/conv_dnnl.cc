@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "device/cpu/parallel.h"
 #include "device/kernel_report.h"
 

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "device/bias_act_formulas.h"
+#include "core/bias_act_formulas.h"
 #include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
 

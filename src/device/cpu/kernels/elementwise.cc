@@ -1,8 +1,8 @@
 // CPU kernels for element-wise ops and activations: one kernel per row of the formula lists
-// (Note [Element-wise formulas] in device/elementwise_formulas.h); the loops in common.h
+// (Note [Element-wise formulas] in core/elementwise_formulas.h); the loops in common.h
 // vectorise and split them across threads.
 #include "device/cpu/kernels/common.h"
-#include "device/elementwise_formulas.h"
+#include "core/elementwise_formulas.h"
 
 namespace loom {
 namespace cpu {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "device/cpu/kernels/common.h"
-#include "device/elementwise_formulas.h"
+#include "core/elementwise_formulas.h"
 
 namespace loom {
 namespace cpu {

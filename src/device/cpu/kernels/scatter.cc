@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "device/cpu/kernels/common.h"
-#include "device/scatter_geometry.h"
+#include "core/scatter_geometry.h"
 
 namespace loom {
 namespace cpu {

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "device/cpu/kernels/common.h"
-#include "device/schedule_formula.h"
+#include "core/schedule_formula.h"
 
 namespace loom {
 namespace cpu {

@@ -1,5 +1,5 @@
-// The schedule spec as op attributes (device/schedule_formula.h).
-#include "device/schedule_formula.h"
+// The schedule spec as op attributes (core/schedule_formula.h).
+#include "core/schedule_formula.h"
 
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // How an op record refers to a communicator: by an integer id (the attribute "comm"), looked up
 // here when its kernel runs. Records stay plain data (DESIGN.md invariant 1): a dump shows
 // "comm=3", and a kernel of src/device reaches the communicator through the interface of
-// device/communicator.h without knowing its implementation (src/io/comm).
+// core/communicator.h without knowing its implementation (src/io/comm).
 //
 // Note [The collective token]
 // Every communicator has one token block per device: a one-element tensor that every collective
@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "core/tensor.h"
-#include "device/communicator.h"
+#include "core/communicator.h"
 
 namespace loom {
 

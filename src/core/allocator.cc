@@ -1,4 +1,4 @@
-#include "device/allocator.h"
+#include "core/allocator.h"
 
 #include <cstdio>
 

@@ -1,10 +1,10 @@
 // The communicator registry (comm_registry.h).
-#include "device/comm_registry.h"
+#include "core/comm_registry.h"
 
 #include <map>
 #include <mutex>
 
-#include "device/device.h"
+#include "core/device.h"
 
 namespace loom {
 

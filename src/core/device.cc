@@ -1,6 +1,7 @@
-#include "device/device.h"
+#include "core/device.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/error.h"
 
@@ -12,6 +13,8 @@ Device::Device(DeviceType type, int id, CachingAllocator::RawAlloc alloc, Cachin
 Device::~Device() = default;
 
 std::string Device::name() const { return std::string(Name(type_)) + ":" + std::to_string(id_); }
+
+int Device::HostThreads() const { return int(std::max(1u, std::thread::hardware_concurrency())); }
 
 void* Device::Malloc(size_t bytes) { return alloc_->Malloc(bytes); }
 void Device::Free(void* p) { alloc_->Free(p); }

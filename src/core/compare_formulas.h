@@ -1,6 +1,6 @@
 // The comparison ops' scalar formulas and the dtypes they compare, written once for every
 // backend: the CPU kernels (cpu/kernels/compare.cc) and the CUDA kernels (cuda/compare.cu) both
-// expand the list below (Note [Element-wise formulas] in device/elementwise_formulas.h is the
+// expand the list below (Note [Element-wise formulas] in core/elementwise_formulas.h is the
 // same pattern for arithmetic).
 //
 // Note [Comparisons]

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/op.h"
-#include "device/allocator.h"
+#include "core/allocator.h"
 
 namespace loom {
 
@@ -66,6 +66,20 @@ class Device : public std::enable_shared_from_this<Device> {
   virtual void EndDeviceGraphCapture(const void* owner);
   virtual void LaunchDeviceGraph(const void* owner, uint64_t rng_seed, uint64_t rng_base);
   virtual void ReleaseDeviceGraph(const void* owner) noexcept {}
+
+  // ---- threads (Note [Replay threads]) ----
+  // Note [Replay threads]
+  // A parallel replay (graph/replay_workers.h) runs independent ops on worker threads of the
+  // host, and how many pay depends on the device: the CPU's kernels themselves split work over
+  // its pool (Note [Thread counts] in device/cpu/parallel.h), so its replay takes as many workers
+  // as the pool has and asks each worker's kernels not to fan out again on the same cores; a GPU
+  // only needs host threads to issue kernels. The graph asks the device both, and knows no pool.
+  // HostThreads: the workers of a parallel replay when GraphOptions::num_workers is 0, and the
+  // threads one op's kernel may use (the cost model of Note [Parallel or serial]).
+  virtual int HostThreads() const;
+  // Whether kernels issued by the calling thread may split their work over the device's threads
+  // (false on a replay worker while other ops run beside it); returns the previous setting.
+  virtual bool SetKernelFanOut(bool fan_out) { return fan_out; }
 
   // ---- ops ----
   // Eager: allocates the outputs' blocks if needed and runs the kernel. Buffering: appends the

@@ -1,14 +1,17 @@
-#include "io/comm/nccl.h"
-
+// The NCCL communicator: collectives on a CUDA device's stream (Note [Bounded waits on the GPU]).
+// Built only with NCCL and MPI (LOOM_WITH_NCCL); io/comm/comm.h's MakeCommunicator("nccl") is the
+// way in: it bootstraps over MPI (rank numbers, NCCL's unique id) and calls MakeNcclCommunicator
+// (core/communicator.h) here.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
+#include "core/communicator.h"
 #include "core/error.h"
 #include "device/cuda/cuda_device.h"
-#include "io/comm/mpi.h"
 
 namespace loom {
 namespace {
@@ -54,12 +57,14 @@ NcclType TypeOf(DType t) {
 // nothing runs, so nothing is waited for: the collective is recorded like any kernel.
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(std::shared_ptr<Device> device, std::shared_ptr<MpiCommunicator> mpi)
-      : device_(std::move(device)), mpi_(std::move(mpi)) {
-    dev_ = static_cast<cuda::CudaDeviceImpl*>(device_.get());
+  // `bootstrap`: a host communicator of the same ranks, which hands out NCCL's unique id.
+  NcclCommunicator(std::shared_ptr<Device> device, std::shared_ptr<Communicator> bootstrap, double timeout_s,
+                   std::function<void()> on_failure)
+      : device_(std::move(device)), mpi_(std::move(bootstrap)), on_failure_(std::move(on_failure)) {
+    dev_ = static_cast<cuda::CudaDeviceImpl*>(device_.get());  // a CUDA device: checked by the factory
     rank_ = mpi_->rank();
     size_ = mpi_->size();
-    timeout_s_ = mpi_->timeout_s();
+    timeout_s_ = timeout_s;
     dev_->MakeCurrent();
     ncclUniqueId id{};
     if (rank_ == 0) Check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -145,7 +150,7 @@ class NcclCommunicator : public Communicator {
   [[noreturn]] void Fail(const std::string& call, const std::string& why) {
     if (comm_ && !broken_) ncclCommAbort(comm_);
     broken_ = true;
-    MarkCollectiveFailed();
+    if (on_failure_) on_failure_();
     broken_by_ = Where(call) + ": " + why;
     throw CommError(broken_by_);
   }
@@ -208,7 +213,8 @@ class NcclCommunicator : public Communicator {
 
   std::shared_ptr<Device> device_;
   cuda::CudaDeviceImpl* dev_ = nullptr;
-  std::shared_ptr<MpiCommunicator> mpi_;
+  std::shared_ptr<Communicator> mpi_;  // the bootstrap
+  std::function<void()> on_failure_;
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 25.0;
   ncclComm_t comm_ = nullptr;
@@ -219,24 +225,24 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> device) {
+std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> device,
+                                                   std::shared_ptr<Communicator> bootstrap, int local_rank,
+                                                   double timeout_s, std::function<void()> on_failure) {
   LOOM_CHECK(!device || device->type() == DeviceType::kCUDA, DeviceError,
              "[nccl] the NCCL communicator runs on a CUDA device, not ", device ? device->name() : "",
              " (use backend \"mpi\" for host buffers)");
-  auto mpi = std::make_shared<MpiCommunicator>();
   if (!device) {
     int gpus = 0;
     const cudaError_t e = cudaGetDeviceCount(&gpus);
-    const int local = mpi->LocalRank();  // collective: every rank calls it, GPU or not
-    LOOM_CHECK(e == cudaSuccess && gpus > 0, DeviceError, "[nccl] rank ", mpi->rank(),
+    LOOM_CHECK(e == cudaSuccess && gpus > 0, DeviceError, "[nccl] rank ", bootstrap->rank(),
                " sees no GPU: the NCCL communicator needs one CUDA device per rank (use backend \"mpi\" on CPUs)");
     // NCCL does not support one device as two ranks of a communicator (it may hang): refused.
-    LOOM_CHECK(local < gpus, DeviceError, "[nccl] rank ", mpi->rank(), " is rank ", local, " on its host, which has ",
-               gpus, " visible GPU(s): the NCCL communicator needs a GPU of its own per rank (start at most ", gpus,
-               " ranks per host, or use backend \"mpi\")");
-    device = CudaDevice(local);
+    LOOM_CHECK(local_rank < gpus, DeviceError, "[nccl] rank ", bootstrap->rank(), " is rank ", local_rank,
+               " on its host, which has ", gpus, " visible GPU(s): the NCCL communicator needs a GPU of its own per rank "
+               "(start at most ", gpus, " ranks per host, or use backend \"mpi\")");
+    device = CudaDevice(local_rank);
   }
-  return std::make_shared<NcclCommunicator>(std::move(device), std::move(mpi));
+  return std::make_shared<NcclCommunicator>(std::move(device), std::move(bootstrap), timeout_s, std::move(on_failure));
 }
 
 }  // namespace loom

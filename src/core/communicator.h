@@ -1,7 +1,8 @@
 // What a collective kernel calls: a group of `size()` ranks that reduce, gather and broadcast
-// buffers together (issue 15). The interface lives in the device room because kernels call it;
-// the implementations live in src/io/comm/ (MPI, NCCL, in-process threads for tests), the same
-// way a device knows only the CaptureSink interface and src/graph implements it.
+// buffers together. The interface lives in core because the collective ops and their kernels
+// call it; the implementations live in src/io/comm/ (MPI, in-process threads for tests) and in
+// the CUDA backend (NCCL), the same way a device knows only the CaptureSink interface and
+// src/graph implements it.
 //
 // Note [Collectives keep issue order]
 // Every rank must issue the same collectives in the same order, or ranks wait on each other for
@@ -14,12 +15,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "core/dtype.h"
 
 namespace loom {
+
+class Device;
 
 enum class ReduceOp : uint8_t { kSum, kMax };
 
@@ -39,5 +43,15 @@ class Communicator {
   virtual void Broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   virtual void Barrier() = 0;
 };
+
+// The NCCL communicator of the CUDA backend (device/cuda/nccl.cc, in a build with NCCL:
+// LOOM_WITH_NCCL): collectives on `device`'s stream (null: the CUDA device numbered `local_rank`,
+// the rank's number on its host), with the ranks of `bootstrap`, a host communicator that hands
+// out NCCL's id; no wait is longer than timeout_s (Note [Bounded waits on the GPU]), and a failed
+// collective calls on_failure (the MPI runtime then takes the job down at exit). Collective:
+// Note [Communicators are made in the same order on every rank]. io/comm/comm.h makes it.
+std::shared_ptr<Communicator> MakeNcclCommunicator(std::shared_ptr<Device> device,
+                                                   std::shared_ptr<Communicator> bootstrap, int local_rank,
+                                                   double timeout_s, std::function<void()> on_failure);
 
 }  // namespace loom

@@ -1,7 +1,7 @@
 // The activations of the fused dense layer (Note [Dense, bias, activation] in
 // core/ops/dense_bias_act.cc), forward and backward from the output, for every backend: the CPU
 // kernels (cpu/kernels/dense_bias_act.cc) and the CUDA kernels (cuda/bias_act.cu) both call
-// these, and they call the element-wise ops' own functors (device/elementwise_formulas.h), so a
+// these, and they call the element-wise ops' own functors (core/elementwise_formulas.h), so a
 // fused op computes each element with the very expression the unfused ops use: add_bias's
 // `x + b`, then relu/tanh/sigmoid; relu_grad/tanh_grad/sigmoid_grad from the output.
 #pragma once
@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "core/host_device.h"
-#include "device/elementwise_formulas.h"
+#include "core/elementwise_formulas.h"
 
 namespace loom {
 
