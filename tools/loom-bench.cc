@@ -189,10 +189,9 @@ struct Flags {
   double lr = 0.01, momentum = 0.9;
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
-  bool fuse_bias_act = true;  // GraphOptions::fuse_bias_act
-  bool fuse_bn_relu = loom::GraphOptions().fuse_bn_relu;
-  bool plan_layouts = loom::GraphOptions().plan_layouts;
-  bool weights_blocked = loom::GraphOptions().keep_weights_blocked;
+  // Graph pass switches set on the command line, in order (GraphOptions::passes; Note [Pass
+  // switches and counters]); the others keep their defaults.
+  std::vector<std::pair<std::string, bool>> passes;
   std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
@@ -205,8 +204,8 @@ struct Flags {
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
-    "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--no-fuse-bias-act]\n"
-    "                  [--fuse-bn-relu | --no-fuse-bn-relu]\n"
+    "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--pass NAME=on|off]...\n"
+    "                  [--no-fuse-bias-act] [--fuse-bn-relu | --no-fuse-bn-relu]\n"
     "                  [--plan-layouts | --no-plan-layouts] [--blocked-weights | --no-blocked-weights]\n"
     "                  [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
@@ -230,14 +229,17 @@ const char* kUsage =
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
-    "  --no-fuse-bias-act     graphs keep matmul, add_bias and the activation apart (GraphOptions)\n"
-    "  --fuse-bn-relu, --no-fuse-bn-relu  graphs fuse training batch norm with its ReLU, forward and\n"
-    "                         backward, or not (GraphOptions::fuse_bn_relu, off by default)\n"
-    "  --plan-layouts, --no-plan-layouts  graphs keep conv/batch-norm/relu/add activations in oneDNN's\n"
-    "                         blocked layout, or not (GraphOptions::plan_layouts, on by default)\n"
-    "  --blocked-weights, --no-blocked-weights  graphs keep SGD/Adam-updated convolution weights (and\n"
-    "                         their gradients and optimizer state) in oneDNN's blocked layout between\n"
-    "                         replays, or not (GraphOptions::keep_weights_blocked, on by default)\n"
+    "  --pass NAME=on|off     switches the graph pass NAME on or off in every graph (GraphOptions::passes;\n"
+    "                         --list-passes names them, with their defaults); repeatable. Shorthands:\n"
+    "  --no-fuse-bias-act     --pass fuse_bias_act=off: matmul, add_bias and the activation stay apart\n"
+    "  --fuse-bn-relu, --no-fuse-bn-relu  --pass fuse_bn_relu=on|off: training batch norm with its ReLU,\n"
+    "                         forward and backward (off by default)\n"
+    "  --plan-layouts, --no-plan-layouts  --pass plan_layouts=on|off: conv/batch-norm/relu/add activations\n"
+    "                         in oneDNN's blocked layout (on by default)\n"
+    "  --blocked-weights, --no-blocked-weights  --pass keep_weights_blocked=on|off: SGD/Adam-updated\n"
+    "                         convolution weights (and their gradients and optimizer state) in oneDNN's\n"
+    "                         blocked layout between replays (on by default)\n"
+    "  --list-passes  prints the graph passes (name, default, devices, what it does) and exits\n"
     "  --cpu-conv I   CPU convolutions: auto (oneDNN direct, else im2col; the default), im2col, or winograd\n"
     "                 (oneDNN's Winograd F(4x4,3x3) for 3x3 stride-1 layers: faster, ~1e-4 relative rounding,\n"
     "                 more scratch; Note [Winograd] in device/cpu/kernels/conv_dnnl.h); default LOOM_CPU_CONV\n"
@@ -268,6 +270,25 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   while (std::getline(in, cur, sep))
     if (!cur.empty()) out.push_back(cur);
   return out;
+}
+
+// Note [Pass switches and counters]: a name no registered pass has is a usage error that lists them.
+void SetPass(Flags& f, const std::string& name, bool on) {
+  try {
+    loom::GraphOptions().passes.Set(name, on);
+  } catch (const loom::ValueError& e) {
+    throw UsageError(std::string("--pass: ") + e.what());
+  }
+  f.passes.emplace_back(name, on);
+}
+
+void ListPasses() {
+  for (const loom::PassDef* p : loom::RegisteredPasses()) {
+    std::string devices;
+    for (loom::DeviceType t : {loom::DeviceType::kCPU, loom::DeviceType::kCUDA})
+      if (p->devices & loom::DeviceBit(t)) devices += (devices.empty() ? "" : ",") + std::string(loom::Name(t));
+    std::printf("%-24s %-4s %-9s %s\n", p->name, p->on ? "on" : "off", devices.c_str(), p->doc);
+  }
 }
 
 Flags ParseFlags(int argc, char** argv) {
@@ -311,20 +332,29 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (a.Is("--peak-gflops")) {
       f.peak_gflops = a.Double();
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
+    } else if (a.Is("--pass")) {
+      const std::string v = a.Value();
+      const size_t eq = v.find('=');
+      const std::string name = v.substr(0, eq), state = eq == std::string::npos ? "" : v.substr(eq + 1);
+      if (state != "on" && state != "off") throw UsageError("--pass wants NAME=on or NAME=off, got '" + v + "'");
+      SetPass(f, name, state == "on");
+    } else if (a.Switch("--list-passes")) {
+      ListPasses();
+      std::exit(0);
     } else if (a.Switch("--no-fuse-bias-act")) {
-      f.fuse_bias_act = false;
+      SetPass(f, "fuse_bias_act", false);
     } else if (a.Switch("--fuse-bn-relu")) {
-      f.fuse_bn_relu = true;
+      SetPass(f, "fuse_bn_relu", true);
     } else if (a.Switch("--no-fuse-bn-relu")) {
-      f.fuse_bn_relu = false;
+      SetPass(f, "fuse_bn_relu", false);
     } else if (a.Switch("--plan-layouts")) {
-      f.plan_layouts = true;
+      SetPass(f, "plan_layouts", true);
     } else if (a.Switch("--no-plan-layouts")) {
-      f.plan_layouts = false;
+      SetPass(f, "plan_layouts", false);
     } else if (a.Switch("--blocked-weights")) {
-      f.weights_blocked = true;
+      SetPass(f, "keep_weights_blocked", true);
     } else if (a.Switch("--no-blocked-weights")) {
-      f.weights_blocked = false;
+      SetPass(f, "keep_weights_blocked", false);
     } else if (a.Is("--cpu-conv")) {
       f.cpu_conv = a.Value();
       if (f.cpu_conv == "auto") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kAuto);
@@ -552,11 +582,8 @@ size_t ParamBytes(nn::Model& m) {
 // The options of a mode's graphs (each Model owns its graphs and their options).
 loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) {
   loom::GraphOptions o;
-  o.fuse = fuse;
-  o.fuse_bias_act = fuse && f.fuse_bias_act;
-  o.fuse_bn_relu = fuse && f.fuse_bn_relu;
-  o.plan_layouts = fuse && f.plan_layouts;
-  o.keep_weights_blocked = fuse && f.weights_blocked;
+  o.run_passes = fuse;
+  for (const auto& [name, on] : f.passes) o.passes.Set(name, on);
   o.memory = mode == Mode::kGraphDynamic ? loom::MemoryMode::kDynamic : loom::MemoryMode::kPlanned;
   o.device_graph = mode == Mode::kCudaGraph;
   if (f.bucket_mb > 0) o.bucket_bytes = int(f.bucket_mb * (1 << 20));
@@ -840,6 +867,14 @@ std::string JsonString(const std::string& v) {
   return out + "\"";
 }
 
+// {"blocked_layouts": 12, ...}: every counter of the registered passes (GraphStats::counters).
+std::string PassCountersJson(const loom::GraphStats& stats) {
+  std::string out = "{";
+  for (const loom::PassFieldInfo& c : loom::PassCounterFields())
+    out += (out.size() > 1 ? ", " : "") + JsonString(c.name) + ": " + std::to_string(stats.counters.Get(c.name));
+  return out + "}";
+}
+
 std::string KernelsJson() {
   std::string out = "[";
   for (const auto& k : loom::ReportedKernels()) {
@@ -1012,16 +1047,15 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
   std::string out = buf;
   out.pop_back();  // the closing brace: the arithmetic and kernel fields follow
-  char more[1024];
+  char more[2048];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
                 ", \"final_params_checksum\": \"%016llx\", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
-                "\"blocked_layouts\": %s, \"blocked_weights\": %s, \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
+                "\"pass_counters\": %s, \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
                 "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
                 (unsigned long long)r.final_checksum, r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
                 (long long)(r.has_graph ? r.gstats.recompute_flops : 0),
-                num_or_null(r.has_graph, r.gstats.blocked_layouts).c_str(),
-                num_or_null(r.has_graph, r.gstats.blocked_weights).c_str(), (long long)sp.flops_per_step, gf,
+                r.has_graph ? PassCountersJson(r.gstats).c_str() : "null", (long long)sp.flops_per_step, gf,
                 sp.peak_gflops > 0 ? std::to_string(sp.peak_gflops).c_str() : "null",
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
                 JsonString(sp.peak_what).c_str(),

@@ -2,16 +2,40 @@
 #include "graph/bind.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/device.h"
 
 namespace loom {
 
 void Binding::Bind(Device& device, const OpList& ops, const Analysis& analysis, const MemoryLayout& layout,
-                   MemoryMode memory) {
+                   MemoryMode memory, const std::vector<BufferRequest>& buffers) {
   LOOM_ASSERT(!bound_, "graph memory bound twice");
   device_ = &device;
   planned_ = memory == MemoryMode::kPlanned;
+  bound_ = true;  // from here on, Release undoes whatever this got to
+  try {
+    for (const BufferRequest& r : buffers) {
+      Block& buffer = *r.buffer;
+      buffer.Allocate();
+      buffers_.push_back(&buffer);
+      std::vector<char> zeros(buffer.bytes(), 0);
+      device.MemcpyFromHost(buffer.ptr(), zeros.data(), zeros.size());
+      for (const auto& [member, offset] : r.members) {
+        LOOM_ASSERT(!member->allocated() && offset + member->bytes() <= buffer.bytes(), "block ", member->id(),
+                    " cannot join a buffer of ", buffer.bytes(), " bytes at offset ", offset);
+        member->Bind(static_cast<char*>(buffer.ptr()) + offset);
+        members_.push_back(member.get());
+      }
+    }
+    BindBlocks(device, ops, analysis, layout);
+  } catch (...) {
+    Release();
+    throw;
+  }
+}
+
+void Binding::BindBlocks(Device& device, const OpList& ops, const Analysis& analysis, const MemoryLayout& layout) {
   for (size_t b = 0; b < ops.blocks.size(); ++b) {
     const BlockLife& l = analysis.blocks[b];
     if (l.first < 0) continue;
@@ -28,7 +52,6 @@ void Binding::Bind(Device& device, const OpList& ops, const Analysis& analysis, 
       blk.Bind(static_cast<char*>(arena_) + offset);
     }
   }
-  bound_ = true;
 }
 
 void* Binding::Scratch(const MemoryLayout& layout, int op) const {
@@ -52,6 +75,10 @@ void Binding::Release() noexcept {
   if (arena_) device_->Free(arena_);
   arena_ = nullptr;
   intermediates_.clear();
+  for (Block* b : members_) b->Unbind();
+  for (Block* b : buffers_) b->Release();
+  members_.clear();
+  buffers_.clear();
   bound_ = false;
 }
 

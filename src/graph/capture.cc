@@ -2,7 +2,17 @@
 // Graph::Append -> OpList::Append). Nothing runs and nothing is allocated.
 #include "graph/capture.h"
 
+#include <algorithm>
+
 namespace loom {
+
+std::vector<int> Touching(const BlockUses& uses) {
+  std::vector<int> t = uses.readers;
+  t.insert(t.end(), uses.writers.begin(), uses.writers.end());
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
+}
 
 int OpList::Index(const std::shared_ptr<Block>& b) {
   auto it = index_.find(b.get());
@@ -13,9 +23,20 @@ int OpList::Index(const std::shared_ptr<Block>& b) {
   BlockFacts f;
   f.bytes = b->bytes();
   f.has_memory = b->allocated();
+  const int old = rebuilt_from_ ? rebuilt_from_->BlockIndex(b.get()) : -1;
+  if (old >= 0) f = rebuilt_from_->facts[size_t(old)];  // Rebuild: what the capture knew
+  else if (rebuilt_from_) f.marked_persistent = b->persistent();  // a block the pass made
+  for (const auto& s : state_)
+    if (s == b) f.has_memory = f.marked_persistent = true;
   facts.push_back(f);
+  uses.emplace_back();
   written_.push_back(0);
   return idx;
+}
+
+void OpList::DeclareState(std::shared_ptr<Block> b) {
+  LOOM_ASSERT(ops.empty(), "[graph '", graph_name_, "'] state declared after the first op");
+  state_.push_back(std::move(b));
 }
 
 int OpList::BlockIndex(const Block* b) const {
@@ -31,11 +52,13 @@ void OpList::Append(OpRecord op) {
                ops.size(), " (", op.name(), ") reads input ", i, " (", op.inputs[i].Describe(),
                ") that nothing has written: neither before the capture nor earlier in it");
     acc.reads.push_back(b);
+    uses[size_t(b)].readers.push_back(int(ops.size()));
   }
   for (const Tensor& t : op.outputs) {
     const int b = Index(t.block_ptr());
     written_[size_t(b)] = 1;
     acc.writes.push_back(b);
+    uses[size_t(b)].writers.push_back(int(ops.size()));
   }
   if (op.def->random_draws) {
     op.rng_offset = random_draws;  // relative: the replay adds the device counter (invariant 6)
@@ -58,14 +81,12 @@ void OpList::NoteHolders() {
   }
 }
 
-OpList Rebuild(std::vector<OpRecord> ops, const OpList& from) {
+OpList Rebuild(std::vector<OpRecord> ops, const OpList& from, const std::vector<std::shared_ptr<Block>>& state) {
   OpList out(from.graph_name());
+  for (const auto& b : state) out.DeclareState(b);
+  out.rebuilt_from_ = &from;
   for (OpRecord& op : ops) out.Append(std::move(op));
-  for (size_t b = 0; b < out.blocks.size(); ++b) {
-    const int old = from.BlockIndex(out.blocks[b].get());
-    if (old >= 0) out.facts[b] = from.facts[size_t(old)];
-    else out.facts[b].marked_persistent = out.blocks[b]->persistent();  // a block the pass made
-  }
+  out.rebuilt_from_ = nullptr;
   return out;
 }
 

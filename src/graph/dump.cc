@@ -156,12 +156,8 @@ std::string Graph::Summary() const {
     o << ", arena " << Mb(stats_.arena_bytes) << " (" << ratio << "x, " << stats_.plan_strategy << ")";
   }
   o << ", persistent " << Mb(stats_.persistent_bytes);
-  if (const size_t updates = stats_.fused_ops - stats_.fused_bias_act - stats_.fused_bn_relu)
-    o << ", " << updates << " weight gradients computed into their updates";
-  if (stats_.fused_bias_act) o << ", " << stats_.fused_bias_act << " bias+activation fusions";
-  if (stats_.fused_bn_relu) o << ", " << stats_.fused_bn_relu << " batch-norm+ReLU fusions";
-  if (stats_.blocked_layouts) o << ", " << stats_.blocked_layouts << " blocks in the blocked layout";
-  if (stats_.blocked_weights) o << ", " << stats_.blocked_weights << " weights kept blocked";
+  for (const auto& [counter, n] : stats_.counters.counts())  // Note [Pass switches and counters]
+    if (n) o << ", " << counter << " " << n;
   if (options_.memory_budget)
     o << ", memory budget " << options_.memory_budget << " B: " << stats_.recomputed_ops << " ops recomputed (+"
       << stats_.recompute_flops << " FLOPs)";

@@ -1,5 +1,5 @@
-// Step 1b of graph.h: the dense-layer fusion pass (passes.h, Note [Dense, bias, activation] in
-// core/ops/dense_bias_act.cc).
+// Step 1b of graph.h: the dense-layer fusion pass (Note [Passes] in passes.h; Note [Dense, bias,
+// activation] in core/ops/dense_bias_act.cc).
 //
 // Note [Fusing bias and activation]
 // Forward: a chain
@@ -18,7 +18,9 @@
 //     then stops before it);
 //   - no op between the chain's first and last writes x, W or b (they are now read at the last);
 //   - backward: dz is written by the act_grad alone; db is written by the bias_grad alone and
-//     read by nothing before it (it is now written earlier);
+//     read by nothing before it (it is now written earlier). Both stay stored (the fused op
+//     writes them), so a user holding either still sees its value after the step: unlike the
+//     forward intermediates, they need not be free of holders outside the graph;
 //   - the device has a kernel for the fused record (Device::Supports).
 // The fused kernels keep the arithmetic (core/ops/dense_bias_act.cc): on the CPU replay stays
 // bitwise equal to eager.
@@ -59,9 +61,8 @@ BiasAct ActGradOf(const OpDef* def) {
   return BiasAct::kNone;
 }
 
-}  // namespace
-
-PassResult FuseBiasActivations(OpList list, const Device& device) {
+PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
+  const Device& device = ctx.device;
   const OpUses u(list);
   const int n = int(list.size());
   OpRewrites rw{size_t(n)};
@@ -140,8 +141,8 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
     if (act == BiasAct::kNone || rw.drop[size_t(p)]) continue;
     const Tensor& dz = g.outputs[0];
     const int bz = u.Block(dz);
-    if (u.writers[size_t(bz)] != std::vector<int>{p} || !u.Whole(dz)) continue;
-    for (int q : u.readers[size_t(bz)]) {
+    if (u.Writers(bz) != std::vector<int>{p} || !u.Whole(dz)) continue;
+    for (int q : u.Readers(bz)) {
       const OpRecord& bg = list.ops[size_t(q)];
       const bool channels = bg.def == &op_kind::conv2d_grad_bias;
       if ((bg.def != &op_kind::bias_grad && !channels) || rw.drop[size_t(q)] || bg.inputs[0].block() != dz.block() ||
@@ -150,8 +151,8 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
       const Tensor& db = bg.outputs[0];
       const int bb = u.Block(db);
       bool early_reader = false;
-      for (int r : u.readers[size_t(bb)]) early_reader |= r <= q;
-      if (u.writers[size_t(bb)] != std::vector<int>{q} || early_reader) continue;
+      for (int r : u.Readers(bb)) early_reader |= r <= q;
+      if (u.Writers(bb) != std::vector<int>{q} || early_reader) continue;
       OpRecord f;
       f.def = &op_kind::bias_act_grad;
       f.attrs.Set("act", int64_t(act));
@@ -166,9 +167,16 @@ PassResult FuseBiasActivations(OpList list, const Device& device) {
   }
 
   const size_t fused = rw.count;
-  PassResult r{rw.Apply(std::move(list)), fused};
-  r.bias_act = fused;
+  PassResult r{rw.Apply(std::move(list))};
+  r.counters.Add("fused_bias_act", int64_t(fused));
   return r;
 }
+
+}  // namespace
+
+LOOM_PASS(PassDef{"fuse_bias_act", 30, kAllDevices, true, FuseBiasActivations,
+                  "matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> conv2d_relu, an "
+                  "activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias and activation])",
+                  {{"fused_bias_act", "the dense_bias_act, conv2d_relu and bias_act_grad ops made"}}});
 
 }  // namespace loom

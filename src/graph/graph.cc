@@ -5,6 +5,7 @@
 
 #include "core/debug.h"
 #include "graph/passes.h"
+#include "graph/ranks.h"
 #include "graph/recompute.h"
 
 namespace loom {
@@ -69,7 +70,7 @@ void Graph::EndCapture() {
 void Graph::Finalize() {
   ops_.NoteHolders();
   CheckRanksCapturedTheSame(ops_, *device_);  // Note [Ranks capture the same graph]
-  PassResult passed = RunPasses(std::move(ops_), *device_, options_);
+  PassResult passed = RunPasses(std::move(ops_), *device_, options_);  // Note [Passes]
   ops_ = std::move(passed.ops);
   const bool planned = options_.memory == MemoryMode::kPlanned;
   auto plan = [&](const OpList& list, const Analysis& analysis) {
@@ -105,19 +106,18 @@ void Graph::Finalize() {
   stats_.lower_bound_bytes = planned ? layout_.lower_bound_bytes : analysis_.lower_bound_bytes;
   stats_.lower_bound_no_inplace_bytes = analysis_.lower_bound_bytes;
   stats_.inplace_ops = layout_.inplace.size();
-  stats_.fused_ops = passed.rewrites;
-  stats_.fused_bias_act = passed.bias_act;
-  stats_.fused_bn_relu = passed.bn_relu;
-  stats_.blocked_layouts = passed.blocked_layouts;
+  stats_.counters = std::move(passed.counters);
   stats_.recomputed_ops = rc.recomputed_ops;
   stats_.recompute_flops = rc.added_flops;
   stats_.arena_bytes = planned ? layout_.packing.arena_bytes : 0;
   stats_.plan_strategy = planned ? layout_.packing.strategy : "dynamic";
   stats_.memory = options_.memory;
   stats_.random_draws = ops_.random_draws;
-  // Last, once nothing above can throw: the guards put the blocks back when the graph goes.
-  for (Tensor& t : passed.blocked_weights) weight_guards_.push_back(std::make_unique<WeightGuard>(std::move(t)));
-  stats_.blocked_weights = weight_guards_.size();
+  // Last, once nothing above can throw: the passes' effects (Note [Passes]). Buffers are bound
+  // with the rest of the memory at the first replay; guards put their blocks back when the
+  // graph goes.
+  buffers_ = std::move(passed.buffers);
+  for (GuardRequest& g : passed.guards) guards_.push_back(std::make_unique<LayoutGuard>(std::move(g)));
 }
 
 void Graph::Run(bool sequential) {
@@ -125,8 +125,8 @@ void Graph::Run(bool sequential) {
              state_ == State::kCapturing ? "is still being captured" : "has no finished capture to replay");
   auto in_use = device_->Use();  // Note [One user at a time]
   Device::ReplayScope replaying(device_.get(), name_);  // Note [Host-transfer trap]
-  WeightReplayScope weights(weight_guards_);  // Note [Weights kept blocked]
-  replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, binding_}, sequential, stats_);
+  LayoutReplayScope layouts(guards_);  // Note [Layout guards]
+  replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, buffers_, binding_}, sequential, stats_);
 }
 
 }  // namespace loom

@@ -1,11 +1,15 @@
 // Graph: one captured training step (forward, backward, optimizer update) and everything loom
-// derives from it once. The buffering story, one file of this folder per step, each a pure
-// function of the steps before it (unit-tested on synthetic op lists):
+// derives from it once. The buffering story, each step in its own files of this folder, each a
+// pure function of the steps before it (unit-tested on synthetic op lists):
 //
 //   1. capture   capture.h   Device::Submit hands each op to the graph (a CaptureSink);
-//                            nothing runs, nothing is allocated. -> OpList
-//  1b. passes    passes.h    op list -> op list: what a captured step allows and eager cannot
-//                            (a weight gradient computed into its update).
+//                            nothing runs, nothing is allocated. -> OpList (with who reads and
+//                            writes each block); ranks.h checks every rank captured the same.
+//  1b. passes    passes.h    op list -> op list + effects: what a captured step allows and eager
+//                            cannot. The frame runs the registered passes in order: here
+//                            buckets.cc, fuse_weight_grad.cc, fuse_bias_act.cc; a backend's in
+//                            its folder (device/cpu/passes). Effects are applied by their
+//                            owners: buffers by bind.h, layout guards by layout_guard.h.
 //  1c. budget    recompute.h op list -> op list meeting GraphOptions::memory_budget: activations
 //                            dropped and computed again before their backward readers.
 //   2. analyse   analysis.h  RAW/WAR/WAW dependencies, block lifetimes and refcounts,
@@ -14,11 +18,15 @@
 //                pack.h      -> offsets in one arena. -> MemoryLayout
 //   4. schedule  schedule.h  dependency and memory-reuse edges for the parallel replay,
 //                            and whether it pays. -> Schedule
-//   5. bind      bind.h      at the first replay: the arena, blocks pointed into it. -> Binding
-//   6. replay    replay.h    serial, by dependency on worker threads, or a device graph;
-//                            memory planned or dynamic (pool at first use, back at refcount 0).
-//   7. observe   dump.cc     DOT, Chrome trace of a replay, memory timeline.
-// Index spaces (op, block, plan entry): Note [Index spaces] in capture.h.
+//   5. bind      bind.h      at the first replay: the arena and the passes' buffers, blocks
+//                            pointed into them. -> Binding
+//   6. replay    replay.h    serial, by dependency on worker threads (replay_workers.h), or a
+//                            device graph; memory planned or dynamic (pool at first use, back
+//                            at refcount 0).
+//   7. observe   dump.h      DOT, Chrome trace of a replay, memory timeline.
+// What a graph is asked and what it reports: options.h. Index spaces (op, block, plan entry):
+// Note [Index spaces] in capture.h. Graphs keyed by name for SINGA's calls: registry.h; one graph
+// per input shape of a step function: step.h; FLOPs of a record: flops.h.
 //
 // The contract between capture and replay: a replay runs exactly the captured ops on exactly
 // the captured blocks. New data reaches it by writing into the blocks it reads (inputs are fed,
@@ -37,11 +45,12 @@
 #include "graph/analysis.h"
 #include "graph/bind.h"
 #include "graph/capture.h"
+#include "graph/layout_guard.h"
 #include "graph/options.h"
+#include "graph/passes.h"
 #include "graph/plan.h"
 #include "graph/replay.h"
 #include "graph/schedule.h"
-#include "graph/weight_layout.h"
 
 namespace loom {
 
@@ -58,7 +67,7 @@ class Graph final : public CaptureSink {
 
   // ---- 1. capture, then 1b-4 at its end ----
   void BeginCapture();             // the device buffers into this graph (this thread's ops)
-  void EndCapture();               // stops it; passes, analysis, plan, schedule
+  void EndCapture();               // stops it; passes, budget, analysis, plan, schedule
   void AbortCapture() noexcept;    // stops it and discards what was captured
   void Append(OpRecord op) override;  // CaptureSink: called by Device::Submit
   const std::string& capture_name() const override { return quoted_name_; }
@@ -102,10 +111,11 @@ class Graph final : public CaptureSink {
   Analysis analysis_;      // 2
   MemoryLayout layout_;    // 3 (empty for dynamic memory)
   Schedule schedule_;      // 4
+  std::vector<BufferRequest> buffers_;  // 1b: bound with the rest (5)
   Binding binding_;        // 5
   Replayer replayer_;      // 6 (declared after binding_: its device graph goes before the arena)
-  // Note [Weights kept blocked]: the parameters this graph keeps blocked between its replays.
-  std::vector<std::unique_ptr<WeightGuard>> weight_guards_;
+  // 1b: Note [Layout guards]: the blocks this graph keeps in a kernel's layout between replays.
+  std::vector<std::unique_ptr<LayoutGuard>> guards_;
   GraphStats stats_;
 };
 

@@ -1,7 +1,7 @@
-// Who reads and writes each block of a captured op list, for the fusion passes (passes.h):
-// fuse_bias_act.cc and fuse_bn_relu.cc ask the same questions of an intermediate before they
-// fuse its writer with its reader, and collect their rewrites the same way (OpRewrites). The
-// layout passes (layout.cc, weight_layout.cc) set layout attributes on records the same way
+// Questions the passes (passes.h) ask of a captured op list's blocks, over the list's own index
+// of who reads and writes each block (OpList::uses): the fusion passes ask the same questions of
+// an intermediate before they fuse its writer with its reader, and collect their rewrites the
+// same way (OpRewrites); the layout passes set layout attributes on records the same way
 // (SetAttrsIfSupported).
 #pragma once
 
@@ -15,13 +15,10 @@
 namespace loom {
 
 struct OpUses {
-  explicit OpUses(const OpList& list) : list(list), readers(list.blocks.size()), writers(list.blocks.size()) {
-    for (size_t i = 0; i < list.size(); ++i) {
-      for (int b : list.access[i].reads) readers[size_t(b)].push_back(int(i));
-      for (int b : list.access[i].writes) writers[size_t(b)].push_back(int(i));
-    }
-  }
+  explicit OpUses(const OpList& list) : list(list) {}
   int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
+  const std::vector<int>& Readers(int b) const { return list.uses[size_t(b)].readers; }
+  const std::vector<int>& Writers(int b) const { return list.uses[size_t(b)].writers; }
   // t is all of its block, contiguous.
   bool Whole(const Tensor& t) const {
     return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
@@ -32,17 +29,16 @@ struct OpUses {
     const int b = Block(t);
     const BlockFacts& f = list.facts[size_t(b)];
     if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
-    if (writers[size_t(b)] != std::vector<int>{i} || readers[size_t(b)].size() != 1) return -1;
-    return readers[size_t(b)][0];
+    if (Writers(b) != std::vector<int>{i} || Readers(b).size() != 1) return -1;
+    return Readers(b)[0];
   }
   bool WrittenBetween(const Tensor& t, int i, int j) const {
-    for (int w : writers[size_t(Block(t))])
+    for (int w : Writers(Block(t)))
       if (w > i && w < j) return true;
     return false;
   }
 
   const OpList& list;
-  std::vector<std::vector<int>> readers, writers;
 };
 
 // A fusion pass's rewrites of a list of n ops: op i dropped, or replaced by a fused record.

@@ -1,6 +1,7 @@
 #include "graph/options.h"
 
 #include "core/error.h"
+#include "graph/passes.h"
 
 namespace loom {
 
@@ -10,6 +11,61 @@ MemoryMode ParseMemoryMode(const std::string& s) {
   if (s == "planned") return MemoryMode::kPlanned;
   if (s == "dynamic") return MemoryMode::kDynamic;
   throw ValueError("[graph] memory mode must be 'planned' or 'dynamic', got '" + s + "'");
+}
+
+namespace {
+
+// Note [Pass switches and counters]: the registered pass of that name, or a ValueError listing them.
+const PassDef& FindPass(const std::string& name) {
+  std::string known;
+  for (const PassDef* p : RegisteredPasses()) {
+    if (name == p->name) return *p;
+    known += (known.empty() ? "" : ", ") + std::string(p->name);
+  }
+  throw ValueError("[graph] no graph pass is called '" + name + "' (passes: " + known + ")");
+}
+
+void CheckCounter(const std::string& name) {
+  std::string known;
+  for (const PassFieldInfo& c : PassCounterFields()) {
+    if (name == c.name) return;
+    known += (known.empty() ? "" : ", ") + std::string(c.name);
+  }
+  throw ValueError("[graph] no graph pass counts '" + name + "' (counters: " + known + ")");
+}
+
+}  // namespace
+
+bool PassSwitches::On(const std::string& pass) const {
+  const PassDef& p = FindPass(pass);
+  auto it = set_.find(pass);
+  return it == set_.end() ? p.on : it->second;
+}
+
+void PassSwitches::Set(const std::string& pass, bool on) {
+  FindPass(pass);
+  set_[pass] = on;
+}
+
+bool& PassSwitches::Ref(const std::string& pass) {
+  const PassDef& p = FindPass(pass);
+  return set_.emplace(pass, p.on).first->second;
+}
+
+int64_t PassCounters::Get(const std::string& counter) const {
+  CheckCounter(counter);
+  auto it = counts_.find(counter);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+void PassCounters::Add(const std::string& counter, int64_t n) {
+  CheckCounter(counter);
+  counts_[counter] += n;
+}
+
+int64_t& PassCounters::Ref(const std::string& counter) {
+  CheckCounter(counter);
+  return counts_[counter];
 }
 
 }  // namespace loom

@@ -9,11 +9,51 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace loom {
 
 enum class MemoryMode { kPlanned, kDynamic };
+
+// Note [Pass switches and counters]
+// Each registered graph pass (Note [Passes] in graph/passes.h) has a switch named as the pass
+// and reports counters under names it declares. GraphOptions::passes holds the switches set
+// explicitly (the others keep their pass's default); GraphStats::counters the counts of the
+// capture. Both check names against the registered passes: a misspelt switch or counter is a
+// ValueError that lists the names there are, never a silent default. The visitors below expand
+// them into one field per pass or counter, so the Python module, loom-bench's JSON and the
+// dumps see them as they see any other field, with the doc the pass registered.
+class PassSwitches {
+ public:
+  bool On(const std::string& pass) const;  // as set, else the pass's default
+  void Set(const std::string& pass, bool on);
+  bool& Ref(const std::string& pass);  // for the visitors: the switch, set to its default if unset
+
+ private:
+  std::map<std::string, bool> set_;
+};
+
+class PassCounters {
+ public:
+  int64_t Get(const std::string& counter) const;  // 0 when nothing counted it
+  void Add(const std::string& counter, int64_t n);
+  int64_t& Ref(const std::string& counter);  // for the visitors
+  const std::map<std::string, int64_t>& counts() const { return counts_; }
+
+ private:
+  std::map<std::string, int64_t> counts_;
+};
+
+// What the visitors walk in place of the two fields above: the registered passes' switches and
+// counters (graph/passes.cc).
+struct PassFieldInfo {
+  const char* name;
+  const char* doc;
+};
+std::vector<PassFieldInfo> PassSwitchFields();
+std::vector<PassFieldInfo> PassCounterFields();
 const char* Name(MemoryMode m);
 // "planned" or "dynamic"; throws ValueError for anything else.
 MemoryMode ParseMemoryMode(const std::string& s);
@@ -31,23 +71,9 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(bool, parallel_fallback, true,                                                                     \
     "a parallel replay first runs serially, timing each op, and stays serial when the schedule has "   \
     "too little independent work (Note [Parallel or serial]); false: always the parallel schedule")   \
-  X(bool, fuse, true, "run the graph passes at the end of the capture (graph/passes.h)")            \
-  X(bool, fuse_bias_act, true,                                                                         \
-    "with fuse: matmul + add_bias [+ relu/tanh/sigmoid] -> dense_bias_act, conv2d + relu -> "           \
-    "conv2d_relu, an activation's gradient + the bias gradient -> bias_act_grad (Note [Fusing bias "    \
-    "and activation])")                                                                                 \
-  X(bool, fuse_bn_relu, false,                                                                         \
-    "with fuse: training batch norm + relu -> batch_norm_train with relu = 1, relu_grad + "            \
-    "batch_norm_grad -> batch_norm_grad with relu = 1 (Note [Fusing batch norm and ReLU]); off by "    \
-    "default: measured no faster than the unfused ops on the small CNN and ResNet-18")                \
-  X(bool, plan_layouts, true,                                                                          \
-    "with fuse: activations and their gradients between convolutions, batch norm, relu, add and "     \
-    "global pooling stay in oneDNN's blocked layout, without reorders around the convolutions "      \
-    "(Note [Activation layouts])")                                                                   \
-  X(bool, keep_weights_blocked, true,                                                                  \
-    "with fuse: convolution weights updated by SGD or Adam, their gradients and optimizer state "     \
-    "stay in oneDNN's blocked layout between replays, converted back when anything else reads them " \
-    "(Note [Weights kept blocked])")                                                                  \
+  X(bool, run_passes, true, "run the graph passes switched on below at the end of the capture (Note [Passes])") \
+  X(PassSwitches, passes, {},                                                                          \
+    "one switch per registered graph pass, named as the pass (Note [Pass switches and counters])")    \
   X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
@@ -65,11 +91,8 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "liveness lower bound of the intermediates (with in-place reuse in planned mode)")                \
   X(size_t, lower_bound_no_inplace_bytes, 0, "the same without in-place reuse (dynamic mode's)")      \
   X(size_t, inplace_ops, 0, "ops whose output took over an input's memory")                           \
-  X(size_t, fused_ops, 0, "op pairs the passes made one")                                              \
-  X(size_t, fused_bias_act, 0, "of these, the dense_bias_act, conv2d_relu and bias_act_grad ops made") \
-  X(size_t, fused_bn_relu, 0, "of these, the batch norms that took their ReLU (forward and backward)") \
-  X(size_t, blocked_layouts, 0, "activation blocks kept in oneDNN's blocked layout (Note [Activation layouts])") \
-  X(size_t, blocked_weights, 0, "parameters and optimizer state buffers kept blocked between replays (Note [Weights kept blocked])") \
+  X(PassCounters, counters, {},                                                                        \
+    "what the graph passes did, one counter per name a pass declares (Note [Pass switches and counters])") \
   X(size_t, recomputed_ops, 0, "ops the memory budget added to compute dropped activations again")    \
   X(int64_t, recompute_flops, 0, "dense FLOPs of these ops (graph/flops.h)")                            \
   X(size_t, arena_bytes, 0, "planned arena (0 in dynamic mode)")                                       \
@@ -91,16 +114,47 @@ struct GraphStats {
 };
 #undef LOOM_DECLARE_FIELD
 
+namespace detail {
+// One field to a visitor; the pass switches and counters as one field each (Note [Pass switches
+// and counters]).
+template <typename Field, typename Visit>
+void VisitField(const char* name, Field& field, const char* doc, Visit& visit) {
+  visit(name, field, doc);
+}
+template <typename Visit>
+void VisitField(const char*, PassSwitches& switches, const char*, Visit& visit) {
+  for (const PassFieldInfo& f : PassSwitchFields()) visit(f.name, switches.Ref(f.name), f.doc);
+}
+template <typename Visit>
+void VisitField(const char*, const PassSwitches& switches, const char*, Visit& visit) {
+  for (const PassFieldInfo& f : PassSwitchFields()) {
+    const bool on = switches.On(f.name);
+    visit(f.name, on, f.doc);
+  }
+}
+template <typename Visit>
+void VisitField(const char*, PassCounters& counters, const char*, Visit& visit) {
+  for (const PassFieldInfo& f : PassCounterFields()) visit(f.name, counters.Ref(f.name), f.doc);
+}
+template <typename Visit>
+void VisitField(const char*, const PassCounters& counters, const char*, Visit& visit) {
+  for (const PassFieldInfo& f : PassCounterFields()) {
+    const int64_t n = counters.Get(f.name);
+    visit(f.name, n, f.doc);
+  }
+}
+}  // namespace detail
+
 // visit(name, field, doc) for every field, in list order (const and mutable).
 template <typename S, typename Visit>
 void VisitGraphOptions(S& o, Visit&& visit) {
-#define LOOM_VISIT_FIELD(type, name, init, doc) visit(#name, o.name, doc);
+#define LOOM_VISIT_FIELD(type, name, init, doc) detail::VisitField(#name, o.name, doc, visit);
   LOOM_GRAPH_OPTIONS(LOOM_VISIT_FIELD)
 #undef LOOM_VISIT_FIELD
 }
 template <typename S, typename Visit>
 void VisitGraphStats(S& s, Visit&& visit) {
-#define LOOM_VISIT_FIELD(type, name, init, doc) visit(#name, s.name, doc);
+#define LOOM_VISIT_FIELD(type, name, init, doc) detail::VisitField(#name, s.name, doc, visit);
   LOOM_GRAPH_STATS(LOOM_VISIT_FIELD)
 #undef LOOM_VISIT_FIELD
 }

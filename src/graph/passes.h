@@ -1,18 +1,47 @@
-// Step 1b of graph.h: graph passes — pure functions from an op list to an op list, run at the
-// end of a capture, before the analysis. They rewrite what a captured step allows and eager
-// execution cannot (eager runs each op before the next one is known).
+// Step 1b of graph.h: the pass frame. Passes rewrite a captured op list, at the end of the
+// capture and before the analysis, into what a captured step allows and eager execution cannot
+// (eager runs each op before the next one is known).
 //
-// Rules for a pass (DESIGN.md, "Passes"):
-//  - it matches ops by kind (OpDef addresses, Note [Op kinds] in core/op.h), never by name;
-//  - before it creates a fused op it asks the device whether that kernel supports the record
-//    (Device::Supports, Note [What a kernel supports]), never copying a kernel's limits;
-//  - a pass that changes arithmetic says so; one that keeps it keeps replay bitwise equal to
-//    eager (DESIGN.md invariant 5), and its test checks that.
+// Note [Passes]
+// A pass is a registered pure function
+//     (op list, the device's answers, the options) -> (op list, effects, counters)
+// declared once, in its own file, by LOOM_PASS: its name (the switch in GraphOptions::passes,
+// with its default), its place in the pipeline (lower order runs first), the device types it
+// runs for (a backend's passes live in its folder: src/device/cpu/passes), the counters it
+// reports (GraphStats::counters), and the function. RunPasses runs the passes switched on, in
+// order; each one receives the list the one before returned, with its per-block uses
+// (OpList::uses) indexed once, when that list was built.
+// Rules for a pass:
+//  - it matches ops by kind (Note [Op kinds] in core/op.h), never by name;
+//  - before it creates or changes a record it asks the device whether a kernel supports that
+//    record (Device::Supports, Note [What a kernel supports]); it never copies a kernel's limits
+//    (block sizes, dtypes, shapes);
+//  - it changes nothing but the list it returns: no block is allocated, bound, written or
+//    marked. What must happen to memory or to blocks the user can reach is asked as an effect,
+//    and applied by the effect's owner:
+//      BufferRequest  a persistent buffer that blocks of the list share (gradient buckets):
+//                     Binding allocates it before the first replay, binds the blocks into it
+//                     and unbinds them when the graph goes (bind.h);
+//      GuardRequest   a block the graph keeps in a kernel's own layout between its replays:
+//                     Graph::Run converts it before each replay, any access from outside
+//                     converts it back (layout_guard.h);
+//  - it leaves every block held outside the graph (BlockFacts::held_outside: the user still has
+//    a handle) as the user would see it after eager execution, or says in its Note why it may
+//    change it;
+//  - it keeps replay bitwise equal to eager (DESIGN invariant 5, docs/design.md) or says that
+//    it changes arithmetic; its test checks which.
+// Adding a pass touches its own file, its test, and nothing else: LOOM_PASS in that file is
+// the registration, and its switch and counters reach GraphOptions, GraphStats, Python and
+// loom-bench's JSON through the visitors of graph/options.h.
 #pragma once
 
-#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "core/op.h"
 #include "graph/capture.h"
 #include "graph/options.h"
 
@@ -20,39 +49,66 @@ namespace loom {
 
 class Device;
 
-struct PassResult {
-  OpList ops;
-  size_t rewrites = 0;  // op pairs made one (GraphStats::fused_ops)
-  size_t bias_act = 0;  // of these, the ops FuseBiasActivations made (GraphStats::fused_bias_act)
-  size_t bn_relu = 0;   // of these, the ops FuseBatchNormRelu made (GraphStats::fused_bn_relu)
-  size_t blocked_layouts = 0;  // blocks PlanActivationLayouts keeps blocked (GraphStats::blocked_layouts)
-  // KeepWeightsBlocked: the parameters and optimizer state the graph must guard (weight_layout.h)
-  std::vector<Tensor> blocked_weights;
+// Note [Passes]: blocks that share one new persistent buffer. `buffer` is a Block the pass
+// made (no memory yet; the list declares it as state, OpList::DeclareState); each member block
+// of the list lives at its byte offset in it. The buffer's bytes start as zeros.
+struct BufferRequest {
+  std::shared_ptr<Block> buffer;
+  std::vector<std::pair<std::shared_ptr<Block>, size_t>> members;
 };
 
-// Note [Weight gradient into the update] (fuse.cc). Keeps arithmetic: bitwise equal to eager.
-PassResult FuseWeightGradientsIntoUpdates(OpList ops, const Device& device);
+// Note [Passes]: a block the graph keeps in a kernel's layout between its replays. `whole`
+// covers the block; `convert` is the op whose kernel changes the layout in place, with
+// `to_kernel` (before a replay) or `to_own` (before any other access) as its attributes.
+struct GuardRequest {
+  Tensor whole;
+  const OpDef* convert = nullptr;
+  Attrs to_kernel, to_own;
+};
 
-// Note [Fusing bias and activation] (fuse_bias_act.cc). Keeps arithmetic on the CPU.
-PassResult FuseBiasActivations(OpList ops, const Device& device);
+// What a pass returns, and what the frame returns for all of them.
+struct PassResult {
+  OpList ops;
+  std::vector<BufferRequest> buffers;
+  std::vector<GuardRequest> guards;
+  PassCounters counters;
+};
 
-// Note [Fusing batch norm and ReLU] (fuse_bn_relu.cc). Keeps arithmetic on the CPU.
-PassResult FuseBatchNormRelu(OpList ops, const Device& device);
+struct PassContext {
+  const Device& device;
+  const GraphOptions& options;
+};
 
-// Note [Activation layouts] (layout.cc). Keeps arithmetic on the CPU.
-PassResult PlanActivationLayouts(OpList ops, const Device& device);
+using PassFn = PassResult (*)(OpList ops, const PassContext& ctx);
 
-// Note [Weights kept blocked] (weight_layout.h). Keeps arithmetic on the CPU. The graph guards
-// the blocks of blocked_weights from the end of its capture on.
-PassResult KeepWeightsBlocked(OpList ops, const Device& device);
+struct PassCounterDef {
+  const char* name;  // unique among every pass's counters: the GraphStats name
+  const char* doc;
+};
 
-// Note [Gradient buckets] (buckets.cc). Keeps arithmetic. rewrites: the bucket all-reduces made.
-PassResult BucketGradients(OpList ops, const GraphOptions& options);
-// Note [Ranks capture the same graph] (buckets.cc): GraphError on every rank when they differ.
-void CheckRanksCapturedTheSame(const OpList& ops, Device& device);
-bool IsCollective(const OpRecord& op);  // allreduce, allgather, broadcast
+constexpr unsigned kAllDevices = ~0u;
+constexpr unsigned DeviceBit(DeviceType t) { return 1u << unsigned(t); }
 
-// Every pass the options ask for, in order.
+struct PassDef {
+  const char* name;      // the switch: GraphOptions::passes, Python's options, loom-bench --pass
+  int order;             // pipeline position: lower runs first; unique
+  unsigned devices;      // DeviceBit(...) of the device types it runs for, or kAllDevices
+  bool on;               // the switch's default
+  PassFn run;
+  const char* doc;       // what it does, for the switch's documentation
+  std::vector<PassCounterDef> counters;
+};
+
+// LOOM_PASS(PassDef{...}); at namespace scope in the pass's file (Note [Passes]).
+bool RegisterPass(PassDef def);
+#define LOOM_PASS(...) \
+  static const bool LOOM_CONCAT(loom_pass_registered_, __LINE__) = ::loom::RegisterPass(__VA_ARGS__)
+
+// The registered passes, in pipeline order.
+std::vector<const PassDef*> RegisteredPasses();
+
+// Every registered pass that runs for `device`'s type and is switched on in `options`
+// (GraphOptions::run_passes off: none), in pipeline order; the effects and counters of all.
 PassResult RunPasses(OpList ops, const Device& device, const GraphOptions& options);
 
 }  // namespace loom

@@ -59,11 +59,6 @@ MemoryLayout PlanMemory(const OpList& ops, const Analysis& analysis, const std::
                         size_t alignment) {
   const size_t n = ops.size(), nblocks = ops.blocks.size();
   MemoryLayout m;
-  std::vector<std::vector<int>> touching(nblocks);
-  for (size_t i = 0; i < n; ++i) {
-    for (int b : ops.access[i].reads) touching[size_t(b)].push_back(int(i));
-    for (int b : ops.access[i].writes) touching[size_t(b)].push_back(int(i));
-  }
 
   // Note [In-place reuse]: the first shareable input that qualifies.
   Groups groups(nblocks);
@@ -96,7 +91,8 @@ MemoryLayout PlanMemory(const OpList& ops, const Analysis& analysis, const std::
     life.bytes = std::max(life.bytes, ops.facts[b].bytes);
     life.begin = std::min(life.begin, l.first);
     life.end = std::max(life.end, l.last);
-    m.entry_ops[size_t(e)].insert(m.entry_ops[size_t(e)].end(), touching[b].begin(), touching[b].end());
+    const std::vector<int> touching = Touching(ops.uses[b]);
+    m.entry_ops[size_t(e)].insert(m.entry_ops[size_t(e)].end(), touching.begin(), touching.end());
   }
   for (auto& t : m.entry_ops) {
     std::sort(t.begin(), t.end());

@@ -8,7 +8,7 @@
 #include "core/block.h"
 #include "core/error.h"
 #include "graph/flops.h"
-#include "graph/passes.h"
+#include "graph/ranks.h"
 
 LOOM_OP_KIND(copy);
 
@@ -21,22 +21,16 @@ constexpr int kMaxChain = 64;  // ops one dropped block may need computed again
 // BatchNorm's 64-byte batch mean would otherwise be recomputed through the whole network).
 constexpr size_t kMinShare = 1024;
 
-// Per block of the current list: the ops writing it and the ops touching it, ascending.
+// Per block of the current list: the ops writing it and the ops touching it, ascending
+// (OpList::uses).
 struct Accesses {
   std::vector<std::vector<int>> writers, touches;
 };
 Accesses Index(const OpList& l) {
   Accesses x;
-  x.writers.resize(l.blocks.size());
-  x.touches.resize(l.blocks.size());
-  for (size_t i = 0; i < l.size(); ++i) {
-    for (int b : l.access[i].writes) x.writers[size_t(b)].push_back(int(i));
-    for (int b : l.access[i].reads) x.touches[size_t(b)].push_back(int(i));
-    for (int b : l.access[i].writes) x.touches[size_t(b)].push_back(int(i));
-  }
-  for (auto& t : x.touches) {
-    std::sort(t.begin(), t.end());
-    t.erase(std::unique(t.begin(), t.end()), t.end());
+  for (const BlockUses& u : l.uses) {
+    x.writers.push_back(u.writers);
+    x.touches.push_back(Touching(u));
   }
   return x;
 }

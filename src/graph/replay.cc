@@ -175,7 +175,7 @@ void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
   LOOM_CHECK(!g.options.device_graph || g.device.HasDeviceGraphs(), DeviceError, "[graph] device graphs are not ",
              "supported on ", g.device.name(), " (graph '", g.name, "' has GraphOptions::device_graph set)");
   device_ = &g.device;
-  if (!g.binding.bound()) g.binding.Bind(g.device, g.ops, g.analysis, g.layout, g.options.memory);
+  if (!g.binding.bound()) g.binding.Bind(g.device, g.ops, g.analysis, g.layout, g.options.memory, g.buffers);
   KernelContext ctx;
   ctx.device = &g.device;
   ctx.rng_seed = g.device.rng_seed();

@@ -41,6 +41,7 @@ struct ReplayInputs {
   const Analysis& analysis;
   const MemoryLayout& layout;
   const Schedule& schedule;
+  const std::vector<BufferRequest>& buffers;  // the passes' (Note [Passes]), bound with the rest
   Binding& binding;
 };
 

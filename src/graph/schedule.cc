@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "graph/passes.h"
+#include "graph/ranks.h"
 
 namespace loom {
 
@@ -15,16 +15,10 @@ Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const Memory
   const size_t n = ops.size();
   std::vector<std::vector<int>> preds = analysis.preds;  // Note [Dependencies]
   // Note [Schedule edges], in-place: the op waits for every other user of the input it overwrites.
-  if (!layout.inplace.empty()) {
-    std::vector<std::vector<int>> touching(ops.blocks.size());
-    for (size_t j = 0; j < n; ++j) {
-      for (int b : ops.access[j].reads) touching[size_t(b)].push_back(int(j));
-      for (int b : ops.access[j].writes) touching[size_t(b)].push_back(int(j));
-    }
-    for (const InPlace& ip : layout.inplace) {
-      auto& p = preds[size_t(ip.op)];
-      p.insert(p.end(), touching[size_t(ip.in)].begin(), touching[size_t(ip.in)].end());
-    }
+  for (const InPlace& ip : layout.inplace) {
+    const std::vector<int> touching = Touching(ops.uses[size_t(ip.in)]);
+    auto& p = preds[size_t(ip.op)];
+    p.insert(p.end(), touching.begin(), touching.end());
   }
   // Note [Schedule edges], reuse: entries sharing bytes, the earlier dead before the later is born.
   const auto& entries = layout.entries;

@@ -17,7 +17,7 @@ TEST(Flops, MlpStepCountsEveryProductOnce) {
   nn::SGD opt(0.05, 0.9);
   auto b = data.Batch(8, 100);
   GraphOptions options;
-  options.fuse = false;
+  options.run_passes = false;
   auto g = Graph::Capture(CpuDevice(), "mlp", [&] { m.Step(b.first, b.second, opt); }, options);
   // Per layer 2 B in out for the forward, the weight gradient and the input gradient; the first
   // layer's input gradient is not computed (x needs none).

@@ -133,7 +133,7 @@ TEST_F(FuseBiasActTest, FiresOnEveryLayerOfAnMlpAndReplayStaysBitwiseEqualToEage
         const std::string what = "act " + std::to_string(int(act)) + " batch " + std::to_string(batch) +
                                  (fuse ? " fused" : " unfused");
         GraphOptions options;
-        options.fuse_bias_act = fuse;
+        options.passes.Set("fuse_bias_act", fuse);
         std::unique_ptr<Graph> g;
         TrainRun r = Replayed(act, Layer0::kPlain, batch, options, &g);
         ExpectBitwise(Eager(act, Layer0::kPlain, batch), r, what);
@@ -146,12 +146,11 @@ TEST_F(FuseBiasActTest, FiresOnEveryLayerOfAnMlpAndReplayStaysBitwiseEqualToEage
           EXPECT_EQ(c.grads, 2u) << what;
           EXPECT_EQ(c.add_bias + c.activations, 0u) << what;
           EXPECT_EQ(c.bias_grad, 1u) << what;
-          EXPECT_EQ(g->stats().fused_bias_act, 5u) << what;
-          EXPECT_GE(g->stats().fused_ops, 5u) << what;
+          EXPECT_EQ(g->stats().counters.Get("fused_bias_act"), 5) << what;
         } else {
           EXPECT_EQ(c.dense[0] + c.dense[1] + c.dense[2] + c.dense[3] + c.grads, 0u) << what;
           EXPECT_EQ(c.add_bias, 3u) << what;
-          EXPECT_EQ(g->stats().fused_bias_act, 0u) << what;
+          EXPECT_EQ(g->stats().counters.Get("fused_bias_act"), 0) << what;
         }
       }
     }
@@ -212,7 +211,7 @@ TEST_F(FuseBiasActTest, ThePlanNeverGrowsAndWithoutInPlaceReuseThePeakDrops) {
     GraphStats train[2], infer[2];
     for (bool fuse : {false, true}) {
       GraphOptions options;
-      options.fuse_bias_act = fuse;
+      options.passes.Set("fuse_bias_act", fuse);
       std::unique_ptr<Graph> g;
       Replayed(act, Layer0::kPlain, 64, options, &g);
       train[fuse] = g->stats();
@@ -231,7 +230,7 @@ TEST_F(FuseBiasActTest, ThePlanNeverGrowsAndWithoutInPlaceReuseThePeakDrops) {
       }, options);
       f->Run();
       infer[fuse] = f->stats();
-      EXPECT_EQ(infer[fuse].fused_bias_act, fuse ? 3u : 0u);
+      EXPECT_EQ(infer[fuse].counters.Get("fused_bias_act"), fuse ? 3 : 0);
     }
     const std::string what = "act " + std::to_string(int(act));
     EXPECT_LE(train[1].arena_bytes, train[0].arena_bytes) << what;
@@ -298,7 +297,7 @@ TEST_F(FuseBiasActTest, ConvolutionsWithReluFuseAndReplayStaysBitwiseEqualToEage
     auto b = batch(0);
     Tensor x = b.first, y = b.second, loss;
     GraphOptions options;
-    options.fuse_bias_act = fuse;
+    options.passes.Set("fuse_bias_act", fuse);
     auto g = Graph::Capture(dev, "conv", [&] { loss = net.Step(x, y, opt); }, options);
     size_t conv_relu = 0, conv = 0, channel_grads = 0, conv_bias_grads = 0;
     for (const OpRecord& op : g->ops().ops) {
@@ -311,7 +310,7 @@ TEST_F(FuseBiasActTest, ConvolutionsWithReluFuseAndReplayStaysBitwiseEqualToEage
     EXPECT_EQ(conv, fuse ? 0u : 2u);
     EXPECT_EQ(channel_grads, fuse ? 2u : 0u);
     EXPECT_EQ(conv_bias_grads, fuse ? 0u : 2u);
-    EXPECT_EQ(g->stats().fused_bias_act, fuse ? 5u : 0u);  // + the linear layer's dense_bias_act
+    EXPECT_EQ(g->stats().counters.Get("fused_bias_act"), fuse ? 5 : 0);  // + the linear layer's dense_bias_act
     TrainRun r;
     for (int s = 0; s < kSteps; ++s) {
       auto bs = batch(s);

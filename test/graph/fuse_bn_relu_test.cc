@@ -107,8 +107,8 @@ Replayed Replay(bool fuse, bool plan_layouts) {
   auto b = Batch(0);
   Tensor x = b.first, y = b.second, loss;
   GraphOptions options;
-  options.fuse_bn_relu = fuse;
-  options.plan_layouts = plan_layouts;
+  options.passes.Set("fuse_bn_relu", fuse);
+  options.passes.Set("plan_layouts", plan_layouts);
   auto g = Graph::Capture(CpuDevice(), "bn_relu", [&] { loss = net.Step(x, y, opt); }, options);
   Replayed r;
   r.counts = Count(*g);
@@ -126,13 +126,13 @@ TEST(FuseBnReluTest, ConvBnReluNetAndResidualBlockReplayBitwiseEqualToEager) {
       const std::string what = std::string(fuse ? "fused" : "unfused") + (layouts ? ", layouts" : ", NCHW");
       const Replayed r = Replay(fuse, layouts);
       ExpectBitwiseRuns(e, r.run, what);
-      EXPECT_EQ(r.stats.fused_bn_relu, fuse ? 4u : 0u) << what;
+      EXPECT_EQ(r.stats.counters.Get("fused_bn_relu"), fuse ? 4 : 0) << what;
       EXPECT_EQ(r.counts.fused_train, fuse ? 2u : 0u) << what;
       EXPECT_EQ(r.counts.fused_grad, fuse ? 2u : 0u) << what;
       EXPECT_EQ(r.counts.relu, fuse ? 1u : 3u) << what;  // the block's ReLU stays
       EXPECT_EQ(r.counts.relu_grad, fuse ? 1u : 3u) << what;
       // With layouts, the fused gradients' a is blocked with its region (Note [Activation layouts]).
-      if (layouts && cpu::HaveDnnl()) EXPECT_GT(r.stats.blocked_layouts, 0u) << what;
+      if (layouts && cpu::HaveDnnl()) EXPECT_GT(r.stats.counters.Get("blocked_layouts"), 0) << what;
       if (layouts && fuse) EXPECT_EQ(r.counts.a_blocked, cpu::HaveDnnl() ? 2u : 0u) << what;
       if (!layouts) (fuse ? on_nchw : off_nchw) = r.stats;
     }
@@ -183,8 +183,8 @@ TEST(FuseBnReluTest, ThePassLeavesTheOpsWhereAnIntermediateHasAnotherUse) {
       std::vector<Tensor> got;
       Tensor held;
       GraphOptions options;
-      options.fuse_bn_relu = true;
-      options.plan_layouts = layouts;
+      options.passes.Set("fuse_bn_relu", true);
+      options.passes.Set("plan_layouts", layouts);
       auto g = Graph::Capture(CpuDevice(), "chain", [&] { got = chain.Run(use, &held); }, options);
       g->Run();
       const Counts c = Count(*g);
@@ -194,7 +194,7 @@ TEST(FuseBnReluTest, ThePassLeavesTheOpsWhereAnIntermediateHasAnotherUse) {
       EXPECT_EQ(c.relu, forward ? 0u : 1u) << what;
       EXPECT_EQ(c.fused_grad, backward ? 1u : 0u) << what;
       EXPECT_EQ(c.relu_grad, backward ? 0u : 1u) << what;
-      EXPECT_EQ(g->stats().fused_bn_relu, size_t(forward) + size_t(backward)) << what;
+      EXPECT_EQ(g->stats().counters.Get("fused_bn_relu"), int64_t(forward) + int64_t(backward)) << what;
       for (size_t i = 0; i < want.size(); ++i)
         EXPECT_TRUE(HostBytes(want[i]) == HostBytes(got[i])) << what << " output " << i;
       if (use == Use::kZHeld) EXPECT_TRUE(HostBytes(eager_held) == HostBytes(held)) << what;

@@ -104,7 +104,7 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   auto b = Batch(0);
   Tensor x = b.first, y = b.second, loss, held;
   GraphOptions options;
-  options.plan_layouts = plan_layouts;
+  options.passes.Set("plan_layouts", plan_layouts);
   auto g = Graph::Capture(CpuDevice(), "layout", [&] {
     loss = net.Step(x, y, opt, how, how == Conv0::kHeld ? &held : nullptr);
   }, options);
@@ -137,12 +137,12 @@ TEST_F(LayoutTest, ConvBatchNormBlocksStayBlockedAndReplayStaysBitwiseEqualToEag
   // in backward the gradients tied to them by relu_grad (the second convolution's dx and the
   // first relu_grad's dx; the global pooling's dx and the second relu_grad's dx): 1 + 1 + 4 + 1
   // + 1 + 4 blocks.
-  EXPECT_EQ(on.stats.blocked_layouts, 12u);
+  EXPECT_EQ(on.stats.counters.Get("blocked_layouts"), 12);
   // Attributes: conv0 y; bn0 x, y; conv1 x, y; bn1 x, y; pool x; pool grad dx; bn1 grad x, dy,
   // dx; conv1 grad input dy, dx; conv1 grad weight x, dy; bn0 grad x, dy, dx; conv0 grad weight
   // dy (its x is the graph's input, 3 channels).
   EXPECT_EQ(on.blocked_attrs, 1u + 2u + 2u + 2u + 1u + 1u + 3u + 2u + 2u + 3u + 1u);
-  EXPECT_EQ(off.stats.blocked_layouts, 0u);
+  EXPECT_EQ(off.stats.counters.Get("blocked_layouts"), 0);
   EXPECT_EQ(off.blocked_attrs, 0u);
   // Channels are multiples of 16: the blocked tensors have the NCHW tensors' bytes; what goes
   // is the convolutions' staging copies of y and dy (their planned scratch).
@@ -159,7 +159,7 @@ TEST_F(LayoutTest, ABlockReadByAnotherOpOrHeldByTheUserStaysNchw) {
     // The first convolution's output stays NCHW (of the 12 blocks above). Read by a sum, its
     // gradient is also the sum of two (batch norm's and the sum's), which an add makes: the add
     // ties the first batch norm's dx to the sum's gradient, and that region stays NCHW too.
-    EXPECT_EQ(r.stats.blocked_layouts, how == Conv0::kHeld ? 11u : 10u) << what;
+    EXPECT_EQ(r.stats.counters.Get("blocked_layouts"), how == Conv0::kHeld ? 11 : 10) << what;
   }
 }
 
@@ -174,12 +174,12 @@ TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEag
   // convolution's dx), each batch-norm input gradient (1 + 1), and each pooling's argmax (1 +
   // 1). Only the four convolution and batch-norm blocks were blocked while max pooling had no
   // slots. The second pooling's y (and dy) stay NCHW: the flatten's view reads it.
-  EXPECT_EQ(on.stats.blocked_layouts, 16u);
+  EXPECT_EQ(on.stats.counters.Get("blocked_layouts"), 16);
   const std::vector<std::string> pooling = {
       "max_pool2d: y_blocked x_blocked argmax_blocked", "max_pool2d: x_blocked argmax_blocked",
       "max_pool2d_grad: dx_blocked argmax_blocked", "max_pool2d_grad: dx_blocked dy_blocked argmax_blocked"};
   EXPECT_EQ(on.pooling_attrs, pooling);
-  EXPECT_EQ(off.stats.blocked_layouts, 0u);
+  EXPECT_EQ(off.stats.counters.Get("blocked_layouts"), 0);
   EXPECT_EQ(off.blocked_attrs, 0u);
   EXPECT_LE(on.stats.arena_bytes, off.stats.arena_bytes);
   EXPECT_LE(on.stats.arena_bytes, on.stats.lower_bound_bytes * 105 / 100);

@@ -18,6 +18,11 @@ OpList Synthetic(std::vector<AccessList> access, size_t nblocks, const std::vect
   l.blocks.resize(nblocks);
   l.facts.assign(nblocks, BlockFacts{64, false, false, false});
   for (int b : inputs) l.facts[size_t(b)].has_memory = true;
+  l.uses.resize(nblocks);  // what OpList::Append would index
+  for (size_t i = 0; i < l.access.size(); ++i) {
+    for (int b : l.access[i].reads) l.uses[size_t(b)].readers.push_back(int(i));
+    for (int b : l.access[i].writes) l.uses[size_t(b)].writers.push_back(int(i));
+  }
   return l;
 }
 

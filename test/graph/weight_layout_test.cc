@@ -126,7 +126,7 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
   auto b = Batch(0);
   Tensor x = b.first, y = b.second, loss, held;
   GraphOptions options;
-  options.keep_weights_blocked = keep;
+  options.passes.Set("keep_weights_blocked", keep);
   auto g = Graph::Capture(CpuDevice(), "weights", [&] {
     loss = net.Step(x, y, opt, extra, extra == Extra::kHoldGrad ? &held : nullptr);
   }, options);
@@ -154,7 +154,7 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
   const Outcome e = Eager(false);
   const Outcome g = Replayed(false);
   // w1 and w2 with their momentum; w0 has 3 input channels.
-  EXPECT_EQ(g.stats.blocked_weights, 4u);
+  EXPECT_EQ(g.stats.counters.Get("blocked_weights"), 4);
   // The 1x1 convolution took its ReLU (Note [Fusing bias and activation]).
   EXPECT_EQ(g.attrs, (std::vector<std::string>{"conv2d w_blocked", "conv2d_relu w_blocked",
                                                "conv2d_grad_input w_blocked", "conv2d_grad_weight dw_blocked",
@@ -162,10 +162,10 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
   ExpectBitwiseRuns(e.run, g.run, "replay with blocked weights");
   // The parallel replay's workers pass the guards as the serial replay does.
   const Outcome p = Replayed(false, Extra::kNone, true, true, Opt::kSgd, /*sequential=*/false);
-  EXPECT_EQ(p.stats.blocked_weights, 4u);
+  EXPECT_EQ(p.stats.counters.Get("blocked_weights"), 4);
   ExpectBitwiseRuns(e.run, p.run, "parallel replay with blocked weights");
   const Outcome off = Replayed(false, Extra::kNone, /*keep=*/false);
-  EXPECT_EQ(off.stats.blocked_weights, 0u);
+  EXPECT_EQ(off.stats.counters.Get("blocked_weights"), 0);
   EXPECT_TRUE(off.attrs.empty());
   ExpectBitwiseRuns(e.run, off.run, "replay without");
 }
@@ -173,7 +173,7 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
 TEST_F(WeightLayoutTest, AdamStateStaysBlockedToo) {
   const Outcome e = Eager(true, Opt::kAdam);
   const Outcome g = Replayed(true, Extra::kNone, true, true, Opt::kAdam);
-  EXPECT_EQ(g.stats.blocked_weights, 6u);  // w1 and w2, with m and v each
+  EXPECT_EQ(g.stats.counters.Get("blocked_weights"), 6);  // w1 and w2, with m and v each
   ASSERT_EQ(e.seen.size(), g.seen.size());
   for (size_t i = 0; i < e.seen.size(); ++i) EXPECT_EQ(e.seen[i], g.seen[i]) << "read " << i << " between replays";
   ExpectBitwiseRuns(e.run, g.run, "Adam replay with blocked weights and state");
@@ -182,7 +182,7 @@ TEST_F(WeightLayoutTest, AdamStateStaysBlockedToo) {
 TEST_F(WeightLayoutTest, ReadsAndWritesBetweenReplaysSeeAndReachOihwValues) {
   const Outcome e = Eager(true);
   const Outcome g = Replayed(true);
-  EXPECT_EQ(g.stats.blocked_weights, 4u);
+  EXPECT_EQ(g.stats.counters.Get("blocked_weights"), 4);
   ASSERT_EQ(e.seen.size(), g.seen.size());
   for (size_t i = 0; i < e.seen.size(); ++i) EXPECT_EQ(e.seen[i], g.seen[i]) << "read " << i << " between replays";
   ExpectBitwiseRuns(e.run, g.run, "replay with host reads, eager ops and host writes between replays");
@@ -212,8 +212,8 @@ TEST_F(WeightLayoutTest, AnotherGraphReadingTheWeightsSeesOihwValues) {
     if (graphs) {
       train = Graph::Capture(CpuDevice(), "train", [&] { loss = net.Step(x, y, opt); });
       test = Graph::Capture(CpuDevice(), "eval", [&] { eval = forward(); });
-      EXPECT_EQ(train->stats().blocked_weights, 4u);
-      EXPECT_EQ(test->stats().blocked_weights, 0u);
+      EXPECT_EQ(train->stats().counters.Get("blocked_weights"), 4);
+      EXPECT_EQ(test->stats().counters.Get("blocked_weights"), 0);
     }
     std::vector<float> seen;
     for (int s = 0; s < kSteps; ++s) {
@@ -269,7 +269,7 @@ TEST_F(WeightLayoutTest, CheckpointsBetweenReplaysSaveAndRestoreOihwValues) {
         nn::RestoreOptimizerState(ckpt, opt, CpuDevice());
       }
     }
-    if (graph) EXPECT_EQ(g->stats().blocked_weights, 4u);
+    if (graph) EXPECT_EQ(g->stats().counters.Get("blocked_weights"), 4);
     for (auto& v : net.Values(opt)) seen.push_back(std::move(v));
     return seen;
   };
@@ -279,17 +279,17 @@ TEST_F(WeightLayoutTest, CheckpointsBetweenReplaysSaveAndRestoreOihwValues) {
 TEST_F(WeightLayoutTest, AWeightWithAnotherUseStaysOihw) {
   // w1 read by the penalty: only w2 and its momentum stay blocked.
   Outcome g = Replayed(false, Extra::kPenalty);
-  EXPECT_EQ(g.stats.blocked_weights, 2u);
+  EXPECT_EQ(g.stats.counters.Get("blocked_weights"), 2);
   // w2's gradient held by the user: only w1 and its momentum.
   g = Replayed(false, Extra::kHoldGrad);
-  EXPECT_EQ(g.stats.blocked_weights, 2u);
+  EXPECT_EQ(g.stats.counters.Get("blocked_weights"), 2);
   // A weight Python viewed without a copy (swig/tensor.i) is never kept blocked.
   Net net(CpuDevice());
   nn::SGD opt(0.05, 0.9);
   net.p[3].block()->set_host_viewed();
   auto b = Batch(0);
   auto graph = Graph::Capture(CpuDevice(), "viewed", [&] { net.Step(b.first, b.second, opt); });
-  EXPECT_EQ(graph->stats().blocked_weights, 2u);
+  EXPECT_EQ(graph->stats().counters.Get("blocked_weights"), 2);
   EXPECT_EQ(net.p[3].block()->guard(), nullptr);
   EXPECT_NE(net.p[6].block()->guard(), nullptr);
 }

@@ -117,7 +117,7 @@ TEST(OnnxExport, UnfusedMatMulTransposesStoredTransposedOperandsAndAddsBias) {
   Tensor x = RandomTensor({2, 3}, DType::kFloat32, 2), w = RandomTensor({4, 3}, DType::kFloat32, 3);
   Tensor b = RandomTensor({4}, DType::kFloat32, 4);
   GraphOptions no_fuse;
-  no_fuse.fuse = false;
+  no_fuse.run_passes = false;
   CapturedGraph g(Cpu(), "t", no_fuse);
   Tensor y = g.Capture([&] { return ops::Sigmoid(ops::AddBias(ops::MatMul(x, ops::Transpose(w, 0, 1)), b)); });
   io::OnnxExportOptions opt;
@@ -137,7 +137,7 @@ TEST(OnnxExport, ConvolutionAttributesBatchNormAndPooling) {
   Tensor gamma = RandomTensor({6}, DType::kFloat32, 8), beta = RandomTensor({6}, DType::kFloat32, 9);
   Tensor mean = RandomTensor({6}, DType::kFloat32, 10), var = RandomTensor({6}, DType::kFloat32, 11, 0.5, 2);
   GraphOptions no_fuse;
-  no_fuse.fuse = false;
+  no_fuse.run_passes = false;
   CapturedGraph g(Cpu(), "cnn", no_fuse);
   Tensor y = g.Capture([&] {
     ops::Conv2dOptions c;

@@ -97,7 +97,7 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 // (N, O, OH, OW) operand (y or dy, ConvDims::blocked); x: the (N, C, H, W) one (x or dx,
 // ConvDims::x_blocked), both nChw16c (Note [Activation layouts] in graph/layout.cc); w: the
 // weights (w or dw, ConvDims::w_blocked), OIhw16i16o (Note [Weights kept blocked] in
-// graph/weight_layout.h).
+// cpu/passes/weight_layout.cc).
 struct Layouts {
   bool y = false, x = false, w = false;
   bool any() const { return y || x || w; }
@@ -479,7 +479,7 @@ void Conv2dGradBiasCpu(const OpRecord& op, const KernelContext&) {
 
 // w: (O, C, KH, KW) -> the same values in oneDNN's OIhw16i16o (blocked = 1) or back to OIHW
 // (0); O and C multiples of 16 (conv_weight_layout, Note [Weights kept blocked] in
-// graph/weight_layout.h). The output may be the input itself: the input is copied to scratch
+// cpu/passes/weight_layout.cc). The output may be the input itself: the input is copied to scratch
 // first. Element (o, c, k) of OIHW (k a position of the KH x KW kernel) lies at
 // ((o C + c) KHKW + k); in OIhw16i16o, at (((o/16 C/16 + c/16) KHKW + k) 16 + c%16) 16 + o%16.
 void ConvWeightLayoutCpu(const OpRecord& op, const KernelContext& ctx) {
@@ -539,8 +539,10 @@ bool ConvSupports(const OpRecord& op, ConvPass kind) {
   if (!l.any()) return true;
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
+  // Blocked operands hold exactly their plain layout's bytes: activations (nChw16c) with their
+  // channels, weights (OIhw16i16o) with both O and C, in whole groups of 16.
   return op.outputs[0].dtype() == DType::kFloat32 && (!l.y || g.o % 16 == 0) && (!l.x || g.c % 16 == 0) &&
-         DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
+         (!l.w || (g.o % 16 == 0 && g.c % 16 == 0)) && DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
 }
 bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
 bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }

@@ -724,7 +724,7 @@ bool BatchNormSupports(const OpRecord& op) {
   for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
     blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
-  return !blocked || (x.size() == 4 && x[1] % kGroup == 0);
+  return !blocked || (op.inputs[0].dtype() == DType::kFloat32 && x.size() == 4 && x[1] % kGroup == 0);
 }
 bool BatchNormGradSupports(const OpRecord& op) {
   const bool relu = op.attrs.Int("relu", 0) != 0;

@@ -540,12 +540,15 @@ void GlobalAvgPoolGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// The nChw16c layout holds exactly the NCHW tensor's bytes: float32 (N, C, H, W), C a multiple of 16.
+bool BlockableNchw(const Tensor& t) { return t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[1] % 16 == 0; }
+
 // Note [What a kernel supports]: every NCHW record; one with blocked operands (any mix) for
 // float32 with C a multiple of 16.
 bool MaxPoolSupports(const OpRecord& op, const Tensor& t, std::initializer_list<const char*> attrs) {
   bool blocked = false;
   for (const char* a : attrs) blocked |= op.attrs.Int(a, 0) != 0;
-  return !blocked || (t.dtype() == DType::kFloat32 && t.ndim() == 4 && t.shape()[1] % 16 == 0);
+  return !blocked || BlockableNchw(t);
 }
 bool MaxPool2dSupports(const OpRecord& op) {
   return MaxPoolSupports(op, op.inputs[0], {"x_blocked", "y_blocked", "argmax_blocked"});
@@ -554,12 +557,13 @@ bool MaxPool2dGradSupports(const OpRecord& op) {
   return MaxPoolSupports(op, op.outputs[0], {"argmax_blocked", "dy_blocked", "dx_blocked"});
 }
 
-// Note [What a kernel supports]: every NCHW record; a blocked one for C a multiple of 16.
+// Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W) with
+// C a multiple of 16.
 bool GlobalAvgPoolSupports(const OpRecord& op) {
-  return op.attrs.Int("x_blocked", 0) == 0 || op.inputs[0].shape()[1] % 16 == 0;
+  return op.attrs.Int("x_blocked", 0) == 0 || BlockableNchw(op.inputs[0]);
 }
 bool GlobalAvgPoolGradSupports(const OpRecord& op) {
-  return op.attrs.Int("dx_blocked", 0) == 0 || op.outputs[0].shape()[1] % 16 == 0;
+  return op.attrs.Int("dx_blocked", 0) == 0 || BlockableNchw(op.outputs[0]);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Step 1b of graph.h: training batch norm fused with the ReLU after it (passes.h).
+// A CPU graph pass (Note [Passes] in graph/passes.h): training batch norm fused with the ReLU
+// after it.
 //
 // Note [Fusing batch norm and ReLU]
 // In conv-bn-relu nets the convolution cannot take the batch norm (its statistics are the
@@ -23,7 +24,7 @@
 //   - the device has a kernel for the fused record (Device::Supports, Note [What a kernel
 //     supports]): on the CUDA device, none (cuDNN's batch norm is called as is).
 // The layout pass runs after this one: the fused gradient's a has its own slot (a_blocked,
-// graph/layout.cc), since it is no longer tied to da by an element-wise op.
+// layout.cc), since it is no longer tied to da by an element-wise op.
 #include "core/device.h"
 #include "graph/op_uses.h"
 #include "graph/passes.h"
@@ -43,9 +44,8 @@ bool SameWhole(const OpUses& u, const Tensor& t, const Tensor& like) {
   return u.Whole(t) && t.shape() == like.shape() && t.dtype() == like.dtype();
 }
 
-}  // namespace
-
-PassResult FuseBatchNormRelu(OpList list, const Device& device) {
+PassResult FuseBatchNormRelu(OpList list, const PassContext& ctx) {
+  const Device& device = ctx.device;
   const OpUses u(list);
   const int n = int(list.size());
   OpRewrites rw{size_t(n)};
@@ -62,8 +62,8 @@ PassResult FuseBatchNormRelu(OpList list, const Device& device) {
     const Tensor& a = r.outputs[0];
     if (!SameWhole(u, a, z)) continue;
     const int ba = u.Block(a);
-    bool touched_between = u.writers[size_t(ba)] != std::vector<int>{j};
-    for (int q : u.readers[size_t(ba)]) touched_between |= q >= i && q <= j;
+    bool touched_between = u.Writers(ba) != std::vector<int>{j};
+    for (int q : u.Readers(ba)) touched_between |= q >= i && q <= j;
     if (touched_between) continue;
     OpRecord f = bn;
     f.attrs.Set("relu", int64_t(1));
@@ -101,9 +101,16 @@ PassResult FuseBatchNormRelu(OpList list, const Device& device) {
   }
 
   const size_t fused = rw.count;
-  PassResult r{rw.Apply(std::move(list)), fused};
-  r.bn_relu = fused;
+  PassResult r{rw.Apply(std::move(list))};
+  r.counters.Add("fused_bn_relu", int64_t(fused));
   return r;
 }
+
+}  // namespace
+
+LOOM_PASS(PassDef{"fuse_bn_relu", 40, DeviceBit(DeviceType::kCPU), false, FuseBatchNormRelu,
+                  "training batch norm + relu -> batch_norm_train with relu = 1, relu_grad + batch_norm_grad -> "
+                  "batch_norm_grad with relu = 1 (Note [Fusing batch norm and ReLU]); off by default",
+                  {{"fused_bn_relu", "the batch norms that took their ReLU (forward and backward)"}}});
 
 }  // namespace loom

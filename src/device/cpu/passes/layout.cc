@@ -1,4 +1,4 @@
-// Step 1b of graph.h: activation layouts planned across the graph (passes.h).
+// A CPU graph pass (Note [Passes] in graph/passes.h): activation layouts planned across the graph.
 //
 // Note [Activation layouts]
 // oneDNN's convolutions run on a blocked layout (nChw16c on AVX-512: channels in groups of 16,
@@ -27,18 +27,21 @@
 //   - every op touching the block does so through a slot of Slots() or as an element-wise op
 //     above, with the whole tensor (offset 0, contiguous, the block's bytes);
 //   - every op with a rewritten slot has a kernel that knows the attributes and supports the
-//     rewritten record (Device::Supports: on the CPU, float32 (the pooling argmax: int32) with
-//     channels a multiple of 16, so that the blocked tensor has exactly the NCHW tensor's bytes
-//     and the plan is unchanged; oneDNN has a plan for the convolution). A kernel without a
-//     supports predicate does not know the attributes (the CUDA kernels): nothing is rewritten
-//     there.
+//     rewritten record (Device::Supports): the kernels say which operands they take blocked
+//     (cpu/kernels/conv.cc, norm.cc, pool.cc: float32 (N, C, H, W) with C a multiple of 16, so
+//     that the blocked tensor has exactly the NCHW tensor's bytes and the plan is unchanged,
+//     and for a convolution a oneDNN plan). All blocks of a region have one shape and dtype (the
+//     element-wise ops that tie them require it), so a region every slot's kernel accepts has
+//     only blocks those kernels accept. A kernel without a supports predicate does not know the
+//     attributes: nothing is rewritten there.
+// A slot's attribute is 1 when its operand is blocked; the blocking itself is the kernels'.
 // The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
 // kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), blocked
 // max pooling picks the NCHW kernel's first maximum and adds its gradient in the same order
 // (Note [Blocked max pooling] in cpu/kernels/pool.cc), and an element-wise op maps each element
 // alone. Replay stays bitwise equal to eager (test/graph/layout_test.cc).
-// On by default (GraphOptions::plan_layouts): on ResNet-50 b8 it removes every activation
+// On by default (the pass plan_layouts): on ResNet-50 b8 it removes every activation
 // reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
 // the blocked batch-norm kernels are per op no slower than the NCHW ones (the commit that
 // turned it on has the measurements).
@@ -65,8 +68,6 @@ LOOM_OP_KIND(add);
 
 namespace loom {
 namespace {
-
-constexpr int64_t kBlock = 16;  // nChw16c
 
 // An operand a kernel can take blocked, and the attribute that says so.
 struct Slot {
@@ -178,14 +179,10 @@ class Planner {
     const Slot* slot;
   };
 
-  // The block is read or written as t: whole, float32 (or int32: max pooling's argmax) (N, C,
-  // H, W) with C a multiple of 16, the same shape at every use.
+  // The block is read or written as t: whole, with the same shape at every use.
   void Use(int b, const Tensor& t) {
     const BlockFacts& f = list_.facts[size_t(b)];
-    if (t.offset() != 0 || !t.is_contiguous() || t.nbytes() != f.bytes ||
-        (t.dtype() != DType::kFloat32 && t.dtype() != DType::kInt32) ||
-        t.ndim() != 4 || t.shape()[1] % kBlock != 0)
-      ok_[size_t(b)] = 0;
+    if (t.offset() != 0 || !t.is_contiguous() || t.nbytes() != f.bytes) ok_[size_t(b)] = 0;
     if (shape_[size_t(b)].empty()) shape_[size_t(b)] = t.shape();
     if (shape_[size_t(b)] != t.shape()) ok_[size_t(b)] = 0;
   }
@@ -196,7 +193,7 @@ class Planner {
     std::vector<std::pair<int, const char*>> attrs;
     for (const SlotUse& u : uses_)
       if (Find(u.block) == root) attrs.push_back({u.op, u.slot->attr});
-    if (!SetAttrsIfSupported(list_, device_, attrs, kBlock)) return 0;
+    if (!SetAttrsIfSupported(list_, device_, attrs, 1)) return 0;
     size_t n = 0;
     for (size_t b = 0; b < parent_.size(); ++b) n += Find(int(b)) == root;
     return n;
@@ -221,14 +218,18 @@ class Planner {
   std::vector<SlotUse> uses_;  // in op order
 };
 
-}  // namespace
-
-PassResult PlanActivationLayouts(OpList list, const Device& device) {
-  Planner p(list, device);
-  const size_t blocked = p.Run();
-  PassResult r{std::move(list), 0};
-  r.blocked_layouts = blocked;
+PassResult PlanActivationLayouts(OpList list, const PassContext& ctx) {
+  const size_t blocked = Planner(list, ctx.device).Run();
+  PassResult r{std::move(list)};
+  r.counters.Add("blocked_layouts", int64_t(blocked));
   return r;
 }
+
+}  // namespace
+
+LOOM_PASS(PassDef{"plan_layouts", 50, DeviceBit(DeviceType::kCPU), true, PlanActivationLayouts,
+                  "activations and their gradients between convolutions, batch norm, relu, add and pooling stay "
+                  "in oneDNN's blocked layout, without reorders around the convolutions (Note [Activation layouts])",
+                  {{"blocked_layouts", "activation blocks kept in oneDNN's blocked layout"}}});
 
 }  // namespace loom
