@@ -103,7 +103,8 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(uint64_t, random_draws, 0, "Philox counters one replay consumes")                                  \
   X(double, parallelism, 0,                                                                            \
     "parallel replays: total op time / longest dependency chain, from the first one (0 until then)")   \
-  X(bool, parallel_runs_serial, false, "later parallel replays run serially: parallelism too small")
+  X(bool, parallel_runs_serial, false, "later parallel replays run serially: parallelism too small")   \
+  X(uint64_t, parallel_replays, 0, "replays that ran by dependency on the worker threads")
 
 #define LOOM_DECLARE_FIELD(type, name, init, doc) type name = init;
 struct GraphOptions {

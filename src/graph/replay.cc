@@ -196,7 +196,10 @@ void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
     else if (sequential) RunSerial(g, ctx, stats);
     else if (g.options.parallel_fallback && stats.parallelism == 0) MeasureParallelism(g, ctx, stats);
     else if (g.options.parallel_fallback && stats.parallel_runs_serial) RunSerial(g, ctx, stats);
-    else RunParallel(g, ctx, stats);
+    else {
+      RunParallel(g, ctx, stats);
+      stats.parallel_replays++;
+    }
   } catch (...) {
     if (g.options.memory == MemoryMode::kDynamic) g.binding.ReleaseIntermediates();
     g.device.AdvanceRng(g.ops.random_draws);

@@ -44,7 +44,7 @@ TEST(GraphOptionLists, EveryFieldIsVisitedOnceWithADescription) {
   EXPECT_EQ(std::set<std::string>(options.begin(), options.end()).size(), options.size());
   EXPECT_EQ(std::set<std::string>(stats.begin(), stats.end()).size(), stats.size());
   EXPECT_EQ(options.front(), "memory");
-  EXPECT_EQ(stats.back(), "parallel_runs_serial");
+  EXPECT_EQ(stats.back(), "parallel_replays");
 }
 
 TEST(GraphOptionLists, VisitorsReachTheFieldsThemselves) {

@@ -127,6 +127,12 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
   Tensor x = b.first, y = b.second, loss, held;
   GraphOptions options;
   options.passes.Set("keep_weights_blocked", keep);
+  if (!sequential) {
+    // The dependency-driven replay itself, on two workers, whatever the machine's core count and
+    // whatever a first timed replay would measure (Note [Parallel or serial]).
+    options.parallel_fallback = false;
+    options.num_workers = 2;
+  }
   auto g = Graph::Capture(CpuDevice(), "weights", [&] {
     loss = net.Step(x, y, opt, extra, extra == Extra::kHoldGrad ? &held : nullptr);
   }, options);
@@ -163,6 +169,7 @@ TEST_F(WeightLayoutTest, ConvWeightsStayBlockedAndReplayIsBitwiseEager) {
   // The parallel replay's workers pass the guards as the serial replay does.
   const Outcome p = Replayed(false, Extra::kNone, true, true, Opt::kSgd, /*sequential=*/false);
   EXPECT_EQ(p.stats.counters.Get("blocked_weights"), 4);
+  EXPECT_EQ(p.stats.parallel_replays, uint64_t(kSteps)) << "the workers did not replay";
   ExpectBitwiseRuns(e.run, p.run, "parallel replay with blocked weights");
   const Outcome off = Replayed(false, Extra::kNone, /*keep=*/false);
   EXPECT_EQ(off.stats.counters.Get("blocked_weights"), 0);
