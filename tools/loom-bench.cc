@@ -870,7 +870,7 @@ std::string JsonString(const std::string& v) {
 // {"blocked_layouts": 12, ...}: every counter of the registered passes (GraphStats::counters).
 std::string PassCountersJson(const loom::GraphStats& stats) {
   std::string out = "{";
-  for (const loom::PassFieldInfo& c : loom::PassCounterFields())
+  for (const loom::PassFieldInfo& c : loom::PassCounters::Fields())
     out += (out.size() > 1 ? ", " : "") + JsonString(c.name) + ": " + std::to_string(stats.counters.Get(c.name));
   return out + "}";
 }

@@ -62,7 +62,6 @@ BiasAct ActGradOf(const OpDef* def) {
 }
 
 PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
-  const Device& device = ctx.device;
   const OpUses u(list);
   const int n = int(list.size());
   OpRewrites rw{size_t(n)};
@@ -98,7 +97,7 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
       f.attrs.Set("act", int64_t(act));
       f.inputs = {x, w, b};
       f.outputs = {list.ops[size_t(last)].outputs[0]};
-      if (device.Supports(f)) {  // Note [What a kernel supports]
+      if (ctx.device.Supports(f)) {  // Note [What a kernel supports]
         rw.Replace(last, std::move(f));
         rw.drop[size_t(i)] = true;
         if (last != j) rw.drop[size_t(j)] = true;
@@ -128,7 +127,7 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
     f.attrs = conv.attrs;
     f.inputs = conv.inputs;
     f.outputs = a.outputs;
-    if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+    if (!ctx.device.Supports(f)) continue;  // Note [What a kernel supports]
     rw.Replace(j, std::move(f));
     rw.drop[size_t(i)] = true;
   }
@@ -159,17 +158,14 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
       if (channels) f.attrs.Set("channels", int64_t(1));
       f.inputs = g.inputs;
       f.outputs = {dz, db};
-      if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+      if (!ctx.device.Supports(f)) continue;  // Note [What a kernel supports]
       rw.Replace(p, std::move(f));
       rw.drop[size_t(q)] = true;
       break;
     }
   }
 
-  const size_t fused = rw.count;
-  PassResult r{rw.Apply(std::move(list))};
-  r.counters.Add("fused_bias_act", int64_t(fused));
-  return r;
+  return rw.Result(std::move(list), "fused_bias_act");
 }
 
 }  // namespace

@@ -57,9 +57,7 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const PassContext& ctx) {
     rw.Replace(j, std::move(f));
     rw.drop[size_t(i)] = true;
   }
-  PassResult r{rw.Apply(std::move(list))};
-  r.counters.Add("fused_weight_grad_updates", int64_t(rw.count));
-  return r;
+  return rw.Result(std::move(list), "fused_weight_grad_updates");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "core/device.h"
 #include "graph/capture.h"
+#include "graph/passes.h"
 
 namespace loom {
 
@@ -47,6 +48,12 @@ struct OpRewrites {
   void Replace(int i, OpRecord fused) {
     replace[size_t(i)] = std::move(fused);
     ++count;
+  }
+  // The pass's result: the list with the rewrites made, and how many under `counter`.
+  PassResult Result(OpList list, const char* counter) {
+    PassResult r{Apply(std::move(list))};
+    r.counters.Add(counter, int64_t(count));
+    return r;
   }
   // The list with the rewrites made (the list itself when there are none).
   OpList Apply(OpList list) {

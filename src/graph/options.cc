@@ -27,7 +27,7 @@ const PassDef& FindPass(const std::string& name) {
 
 void CheckCounter(const std::string& name) {
   std::string known;
-  for (const PassFieldInfo& c : PassCounterFields()) {
+  for (const PassFieldInfo& c : PassCounters::Fields()) {
     if (name == c.name) return;
     known += (known.empty() ? "" : ", ") + std::string(c.name);
   }

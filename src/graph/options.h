@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace loom {
@@ -25,11 +26,21 @@ enum class MemoryMode { kPlanned, kDynamic };
 // ValueError that lists the names there are, never a silent default. The visitors below expand
 // them into one field per pass or counter, so the Python module, loom-bench's JSON and the
 // dumps see them as they see any other field, with the doc the pass registered.
+
+// A switch or counter as the visitors show it.
+struct PassFieldInfo {
+  const char* name;
+  const char* doc;
+};
+
 class PassSwitches {
  public:
   bool On(const std::string& pass) const;  // as set, else the pass's default
   void Set(const std::string& pass, bool on);
-  bool& Ref(const std::string& pass);  // for the visitors: the switch, set to its default if unset
+  // For the visitors: the switch (Get), and a reference to it, set to its default if unset (Ref).
+  bool Get(const std::string& pass) const { return On(pass); }
+  bool& Ref(const std::string& pass);
+  static std::vector<PassFieldInfo> Fields();  // every registered pass
 
  private:
   std::map<std::string, bool> set_;
@@ -41,19 +52,12 @@ class PassCounters {
   void Add(const std::string& counter, int64_t n);
   int64_t& Ref(const std::string& counter);  // for the visitors
   const std::map<std::string, int64_t>& counts() const { return counts_; }
+  static std::vector<PassFieldInfo> Fields();  // every counter a registered pass declares
 
  private:
   std::map<std::string, int64_t> counts_;
 };
 
-// What the visitors walk in place of the two fields above: the registered passes' switches and
-// counters (graph/passes.cc).
-struct PassFieldInfo {
-  const char* name;
-  const char* doc;
-};
-std::vector<PassFieldInfo> PassSwitchFields();
-std::vector<PassFieldInfo> PassCounterFields();
 const char* Name(MemoryMode m);
 // "planned" or "dynamic"; throws ValueError for anything else.
 MemoryMode ParseMemoryMode(const std::string& s);
@@ -63,7 +67,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(MemoryMode, memory, MemoryMode::kPlanned,                                                          \
     "planned: one arena packed once (replay allocates nothing); dynamic: the device pool at first "    \
     "use, returned at the last reader")                                                                \
-  X(int, num_workers, 0, "threads of the parallel replay; 0: the CPU pool's size")                     \
+  X(int, num_workers, 0, "threads of the parallel replay; 0: the device's (Note [Replay threads])")                     \
   X(bool, profile, false, "time every op of every replay (LOOM_DEBUG >= 2 sets it)")                   \
   X(bool, device_graph, false,                                                                         \
     "record sequential replays once as a device graph (CUDA graph) and relaunch it; needs planned "    \
@@ -120,28 +124,18 @@ namespace detail {
 // and counters]).
 template <typename Field, typename Visit>
 void VisitField(const char* name, Field& field, const char* doc, Visit& visit) {
-  visit(name, field, doc);
-}
-template <typename Visit>
-void VisitField(const char*, PassSwitches& switches, const char*, Visit& visit) {
-  for (const PassFieldInfo& f : PassSwitchFields()) visit(f.name, switches.Ref(f.name), f.doc);
-}
-template <typename Visit>
-void VisitField(const char*, const PassSwitches& switches, const char*, Visit& visit) {
-  for (const PassFieldInfo& f : PassSwitchFields()) {
-    const bool on = switches.On(f.name);
-    visit(f.name, on, f.doc);
-  }
-}
-template <typename Visit>
-void VisitField(const char*, PassCounters& counters, const char*, Visit& visit) {
-  for (const PassFieldInfo& f : PassCounterFields()) visit(f.name, counters.Ref(f.name), f.doc);
-}
-template <typename Visit>
-void VisitField(const char*, const PassCounters& counters, const char*, Visit& visit) {
-  for (const PassFieldInfo& f : PassCounterFields()) {
-    const int64_t n = counters.Get(f.name);
-    visit(f.name, n, f.doc);
+  if constexpr (std::is_same_v<std::remove_const_t<Field>, PassSwitches> ||
+                std::is_same_v<std::remove_const_t<Field>, PassCounters>) {
+    for (const PassFieldInfo& f : Field::Fields()) {
+      if constexpr (std::is_const_v<Field>) {
+        const auto value = field.Get(f.name);
+        visit(f.name, value, f.doc);
+      } else {
+        visit(f.name, field.Ref(f.name), f.doc);
+      }
+    }
+  } else {
+    visit(name, field, doc);
   }
 }
 }  // namespace detail

@@ -55,13 +55,13 @@ std::vector<const PassDef*> RegisteredPasses() {
   return out;
 }
 
-std::vector<PassFieldInfo> PassSwitchFields() {
+std::vector<PassFieldInfo> PassSwitches::Fields() {
   std::vector<PassFieldInfo> out;
   for (const PassDef* p : RegisteredPasses()) out.push_back({p->name, p->doc});
   return out;
 }
 
-std::vector<PassFieldInfo> PassCounterFields() {
+std::vector<PassFieldInfo> PassCounters::Fields() {
   std::vector<PassFieldInfo> out;
   for (const PassDef* p : RegisteredPasses())
     for (const PassCounterDef& c : p->counters) out.push_back({c.name, c.doc});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/harness.h"
+#include "common/op_lists.h"
 #include "core/collective.h"
 #include "core/comm_registry.h"
 #include "graph/graph.h"
@@ -21,22 +22,11 @@ namespace {
 
 constexpr int64_t kComm = 7;  // a communicator id: nothing runs, so none needs to exist
 
-OpRecord Record(const char* op, std::vector<Tensor> in, std::vector<Tensor> out, Attrs attrs = {}) {
-  OpRecord r;
-  r.def = &GetOp(op);
-  r.inputs = std::move(in);
-  r.outputs = std::move(out);
-  r.attrs = std::move(attrs);
-  return r;
-}
-
 // An in-place all-reduce of g, as DistOpt captures it (core/collective.h).
 OpRecord AllReduceOf(const Tensor& g, const Tensor& token) {
   return Record("allreduce", {g, token}, {g, token},
                 Attrs{{"comm", kComm}, {"reduce", int64_t(0)}, {"scale", 1.0}, {"compress", int64_t(0)}});
 }
-
-Tensor Lazy(int64_t n) { return Tensor(Shape{n}, DType::kFloat32, CpuDevice()); }
 
 PassResult RunBuckets(OpList list, const GraphOptions& options = {}) {
   for (const PassDef* p : RegisteredPasses())

@@ -4,22 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "common/harness.h"
+#include "common/op_lists.h"
 #include "graph/capture.h"
 
 namespace loom {
 namespace test {
 namespace {
-
-OpRecord Record(const char* op, std::vector<Tensor> in, std::vector<Tensor> out, Attrs attrs = {}) {
-  OpRecord r;
-  r.def = &GetOp(op);
-  r.inputs = std::move(in);
-  r.outputs = std::move(out);
-  r.attrs = std::move(attrs);
-  return r;
-}
-
-Tensor Lazy(int64_t n) { return Tensor(Shape{n}, DType::kFloat32, CpuDevice()); }
 
 TEST(Capture, BlocksAreIndexedInFirstTouchOrderWithTheirAccesses) {
   Tensor x = ops::Zeros({8}, DType::kFloat32, CpuDevice());

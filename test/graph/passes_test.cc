@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/harness.h"
+#include "common/op_lists.h"
 #include "graph/graph.h"
 #include "graph/passes.h"
 
@@ -114,16 +115,10 @@ TEST(Passes, TheVisitorsShowEverySwitchAndCounterAsAField) {
 
 // x -> relu -> relu -> out, captured.
 OpList TwoRelus() {
-  Tensor x = ops::Zeros({8}, DType::kFloat32, CpuDevice());
+  Tensor x = ops::Zeros({8}, DType::kFloat32, CpuDevice()), a = Lazy(8), out = Lazy(8);
   OpList list{"relus"};
-  Tensor a(Shape{8}, DType::kFloat32, CpuDevice()), out(Shape{8}, DType::kFloat32, CpuDevice());
-  for (auto [in, o] : {std::pair<Tensor, Tensor>{x, a}, {a, out}}) {
-    OpRecord r;
-    r.def = &op_kind::relu;
-    r.inputs = {in};
-    r.outputs = {o};
-    list.Append(std::move(r));
-  }
+  list.Append(Record("relu", {x}, {a}));
+  list.Append(Record("relu", {a}, {out}));
   list.NoteHolders();
   return list;
 }

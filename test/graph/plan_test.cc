@@ -3,21 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "common/harness.h"
+#include "common/op_lists.h"
 #include "graph/plan.h"
 
 namespace loom {
 namespace test {
 namespace {
-
-OpRecord Record(const char* op, std::vector<Tensor> in, std::vector<Tensor> out) {
-  OpRecord r;
-  r.def = &GetOp(op);
-  r.inputs = std::move(in);
-  r.outputs = std::move(out);
-  return r;
-}
-
-Tensor Lazy(int64_t n) { return Tensor(Shape{n}, DType::kFloat32, CpuDevice()); }
 
 struct Planned {
   OpList list{"plan"};

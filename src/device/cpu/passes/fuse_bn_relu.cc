@@ -45,7 +45,6 @@ bool SameWhole(const OpUses& u, const Tensor& t, const Tensor& like) {
 }
 
 PassResult FuseBatchNormRelu(OpList list, const PassContext& ctx) {
-  const Device& device = ctx.device;
   const OpUses u(list);
   const int n = int(list.size());
   OpRewrites rw{size_t(n)};
@@ -68,7 +67,7 @@ PassResult FuseBatchNormRelu(OpList list, const PassContext& ctx) {
     OpRecord f = bn;
     f.attrs.Set("relu", int64_t(1));
     f.outputs[0] = a;
-    if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+    if (!ctx.device.Supports(f)) continue;  // Note [What a kernel supports]
     rw.Replace(i, std::move(f));
     rw.drop[size_t(j)] = true;
   }
@@ -95,15 +94,12 @@ PassResult FuseBatchNormRelu(OpList list, const PassContext& ctx) {
     f.attrs.Set("relu", int64_t(1));
     f.inputs[4] = da;
     f.inputs.push_back(a);
-    if (!device.Supports(f)) continue;  // Note [What a kernel supports]
+    if (!ctx.device.Supports(f)) continue;  // Note [What a kernel supports]
     rw.Replace(q, std::move(f));
     rw.drop[size_t(p)] = true;
   }
 
-  const size_t fused = rw.count;
-  PassResult r{rw.Apply(std::move(list))};
-  r.counters.Add("fused_bn_relu", int64_t(fused));
-  return r;
+  return rw.Result(std::move(list), "fused_bn_relu");
 }
 
 }  // namespace
