@@ -138,8 +138,8 @@ static bool HoldsDType(const char* f, Py_ssize_t itemsize, loom::DType dtype) {
     if (!$self->defined()) return 0;
     loom::Block* b = $self->block();
     loom::Device* d = b->device();
-    // A block a graph keeps in a kernel's layout between replays (Note [Weights kept blocked] in
-    // graph/weight_layout.h) is copied instead; a viewed block is never kept so.
+    // A block a graph keeps in a kernel's layout between replays (Note [Layout guards] in
+    // graph/layout_guard.h) is copied instead; a viewed block is never kept so.
     if (d->type() != loom::DeviceType::kCPU || !b->allocated() || !b->owns_memory() || d->buffering() || b->guard())
       return 0;
     b->set_host_viewed();

@@ -22,10 +22,10 @@ namespace loom {
 
 class Device;
 
-// Note [Weights kept blocked] (graph/weight_layout.h): a graph may keep a parameter's block in a
-// kernel's own layout between its replays. It then guards the block: every access through a
-// Tensor (Tensor::raw_data: kernels, host reads, checkpoints, other graphs) first calls
-// BeforeAccess, which puts the block's values back in the tensor's own layout.
+// Note [Layout guards] (graph/layout_guard.h): a graph may keep a block in a kernel's own layout
+// between its replays (the CPU keeps convolution weights blocked). It then guards the block:
+// every access through a Tensor (Tensor::raw_data: kernels, host reads, checkpoints, other
+// graphs) first calls BeforeAccess, which puts the block's values back in its own layout.
 class BlockGuard {
  public:
   virtual void BeforeAccess() = 0;
@@ -59,11 +59,11 @@ class Block {
   bool persistent() const { return persistent_; }
   void set_persistent(bool p) { persistent_ = p; }
 
-  // Note [Weights kept blocked]: at most one guard; null when none.
+  // Note [Layout guards]: at most one guard; null when none.
   BlockGuard* guard() const { return guard_.load(std::memory_order_acquire); }
   void set_guard(BlockGuard* g) { guard_.store(g, std::memory_order_release); }
   // Python once exposed this block's memory as a zero-copy numpy view (swig/tensor.i), which may
-  // still exist: no graph may keep the block in another layout. Never cleared.
+  // still exist: no graph may guard the block (Note [Layout guards]). Never cleared.
   bool host_viewed() const { return host_viewed_.load(std::memory_order_relaxed); }
   void set_host_viewed() { host_viewed_.store(true, std::memory_order_relaxed); }
 

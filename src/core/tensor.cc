@@ -38,7 +38,7 @@ const std::shared_ptr<Device>& Tensor::device_ptr() const {
 
 void* Tensor::raw_data() const {
   LOOM_ASSERT(block_ && block_->allocated(), "kernel touched unallocated ", Describe());
-  if (BlockGuard* g = block_->guard()) g->BeforeAccess();  // Note [Weights kept blocked]
+  if (BlockGuard* g = block_->guard()) g->BeforeAccess();  // Note [Layout guards]
   return static_cast<char*>(block_->ptr()) + offset_ * int64_t(SizeOf(dtype_));
 }
 

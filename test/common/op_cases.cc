@@ -574,7 +574,7 @@ void AddOptimizers(Table& t) {
       if (k.buffer) c.In(Uniform({50})).Into({0, 3});
       else c.Into({0});
     }
-    // The fused weight-gradient update (Note [Weight gradient into the update], graph/fuse.cc):
+    // The fused weight-gradient update (Note [Weight gradient into the update], graph/fuse_weight_grad.cc):
     // param (M, N), a (K, M), b (K, N); float32 only.
     OpCase& c = t.Add("matmul_sgd_update", k.variant, kF32, ref::MatmulSgdUpdate)
                     .In(Uniform({40, 48}))

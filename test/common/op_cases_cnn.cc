@@ -143,7 +143,7 @@ void AddConv(Table& t) {
     }
 }
 
-// The in-place weight conversion of Note [Weights kept blocked] (graph/weight_layout.h), float32
+// The in-place weight conversion of Note [Weights kept blocked] (device/cpu/passes/weight_layout.cc), float32
 // only: to oneDNN's OIhw16i16o and back, a permutation.
 void AddWeightLayout(Table& t) {
   for (const Shape& w : {Shape{16, 16, 1, 1}, Shape{32, 16, 3, 3}, Shape{16, 48, 2, 3}})

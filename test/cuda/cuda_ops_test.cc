@@ -19,7 +19,7 @@ namespace {
 // Ops with a CPU kernel and, so far, no CUDA kernel (an op added for the CPU shows up here as a
 // failure until it has a CUDA kernel and a row in the op-case table).
 // matmul_sgd_update is made only by a graph pass that checks for its kernel first (Note [Weight
-// gradient into the update] in src/graph/fuse.cc); on CUDA the pair stays unfused.
+// gradient into the update] in src/graph/fuse_weight_grad.cc); on CUDA the pair stays unfused.
 const std::set<std::string> kNoCudaKernelYet = {"matmul_sgd_update"};
 
 bool RunsOnCuda(const OpCase& c) {

@@ -1,4 +1,4 @@
-// Note [Fusing batch norm and ReLU] (graph/fuse_bn_relu.cc): in a conv-bn-relu net with a
+// Note [Fusing batch norm and ReLU] (device/cpu/passes/fuse_bn_relu.cc): in a conv-bn-relu net with a
 // ResNet-style block the pass makes each batch norm followed by a ReLU one batch_norm_train with
 // relu = 1 and each relu_grad feeding a batch_norm_grad alone one batch_norm_grad with relu = 1;
 // replay stays bitwise equal to eager with the pass and the blocked layouts on or off; the pass

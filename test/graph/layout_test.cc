@@ -1,4 +1,4 @@
-// Note [Activation layouts] (graph/layout.cc): in a conv-bn-relu net the pass keeps every
+// Note [Activation layouts] (device/cpu/passes/layout.cc): in a conv-bn-relu net the pass keeps every
 // activation and activation gradient between the first convolution and the global pooling in
 // oneDNN's blocked layout (through batch norm, relu, relu_grad), replay stays bitwise equal to
 // eager (parameters, running statistics, losses), the plan does not grow, and a block that

@@ -1,4 +1,4 @@
-// Note [Weights kept blocked] (graph/weight_layout.h): a captured step keeps the weights of its
+// Note [Weights kept blocked] (device/cpu/passes/weight_layout.cc): a captured step keeps the weights of its
 // convolutions (16-multiple channels, updated by SGD or Adam) and their state in oneDNN's blocked
 // layout between replays; replay stays bitwise equal to eager, whatever reads or writes the
 // weights between replays (host reads and writes, eager ops, another graph) sees and reaches

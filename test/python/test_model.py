@@ -114,7 +114,7 @@ class ConvNet(model.Model):
 
 
 def test_conv_weights_kept_blocked_read_as_numpy_between_replays(dev):
-    """Note [Weights kept blocked] (graph/weight_layout.h): a graph keeps c2's weight and momentum
+    """Note [Weights kept blocked] (device/cpu/passes/weight_layout.cc): a graph keeps c2's weight and momentum
     in oneDNN's layout between replays; Python reads (to_numpy, np.asarray) and writes between
     steps see and reach the usual values, bitwise as in eager mode."""
     rng = np.random.default_rng(5)

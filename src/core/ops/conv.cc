@@ -138,9 +138,9 @@ LOOM_OP(conv2d_grad_weight) {
 
 // w: (O, C, KH, KW) -> the same values in the other layout: blocked = 1: from OIHW to oneDNN's
 // OIhw16i16o, 0: back. O and C multiples of 16. The output may be the input itself. Note
-// [Weights kept blocked] in graph/weight_layout.h: run by a graph's guard, not by user code.
+// [Weights kept blocked] in device/cpu/passes/weight_layout.cc: run by a graph's guard, not by user code.
 LOOM_OP(conv_weight_layout) {
-  def.internal = "run by a graph that keeps convolution weights blocked (graph/weight_layout.h)";
+  def.internal = "run by a graph that keeps convolution weights blocked (device/cpu/passes/weight_layout.cc)";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv_weight_layout";
     CheckArity(op, in, 1);

@@ -10,7 +10,7 @@
 // momentum follows PyTorch: running = (1 - momentum) running + momentum batch, and running_var
 // takes the unbiased batch variance (divided by M - 1, M = N x spatial size).
 //
-// Attribute relu (default 0), set only by the graph pass in graph/fuse_bn_relu.cc (Note [Batch
+// Attribute relu (default 0), set only by the graph pass in device/cpu/passes/fuse_bn_relu.cc (Note [Batch
 // norm with ReLU] in device/cpu/kernels/norm.cc): batch_norm_train's output 0 is relu(y), and
 // batch_norm_grad's dy is the ReLU's gradient da, with the ReLU's output a as a sixth input.
 #include <algorithm>

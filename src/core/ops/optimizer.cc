@@ -73,13 +73,13 @@ LOOM_OP(sgd_update) {
   };
 }
 
-// Note [Weight gradient into the update]: made only by the graph pass in graph/fuse.cc, never
+// Note [Weight gradient into the update]: made only by the graph pass in graph/fuse_weight_grad.cc, never
 // by user code. inputs: param (M, N), a (K, M), b (K, N), lr [, momentum buffer] [, grad scale]
 // -> outputs: param [, buffer]; attrs as sgd_update. The same update as sgd_update with
 // grad = a^T b (the weight gradient of a linear layer, K = batch), computed a few rows at a time
 // and applied while the rows are in cache: the gradient is never stored.
 LOOM_OP(matmul_sgd_update) {
-  def.internal = "made only by the graph pass in graph/fuse.cc";
+  def.internal = "made only by the graph pass in graph/fuse_weight_grad.cc";
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& at) {
     const size_t extra = ClipInputs("matmul_sgd_update", in_all, at);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);

@@ -395,8 +395,8 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 }
 
 // Note [What a kernel supports]: cuDNN's batch norm as called above, so neither the fused ReLU
-// (relu = 1, Note [Fusing batch norm and ReLU] in graph/fuse_bn_relu.cc) nor a blocked layout
-// attribute (Note [Activation layouts] in graph/layout.cc, which reads a predicate as knowing
+// (relu = 1, Note [Fusing batch norm and ReLU] in device/cpu/passes/fuse_bn_relu.cc) nor a blocked layout
+// attribute (Note [Activation layouts] in device/cpu/passes/layout.cc, which reads a predicate as knowing
 // its attributes): the graph passes leave these records as they are on a CUDA device.
 bool BatchNormSupportsCuda(const OpRecord& op) {
   for (const char* a : {"relu", "x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})

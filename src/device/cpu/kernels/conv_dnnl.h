@@ -13,7 +13,7 @@
 //   (Conv2dScratch & co.) so a planned graph packs them into its arena, and taken from the
 //   device pool in eager mode, so memory statistics see every byte (invariant 2). In a captured
 //   graph the activations may already be nChw16c (ConvDims::blocked, x_blocked; Note
-//   [Activation layouts] in graph/layout.cc): their reorders then vanish, since the plain and
+//   [Activation layouts] in cpu/passes/layout.cc): their reorders then vanish, since the plain and
 //   the chosen layout agree.
 // - Threads. oneDNN here runs on OpenMP; a second thread team beside loom's pool would fight it
 //   for the cores. So every oneDNN call runs with one OpenMP thread, and loom splits the batch
@@ -61,14 +61,14 @@ struct ConvDims {
   bool relu = false;
   // The (N, O, OH, OW) operand (y of the forward pass, dy of both gradients) is stored in
   // oneDNN's nChw16c layout instead of NCHW; O is a multiple of 16 (Note [Activation layouts]
-  // in graph/layout.cc).
+  // in cpu/passes/layout.cc).
   bool blocked = false;
   // The same for the (N, C, H, W) operand (x of the forward pass and of the weight gradient, dx
   // of the input gradient); C is a multiple of 16.
   bool x_blocked = false;
   // The weights (w of the forward pass and of the input gradient, dw of the weight gradient)
   // are stored in oneDNN's OIhw16i16o layout instead of OIHW; groups is 1 and O and C are
-  // multiples of 16 (Note [Weights kept blocked] in graph/weight_layout.h).
+  // multiples of 16 (Note [Weights kept blocked] in cpu/passes/weight_layout.cc).
   bool w_blocked = false;
 };
 

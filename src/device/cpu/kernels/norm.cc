@@ -4,7 +4,7 @@
 // lanes]): results do not depend on the thread count.
 //
 // Note [Batch norm with ReLU]
-// A graph fuses training batch norm with the ReLU after it (graph/fuse_bn_relu.cc), by the
+// A graph fuses training batch norm with the ReLU after it (cpu/passes/fuse_bn_relu.cc), by the
 // record attribute relu = 1 (core/ops/norm.cc):
 //   - batch_norm_train then writes relu(y) as its output 0: ReLU on each value right before
 //     its store, the relu op's own formula (ew::relu_f) on the value batch norm stores;
@@ -123,7 +123,7 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
   }
 }
 
-// ---- batch norm over an nChw16c x (Note [Activation layouts] in graph/layout.cc) ----
+// ---- batch norm over an nChw16c x (Note [Activation layouts] in cpu/passes/layout.cc) ----
 // A graph keeps a convolution's output in oneDNN's blocked layout when batch norm alone reads
 // it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16, so
 // channel c of image i is a run of S values 16 apart. The kernels below take a group of 16
@@ -143,7 +143,7 @@ struct ChannelLayout {
   int64_t Step() const { return blocked ? kGroup : 1; }  // pixel k to k + 1
 };
 
-// The attribute a graph sets on a record whose tensor is nChw16c (graph/layout.cc); checked.
+// The attribute a graph sets on a record whose tensor is nChw16c (cpu/passes/layout.cc); checked.
 ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims& d, const char* opname) {
   ChannelLayout l{op.attrs.Int(attr, 0) != 0};
   LOOM_CHECK(!l.blocked || (d.c % kGroup == 0 && op.inputs[0].ndim() == 4), ValueError, "[", opname, "] ", attr,
@@ -474,7 +474,7 @@ void BatchNormGrad(const OpRecord& op) {
   T* dgamma = op.outputs[1].data<T>();
   T* dbeta = op.outputs[2].data<T>();
   const double m = double(d.n * d.s);
-  // Layouts of x, dy, a and dx; Note [Activation layouts] in graph/layout.cc.
+  // Layouts of x, dy, a and dx; Note [Activation layouts] in cpu/passes/layout.cc.
   const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_grad");
   const ChannelLayout dyl = LayoutAttr(op, "dy_blocked", d, "batch_norm_grad");
   const ChannelLayout al = kRelu ? LayoutAttr(op, "a_blocked", d, "batch_norm_grad") : dyl;

@@ -74,7 +74,7 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// Note [Weight gradient into the update] (core/ops/optimizer.cc, graph/fuse.cc): param (M, N),
+// Note [Weight gradient into the update] (core/ops/optimizer.cc, graph/fuse_weight_grad.cc): param (M, N),
 // a (K, M), b (K, N), lr [, buf] [, scale] -> param [, buf]. Rows of the gradient a^T b are computed a
 // tile at a time (16 KB, in L1) by the same skinny kernel that the matmul op uses, then SgdRange
 // applies them: bitwise the update sgd_update makes from the stored gradient, with one pass
