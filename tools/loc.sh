@@ -1,11 +1,38 @@
 #!/usr/bin/env bash
 # Lines of code per folder, in pipeline order (STYLE.md: the size of each layer, kept honest).
 # "src/device (shared)" is src/device minus its backend folders: Device, allocators, the CUDA stub.
+#
+#   tools/loc.sh           the table: lines and files per folder
+#   tools/loc.sh --check   the size budgets, for CI (tools/test.sh lint): every folder within its
+#                          line budget (BUDGETS below), no file in src/ over MAX_FILE_LINES lines,
+#                          no C++ function in src/ over MAX_FUNCTION_LINES (tools/func_lengths.py).
+#                          Prints one line per breach and a summary; exits 1 on any breach.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FOLDERS=(src/core src/graph "src/device (shared)" src/device/cpu src/device/cuda src/nn src/io swig test tools
          examples)
+
+# Line budgets, one per folder above: each is the folder's size when the budgets were set (the
+# number beside it, 2026-11, the commit that added --check) plus about 15%, rounded up to the next
+# 100. A folder that outgrows its budget is either due to be split or simplified, or has earned a
+# larger one: raise it here, in a commit that says why.
+declare -A BUDGETS=(
+  [src/core]=5200               # 4521
+  [src/graph]=5100              # 4372
+  ["src/device (shared)"]=2100  # 1740
+  [src/device/cpu]=6000         # 5136
+  [src/device/cuda]=3900        # 3384
+  [src/nn]=3300                 # 2819
+  [src/io]=8300                 # 7165
+  [swig]=9900                   # 8540
+  [test]=27000                  # 23464
+  [tools]=6900                  # 5989
+  [examples]=2100               # 1797
+)
+# A file or function longer than these is no longer read in one sitting.
+MAX_FILE_LINES=800
+MAX_FUNCTION_LINES=120
 
 count() {  # prints "<lines> <files>" for the source files under $1, minus paths matching $2
   local lines=0 files=0 f
@@ -19,16 +46,64 @@ count() {  # prints "<lines> <files>" for the source files under $1, minus paths
   echo "$lines $files"
 }
 
-total=0
-printf '%-20s %7s %6s\n' folder lines files
-for d in "${FOLDERS[@]}"; do
-  if [ "$d" = "src/device (shared)" ]; then
+folder_lines() {  # sets lines and files for folder $1
+  if [ "$1" = "src/device (shared)" ]; then
     read -r lines files < <(count src/device 'src/device/cu[d]a/*')
     read -r cpu_lines cpu_files < <(count src/device/cpu)
     lines=$((lines - cpu_lines)) files=$((files - cpu_files))
   else
-    read -r lines files < <(count "$d")
+    read -r lines files < <(count "$1")
   fi
+}
+
+if [ "${1:-}" = "--check" ]; then
+  breaches=0 summary=()
+  over=0
+  for d in "${FOLDERS[@]}"; do
+    folder_lines "$d"
+    if [ "$lines" -gt "${BUDGETS[$d]}" ]; then
+      echo "$d: $lines lines, over its budget of ${BUDGETS[$d]} (BUDGETS in tools/loc.sh)"
+      over=$((over + 1))
+    fi
+  done
+  summary+=("$([ "$over" -eq 0 ] && echo "${#FOLDERS[@]} folders within budget" || echo "$over of ${#FOLDERS[@]} folders over budget")")
+  breaches=$((breaches + over))
+
+  # Every file in src/, whatever its kind (a .proto too).
+  over=0
+  while IFS= read -r -d '' f; do
+    n=$(wc -l <"$f")
+    if [ "$n" -gt "$MAX_FILE_LINES" ]; then
+      echo "$f: $n lines (max $MAX_FILE_LINES)"
+      over=$((over + 1))
+    fi
+  done < <(find src -type f -print0 | sort -z)
+  summary+=("$([ "$over" -eq 0 ] && echo "no file over $MAX_FILE_LINES lines" || echo "$over files over $MAX_FILE_LINES lines")")
+  breaches=$((breaches + over))
+
+  # func_lengths.py prints one line per long function, then its own summary (left out: ours
+  # says it).
+  set +e
+  out="$(python3 tools/func_lengths.py --max "$MAX_FUNCTION_LINES")"
+  rc=$?
+  set -e
+  [ "$rc" -le 1 ] || { echo "$out"; echo "loc: tools/func_lengths.py failed (exit $rc)" >&2; exit 2; }
+  over="$(grep -c -v '^func_lengths:' <<<"$out" || true)"
+  grep -v '^func_lengths:' <<<"$out" || true
+  summary+=("$([ "$over" -eq 0 ] && echo "no function over $MAX_FUNCTION_LINES lines" || echo "$over functions over $MAX_FUNCTION_LINES lines")")
+  breaches=$((breaches + over))
+
+  joined="$(printf '%s, ' "${summary[@]}")"
+  echo "loc: ${joined%, }"
+  [ "$breaches" -eq 0 ]
+  exit
+fi
+[ $# -eq 0 ] || { echo "loc: unknown argument '$1' (usage: tools/loc.sh [--check])" >&2; exit 2; }
+
+total=0
+printf '%-20s %7s %6s\n' folder lines files
+for d in "${FOLDERS[@]}"; do
+  folder_lines "$d"
   printf '%-20s %7d %6d\n' "$d" "$lines" "$files"
   total=$((total + lines))
 done
