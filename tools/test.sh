@@ -2,10 +2,12 @@
 # Builds loom (tools/setup.sh) and runs test stages. Exits non-zero when any stage fails; every
 # stage runs even after another failed, and the summary names each one with its time.
 #
-#   tools/test.sh                 the plain suites: cpp python (what developers run)
-#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all five:
+#   tools/test.sh                 the checks and the plain suites: lint cpp python (what developers run)
+#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all six:
+#     lint     the shape of the code, no build needed: include layering (tools/layering.py), size
+#              budgets (tools/loc.sh --check), every cited Note defined once (tools/notes.py)
 #     cpp      C++ suites (GoogleTest through ctest) in the main build
-#     python   pytest on the SWIG module of the main build
+#     python   pytest on the SWIG module of the main build, and on the lint stage's scripts (test/tools)
 #     asan     C++ suites (label cpu) under AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
 #     tsan     the tests that use threads under ThreadSanitizer, build-tsan/
 #     fuzz     each libFuzzer target for a few seconds (tools/fuzz.sh), build-fuzz/
@@ -18,12 +20,23 @@ cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 case "$BUILD" in /*) BUILD_ABS="$BUILD" ;; *) BUILD_ABS="$ROOT/$BUILD" ;; esac
 
-ALL_STAGES=(cpp python asan tsan fuzz)
+ALL_STAGES=(lint cpp python asan tsan fuzz)
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(cpp python)
+[ ${#stages[@]} -gt 0 ] || stages=(lint cpp python)
 for s in "${stages[@]}"; do
   [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || { echo "test: unknown stage '$s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
 done
+
+# ---- checks on the source text, before anything is built ----
+
+stage_lint() {
+  # Each check prints its breaches and one summary line; all three run even when one fails.
+  local failed=0
+  python3 tools/layering.py --check || failed=1
+  bash tools/loc.sh --check || failed=1
+  python3 tools/notes.py --check || failed=1
+  return "$failed"
+}
 
 # ---- plain suites, in the main build ----
 
@@ -42,11 +55,9 @@ stage_cpp() {
 stage_python() {
   # The SWIG module (swig/) is built into <build>/python, for Debian's /usr/bin/python3 (the one
   # apt's numpy/pytest/torch serve).
-  if [ -d test/python ]; then
-    PYTHONPATH="$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python
-  else
-    echo "test: no test/python yet, pytest skipped"
-  fi
+  # test/tools tests the lint stage's scripts on planted trees; it needs no build, but it is
+  # pytest too, so it runs here (its own folder: test/python's conftest imports loom).
+  PYTHONPATH="$BUILD_ABS/python${PYTHONPATH:+:$PYTHONPATH}" /usr/bin/python3 -m pytest -q test/python test/tools
 }
 
 # ---- sanitizer stages, each in a build folder of its own ----
@@ -156,9 +167,13 @@ stage_fuzz() {
 
 # ---- run ----
 
-start=$SECONDS
-bash tools/setup.sh
-results=("setup: done in $((SECONDS - start))s")
+# Only the lint stage needs no build: asked for alone, it starts at once.
+results=()
+if [ "${stages[*]}" != "lint" ]; then
+  start=$SECONDS
+  bash tools/setup.sh
+  results+=("setup: done in $((SECONDS - start))s")
+fi
 status=0
 for s in "${stages[@]}"; do
   echo "==== test: stage $s"
