@@ -78,8 +78,9 @@ struct OpDef {
   // Validates inputs and attributes (throwing typed errors that name the op) and returns the
   // outputs' shapes and dtypes.
   std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;
-  // Note [Backward keeps only what it needs] (DESIGN.md invariant 8): the autograd node keeps
-  // exactly these inputs/outputs alive, nothing else. Eager peak memory depends on it.
+  // Note [Backward keeps only what it needs]
+  // The autograd node keeps exactly these inputs/outputs alive, nothing else (DESIGN.md
+  // invariant 8). Eager peak memory depends on it.
   std::vector<int> saved_inputs;
   std::vector<int> saved_outputs;
   // Returns one gradient per input (undefined where none). Null: not differentiable.
@@ -106,7 +107,8 @@ struct OpDef {
   // Note [Planned scratch]: bytes of scratch a device's kernel needs for this record (registered
   // with the kernel), so that a planned graph packs scratch into its arena like any block.
   std::array<size_t (*)(const OpRecord&), kNumDeviceTypes> scratch{};
-  // Note [What a kernel supports]: a kernel that handles only some records (shapes, dtypes,
+  // Note [What a kernel supports]
+  // A kernel that handles only some records (shapes, dtypes,
   // attributes) registers a predicate saying which; none means every record that passes
   // `infer`. Graph passes ask it (Device::Supports) before they create a fused op, so that a
   // kernel's limits are written once, beside the kernel.

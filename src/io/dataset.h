@@ -63,7 +63,8 @@ struct DataLoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;         // the order of epoch e depends only on (seed, e)
   bool drop_last = false;    // drop the last, smaller batch of an epoch
-  // Note [Sharded epochs]: data-parallel rank `shard_rank` of `shard_world` reads every
+  // Note [Sharded epochs]
+  // Data-parallel rank `shard_rank` of `shard_world` reads every
   // shard_world-th sample of each epoch's order, starting at its rank, and the same count on
   // every rank (n / shard_world: the tail is dropped), so all ranks run the same number of steps
   // and batch k of the ranks together is the global batch k of one loader of batch

@@ -48,7 +48,8 @@ LOOM_OP(allreduce) {
     LOOM_CHECK(r == 0 || r == 1, ValueError, "[allreduce] reduce ", r, ": 0 (sum) or 1 (max)");
     return in;
   };
-  // Note [A differentiable all-reduce]: called out of place (ops::AllReduced), output 1 is the
+  // Note [A differentiable all-reduce]
+  // Called out of place (ops::AllReduced), output 1 is the
   // token itself. The ranks' losses add up, so the gradient of a sum over ranks is, on every
   // rank, the sum over ranks of the incoming gradients: the same all-reduce, backwards.
   def.inplace = {{1, 1}};

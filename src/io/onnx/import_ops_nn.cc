@@ -16,7 +16,8 @@ namespace io {
 namespace onnx {
 namespace {
 
-// Note [1-D as 2-D]: a 1-D Conv or pool, on (N, C, L), runs as the 2-D op on (N, C, 1, L) with a
+// Note [1-D as 2-D]
+// A 1-D Conv or pool, on (N, C, L), runs as the 2-D op on (N, C, 1, L) with a
 // unit first spatial axis: its kernel, stride and dilation get a leading 1 and its pads a 0.
 bool Is1D(const RunContext& c) { return c.T(0).ndim() == 3; }
 std::vector<int64_t> Widen(std::vector<int64_t> v, int64_t lead, size_t per_side) {

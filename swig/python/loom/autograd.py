@@ -37,7 +37,8 @@ from .core import sum_to  # noqa: E402,F401  (a core/ops.h function made of othe
 
 
 # ---- losses: SINGA's shape (1,) ----
-# Note [Loss shape]: loom's C++ losses are 0-d (shape ()), SINGA's autograd losses are (1,). The
+# Note [Loss shape]
+# loom's C++ losses are 0-d (shape ()), SINGA's autograd losses are (1,). The
 # functions here return a (1,) view of the C++ loss (a reshape: no copy, and backward from it
 # seeds the 0-d loss with the same single value), so a SINGA script's loss.shape, indexing
 # (loss[0]) and tensor.to_numpy(loss) see what they see in SINGA.

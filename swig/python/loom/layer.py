@@ -168,7 +168,8 @@ def _options(device, dtype):
     return o
 
 
-# Note [SINGA's parameter names]: the C++ layers name their tensors as torch does (weight and
+# Note [SINGA's parameter names]
+# The C++ layers name their tensors as torch does (weight and
 # bias; gamma and beta for the normalisations); SINGA's scripts and checkpoints use W, b, scale
 # and bias. The two sets map one to one, so the last part of every C++ path is renamed here, and
 # get_params / get_states / set_params of the Python layers speak SINGA's names only.
@@ -906,7 +907,8 @@ class _Recurrent(Layer, _PythonParams):
     """Shared by RNN and LSTM: arguments, parameter creation at the first input, the stacking of
     layers and directions.
 
-    Note [Recurrent parameter names]: layer 0's forward direction has SINGA's names (RNN: Wx, Wh,
+    Note [Recurrent parameter names]
+    Layer 0's forward direction has SINGA's names (RNN: Wx, Wh,
     b; LSTM: Wx_g, Wh_g, Bx_g, Bh_g for each gate g of _i, _f, _o, _g); layer k > 0 appends
     "_l{k}" and the backward direction "_reverse" (torch's suffixes), so "Wx_l1_reverse" is
     torch's weight_ih_l1_reverse transposed. set_params_initializer(Wx=f) applies f to every

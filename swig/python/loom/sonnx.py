@@ -53,7 +53,8 @@ def _loom_device(device):
     raise errors.ValueError(f"[sonnx] unknown device '{device}' (CPU or CUDA[:i])")
 
 
-# Note [bfloat16 through numpy]: numpy has no bfloat16, so ONNX (and its test data) carries
+# Note [bfloat16 through numpy]
+# numpy has no bfloat16, so ONNX (and its test data) carries
 # bfloat16 values as their uint16 bit patterns. Such an array for a bfloat16 input becomes a loom
 # bfloat16 tensor (the bits are the top half of a float32), and a bfloat16 output returns as bits.
 def _from_numpy(arr, dtype, device):
