@@ -50,7 +50,8 @@ CudaDeviceImpl::CudaDeviceImpl(int id)
   MakeCurrent();
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, id));
-  // Note [Errors found on the GPU]
+  // Note [Errors found on the GPU] (cuda_device.h): the error struct, in pinned host memory and on
+  // the device.
   LOOM_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&error_host_), sizeof(KernelError)));
   *error_host_ = KernelError{0, 0, 0, 0, 0, 0};
   LOOM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&error_dev_), sizeof(KernelError)));
