@@ -679,7 +679,8 @@ def _inplace(name, method):
     While gradients are recorded, a t with autograd history or an x that requires a gradient
     (`loss += reg`) gets the new tensor bound instead, with its history, as before.
 
-    Note [In-place on a tensor never written]: SINGA's Tensor(shape) holds zeros, and its
+    Note [In-place on a tensor never written]
+    SINGA's Tensor(shape) holds zeros, and its
     scripts accumulate into one (`t = Tensor(s); t += 1.23`). loom's stays unwritten (and
     unallocated: Model.compile's placeholders must stay so), so an eager `op=` on a tensor no op
     has written fills it with zeros first. While a device captures, the tensor may be written by
@@ -1013,7 +1014,8 @@ def concatenate(tensors, axis):
 
 def PlaceHolder(shape, device=None, dtype=float32):
     """SINGA's tensor.PlaceHolder: a tensor standing for a model's input at compile time (shape,
-    device and dtype are what matter); it holds zeros (Note [A new Tensor holds zeros])."""
+    device and dtype are what matter). It stays unwritten: reading it is an error, and an op= on
+    it starts from zeros (Note [In-place on a tensor never written])."""
     return Tensor(shape, device, dtype)
 
 
