@@ -39,6 +39,12 @@ class PyStep {
         std::move(device), [f](const std::vector<loom::Tensor>& in) { return Invoke(f, in); }, name, recapture,
         sequential, options);
   }
+  // Note [Dropping a captured step during a capture]
+  // Python frees an object when its last reference goes, also inside `with dev.buffer():`, so a
+  // step or a graph-mode Model (Python or C++) can be destroyed while its device captures
+  // another graph. Nothing throws out of that destructor, and the capture in progress goes on:
+  // a Graph's destructor only ends its own capture (Graph::AbortCapture, noexcept), and
+  // Device::EndCapture does nothing for a sink that is not the active one.
   ~PyStep() {
     step_.reset();  // its graphs first: a graph never throws as it goes
     Py_DECREF(fn_);
