@@ -153,6 +153,11 @@ QUALIFIERS_RE = re.compile(
     r"\s*(?:(?:const|volatile|override|final|mutable|try|&&|&|noexcept|throw)\b\s*|&&|&|"
     r"@P\d+@\s*)*(?:->[^=;]*)?\s*$")
 CTOR_INIT_RE = re.compile(r"\s*(?:noexcept\s*(?:@P\d+@)?\s*)?:(?!:)")
+# A function's name just before its parameter list, qualified or not, template arguments
+# included where a specialization or a class template's member has them: Infinity<float>,
+# Pool<T>::Get, ~Block, operator@0.
+TEMPLATE_ARGS = r"(?:<[^<>]*(?:<[^<>]*>[^<>]*)*>)?"
+NAME_RE = re.compile(rf"((?:[\w~@]+\s*{TEMPLATE_ARGS}\s*::\s*)*~?[\w@]+\s*{TEMPLATE_ARGS})\s*$")
 LAMBDA_RE = re.compile(r"([A-Za-z_]\w*)\s*(?:\[\s*\])?\s*=\s*\[[^\]]*\]\s*(?:@P\d+@)?\s*"
                        r"(?:(?:mutable|constexpr|noexcept)\s*)*(?:->[^=]*)?$")
 
@@ -225,11 +230,11 @@ def function_name(head):
         return m.group(1) if m else None  # an initializer, or a lambda given a name
     for m in re.finditer(r"@P(\d+)@", flat):
         before = flat[:m.start()]
-        word = re.search(r"((?:[\w~@]+\s*::\s*)*~?[\w@]+)\s*$", before)
+        word = NAME_RE.search(before)
         if not word:
             continue
         name = re.sub(r"\s+", "", word.group(1))
-        last = name.split("::")[-1]
+        last = re.sub(r"<.*", "", name.split("::")[-1])
         if last in NOT_A_NAME or (last.startswith("__") and last.endswith("__")):
             continue
         tail = flat[m.end():]

@@ -267,6 +267,17 @@ def test_counter_skips_initializers_enums_and_declarations():
         """) == [("Defined", 9, 1)]
 
 
+def test_counter_template_specializations_and_members():
+    assert lengths("""\
+        template <typename T> T Infinity();
+        template <> float Infinity<float>() { return 1.0f / 0.0f; }
+        template <typename T>
+        void Pool<T>::Get(int x) const {
+        }
+        int After() { return 0; }
+        """) == [("Infinity<float>", 2, 1), ("Pool<T>::Get", 3, 3), ("After", 6, 1)]
+
+
 def test_counter_macro_headed_bodies():
     assert lengths("""\
         #define LOOM_OP(name) static void name##_def(OpDef& def)
