@@ -2,7 +2,7 @@
 # Builds loom (tools/setup.sh) and runs test stages. Exits non-zero when any stage fails; every
 # stage runs even after another failed, and the summary names each one with its time.
 #
-#   tools/test.sh                 the checks and the plain suites: lint cpp python (what developers run)
+#   tools/test.sh                 lint cpp python: the checks and the plain suites (what developers run)
 #   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all six:
 #     lint     the shape of the code, no build needed: include layering (tools/layering.py), size
 #              budgets (tools/loc.sh --check), every cited Note defined once (tools/notes.py)
