@@ -18,16 +18,16 @@ FOLDERS=(src/core src/graph "src/device (shared)" src/device/cpu src/device/cuda
 # 100. A folder that outgrows its budget is either due to be split or simplified, or has earned a
 # larger one: raise it here, in a commit that says why.
 declare -A BUDGETS=(
-  [src/core]=5200               # 4521
-  [src/graph]=5100              # 4372
-  ["src/device (shared)"]=2100  # 1740
-  [src/device/cpu]=6000         # 5136
-  [src/device/cuda]=3900        # 3384
-  [src/nn]=3300                 # 2819
-  [src/io]=8300                 # 7165
-  [swig]=9900                   # 8540
-  [test]=27000                  # 23464
-  [tools]=6900                  # 5989
+  [src/core]=6600               # 5712
+  [src/graph]=4900              # 4226
+  ["src/device (shared)"]=700   # 583
+  [src/device/cpu]=6600         # 5708
+  [src/device/cuda]=4200        # 3633
+  [src/nn]=3600                 # 3081
+  [src/io]=7800                 # 6715
+  [swig]=9900                   # 8558
+  [test]=27100                  # 23482
+  [tools]=7000                  # 6028
   [examples]=2100               # 1797
 )
 # A file or function longer than these is no longer read in one sitting.
