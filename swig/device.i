@@ -205,7 +205,7 @@ class Device {
   bool buffering() const;
   std::string capture_name() const;
 
-  // Note [Host-transfer trap] in device/device.h.
+  // Note [Host-transfer trap] in core/device.h.
   void set_trap_host_transfers(bool on);
   bool trap_host_transfers() const;
   uint64_t host_reads() const;
