@@ -10,8 +10,9 @@ written where they live, PyTorch c10's Note comments).
 A definition is a line holding only a comment that reads Note, a space and the title in square
 brackets (`// Note [Block lifetime in a graph]`, or with #, or in a docstring), nothing after the
 bracket. Anything else naming a Note that way cites it: in comments, docstrings, strings,
-Markdown. A citation may break across two lines, in the title or between the word and the
-bracket; the two parts are joined with a space (with none after a hyphen: "Counter-" + "based").
+Markdown (outside its `code spans`, which show the notation). A citation may break across two
+lines, in the title or between the word and the bracket; the two parts are joined with a space
+(with none after a hyphen: "Counter-" + "based").
 Searched: src/, swig/, tools/, test/, examples/, docs/ and README.md.
 """
 import argparse
@@ -27,6 +28,7 @@ SKIPPED_DIRS = {"__pycache__", ".git", ".pytest_cache"}
 
 DEFINITION_RE = re.compile(r'\s*(?://+|#+|\*|/\*+|[rR]?""")?\s*Note \[([^\]]+)\]\s*(?:\*/)?\s*')
 CITATION_RE = re.compile(r"\bNote\s+\[([^\]\[]+)\]")
+CODE_SPAN_RE = re.compile(r"`[^`]*`")
 # What comes before a comment's text on a line, and after it when the line is inside a string
 # (a macro's help text goes on with `"    \`).
 LEAD_RE = re.compile(r'^[\s/#*"]*')
@@ -70,6 +72,10 @@ def scan(root):
         lines = read_lines(os.path.join(root, rel))
         if lines is None:
             continue
+        if rel.endswith(".md"):
+            # Markdown shows the notation itself in code spans (`// Note [Title]`); a citation is
+            # written in the text.
+            lines = [CODE_SPAN_RE.sub(lambda m: " " * len(m.group(0)), l) for l in lines]
         for i, line in enumerate(lines):
             m = DEFINITION_RE.fullmatch(line)
             if m:

@@ -176,7 +176,8 @@ CLEAN_NOTES = {
         # Cited after a hyphen: Note [Counter-
         # based draws].
         ''',
-    "README.md": "Blocks are recycled (Note [Block lifetime in a graph] in `src/core/block.h`).\n",
+    "README.md": "Blocks are recycled (Note [Block lifetime in a graph] in `src/core/block.h`).\n"
+                 "Invariants are `// Note [Title]` comments (a code span shows the notation).\n",
 }
 
 
