@@ -84,16 +84,23 @@ def test_layering_fails_io_including_nn(tmp_path):
     assert "layering: 1 violations" in out  # nn includes io, not io/onnx: no cycle
 
 
-def test_layering_fails_a_cycle_of_two_folders(tmp_path):
-    # No rule says what device and nn may include; only the cycle between them is wrong.
-    write_tree(tmp_path, {**CLEAN_LAYERS, "src/nn/layer.h": '#include "device/allocator.h"\n',
-                          "src/device/allocator.h": '#include "core/device.h"\n#include "nn/layer.h"\n'})
+def test_layering_fails_a_backend_including_another(tmp_path):
+    write_tree(tmp_path, {**CLEAN_LAYERS, "src/device/cuda/add.cu": '#include "device/cpu/parallel.h"\n'})
     rc, out = layering(tmp_path)
     assert rc == 1, out
-    lines = [l for l in out.splitlines() if "cycle: device -> nn -> device" in l]
-    assert len(lines) == 2, out  # one example include per edge of the cycle
-    assert any(l.startswith('src/device/allocator.h:2: includes "nn/layer.h" (device -> nn)') for l in lines)
-    assert any(l.startswith('src/nn/layer.h:1: includes "device/allocator.h" (nn -> device)') for l in lines)
+    assert 'src/device/cuda/add.cu:1: includes "device/cpu/parallel.h" (device/cuda -> device/cpu):' in out
+
+
+def test_layering_fails_a_cycle_of_two_folders(tmp_path):
+    # core and core/ops may include each other's files, so only the cycle between them is wrong.
+    write_tree(tmp_path, {**CLEAN_LAYERS, "src/core/tensor.h": '#pragma once\n#include "core/ops/add.h"\n'})
+    rc, out = layering(tmp_path)
+    assert rc == 1, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 3, out  # one example include per edge of the cycle, and the summary
+    assert lines[0] == ('src/core/tensor.h:2: includes "core/ops/add.h" (core -> core/ops): '
+                        "folders include each other in a cycle: core -> core/ops -> core")
+    assert lines[1].startswith('src/core/ops/add.cc:1: includes "core/tensor.h" (core/ops -> core): ')
 
 
 def test_layering_fails_a_file_in_no_known_folder(tmp_path):
