@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lengths of the C++ functions in src/ (STYLE.md: a function you can read in one sitting).
+"""Lengths of the C++ functions in src/ (docs/style.md: a function you can read in one sitting).
 
     tools/func_lengths.py --max 120            every function over 120 lines, then a summary;
                                                exit 1 if there is one

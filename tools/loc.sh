@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Lines of code per folder, in pipeline order (STYLE.md: the size of each layer, kept honest).
-# "src/device (shared)" is src/device minus its backend folders: Device, allocators, the CUDA stub.
+# Lines of code per folder, in pipeline order (docs/style.md: the size of each layer, kept honest).
+# "src/device (shared)" is src/device minus its backend folders: what the backends share, the CUDA stub.
 #
 #   tools/loc.sh           the table: lines and files per folder
 #   tools/loc.sh --check   the size budgets, for CI (tools/test.sh lint): every folder within its

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Notes check: every Note the code cites is written down exactly once (STYLE.md: invariants are
+"""Notes check: every Note the code cites is written down exactly once (docs/style.md: invariants are
 written where they live, PyTorch c10's Note comments).
 
     tools/notes.py --check              exit 0 and one summary line when every cited Note has one
