@@ -55,7 +55,8 @@ struct Analysis {
   std::vector<size_t> live_bytes;         // per op: live non-persistent bytes while it runs
 };
 
-// Note [Persistent blocks]: what a graph must never recycle. A block persists when its creator
+// Note [Persistent blocks]
+// What a graph must never recycle. A block persists when its creator
 // marked it (parameters, optimizer state, statistics), when the graph reads it before writing
 // it (its value comes from outside: inputs, parameters), when it had memory before the capture,
 // or when the user still holds it at the end of the capture (the loss).

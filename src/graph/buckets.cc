@@ -188,8 +188,8 @@ class Bucketer {
       const size_t g0 = req.members[k].second, g1 = g0 + list_.facts[size_t(cs[k].block)].bytes;
       if (g0 < end && begin < g1) add(k);
     }
-    // Note [Collectives forced after backward]: without overlap, every slice also lists the
-    // gradient written last, so that no schedule starts it before the backward has ended (a
+    // Note [Collectives forced after backward]
+    // Without overlap, every slice also lists the gradient written last, so that no schedule starts it before the backward has ended (a
     // position in issue order alone would not hold the parallel replay, which runs each lane
     // op as soon as its dependencies are met).
     if (!options_.overlap_collectives)

@@ -58,13 +58,15 @@ void ReplayWorkers::Work(int thread, std::unique_lock<std::mutex>& l) {
       if (finished_ == total_ || error_ || stop_) return;
       continue;
     }
-    // Note [Ready ops in issue order]: the earliest issued ready op first (a min-heap). A stack
+    // Note [Ready ops in issue order]
+    // The earliest issued ready op first (a min-heap). A stack
     // would run depth-first and leave side branches (a layer's bias gradient) to the end of the
     // backward, delaying every all-reduce that waits for them (Note [Gradient buckets]).
     std::pop_heap(mine.begin(), mine.end(), std::greater<int>());
     int op = mine.back();
     mine.pop_back();
-    // Note [Alone in flight]: an op dispatched when nothing else is ready or running is the
+    // Note [Alone in flight]
+    // An op dispatched when nothing else is ready or running is the
     // only one in flight until it ends (no other op can become ready before it finishes), so
     // it gets the whole pool for its own loops. Otherwise ops run serially inside, one core
     // each: a chain of ops is then no slower than serial replay.

@@ -252,10 +252,8 @@ Attr::Kind AttrKind(const std::string& op, const std::string& name, const char**
   return Attr::kInt;
 }
 
-std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<Device>& dev) {
-  LOOM_CHECK(dev != nullptr, OnnxError, "[onnx] import needs a device");
-  auto g = std::make_shared<ImportedGraph>();
-  g->device = dev;
+// The model's IR version and default-domain opset into g, each checked against what loom imports.
+void ReadVersions(const ModelProto& m, ImportedGraph* g) {
   g->ir_version = m.ir_version();
   LOOM_CHECK(m.ir_version() >= 3, OnnxError, "[onnx] IR version ", m.ir_version(),
              " is older than 3 (the first with opset imports); loom imports IR 3 to 8");
@@ -270,6 +268,42 @@ std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<
     }
   }
   LOOM_CHECK(g->opset >= 1, OnnxError, "[onnx] the model imports no version of the default operator set");
+}
+
+// The registry's handler of node n at `opset` (the entry for its op_type whose range holds the
+// opset), after checking n's attributes and input and output counts against it.
+const OpEntry& HandlerFor(const NodeSpec& n, int opset, const std::string& where) {
+  const OpEntry* e = nullptr;
+  std::string ranges;
+  for (const auto& r : OpRegistry()) {
+    if (r.op_type != n.op_type) continue;
+    ranges += detail::Cat(ranges.empty() ? "" : ", ", r.since, " to ", r.until);
+    if (opset >= r.since && opset <= r.until) e = &r;
+  }
+  LOOM_CHECK(!ranges.empty(), OnnxError, where, ": op ", n.op_type, " is not supported by loom's importer");
+  LOOM_CHECK(e != nullptr, OnnxError, where, ": ", n.op_type, " at opset ", opset,
+             " is not supported (loom implements it for opsets ", ranges, ")");
+  for (const auto& kv : n.attrs) {
+    LOOM_CHECK(std::find(e->attrs.begin(), e->attrs.end(), kv.first) != e->attrs.end(), OnnxError, where,
+               ": attribute '", kv.first, "' is not supported");
+    const char* want = nullptr;
+    const Attr::Kind k = AttrKind(n.op_type, kv.first, &want);
+    LOOM_CHECK(kv.second.kind == k, OnnxError, where, ": attribute '", kv.first, "' must be ", want, ", got ",
+               kv.second.type_name);
+  }
+  int nin = int(n.inputs.size()), nout = int(n.outputs.size());
+  LOOM_CHECK(nin >= e->min_inputs && (e->max_inputs < 0 || nin <= e->max_inputs), OnnxError, where, ": ", nin,
+             " inputs, expected ", e->min_inputs, e->max_inputs < 0 ? " or more" : detail::Cat(" to ", e->max_inputs));
+  LOOM_CHECK(nout >= e->min_outputs && nout <= e->max_outputs, OnnxError, where, ": ", nout,
+             " outputs, loom's handler produces ", e->min_outputs, " to ", e->max_outputs);
+  return *e;
+}
+
+std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<Device>& dev) {
+  LOOM_CHECK(dev != nullptr, OnnxError, "[onnx] import needs a device");
+  auto g = std::make_shared<ImportedGraph>();
+  g->device = dev;
+  ReadVersions(m, g.get());
   LOOM_CHECK(m.has_graph(), OnnxError, "[onnx] the model has no graph");
   const GraphProto& gp = m.graph();
   LOOM_CHECK(gp.sparse_initializer_size() == 0, OnnxError, "[onnx] sparse initializers are not imported");
@@ -292,7 +326,6 @@ std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<
     g->inputs.push_back(info);
   }
 
-  const auto& registry = OpRegistry();
   std::set<std::string> bn_stats, other_uses, constants = init_names;
   for (int k = 0; k < gp.node_size(); ++k) {
     const NodeProto& np = gp.node(k);
@@ -309,30 +342,7 @@ std::shared_ptr<ImportedGraph> Parse(const ModelProto& m, const std::shared_ptr<
       LOOM_CHECK(!n.attrs.count(a.name()), OnnxError, where, ": attribute '", a.name(), "' is given twice");
       n.attrs[a.name()] = ParseAttr(a, where, dev);
     }
-    // The handler: the registry's entry for this op_type whose range holds the opset.
-    const OpEntry* e = nullptr;
-    std::string ranges;
-    for (const auto& r : registry) {
-      if (r.op_type != n.op_type) continue;
-      ranges += detail::Cat(ranges.empty() ? "" : ", ", r.since, " to ", r.until);
-      if (g->opset >= r.since && g->opset <= r.until) e = &r;
-    }
-    LOOM_CHECK(!ranges.empty(), OnnxError, where, ": op ", n.op_type, " is not supported by loom's importer");
-    LOOM_CHECK(e != nullptr, OnnxError, where, ": ", n.op_type, " at opset ", g->opset,
-               " is not supported (loom implements it for opsets ", ranges, ")");
-    for (const auto& kv : n.attrs) {
-      LOOM_CHECK(std::find(e->attrs.begin(), e->attrs.end(), kv.first) != e->attrs.end(), OnnxError, where,
-                 ": attribute '", kv.first, "' is not supported");
-      const char* want = nullptr;
-      const Attr::Kind k = AttrKind(n.op_type, kv.first, &want);
-      LOOM_CHECK(kv.second.kind == k, OnnxError, where, ": attribute '", kv.first, "' must be ", want, ", got ",
-                 kv.second.type_name);
-    }
-    int nin = int(n.inputs.size()), nout = int(n.outputs.size());
-    LOOM_CHECK(nin >= e->min_inputs && (e->max_inputs < 0 || nin <= e->max_inputs), OnnxError, where, ": ", nin,
-               " inputs, expected ", e->min_inputs, e->max_inputs < 0 ? " or more" : detail::Cat(" to ", e->max_inputs));
-    LOOM_CHECK(nout >= e->min_outputs && nout <= e->max_outputs, OnnxError, where, ": ", nout,
-               " outputs, loom's handler produces ", e->min_outputs, " to ", e->max_outputs);
+    const OpEntry* e = &HandlerFor(n, g->opset, where);
     InferArgs args{n, {}, {}};
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       const std::string& in = n.inputs[i];

@@ -458,32 +458,56 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// BatchNormGradCpu's body for one dtype, fused with relu_grad or not.
+// BatchNormGradCpu's body for one dtype, fused with relu_grad or not: per channel from its two
+// sums, dgamma, dbeta and dx's coefficients, over NCHW runs (Channel) or, when any operand is in
+// a blocked layout, 16 channels at once (Group).
 template <typename T, bool kRelu>
-void BatchNormGrad(const OpRecord& op) {
-  const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
-  const bool training = op.attrs.Int("training") != 0;
-  const double eps = op.attrs.Float("eps");
-  const T* x = op.inputs[0].data<T>();
-  const T* gamma = op.inputs[1].data<T>();
-  const T* mean_in = op.inputs[2].data<T>();
-  const T* stat = op.inputs[3].data<T>();
-  const T* dy = op.inputs[4].data<T>();
-  const T* act = kRelu ? op.inputs[5].data<T>() : dy;  // the ReLU's output (dy: unread)
-  T* dx = op.outputs[0].data<T>();
-  T* dgamma = op.outputs[1].data<T>();
-  T* dbeta = op.outputs[2].data<T>();
-  const double m = double(d.n * d.s);
-  // Layouts of x, dy, a and dx; Note [Activation layouts] in cpu/passes/layout.cc.
-  const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_grad");
-  const ChannelLayout dyl = LayoutAttr(op, "dy_blocked", d, "batch_norm_grad");
-  const ChannelLayout al = kRelu ? LayoutAttr(op, "a_blocked", d, "batch_norm_grad") : dyl;
-  const ChannelLayout dxl = LayoutAttr(op, "dx_blocked", d, "batch_norm_grad");
-  // Channel c from its two sums: dgamma, dbeta, and dx's coefficients a, k_x, b.
+class BatchNormGrad {
+ public:
+  explicit BatchNormGrad(const OpRecord& op)
+      : d(MakeChannelDims(op.inputs[0].shape())),
+        training(op.attrs.Int("training") != 0),
+        eps(op.attrs.Float("eps")),
+        x(op.inputs[0].data<T>()),
+        gamma(op.inputs[1].data<T>()),
+        mean_in(op.inputs[2].data<T>()),
+        stat(op.inputs[3].data<T>()),
+        dy(op.inputs[4].data<T>()),
+        act(kRelu ? op.inputs[5].data<T>() : dy),  // the ReLU's output (dy: unread)
+        dx(op.outputs[0].data<T>()),
+        dgamma(op.outputs[1].data<T>()),
+        dbeta(op.outputs[2].data<T>()),
+        m(double(d.n * d.s)),
+        // Layouts of x, dy, a and dx; Note [Activation layouts] in cpu/passes/layout.cc.
+        xl(LayoutAttr(op, "x_blocked", d, "batch_norm_grad")),
+        dyl(LayoutAttr(op, "dy_blocked", d, "batch_norm_grad")),
+        al(kRelu ? LayoutAttr(op, "a_blocked", d, "batch_norm_grad") : dyl),
+        dxl(LayoutAttr(op, "dx_blocked", d, "batch_norm_grad")),
+        // x, dy (a) and dx all blocked (a graph's blocked region, Note [Activation layouts]):
+        // each pixel's 16 values are side by side in all of them, so the passes read them in place.
+        all_blocked(xl.blocked && dyl.blocked && al.blocked && dxl.blocked),
+        // The fused gradient with a and da NCHW but x or dx blocked (the ReLU's output is read by
+        // an op without a blocked kernel) takes tiles of kWide pixels, so that each of the 32 runs
+        // of a and da read at once is read 4 lines at a time (with 16-pixel tiles the fused
+        // gradient was 1.4x slower than relu_grad and batch_norm_grad apart).
+        runs(kRelu && !al.blocked && !dyl.blocked),
+        width(runs ? kWide : kGroup) {}
+
+  void Run() const {
+    if (!xl.blocked && !dyl.blocked && !al.blocked && !dxl.blocked)
+      ForChannels(d, [&](int64_t c) { Channel(c); });
+    else
+      ForGroups(d, [&](int64_t c0) { Group(c0); });
+  }
+
+ private:
+  static constexpr int64_t kWide = 4 * kGroup;
   struct Coef {
     T a, k_x, b;
   };
-  auto finish = [&](int64_t c, double invstd, double mean, double sdy, double sdyx) {
+
+  // Channel c from its two sums: dgamma, dbeta, and dx's coefficients a, k_x, b.
+  Coef Finish(int64_t c, double invstd, double mean, double sdy, double sdyx) const {
     sdyx *= invstd;  // sum(dy * xhat)
     dgamma[c] = T(sdyx);
     dbeta[c] = T(sdy);
@@ -491,48 +515,39 @@ void BatchNormGrad(const OpRecord& op) {
     // training: dx = gamma invstd (dy - sum(dy)/M - xhat sum(dy xhat)/M)
     return Coef{T(gi), training ? T(-gi * sdyx * invstd / m) : T(0),
                 training ? T(-gi * sdy / m + gi * sdyx * invstd * mean / m) : T(0)};
-  };
-  auto invstd_of = [&](int64_t c) { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); };
-  if (!xl.blocked && !dyl.blocked && !al.blocked && !dxl.blocked) {
-    ForChannels(d, [&](int64_t c) {
-      const double mean = double(mean_in[c]);
-      const double invstd = invstd_of(c);
-      // f(k0, len, dz) for image i's run: dz[k] is dz at pixel k0 + k (ReluGradChunks's chunks).
-      auto chunks = [&](int64_t i, auto&& f) {
-        const T* gr = dy + (i * d.c + c) * d.s;
-        if constexpr (kRelu) return ReluGradChunks(act + (i * d.c + c) * d.s, gr, d.s, f);
-        return f(int64_t(0), d.s, gr);
-      };
-      LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
-          AddRun(sum_dy, len, [&](int64_t k) { return double(gr[k]); });
-          AddRun(sum_dyx, len, [&](int64_t k) { return double(gr[k]) * (double(xr[k0 + k]) - mean); });
-        });
-      }
-      const Coef f = finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
-      for (int64_t i = 0; i < d.n; ++i) {
-        const T* xr = x + (i * d.c + c) * d.s;
-        T* dr = dx + (i * d.c + c) * d.s;
-        chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
-          for (int64_t k = 0; k < len; ++k) dr[k0 + k] = f.a * gr[k] + f.k_x * xr[k0 + k] + f.b;
-        });
-      }
-    });
-    return;
   }
-  // x, dy (a) and dx all blocked (a graph's blocked region, Note [Activation layouts]): each
-  // pixel's 16 values are side by side in all of them, so the passes read them in place.
-  const bool all_blocked = xl.blocked && dyl.blocked && al.blocked && dxl.blocked;
-  // The fused gradient with a and da NCHW but x or dx blocked (the ReLU's output is read by an
-  // op without a blocked kernel) takes tiles of kWide pixels, so that each of the 32 runs of a
-  // and da read at once is read 4 lines at a time (with 16-pixel tiles the fused gradient was
-  // 1.4x slower than relu_grad and batch_norm_grad apart).
-  const bool runs = kRelu && !al.blocked && !dyl.blocked;
-  constexpr int64_t kWide = 4 * kGroup;
-  const int64_t width = runs ? kWide : kGroup;
-  ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+  double InvStd(int64_t c) const { return training ? double(stat[c]) : 1.0 / std::sqrt(double(stat[c]) + eps); }
+
+  // Every operand NCHW: channel c's runs.
+  void Channel(int64_t c) const {
+    const double mean = double(mean_in[c]);
+    const double invstd = InvStd(c);
+    // f(k0, len, dz) for image i's run: dz[k] is dz at pixel k0 + k (ReluGradChunks's chunks).
+    auto chunks = [&](int64_t i, auto&& f) {
+      const T* gr = dy + (i * d.c + c) * d.s;
+      if constexpr (kRelu) return ReluGradChunks(act + (i * d.c + c) * d.s, gr, d.s, f);
+      return f(int64_t(0), d.s, gr);
+    };
+    LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
+    for (int64_t i = 0; i < d.n; ++i) {
+      const T* xr = x + (i * d.c + c) * d.s;
+      chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
+        AddRun(sum_dy, len, [&](int64_t k) { return double(gr[k]); });
+        AddRun(sum_dyx, len, [&](int64_t k) { return double(gr[k]) * (double(xr[k0 + k]) - mean); });
+      });
+    }
+    const Coef f = Finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
+    for (int64_t i = 0; i < d.n; ++i) {
+      const T* xr = x + (i * d.c + c) * d.s;
+      T* dr = dx + (i * d.c + c) * d.s;
+      chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
+        for (int64_t k = 0; k < len; ++k) dr[k0 + k] = f.a * gr[k] + f.k_x * xr[k0 + k] + f.b;
+      });
+    }
+  }
+
+  // Some operand blocked: the 16 channels from c0.
+  void Group(int64_t c0) const {
     LaneSums sum_dy[kGroup], sum_dyx[kGroup];
     Coef f[kGroup];
     // Tiles of `width` pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k
@@ -600,7 +615,7 @@ void BatchNormGrad(const OpRecord& op) {
         sum_dyx[l].v[j] = a_dyx[j][l];
       }
       const int64_t c = c0 + l;
-      f[l] = finish(c, invstd_of(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
+      f[l] = Finish(c, InvStd(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
       fa[l] = f[l].a;
       fk[l] = f[l].k_x;
       fb[l] = f[l].b;
@@ -622,8 +637,18 @@ void BatchNormGrad(const OpRecord& op) {
           for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
         for (int64_t t = 0; t < n; t += kGroup) StoreTile(d, dxl, dx, i, c0, k0 + t, std::min(kGroup, n - t), tx + t);
       }
-  });
-}
+  }
+
+  const ChannelDims d;
+  const bool training;
+  const double eps;
+  const T *x, *gamma, *mean_in, *stat, *dy, *act;
+  T *dx, *dgamma, *dbeta;
+  const double m;
+  const ChannelLayout xl, dyl, al, dxl;
+  const bool all_blocked, runs;
+  const int64_t width;
+};
 
 // x: (N, C, S), gamma: (C), mean: (C), invstd or running var: (C), dy: (N, C, S) [, a: (N, C, S)]
 //   -> dx: (N, C, S), dgamma: (C), dbeta: (C)
@@ -636,7 +661,7 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
     LOOM_CHECK(!relu || (op.inputs.size() == 6 && op.inputs[5].shape() == op.inputs[0].shape()), ShapeError,
                "[batch_norm_grad] relu = 1 needs the ReLU's output (", ToString(op.inputs[0].shape()),
                ") as a sixth input");
-    WithRelu(relu, [&](auto fused) { BatchNormGrad<T, decltype(fused)::value>(op); });
+    WithRelu(relu, [&](auto fused) { BatchNormGrad<T, decltype(fused)::value>(op).Run(); });
   });
 }
 
