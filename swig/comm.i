@@ -1,4 +1,4 @@
-// Communicators (src/io/comm, issue 15): made by make_communicator("mpi" | "nccl" | "auto"),
+// Communicators (src/io/comm): made by make_communicator("mpi" | "nccl" | "auto"),
 // used from Python for rank/size, an in-place all-reduce or broadcast of a tensor and a
 // barrier. loom/comm.py wraps make_communicator so that an uncaught Python exception aborts
 // every rank (Note [A failing rank takes the job down] in io/comm/comm.h). A failed collective

@@ -18,7 +18,7 @@
 #   --threads N      CPU threads for every framework (default: the core count)
 #   --install-only   set up the peers' virtual environments and stop
 #
-# Configurations (issue 14's CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
+# Configurations (the CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
 # CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16; ResNet-50 at batch 8 with --with-resnet50.
 #
 # The peers are installed here, never by tools/setup.sh: each into its own virtual environment

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts N ranks of a program under mpirun on this machine (issue 15):
+# Starts N ranks of a program under mpirun on this machine:
 #   tools/launch.sh -n N [--threads T] [--timeout S] [--] PROGRAM [ARGS...]
 # The launcher itself is swig/python/loom/launch.py (also `python3 -m loom.launch`), which says
 # what it does around mpirun: root in a container, cores split between ranks, the job killed and

@@ -45,7 +45,7 @@
 //   kernels               the library, kernel and ISA every GEMM and convolution kind ran with
 //                         (device/kernel_report.h), in the order first used.
 //
-// Data parallelism (issue 15; Note [Scaling runs]):
+// Data parallelism (Note [Scaling runs]):
 //   --dist            the ranks of tools/launch.sh -n N train data-parallel over MPI (DistOpt),
 //                     --batch being the global batch; each mode also runs "compute only" (the
 //                     same per-rank batch, no communicator) so exposed communication = step time

@@ -1,4 +1,4 @@
-// Which library, kernel and instruction set each kind of dense math ran with (issue 14): the
+// Which library, kernel and instruction set each kind of dense math ran with: the
 // CPU's GEMM and convolution paths report here the first time they run a given implementation.
 //
 // With LOOM_DEBUG >= 1 each new (kind, implementation) pair is printed once to stderr, e.g.

@@ -54,7 +54,7 @@ Schedule BuildSchedule(const OpList& ops, const Analysis& analysis, const Memory
 // flight gets the whole pool (Note [Alone in flight]), any other one core, so it takes
 // pool_threads times as long (the pessimistic end: as if every kernel used the whole pool), on
 // at most min(workers, pool_threads) compute workers. Without collectives the play-out is
-// never faster than the serial sum, so the parallelism rule decides alone, as before. With
+// never faster than the serial sum, so the parallelism rule decides alone. With
 // collectives it is what keeps a chain (an MLP with gradient buckets) on the parallel replay
 // when the all-reduce waits it hides behind the backward are worth it: the parallelism rule,
 // which counts each wait as work on the critical path, sees only a chain. The choice is made

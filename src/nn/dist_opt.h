@@ -1,4 +1,4 @@
-// DistOpt: data-parallel training over a communicator (issue 15), SINGA's `opt.DistOpt`.
+// DistOpt: data-parallel training over a communicator, SINGA's `opt.DistOpt`.
 // Wraps an optimizer: every gradient is all-reduced (summed over ranks) before the wrapped
 // update reads it, and the update scales it by 1/N as it reads it (each rank's loss is the mean
 // over its shard of the global batch, so the sum over N is the gradient of the global mean).

@@ -1,4 +1,4 @@
-// SyncBatchNorm2d: batch normalisation over the global batch of a data-parallel job (issue 15).
+// SyncBatchNorm2d: batch normalisation over the global batch of a data-parallel job.
 //
 // Note [SyncBatchNorm]
 // Forward: each rank sums its per-channel [Σx, Σx², count] in float64, one all-reduce makes them

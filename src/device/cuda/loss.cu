@@ -146,7 +146,7 @@ void SoftmaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // A scalar loss is a mean of terms. Up to kLossBlocks blocks each sum a grid-strided share of
 // the terms in double into one partial (the op's scratch: planned arena bytes in a graph, the
 // device pool in eager mode); one block then sums the partials in block order. The order is
-// fixed by the sizes alone, so the result is deterministic, and a large MSE no longer runs on
+// fixed by the sizes alone, so the result is deterministic, and a large MSE does not run on
 // one block of one multiprocessor.
 constexpr int kLossThreads = 512;
 constexpr int64_t kLossBlocks = 256;

@@ -1,4 +1,4 @@
-// Making a communicator (issue 15): the one entry point DistOpt, the tools and the Python
+// Making a communicator: the one entry point DistOpt, the tools and the Python
 // bindings call. The implementations: mpi.h (OpenMPI, host buffers) and inproc.h (ranks as
 // threads, for tests) in this folder; NCCL on a CUDA device, bootstrapped over MPI here, in the
 // CUDA backend (device/cuda/nccl.cc, made through core/communicator.h).

@@ -1,5 +1,5 @@
 // The in-process communicator: N ranks as N threads of one process, sharing one group object
-// (issue 15). For unit tests of everything above the transport (collective ops, gradient
+//. For unit tests of everything above the transport (collective ops, gradient
 // buckets, the schedule's collective lane, DistOpt, SyncBatchNorm2d) without MPI, and for
 // benchmarks of overlap with an injected latency per collective.
 //

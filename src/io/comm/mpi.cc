@@ -235,7 +235,7 @@ double TimeoutFromEnv() {
 // A blocking MPI collective waits for ever for a rank that died, exited or raised before
 // reaching it. loom starts each collective non-blocking (MPI_Iallreduce, ...) and tests it until
 // it completes or timeout_s passes (LOOM_COMM_TIMEOUT_S, default 25 s, so that a stuck job ends
-// within the 30 s issue 15 allows). Then it throws CommError naming this rank and the
+// within 30 s). Then it throws CommError naming this rank and the
 // collective, marks the communicator broken (every later call throws at once: its pending
 // request can never be cancelled) and marks the process, so that at exit it calls MPI_Abort
 // instead of MPI_Finalize and mpirun takes every rank down. A rank that dies or aborts is

@@ -1,4 +1,4 @@
-// The MPI communicator: OpenMPI on the host (issue 15). Compiled only when CMake finds MPI
+// The MPI communicator: OpenMPI on the host. Compiled only when CMake finds MPI
 // (LOOM_WITH_MPI); comm.h's MakeCommunicator is the way in, this header is for the NCCL
 // communicator, which bootstraps over it, and for tests.
 //

@@ -1,5 +1,5 @@
 // The simulated communicator: this process plays rank 0 of N ranks on a modelled network, so the
-// scaling of data-parallel training can be estimated on one machine (issue 15, loom-bench
+// scaling of data-parallel training can be estimated on one machine (loom-bench
 // --simulate-ranks N --link-gbps G --latency-us L).
 //
 // Note [Simulated ranks]

@@ -1,4 +1,4 @@
-"""Communicators: the ranks of a data-parallel job (issue 15).
+"""Communicators: the ranks of a data-parallel job.
 
     from loom import comm
     c = comm.communicator()          # "auto": NCCL for a CUDA device (when built), else MPI

@@ -1,4 +1,4 @@
-"""Starts N ranks of a program under OpenMPI's mpirun on this machine (issue 15).
+"""Starts N ranks of a program under OpenMPI's mpirun on this machine.
 
     python3 -m loom.launch -n 2 train.py --epochs 3      a Python script: run by this Python
     tools/launch.sh -n 2 -- build/loom-mlp --dist        any program

@@ -365,7 +365,7 @@ class RMSProp(Optimizer):
 
 
 class DistOpt(Optimizer):
-    """Data-parallel training, SINGA's opt.DistOpt (issue 15): wraps an optimizer so that every
+    """Data-parallel training, SINGA's opt.DistOpt: wraps an optimizer so that every
     gradient is summed over the ranks and scaled by 1/world_size before the update (each rank's
     loss is the mean over its shard of the global batch).
 

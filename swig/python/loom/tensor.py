@@ -677,7 +677,7 @@ def _inplace(name, method):
     `for p, g in ...: p -= lr * g` updates the parameters). The new value must keep t's shape;
     another dtype is converted. It is one copy op, recorded like any other during a capture.
     While gradients are recorded, a t with autograd history or an x that requires a gradient
-    (`loss += reg`) gets the new tensor bound instead, with its history, as before.
+    (`loss += reg`) gets the new tensor bound instead, with its history.
 
     Note [In-place on a tensor never written]
     SINGA's Tensor(shape) holds zeros, and its

@@ -50,7 +50,7 @@ Planes PlanesOf(const OpRecord& op, const Tensor& t, const char* attr, const cha
 // neighbouring outputs of a row whose windows lie inside the plane are scanned together in
 // vector registers: window position by window position in WindowArgMax's order, its test as a
 // lane mask, selects instead of branches. Same comparisons in the same order, so the same
-// maximum, the same first argmax and NaN winning as before: bitwise WindowArgMax's result
+// maximum, the same first argmax and NaN winning: bitwise WindowArgMax's result
 // (0.3 ms on that pool, one thread, on a shared machine). Border windows that padding clips,
 // float64 and other strides keep WindowArgMax. The op-case rows "with ties" and "NaN wins"
 // cover the vector path.

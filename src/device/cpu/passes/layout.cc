@@ -43,8 +43,9 @@
 // alone. Replay stays bitwise equal to eager (test/graph/layout_test.cc).
 // On by default (the pass plan_layouts): on ResNet-50 b8 it removes every activation
 // reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
-// the blocked batch-norm kernels are per op no slower than the NCHW ones (the commit that
-// turned it on has the measurements).
+// the blocked batch-norm kernels are per op no slower than the NCHW ones (ONEDNN_VERBOSE=1 and
+// LOOM_DEBUG=2 per-op times of both graphs; tools/ab_bench.py --b-args=--no-plan-layouts for the
+// step).
 #include <algorithm>
 #include <numeric>
 #include <vector>
