@@ -205,7 +205,7 @@ const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--pass NAME=on|off]...\n"
-    "                  [--no-fuse-bias-act] [--fuse-bn-relu | --no-fuse-bn-relu]\n"
+    "                  [--no-fuse-bias-act]\n"
     "                  [--plan-layouts | --no-plan-layouts] [--blocked-weights | --no-blocked-weights]\n"
     "                  [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
@@ -232,8 +232,6 @@ const char* kUsage =
     "  --pass NAME=on|off     switches the graph pass NAME on or off in every graph (GraphOptions::passes;\n"
     "                         --list-passes names them, with their defaults); repeatable. Shorthands:\n"
     "  --no-fuse-bias-act     --pass fuse_bias_act=off: matmul, add_bias and the activation stay apart\n"
-    "  --fuse-bn-relu, --no-fuse-bn-relu  --pass fuse_bn_relu=on|off: training batch norm with its ReLU,\n"
-    "                         forward and backward (off by default)\n"
     "  --plan-layouts, --no-plan-layouts  --pass plan_layouts=on|off: conv/batch-norm/relu/add activations\n"
     "                         in oneDNN's blocked layout (on by default)\n"
     "  --blocked-weights, --no-blocked-weights  --pass keep_weights_blocked=on|off: SGD/Adam-updated\n"
@@ -343,10 +341,6 @@ Flags ParseFlags(int argc, char** argv) {
       std::exit(0);
     } else if (a.Switch("--no-fuse-bias-act")) {
       SetPass(f, "fuse_bias_act", false);
-    } else if (a.Switch("--fuse-bn-relu")) {
-      SetPass(f, "fuse_bn_relu", true);
-    } else if (a.Switch("--no-fuse-bn-relu")) {
-      SetPass(f, "fuse_bn_relu", false);
     } else if (a.Switch("--plan-layouts")) {
       SetPass(f, "plan_layouts", true);
     } else if (a.Switch("--no-plan-layouts")) {

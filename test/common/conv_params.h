@@ -1,5 +1,5 @@
 // Parameters and batch-norm state of the small hand-built conv nets of the graph tests
-// (test/graph/layout_test.cc, fuse_bn_relu_test.cc, weight_layout_test.cc): trainable tensors
+// (test/graph/layout_test.cc, weight_layout_test.cc): trainable tensors
 // drawn from a device's seed, running statistics, and their host values for bit-for-bit
 // comparison of two runs; and the fixture of tests about oneDNN's blocked layouts.
 #pragma once

@@ -355,6 +355,24 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
   EXPECT_THROW(Call("max_pool2d", {x64}, Attrs(a).Set("x_blocked", int64_t(16))), DTypeError);
 }
 
+// The CUDA kernels call cuDNN's batch norm as is: their predicate refuses the layout attributes,
+// so that a pass could not rewrite these records on a CUDA device. Read without a GPU: the
+// predicate is registered whenever the CUDA backend is built.
+TEST(LayoutOnCuda, CudaBatchNormRefusesTheLayoutAttributes) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "loom was built without the CUDA backend";
+#endif
+  for (const char* name : {"batch_norm_train", "batch_norm_grad"}) {
+    bool (*supports)(const OpRecord&) = GetOp(name).supports[int(DeviceType::kCUDA)];
+    ASSERT_NE(supports, nullptr) << name << ": without a predicate every record is supported";
+    OpRecord r;
+    r.def = &GetOp(name);
+    EXPECT_TRUE(supports(r)) << name;
+    r.attrs.Set("x_blocked", int64_t(1));
+    EXPECT_FALSE(supports(r)) << name;
+  }
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace loom

@@ -9,10 +9,7 @@
 // reader, and the blocks persist across replays (they are read before they are written). The
 // momentum follows PyTorch: running = (1 - momentum) running + momentum batch, and running_var
 // takes the unbiased batch variance (divided by M - 1, M = N x spatial size).
-//
-// Attribute relu (default 0), set only by the graph pass in device/cpu/passes/fuse_bn_relu.cc (Note [Batch
-// norm with ReLU] in device/cpu/kernels/norm.cc): batch_norm_train's output 0 is relu(y), and
-// batch_norm_grad's dy is the ReLU's gradient da, with the ReLU's output a as a sixth input.
+
 #include <algorithm>
 
 #include "core/ops/common.h"
@@ -62,8 +59,6 @@ LOOM_OP(batch_norm_train) {
   def.backward = [](const BackwardArgs& a) {
     std::vector<Tensor> grads(5);
     if (!a.grad_outputs[0].defined()) return grads;  // only the statistics were used
-    LOOM_CHECK(a.attrs.Int("relu", 0) == 0, ValueError,
-               "[batch_norm_train] relu = 1 is made by a graph pass after the capture and has no backward");
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(1)}};
     std::vector<Tensor> g =
         Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
@@ -92,22 +87,17 @@ LOOM_OP(batch_norm_infer) {
   };
 }
 
-// x: (N, C, ...), gamma: (C), mean: (C), s: (C), dy: (N, C, ...) [, a: (N, C, ...)]
+// x: (N, C, ...), gamma: (C), mean: (C), s: (C), dy: (N, C, ...)
 //   -> dx, dgamma (C), dbeta (C)
 // training = 1: mean and s are the batch mean and invstd, and dx includes the gradient through
 // the batch statistics. training = 0: they are the running mean and variance, constants.
-// relu = 1: dy is a ReLU's da and a its output; the gradient is taken of relu_grad(a, da).
 LOOM_OP(batch_norm_grad) {
   def.internal = "backward of batch_norm_train";
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
-    const bool relu = a.Int("relu", 0) != 0;
-    CheckArity("batch_norm_grad", in, relu ? 6 : 5);
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    CheckArity("batch_norm_grad", in, 5);
     CheckFloat("batch_norm_grad", in[0]);
     LOOM_CHECK(in[4].shape == in[0].shape && in[4].dtype == in[0].dtype, ShapeError, "[batch_norm_grad] dy ",
                ToString(in[4].shape), " does not match the input ", ToString(in[0].shape));
-    LOOM_CHECK(!relu || (in[5].shape == in[0].shape && in[5].dtype == in[0].dtype), ShapeError,
-               "[batch_norm_grad] the ReLU output ", ToString(in[5].shape), " does not match the input ",
-               ToString(in[0].shape));
     return std::vector<TensorMeta>{in[0], in[1], in[1]};
   };
 }

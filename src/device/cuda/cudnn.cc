@@ -394,12 +394,11 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
       op.inputs[2].raw_data(), op.inputs[3].raw_data()));
 }
 
-// Note [What a kernel supports]: cuDNN's batch norm as called above, so neither the fused ReLU
-// (relu = 1, Note [Fusing batch norm and ReLU] in device/cpu/passes/fuse_bn_relu.cc) nor a blocked layout
-// attribute (Note [Activation layouts] in device/cpu/passes/layout.cc, which reads a predicate as knowing
-// its attributes): the graph passes leave these records as they are on a CUDA device.
+// Note [What a kernel supports]: cuDNN's batch norm as called above, without a blocked layout
+// attribute (Note [Activation layouts] in device/cpu/passes/layout.cc, which reads a predicate as
+// knowing its attributes): no graph pass changes these records on a CUDA device.
 bool BatchNormSupportsCuda(const OpRecord& op) {
-  for (const char* a : {"relu", "x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
+  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked"})
     if (op.attrs.Int(a, 0) != 0) return false;
   return true;
 }

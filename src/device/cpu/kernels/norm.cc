@@ -2,18 +2,7 @@
 // and works channel by channel; layer norm sees x as (R, D) and works row by row. Sums are
 // taken in double, two passes (mean, then squared deviations), in a fixed order (Note [Sums in
 // lanes]): results do not depend on the thread count.
-//
-// Note [Batch norm with ReLU]
-// A graph fuses training batch norm with the ReLU after it (cpu/passes/fuse_bn_relu.cc), by the
-// record attribute relu = 1 (core/ops/norm.cc):
-//   - batch_norm_train then writes relu(y) as its output 0: ReLU on each value right before
-//     its store, the relu op's own formula (ew::relu_f) on the value batch norm stores;
-//   - batch_norm_grad then takes a sixth input, the ReLU's output a, and its dy is the ReLU's
-//     gradient da: wherever the kernel reads dy it reads relu_grad(a, da) (ew::relu_grad_f,
-//     computed in T as the relu_grad op stores it), in its sums and in its dx pass.
-// Each value the kernels see is bitwise the value the unfused ops store, and everything else is
-// unchanged: replay stays bitwise equal to eager. Chosen at compile time (WithRelu), so the
-// unfused loops are the loops they were.
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -89,29 +78,9 @@ void MeanAndSquares(const T* x, int64_t runs, int64_t len, int64_t stride, doubl
   sq = dev.Total();
 }
 
-// f(std::integral_constant<bool, relu>{}): the fused or the plain loops (Note [Batch norm with
-// ReLU]).
-template <typename F>
-void WithRelu(bool relu, F&& f) {
-  if (relu) return f(std::true_type{});
-  return f(std::false_type{});
-}
-// The value batch norm stores: y, or the relu op's relu(y).
-template <bool kRelu, typename T>
-inline T Out(T y) {
-  if constexpr (kRelu) return ew::relu_f{}(y, ew::Params<T>{});
-  return y;
-}
-// The gradient batch_norm_grad sums: dy, or the relu_grad op's relu_grad(a, da) (dy is da).
-template <bool kRelu, typename T>
-inline T Dz(T a, T dy) {
-  if constexpr (kRelu) return ew::relu_grad_f{}(a, dy, ew::Params<T>{});
-  return dy;
-}
-
 // Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
-// shift = beta - mean gamma invstd (then ReLU'd with kRelu).
-template <bool kRelu = false, typename T>
+// shift = beta - mean gamma invstd.
+template <typename T>
 void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamma, double beta, double mean,
                   double invstd) {
   const T scale = T(gamma * invstd);
@@ -119,7 +88,7 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
   for (int64_t i = 0; i < d.n; ++i) {
     const T* xr = x + (i * d.c + c) * d.s;
     T* yr = y + (i * d.c + c) * d.s;
-    for (int64_t k = 0; k < d.s; ++k) yr[k] = Out<kRelu>(xr[k] * scale + shift);
+    for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
   }
 }
 
@@ -198,56 +167,6 @@ void StoreTile(const ChannelDims& d, const ChannelLayout& l, T* t, int64_t i, in
     for (int64_t kk = 0; kk < n; ++kk) p[c * d.s + k0 + kk] = tile[kk][c];
 }
 
-// f(k0, len, dz) over a run of n values of a and dy, kChunk at a time, dz[k] = relu_grad(a[k0 + k],
-// dy[k0 + k]) formed in a loop of its own: it vectorises, where folded into the sums it became a
-// branch per value (8x slower). kChunk is a multiple of kSumLanes: value k of the run still goes
-// to lane k mod kSumLanes when f adds the chunks in order with AddRun.
-constexpr int64_t kChunk = 256;
-static_assert(kChunk % kSumLanes == 0, "chunks start at lane 0");
-template <typename T, typename F>
-void ReluGradChunks(const T* a, const T* dy, int64_t n, F f) {
-  T buf[kChunk];
-  for (int64_t k0 = 0; k0 < n; k0 += kChunk) {
-    const int64_t len = std::min(kChunk, n - k0);
-    for (int64_t k = 0; k < len; ++k) buf[k] = Dz<true>(a[k0 + k], dy[k0 + k]);
-    f(k0, len, static_cast<const T*>(buf));
-  }
-}
-
-// LoadTile of relu_grad(a, dy) for a and dy both blocked (Note [Batch norm with ReLU]): the
-// pixels' values side by side in both, the gradient is taken where they lie.
-template <typename T>
-void LoadReluGradTile(const ChannelDims& d, const ChannelLayout& l, const T* a, const T* dy, int64_t i, int64_t c0,
-                      int64_t k0, int64_t n, T (*tile)[kGroup]) {
-  const int64_t start = l.Start(d, i, c0) + k0 * kGroup;
-  T* t = &tile[0][0];
-  for (int64_t j = 0; j < n * kGroup; ++j) t[j] = Dz<true>(a[start + j], dy[start + j]);
-}
-
-// The same for NCHW a and dy and up to 4 tiles (n <= 64 pixels): each channel's run of n values
-// is read at once, then transposed tile by tile.
-template <typename T>
-void LoadReluGradTiles(const ChannelDims& d, const ChannelLayout& l, const T* a, const T* dy, int64_t i, int64_t c0,
-                       int64_t k0, int64_t n, T (*tile)[kGroup]) {
-  constexpr int64_t kMax = 4 * kGroup;
-  const int64_t start = l.Start(d, i, c0);
-  T runs[kGroup][kMax];
-  for (int64_t c = 0; c < kGroup; ++c)
-    for (int64_t kk = 0; kk < n; ++kk)
-      runs[c][kk] = Dz<true>(a[start + c * d.s + k0 + kk], dy[start + c * d.s + k0 + kk]);
-  for (int64_t t = 0; t < n; t += kGroup) {
-    const int64_t m = std::min(kGroup, n - t);
-    if constexpr (std::is_same_v<T, float>) {
-      if (m == kGroup) {
-        RunsToTile(&runs[0][t], kMax, tile + t);
-        continue;
-      }
-    }
-    for (int64_t c = 0; c < kGroup; ++c)
-      for (int64_t kk = 0; kk < m; ++kk) tile[t + kk][c] = runs[c][t + kk];
-  }
-}
-
 // Per channel of the group starting at c0 of a blocked x, the lane sums of f(l, v) over its
 // values v (channel c0 + l): images in order, pixel k into lane k mod kSumLanes, Note [Sums in
 // lanes]'s order. Each pixel's 16 values are read together, into [lane][channel] accumulators.
@@ -281,9 +200,7 @@ void BlockedSums(const ChannelDims& d, const ChannelLayout& xl, const T* x, int6
 // the NCHW kernels: 8 channels at a time, so that each lane's 8 channel sums are one vector and
 // all lanes stay in registers. f(half, x, y, s0, s1) adds the values x, y of pixel k (channels
 // c0 + 8 half ..., widened to double) into lane k mod kSumLanes's accumulators s0, s1; the
-// result is s0[lane][channel], s1[lane][channel] for the group's 16 channels. With kRelu, x is
-// da and f sees relu_grad(a, da) in its place (a: the ReLU's output, same layout; Note [Batch
-// norm with ReLU]).
+// result is s0[lane][channel], s1[lane][channel] for the group's 16 channels.
 typedef double F64x8 __attribute__((vector_size(64)));
 typedef float F32x8 __attribute__((vector_size(32)));
 static_assert(kSumLanes == 8, "one accumulator per lane, 8 channels per vector");
@@ -292,32 +209,22 @@ inline F64x8 Widen8(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return __builtin_convertvector(v, F64x8);
 }
-template <bool kRelu = false, typename F>
-void BlockedLaneSums(const ChannelDims& d, const ChannelLayout& l, const float* x, const float* y, const float* a,
-                     int64_t c0, double (*s0)[kGroup], double (*s1)[kGroup], F f) {
-  // x's 8 values at p (relu_grad's with kRelu), widened.
-  auto first = [](const float* p, const float* pa) {
-    if constexpr (kRelu) {
-      float g[8];
-      for (int j = 0; j < 8; ++j) g[j] = Dz<true>(pa[j], p[j]);
-      return Widen8(g);
-    }
-    return Widen8(p);
-  };
+template <typename F>
+void BlockedLaneSums(const ChannelDims& d, const ChannelLayout& l, const float* x, const float* y, int64_t c0,
+                     double (*s0)[kGroup], double (*s1)[kGroup], F f) {
   for (int half = 0; half < 2; ++half) {
     F64x8 a0[kSumLanes] = {}, a1[kSumLanes] = {};
     for (int64_t i = 0; i < d.n; ++i) {
       const float* px = x + l.Start(d, i, c0) + half * 8;
       const float* py = y + l.Start(d, i, c0) + half * 8;
-      const float* pa = kRelu ? a + l.Start(d, i, c0) + half * 8 : px;  // px: unread
       int64_t k = 0;
       for (; k + kSumLanes <= d.s; k += kSumLanes) {
 #pragma GCC unroll 8
         for (int j = 0; j < kSumLanes; ++j)
-          f(half, first(px + (k + j) * kGroup, pa + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
+          f(half, Widen8(px + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
       }
       for (int j = 0; k + j < d.s; ++j)
-        f(half, first(px + (k + j) * kGroup, pa + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
+        f(half, Widen8(px + (k + j) * kGroup), Widen8(py + (k + j) * kGroup), a0[j], a1[j]);
     }
     for (int j = 0; j < kSumLanes; ++j)
       for (int c = 0; c < 8; ++c) {
@@ -340,8 +247,8 @@ void ForGroups(const ChannelDims& d, F f) {
   });
 }
 
-// BatchNormTrainCpu's body for one dtype, fused with relu or not.
-template <typename T, bool kRelu>
+// BatchNormTrainCpu's body for one dtype.
+template <typename T>
 void BatchNormTrain(const OpRecord& op) {
   const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
   const double momentum = op.attrs.Float("momentum"), eps = op.attrs.Float("eps");
@@ -371,7 +278,7 @@ void BatchNormTrain(const OpRecord& op) {
       double mean, sq;
       MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
       const double invstd = finish(c, mean, sq);
-      ScaleChannel<kRelu>(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
+      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
     });
     return;
   }
@@ -383,12 +290,12 @@ void BatchNormTrain(const OpRecord& op) {
     if constexpr (std::is_same_v<T, float>) {
       if (xl.blocked) {  // BlockedSums' sums, vectorised
         double s0[kSumLanes][kGroup], s1[kSumLanes][kGroup];
-        BlockedLaneSums(d, xl, x, x, x, c0, s0, s1, [](int, F64x8 v, F64x8, F64x8& a0, F64x8&) { a0 += v; });
+        BlockedLaneSums(d, xl, x, x, c0, s0, s1, [](int, F64x8 v, F64x8, F64x8& a0, F64x8&) { a0 += v; });
         for (int64_t l = 0; l < kGroup; ++l) {
           for (int64_t j = 0; j < kSumLanes; ++j) sums[l].v[j] = s0[j][l];
           mean[l] = sums[l].Total() / m;
         }
-        BlockedLaneSums(d, xl, x, x, x, c0, s0, s1, [&](int half, F64x8 v, F64x8, F64x8& a0, F64x8&) {
+        BlockedLaneSums(d, xl, x, x, c0, s0, s1, [&](int half, F64x8 v, F64x8, F64x8& a0, F64x8&) {
           const F64x8 dev = v - Half(mean, half);
           a0 += dev * dev;
         });
@@ -416,7 +323,7 @@ void BatchNormTrain(const OpRecord& op) {
       const T* xb = x + xl.Start(d, i, c0);
       T* yb = y + yl.Start(d, i, c0);
       for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
-        for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = Out<kRelu>(xb[k + l] * scale[l] + shift[l]);
+        for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
     }
     for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)  // the same in tiles of 16 pixels
       for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
@@ -424,18 +331,18 @@ void BatchNormTrain(const OpRecord& op) {
         T t[kGroup][kGroup];
         LoadTile(d, xl, x, i, c0, k0, n, t);
         for (int64_t k = 0; k < n; ++k)
-          for (int64_t l = 0; l < kGroup; ++l) t[k][l] = Out<kRelu>(t[k][l] * scale[l] + shift[l]);
+          for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
         StoreTile(d, yl, y, i, c0, k0, n, t);
       }
   });
 }
 
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
-//   -> y: (N, C, S) (relu(y) with relu = 1), mean, invstd: (C); running_mean, running_var updated in place
+//   -> y: (N, C, S), mean, invstd: (C); running_mean, running_var updated in place
 void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
     using T = decltype(tag);
-    WithRelu(op.attrs.Int("relu", 0) != 0, [&](auto fused) { BatchNormTrain<T, decltype(fused)::value>(op); });
+    BatchNormTrain<T>(op);
   });
 }
 
@@ -458,10 +365,10 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// BatchNormGradCpu's body for one dtype, fused with relu_grad or not: per channel from its two
-// sums, dgamma, dbeta and dx's coefficients, over NCHW runs (Channel) or, when any operand is in
-// a blocked layout, 16 channels at once (Group).
-template <typename T, bool kRelu>
+// BatchNormGradCpu's body for one dtype: per channel from its two sums, dgamma, dbeta and dx's
+// coefficients, over NCHW runs (Channel) or, when any operand is in a blocked layout, 16
+// channels at once (Group).
+template <typename T>
 class BatchNormGrad {
  public:
   explicit BatchNormGrad(const OpRecord& op)
@@ -473,35 +380,26 @@ class BatchNormGrad {
         mean_in(op.inputs[2].data<T>()),
         stat(op.inputs[3].data<T>()),
         dy(op.inputs[4].data<T>()),
-        act(kRelu ? op.inputs[5].data<T>() : dy),  // the ReLU's output (dy: unread)
         dx(op.outputs[0].data<T>()),
         dgamma(op.outputs[1].data<T>()),
         dbeta(op.outputs[2].data<T>()),
         m(double(d.n * d.s)),
-        // Layouts of x, dy, a and dx; Note [Activation layouts] in cpu/passes/layout.cc.
+        // Layouts of x, dy and dx; Note [Activation layouts] in cpu/passes/layout.cc.
         xl(LayoutAttr(op, "x_blocked", d, "batch_norm_grad")),
         dyl(LayoutAttr(op, "dy_blocked", d, "batch_norm_grad")),
-        al(kRelu ? LayoutAttr(op, "a_blocked", d, "batch_norm_grad") : dyl),
         dxl(LayoutAttr(op, "dx_blocked", d, "batch_norm_grad")),
-        // x, dy (a) and dx all blocked (a graph's blocked region, Note [Activation layouts]):
-        // each pixel's 16 values are side by side in all of them, so the passes read them in place.
-        all_blocked(xl.blocked && dyl.blocked && al.blocked && dxl.blocked),
-        // The fused gradient with a and da NCHW but x or dx blocked (the ReLU's output is read by
-        // an op without a blocked kernel) takes tiles of kWide pixels, so that each of the 32 runs
-        // of a and da read at once is read 4 lines at a time (with 16-pixel tiles the fused
-        // gradient was 1.4x slower than relu_grad and batch_norm_grad apart).
-        runs(kRelu && !al.blocked && !dyl.blocked),
-        width(runs ? kWide : kGroup) {}
+        // x, dy and dx all blocked (a graph's blocked region, Note [Activation layouts]): each
+        // pixel's 16 values are side by side in all of them, so the passes read them in place.
+        all_blocked(xl.blocked && dyl.blocked && dxl.blocked) {}
 
   void Run() const {
-    if (!xl.blocked && !dyl.blocked && !al.blocked && !dxl.blocked)
+    if (!xl.blocked && !dyl.blocked && !dxl.blocked)
       ForChannels(d, [&](int64_t c) { Channel(c); });
     else
       ForGroups(d, [&](int64_t c0) { Group(c0); });
   }
 
  private:
-  static constexpr int64_t kWide = 4 * kGroup;
   struct Coef {
     T a, k_x, b;
   };
@@ -522,82 +420,60 @@ class BatchNormGrad {
   void Channel(int64_t c) const {
     const double mean = double(mean_in[c]);
     const double invstd = InvStd(c);
-    // f(k0, len, dz) for image i's run: dz[k] is dz at pixel k0 + k (ReluGradChunks's chunks).
-    auto chunks = [&](int64_t i, auto&& f) {
-      const T* gr = dy + (i * d.c + c) * d.s;
-      if constexpr (kRelu) return ReluGradChunks(act + (i * d.c + c) * d.s, gr, d.s, f);
-      return f(int64_t(0), d.s, gr);
-    };
     LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
     for (int64_t i = 0; i < d.n; ++i) {
       const T* xr = x + (i * d.c + c) * d.s;
-      chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
-        AddRun(sum_dy, len, [&](int64_t k) { return double(gr[k]); });
-        AddRun(sum_dyx, len, [&](int64_t k) { return double(gr[k]) * (double(xr[k0 + k]) - mean); });
-      });
+      const T* gr = dy + (i * d.c + c) * d.s;
+      AddRun(sum_dy, d.s, [&](int64_t k) { return double(gr[k]); });
+      AddRun(sum_dyx, d.s, [&](int64_t k) { return double(gr[k]) * (double(xr[k]) - mean); });
     }
     const Coef f = Finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
     for (int64_t i = 0; i < d.n; ++i) {
       const T* xr = x + (i * d.c + c) * d.s;
+      const T* gr = dy + (i * d.c + c) * d.s;
       T* dr = dx + (i * d.c + c) * d.s;
-      chunks(i, [&](int64_t k0, int64_t len, const T* gr) {
-        for (int64_t k = 0; k < len; ++k) dr[k0 + k] = f.a * gr[k] + f.k_x * xr[k0 + k] + f.b;
-      });
+      for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * gr[k] + f.k_x * xr[k] + f.b;
     }
   }
 
-  // Some operand blocked: the 16 channels from c0.
+  // Some operand blocked: the 16 channels from c0, in tiles of 16 pixels, the group's 16
+  // channels side by side (LoadTile); pixel k0 + k adds into lane k mod kSumLanes (k0 is a
+  // multiple of kSumLanes).
   void Group(int64_t c0) const {
     LaneSums sum_dy[kGroup], sum_dyx[kGroup];
-    Coef f[kGroup];
-    // Tiles of `width` pixels, the group's 16 channels side by side (LoadTile); pixel k0 + k
-    // adds into lane k mod kSumLanes (k0 is a multiple of kSumLanes).
     double mean[kGroup], a_dy[kSumLanes][kGroup] = {}, a_dyx[kSumLanes][kGroup] = {};
-    T tx[kWide][kGroup], tg[kWide][kGroup], ta[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
-    // The group's pixels [k0, k0 + n) of image i, n <= width: x into tx, dz into tg (dy's,
-    // relu_grad's with kRelu).
+    T tx[kGroup][kGroup], tg[kGroup][kGroup], fa[kGroup], fk[kGroup], fb[kGroup];
+    // The group's pixels [k0, k0 + n) of image i, n <= kGroup: x into tx, dy into tg.
     auto load = [&](int64_t i, int64_t k0, int64_t n) {
-      for (int64_t t = 0; t < n; t += kGroup) LoadTile(d, xl, x, i, c0, k0 + t, std::min(kGroup, n - t), tx + t);
-      if constexpr (kRelu) {
-        if (runs) return LoadReluGradTiles(d, dyl, act, dy, i, c0, k0, n, tg);
-        if (al.blocked && dyl.blocked) return LoadReluGradTile(d, dyl, act, dy, i, c0, k0, n, tg);
-      }
+      LoadTile(d, xl, x, i, c0, k0, n, tx);
       LoadTile(d, dyl, dy, i, c0, k0, n, tg);
-      if constexpr (kRelu) {
-        LoadTile(d, al, act, i, c0, k0, n, ta);
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t l = 0; l < kGroup; ++l) tg[k][l] = Dz<true>(ta[k][l], tg[k][l]);
-      }
     };
     for (int64_t l = 0; l < kGroup; ++l) mean[l] = double(mean_in[c0 + l]);
     if constexpr (std::is_same_v<T, float>) {
       if (all_blocked)
-        BlockedLaneSums<kRelu>(d, xl, dy, x, act, c0, a_dy, a_dyx,
-                               [&](int half, F64x8 g, F64x8 v, F64x8& s1, F64x8& s2) {
-                                 s1 += g;
-                                 s2 += g * (v - Half(mean, half));
-                               });
+        BlockedLaneSums(d, xl, dy, x, c0, a_dy, a_dyx, [&](int half, F64x8 g, F64x8 v, F64x8& s1, F64x8& s2) {
+          s1 += g;
+          s2 += g * (v - Half(mean, half));
+        });
     }
     for (int64_t i = 0; all_blocked && !std::is_same_v<T, float> && i < d.n; ++i) {
       const T* xb = x + xl.Start(d, i, c0);
       const T* gb = dy + dyl.Start(d, i, c0);
-      const T* ab = act + al.Start(d, i, c0);
       for (int64_t k = 0; k < d.s; ++k) {
         const T* xp = xb + k * kGroup;
         const T* gp = gb + k * kGroup;
-        const T* ap = ab + k * kGroup;
         double* s1 = a_dy[k % kSumLanes];
         double* s2 = a_dyx[k % kSumLanes];
         for (int64_t l = 0; l < kGroup; ++l) {
-          const double g = double(Dz<kRelu>(ap[l], gp[l]));
+          const double g = double(gp[l]);
           s1[l] += g;
           s2[l] += g * (double(xp[l]) - mean[l]);
         }
       }
     }
     for (int64_t i = 0; !all_blocked && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += width) {
-        const int64_t n = std::min(width, d.s - k0);
+      for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+        const int64_t n = std::min(kGroup, d.s - k0);
         load(i, k0, n);
         for (int64_t k = 0; k < n; ++k) {
           double* s1 = a_dy[k % kSumLanes];
@@ -615,54 +491,42 @@ class BatchNormGrad {
         sum_dyx[l].v[j] = a_dyx[j][l];
       }
       const int64_t c = c0 + l;
-      f[l] = Finish(c, InvStd(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
-      fa[l] = f[l].a;
-      fk[l] = f[l].k_x;
-      fb[l] = f[l].b;
+      const Coef f = Finish(c, InvStd(c), mean[l], sum_dy[l].Total(), sum_dyx[l].Total());
+      fa[l] = f.a;
+      fk[l] = f.k_x;
+      fb[l] = f.b;
     }
     for (int64_t i = 0; all_blocked && i < d.n; ++i) {
       const T* xb = x + xl.Start(d, i, c0);
       const T* gb = dy + dyl.Start(d, i, c0);
-      const T* ab = act + al.Start(d, i, c0);
       T* db = dx + dxl.Start(d, i, c0);
       for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
-        for (int64_t l = 0; l < kGroup; ++l)
-          db[k + l] = fa[l] * Dz<kRelu>(ab[k + l], gb[k + l]) + fk[l] * xb[k + l] + fb[l];
+        for (int64_t l = 0; l < kGroup; ++l) db[k + l] = fa[l] * gb[k + l] + fk[l] * xb[k + l] + fb[l];
     }
     for (int64_t i = 0; !all_blocked && i < d.n; ++i)
-      for (int64_t k0 = 0; k0 < d.s; k0 += width) {
-        const int64_t n = std::min(width, d.s - k0);
+      for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+        const int64_t n = std::min(kGroup, d.s - k0);
         load(i, k0, n);
         for (int64_t k = 0; k < n; ++k)
           for (int64_t l = 0; l < kGroup; ++l) tx[k][l] = fa[l] * tg[k][l] + fk[l] * tx[k][l] + fb[l];
-        for (int64_t t = 0; t < n; t += kGroup) StoreTile(d, dxl, dx, i, c0, k0 + t, std::min(kGroup, n - t), tx + t);
+        StoreTile(d, dxl, dx, i, c0, k0, n, tx);
       }
   }
 
   const ChannelDims d;
   const bool training;
   const double eps;
-  const T *x, *gamma, *mean_in, *stat, *dy, *act;
+  const T *x, *gamma, *mean_in, *stat, *dy;
   T *dx, *dgamma, *dbeta;
   const double m;
-  const ChannelLayout xl, dyl, al, dxl;
-  const bool all_blocked, runs;
-  const int64_t width;
+  const ChannelLayout xl, dyl, dxl;
+  const bool all_blocked;
 };
 
-// x: (N, C, S), gamma: (C), mean: (C), invstd or running var: (C), dy: (N, C, S) [, a: (N, C, S)]
+// x: (N, C, S), gamma: (C), mean: (C), invstd or running var: (C), dy: (N, C, S)
 //   -> dx: (N, C, S), dgamma: (C), dbeta: (C)
-// With relu = 1, dy is the ReLU's da and a its output: dz = relu_grad(a, da) is read for dy
-// (Note [Batch norm with ReLU]).
 void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
-  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
-    using T = decltype(tag);
-    const bool relu = op.attrs.Int("relu", 0) != 0;
-    LOOM_CHECK(!relu || (op.inputs.size() == 6 && op.inputs[5].shape() == op.inputs[0].shape()), ShapeError,
-               "[batch_norm_grad] relu = 1 needs the ReLU's output (", ToString(op.inputs[0].shape()),
-               ") as a sixth input");
-    WithRelu(relu, [&](auto fused) { BatchNormGrad<T, decltype(fused)::value>(op).Run(); });
-  });
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) { BatchNormGrad<decltype(tag)>(op).Run(); });
 }
 
 // x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
@@ -741,29 +605,20 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// Note [What a kernel supports]: every NCHW record; a blocked one for (N, C, H, W), C a
-// multiple of 16; relu = 1 (Note [Batch norm with ReLU]) with, for the gradient, the ReLU's
-// output as a sixth input of x's shape.
+// Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W), C a
+// multiple of 16.
 bool BatchNormSupports(const OpRecord& op) {
   bool blocked = false;
-  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
-    blocked |= op.attrs.Int(a, 0) != 0;
+  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked"}) blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
   return !blocked || (op.inputs[0].dtype() == DType::kFloat32 && x.size() == 4 && x[1] % kGroup == 0);
-}
-bool BatchNormGradSupports(const OpRecord& op) {
-  const bool relu = op.attrs.Int("relu", 0) != 0;
-  if (relu && (op.inputs.size() != 6 || op.inputs[5].shape() != op.inputs[0].shape() ||
-               op.inputs[5].dtype() != op.inputs[0].dtype()))
-    return false;
-  return BatchNormSupports(op);
 }
 
 }  // namespace
 
 LOOM_KERNEL(batch_norm_train, kCPU, BatchNormTrainCpu);
 LOOM_KERNEL_SUPPORTS(batch_norm_train, kCPU, BatchNormSupports);
-LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormGradSupports);
+LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormSupports);
 LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
 LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
 LOOM_KERNEL(layer_norm, kCPU, LayerNormCpu);

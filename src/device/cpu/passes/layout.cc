@@ -94,7 +94,6 @@ const std::vector<Slot>& Slots() {
     {&op_kind::batch_norm_grad, false, 0, "x_blocked"},
     {&op_kind::batch_norm_grad, false, 4, "dy_blocked"},
     {&op_kind::batch_norm_grad, true, 0, "dx_blocked"},
-    {&op_kind::batch_norm_grad, false, 5, "a_blocked"},  // relu = 1 (Note [Fusing batch norm and ReLU])
     {&op_kind::global_avg_pool, false, 0, "x_blocked"},
     {&op_kind::global_avg_pool_grad, true, 0, "dx_blocked"},
     {&op_kind::max_pool2d, false, 0, "x_blocked"},
