@@ -102,14 +102,18 @@ static auto NamingAttrErrors(const std::string& name, F&& call) -> decltype(call
   }
 }
 
-static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs);
+static std::vector<Tensor> CallOp(const OpDef& def, const std::vector<Tensor>& given, const Attrs& attrs);
 
-std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
-  return NamingAttrErrors(name, [&] { return CallOp(name, given, attrs); });
+std::vector<Tensor> Call(const OpDef& op, const std::vector<Tensor>& given, const Attrs& attrs) {
+  return NamingAttrErrors(op.name, [&] { return CallOp(op, given, attrs); });
 }
 
-static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
-  const OpDef& def = GetOp(name);
+std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
+  return Call(GetOp(name), given, attrs);
+}
+
+static std::vector<Tensor> CallOp(const OpDef& def, const std::vector<Tensor>& given, const Attrs& attrs) {
+  const std::string& name = def.name;
   Device* dev = CommonDevice(def, given);
   LOOM_CHECK(dev, ValueError, "[", name, "] needs at least one input (use CallInto for creation ops)");
   std::vector<Tensor> inputs = given;
@@ -155,23 +159,32 @@ static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Ten
   return outputs;
 }
 
-Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
-  std::vector<Tensor> out = Call(name, inputs, attrs);
-  LOOM_ASSERT(out.size() == 1, name, " returns ", out.size(), " outputs");
+Tensor Call1(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<Tensor> out = Call(op, inputs, attrs);
+  LOOM_ASSERT(out.size() == 1, op.name, " returns ", out.size(), " outputs");
   return out[0];
 }
 
-static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  return Call1(GetOp(name), inputs, attrs);
+}
+
+static void CallIntoOp(const OpDef& def, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                        const Attrs& attrs);
+
+void CallInto(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs) {
+  NamingAttrErrors(op.name, [&] { CallIntoOp(op, inputs, outputs, attrs); });
+}
 
 void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
               const Attrs& attrs) {
-  NamingAttrErrors(name, [&] { CallIntoOp(name, inputs, outputs, attrs); });
+  CallInto(GetOp(name), inputs, outputs, attrs);
 }
 
-static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+static void CallIntoOp(const OpDef& def, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                        const Attrs& attrs) {
-  const OpDef& def = GetOp(name);
+  const std::string& name = def.name;
   LOOM_ASSERT(!def.view, "CallInto on view op ", name);
   std::vector<Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());

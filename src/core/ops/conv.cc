@@ -8,6 +8,10 @@
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
 
+LOOM_OP_KIND(conv2d_grad_bias);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
+
 namespace loom {
 
 using namespace opdecl;
@@ -96,14 +100,14 @@ LOOM_OP(conv2d) {
     if (a.needs_input_grad[0]) {
       Attrs ga = a.attrs;
       ga.Set("x_shape", a.input_metas[0].shape);
-      grads[0] = Call1("conv2d_grad_input", {a.inputs[1], g}, ga);
+      grads[0] = Call1(op_kind::conv2d_grad_input, {a.inputs[1], g}, ga);
     }
     if (a.needs_input_grad[1]) {
       Attrs ga = a.attrs;
       ga.Set("w_shape", a.input_metas[1].shape);
-      grads[1] = Call1("conv2d_grad_weight", {a.inputs[0], g}, ga);
+      grads[1] = Call1(op_kind::conv2d_grad_weight, {a.inputs[0], g}, ga);
     }
-    if (grads.size() == 3 && a.needs_input_grad[2]) grads[2] = Call1("conv2d_grad_bias", {g});
+    if (grads.size() == 3 && a.needs_input_grad[2]) grads[2] = Call1(op_kind::conv2d_grad_bias, {g});
     return grads;
   };
 }
@@ -170,8 +174,8 @@ namespace ops {
 Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
   Attrs a{{"stride", opt.stride}, {"padding", opt.padding}, {"dilation", opt.dilation}, {"groups", opt.groups}};
   if (!opt.padding_end.empty() && opt.padding_end != opt.padding) a.Set("padding_end", opt.padding_end);
-  if (bias.defined()) return Call1("conv2d", {x, w, bias}, a);
-  return Call1("conv2d", {x, w}, a);
+  if (bias.defined()) return Call1(op_kind::conv2d, {x, w, bias}, a);
+  return Call1(op_kind::conv2d, {x, w}, a);
 }
 }  // namespace ops
 

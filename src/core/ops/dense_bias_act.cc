@@ -18,6 +18,9 @@
 #include "core/ops/common.h"
 #include "core/bias_act_formulas.h"
 
+LOOM_OP_KIND(bias_act_grad);
+LOOM_OP_KIND(matmul);
+
 namespace loom {
 
 using namespace opdecl;
@@ -54,11 +57,11 @@ LOOM_OP(dense_bias_act) {
   // dz, db = bias_act_grad(y, dy); dx = dz w^T; dw = x^T dz (summed over the batch dimensions).
   def.backward = [](const BackwardArgs& a) {
     const Tensor &x = a.inputs[0], &w = a.inputs[1];
-    std::vector<Tensor> g = Call("bias_act_grad", {a.outputs[0], a.grad_outputs[0]}, a.attrs);
+    std::vector<Tensor> g = Call(op_kind::bias_act_grad, {a.outputs[0], a.grad_outputs[0]}, a.attrs);
     Tensor dx, dw;
-    if (a.needs_input_grad[0]) dx = Call1("matmul", {g[0], w}, Attrs{{"tb", int64_t(1)}});
+    if (a.needs_input_grad[0]) dx = Call1(op_kind::matmul, {g[0], w}, Attrs{{"tb", int64_t(1)}});
     if (a.needs_input_grad[1])
-      dw = Call1("matmul", {x, g[0]}, Attrs{{"ta", int64_t(1)}, {"sum_batch", int64_t(x.ndim() > 2)}});
+      dw = Call1(op_kind::matmul, {x, g[0]}, Attrs{{"ta", int64_t(1)}, {"sum_batch", int64_t(x.ndim() > 2)}});
     return std::vector<Tensor>{dx, dw, a.needs_input_grad[2] ? g[1] : Tensor()};
   };
 }

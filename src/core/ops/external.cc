@@ -62,7 +62,7 @@ Tensor External(const Tensor& y, const std::vector<Tensor>& xs, int64_t id) {
   LOOM_CHECK(!xs.empty(), ValueError, "[external] needs at least one input");
   std::vector<Tensor> in{y};
   in.insert(in.end(), xs.begin(), xs.end());
-  return Call1("external", in, Attrs{{"id", id}});
+  return Call1(op_kind::external, in, Attrs{{"id", id}});
 }
 }  // namespace ops
 

@@ -18,6 +18,9 @@
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
 
+LOOM_OP_KIND(batch_norm_grad);
+LOOM_OP_KIND(layer_norm_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -66,7 +69,7 @@ LOOM_OP(batch_norm_train) {
                "[batch_norm_train] relu = 1 is made by a graph pass after the capture and has no backward");
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(1)}};
     std::vector<Tensor> g =
-        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
+        Call(op_kind::batch_norm_grad, {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
     return grads;
@@ -84,7 +87,7 @@ LOOM_OP(batch_norm_infer) {
   def.backward = [](const BackwardArgs& a) {
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(0)}};
     std::vector<Tensor> g =
-        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.inputs[3], a.inputs[4], a.grad_outputs[0]}, ga);
+        Call(op_kind::batch_norm_grad, {a.inputs[0], a.inputs[1], a.inputs[3], a.inputs[4], a.grad_outputs[0]}, ga);
     std::vector<Tensor> grads(5);
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
@@ -138,7 +141,7 @@ LOOM_OP(layer_norm) {
     std::vector<Tensor> grads(3);
     if (!a.grad_outputs[0].defined()) return grads;
     std::vector<Tensor> g =
-        Call("layer_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]});
+        Call(op_kind::layer_norm_grad, {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]});
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
     return grads;
@@ -162,12 +165,12 @@ namespace ops {
 Tensor BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                  const Tensor& running_var, bool training, double momentum, double eps) {
   if (training)
-    return Call("batch_norm_train", {x, gamma, beta, running_mean, running_var},
+    return Call(op_kind::batch_norm_train, {x, gamma, beta, running_mean, running_var},
                 Attrs{{"momentum", momentum}, {"eps", eps}})[0];
-  return Call1("batch_norm_infer", {x, gamma, beta, running_mean, running_var}, Attrs{{"eps", eps}});
+  return Call1(op_kind::batch_norm_infer, {x, gamma, beta, running_mean, running_var}, Attrs{{"eps", eps}});
 }
 Tensor LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  return Call("layer_norm", {x, gamma, beta}, Attrs{{"eps", eps}})[0];
+  return Call(op_kind::layer_norm, {x, gamma, beta}, Attrs{{"eps", eps}})[0];
 }
 }  // namespace ops
 

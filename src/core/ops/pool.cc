@@ -15,6 +15,10 @@
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
 
+LOOM_OP_KIND(avg_pool2d_grad);
+LOOM_OP_KIND(global_avg_pool_grad);
+LOOM_OP_KIND(max_pool2d_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -97,7 +101,7 @@ LOOM_OP(max_pool2d) {
   };
   def.saved_outputs = {1};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("max_pool2d_grad", {a.outputs[1], a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{Call1(op_kind::max_pool2d_grad, {a.outputs[1], a.grad_outputs[0]}, WithInputShape(a))};
   };
 }
 // argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
@@ -115,7 +119,7 @@ LOOM_OP(max_pool2d_grad) {
 LOOM_OP(avg_pool2d) {
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferPool("avg_pool2d", in, a); };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("avg_pool2d_grad", {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{Call1(op_kind::avg_pool2d_grad, {a.grad_outputs[0]}, WithInputShape(a))};
   };
 }
 // dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
@@ -138,7 +142,7 @@ LOOM_OP(global_avg_pool) {
     return std::vector<TensorMeta>{{{x[0], x[1]}, in[0].dtype}};
   };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("global_avg_pool_grad", {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{Call1(op_kind::global_avg_pool_grad, {a.grad_outputs[0]}, WithInputShape(a))};
   };
 }
 // dy: (N, C) -> dx: x_shape (N, C, H, W) = dy / (H W) everywhere in the plane
@@ -156,14 +160,14 @@ LOOM_OP(global_avg_pool_grad) {
 
 namespace ops {
 Tensor MaxPool2d(const Tensor& x, const Pool2dOptions& opt) {
-  return Call("max_pool2d", {x}, PoolAttrs(opt, "max_pool2d"))[0];
+  return Call(op_kind::max_pool2d, {x}, PoolAttrs(opt, "max_pool2d"))[0];
 }
 Tensor AvgPool2d(const Tensor& x, const Pool2dOptions& opt) {
   Attrs a = PoolAttrs(opt, "avg_pool2d");
   a.Set("count_include_pad", int64_t(opt.count_include_pad));
-  return Call1("avg_pool2d", {x}, a);
+  return Call1(op_kind::avg_pool2d, {x}, a);
 }
-Tensor GlobalAvgPool(const Tensor& x) { return Call1("global_avg_pool", {x}); }
+Tensor GlobalAvgPool(const Tensor& x) { return Call1(op_kind::global_avg_pool, {x}); }
 }  // namespace ops
 
 }  // namespace loom

@@ -15,6 +15,8 @@
 #include "core/ops.h"
 #include "core/scatter_geometry.h"
 
+LOOM_OP_KIND(gather_elements);
+
 namespace loom {
 
 using namespace opdecl;
@@ -62,9 +64,9 @@ LOOM_OP(scatter_elements) {
     const Tensor& idx = a.inputs[1];
     if (a.needs_input_grad[0]) {  // the overwritten elements get none
       const TensorMeta& u = a.input_metas[2];
-      grads[0] = Call1("scatter_elements", {dy, idx, ops::Zeros(u.shape, u.dtype, dy.device_ptr())}, a.attrs);
+      grads[0] = Call1(op_kind::scatter_elements, {dy, idx, ops::Zeros(u.shape, u.dtype, dy.device_ptr())}, a.attrs);
     }
-    if (a.needs_input_grad[2]) grads[2] = Call1("gather_elements", {dy, idx}, a.attrs);
+    if (a.needs_input_grad[2]) grads[2] = Call1(op_kind::gather_elements, {dy, idx}, a.attrs);
     return grads;
   };
 }

@@ -6,6 +6,9 @@
 
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(copy);
+LOOM_OP_KIND(slice_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -97,7 +100,7 @@ LOOM_OP(reshape) {
     // ops::Reshape hands us contiguous inputs (its copy has autograd of its own). Tensor::Reshape
     // calls the op directly; a strided input then gets a private copy, which autograd need not
     // see: reshape's backward reshapes the gradient back either way.
-    Tensor c = x.is_contiguous() ? x : Call1("copy", {x});
+    Tensor c = x.is_contiguous() ? x : Call1(op_kind::copy, {x});
     return ViewOf(c, shape, ContiguousStrides(shape), c.offset());
   };
   def.backward = [](const BackwardArgs& a) {
@@ -199,7 +202,7 @@ LOOM_OP(slice) {
   def.backward = [](const BackwardArgs& a) {
     Attrs attrs = a.attrs;
     attrs.Set("shape", a.input_metas[0].shape);
-    return std::vector<Tensor>{Call1("slice_grad", {a.grad_outputs[0]}, attrs)};
+    return std::vector<Tensor>{Call1(op_kind::slice_grad, {a.grad_outputs[0]}, attrs)};
   };
 }
 
@@ -249,32 +252,32 @@ namespace ops {
 
 Tensor Reshape(const Tensor& x, const Shape& shape) {
   LOOM_CHECK(x.defined(), ValueError, "[reshape] input 0 is undefined");
-  return Call1("reshape", {x.Contiguous()}, Attrs{{"shape", shape}});
+  return Call1(op_kind::reshape, {x.Contiguous()}, Attrs{{"shape", shape}});
 }
 
 Tensor Transpose(const Tensor& x, int64_t a, int64_t b) {
-  return Call1("transpose", {x}, Attrs{{"a", a}, {"b", b}});
+  return Call1(op_kind::transpose, {x}, Attrs{{"a", a}, {"b", b}});
 }
 
 Tensor Permute(const Tensor& x, const std::vector<int64_t>& perm) {
-  return Call1("permute", {x}, Attrs{{"perm", perm}});
+  return Call1(op_kind::permute, {x}, Attrs{{"perm", perm}});
 }
 
 Tensor Concat(const std::vector<Tensor>& xs, int64_t axis) {
   LOOM_CHECK(!xs.empty(), ValueError, "[concat] needs at least one input");
-  return Call1("concat", xs, Attrs{{"axis", axis}});
+  return Call1(op_kind::concat, xs, Attrs{{"axis", axis}});
 }
 
 Tensor Slice(const Tensor& x, int64_t axis, int64_t start, int64_t end) {
   LOOM_CHECK(x.defined(), ValueError, "[slice] input 0 is undefined");
   // The record carries the normalised range, so kernels and dumps never see negative indices.
   SliceRange r = SliceBounds(x.shape(), axis, start, end);
-  return Call1("slice", {x}, Attrs{{"axis", r.axis}, {"start", r.start}, {"end", r.end}});
+  return Call1(op_kind::slice, {x}, Attrs{{"axis", r.axis}, {"start", r.start}, {"end", r.end}});
 }
 
 Tensor BroadcastTo(const Tensor& x, const Shape& shape) {
   if (x.defined() && x.shape() == shape) return x;
-  return Call1("broadcast_to", {x}, Attrs{{"shape", shape}});
+  return Call1(op_kind::broadcast_to, {x}, Attrs{{"shape", shape}});
 }
 
 Tensor Flatten(const Tensor& x, int64_t start_axis) {
