@@ -34,6 +34,11 @@ struct OpRecord {
   uint64_t rng_offset = 0;      // first Philox counter of a random op, relative to the run's base
 
   const std::string& name() const;
+  // Binds attrs to def's declaration, checking them, unless they are bound to it already (Note
+  // [Declared attributes] in core/attrs.h): where a record meets its op.
+  void BindAttrs() {
+    if (attrs.op() != def) attrs.Bind(*def);
+  }
 };
 
 // What a kernel gets besides the record: the device and per-run values.
@@ -75,6 +80,12 @@ struct OpDef {
   // Why the op has no Python function of its name ("backward of relu", "made by a graph pass");
   // null for a user-facing op, which loom.autograd then provides (test/python/test_bindings.py).
   const char* internal = nullptr;
+  // Note [Declared attributes] (core/attrs.h): every attribute the op has, with its type, that
+  // anything reads: `def.attrs = {{"axis", kInt}, {"keepdims", kInt}};` (kInt, kFloat, kInts,
+  // kStr: core/ops/common.h). A record's attributes are checked against it where the record
+  // meets the op (a key not declared or a value of another type is an AttrError naming the op
+  // and listing these), and a read of a key not declared here is an InternalError.
+  std::vector<AttrDecl> attrs;
   // Validates inputs and attributes (throwing typed errors that name the op) and returns the
   // outputs' shapes and dtypes.
   std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;

@@ -42,6 +42,7 @@ void RunElementwise(const OpDef& op, const Tensor& x, const Tensor& y, Attrs att
   OpRecord r;
   r.def = &op;
   r.attrs = std::move(attrs);
+  r.BindAttrs();  // Note [Declared attributes]: RunKernel takes bound records only
   r.inputs = {x};
   r.outputs = {y};
   KernelContext plain = ctx;

@@ -179,7 +179,7 @@ WeightGuard::~WeightGuard() {
 void WeightGuard::Convert(bool to_blocked, void* scratch, size_t scratch_bytes) {
   OpRecord op;
   op.def = &op_kind::conv_weight_layout;
-  op.attrs.Set("blocked", int64_t(to_blocked ? 1 : 0));
+  op.attrs.Bind(*op.def).Set("blocked", int64_t(to_blocked ? 1 : 0));  // Note [Declared attributes]
   op.inputs = {whole_};
   op.outputs = {whole_};
   KernelContext ctx;

@@ -90,7 +90,7 @@ Counts Count(const Graph& g) {
     c.fused_grad += op.def == &op_kind::batch_norm_grad && op.attrs.Int("relu", 0) == 1;
     c.relu += op.def == &op_kind::relu;
     c.relu_grad += op.def == &op_kind::relu_grad;
-    c.a_blocked += op.attrs.Int("a_blocked", 0) != 0;
+    c.a_blocked += IntAttrOrZero(op, "a_blocked") != 0;
   }
   return c;
 }

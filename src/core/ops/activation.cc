@@ -12,14 +12,17 @@ using namespace opdecl;
 #define LOOM_GRAD_INFER(opname) [](const std::vector<TensorMeta>& in, const Attrs&) { return SameShapePair(#opname, in); }
 
 // Declares an activation whose backward is `gradop(saved, dy)`; `saved` is its input or output.
-// The gradient op comes first: the forward's backward calls it by kind (Note [Op kinds]).
-#define LOOM_ACTIVATION(opname, save_output)                                                     \
+// The gradient op comes first: the forward's backward calls it by kind (Note [Op kinds]). Both
+// declare `attributes` (the gradient gets the forward's).
+#define LOOM_ACTIVATION(opname, save_output, attributes)                                         \
   LOOM_OP(opname##_grad) {                                                                       \
     def.internal = "backward of " #opname;                                                       \
+    def.attrs = attributes;                                                                      \
     def.infer = LOOM_GRAD_INFER(opname##_grad);                                                  \
     def.shareable_inputs = {0, 1};                                                               \
   }                                                                                              \
   LOOM_OP(opname) {                                                                              \
+    def.attrs = attributes;                                                                      \
     def.infer = LOOM_ACT_INFER(opname);                                                          \
     if (save_output) def.saved_outputs = {0}; else def.saved_inputs = {0};                       \
     def.shareable_inputs = {0};                                                                  \
@@ -29,12 +32,14 @@ using namespace opdecl;
     };                                                                                           \
   }
 
-LOOM_ACTIVATION(relu, true)         // relu_grad(y, dy) = dy * (y > 0)
-LOOM_ACTIVATION(leaky_relu, false)  // leaky_relu_grad(x, dy) = dy * (x > 0 ? 1 : slope)
-LOOM_ACTIVATION(sigmoid, true)      // sigmoid_grad(y, dy) = dy * y * (1 - y)
-LOOM_ACTIVATION(tanh, true)         // tanh_grad(y, dy) = dy * (1 - y^2)
-LOOM_ACTIVATION(gelu, false)        // gelu_grad(x, dy): derivative of the tanh approximation
-LOOM_ACTIVATION(softplus, false)    // softplus_grad(x, dy) = dy * sigmoid(x)
+const std::vector<AttrDecl> kSlope = {{"slope", kFloat}};
+
+LOOM_ACTIVATION(relu, true, {})             // relu_grad(y, dy) = dy * (y > 0)
+LOOM_ACTIVATION(leaky_relu, false, kSlope)  // leaky_relu_grad(x, dy) = dy * (x > 0 ? 1 : slope)
+LOOM_ACTIVATION(sigmoid, true, {})          // sigmoid_grad(y, dy) = dy * y * (1 - y)
+LOOM_ACTIVATION(tanh, true, {})             // tanh_grad(y, dy) = dy * (1 - y^2)
+LOOM_ACTIVATION(gelu, false, {})            // gelu_grad(x, dy): derivative of the tanh approximation
+LOOM_ACTIVATION(softplus, false, {})        // softplus_grad(x, dy) = dy * sigmoid(x)
 
 namespace ops {
 Tensor Relu(const Tensor& x) { return Call1(op_kind::relu, {x}); }

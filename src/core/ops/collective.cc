@@ -37,6 +37,7 @@ void CheckToken(const char* op, const std::vector<TensorMeta>& in) {
 
 LOOM_OP(allreduce) {
   def.internal = "reached through DistOpt, SyncBatchNorm2d and the gradient-bucket pass";
+  def.attrs = {{"comm", kInt}, {"reduce", kInt}, {"scale", kFloat}, {"compress", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckToken("allreduce", in);
     LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[allreduce] buffer must be floating, got ", Name(in[0].dtype));
@@ -64,6 +65,7 @@ LOOM_OP(allreduce) {
 
 LOOM_OP(allgather) {
   def.internal = "reached through loom.collective";
+  def.attrs = {{"comm", kInt}, {"size", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("allgather", in, 2);
     CheckToken("allgather", in);
@@ -77,6 +79,7 @@ LOOM_OP(allgather) {
 
 LOOM_OP(broadcast) {
   def.internal = "reached through DistOpt (parameters from rank 0)";
+  def.attrs = {{"comm", kInt}, {"root", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("broadcast", in, 2);
     CheckToken("broadcast", in);

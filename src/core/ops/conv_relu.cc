@@ -14,6 +14,7 @@ namespace loom {
 // attrs: conv2d's (stride, padding, dilation, groups)
 LOOM_OP(conv2d_relu) {
   def.internal = "made only by the graph pass in graph/fuse_bias_act.cc";
+  def.attrs = opdecl::Conv2dAttrs();
   // conv2d's checks and shapes (its messages name conv2d: the pass makes this op from a conv2d).
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return op_kind::conv2d.infer(in, a); };
   def.saved_inputs = {0, 1};

@@ -8,19 +8,28 @@ namespace loom {
 
 using namespace opdecl;
 
-LOOM_OP(fill) { def.infer = FromAttrs; }
+// What creation ops produce: the output's shape and dtype (FromAttrs), then their own values.
+const std::vector<AttrDecl> kCreationAttrs = {{"shape", kInts}, {"dtype", kInt}};
+
+LOOM_OP(fill) {
+  def.attrs = Join(kCreationAttrs, {{"value", kFloat}});
+  def.infer = FromAttrs;
+}
 
 // Random fills consume one Philox counter per four elements (see device/philox.h).
 static uint64_t RandomDraws(const OpRecord& op) { return uint64_t(op.outputs[0].numel() + 3) / 4; }
 LOOM_OP(uniform) {
+  def.attrs = Join(kCreationAttrs, {{"low", kFloat}, {"high", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
 LOOM_OP(normal) {
+  def.attrs = Join(kCreationAttrs, {{"mean", kFloat}, {"std", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
 LOOM_OP(bernoulli) {
+  def.attrs = Join(kCreationAttrs, {{"p", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
@@ -36,6 +45,7 @@ LOOM_OP(copy) {
 }
 
 LOOM_OP(cast) {
+  def.attrs = {{"dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("cast", in, 1);
     return std::vector<TensorMeta>{{in[0].shape, DType(a.Int("dtype"))}};

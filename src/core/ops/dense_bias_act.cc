@@ -38,6 +38,7 @@ void CheckAct(const char* op, const Attrs& attrs) {
 // x: (..., K), w: (K, N), b: (N) -> y: (..., N) = act(x w + b); attrs: act
 LOOM_OP(dense_bias_act) {
   def.internal = "made only by the graph pass in graph/fuse_bias_act.cc";
+  def.attrs = {{"act", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("dense_bias_act", in, 3);
     CheckFloat("dense_bias_act", in[0], "x");
@@ -72,6 +73,7 @@ LOOM_OP(dense_bias_act) {
 // db: (C) the sum over N and the trailing dimensions (conv2d_grad_bias's sum).
 LOOM_OP(bias_act_grad) {
   def.internal = "made by the graph pass in graph/fuse_bias_act.cc (and the backward of dense_bias_act)";
+  def.attrs = {{"act", kInt}, {"channels", kInt}};
   def.shareable_inputs = {0, 1};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     std::vector<TensorMeta> out = SameShapePair("bias_act_grad", in);

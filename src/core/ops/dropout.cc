@@ -20,6 +20,7 @@ void CheckProbability(double p) {
 
 // x -> (y, mask); attrs: p
 LOOM_OP(dropout) {
+  def.attrs = {{"p", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     std::vector<TensorMeta> out = UnaryFloat("dropout", in);
     CheckProbability(a.Float("p"));
@@ -36,6 +37,7 @@ LOOM_OP(dropout) {
 // (mask, dy) -> dx = dy * mask / (1 - p)
 LOOM_OP(dropout_grad) {
   def.internal = "backward of dropout";
+  def.attrs = {{"p", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("dropout_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kUInt8, DTypeError, "[dropout_grad] mask must be uint8, got ",

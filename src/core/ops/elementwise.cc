@@ -23,6 +23,9 @@ static std::vector<TensorMeta> ScalarForm(const std::string& op, const std::vect
 #define LOOM_PAIR_INFER(opname) \
   [](const std::vector<TensorMeta>& in, const Attrs&) { return SameShapePair(#opname, in); }
 
+// clamp's bounds; clamp_grad gets them from clamp's backward.
+const std::vector<AttrDecl> kClampAttrs = {{"lo", kFloat}, {"hi", kFloat}};
+
 // Gradient of a broadcast input: the output gradient summed down to the input's shape.
 static Tensor Unbroadcast(const Tensor& g, const TensorMeta& in) {
   return g.shape() == in.shape ? g : ops::SumTo(g, in.shape);
@@ -90,11 +93,13 @@ LOOM_OP(pow) {
 }
 
 LOOM_OP(add_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(add_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{a.grad_outputs[0]}; };
 }
 LOOM_OP(mul_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(mul_scalar);
   def.backward = [](const BackwardArgs& a) {
@@ -102,11 +107,13 @@ LOOM_OP(mul_scalar) {
   };
 }
 LOOM_OP(rsub_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(rsub_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{ops::Neg(a.grad_outputs[0])}; };
 }
 LOOM_OP(rdiv_scalar) {  // y = s / x, dy/dx = -y / x
+  def.attrs = {{"s", kFloat}};
   def.infer = LOOM_SCALAR_INFER(rdiv_scalar);
   def.saved_inputs = {0};
   def.saved_outputs = {0};
@@ -115,6 +122,7 @@ LOOM_OP(rdiv_scalar) {  // y = s / x, dy/dx = -y / x
   };
 }
 LOOM_OP(pow_scalar) {  // y = x^p, dy/dx = p x^(p-1)
+  def.attrs = {{"s", kFloat}};
   def.infer = LOOM_SCALAR_INFER(pow_scalar);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
@@ -159,6 +167,7 @@ LOOM_OP(abs_grad) {
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy * sign(x)
 LOOM_OP(clamp) {
+  def.attrs = kClampAttrs;
   def.infer = LOOM_SCALAR_INFER(clamp);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
@@ -167,6 +176,7 @@ LOOM_OP(clamp) {
 }
 LOOM_OP(clamp_grad) {
   def.internal = "backward of clamp";
+  def.attrs = kClampAttrs;
   def.infer = LOOM_PAIR_INFER(clamp_grad);
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy where lo <= x <= hi

@@ -46,6 +46,7 @@ LOOM_OP(embedding) {
 // indices: int32/int64 (...), dy: (..., D) -> dtable: (num_rows, D)
 LOOM_OP(embedding_grad) {
   def.internal = "backward of embedding";
+  def.attrs = {{"num_rows", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("embedding_grad", in, 2);
     CheckIndices("embedding_grad", in[0]);

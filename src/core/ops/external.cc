@@ -25,6 +25,7 @@ void SetExternalBackward(ExternalBackwardFn fn) {
 // (y, x0, x1, ...) -> y; attrs: id
 LOOM_OP(external) {
   def.internal = "made by loom.autograd.Operator (ops::External)";
+  def.attrs = {{"id", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() >= 2, ValueError, "[external] takes the result and at least one input, got ", in.size(),
                " tensors");

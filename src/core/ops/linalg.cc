@@ -78,6 +78,7 @@ Tensor OperandGrad(const Tensor& l, const Tensor& r, bool tl, bool tr, const Sha
 
 // a: (..., M, K), b: (..., K, N) -> (..., M, N), or (M, N) with sum_batch
 LOOM_OP(matmul) {
+  def.attrs = {{"ta", kInt}, {"tb", kInt}, {"sum_batch", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("matmul", in, 2);
     CheckFloat("matmul", in[0], "lhs");

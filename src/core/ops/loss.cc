@@ -39,6 +39,7 @@ std::vector<TensorMeta> InferLossGrad(const std::string& op, const std::vector<T
 
 // x: (...) -> y: (...), softmax along `axis`
 LOOM_OP(softmax) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmax("softmax", in, a); };
   def.saved_outputs = {0};
   def.backward = [](const BackwardArgs& a) {
@@ -48,11 +49,13 @@ LOOM_OP(softmax) {
 // (y, dy) -> dx = y * (dy - sum(dy * y, axis))
 LOOM_OP(softmax_grad) {
   def.internal = "backward of softmax";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmaxGrad("softmax_grad", in, a); };
 }
 
 // x: (...) -> y: (...), log of softmax along `axis`
 LOOM_OP(log_softmax) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmax("log_softmax", in, a); };
   def.saved_outputs = {0};
   def.backward = [](const BackwardArgs& a) {
@@ -62,6 +65,7 @@ LOOM_OP(log_softmax) {
 // (y, dy) -> dx = dy - exp(y) * sum(dy, axis)
 LOOM_OP(log_softmax_grad) {
   def.internal = "backward of log_softmax";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     return InferSoftmaxGrad("log_softmax_grad", in, a);
   };

@@ -13,6 +13,9 @@
 // Attribute relu (default 0), set only by the graph pass in graph/fuse_bn_relu.cc (Note [Batch
 // norm with ReLU] in device/cpu/kernels/norm.cc): batch_norm_train's output 0 is relu(y), and
 // batch_norm_grad's dy is the ReLU's gradient da, with the ReLU's output a as a sixth input.
+// The layout pass (graph/layout.cc) sets, for operands in the blocked layout, x_blocked and
+// y_blocked on batch_norm_train, x_blocked, dy_blocked, dx_blocked and a_blocked on
+// batch_norm_grad. batch_norm_grad's training (0/1) is set by the backward that makes it.
 #include <algorithm>
 
 #include "core/ops/common.h"
@@ -49,6 +52,7 @@ void CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
 //   -> y: (N, C, ...), batch mean (C), batch invstd (C), running_mean, running_var (in place)
 LOOM_OP(batch_norm_train) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in training mode";
+  def.attrs = {{"momentum", kFloat}, {"eps", kFloat}, {"relu", kInt}, {"x_blocked", kInt}, {"y_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckBatchNormInputs("batch_norm_train", in);
     const Shape& x = in[0].shape;
@@ -79,6 +83,7 @@ LOOM_OP(batch_norm_train) {
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y: (N, C, ...)
 LOOM_OP(batch_norm_infer) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in inference mode";
+  def.attrs = {{"eps", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckBatchNormInputs("batch_norm_infer", in);
     return std::vector<TensorMeta>{in[0]};
@@ -102,6 +107,8 @@ LOOM_OP(batch_norm_infer) {
 // relu = 1: dy is a ReLU's da and a its output; the gradient is taken of relu_grad(a, da).
 LOOM_OP(batch_norm_grad) {
   def.internal = "backward of batch_norm_train";
+  def.attrs = {{"eps", kFloat}, {"training", kInt}, {"relu", kInt}, {"x_blocked", kInt}, {"dy_blocked", kInt},
+                {"dx_blocked", kInt}, {"a_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const bool relu = a.Int("relu", 0) != 0;
     CheckArity("batch_norm_grad", in, relu ? 6 : 5);
@@ -117,6 +124,7 @@ LOOM_OP(batch_norm_grad) {
 
 // x: (..., D1..Dk), gamma, beta: (D1..Dk) -> y: x's shape, mean, invstd: (...) (the leading axes)
 LOOM_OP(layer_norm) {
+  def.attrs = {{"eps", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("layer_norm", in, 3);
     CheckFloat("layer_norm", in[0]);

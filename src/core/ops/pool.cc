@@ -1,7 +1,10 @@
 // 2-D pooling (NCHW): max, average and global average. Attributes of max/avg pooling and their
 // gradients: kernel (kh, kw), stride (sh, sw), padding (ph, pw), optionally padding_end
 // (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h); avg_pool2d also
-// count_include_pad (0/1); the gradients also x_shape, the input shape they produce.
+// count_include_pad (0/1); the gradients also x_shape, the input shape they produce. The layout
+// pass (graph/layout.cc) adds, for operands in the blocked layout, x_blocked, y_blocked and
+// argmax_blocked on max_pool2d, argmax_blocked, dy_blocked and dx_blocked on its gradient,
+// x_blocked on global_avg_pool and dx_blocked on its gradient.
 //
 // Each padding is at most half the kernel, so every window holds a pixel. avg_pool2d's
 // count_include_pad = 1 divides by kh * kw: every window lies inside the padded image, so this
@@ -24,6 +27,9 @@ namespace loom {
 using namespace opdecl;
 
 namespace {
+
+const std::vector<AttrDecl> kPoolGeometry = {
+    {"kernel", kInts}, {"stride", kInts}, {"padding", kInts}, {"padding_end", kInts}};
 
 struct PoolGeom {
   int64_t kh, kw, sh, sw, ph, pw;
@@ -74,10 +80,11 @@ std::vector<TensorMeta> InferPoolGrad(const char* op, const TensorMeta& dy, cons
   return {{x, dy.dtype}};
 }
 
-Attrs WithInputShape(const BackwardArgs& a) {
+// The gradient op `grad` on `in`, with the forward's attributes and the input shape it produces.
+Tensor PoolGrad(const OpDef& grad, const std::vector<Tensor>& in, const BackwardArgs& a) {
   Attrs ga = a.attrs;
-  ga.Set("x_shape", a.input_metas[0].shape);
-  return ga;
+  ga.Bind(grad).Set("x_shape", a.input_metas[0].shape);  // Note [Declared attributes]
+  return Call1(grad, in, ga);
 }
 
 Attrs PoolAttrs(const ops::Pool2dOptions& o, const char* op) {
@@ -92,6 +99,7 @@ Attrs PoolAttrs(const ops::Pool2dOptions& o, const char* op) {
 
 // x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW) (flat index in the plane)
 LOOM_OP(max_pool2d) {
+  def.attrs = Join(kPoolGeometry, {{"x_blocked", kInt}, {"y_blocked", kInt}, {"argmax_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     std::vector<TensorMeta> out = InferPool("max_pool2d", in, a);
     LOOM_CHECK(in[0].shape[2] * in[0].shape[3] <= int64_t(INT32_MAX), ShapeError, "[max_pool2d] input ",
@@ -101,12 +109,14 @@ LOOM_OP(max_pool2d) {
   };
   def.saved_outputs = {1};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1(op_kind::max_pool2d_grad, {a.outputs[1], a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::max_pool2d_grad, {a.outputs[1], a.grad_outputs[0]}, a)};
   };
 }
 // argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(max_pool2d_grad) {
   def.internal = "backward of max_pool2d";
+  def.attrs =
+      Join(kPoolGeometry, {{"x_shape", kInts}, {"argmax_blocked", kInt}, {"dy_blocked", kInt}, {"dx_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("max_pool2d_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kInt32 && in[0].shape == in[1].shape, ShapeError,
@@ -117,14 +127,16 @@ LOOM_OP(max_pool2d_grad) {
 
 // x: (N, C, H, W) -> y: (N, C, OH, OW)
 LOOM_OP(avg_pool2d) {
+  def.attrs = Join(kPoolGeometry, {{"count_include_pad", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferPool("avg_pool2d", in, a); };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1(op_kind::avg_pool2d_grad, {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::avg_pool2d_grad, {a.grad_outputs[0]}, a)};
   };
 }
 // dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(avg_pool2d_grad) {
   def.internal = "backward of avg_pool2d";
+  def.attrs = Join(kPoolGeometry, {{"count_include_pad", kInt}, {"x_shape", kInts}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("avg_pool2d_grad", in, 1);
     return InferPoolGrad("avg_pool2d_grad", in[0], a);
@@ -133,6 +145,7 @@ LOOM_OP(avg_pool2d_grad) {
 
 // x: (N, C, H, W) -> y: (N, C)
 LOOM_OP(global_avg_pool) {
+  def.attrs = {{"x_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("global_avg_pool", in, 1);
     CheckFloat("global_avg_pool", in[0]);
@@ -142,12 +155,13 @@ LOOM_OP(global_avg_pool) {
     return std::vector<TensorMeta>{{{x[0], x[1]}, in[0].dtype}};
   };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1(op_kind::global_avg_pool_grad, {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::global_avg_pool_grad, {a.grad_outputs[0]}, a)};
   };
 }
 // dy: (N, C) -> dx: x_shape (N, C, H, W) = dy / (H W) everywhere in the plane
 LOOM_OP(global_avg_pool_grad) {
   def.internal = "backward of global_avg_pool";
+  def.attrs = {{"x_shape", kInts}, {"dx_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("global_avg_pool_grad", in, 1);
     CheckFloat("global_avg_pool_grad", in[0], "dy");

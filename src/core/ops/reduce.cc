@@ -10,6 +10,9 @@ namespace loom {
 
 using namespace opdecl;
 
+// sum and max (and max_grad, which gets max's): the reduced run of axes [begin, end), keepdims.
+const std::vector<AttrDecl> kReduceAttrs = {{"begin", kInt}, {"end", kInt}, {"keepdims", kInt}};
+
 namespace {
 
 // Reduced shape for axes [a0, a1) of `s`, with or without the kept unit dimensions.
@@ -42,6 +45,7 @@ Tensor KeepDimsGrad(const BackwardArgs& a) {
 }  // namespace
 
 LOOM_OP(sum) {  // attrs: begin, end (the reduced run of axes), keepdims
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferReduce("sum", in, a); };
   def.backward = [](const BackwardArgs& a) {
     return std::vector<Tensor>{ops::BroadcastTo(KeepDimsGrad(a), a.input_metas[0].shape)};
@@ -49,6 +53,7 @@ LOOM_OP(sum) {  // attrs: begin, end (the reduced run of axes), keepdims
 }
 
 LOOM_OP(max) {  // attrs as sum; ties share the gradient equally
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferReduce("max", in, a); };
   def.saved_inputs = {0};
   def.saved_outputs = {0};
@@ -63,6 +68,7 @@ LOOM_OP(max) {  // attrs as sum; ties share the gradient equally
 // (x (outer, R, inner), y (outer, 1, inner), dy (outer, 1, inner)) -> dx: dy / ties where x == y
 LOOM_OP(max_grad) {
   def.internal = "backward of max";
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("max_grad", in, 3);
     return std::vector<TensorMeta>{in[0]};

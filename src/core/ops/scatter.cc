@@ -47,6 +47,7 @@ void CheckIndexShape(const char* op, const TensorMeta& x, const TensorMeta& idx,
 
 // x: (D...), indices: int32/int64 (E...), updates: (E...) -> y: (D...), Note [Element scatter and gather]
 LOOM_OP(scatter_elements) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("scatter_elements", in, 3);
     CheckFloat("scatter_elements", in[0], "x");
@@ -74,6 +75,7 @@ LOOM_OP(scatter_elements) {
 // x: (D...), indices: int32/int64 (E...) -> y: (E...), Note [Element scatter and gather]
 LOOM_OP(gather_elements) {
   def.internal = "backward of scatter_elements";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("gather_elements", in, 2);
     CheckFloat("gather_elements", in[0], "x");
@@ -91,6 +93,7 @@ LOOM_OP(gather_elements) {
 // producing a tensor of the old shape.
 // shape: int32/int64 (R) -> y: attrs.shape, attrs.dtype, every element attrs.value
 LOOM_OP(constant_of_shape) {
+  def.attrs = {{"shape", kInts}, {"dtype", kInt}, {"value", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("constant_of_shape", in, 1);
     LOOM_CHECK(in[0].dtype == DType::kInt32 || in[0].dtype == DType::kInt64, DTypeError,

@@ -88,9 +88,13 @@ Tensor ViewOf(const Tensor& x, Shape shape, Shape strides, int64_t offset) {
 
 }  // namespace
 
+// slice's normalised range; slice_grad gets it from slice's backward, with the input's shape.
+const std::vector<AttrDecl> kSliceAttrs = {{"axis", kInt}, {"start", kInt}, {"end", kInt}};
+
 // ---- views ----
 
 LOOM_OP(reshape) {
+  def.attrs = {{"shape", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("reshape", in, 1);
     return std::vector<TensorMeta>{{ResolveReshape(in[0].shape, a.Ints("shape")), in[0].dtype}};
@@ -109,6 +113,7 @@ LOOM_OP(reshape) {
 }
 
 LOOM_OP(transpose) {
+  def.attrs = {{"a", kInt}, {"b", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("transpose", in, 1);
     int64_t r = int64_t(in[0].shape.size());
@@ -131,6 +136,7 @@ LOOM_OP(transpose) {
 }
 
 LOOM_OP(permute) {
+  def.attrs = {{"perm", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("permute", in, 1);
     std::vector<int64_t> p = CheckPermutation(in[0].shape, a.Ints("perm"));
@@ -159,6 +165,7 @@ LOOM_OP(permute) {
 // ---- copies ----
 
 LOOM_OP(concat) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(!in.empty(), ValueError, "[concat] needs at least one input");
     const Shape& s0 = in[0].shape;
@@ -192,6 +199,7 @@ LOOM_OP(concat) {
 }
 
 LOOM_OP(slice) {
+  def.attrs = kSliceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("slice", in, 1);
     SliceRange r = SliceBounds(in[0].shape, a.Int("axis"), a.Int("start"), a.Int("end"));
@@ -200,8 +208,8 @@ LOOM_OP(slice) {
     return std::vector<TensorMeta>{{s, in[0].dtype}};
   };
   def.backward = [](const BackwardArgs& a) {
-    Attrs attrs = a.attrs;
-    attrs.Set("shape", a.input_metas[0].shape);
+    Attrs attrs = a.attrs;  // slice's, for slice_grad (Note [Declared attributes])
+    attrs.Bind(op_kind::slice_grad).Set("shape", a.input_metas[0].shape);
     return std::vector<Tensor>{Call1(op_kind::slice_grad, {a.grad_outputs[0]}, attrs)};
   };
 }
@@ -210,6 +218,7 @@ LOOM_OP(slice) {
 // written at [start, end) along axis.
 LOOM_OP(slice_grad) {
   def.internal = "backward of slice";
+  def.attrs = Join(kSliceAttrs, {{"shape", kInts}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("slice_grad", in, 1);
     const Shape& full = a.Ints("shape");
@@ -228,6 +237,7 @@ LOOM_OP(slice_grad) {
 }
 
 LOOM_OP(broadcast_to) {
+  def.attrs = {{"shape", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("broadcast_to", in, 1);
     const Shape& s = in[0].shape;

@@ -23,6 +23,8 @@
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_shapes.h"
 
+LOOM_OP_KIND(batch_norm_grad);
+
 namespace loom {
 namespace cuda {
 namespace {
@@ -399,8 +401,16 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // attribute (Note [Activation layouts] in graph/layout.cc, which reads a predicate as knowing
 // its attributes): the graph passes leave these records as they are on a CUDA device.
 bool BatchNormSupportsCuda(const OpRecord& op) {
-  for (const char* a : {"relu", "x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
-    if (op.attrs.Int(a, 0) != 0) return false;
+  // The attributes each op declares (Note [Declared attributes] in core/attrs.h).
+  static const char* const kTrain[] = {"relu", "x_blocked", "y_blocked"};
+  static const char* const kGrad[] = {"relu", "x_blocked", "dy_blocked", "dx_blocked", "a_blocked"};
+  if (op.def == &op_kind::batch_norm_grad) {
+    for (const char* a : kGrad)
+      if (op.attrs.Int(a, 0) != 0) return false;
+  } else {
+    for (const char* a : kTrain)
+      if (op.attrs.Int(a, 0) != 0) return false;
+  }
   return true;
 }
 

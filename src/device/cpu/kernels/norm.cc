@@ -23,6 +23,8 @@
 #include "device/cpu/kernels/common.h"
 #include "core/elementwise_formulas.h"
 
+LOOM_OP_KIND(batch_norm_grad);
+
 namespace loom {
 namespace cpu {
 namespace {
@@ -720,9 +722,14 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 // multiple of 16; relu = 1 (Note [Batch norm with ReLU]) with, for the gradient, the ReLU's
 // output as a sixth input of x's shape.
 bool BatchNormSupports(const OpRecord& op) {
+  // The layout attributes each op declares (Note [Declared attributes] in core/attrs.h).
+  static const char* const kTrain[] = {"x_blocked", "y_blocked"};
+  static const char* const kGrad[] = {"x_blocked", "dy_blocked", "dx_blocked", "a_blocked"};
   bool blocked = false;
-  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked", "a_blocked"})
-    blocked |= op.attrs.Int(a, 0) != 0;
+  if (op.def == &op_kind::batch_norm_grad)
+    for (const char* a : kGrad) blocked |= op.attrs.Int(a, 0) != 0;
+  else
+    for (const char* a : kTrain) blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
   return !blocked || (x.size() == 4 && x[1] % kGroup == 0);
 }
