@@ -32,6 +32,9 @@ void Device::LaunchDeviceGraph(const void*, uint64_t, uint64_t) {
 void Device::RunKernel(const OpRecord& op, const KernelContext& ctx) {
   KernelFn fn = op.def->kernels[int(type_)];
   LOOM_ASSERT(fn, "no ", Name(type_), " kernel for ", op.name());
+  // Note [Declared attributes]: every record reaches its kernel through Submit or an OpList,
+  // which bound its attributes; one pointer comparison keeps it so.
+  LOOM_ASSERT(op.attrs.op() == op.def, op.name(), " record reached its kernel with attributes not bound to it");
   fn(op, ctx);
   ops_run_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -88,8 +91,19 @@ std::string Device::capture_name() const {
   return s ? s->capture_name() : std::string();
 }
 
+bool Device::Supports(const OpRecord& op) const {
+  if (op.attrs.op() != op.def) {  // a record made by a pass: checked as Submit would
+    OpRecord bound = op;
+    bound.BindAttrs();
+    return Supports(bound);
+  }
+  auto pred = op.def->supports[int(type_)];
+  return HasKernel(*op.def) && (!pred || pred(op));
+}
+
 void Device::Submit(OpRecord op) {
   LOOM_CHECK(HasKernel(*op.def), DeviceError, "[", op.name(), "] has no kernel for device ", name());
+  op.BindAttrs();  // Note [Declared attributes]: bound already by Call; a record built by hand here
   for (const Tensor& t : op.inputs)
     LOOM_CHECK(t.device() == this, DeviceError, "[", op.name(), "] input ", t.Describe(), " is not on ", name());
   for (const Tensor& t : op.outputs)

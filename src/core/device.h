@@ -90,10 +90,9 @@ class Device : public std::enable_shared_from_this<Device> {
   bool HasKernel(const OpDef& def) const { return def.kernels[int(type_)] != nullptr; }
   // This device has a kernel for op.def and that kernel handles this record (Note [What a kernel
   // supports] in core/op.h). Graph passes ask it before they create a fused op.
-  bool Supports(const OpRecord& op) const {
-    auto pred = op.def->supports[int(type_)];
-    return HasKernel(*op.def) && (!pred || pred(op));
-  }
+  // A record whose attributes are not bound to its op yet (a pass's new record) is checked as
+  // Submit would check it (Note [Declared attributes] in core/attrs.h).
+  bool Supports(const OpRecord& op) const;
   uint64_t ops_run() const { return ops_run_.load(std::memory_order_relaxed); }
   // Eager memory timeline: when on, every eagerly run op appends (op name, live bytes after it).
   // For plots and tests; off by default.

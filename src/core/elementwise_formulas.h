@@ -127,9 +127,17 @@ template <typename T>
 struct Params {
   T s, lo, hi, slope;
 };
+// Those the record has, 0 for the others: each op declares only the ones its formula reads, and
+// asking relu for a slope would read a key relu does not declare (Note [Declared attributes]).
 template <typename T>
 Params<T> ReadParams(const Attrs& a) {
-  return Params<T>{T(a.Float("s", 0)), T(a.Float("lo", 0)), T(a.Float("hi", 0)), T(a.Float("slope", 0))};
+  Params<T> p{T(0), T(0), T(0), T(0)};
+  for (const auto& kv : a.items()) {
+    const std::string& k = kv.first;
+    T* slot = k == "s" ? &p.s : k == "lo" ? &p.lo : k == "hi" ? &p.hi : k == "slope" ? &p.slope : nullptr;
+    if (slot) *slot = T(a.Float(k));
+  }
+  return p;
 }
 
 // One functor per row: ew::add_f{}(a, b), ew::relu_f{}(x, params), ew::relu_grad_f{}(s, dy, params).

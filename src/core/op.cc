@@ -28,6 +28,51 @@ std::string Attrs::ToString() const {
   return o.str();
 }
 
+// ---- Note [Declared attributes] (core/attrs.h) ----
+
+namespace {
+const AttrDecl* FindDecl(const OpDef& op, const std::string& key) {
+  for (const AttrDecl& d : op.attrs)
+    if (d.key == key) return &d;
+  return nullptr;
+}
+
+// "stride (a list of ints), groups (an int)", for messages.
+std::string DescribeDecls(const OpDef& op) {
+  static const char* const names[] = {"an int", "a number", "a list of ints", "a str"};
+  std::string s;
+  for (const AttrDecl& d : op.attrs) s += detail::Cat(s.empty() ? "" : ", ", d.key, " (", names[int(d.type)], ")");
+  return s;
+}
+}  // namespace
+
+void Attrs::CheckSet(const OpDef& op, const std::string& key, const AttrValue& v) {
+  const AttrDecl* d = FindDecl(op, key);
+  if (!d) {
+    if (op.attrs.empty()) throw AttrError(detail::Cat("[", op.name, "] has no attribute '", key, "'; it takes none"));
+    throw AttrError(detail::Cat("[", op.name, "] has no attribute '", key, "'; its attributes: ", DescribeDecls(op)));
+  }
+  // A float attribute takes an int too, as Float reads it.
+  const bool ok = size_t(d->type) == v.index() || (d->type == AttrType::kFloat && v.index() == 0);
+  if (!ok) {
+    const char* want = d->type == AttrType::kFloat ? "a number" : TypeName(size_t(d->type));
+    throw AttrError(detail::Cat("[", op.name, "] ", WrongType(key, want, v).what()));
+  }
+}
+
+void Attrs::CheckDeclared(const OpDef& op, const std::string& key) {
+  const bool declared = FindDecl(op, key) != nullptr;
+  LOOM_ASSERT(declared, "[", op.name, "] reads attribute '", key,
+              "', which the op does not declare (Note [Declared attributes]); it declares: ",
+              op.attrs.empty() ? "none" : DescribeDecls(op));
+}
+
+Attrs& Attrs::Bind(const OpDef& op) {
+  for (const auto& kv : items_) CheckSet(op, kv.first, kv.second);
+  op_ = &op;
+  return *this;
+}
+
 namespace {
 std::map<std::string, std::unique_ptr<OpDef>>& Registry() {
   static std::map<std::string, std::unique_ptr<OpDef>> r;
@@ -102,14 +147,22 @@ static auto NamingAttrErrors(const std::string& name, F&& call) -> decltype(call
   }
 }
 
-static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs);
+static std::vector<Tensor> CallOp(const OpDef& def, const std::vector<Tensor>& given, const Attrs& attrs);
 
-std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
-  return NamingAttrErrors(name, [&] { return CallOp(name, given, attrs); });
+std::vector<Tensor> Call(const OpDef& op, const std::vector<Tensor>& given, const Attrs& attrs) {
+  return NamingAttrErrors(op.name, [&] { return CallOp(op, given, attrs); });
 }
 
-static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
-  const OpDef& def = GetOp(name);
+std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& given, const Attrs& attrs) {
+  return Call(GetOp(name), given, attrs);
+}
+
+static std::vector<Tensor> CallOp(const OpDef& def, const std::vector<Tensor>& given, const Attrs& given_attrs) {
+  const std::string& name = def.name;
+  // Note [Declared attributes]: checked before anything reads them; shape inference, the record
+  // and the autograd node (so the backward) see them bound.
+  Attrs attrs = given_attrs;
+  if (attrs.op() != &def) attrs.Bind(def);
   Device* dev = CommonDevice(def, given);
   LOOM_CHECK(dev, ValueError, "[", name, "] needs at least one input (use CallInto for creation ops)");
   std::vector<Tensor> inputs = given;
@@ -155,23 +208,34 @@ static std::vector<Tensor> CallOp(const std::string& name, const std::vector<Ten
   return outputs;
 }
 
-Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
-  std::vector<Tensor> out = Call(name, inputs, attrs);
-  LOOM_ASSERT(out.size() == 1, name, " returns ", out.size(), " outputs");
+Tensor Call1(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<Tensor> out = Call(op, inputs, attrs);
+  LOOM_ASSERT(out.size() == 1, op.name, " returns ", out.size(), " outputs");
   return out[0];
 }
 
-static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  return Call1(GetOp(name), inputs, attrs);
+}
+
+static void CallIntoOp(const OpDef& def, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                        const Attrs& attrs);
+
+void CallInto(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs) {
+  NamingAttrErrors(op.name, [&] { CallIntoOp(op, inputs, outputs, attrs); });
+}
 
 void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
               const Attrs& attrs) {
-  NamingAttrErrors(name, [&] { CallIntoOp(name, inputs, outputs, attrs); });
+  CallInto(GetOp(name), inputs, outputs, attrs);
 }
 
-static void CallIntoOp(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                       const Attrs& attrs) {
-  const OpDef& def = GetOp(name);
+static void CallIntoOp(const OpDef& def, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                       const Attrs& given_attrs) {
+  const std::string& name = def.name;
+  Attrs attrs = given_attrs;  // Note [Declared attributes]
+  if (attrs.op() != &def) attrs.Bind(def);
   LOOM_ASSERT(!def.view, "CallInto on view op ", name);
   std::vector<Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());

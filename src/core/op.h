@@ -34,6 +34,11 @@ struct OpRecord {
   uint64_t rng_offset = 0;      // first Philox counter of a random op, relative to the run's base
 
   const std::string& name() const;
+  // Binds attrs to def's declaration, checking them, unless they are bound to it already (Note
+  // [Declared attributes] in core/attrs.h): where a record meets its op.
+  void BindAttrs() {
+    if (attrs.op() != def) attrs.Bind(*def);
+  }
 };
 
 // What a kernel gets besides the record: the device and per-run values.
@@ -75,6 +80,12 @@ struct OpDef {
   // Why the op has no Python function of its name ("backward of relu", "made by a graph pass");
   // null for a user-facing op, which loom.autograd then provides (test/python/test_bindings.py).
   const char* internal = nullptr;
+  // Note [Declared attributes] (core/attrs.h): every attribute the op has, with its type, that
+  // anything reads: `def.attrs = {{"axis", kInt}, {"keepdims", kInt}};` (kInt, kFloat, kInts,
+  // kStr: core/ops/common.h). A record's attributes are checked against it where the record
+  // meets the op (a key not declared or a value of another type is an AttrError naming the op
+  // and listing these), and a read of a key not declared here is an InternalError.
+  std::vector<AttrDecl> attrs;
   // Validates inputs and attributes (throwing typed errors that name the op) and returns the
   // outputs' shapes and dtypes.
   std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;
@@ -125,9 +136,14 @@ std::vector<std::string> ListOps();
 
 // Note [Op kinds]
 // Code that must recognise an op (a graph pass looking for an SGD update) compares OpDef
-// addresses, never names: LOOM_OP(relu) also defines the handle `loom::op_kind::relu`, and a
-// file that needs it declares it with LOOM_OP_KIND(relu) at global scope. A misspelt kind is
-// then a link error, not a pass that silently never fires. LOOM_OP is used inside namespace loom.
+// addresses, never names, and code that calls an op (the ops:: wrappers, backward functions,
+// kernels that run another op's kernel) calls it by kind, `Call1(op_kind::erf_grad, {x, dy})`:
+// LOOM_OP(relu) also defines the handle `loom::op_kind::relu`, and a file that needs it
+// declares it with LOOM_OP_KIND(relu) at global scope. A misspelt kind is then a link error, not
+// a pass that silently never fires or a call that fails only when it runs. Names remain for
+// what is data: Python's call_op, the ONNX importer, dumps. LOOM_OP is used inside namespace
+// loom. The handles are references bound by static initialisers: use them at run time, not
+// from another static initialiser.
 OpDef& DefineOp(const char* name, void (*define)(OpDef&));
 
 #define LOOM_CONCAT_INNER(a, b) a##b
@@ -161,12 +177,18 @@ OpDef& DefineOp(const char* name, void (*define)(OpDef&));
       (::loom::RegisterKernel(#opname, ::loom::DeviceType::devtype, fn), true)
 
 // ---- Calling ops ----
-// Call: runs (or buffers) `name` on `inputs`, creating fresh outputs, and records autograd
-// history when gradients are enabled and an input requires them.
+// Call: runs (or buffers) op `op` on `inputs`, creating fresh outputs, and records autograd
+// history when gradients are enabled and an input requires them. C++ names the op by its kind,
+// `Call1(op_kind::relu, {x})` (Note [Op kinds]); the forms taking a name are for callers whose
+// op names are data (Python's call_op, tests).
+std::vector<Tensor> Call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+Tensor Call1(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
 std::vector<Tensor> Call(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
 Tensor Call1(const std::string& name, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
 // CallInto: writes into given outputs (in-place updates such as optimizer steps, fills).
 // No autograd history.
+void CallInto(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs = {});
 void CallInto(const std::string& name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
               const Attrs& attrs = {});
 

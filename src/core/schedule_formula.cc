@@ -32,6 +32,16 @@ Attrs ToAttrs(const Spec& s) {
   return a;
 }
 
+std::vector<AttrDecl> AttrDecls() {
+  std::vector<AttrDecl> d = {{"segments", AttrType::kInt}, {"milestones", AttrType::kInts}};
+  for (int i = 0; i < kMaxSegments; ++i) {
+    d.push_back({Key(i, "kind"), AttrType::kStr});
+    for (const char* f : {"start", "period", "staircase", "milestones"}) d.push_back({Key(i, f), AttrType::kInt});
+    for (const char* f : {"v0", "v1", "gamma"}) d.push_back({Key(i, f), AttrType::kFloat});
+  }
+  return d;
+}
+
 Spec FromAttrs(const Attrs& a) {
   Spec s;
   std::memset(&s, 0, sizeof s);

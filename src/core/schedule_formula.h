@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/attrs.h"
 #include "core/host_device.h"
@@ -93,6 +94,9 @@ const char* KindName(int32_t kind);  // "cosine"; "?" for anything else
 Attrs ToAttrs(const Spec& s);
 // The inverse; a malformed attribute list (from Python's call_op) is a ValueError.
 Spec FromAttrs(const Attrs& a);
+// lr_schedule's declaration of them (Note [Declared attributes]): the keys of every segment up
+// to kMaxSegments.
+std::vector<AttrDecl> AttrDecls();
 
 }  // namespace sched
 }  // namespace loom

@@ -7,6 +7,10 @@
 #include "core/op.h"
 #include "core/device.h"
 
+LOOM_OP_KIND(copy);
+LOOM_OP_KIND(reshape);
+LOOM_OP_KIND(transpose);
+
 namespace loom {
 
 Tensor::Tensor(const Shape& shape, DType dtype, std::shared_ptr<Device> device)
@@ -172,16 +176,16 @@ std::string Tensor::ToString(int64_t max_items) const {
 }
 
 Tensor Tensor::Reshape(const Shape& shape) const {
-  return Call1("reshape", {*this}, Attrs{{"shape", shape}});
+  return Call1(op_kind::reshape, {*this}, Attrs{{"shape", shape}});
 }
 
 Tensor Tensor::Transpose(int64_t a, int64_t b) const {
-  return Call1("transpose", {*this}, Attrs{{"a", a}, {"b", b}});
+  return Call1(op_kind::transpose, {*this}, Attrs{{"a", a}, {"b", b}});
 }
 
 Tensor Tensor::Contiguous() const {
   if (is_contiguous()) return *this;
-  return Call1("copy", {*this});
+  return Call1(op_kind::copy, {*this});
 }
 
 }  // namespace loom

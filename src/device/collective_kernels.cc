@@ -7,6 +7,10 @@
 #include "core/comm_registry.h"
 #include "core/device.h"
 
+LOOM_OP_KIND(cast);
+LOOM_OP_KIND(copy);
+LOOM_OP_KIND(mul_scalar);
+
 namespace loom {
 
 namespace {
@@ -33,11 +37,12 @@ void OnWire(const KernelContext& ctx, const Communicator& comm, void* buf, size_
   if (back) dev.MemcpyFromHost(buf, host.data(), bytes);
 }
 
-// Runs the device's kernel of `name` on x -> y (element-wise: may be the same tensor).
-void RunElementwise(const char* name, const Tensor& x, const Tensor& y, Attrs attrs, const KernelContext& ctx) {
+// Runs the device's kernel of `op` on x -> y (element-wise: may be the same tensor).
+void RunElementwise(const OpDef& op, const Tensor& x, const Tensor& y, Attrs attrs, const KernelContext& ctx) {
   OpRecord r;
-  r.def = &GetOp(name);
+  r.def = &op;
   r.attrs = std::move(attrs);
+  r.BindAttrs();  // Note [Declared attributes]: RunKernel takes bound records only
   r.inputs = {x};
   r.outputs = {y};
   KernelContext plain = ctx;
@@ -62,7 +67,7 @@ void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& t = op.outputs[0];
   const int64_t n = t.numel();
   if (op.inputs[0].raw_data() != t.raw_data())  // out of place (ops::AllReduced)
-    RunElementwise("copy", op.inputs[0], t, Attrs{}, ctx);
+    RunElementwise(op_kind::copy, op.inputs[0], t, Attrs{}, ctx);
   const ReduceOp rop = op.attrs.Int("reduce", 0) ? ReduceOp::kMax : ReduceOp::kSum;
   const auto compress = Compression(op.attrs.Int("compress", 0));
   if (compress == Compression::kNone) {
@@ -81,12 +86,12 @@ void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
     block->Bind(scratch ? scratch : owned);
     const DType w = WireType(compress);
     Tensor wire(block, t.shape(), ContiguousStrides(t.shape()), 0, w);
-    RunElementwise("cast", t, wire, Attrs{{"dtype", int64_t(w)}}, ctx);
+    RunElementwise(op_kind::cast, t, wire, Attrs{{"dtype", int64_t(w)}}, ctx);
     OnWire(ctx, *comm, wire.raw_data(), bytes, true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
-    RunElementwise("cast", wire, t, Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
+    RunElementwise(op_kind::cast, wire, t, Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
   }
   const double scale = op.attrs.Float("scale", 1.0);
-  if (scale != 1.0) RunElementwise("mul_scalar", t, t, Attrs{{"s", scale}}, ctx);
+  if (scale != 1.0) RunElementwise(op_kind::mul_scalar, t, t, Attrs{{"s", scale}}, ctx);
 }
 
 // x: (n...), token -> y: (size, n...), token

@@ -45,6 +45,7 @@ int OpList::BlockIndex(const Block* b) const {
 }
 
 void OpList::Append(OpRecord op) {
+  op.BindAttrs();  // a pass's new record meets its op here (Note [Declared attributes])
   AccessList acc;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     const int b = Index(op.inputs[i].block_ptr());

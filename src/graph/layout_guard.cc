@@ -32,6 +32,7 @@ void LayoutGuard::Convert(bool to_kernel, void* scratch, size_t scratch_bytes) {
   OpRecord op;
   op.def = request_.convert;
   op.attrs = to_kernel ? request_.to_kernel : request_.to_own;
+  op.attrs.Bind(*op.def);  // Note [Declared attributes]
   op.inputs = {request_.whole};
   op.outputs = {request_.whole};
   KernelContext ctx;

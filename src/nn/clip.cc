@@ -6,6 +6,8 @@
 #include "core/op.h"
 #include "core/ops.h"
 
+LOOM_OP_KIND(grad_norm);
+
 namespace loom {
 namespace nn {
 
@@ -27,7 +29,7 @@ Tensor GlobalGradNorm(const std::vector<Tensor>& grads) {
                grads[0].Describe(), " and ", g.Describe());
   }
   NoGradGuard no_grad;
-  return Call1("grad_norm", grads);
+  return Call1(op_kind::grad_norm, grads);
 }
 
 Tensor ClipScale(const Tensor& norm, double max_norm, double eps) {

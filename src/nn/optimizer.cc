@@ -6,6 +6,10 @@
 #include "core/ops.h"
 #include "core/device.h"
 
+LOOM_OP_KIND(adam_update);
+LOOM_OP_KIND(increment);
+LOOM_OP_KIND(sgd_update);
+
 namespace loom {
 namespace nn {
 
@@ -57,7 +61,7 @@ const Tensor& Optimizer::RateForUpdate(const Tensor& param) {
     auto it = schedule_steps_.find(dev);
     if (it == schedule_steps_.end()) it = schedule_steps_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
     schedule_->EvalInto(it->second, lr);
-    CallInto("increment", {it->second}, {it->second});
+    CallInto(op_kind::increment, {it->second}, {it->second});
   }
   return lr;
 }
@@ -183,7 +187,7 @@ void SGD::Apply(const Tensor& grad, const Tensor& param, const std::string& name
     out.push_back(buf);
   }
   AddClipping("sgd", &in, &a);
-  CallInto("sgd_update", in, out, a);
+  CallInto(op_kind::sgd_update, in, out, a);
 }
 
 Adam::Adam(double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled)
@@ -200,7 +204,7 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
   auto it = step_tensors_.find(dev);
   if (it == step_tensors_.end()) it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
   // The step count advances once per step (OpensStep).
-  if (OpensStep(param)) CallInto("increment", {it->second}, {it->second});
+  if (OpensStep(param)) CallInto(op_kind::increment, {it->second}, {it->second});
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
   const Tensor& lr = RateForUpdate(param);
@@ -208,7 +212,7 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
           {"decoupled", int64_t(decoupled_)}};
   std::vector<Tensor> in{param, grad, lr, m, v, it->second};
   AddClipping("adam", &in, &a);
-  CallInto("adam_update", in, {param, m, v}, a);
+  CallInto(op_kind::adam_update, in, {param, m, v}, a);
 }
 
 void Adam::SetStepsTaken(const std::shared_ptr<Device>& dev, int64_t steps) {

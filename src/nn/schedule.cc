@@ -6,6 +6,8 @@
 
 #include "core/op.h"
 
+LOOM_OP_KIND(lr_schedule);
+
 namespace loom {
 namespace nn {
 
@@ -137,10 +139,10 @@ double Schedule::ValueAt(int64_t step) const {
   return sched::ScheduleValue(spec_, double(step));
 }
 
-Tensor Schedule::Eval(const Tensor& step) const { return Call1("lr_schedule", {step}, ToAttrs()); }
+Tensor Schedule::Eval(const Tensor& step) const { return Call1(op_kind::lr_schedule, {step}, ToAttrs()); }
 
 void Schedule::EvalInto(const Tensor& step, const Tensor& lr) const {
-  CallInto("lr_schedule", {step}, {lr}, ToAttrs());
+  CallInto(op_kind::lr_schedule, {step}, {lr}, ToAttrs());
 }
 
 std::string Schedule::ToString() const {

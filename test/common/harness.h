@@ -20,6 +20,15 @@ namespace test {
 
 inline std::shared_ptr<Device> Cpu() { return CpuDevice(); }
 
+// An int attribute of a record, 0 where the record does not have it, whatever its op: for tests
+// that look for a (layout) attribute across every op of a graph. Attrs::Int(key, 0) would be an
+// InternalError on an op that does not declare the key (Note [Declared attributes]).
+inline int64_t IntAttrOrZero(const OpRecord& op, const std::string& key) {
+  for (const auto& kv : op.attrs.items())
+    if (kv.first == key) return op.attrs.Int(key);
+  return 0;
+}
+
 // Every dtype, in declaration order.
 extern const std::vector<DType> kAllDTypes;
 

@@ -32,8 +32,8 @@ TEST(Capture, BlocksAreIndexedInFirstTouchOrderWithTheirAccesses) {
 TEST(Capture, RandomOpsGetConsecutiveCounterRanges) {
   Tensor u = Lazy(10), v = Lazy(3);
   OpList l("t");
-  l.Append(Record("uniform", {}, {u}, Attrs({{"lo", 0.0}, {"hi", 1.0}})));
-  l.Append(Record("uniform", {}, {v}, Attrs({{"lo", 0.0}, {"hi", 1.0}})));
+  l.Append(Record("uniform", {}, {u}, Attrs({{"low", 0.0}, {"high", 1.0}})));
+  l.Append(Record("uniform", {}, {v}, Attrs({{"low", 0.0}, {"high", 1.0}})));
   EXPECT_EQ(l.ops[0].rng_offset, 0u);
   EXPECT_EQ(l.ops[1].rng_offset, 3u);  // one counter per four elements: ceil(10 / 4)
   EXPECT_EQ(l.random_draws, 4u);

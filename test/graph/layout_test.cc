@@ -112,7 +112,7 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   for (const OpRecord& op : g->ops().ops) {
     std::string set;
     for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
-      if (op.attrs.Int(a, 0) != 0) {
+      if (IntAttrOrZero(op, a) != 0) {
         ++r.blocked_attrs;
         set += std::string(set.empty() ? "" : " ") + a;
       }

@@ -139,7 +139,7 @@ Outcome Replayed(bool meddle, Extra extra = Extra::kNone, bool keep = true, bool
   Outcome r;
   for (const OpRecord& op : g->ops().ops)
     for (const char* a : {"w_blocked", "dw_blocked"})
-      if (op.attrs.Int(a, 0) != 0) r.attrs.push_back(op.def->name + " " + a);
+      if (IntAttrOrZero(op, a) != 0) r.attrs.push_back(op.def->name + " " + a);
   r.run.losses = ReplayImageSteps(*g, x, y, loss, kSteps, kSide, kSeed, [&](int) {
     if (meddle)
       for (auto& v : Meddle(net)) r.seen.push_back(std::move(v));

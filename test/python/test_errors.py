@@ -226,6 +226,13 @@ USER_MISTAKES = [
      "[reshape] attribute 'shape' must be a list of ints, got a float"),
     ("attribute missing", lambda: core.call_op("reshape", [_f32()], {}), loom.ValueError,
      "[reshape] needs attribute 'shape' (a list of ints)"),
+    # an attribute the op does not declare (Note [Declared attributes]): a misspelt keyword
+    ("attribute misspelt", lambda: core.call_op("softmax", [_f32()], {"axsi": 0}), loom.ValueError,
+     "[softmax] has no attribute 'axsi'; its attributes: axis (an int)"),
+    ("attribute misspelt kw", lambda: autograd.call("leaky_relu", [_f32()], slop=0.5), loom.ValueError,
+     "[leaky_relu] has no attribute 'slop'; its attributes: slope (a number)"),
+    ("attribute of none", lambda: autograd.call("relu", [_f32()], slope=0.5), loom.ValueError,
+     "[relu] has no attribute 'slope'; it takes none"),
     # NaN and infinities are not "negative"
     ("std nan", lambda: tensor.gaussian((2,), 0.0, NAN), loom.ValueError, "standard deviation nan: must be a finite"),
     ("std inf", lambda: tensor.gaussian((2,), 0.0, float("inf")), loom.ValueError, "must be a finite number"),
@@ -261,6 +268,23 @@ USER_MISTAKES = [
     ("cross-entropy zero rows", lambda: autograd.softmax_cross_entropy(tensor.zeros((0, 3)), tensor.zeros((0,), dtype="int32")),
      loom.ShapeError, "have no rows"),
 ]
+
+
+def test_a_misspelt_attribute_is_an_error_naming_the_op_not_a_silent_default():
+    # leaky_relu's slope used to default to 0 when misspelt, giving relu's results.
+    x = tensor.from_numpy(np.array([[-2.0, 1.0]], dtype=np.float32))
+    (y,) = core.call_op("leaky_relu", [x], {"slope": 0.5})
+    assert y.to_numpy().tolist() == [[-1.0, 1.0]]
+    for attrs in ({"Slope": 0.5}, {"slope": 0.5, "alpha": 0.5}):
+        with pytest.raises(loom.ValueError) as e:
+            core.call_op("leaky_relu", [x], attrs)
+        assert str(e.value).startswith("[leaky_relu] has no attribute"), str(e.value)
+        assert "its attributes: slope (a number)" in str(e.value)
+        assert not isinstance(e.value, loom.InternalError)
+    # CallInto's form checks the same way.
+    out = tensor.zeros((1, 2))
+    with pytest.raises(loom.ValueError, match=r"^\[mul_scalar\] has no attribute 'scale'"):
+        core.call_op_into("mul_scalar", [x], [out], {"scale": 2.0})
 
 
 @pytest.mark.parametrize("call,cls,text", [c[1:] for c in USER_MISTAKES], ids=[c[0] for c in USER_MISTAKES])

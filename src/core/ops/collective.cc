@@ -37,6 +37,7 @@ void CheckToken(const char* op, const std::vector<TensorMeta>& in) {
 
 LOOM_OP(allreduce) {
   def.internal = "reached through DistOpt, SyncBatchNorm2d and the gradient-bucket pass";
+  def.attrs = {{"comm", kInt}, {"reduce", kInt}, {"scale", kFloat}, {"compress", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckToken("allreduce", in);
     LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[allreduce] buffer must be floating, got ", Name(in[0].dtype));
@@ -58,13 +59,14 @@ LOOM_OP(allreduce) {
     LOOM_CHECK(a.attrs.Int("reduce", 0) == 0, ValueError, "[allreduce] only a sum is differentiable");
     std::vector<Tensor> grads(a.inputs.size());
     if (a.needs_input_grad[0] && a.grad_outputs[0].defined())
-      grads[0] = Call("allreduce", {a.grad_outputs[0].Contiguous(), a.inputs[1]}, a.attrs)[0];
+      grads[0] = Call(op_kind::allreduce, {a.grad_outputs[0].Contiguous(), a.inputs[1]}, a.attrs)[0];
     return grads;
   };
 }
 
 LOOM_OP(allgather) {
   def.internal = "reached through loom.collective";
+  def.attrs = {{"comm", kInt}, {"size", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("allgather", in, 2);
     CheckToken("allgather", in);
@@ -78,6 +80,7 @@ LOOM_OP(allgather) {
 
 LOOM_OP(broadcast) {
   def.internal = "reached through DistOpt (parameters from rank 0)";
+  def.attrs = {{"comm", kInt}, {"root", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("broadcast", in, 2);
     CheckToken("broadcast", in);
@@ -102,7 +105,7 @@ void AllReduce(int comm, const Tensor& t, ReduceOp op, double scale, Compression
   Tensor token = CommunicatorToken(comm, t.device_ptr());
   std::vector<Tensor> io{t, token};
   io.insert(io.end(), members.begin(), members.end());
-  CallInto("allreduce", io, io,
+  CallInto(op_kind::allreduce, io, io,
            Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(op == ReduceOp::kMax)}, {"scale", scale},
                  {"compress", int64_t(compression)}});
 }
@@ -110,7 +113,7 @@ void AllReduce(int comm, const Tensor& t, ReduceOp op, double scale, Compression
 Tensor AllReduced(int comm, const Tensor& t, double scale) {
   CheckBuffer("allreduce", t);
   Tensor token = CommunicatorToken(comm, t.device_ptr());
-  return Call("allreduce", {t, token}, Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(0)}, {"scale", scale},
+  return Call(op_kind::allreduce, {t, token}, Attrs{{"comm", int64_t(comm)}, {"reduce", int64_t(0)}, {"scale", scale},
                                             {"compress", int64_t(0)}})[0];
 }
 
@@ -122,7 +125,7 @@ Tensor AllGather(int comm, const Tensor& t) {
   Shape s{n};
   s.insert(s.end(), t.shape().begin(), t.shape().end());
   Tensor out(s, t.dtype(), t.device_ptr());
-  CallInto("allgather", {t, token}, {out, token}, Attrs{{"comm", int64_t(comm)}, {"size", n}});
+  CallInto(op_kind::allgather, {t, token}, {out, token}, Attrs{{"comm", int64_t(comm)}, {"size", n}});
   return out;
 }
 
@@ -130,7 +133,7 @@ void Broadcast(int comm, const Tensor& t, int root) {
   CheckBuffer("broadcast", t);
   NoGradGuard no_grad;
   Tensor token = CommunicatorToken(comm, t.device_ptr());
-  CallInto("broadcast", {t, token}, {t, token}, Attrs{{"comm", int64_t(comm)}, {"root", int64_t(root)}});
+  CallInto(op_kind::broadcast, {t, token}, {t, token}, Attrs{{"comm", int64_t(comm)}, {"root", int64_t(root)}});
 }
 
 }  // namespace ops

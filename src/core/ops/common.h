@@ -10,6 +10,17 @@
 namespace loom {
 namespace opdecl {
 
+// The attribute types of a declaration, short: def.attrs = {{"axis", kInt}} (Note [Declared
+// attributes] in core/attrs.h).
+constexpr AttrType kInt = AttrType::kInt, kFloat = AttrType::kFloat, kInts = AttrType::kInts, kStr = AttrType::kStr;
+
+// A declaration made of shared parts: the geometry of a convolution and the attributes its
+// gradient adds, say.
+inline std::vector<AttrDecl> Join(std::vector<AttrDecl> a, const std::vector<AttrDecl>& more) {
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
 inline void CheckArity(const std::string& op, const std::vector<TensorMeta>& in, size_t n) {
   LOOM_CHECK(in.size() == n, ValueError, "[", op, "] takes ", n, " inputs, got ", in.size());
 }
@@ -49,6 +60,9 @@ inline std::vector<TensorMeta> SameShapePair(const std::string& op, const std::v
              ToString(in[1].shape));
   return {in[0]};
 }
+
+// conv2d's attributes (core/ops/conv.cc), which conv2d_relu, made from a conv2d record, shares.
+std::vector<AttrDecl> Conv2dAttrs();
 
 // Creation ops carry their output's shape and dtype as attributes.
 inline std::vector<TensorMeta> FromAttrs(const std::vector<TensorMeta>&, const Attrs& a) {

@@ -31,12 +31,12 @@ LOOM_COMPARE_FORMULAS(LOOM_DEFINE_COMPARE_OP)
 
 namespace ops {
 
-Tensor Equal(const Tensor& a, const Tensor& b) { return Call1("equal", {a, b}); }
-Tensor NotEqual(const Tensor& a, const Tensor& b) { return Call1("not_equal", {a, b}); }
-Tensor Greater(const Tensor& a, const Tensor& b) { return Call1("greater", {a, b}); }
-Tensor Less(const Tensor& a, const Tensor& b) { return Call1("less", {a, b}); }
-Tensor GreaterEqual(const Tensor& a, const Tensor& b) { return Call1("greater_equal", {a, b}); }
-Tensor LessEqual(const Tensor& a, const Tensor& b) { return Call1("less_equal", {a, b}); }
+Tensor Equal(const Tensor& a, const Tensor& b) { return Call1(op_kind::equal, {a, b}); }
+Tensor NotEqual(const Tensor& a, const Tensor& b) { return Call1(op_kind::not_equal, {a, b}); }
+Tensor Greater(const Tensor& a, const Tensor& b) { return Call1(op_kind::greater, {a, b}); }
+Tensor Less(const Tensor& a, const Tensor& b) { return Call1(op_kind::less, {a, b}); }
+Tensor GreaterEqual(const Tensor& a, const Tensor& b) { return Call1(op_kind::greater_equal, {a, b}); }
+Tensor LessEqual(const Tensor& a, const Tensor& b) { return Call1(op_kind::less_equal, {a, b}); }
 
 }  // namespace ops
 }  // namespace loom

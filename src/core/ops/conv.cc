@@ -4,15 +4,28 @@
 //   (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h)
 // and, on the gradient ops, the shape they produce: x_shape (conv2d_grad_input) and w_shape
 // (conv2d_grad_weight); a strided convolution maps several input sizes to one output size, so
-// the gradient cannot infer it from dy.
+// the gradient cannot infer it from dy. The layout passes (device/cpu/passes/layout.cc, weight_layout.cc)
+// add, for the operands the CPU kernel reads or writes in oneDNN's blocked layout (1), x_blocked,
+// y_blocked and w_blocked on conv2d, dy_blocked, dx_blocked and w_blocked on conv2d_grad_input,
+// x_blocked, dy_blocked and dw_blocked on conv2d_grad_weight.
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
+
+LOOM_OP_KIND(conv2d_grad_bias);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
 
 namespace loom {
 
 using namespace opdecl;
 
 namespace {
+
+// The attributes the four convolution ops share (a function, not a table: conv2d_relu's
+// declaration, in another file, may be made before this file's tables are).
+std::vector<AttrDecl> ConvGeometry() {
+  return {{"stride", kInts}, {"padding", kInts}, {"dilation", kInts}, {"groups", kInt}, {"padding_end", kInts}};
+}
 
 struct ConvGeom {
   int64_t sh, sw, ph, pw, dh, dw, groups;
@@ -73,8 +86,13 @@ void CheckGradShape(const char* op, const Shape& dy, const Shape& want) {
 
 }  // namespace
 
+std::vector<AttrDecl> opdecl::Conv2dAttrs() {
+  return Join(ConvGeometry(), {{"x_blocked", kInt}, {"y_blocked", kInt}, {"w_blocked", kInt}});
+}
+
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
 LOOM_OP(conv2d) {
+  def.attrs = Conv2dAttrs();
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() == 2 || in.size() == 3, ValueError, "[conv2d] takes 2 or 3 inputs (x, w[, bias]), got ",
                in.size());
@@ -94,16 +112,16 @@ LOOM_OP(conv2d) {
     const Tensor& g = a.grad_outputs[0];
     std::vector<Tensor> grads(a.input_metas.size());
     if (a.needs_input_grad[0]) {
-      Attrs ga = a.attrs;
-      ga.Set("x_shape", a.input_metas[0].shape);
-      grads[0] = Call1("conv2d_grad_input", {a.inputs[1], g}, ga);
+      Attrs ga = a.attrs;  // conv2d's, for the gradient op (Note [Declared attributes])
+      ga.Bind(op_kind::conv2d_grad_input).Set("x_shape", a.input_metas[0].shape);
+      grads[0] = Call1(op_kind::conv2d_grad_input, {a.inputs[1], g}, ga);
     }
     if (a.needs_input_grad[1]) {
       Attrs ga = a.attrs;
-      ga.Set("w_shape", a.input_metas[1].shape);
-      grads[1] = Call1("conv2d_grad_weight", {a.inputs[0], g}, ga);
+      ga.Bind(op_kind::conv2d_grad_weight).Set("w_shape", a.input_metas[1].shape);
+      grads[1] = Call1(op_kind::conv2d_grad_weight, {a.inputs[0], g}, ga);
     }
-    if (grads.size() == 3 && a.needs_input_grad[2]) grads[2] = Call1("conv2d_grad_bias", {g});
+    if (grads.size() == 3 && a.needs_input_grad[2]) grads[2] = Call1(op_kind::conv2d_grad_bias, {g});
     return grads;
   };
 }
@@ -111,6 +129,8 @@ LOOM_OP(conv2d) {
 // w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(conv2d_grad_input) {
   def.internal = "backward of conv2d";
+  def.attrs =
+      Join(ConvGeometry(), {{"x_shape", kInts}, {"dy_blocked", kInt}, {"dx_blocked", kInt}, {"w_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_input";
     CheckArity(op, in, 2);
@@ -125,6 +145,8 @@ LOOM_OP(conv2d_grad_input) {
 // x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: w_shape (O, C/g, KH, KW)
 LOOM_OP(conv2d_grad_weight) {
   def.internal = "backward of conv2d";
+  def.attrs =
+      Join(ConvGeometry(), {{"w_shape", kInts}, {"x_blocked", kInt}, {"dy_blocked", kInt}, {"dw_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_weight";
     CheckArity(op, in, 2);
@@ -141,6 +163,7 @@ LOOM_OP(conv2d_grad_weight) {
 // [Weights kept blocked] in device/cpu/passes/weight_layout.cc: run by a graph's guard, not by user code.
 LOOM_OP(conv_weight_layout) {
   def.internal = "run by a graph that keeps convolution weights blocked (device/cpu/passes/weight_layout.cc)";
+  def.attrs = {{"blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv_weight_layout";
     CheckArity(op, in, 1);
@@ -170,8 +193,8 @@ namespace ops {
 Tensor Conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& opt) {
   Attrs a{{"stride", opt.stride}, {"padding", opt.padding}, {"dilation", opt.dilation}, {"groups", opt.groups}};
   if (!opt.padding_end.empty() && opt.padding_end != opt.padding) a.Set("padding_end", opt.padding_end);
-  if (bias.defined()) return Call1("conv2d", {x, w, bias}, a);
-  return Call1("conv2d", {x, w}, a);
+  if (bias.defined()) return Call1(op_kind::conv2d, {x, w, bias}, a);
+  return Call1(op_kind::conv2d, {x, w}, a);
 }
 }  // namespace ops
 

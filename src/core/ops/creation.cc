@@ -8,19 +8,28 @@ namespace loom {
 
 using namespace opdecl;
 
-LOOM_OP(fill) { def.infer = FromAttrs; }
+// What creation ops produce: the output's shape and dtype (FromAttrs), then their own values.
+const std::vector<AttrDecl> kCreationAttrs = {{"shape", kInts}, {"dtype", kInt}};
+
+LOOM_OP(fill) {
+  def.attrs = Join(kCreationAttrs, {{"value", kFloat}});
+  def.infer = FromAttrs;
+}
 
 // Random fills consume one Philox counter per four elements (see device/philox.h).
 static uint64_t RandomDraws(const OpRecord& op) { return uint64_t(op.outputs[0].numel() + 3) / 4; }
 LOOM_OP(uniform) {
+  def.attrs = Join(kCreationAttrs, {{"low", kFloat}, {"high", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
 LOOM_OP(normal) {
+  def.attrs = Join(kCreationAttrs, {{"mean", kFloat}, {"std", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
 LOOM_OP(bernoulli) {
+  def.attrs = Join(kCreationAttrs, {{"p", kFloat}});
   def.infer = FromAttrs;
   def.random_draws = RandomDraws;
 }
@@ -36,6 +45,7 @@ LOOM_OP(copy) {
 }
 
 LOOM_OP(cast) {
+  def.attrs = {{"dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("cast", in, 1);
     return std::vector<TensorMeta>{{in[0].shape, DType(a.Int("dtype"))}};
@@ -66,7 +76,7 @@ Tensor ZerosLike(const Tensor& t) { return Zeros(t.shape(), t.dtype(), t.device_
 Tensor OnesLike(const Tensor& t) { return Ones(t.shape(), t.dtype(), t.device_ptr()); }
 
 void Fill(const Tensor& t, double value) {
-  CallInto("fill", {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("value", value));
+  CallInto(op_kind::fill, {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("value", value));
 }
 
 template <typename T>
@@ -87,14 +97,14 @@ void UniformInto(const Tensor& t, double lo, double hi) {
   LOOM_CHECK(std::isfinite(lo) && std::isfinite(hi), ValueError, "[uniform] bounds (", lo, ", ", hi,
              ") must be finite numbers");
   LOOM_CHECK(lo <= hi, ValueError, "[uniform] low ", lo, " is above high ", hi);
-  CallInto("uniform", {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("low", lo).Set("high", hi));
+  CallInto(op_kind::uniform, {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("low", lo).Set("high", hi));
 }
 void NormalInto(const Tensor& t, double mean, double stddev) {
   LOOM_CHECK(std::isfinite(mean), ValueError, "[normal] mean ", mean, ": must be a finite number");
   LOOM_CHECK(std::isfinite(stddev), ValueError, "[normal] standard deviation ", stddev,
              ": must be a finite number");
   LOOM_CHECK(stddev >= 0, ValueError, "[normal] standard deviation ", stddev, " is negative");
-  CallInto("normal", {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("mean", mean).Set("std", stddev));
+  CallInto(op_kind::normal, {}, {t}, CreationAttrs(t.shape(), t.dtype()).Set("mean", mean).Set("std", stddev));
 }
 Tensor Uniform(const Shape& shape, double lo, double hi, DType dtype, const std::shared_ptr<Device>& dev) {
   Tensor t(shape, dtype, dev);
@@ -109,19 +119,19 @@ Tensor Normal(const Shape& shape, double mean, double stddev, DType dtype, const
 Tensor Bernoulli(const Shape& shape, double p, DType dtype, const std::shared_ptr<Device>& dev) {
   LOOM_CHECK(p >= 0 && p <= 1, ValueError, "[bernoulli] probability ", p, " is outside [0, 1]");
   Tensor t(shape, dtype, dev);
-  CallInto("bernoulli", {}, {t}, CreationAttrs(shape, dtype).Set("p", p));
+  CallInto(op_kind::bernoulli, {}, {t}, CreationAttrs(shape, dtype).Set("p", p));
   return t;
 }
 
 void CopyInto(const Tensor& dst, const Tensor& src) {
   LOOM_CHECK(dst.shape() == src.shape() && dst.dtype() == src.dtype(), ShapeError, "[copy] cannot copy ",
              src.Describe(), " into ", dst.Describe());
-  CallInto("copy", {src}, {dst});
+  CallInto(op_kind::copy, {src}, {dst});
 }
 
 Tensor Cast(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  return Call1("cast", {x}, Attrs{{"dtype", int64_t(dtype)}});
+  return Call1(op_kind::cast, {x}, Attrs{{"dtype", int64_t(dtype)}});
 }
 
 }  // namespace ops

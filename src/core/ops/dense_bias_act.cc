@@ -18,6 +18,9 @@
 #include "core/ops/common.h"
 #include "core/bias_act_formulas.h"
 
+LOOM_OP_KIND(bias_act_grad);
+LOOM_OP_KIND(matmul);
+
 namespace loom {
 
 using namespace opdecl;
@@ -35,6 +38,7 @@ void CheckAct(const char* op, const Attrs& attrs) {
 // x: (..., K), w: (K, N), b: (N) -> y: (..., N) = act(x w + b); attrs: act
 LOOM_OP(dense_bias_act) {
   def.internal = "made only by the graph pass in graph/fuse_bias_act.cc";
+  def.attrs = {{"act", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("dense_bias_act", in, 3);
     CheckFloat("dense_bias_act", in[0], "x");
@@ -54,11 +58,11 @@ LOOM_OP(dense_bias_act) {
   // dz, db = bias_act_grad(y, dy); dx = dz w^T; dw = x^T dz (summed over the batch dimensions).
   def.backward = [](const BackwardArgs& a) {
     const Tensor &x = a.inputs[0], &w = a.inputs[1];
-    std::vector<Tensor> g = Call("bias_act_grad", {a.outputs[0], a.grad_outputs[0]}, a.attrs);
+    std::vector<Tensor> g = Call(op_kind::bias_act_grad, {a.outputs[0], a.grad_outputs[0]}, a.attrs);
     Tensor dx, dw;
-    if (a.needs_input_grad[0]) dx = Call1("matmul", {g[0], w}, Attrs{{"tb", int64_t(1)}});
+    if (a.needs_input_grad[0]) dx = Call1(op_kind::matmul, {g[0], w}, Attrs{{"tb", int64_t(1)}});
     if (a.needs_input_grad[1])
-      dw = Call1("matmul", {x, g[0]}, Attrs{{"ta", int64_t(1)}, {"sum_batch", int64_t(x.ndim() > 2)}});
+      dw = Call1(op_kind::matmul, {x, g[0]}, Attrs{{"ta", int64_t(1)}, {"sum_batch", int64_t(x.ndim() > 2)}});
     return std::vector<Tensor>{dx, dw, a.needs_input_grad[2] ? g[1] : Tensor()};
   };
 }
@@ -69,6 +73,7 @@ LOOM_OP(dense_bias_act) {
 // db: (C) the sum over N and the trailing dimensions (conv2d_grad_bias's sum).
 LOOM_OP(bias_act_grad) {
   def.internal = "made by the graph pass in graph/fuse_bias_act.cc (and the backward of dense_bias_act)";
+  def.attrs = {{"act", kInt}, {"channels", kInt}};
   def.shareable_inputs = {0, 1};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     std::vector<TensorMeta> out = SameShapePair("bias_act_grad", in);

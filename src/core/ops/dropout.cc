@@ -6,6 +6,8 @@
 // instead of the input or the output (Note [Backward keeps only what it needs]).
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(dropout_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -18,6 +20,7 @@ void CheckProbability(double p) {
 
 // x -> (y, mask); attrs: p
 LOOM_OP(dropout) {
+  def.attrs = {{"p", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     std::vector<TensorMeta> out = UnaryFloat("dropout", in);
     CheckProbability(a.Float("p"));
@@ -27,13 +30,14 @@ LOOM_OP(dropout) {
   def.random_draws = [](const OpRecord& op) { return uint64_t(op.outputs[0].numel() + 3) / 4; };
   def.saved_outputs = {1};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("dropout_grad", {a.outputs[1], a.grad_outputs[0]}, a.attrs)};
+    return std::vector<Tensor>{Call1(op_kind::dropout_grad, {a.outputs[1], a.grad_outputs[0]}, a.attrs)};
   };
 }
 
 // (mask, dy) -> dx = dy * mask / (1 - p)
 LOOM_OP(dropout_grad) {
   def.internal = "backward of dropout";
+  def.attrs = {{"p", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("dropout_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kUInt8, DTypeError, "[dropout_grad] mask must be uint8, got ",
@@ -47,7 +51,7 @@ LOOM_OP(dropout_grad) {
   // Linear in dy, with the same mask.
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Tensor(), Call1("dropout_grad", {a.inputs[0], a.grad_outputs[0]}, a.attrs)};
+    return std::vector<Tensor>{Tensor(), Call1(op_kind::dropout_grad, {a.inputs[0], a.grad_outputs[0]}, a.attrs)};
   };
 }
 
@@ -56,7 +60,7 @@ namespace ops {
 Tensor Dropout(const Tensor& x, double p, bool training) {
   CheckProbability(p);
   if (!training || p == 0) return x;
-  return Call("dropout", {x}, Attrs{{"p", p}})[0];
+  return Call(op_kind::dropout, {x}, Attrs{{"p", p}})[0];
 }
 
 }  // namespace ops

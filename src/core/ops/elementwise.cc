@@ -3,6 +3,10 @@
 
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(abs_grad);
+LOOM_OP_KIND(clamp_grad);
+LOOM_OP_KIND(erf_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -18,6 +22,9 @@ static std::vector<TensorMeta> ScalarForm(const std::string& op, const std::vect
   [](const std::vector<TensorMeta>& in, const Attrs&) { return BinaryBroadcast(#opname, in); }
 #define LOOM_PAIR_INFER(opname) \
   [](const std::vector<TensorMeta>& in, const Attrs&) { return SameShapePair(#opname, in); }
+
+// clamp's bounds; clamp_grad gets them from clamp's backward.
+const std::vector<AttrDecl> kClampAttrs = {{"lo", kFloat}, {"hi", kFloat}};
 
 // Gradient of a broadcast input: the output gradient summed down to the input's shape.
 static Tensor Unbroadcast(const Tensor& g, const TensorMeta& in) {
@@ -86,11 +93,13 @@ LOOM_OP(pow) {
 }
 
 LOOM_OP(add_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(add_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{a.grad_outputs[0]}; };
 }
 LOOM_OP(mul_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(mul_scalar);
   def.backward = [](const BackwardArgs& a) {
@@ -98,11 +107,13 @@ LOOM_OP(mul_scalar) {
   };
 }
 LOOM_OP(rsub_scalar) {
+  def.attrs = {{"s", kFloat}};
   def.shareable_inputs = {0};
   def.infer = LOOM_SCALAR_INFER(rsub_scalar);
   def.backward = [](const BackwardArgs& a) { return std::vector<Tensor>{ops::Neg(a.grad_outputs[0])}; };
 }
 LOOM_OP(rdiv_scalar) {  // y = s / x, dy/dx = -y / x
+  def.attrs = {{"s", kFloat}};
   def.infer = LOOM_SCALAR_INFER(rdiv_scalar);
   def.saved_inputs = {0};
   def.saved_outputs = {0};
@@ -111,6 +122,7 @@ LOOM_OP(rdiv_scalar) {  // y = s / x, dy/dx = -y / x
   };
 }
 LOOM_OP(pow_scalar) {  // y = x^p, dy/dx = p x^(p-1)
+  def.attrs = {{"s", kFloat}};
   def.infer = LOOM_SCALAR_INFER(pow_scalar);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
@@ -146,7 +158,7 @@ LOOM_OP(abs) {
   def.infer = LOOM_UNARY_INFER(abs);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("abs_grad", {a.inputs[0], a.grad_outputs[0]})};
+    return std::vector<Tensor>{Call1(op_kind::abs_grad, {a.inputs[0], a.grad_outputs[0]})};
   };
 }
 LOOM_OP(abs_grad) {
@@ -155,14 +167,16 @@ LOOM_OP(abs_grad) {
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy * sign(x)
 LOOM_OP(clamp) {
+  def.attrs = kClampAttrs;
   def.infer = LOOM_SCALAR_INFER(clamp);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("clamp_grad", {a.inputs[0], a.grad_outputs[0]}, a.attrs)};
+    return std::vector<Tensor>{Call1(op_kind::clamp_grad, {a.inputs[0], a.grad_outputs[0]}, a.attrs)};
   };
 }
 LOOM_OP(clamp_grad) {
   def.internal = "backward of clamp";
+  def.attrs = kClampAttrs;
   def.infer = LOOM_PAIR_INFER(clamp_grad);
   def.shareable_inputs = {0, 1};
 }  // (x, dy) -> dy where lo <= x <= hi
@@ -170,7 +184,7 @@ LOOM_OP(erf) {  // d erf(x) / dx = 2 / sqrt(pi) exp(-x^2)
   def.infer = LOOM_UNARY_INFER(erf);
   def.saved_inputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("erf_grad", {a.inputs[0], a.grad_outputs[0]})};
+    return std::vector<Tensor>{Call1(op_kind::erf_grad, {a.inputs[0], a.grad_outputs[0]})};
   };
 }
 LOOM_OP(erf_grad) {
@@ -205,31 +219,31 @@ LOOM_OP(where) {
 
 namespace ops {
 
-Tensor Add(const Tensor& a, const Tensor& b) { return Call1("add", {a, b}); }
-Tensor Sub(const Tensor& a, const Tensor& b) { return Call1("sub", {a, b}); }
-Tensor Mul(const Tensor& a, const Tensor& b) { return Call1("mul", {a, b}); }
-Tensor Div(const Tensor& a, const Tensor& b) { return Call1("div", {a, b}); }
-Tensor Pow(const Tensor& x, const Tensor& p) { return Call1("pow", {x, p}); }
-Tensor AddScalar(const Tensor& x, double s) { return Call1("add_scalar", {x}, Attrs{{"s", s}}); }
-Tensor MulScalar(const Tensor& x, double s) { return Call1("mul_scalar", {x}, Attrs{{"s", s}}); }
+Tensor Add(const Tensor& a, const Tensor& b) { return Call1(op_kind::add, {a, b}); }
+Tensor Sub(const Tensor& a, const Tensor& b) { return Call1(op_kind::sub, {a, b}); }
+Tensor Mul(const Tensor& a, const Tensor& b) { return Call1(op_kind::mul, {a, b}); }
+Tensor Div(const Tensor& a, const Tensor& b) { return Call1(op_kind::div, {a, b}); }
+Tensor Pow(const Tensor& x, const Tensor& p) { return Call1(op_kind::pow, {x, p}); }
+Tensor AddScalar(const Tensor& x, double s) { return Call1(op_kind::add_scalar, {x}, Attrs{{"s", s}}); }
+Tensor MulScalar(const Tensor& x, double s) { return Call1(op_kind::mul_scalar, {x}, Attrs{{"s", s}}); }
 Tensor SubScalar(const Tensor& x, double s) { return AddScalar(x, -s); }
-Tensor RSubScalar(const Tensor& x, double s) { return Call1("rsub_scalar", {x}, Attrs{{"s", s}}); }
+Tensor RSubScalar(const Tensor& x, double s) { return Call1(op_kind::rsub_scalar, {x}, Attrs{{"s", s}}); }
 Tensor DivScalar(const Tensor& x, double s) {
   LOOM_CHECK(s != 0, ValueError, "[div_scalar] division by zero");
   return MulScalar(x, 1.0 / s);
 }
-Tensor RDivScalar(const Tensor& x, double s) { return Call1("rdiv_scalar", {x}, Attrs{{"s", s}}); }
-Tensor PowScalar(const Tensor& x, double p) { return Call1("pow_scalar", {x}, Attrs{{"s", p}}); }
-Tensor Neg(const Tensor& x) { return Call1("neg", {x}); }
-Tensor Exp(const Tensor& x) { return Call1("exp", {x}); }
-Tensor Log(const Tensor& x) { return Call1("log", {x}); }
-Tensor Sqrt(const Tensor& x) { return Call1("sqrt", {x}); }
-Tensor Abs(const Tensor& x) { return Call1("abs", {x}); }
-Tensor Erf(const Tensor& x) { return Call1("erf", {x}); }
-Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y) { return Call1("where", {cond, x, y}); }
+Tensor RDivScalar(const Tensor& x, double s) { return Call1(op_kind::rdiv_scalar, {x}, Attrs{{"s", s}}); }
+Tensor PowScalar(const Tensor& x, double p) { return Call1(op_kind::pow_scalar, {x}, Attrs{{"s", p}}); }
+Tensor Neg(const Tensor& x) { return Call1(op_kind::neg, {x}); }
+Tensor Exp(const Tensor& x) { return Call1(op_kind::exp, {x}); }
+Tensor Log(const Tensor& x) { return Call1(op_kind::log, {x}); }
+Tensor Sqrt(const Tensor& x) { return Call1(op_kind::sqrt, {x}); }
+Tensor Abs(const Tensor& x) { return Call1(op_kind::abs, {x}); }
+Tensor Erf(const Tensor& x) { return Call1(op_kind::erf, {x}); }
+Tensor Where(const Tensor& cond, const Tensor& x, const Tensor& y) { return Call1(op_kind::where, {cond, x, y}); }
 Tensor Clamp(const Tensor& x, double lo, double hi) {
   LOOM_CHECK(lo <= hi, ValueError, "[clamp] low ", lo, " is above high ", hi);
-  return Call1("clamp", {x}, Attrs{{"lo", lo}, {"hi", hi}});
+  return Call1(op_kind::clamp, {x}, Attrs{{"lo", lo}, {"hi", hi}});
 }
 
 }  // namespace ops

@@ -9,6 +9,8 @@
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
 
+LOOM_OP_KIND(embedding_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -35,7 +37,7 @@ LOOM_OP(embedding) {
   def.backward = [](const BackwardArgs& a) {
     std::vector<Tensor> grads(2);
     if (a.needs_input_grad[0])
-      grads[0] = Call1("embedding_grad", {a.inputs[1], a.grad_outputs[0]},
+      grads[0] = Call1(op_kind::embedding_grad, {a.inputs[1], a.grad_outputs[0]},
                        Attrs{{"num_rows", a.input_metas[0].shape[0]}});
     return grads;
   };
@@ -44,6 +46,7 @@ LOOM_OP(embedding) {
 // indices: int32/int64 (...), dy: (..., D) -> dtable: (num_rows, D)
 LOOM_OP(embedding_grad) {
   def.internal = "backward of embedding";
+  def.attrs = {{"num_rows", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("embedding_grad", in, 2);
     CheckIndices("embedding_grad", in[0]);
@@ -57,7 +60,7 @@ LOOM_OP(embedding_grad) {
 }
 
 namespace ops {
-Tensor Embedding(const Tensor& table, const Tensor& indices) { return Call1("embedding", {table, indices}); }
+Tensor Embedding(const Tensor& table, const Tensor& indices) { return Call1(op_kind::embedding, {table, indices}); }
 }  // namespace ops
 
 }  // namespace loom

@@ -25,6 +25,7 @@ void SetExternalBackward(ExternalBackwardFn fn) {
 // (y, x0, x1, ...) -> y; attrs: id
 LOOM_OP(external) {
   def.internal = "made by loom.autograd.Operator (ops::External)";
+  def.attrs = {{"id", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() >= 2, ValueError, "[external] takes the result and at least one input, got ", in.size(),
                " tensors");
@@ -62,7 +63,7 @@ Tensor External(const Tensor& y, const std::vector<Tensor>& xs, int64_t id) {
   LOOM_CHECK(!xs.empty(), ValueError, "[external] needs at least one input");
   std::vector<Tensor> in{y};
   in.insert(in.end(), xs.begin(), xs.end());
-  return Call1("external", in, Attrs{{"id", id}});
+  return Call1(op_kind::external, in, Attrs{{"id", id}});
 }
 }  // namespace ops
 

@@ -8,6 +8,9 @@
 //              in one op, with no (B, D, H) intermediate and no separate reduction.
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(bias_grad);
+LOOM_OP_KIND(matmul);
+
 namespace loom {
 
 using namespace opdecl;
@@ -48,7 +51,8 @@ MatMulDims InferMatMulDims(const TensorMeta& a, const TensorMeta& b, const Attrs
 }
 
 Tensor MatMulT(const Tensor& a, const Tensor& b, bool ta, bool tb, bool sum_batch = false) {
-  return Call1("matmul", {a, b}, Attrs{{"ta", int64_t(ta)}, {"tb", int64_t(tb)}, {"sum_batch", int64_t(sum_batch)}});
+  return Call1(op_kind::matmul, {a, b},
+               Attrs{{"ta", int64_t(ta)}, {"tb", int64_t(tb)}, {"sum_batch", int64_t(sum_batch)}});
 }
 
 // A contiguous tensor seen with another shape of the same size (no op: the same block).
@@ -74,6 +78,7 @@ Tensor OperandGrad(const Tensor& l, const Tensor& r, bool tl, bool tr, const Sha
 
 // a: (..., M, K), b: (..., K, N) -> (..., M, N), or (M, N) with sum_batch
 LOOM_OP(matmul) {
+  def.attrs = {{"ta", kInt}, {"tb", kInt}, {"sum_batch", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("matmul", in, 2);
     CheckFloat("matmul", in[0], "lhs");
@@ -123,7 +128,7 @@ LOOM_OP(add_bias) {
   };
   def.backward = [](const BackwardArgs& a) {
     const Tensor& g = a.grad_outputs[0];
-    return std::vector<Tensor>{g, a.needs_input_grad[1] ? Call1("bias_grad", {g}) : Tensor()};
+    return std::vector<Tensor>{g, a.needs_input_grad[1] ? Call1(op_kind::bias_grad, {g}) : Tensor()};
   };
 }
 
@@ -140,8 +145,8 @@ LOOM_OP(bias_grad) {
 }
 
 namespace ops {
-Tensor MatMul(const Tensor& a, const Tensor& b) { return Call1("matmul", {a, b}); }
-Tensor AddBias(const Tensor& x, const Tensor& b) { return Call1("add_bias", {x, b}); }
+Tensor MatMul(const Tensor& a, const Tensor& b) { return Call1(op_kind::matmul, {a, b}); }
+Tensor AddBias(const Tensor& x, const Tensor& b) { return Call1(op_kind::add_bias, {x, b}); }
 }  // namespace ops
 
 }  // namespace loom

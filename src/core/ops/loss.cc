@@ -2,6 +2,11 @@
 // (outer, axis, inner) and subtract the maximum along the axis before exponentiating.
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(log_softmax_grad);
+LOOM_OP_KIND(mse_grad);
+LOOM_OP_KIND(softmax_cross_entropy_grad);
+LOOM_OP_KIND(softmax_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -34,29 +39,33 @@ std::vector<TensorMeta> InferLossGrad(const std::string& op, const std::vector<T
 
 // x: (...) -> y: (...), softmax along `axis`
 LOOM_OP(softmax) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmax("softmax", in, a); };
   def.saved_outputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("softmax_grad", {a.outputs[0], a.grad_outputs[0]}, a.attrs)};
+    return std::vector<Tensor>{Call1(op_kind::softmax_grad, {a.outputs[0], a.grad_outputs[0]}, a.attrs)};
   };
 }
 // (y, dy) -> dx = y * (dy - sum(dy * y, axis))
 LOOM_OP(softmax_grad) {
   def.internal = "backward of softmax";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmaxGrad("softmax_grad", in, a); };
 }
 
 // x: (...) -> y: (...), log of softmax along `axis`
 LOOM_OP(log_softmax) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferSoftmax("log_softmax", in, a); };
   def.saved_outputs = {0};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("log_softmax_grad", {a.outputs[0], a.grad_outputs[0]}, a.attrs)};
+    return std::vector<Tensor>{Call1(op_kind::log_softmax_grad, {a.outputs[0], a.grad_outputs[0]}, a.attrs)};
   };
 }
 // (y, dy) -> dx = dy - exp(y) * sum(dy, axis)
 LOOM_OP(log_softmax_grad) {
   def.internal = "backward of log_softmax";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     return InferSoftmaxGrad("log_softmax_grad", in, a);
   };
@@ -100,7 +109,7 @@ LOOM_OP(softmax_cross_entropy) {
     const Tensor& logp = a.outputs[1];
     const Tensor& labels = a.inputs[1];
     Tensor gx, gt;
-    if (a.needs_input_grad[0]) gx = Call1("softmax_cross_entropy_grad", {logp, labels, g});
+    if (a.needs_input_grad[0]) gx = Call1(op_kind::softmax_cross_entropy_grad, {logp, labels, g});
     if (a.needs_input_grad[1] && IsFloating(labels.dtype()))
       gt = ops::MulScalar(ops::Mul(logp, g), -1.0 / double(logp.dim(0)));
     return std::vector<Tensor>{gx, gt};
@@ -129,7 +138,7 @@ LOOM_OP(mse) {
   };
   def.saved_inputs = {0, 1};
   def.backward = [](const BackwardArgs& a) {
-    Tensor d = Call1("mse_grad", {a.inputs[0], a.inputs[1], a.grad_outputs[0]});
+    Tensor d = Call1(op_kind::mse_grad, {a.inputs[0], a.inputs[1], a.grad_outputs[0]});
     return std::vector<Tensor>{a.needs_input_grad[0] ? d : Tensor(), a.needs_input_grad[1] ? ops::Neg(d) : Tensor()};
   };
 }
@@ -140,12 +149,12 @@ LOOM_OP(mse_grad) {
 }
 
 namespace ops {
-Tensor Softmax(const Tensor& x, int64_t axis) { return Call1("softmax", {x}, Attrs{{"axis", axis}}); }
-Tensor LogSoftmax(const Tensor& x, int64_t axis) { return Call1("log_softmax", {x}, Attrs{{"axis", axis}}); }
+Tensor Softmax(const Tensor& x, int64_t axis) { return Call1(op_kind::softmax, {x}, Attrs{{"axis", axis}}); }
+Tensor LogSoftmax(const Tensor& x, int64_t axis) { return Call1(op_kind::log_softmax, {x}, Attrs{{"axis", axis}}); }
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels) {
-  return Call("softmax_cross_entropy", {logits, labels})[0];
+  return Call(op_kind::softmax_cross_entropy, {logits, labels})[0];
 }
-Tensor MseLoss(const Tensor& pred, const Tensor& target) { return Call1("mse", {pred, target}); }
+Tensor MseLoss(const Tensor& pred, const Tensor& target) { return Call1(op_kind::mse, {pred, target}); }
 }  // namespace ops
 
 }  // namespace loom

@@ -9,11 +9,17 @@
 // reader, and the blocks persist across replays (they are read before they are written). The
 // momentum follows PyTorch: running = (1 - momentum) running + momentum batch, and running_var
 // takes the unbiased batch variance (divided by M - 1, M = N x spatial size).
-
+//
+// The layout pass (device/cpu/passes/layout.cc) sets, for operands in the blocked layout,
+// x_blocked and y_blocked on batch_norm_train, x_blocked, dy_blocked and dx_blocked on
+// batch_norm_grad. batch_norm_grad's training (0/1) is set by the backward that makes it.
 #include <algorithm>
 
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
+
+LOOM_OP_KIND(batch_norm_grad);
+LOOM_OP_KIND(layer_norm_grad);
 
 namespace loom {
 
@@ -43,6 +49,7 @@ void CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
 //   -> y: (N, C, ...), batch mean (C), batch invstd (C), running_mean, running_var (in place)
 LOOM_OP(batch_norm_train) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in training mode";
+  def.attrs = {{"momentum", kFloat}, {"eps", kFloat}, {"x_blocked", kInt}, {"y_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckBatchNormInputs("batch_norm_train", in);
     const Shape& x = in[0].shape;
@@ -61,7 +68,7 @@ LOOM_OP(batch_norm_train) {
     if (!a.grad_outputs[0].defined()) return grads;  // only the statistics were used
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(1)}};
     std::vector<Tensor> g =
-        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
+        Call(op_kind::batch_norm_grad, {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]}, ga);
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
     return grads;
@@ -71,6 +78,7 @@ LOOM_OP(batch_norm_train) {
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y: (N, C, ...)
 LOOM_OP(batch_norm_infer) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in inference mode";
+  def.attrs = {{"eps", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckBatchNormInputs("batch_norm_infer", in);
     return std::vector<TensorMeta>{in[0]};
@@ -79,7 +87,7 @@ LOOM_OP(batch_norm_infer) {
   def.backward = [](const BackwardArgs& a) {
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(0)}};
     std::vector<Tensor> g =
-        Call("batch_norm_grad", {a.inputs[0], a.inputs[1], a.inputs[3], a.inputs[4], a.grad_outputs[0]}, ga);
+        Call(op_kind::batch_norm_grad, {a.inputs[0], a.inputs[1], a.inputs[3], a.inputs[4], a.grad_outputs[0]}, ga);
     std::vector<Tensor> grads(5);
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
@@ -93,6 +101,7 @@ LOOM_OP(batch_norm_infer) {
 // the batch statistics. training = 0: they are the running mean and variance, constants.
 LOOM_OP(batch_norm_grad) {
   def.internal = "backward of batch_norm_train";
+  def.attrs = {{"eps", kFloat}, {"training", kInt}, {"x_blocked", kInt}, {"dy_blocked", kInt}, {"dx_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("batch_norm_grad", in, 5);
     CheckFloat("batch_norm_grad", in[0]);
@@ -104,6 +113,7 @@ LOOM_OP(batch_norm_grad) {
 
 // x: (..., D1..Dk), gamma, beta: (D1..Dk) -> y: x's shape, mean, invstd: (...) (the leading axes)
 LOOM_OP(layer_norm) {
+  def.attrs = {{"eps", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("layer_norm", in, 3);
     CheckFloat("layer_norm", in[0]);
@@ -128,7 +138,7 @@ LOOM_OP(layer_norm) {
     std::vector<Tensor> grads(3);
     if (!a.grad_outputs[0].defined()) return grads;
     std::vector<Tensor> g =
-        Call("layer_norm_grad", {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]});
+        Call(op_kind::layer_norm_grad, {a.inputs[0], a.inputs[1], a.outputs[1], a.outputs[2], a.grad_outputs[0]});
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
     return grads;
@@ -152,12 +162,12 @@ namespace ops {
 Tensor BatchNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                  const Tensor& running_var, bool training, double momentum, double eps) {
   if (training)
-    return Call("batch_norm_train", {x, gamma, beta, running_mean, running_var},
+    return Call(op_kind::batch_norm_train, {x, gamma, beta, running_mean, running_var},
                 Attrs{{"momentum", momentum}, {"eps", eps}})[0];
-  return Call1("batch_norm_infer", {x, gamma, beta, running_mean, running_var}, Attrs{{"eps", eps}});
+  return Call1(op_kind::batch_norm_infer, {x, gamma, beta, running_mean, running_var}, Attrs{{"eps", eps}});
 }
 Tensor LayerNorm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
-  return Call("layer_norm", {x, gamma, beta}, Attrs{{"eps", eps}})[0];
+  return Call(op_kind::layer_norm, {x, gamma, beta}, Attrs{{"eps", eps}})[0];
 }
 }  // namespace ops
 

@@ -31,6 +31,12 @@ namespace loom {
 
 using namespace opdecl;
 
+// The gradient transform every update reads (the Notes above).
+const std::vector<AttrDecl> kGradTransform = {{"grad_scaled", kInt}, {"clip_value", kFloat}, {"grad_mult", kFloat}};
+// sgd_update's, and matmul_sgd_update's (graph/fuse_weight_grad.cc copies them from the sgd_update it replaces).
+const std::vector<AttrDecl> kSgdAttrs = Join(
+    {{"momentum", kFloat}, {"weight_decay", kFloat}, {"nesterov", kInt}, {"dampening", kFloat}}, kGradTransform);
+
 namespace {
 // The inputs an update takes beyond its own: 1 when a gradient scale is appended. Checks the
 // clipping attributes (Note [Clipping folded into the update]) and the gradient multiplier.
@@ -56,6 +62,7 @@ size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs
 // into the update])
 LOOM_OP(sgd_update) {
   def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
+  def.attrs = kSgdAttrs;
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& a) {
     const size_t extra = ClipInputs("sgd_update", in_all, a);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
@@ -80,6 +87,7 @@ LOOM_OP(sgd_update) {
 // and applied while the rows are in cache: the gradient is never stored.
 LOOM_OP(matmul_sgd_update) {
   def.internal = "made only by the graph pass in graph/fuse_weight_grad.cc";
+  def.attrs = kSgdAttrs;
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& at) {
     const size_t extra = ClipInputs("matmul_sgd_update", in_all, at);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
@@ -105,6 +113,9 @@ LOOM_OP(matmul_sgd_update) {
 // (AdamW, 0/1), and grad_scaled, clip_value, grad_mult (the Notes above)
 LOOM_OP(adam_update) {
   def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
+  def.attrs = Join(
+      {{"beta1", kFloat}, {"beta2", kFloat}, {"eps", kFloat}, {"weight_decay", kFloat}, {"decoupled", kInt}},
+      kGradTransform);
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("adam_update", in, 6 + ClipInputs("adam_update", in, a));
     CheckFloat("adam_update", in[0], "parameter");

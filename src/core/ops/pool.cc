@@ -1,7 +1,10 @@
 // 2-D pooling (NCHW): max, average and global average. Attributes of max/avg pooling and their
 // gradients: kernel (kh, kw), stride (sh, sw), padding (ph, pw), optionally padding_end
 // (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h); avg_pool2d also
-// count_include_pad (0/1); the gradients also x_shape, the input shape they produce.
+// count_include_pad (0/1); the gradients also x_shape, the input shape they produce. The layout
+// pass (device/cpu/passes/layout.cc) adds, for operands in the blocked layout, x_blocked, y_blocked and
+// argmax_blocked on max_pool2d, argmax_blocked, dy_blocked and dx_blocked on its gradient,
+// x_blocked on global_avg_pool and dx_blocked on its gradient.
 //
 // Each padding is at most half the kernel, so every window holds a pixel. avg_pool2d's
 // count_include_pad = 1 divides by kh * kw: every window lies inside the padded image, so this
@@ -15,11 +18,18 @@
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
 
+LOOM_OP_KIND(avg_pool2d_grad);
+LOOM_OP_KIND(global_avg_pool_grad);
+LOOM_OP_KIND(max_pool2d_grad);
+
 namespace loom {
 
 using namespace opdecl;
 
 namespace {
+
+const std::vector<AttrDecl> kPoolGeometry = {
+    {"kernel", kInts}, {"stride", kInts}, {"padding", kInts}, {"padding_end", kInts}};
 
 struct PoolGeom {
   int64_t kh, kw, sh, sw, ph, pw;
@@ -70,10 +80,11 @@ std::vector<TensorMeta> InferPoolGrad(const char* op, const TensorMeta& dy, cons
   return {{x, dy.dtype}};
 }
 
-Attrs WithInputShape(const BackwardArgs& a) {
+// The gradient op `grad` on `in`, with the forward's attributes and the input shape it produces.
+Tensor PoolGrad(const OpDef& grad, const std::vector<Tensor>& in, const BackwardArgs& a) {
   Attrs ga = a.attrs;
-  ga.Set("x_shape", a.input_metas[0].shape);
-  return ga;
+  ga.Bind(grad).Set("x_shape", a.input_metas[0].shape);  // Note [Declared attributes]
+  return Call1(grad, in, ga);
 }
 
 Attrs PoolAttrs(const ops::Pool2dOptions& o, const char* op) {
@@ -88,6 +99,7 @@ Attrs PoolAttrs(const ops::Pool2dOptions& o, const char* op) {
 
 // x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW) (flat index in the plane)
 LOOM_OP(max_pool2d) {
+  def.attrs = Join(kPoolGeometry, {{"x_blocked", kInt}, {"y_blocked", kInt}, {"argmax_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     std::vector<TensorMeta> out = InferPool("max_pool2d", in, a);
     LOOM_CHECK(in[0].shape[2] * in[0].shape[3] <= int64_t(INT32_MAX), ShapeError, "[max_pool2d] input ",
@@ -97,12 +109,14 @@ LOOM_OP(max_pool2d) {
   };
   def.saved_outputs = {1};
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("max_pool2d_grad", {a.outputs[1], a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::max_pool2d_grad, {a.outputs[1], a.grad_outputs[0]}, a)};
   };
 }
 // argmax: int32 (N, C, OH, OW), dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(max_pool2d_grad) {
   def.internal = "backward of max_pool2d";
+  def.attrs =
+      Join(kPoolGeometry, {{"x_shape", kInts}, {"argmax_blocked", kInt}, {"dy_blocked", kInt}, {"dx_blocked", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("max_pool2d_grad", in, 2);
     LOOM_CHECK(in[0].dtype == DType::kInt32 && in[0].shape == in[1].shape, ShapeError,
@@ -113,14 +127,16 @@ LOOM_OP(max_pool2d_grad) {
 
 // x: (N, C, H, W) -> y: (N, C, OH, OW)
 LOOM_OP(avg_pool2d) {
+  def.attrs = Join(kPoolGeometry, {{"count_include_pad", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferPool("avg_pool2d", in, a); };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("avg_pool2d_grad", {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::avg_pool2d_grad, {a.grad_outputs[0]}, a)};
   };
 }
 // dy: (N, C, OH, OW) -> dx: x_shape (N, C, H, W)
 LOOM_OP(avg_pool2d_grad) {
   def.internal = "backward of avg_pool2d";
+  def.attrs = Join(kPoolGeometry, {{"count_include_pad", kInt}, {"x_shape", kInts}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("avg_pool2d_grad", in, 1);
     return InferPoolGrad("avg_pool2d_grad", in[0], a);
@@ -129,6 +145,7 @@ LOOM_OP(avg_pool2d_grad) {
 
 // x: (N, C, H, W) -> y: (N, C)
 LOOM_OP(global_avg_pool) {
+  def.attrs = {{"x_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("global_avg_pool", in, 1);
     CheckFloat("global_avg_pool", in[0]);
@@ -138,12 +155,13 @@ LOOM_OP(global_avg_pool) {
     return std::vector<TensorMeta>{{{x[0], x[1]}, in[0].dtype}};
   };
   def.backward = [](const BackwardArgs& a) {
-    return std::vector<Tensor>{Call1("global_avg_pool_grad", {a.grad_outputs[0]}, WithInputShape(a))};
+    return std::vector<Tensor>{PoolGrad(op_kind::global_avg_pool_grad, {a.grad_outputs[0]}, a)};
   };
 }
 // dy: (N, C) -> dx: x_shape (N, C, H, W) = dy / (H W) everywhere in the plane
 LOOM_OP(global_avg_pool_grad) {
   def.internal = "backward of global_avg_pool";
+  def.attrs = {{"x_shape", kInts}, {"dx_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("global_avg_pool_grad", in, 1);
     CheckFloat("global_avg_pool_grad", in[0], "dy");
@@ -156,14 +174,14 @@ LOOM_OP(global_avg_pool_grad) {
 
 namespace ops {
 Tensor MaxPool2d(const Tensor& x, const Pool2dOptions& opt) {
-  return Call("max_pool2d", {x}, PoolAttrs(opt, "max_pool2d"))[0];
+  return Call(op_kind::max_pool2d, {x}, PoolAttrs(opt, "max_pool2d"))[0];
 }
 Tensor AvgPool2d(const Tensor& x, const Pool2dOptions& opt) {
   Attrs a = PoolAttrs(opt, "avg_pool2d");
   a.Set("count_include_pad", int64_t(opt.count_include_pad));
-  return Call1("avg_pool2d", {x}, a);
+  return Call1(op_kind::avg_pool2d, {x}, a);
 }
-Tensor GlobalAvgPool(const Tensor& x) { return Call1("global_avg_pool", {x}); }
+Tensor GlobalAvgPool(const Tensor& x) { return Call1(op_kind::global_avg_pool, {x}); }
 }  // namespace ops
 
 }  // namespace loom

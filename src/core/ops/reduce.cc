@@ -4,9 +4,14 @@
 
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(max_grad);
+
 namespace loom {
 
 using namespace opdecl;
+
+// sum and max (and max_grad, which gets max's): the reduced run of axes [begin, end), keepdims.
+const std::vector<AttrDecl> kReduceAttrs = {{"begin", kInt}, {"end", kInt}, {"keepdims", kInt}};
 
 namespace {
 
@@ -40,6 +45,7 @@ Tensor KeepDimsGrad(const BackwardArgs& a) {
 }  // namespace
 
 LOOM_OP(sum) {  // attrs: begin, end (the reduced run of axes), keepdims
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferReduce("sum", in, a); };
   def.backward = [](const BackwardArgs& a) {
     return std::vector<Tensor>{ops::BroadcastTo(KeepDimsGrad(a), a.input_metas[0].shape)};
@@ -47,6 +53,7 @@ LOOM_OP(sum) {  // attrs: begin, end (the reduced run of axes), keepdims
 }
 
 LOOM_OP(max) {  // attrs as sum; ties share the gradient equally
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) { return InferReduce("max", in, a); };
   def.saved_inputs = {0};
   def.saved_outputs = {0};
@@ -55,12 +62,13 @@ LOOM_OP(max) {  // attrs as sum; ties share the gradient equally
     ga.Set("keepdims", int64_t(1));
     Shape kshape = ReducedShape(a.input_metas[0].shape, a.attrs.Int("begin"), a.attrs.Int("end"), true);
     return std::vector<Tensor>{
-        Call1("max_grad", {a.inputs[0], ops::Reshape(a.outputs[0], kshape), KeepDimsGrad(a)}, ga)};
+        Call1(op_kind::max_grad, {a.inputs[0], ops::Reshape(a.outputs[0], kshape), KeepDimsGrad(a)}, ga)};
   };
 }
 // (x (outer, R, inner), y (outer, 1, inner), dy (outer, 1, inner)) -> dx: dy / ties where x == y
 LOOM_OP(max_grad) {
   def.internal = "backward of max";
+  def.attrs = kReduceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("max_grad", in, 3);
     return std::vector<TensorMeta>{in[0]};
@@ -84,16 +92,16 @@ std::vector<int64_t> NormalizeAxes(const std::vector<int64_t>& axes, int64_t ran
   return out;
 }
 
-// Applies the single-run reduction `name` to each run of consecutive axes, last run first so
+// Applies the single-run reduction `op` to each run of consecutive axes, last run first so
 // that earlier axis numbers stay valid.
-Tensor ReduceRuns(const char* name, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
-  std::vector<int64_t> ax = NormalizeAxes(axes, x.ndim(), name);
+Tensor ReduceRuns(const OpDef& op, const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
+  std::vector<int64_t> ax = NormalizeAxes(axes, x.ndim(), op.name.c_str());
   Tensor y = x;
   size_t i = ax.size();
   while (i > 0) {
     size_t j = i - 1;
     while (j > 0 && ax[j - 1] == ax[j] - 1) --j;
-    y = Call1(name, {y}, Attrs{{"begin", ax[j]}, {"end", ax[i - 1] + 1}, {"keepdims", int64_t(keepdims)}});
+    y = Call1(op, {y}, Attrs{{"begin", ax[j]}, {"end", ax[i - 1] + 1}, {"keepdims", int64_t(keepdims)}});
     i = j;
   }
   return y;
@@ -102,12 +110,12 @@ Tensor ReduceRuns(const char* name, const Tensor& x, const std::vector<int64_t>&
 
 Tensor Sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
   if (x.ndim() == 0) return x;
-  return ReduceRuns("sum", x, axes, keepdims);
+  return ReduceRuns(op_kind::sum, x, axes, keepdims);
 }
 
 Tensor Max(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
   if (x.ndim() == 0) return x;
-  return ReduceRuns("max", x, axes, keepdims);
+  return ReduceRuns(op_kind::max, x, axes, keepdims);
 }
 
 Tensor Mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdims) {
@@ -137,7 +145,7 @@ Tensor SumTo(const Tensor& x, const Shape& shape) {
       axes.push_back(int64_t(i));
     }
   }
-  Tensor y = axes.empty() ? x : ReduceRuns("sum", x, axes, true);
+  Tensor y = axes.empty() ? x : ReduceRuns(op_kind::sum, x, axes, true);
   return Reshape(y, shape);
 }
 

@@ -15,6 +15,8 @@
 #include "core/ops.h"
 #include "core/scatter_geometry.h"
 
+LOOM_OP_KIND(gather_elements);
+
 namespace loom {
 
 using namespace opdecl;
@@ -45,6 +47,7 @@ void CheckIndexShape(const char* op, const TensorMeta& x, const TensorMeta& idx,
 
 // x: (D...), indices: int32/int64 (E...), updates: (E...) -> y: (D...), Note [Element scatter and gather]
 LOOM_OP(scatter_elements) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("scatter_elements", in, 3);
     CheckFloat("scatter_elements", in[0], "x");
@@ -62,9 +65,9 @@ LOOM_OP(scatter_elements) {
     const Tensor& idx = a.inputs[1];
     if (a.needs_input_grad[0]) {  // the overwritten elements get none
       const TensorMeta& u = a.input_metas[2];
-      grads[0] = Call1("scatter_elements", {dy, idx, ops::Zeros(u.shape, u.dtype, dy.device_ptr())}, a.attrs);
+      grads[0] = Call1(op_kind::scatter_elements, {dy, idx, ops::Zeros(u.shape, u.dtype, dy.device_ptr())}, a.attrs);
     }
-    if (a.needs_input_grad[2]) grads[2] = Call1("gather_elements", {dy, idx}, a.attrs);
+    if (a.needs_input_grad[2]) grads[2] = Call1(op_kind::gather_elements, {dy, idx}, a.attrs);
     return grads;
   };
 }
@@ -72,6 +75,7 @@ LOOM_OP(scatter_elements) {
 // x: (D...), indices: int32/int64 (E...) -> y: (E...), Note [Element scatter and gather]
 LOOM_OP(gather_elements) {
   def.internal = "backward of scatter_elements";
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("gather_elements", in, 2);
     CheckFloat("gather_elements", in[0], "x");
@@ -89,6 +93,7 @@ LOOM_OP(gather_elements) {
 // producing a tensor of the old shape.
 // shape: int32/int64 (R) -> y: attrs.shape, attrs.dtype, every element attrs.value
 LOOM_OP(constant_of_shape) {
+  def.attrs = {{"shape", kInts}, {"dtype", kInt}, {"value", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("constant_of_shape", in, 1);
     LOOM_CHECK(in[0].dtype == DType::kInt32 || in[0].dtype == DType::kInt64, DTypeError,

@@ -19,6 +19,7 @@ void CheckStepScalar(const char* op, const TensorMeta& m, const char* what) {
 // attrs: the schedule spec (sched::ToAttrs); lr = sched::ScheduleValue(spec, step).
 LOOM_OP(lr_schedule) {
   def.internal = "the learning rate of nn::Optimizer::SetSchedule, reached through loom.schedule";
+  def.attrs = sched::AttrDecls();
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("lr_schedule", in, 1);
     CheckStepScalar("lr_schedule", in[0], "step counter");

@@ -6,6 +6,9 @@
 
 #include "core/ops/common.h"
 
+LOOM_OP_KIND(copy);
+LOOM_OP_KIND(slice_grad);
+
 namespace loom {
 
 using namespace opdecl;
@@ -85,9 +88,13 @@ Tensor ViewOf(const Tensor& x, Shape shape, Shape strides, int64_t offset) {
 
 }  // namespace
 
+// slice's normalised range; slice_grad gets it from slice's backward, with the input's shape.
+const std::vector<AttrDecl> kSliceAttrs = {{"axis", kInt}, {"start", kInt}, {"end", kInt}};
+
 // ---- views ----
 
 LOOM_OP(reshape) {
+  def.attrs = {{"shape", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("reshape", in, 1);
     return std::vector<TensorMeta>{{ResolveReshape(in[0].shape, a.Ints("shape")), in[0].dtype}};
@@ -97,7 +104,7 @@ LOOM_OP(reshape) {
     // ops::Reshape hands us contiguous inputs (its copy has autograd of its own). Tensor::Reshape
     // calls the op directly; a strided input then gets a private copy, which autograd need not
     // see: reshape's backward reshapes the gradient back either way.
-    Tensor c = x.is_contiguous() ? x : Call1("copy", {x});
+    Tensor c = x.is_contiguous() ? x : Call1(op_kind::copy, {x});
     return ViewOf(c, shape, ContiguousStrides(shape), c.offset());
   };
   def.backward = [](const BackwardArgs& a) {
@@ -106,6 +113,7 @@ LOOM_OP(reshape) {
 }
 
 LOOM_OP(transpose) {
+  def.attrs = {{"a", kInt}, {"b", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("transpose", in, 1);
     int64_t r = int64_t(in[0].shape.size());
@@ -128,6 +136,7 @@ LOOM_OP(transpose) {
 }
 
 LOOM_OP(permute) {
+  def.attrs = {{"perm", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("permute", in, 1);
     std::vector<int64_t> p = CheckPermutation(in[0].shape, a.Ints("perm"));
@@ -156,6 +165,7 @@ LOOM_OP(permute) {
 // ---- copies ----
 
 LOOM_OP(concat) {
+  def.attrs = {{"axis", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(!in.empty(), ValueError, "[concat] needs at least one input");
     const Shape& s0 = in[0].shape;
@@ -189,6 +199,7 @@ LOOM_OP(concat) {
 }
 
 LOOM_OP(slice) {
+  def.attrs = kSliceAttrs;
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("slice", in, 1);
     SliceRange r = SliceBounds(in[0].shape, a.Int("axis"), a.Int("start"), a.Int("end"));
@@ -197,9 +208,9 @@ LOOM_OP(slice) {
     return std::vector<TensorMeta>{{s, in[0].dtype}};
   };
   def.backward = [](const BackwardArgs& a) {
-    Attrs attrs = a.attrs;
-    attrs.Set("shape", a.input_metas[0].shape);
-    return std::vector<Tensor>{Call1("slice_grad", {a.grad_outputs[0]}, attrs)};
+    Attrs attrs = a.attrs;  // slice's, for slice_grad (Note [Declared attributes])
+    attrs.Bind(op_kind::slice_grad).Set("shape", a.input_metas[0].shape);
+    return std::vector<Tensor>{Call1(op_kind::slice_grad, {a.grad_outputs[0]}, attrs)};
   };
 }
 
@@ -207,6 +218,7 @@ LOOM_OP(slice) {
 // written at [start, end) along axis.
 LOOM_OP(slice_grad) {
   def.internal = "backward of slice";
+  def.attrs = Join(kSliceAttrs, {{"shape", kInts}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("slice_grad", in, 1);
     const Shape& full = a.Ints("shape");
@@ -225,6 +237,7 @@ LOOM_OP(slice_grad) {
 }
 
 LOOM_OP(broadcast_to) {
+  def.attrs = {{"shape", kInts}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("broadcast_to", in, 1);
     const Shape& s = in[0].shape;
@@ -249,32 +262,32 @@ namespace ops {
 
 Tensor Reshape(const Tensor& x, const Shape& shape) {
   LOOM_CHECK(x.defined(), ValueError, "[reshape] input 0 is undefined");
-  return Call1("reshape", {x.Contiguous()}, Attrs{{"shape", shape}});
+  return Call1(op_kind::reshape, {x.Contiguous()}, Attrs{{"shape", shape}});
 }
 
 Tensor Transpose(const Tensor& x, int64_t a, int64_t b) {
-  return Call1("transpose", {x}, Attrs{{"a", a}, {"b", b}});
+  return Call1(op_kind::transpose, {x}, Attrs{{"a", a}, {"b", b}});
 }
 
 Tensor Permute(const Tensor& x, const std::vector<int64_t>& perm) {
-  return Call1("permute", {x}, Attrs{{"perm", perm}});
+  return Call1(op_kind::permute, {x}, Attrs{{"perm", perm}});
 }
 
 Tensor Concat(const std::vector<Tensor>& xs, int64_t axis) {
   LOOM_CHECK(!xs.empty(), ValueError, "[concat] needs at least one input");
-  return Call1("concat", xs, Attrs{{"axis", axis}});
+  return Call1(op_kind::concat, xs, Attrs{{"axis", axis}});
 }
 
 Tensor Slice(const Tensor& x, int64_t axis, int64_t start, int64_t end) {
   LOOM_CHECK(x.defined(), ValueError, "[slice] input 0 is undefined");
   // The record carries the normalised range, so kernels and dumps never see negative indices.
   SliceRange r = SliceBounds(x.shape(), axis, start, end);
-  return Call1("slice", {x}, Attrs{{"axis", r.axis}, {"start", r.start}, {"end", r.end}});
+  return Call1(op_kind::slice, {x}, Attrs{{"axis", r.axis}, {"start", r.start}, {"end", r.end}});
 }
 
 Tensor BroadcastTo(const Tensor& x, const Shape& shape) {
   if (x.defined() && x.shape() == shape) return x;
-  return Call1("broadcast_to", {x}, Attrs{{"shape", shape}});
+  return Call1(op_kind::broadcast_to, {x}, Attrs{{"shape", shape}});
 }
 
 Tensor Flatten(const Tensor& x, int64_t start_axis) {

@@ -23,6 +23,8 @@
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_shapes.h"
 
+LOOM_OP_KIND(batch_norm_grad);
+
 namespace loom {
 namespace cuda {
 namespace {
@@ -398,8 +400,16 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // attribute (Note [Activation layouts] in device/cpu/passes/layout.cc, which reads a predicate as
 // knowing its attributes): no graph pass changes these records on a CUDA device.
 bool BatchNormSupportsCuda(const OpRecord& op) {
-  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked"})
-    if (op.attrs.Int(a, 0) != 0) return false;
+  // The attributes each op declares (Note [Declared attributes] in core/attrs.h).
+  static const char* const kTrain[] = {"x_blocked", "y_blocked"};
+  static const char* const kGrad[] = {"x_blocked", "dy_blocked", "dx_blocked"};
+  if (op.def == &op_kind::batch_norm_grad) {
+    for (const char* a : kGrad)
+      if (op.attrs.Int(a, 0) != 0) return false;
+  } else {
+    for (const char* a : kTrain)
+      if (op.attrs.Int(a, 0) != 0) return false;
+  }
   return true;
 }
 

@@ -12,6 +12,8 @@
 #include "device/cpu/kernels/common.h"
 #include "core/elementwise_formulas.h"
 
+LOOM_OP_KIND(batch_norm_grad);
+
 namespace loom {
 namespace cpu {
 namespace {
@@ -608,8 +610,14 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 // Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W), C a
 // multiple of 16.
 bool BatchNormSupports(const OpRecord& op) {
+  // The layout attributes each op declares (Note [Declared attributes] in core/attrs.h).
+  static const char* const kTrain[] = {"x_blocked", "y_blocked"};
+  static const char* const kGrad[] = {"x_blocked", "dy_blocked", "dx_blocked"};
   bool blocked = false;
-  for (const char* a : {"x_blocked", "y_blocked", "dy_blocked", "dx_blocked"}) blocked |= op.attrs.Int(a, 0) != 0;
+  if (op.def == &op_kind::batch_norm_grad)
+    for (const char* a : kGrad) blocked |= op.attrs.Int(a, 0) != 0;
+  else
+    for (const char* a : kTrain) blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
   return !blocked || (op.inputs[0].dtype() == DType::kFloat32 && x.size() == 4 && x[1] % kGroup == 0);
 }
