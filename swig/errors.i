@@ -1,4 +1,4 @@
-// C++ exceptions -> Python exceptions (DESIGN.md invariant 9).
+// C++ exceptions -> Python exceptions (docs/design.md invariant 9).
 //
 // Every wrapped call, constructors included, runs inside one try block; whatever it throws is
 // translated by its dynamic type and raised in Python, so no C++ exception ever reaches the
@@ -139,7 +139,7 @@ static void SetArgError(int code, const char* msg) {
 // io functions release it around the file I/O only, with this guard: the work that touches a
 // device or Python objects (reading tensors to the host, making the loaded tensors, restoring
 // into an optimizer) keeps the lock, as every other call does, so that releasing it never lets
-// another thread into a device in the middle of an op (DESIGN.md invariant 10). Nothing done
+// another thread into a device in the middle of an op (docs/design.md invariant 10). Nothing done
 // without the lock calls back into Python or touches a Python object. The guard takes the lock
 // back when it is destroyed, also while an exception unwinds, before errors.i's handler turns
 // the exception into a Python error.

@@ -11,7 +11,7 @@
 // softmax cross-entropy. Per mode it prints one JSON line (--json) and, at the end, a Markdown
 // table with the speed-up and the memory ratio against eager.
 //
-// The harness refuses to report a run that did not train (DESIGN.md, "Lessons"): the loss must
+// The harness refuses to report a run that did not train (docs/design.md, "Lessons"): the loss must
 // change between the first and the last step, the parameters' bytes must change, and the
 // model's optimizer step count must have advanced by every step taken. Otherwise it prints what
 // failed and exits 3 (SINGA's own harness once timed the forward pass only, after an API change).
@@ -798,7 +798,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       for (const loom::OpRecord& op : model.train_graph()->ops().ops)
         if (op.name() == "matmul_sgd_update") r.fused_param_bytes += op.inputs[0].nbytes();
     }
-    // Did it train? (DESIGN.md: refuse to report a run in which nothing moved.)
+    // Did it train? (docs/design.md: refuse to report a run in which nothing moved.)
     std::string why;
     if (r.first_loss == r.last_loss)
       why += loom::detail::Cat(" the loss did not change (", r.first_loss, " at step 1 and at step ", total, ");");

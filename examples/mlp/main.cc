@@ -212,7 +212,7 @@ int Train(const Flags& f) {
     d->BroadcastParameters(params);
     opt = d;
   }
-  // Inputs are fed, not rebuilt: one block each, written with every new batch (DESIGN.md
+  // Inputs are fed, not rebuilt: one block each, written with every new batch (docs/design.md
   // invariant 6), which is what a captured graph will read.
   Tensor x = ops::Empty({rows, kInputs}, DType::kFloat32, dev);
   Tensor y = ops::Empty({rows}, DType::kInt32, dev);
@@ -281,7 +281,7 @@ int Train(const Flags& f) {
       out << line << std::endl;
     }
   }
-  // A run in which nothing trained is not reported (DESIGN.md: the harness "refuses to report a
+  // A run in which nothing trained is not reported (docs/design.md: the harness "refuses to report a
   // run in which the loss and the optimizer step count did not move").
   LOOM_CHECK(model.w.back().ToVector<float>() != w_last_before, ValueError,
              "[loom-mlp] the parameters did not change: refusing to report a run that did not train (--lr 0?)");

@@ -1,4 +1,4 @@
-// Op attributes: a small ordered list of named values. Attributes are data (DESIGN.md
+// Op attributes: a small ordered list of named values. Attributes are data (docs/design.md
 // invariant 1) so that dumps, passes and cost accounting can read them.
 #pragma once
 

@@ -1,4 +1,4 @@
-// A Block is memory that may not exist yet (DESIGN.md invariant 3).
+// A Block is memory that may not exist yet (docs/design.md invariant 3).
 //
 // Note [Block lifetime]
 // A Block knows its size and device from birth; its pointer stays null until the first op that

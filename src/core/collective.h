@@ -1,4 +1,4 @@
-// Collectives as ops (issue 15; DESIGN.md invariant 11): `allreduce`, `allgather` and
+// Collectives as ops (issue 15; docs/design.md invariant 11): `allreduce`, `allgather` and
 // `broadcast` are op records like any other, submitted to the tensor's device, so they run now
 // (eager, blocking) or are captured, analysed, planned and replayed with the rest of a step.
 // The communicator is named by its registry id (core/comm_registry.h); every collective

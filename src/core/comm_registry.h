@@ -1,5 +1,5 @@
 // How an op record refers to a communicator: by an integer id (the attribute "comm"), looked up
-// here when its kernel runs. Records stay plain data (DESIGN.md invariant 1): a dump shows
+// here when its kernel runs. Records stay plain data (docs/design.md invariant 1): a dump shows
 // "comm=3", and a kernel of src/device reaches the communicator through the interface of
 // core/communicator.h without knowing its implementation (src/io/comm).
 //

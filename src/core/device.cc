@@ -113,7 +113,7 @@ void Device::Submit(OpRecord op) {
     // state); another thread's op would land in a graph it knows nothing of.
     LOOM_CHECK(capture_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id(), GraphError, "[",
                op.name(), "] submitted to ", name(), " by another thread while ", sink->capture_name(),
-               " is being captured; a capture belongs to the thread that began it (DESIGN.md invariant 10)");
+               " is being captured; a capture belongs to the thread that began it (docs/design.md invariant 10)");
     if (buffering()) {
       sink->Append(std::move(op));
       return;

@@ -19,7 +19,7 @@ namespace loom {
 
 // Note [Capture sink]
 // While a sink is active on a device, Submit appends every op to it instead of running it
-// (DESIGN.md invariant 4: capture runs nothing). A device has at most one active sink, and it
+// (docs/design.md invariant 4: capture runs nothing). A device has at most one active sink, and it
 // belongs to the thread that began the capture (invariant 10): an op another thread submits
 // meanwhile raises GraphError instead of landing in someone else's graph. Ops of a SetupScope
 // on the capturing thread run eagerly (Note [Setup inside a capture]).
@@ -141,7 +141,7 @@ class Device : public std::enable_shared_from_this<Device> {
   };
 
   // Note [One user at a time]
-  // A device runs one thing at a time (DESIGN.md invariant 10): an eager op and a graph replay
+  // A device runs one thing at a time (docs/design.md invariant 10): an eager op and a graph replay
   // each hold this lock while they run, so a second thread waits instead of interleaving
   // kernels on the same memory (two replays of one graph, a replay and an eager update of the
   // same weights). Recursive: a replay may submit eager ops (a CapturedStep's input copies).

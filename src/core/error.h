@@ -1,4 +1,4 @@
-// Errors are exceptions (DESIGN.md invariant 9).
+// Errors are exceptions (docs/design.md invariant 9).
 //
 // Two checks, both throw:
 //   LOOM_CHECK(cond, Kind, msg...)  a caller mistake  -> a typed user error (ShapeError, ...)

@@ -1,6 +1,6 @@
 // Whole files in and out, with the guarantees every loom file needs: checkpoints and graph
 // dumps (src/io), DOT and trace files (src/graph). Here, in core, so that both may use it
-// (DESIGN.md: graph does not include io).
+// (docs/design.md: graph does not include io).
 //
 // Note [Atomic file writes]
 // A writer never leaves a broken file at `path`: it writes `path + ".tmp.<pid>"`, fsyncs it,

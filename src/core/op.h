@@ -1,4 +1,4 @@
-// Ops are data (DESIGN.md invariant 1).
+// Ops are data (docs/design.md invariant 1).
 //
 // An OpDef declares one op kind in one place: its name, shape inference, which inputs and
 // outputs its backward needs, its backward (written with other ops) and, registered from the
@@ -90,7 +90,7 @@ struct OpDef {
   // outputs' shapes and dtypes.
   std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)> infer;
   // Note [Backward keeps only what it needs]
-  // The autograd node keeps exactly these inputs/outputs alive, nothing else (DESIGN.md
+  // The autograd node keeps exactly these inputs/outputs alive, nothing else (docs/design.md
   // invariant 8). Eager peak memory depends on it.
   std::vector<int> saved_inputs;
   std::vector<int> saved_outputs;

@@ -6,7 +6,7 @@
 // Note [Schedules on the device]
 // The learning rate of step k is ScheduleValue(spec, k), where k is a float64 step counter on the
 // device that the optimizer advances by an op in the step. Both run inside the captured step, so
-// a replay computes the next rate itself: no recapture and no host write per step (DESIGN.md
+// a replay computes the next rate itself: no recapture and no host write per step (docs/design.md
 // invariant 6). A spec is a list of segments (one for a plain schedule, several for a composition
 // such as warm-up then cosine); segment i runs from its absolute start step up to the next
 // segment's start and sees the step counted from its own start. A composition of compositions is

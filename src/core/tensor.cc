@@ -136,7 +136,7 @@ void Tensor::CopyFromHost(const void* src, size_t bytes) {
   LOOM_CHECK(is_contiguous(), ValueError, "[copy_from_host] target ", Describe(), " is not contiguous");
   device()->NoteHostTransfer("copy_from_host", /*write=*/true);  // Note [Host-transfer trap]
   // A host write is a feed: it lands in the block now, also during a capture (the graph reads
-  // the block when it runs). See DESIGN.md invariant 6.
+  // the block when it runs). See docs/design.md invariant 6.
   block_->Allocate();
   device()->Synchronize();
   device()->MemcpyFromHost(raw_data(), src, bytes);

@@ -1,7 +1,7 @@
 // Tensor: a handle on (part of) a Block, with shape, strides, offset and dtype. Copies of a
 // Tensor share the Block and the autograd state; views (Reshape, Transpose, Slice...) share the
 // Block only. Values live on the device; reading them on the host is explicit (ToVector, Item)
-// and is refused while the device is capturing a graph (DESIGN.md invariant 4).
+// and is refused while the device is capturing a graph (docs/design.md invariant 4).
 #pragma once
 
 #include <memory>

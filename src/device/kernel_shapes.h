@@ -1,5 +1,5 @@
 // How kernels view their operands, shared by every backend so that the CPU and CUDA kernels of
-// an op agree on the layout by construction (STYLE.md: share shape logic, not copies of it).
+// an op agree on the layout by construction (docs/style.md: share shape logic, not copies of it).
 // Host code, except the LOOM_HD functions, which CUDA kernels call on the device too.
 #pragma once
 

@@ -14,7 +14,7 @@
 // stored; the plan no longer holds its bytes. The fused kernel promises the same sums in the same order as the two
 // ops it replaces only for some shapes (on the CPU: where that matmul takes the skinny TN
 // kernel), and says which through its supports predicate, so the pass fires only there and
-// replay stays bitwise equal to eager (DESIGN.md invariant 5).
+// replay stays bitwise equal to eager (docs/design.md invariant 5).
 // Conditions, each needed for the rewrite to be exact:
 //   - g is written by that matmul alone, read by that update alone, and held by nothing outside
 //     the graph (a user holding the gradient still sees it stored);

@@ -2,7 +2,7 @@
 // function — it never touches a device — unit-tested on synthetic lifetimes
 // (test/graph/pack_test.cc).
 //
-// Strategies (DESIGN.md, "Memory planning"):
+// Strategies (docs/design.md, the pipeline, step 3):
 //  - greedy by size: blocks in decreasing size, each at the lowest-waste gap (best fit) among
 //    the blocks already placed whose lifetimes intersect it; tried under a few orderings;
 //  - op order: simulate a best-fit free-list allocator with coalescing, walking the ops.

@@ -3,7 +3,7 @@
 // The first call with a given (shape, dtype, device) of every input copies the inputs into
 // persistent placeholder tensors, captures fn(placeholders) on the device, and runs the graph
 // once. Later calls with the same signature copy the new inputs into the placeholders and replay
-// (inputs are fed, not baked: DESIGN.md invariant 6). A new signature either captures another
+// (inputs are fed, not baked: docs/design.md invariant 6). A new signature either captures another
 // graph (recapture = true: the last, smaller batch of an epoch just works) or throws a
 // GraphError that shows what differs.
 #pragma once

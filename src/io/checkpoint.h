@@ -10,7 +10,7 @@
 // names the file and says what is wrong. The format is described in loom.proto.
 //
 // Host reads are needed to save, so saving is refused while a tensor's device is capturing a
-// graph (DESIGN.md invariant 4); so is restoring. Between replays both are fine: restoring is a
+// graph (docs/design.md invariant 4); so is restoring. Between replays both are fine: restoring is a
 // feed, and the next replay reads the restored values.
 #pragma once
 

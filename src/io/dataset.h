@@ -125,7 +125,7 @@ class DataLoader {
   // that starts the next epoch). An exception raised while preparing a batch on the background
   // thread is re-thrown here, and again on every later call.
   bool Next(Batch* batch);
-  // The same, written into existing tensors (a captured graph's inputs: DESIGN.md invariant 6).
+  // The same, written into existing tensors (a captured graph's inputs: docs/design.md invariant 6).
   // Their shapes must fit the batch: ShapeError otherwise (use drop_last with a graph).
   bool NextInto(const Tensor& x, const Tensor& y);
   // The host side only, without a device.

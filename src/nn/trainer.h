@@ -21,7 +21,7 @@
 // count, the learning rate), and the RunState: the step count, the training loader's position
 // (its shuffling order is a function of (seed, epoch); its augmentation of (augment_seed, epoch,
 // sample): Note [Counter-based augmentation] in io/dataset.h), and the device's Philox key and
-// counter (dropout draws: DESIGN.md invariant 6). Resuming restores all of them and seeks the
+// counter (dropout draws: docs/design.md invariant 6). Resuming restores all of them and seeks the
 // loader, so steps k+1, k+2, ... read exactly what they read in an uninterrupted run: with the
 // same build, mode and threads, the final parameters are bitwise equal. Evaluation changes none
 // of it (eval mode updates no statistics and draws no random numbers).

@@ -69,7 +69,7 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
     EXPECT_GT(Field(l, "fraction_of_peak"), 0) << l;
     EXPECT_NE(l.find("\"kernels\": [{\"kind\": \"gemm f32\", \"impl\": \""), std::string::npos) << l;
   }
-  // Same seed, same data, serial replay: the graph reproduces eager's losses (DESIGN.md inv. 5).
+  // Same seed, same data, serial replay: the graph reproduces eager's losses (docs/design.md inv. 5).
   EXPECT_EQ(Field(lines[0], "last_loss"), Field(lines[1], "last_loss"));
   // The planned arena is reported and within 5% of the liveness lower bound.
   double arena = Field(lines[1], "arena_bytes"), bound = Field(lines[1], "lower_bound_bytes");

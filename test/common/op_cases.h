@@ -2,7 +2,7 @@
 // One table of op cases (op_cases.cc) drives every way an op is tested:
 //   - forward against an independent float64 reference (op_refs.h), on the CPU, for every row;
 //   - gradients against central finite differences in float64, for rows of differentiable ops;
-//   - the op captured into a graph and replayed, bitwise against eager on the CPU (DESIGN.md
+//   - the op captured into a graph and replayed, bitwise against eager on the CPU (docs/design.md
 //     invariant 5);
 //   - CUDA against the CPU (test/cuda, where a GPU is visible).
 // A row names the op by its registered name, its attributes, how each input is made (shape,

@@ -121,7 +121,7 @@ size_t StepPeakBytes(const Mlp& m, const Tensor& x, const Tensor& y, bool save_a
   return dev->stats().peak_bytes - live_before;
 }
 
-// DESIGN.md invariant 8, Note [Backward keeps only what it needs].
+// docs/design.md invariant 8, Note [Backward keeps only what it needs].
 TEST(Autograd, BackwardKeepsOnlyWhatItNeeds) {
   const int64_t kBatch = 64, kIn = 256, kHidden = 512, kClasses = 10;
   Mlp m({kIn, kHidden, kHidden, kClasses}, 10);

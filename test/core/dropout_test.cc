@@ -52,7 +52,7 @@ TEST(Dropout, FreshNumbersEachCallAndSeedReproduces) {
   EXPECT_NE(ops::Dropout(x, 0.5).ToVector<float>(), a);
 }
 
-// DESIGN.md invariants 5 and 6: each replay of a captured dropout draws fresh numbers, and N
+// docs/design.md invariants 5 and 6: each replay of a captured dropout draws fresh numbers, and N
 // replays give the numbers of N eager calls from the same seed.
 TEST(Dropout, GraphReplayDrawsFreshNumbersLikeEager) {
   auto dev = Cpu();

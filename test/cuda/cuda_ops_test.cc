@@ -1,4 +1,4 @@
-// Every op on CUDA against the CPU result (STYLE.md, "Tests": the harness runs CUDA against the
+// Every op on CUDA against the CPU result (docs/style.md, "Tests": the harness runs CUDA against the
 // CPU where a GPU is visible): the rows of the op-case table (Note [The op-case table] in
 // common/op_cases.h), run once on each device from the same inputs, every output compared:
 // float32 and float64 within the row's tolerance, everything else (masks, integers,

@@ -97,7 +97,7 @@ TEST(DistTraining, ClippingByGlobalNormEqualsOneRank) {
   });
 }
 
-// DESIGN.md invariant 5: the serial replay (buckets and all) is bitwise the eager run.
+// docs/design.md invariant 5: the serial replay (buckets and all) is bitwise the eager run.
 TEST(DistTraining, SerialReplayIsBitwiseEager) {
   Launch()(WorldSize(2), [&](int rank, const std::shared_ptr<Communicator>& comm) {
     GraphOptions o;

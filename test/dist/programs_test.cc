@@ -93,7 +93,7 @@ TEST(DistPrograms, MlpTwoRanksTrainLikeOneRank) {
 }
 
 // The small CNN: BatchNorm uses each rank's batch statistics, so 2 ranks are not 1 rank; but
-// eager and replay agree (DESIGN.md invariant 5), and the ranks end with the same parameters.
+// eager and replay agree (docs/design.md invariant 5), and the ranks end with the same parameters.
 TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
   SKIP_WITHOUT_MPI();
   SKIP_WITHOUT_PROGRAMS("loom-cnn");

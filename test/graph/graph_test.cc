@@ -495,7 +495,7 @@ TEST_F(GraphTest, CaptureErrorsAndMisuse) {
   EXPECT_FALSE(dev_->capturing());
 }
 
-// DESIGN.md invariant 10: a capture belongs to the thread that began it.
+// docs/design.md invariant 10: a capture belongs to the thread that began it.
 TEST_F(GraphTest, AnotherThreadsOpDuringACaptureRaisesAndLandsNowhere) {
   Tensor x = RandomTensor({4}, DType::kFloat32, 1);
   Graph g(dev_, "mine");

@@ -149,7 +149,7 @@ TEST(Schedule, AdamReadsTheScheduledRateInGraphAsEagerly) {
     for (int k = 0; k < 15; ++k) graph ? (void)step({g}) : opt.Apply(g, w, "w");
     return w.ToVector<float>();
   };
-  EXPECT_EQ(run(false), run(true));  // DESIGN.md invariant 5: bitwise
+  EXPECT_EQ(run(false), run(true));  // docs/design.md invariant 5: bitwise
 }
 
 TEST(Schedule, SchedulesResumeFromASetStep) {

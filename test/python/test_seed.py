@@ -1,5 +1,5 @@
 """The seed example: SINGA's graph-mode MLP program runs as written and its 1001 replays train,
-bitwise equal to 1001 eager iterations of the same code (DESIGN.md invariant 5)."""
+bitwise equal to 1001 eager iterations of the same code (docs/design.md invariant 5)."""
 import subprocess
 import sys
 

@@ -255,7 +255,7 @@ def test_a_branch_on_a_value_during_capture_is_a_graph_error(dev):
     with pytest.raises(loom.GraphError, match="branch on a tensor's value cannot be captured"):
         with dev.buffer():
             loss = autograd.mul(x, 2.0)
-            if loss:  # DESIGN.md invariant 4: raises, never silently taken
+            if loss:  # docs/design.md invariant 4: raises, never silently taken
                 autograd.relu(loss)
 
 

@@ -11,7 +11,7 @@
 //     bias_act_grad(y, dy; act)    = (dz, db)            (one pass over y and dy)
 // The fused kernels compute every element with the expressions of the ops they replace (the
 // element-wise functors, core/bias_act_formulas.h), the GEMM with the same call and the column
-// sums in the same order; on the CPU the rewrite is therefore bitwise (DESIGN.md invariant 5).
+// sums in the same order; on the CPU the rewrite is therefore bitwise (docs/design.md invariant 5).
 // cuBLASLt's epilogues add the bias inside the GEMM, which rounds like the separate add but is
 // not promised to: on CUDA replay agrees with eager to float32 tolerance.
 // act is BiasAct (core/bias_act_formulas.h): 0 none, 1 relu, 2 tanh, 3 sigmoid.

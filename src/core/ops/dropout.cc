@@ -1,6 +1,6 @@
 // Dropout: y = x * mask / (1 - p) with mask ~ Bernoulli(1 - p), drawn from the device's Philox
 // generator like the random fills (element i uses word i % 4 of counter i / 4), so every run
-// and every replay draws fresh numbers (DESIGN.md invariant 6).
+// and every replay draws fresh numbers (docs/design.md invariant 6).
 //
 // The mask is a second output, uint8, and the only thing backward keeps: one byte per element
 // instead of the input or the output (Note [Backward keeps only what it needs]).

@@ -1,6 +1,6 @@
 // Optimizer updates as ops: one fused, in-place kernel per parameter. The learning rate is an
 // input (a device scalar), not an attribute, so a schedule changes it between replays without a
-// new capture (DESIGN.md invariant 6).
+// new capture (docs/design.md invariant 6).
 //
 // Note [Clipping folded into the update]
 // Gradient clipping never writes the gradient: the update kernel transforms each gradient element

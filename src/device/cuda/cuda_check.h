@@ -1,4 +1,4 @@
-// Status checks for the CUDA runtime, cuBLAS(Lt) and cuDNN (STYLE.md, "Errors"): every call's
+// Status checks for the CUDA runtime, cuBLAS(Lt) and cuDNN (docs/style.md, "Errors"): every call's
 // status is checked and a failure is thrown as a DeviceError with the call, file:line and the
 // library's own name and message.
 //   LOOM_CUDA_CHECK(cudaMalloc(&p, n));

@@ -88,7 +88,7 @@ cublasHandle_t CudaDeviceImpl::cublas() {
     LOOM_CUDA_CHECK(cublasCreate(&h));
     LOOM_CUDA_CHECK(cublasSetStream(h, stream_));
     // An explicit workspace: cuBLAS then allocates nothing itself, which a device-graph
-    // recording requires (DESIGN.md, lessons).
+    // recording requires (docs/design.md, lessons).
     if (!gemm_workspace_) gemm_workspace_ = Malloc(kGemmWorkspaceBytes);
     LOOM_CUDA_CHECK(cublasSetWorkspace(h, gemm_workspace_, kGemmWorkspaceBytes));
     // Full float32 arithmetic (no TF32): results comparable with the CPU's.

@@ -4,7 +4,7 @@
 // Everything a kernel issues goes to the device's stream in issue order, so kernels never wait
 // for each other on the host and memory returned to the pool can be handed out again at once:
 // a later user is queued behind every earlier user on the same stream. The host waits only when
-// it reads a value (Synchronize, MemcpyToHost): DESIGN.md, "Synchronise lazily".
+// it reads a value (Synchronize, MemcpyToHost): docs/design.md, lessons (synchronise when the host reads).
 //
 // Note [Errors found on the GPU]
 // Device code cannot throw. A kernel that finds bad input (a class label outside [0, C) in

@@ -232,7 +232,7 @@ void DropoutGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // ---------------------------------------------------------------- optimizer updates
 // The learning rate and the step count are read from device memory inside the kernels, never
-// on the host: a recorded device graph then sees every new value (DESIGN.md, lessons).
+// on the host: a recorded device graph then sees every new value (docs/design.md, lessons).
 
 using optim::GradMode;
 using optim::PrepareGrad;

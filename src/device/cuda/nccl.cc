@@ -16,7 +16,7 @@
 namespace loom {
 namespace {
 
-// NCCL status codes, thrown as CommError with the call, file:line and NCCL's own words (STYLE.md,
+// NCCL status codes, thrown as CommError with the call, file:line and NCCL's own words (docs/style.md,
 // "Errors"): a failed NCCL call is a failed collective.
 std::string NcclWhy(ncclResult_t r, ncclComm_t comm) {
   const char* last = comm ? ncclGetLastError(comm) : nullptr;

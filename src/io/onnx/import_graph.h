@@ -11,7 +11,7 @@
 // Inputs that ONNX passes as tensors but that loom needs as numbers (Reshape's shape, Slice's
 // starts, Pad's pads...) are read with RunContext::Ints: initializers and Constant outputs are
 // known on the host at import; anything computed is read from the device, which works in eager
-// mode and raises loom's GraphError during a capture (DESIGN.md invariant 4).
+// mode and raises loom's GraphError during a capture (docs/design.md invariant 4).
 #pragma once
 
 #include <map>

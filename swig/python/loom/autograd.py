@@ -973,7 +973,7 @@ def __getattr__(name):
 # Note [Creators of op results]
 # SINGA hangs on every op's output the operator that made it (y.creator), whose backward(dy)
 # gives the gradients of that one op's inputs, and which keeps those inputs alive. loom's autograd
-# keeps only what backward needs, in C++, and only when an input requires a gradient (DESIGN.md
+# keeps only what backward needs, in C++, and only when an input requires a gradient (docs/design.md
 # invariant 8). So these functions attach an _OpCreator that holds *weak* references to the op's
 # tensor inputs and, when asked, runs the op again on detached handles of them and differentiates
 # that: it extends no lifetime and runs nothing until asked (about half a microsecond per call to

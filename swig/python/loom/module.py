@@ -11,7 +11,7 @@ then return those without doing anything. With the graph off every call runs eag
         def optim(self, loss): self.optimizer.backward_and_update(loss)
 
 Inputs are fed by writing into the tensors given to the first call (x.copy_from_numpy(...)),
-as for any loom graph (DESIGN.md invariant 6).
+as for any loom graph (docs/design.md invariant 6).
 """
 import functools
 import itertools

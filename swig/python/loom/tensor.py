@@ -274,7 +274,7 @@ def _rbinary(tensor_op, scalar_op):
 def _bool(self):
     """bool(t), `if t:`: the value of a one-element tensor (a host read); anything else is
     ambiguous, as in numpy. During a capture it is a loom.GraphError: the branch would depend
-    on a value that does not exist yet (DESIGN.md invariant 4)."""
+    on a value that does not exist yet (docs/design.md invariant 4)."""
     if not self.defined():
         raise errors.ValueError("[tensor] the truth value of an undefined tensor is ambiguous")
     dev = _c.Tensor_device(self)

@@ -22,7 +22,7 @@
 // results are deterministic.
 //
 // Scratch (col matrices, gathered dy, outputs, partial weight gradients) comes from
-// ctx.device->Malloc, so the device's memory statistics count it (DESIGN.md invariant 2).
+// ctx.device->Malloc, so the device's memory statistics count it (docs/design.md invariant 2).
 #include <algorithm>
 #include <cstring>
 #include <memory>

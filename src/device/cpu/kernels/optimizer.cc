@@ -1,5 +1,5 @@
 // CPU optimizer updates: one pass over each parameter, fused and vectorised. A per-element
-// path here once made a reference system's CPU step 4x slower than PyTorch's (DESIGN.md).
+// path here once made a reference system's CPU step 4x slower than PyTorch's (docs/design.md).
 #include <cmath>
 
 #include "device/cpu/blas.h"
