@@ -17,6 +17,15 @@ const char* Name(DType t);
 bool IsFloating(DType t);  // float32/float64/float16/bfloat16
 DType DTypeFromName(const std::string& name);  // "float32" -> kFloat32, throws DTypeError
 
+// One element of `t` holding `v`, as bytes in the low SizeOf(t) bytes of the word (a
+// little-endian load of them gives the element): what `fill` and `constant_of_shape` write, on
+// every backend (one definition: the CUDA and CPU kernels agree byte for byte). bool: 1 for any
+// non-zero v; integers: v truncated toward zero; float16/bfloat16: v rounded once (through
+// RoundToOddFloat). CheckFillValue first: an integer element must be able to hold v.
+uint64_t FillBits(DType t, double v);
+// Throws ValueError naming `op` when `v` is NaN, infinite or outside the range of an integer `t`.
+void CheckFillValue(const char* op, DType t, double v);
+
 template <typename T> struct DTypeOf;
 template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
 template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };

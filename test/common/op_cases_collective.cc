@@ -1,4 +1,4 @@
-// Op-case rows of the collectives (Note [The op-case table] in op_cases.h). On a 1-rank
+// Op-case rows of the collectives (all-reduce, all-gather, broadcast) (Note [The op-case table] in op_cases.h). On a 1-rank
 // in-process communicator an all-reduce is `scale` times its input, so the table's checks apply
 // as to any op: forward against that, backward (Note [A differentiable all-reduce]) against
 // finite differences, graph replay, another device. Several ranks: test/dist.
@@ -25,6 +25,26 @@ void AddCollectiveCases(Table& t) {
         .Attr("reduce", int64_t(0))
         .Attr("scale", 2.0)
         .Attr("compress", int64_t(0))
+        .Exact();
+    // One rank: the gathered tensor is the input with a leading dimension of 1, and a broadcast
+    // from rank 0 leaves its buffer as it was.
+    t.Add("allgather", "1 rank", dt,
+          [](const RefArgs& a) {
+            HostTensor y = a.in[0];
+            y.shape.insert(y.shape.begin(), 1);
+            return std::vector<HostTensor>{y, a.in[1]};
+          })
+        .In(Uniform({3, 4}))
+        .In(Values({1}, {0}, DType::kInt64))
+        .Attr("comm", int64_t(kOneRank))
+        .Attr("size", int64_t(1))
+        .Exact();
+    t.Add("broadcast", "1 rank, root 0", dt, [](const RefArgs& a) { return std::vector<HostTensor>{a.in[0], a.in[1]}; })
+        .In(Uniform({2, 5}))
+        .In(Values({1}, {0}, DType::kInt64))
+        .Attr("comm", int64_t(kOneRank))
+        .Attr("root", int64_t(0))
+        .Into({0, 1})
         .Exact();
   }
 }

@@ -67,6 +67,7 @@ LOOM_OP(allreduce) {
 LOOM_OP(allgather) {
   def.internal = "reached through loom.collective";
   def.attrs = {{"comm", kInt}, {"size", kInt}};
+  def.inplace = {{1, 1}};  // the token passes through, as allreduce's
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("allgather", in, 2);
     CheckToken("allgather", in);

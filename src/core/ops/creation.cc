@@ -13,7 +13,11 @@ const std::vector<AttrDecl> kCreationAttrs = {{"shape", kInts}, {"dtype", kInt}}
 
 LOOM_OP(fill) {
   def.attrs = Join(kCreationAttrs, {{"value", kFloat}});
-  def.infer = FromAttrs;
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    std::vector<TensorMeta> out = FromAttrs(in, a);
+    CheckFillValue("fill", out[0].dtype, a.Float("value"));
+    return out;
+  };
 }
 
 // Random fills consume one Philox counter per four elements (see device/philox.h).

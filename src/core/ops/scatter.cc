@@ -104,7 +104,9 @@ LOOM_OP(constant_of_shape) {
                ToString(in[0].shape), " must be 1-D with one entry per dimension of ", ToString(dims));
     for (int64_t d : dims)
       LOOM_CHECK(d >= 0, ValueError, "[constant_of_shape] dimension ", d, " of ", ToString(dims), " is negative");
-    return FromAttrs(in, a);
+    std::vector<TensorMeta> out = FromAttrs(in, a);
+    CheckFillValue("constant_of_shape", out[0].dtype, a.Float("value"));
+    return out;
   };
 }
 

@@ -67,10 +67,10 @@ __global__ void FillKernel(W* y, int64_t n, W v) {
   LOOM_GRID_STRIDE(i, n) y[i] = v;
 }
 
-// () -> y: any shape, any dtype. The value's bit pattern is made on the host, as the CPU does.
+// () -> y: any shape, any dtype: one element's bytes (FillBits, shared with the CPU) repeated
 void FillCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& y = op.outputs[0];
-  const double v = op.attrs.Float("value");
+  const uint64_t w = FillBits(y.dtype(), op.attrs.Float("value"));
   const int64_t n = y.numel();
   if (n == 0) return;
   cudaStream_t s = Dev(ctx).stream();
@@ -78,15 +78,11 @@ void FillCuda(const OpRecord& op, const KernelContext& ctx) {
     using W = decltype(word);
     FillKernel<<<Blocks(n), kThreads, 0, s>>>(static_cast<W*>(y.raw_data()), n, word);
   };
-  switch (y.dtype()) {
-    case DType::kFloat32: { float f = float(v); uint32_t w; std::memcpy(&w, &f, 4); launch(w); break; }
-    case DType::kFloat64: { uint64_t w; std::memcpy(&w, &v, 8); launch(w); break; }
-    case DType::kInt32: { int32_t i = int32_t(v); uint32_t w; std::memcpy(&w, &i, 4); launch(w); break; }
-    case DType::kInt64: { int64_t i = int64_t(v); uint64_t w; std::memcpy(&w, &i, 8); launch(w); break; }
-    case DType::kUInt8:
-    case DType::kBool: launch(uint8_t(v)); break;
-    case DType::kFloat16: launch(FloatToHalf(RoundToOddFloat(v))); break;
-    case DType::kBFloat16: launch(FloatToBFloat16(RoundToOddFloat(v))); break;
+  switch (SizeOf(y.dtype())) {
+    case 1: launch(uint8_t(w)); break;
+    case 2: launch(uint16_t(w)); break;
+    case 4: launch(uint32_t(w)); break;
+    default: launch(w); break;
   }
   LOOM_CUDA_CHECK_LAUNCH();
 }

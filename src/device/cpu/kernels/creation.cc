@@ -16,20 +16,16 @@ void FillTyped(T* y, int64_t n, T v) {
   });
 }
 
-// () -> y: any shape, any dtype
+// () -> y: any shape, any dtype: one element's bytes (FillBits, shared with CUDA) repeated
 void FillCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& y = op.outputs[0];
-  double v = op.attrs.Float("value");
-  int64_t n = y.numel();
-  switch (y.dtype()) {
-    case DType::kFloat32: FillTyped(y.data<float>(), n, float(v)); break;
-    case DType::kFloat64: FillTyped(y.data<double>(), n, v); break;
-    case DType::kInt32: FillTyped(y.data<int32_t>(), n, int32_t(v)); break;
-    case DType::kInt64: FillTyped(y.data<int64_t>(), n, int64_t(v)); break;
-    case DType::kUInt8: FillTyped(y.data<uint8_t>(), n, uint8_t(v)); break;
-    case DType::kBool: FillTyped(y.data<uint8_t>(), n, uint8_t(v != 0)); break;
-    case DType::kFloat16: FillTyped(y.data<uint16_t>(), n, FloatToHalf(RoundToOddFloat(v))); break;
-    case DType::kBFloat16: FillTyped(y.data<uint16_t>(), n, FloatToBFloat16(RoundToOddFloat(v))); break;
+  const uint64_t w = FillBits(y.dtype(), op.attrs.Float("value"));
+  const int64_t n = y.numel();
+  switch (SizeOf(y.dtype())) {
+    case 1: FillTyped(static_cast<uint8_t*>(y.raw_data()), n, uint8_t(w)); break;
+    case 2: FillTyped(static_cast<uint16_t*>(y.raw_data()), n, uint16_t(w)); break;
+    case 4: FillTyped(static_cast<uint32_t*>(y.raw_data()), n, uint32_t(w)); break;
+    default: FillTyped(static_cast<uint64_t*>(y.raw_data()), n, w); break;
   }
 }
 

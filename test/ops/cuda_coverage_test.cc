@@ -1,0 +1,94 @@
+// The CUDA kernel table, checked without a GPU (the registry says which kernels exist, in any
+// build with CUDA): every op with a CPU kernel has a CUDA kernel unless listed below with its
+// reason, and every CUDA kernel has rows in the op-case table, which the GPU check
+// (test/cuda, tools/gpu_check.sh) runs on CUDA against the CPU.
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "common/harness.h"
+#include "common/op_check.h"
+
+namespace loom {
+namespace test {
+namespace {
+
+// Ops with a CPU kernel that CUDA does not have, each with the reason. An op added for the CPU
+// shows up as a failure until it has a CUDA kernel and a row, or a reason here.
+const std::map<std::string, std::string>& CpuOnlyOps() {
+  static const std::map<std::string, std::string> ops{
+      {"matmul_sgd_update",
+       "made only by a graph pass that checks for its kernel first (Note [Weight gradient into the update] in "
+       "src/graph/fuse_weight_grad.cc); on CUDA the pair stays unfused"},
+      {"conv_weight_layout",
+       "converts weights to oneDNN's blocked OIhw16i16o, a CPU layout: only the CPU's weight-layout pass "
+       "(device/cpu/passes/weight_layout.cc) makes it, and only when the device has its kernel"},
+  };
+  return ops;
+}
+
+TEST(CudaKernels, EveryCpuOpHasACudaKernelAndACase) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "loom built without CUDA: no CUDA kernels are registered";
+#endif
+  std::vector<std::string> with = OpsWithCases();
+  std::set<std::string> covered(with.begin(), with.end());
+  int cuda_kernels = 0;
+  for (const std::string& name : ListOps()) {
+    if (name.rfind("test_", 0) == 0) continue;  // probes that tests register
+    const OpDef& def = GetOp(name);
+    const bool cpu = def.kernels[int(DeviceType::kCPU)] != nullptr;
+    const bool cuda = def.kernels[int(DeviceType::kCUDA)] != nullptr;
+    const bool cpu_only = CpuOnlyOps().count(name) != 0;
+    if (cpu && !cpu_only) EXPECT_TRUE(cuda) << name << " has a CPU kernel but no CUDA kernel";
+    if (cuda) {
+      ++cuda_kernels;
+      EXPECT_TRUE(covered.count(name)) << name << " has a CUDA kernel but no row in the op-case table";
+      EXPECT_FALSE(cpu_only) << name << " has a CUDA kernel now: drop it from CpuOnlyOps()";
+    }
+  }
+  EXPECT_GT(cuda_kernels, 50);
+  for (const auto& [name, why] : CpuOnlyOps()) {
+    EXPECT_NO_THROW(GetOp(name)) << name << " is listed in CpuOnlyOps() but not registered";
+    EXPECT_FALSE(why.empty()) << name;
+  }
+}
+
+// Note: fill's element bytes come from one function for both backends (core/dtype.h); the GPU
+// once wrote fill(3) into bool as the byte 3.
+TEST(FillBits, BoolIsOneForAnyNonZeroValue) {
+  for (double v : {3.0, 5.0, 0.1, -3.0, 1.0, 1e300}) EXPECT_EQ(FillBits(DType::kBool, v), 1u) << v;
+  EXPECT_EQ(FillBits(DType::kBool, 0.0), 0u);
+  EXPECT_EQ(FillBits(DType::kBool, -0.0), 0u);
+}
+
+TEST(FillBits, EachDTypeHoldsTheValueAsTheCpuKernelWrites) {
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64,
+                   DType::kUInt8, DType::kBool})
+    for (double v : {3.0, 5.0, 0.1, -3.0, 0.0, 2.75}) {
+      if (dt == DType::kUInt8 && v < 0) continue;
+      Tensor t = ops::Full({5}, v, dt, CpuDevice());
+      const uint64_t want = FillBits(dt, v);
+      for (int64_t i = 0; i < 5; ++i) {
+        uint64_t got = 0;
+        std::memcpy(&got, static_cast<const char*>(t.raw_data()) + i * int64_t(SizeOf(dt)), SizeOf(dt));
+        EXPECT_EQ(got, want) << Name(dt) << " " << v;
+      }
+    }
+  EXPECT_EQ(FillBits(DType::kInt32, -2.75), uint64_t(uint32_t(int32_t(-2))));
+  EXPECT_EQ(FillBits(DType::kFloat16, 1.0), 0x3c00u);
+  EXPECT_EQ(FillBits(DType::kBFloat16, 1.0), 0x3f80u);
+}
+
+TEST(FillBits, AnIntegerElementMustHoldTheValue) {
+  LOOM_EXPECT_THROW_MSG(ops::Full({2}, 1e30, DType::kInt32, CpuDevice()), ValueError, "[fill] value 1e+30 does not fit int32");
+  LOOM_EXPECT_THROW_MSG(ops::Full({2}, -1, DType::kUInt8, CpuDevice()), ValueError, "[fill] value -1 does not fit uint8");
+  LOOM_EXPECT_THROW_MSG(ops::Full({2}, std::nan(""), DType::kInt64, CpuDevice()), ValueError, "does not fit int64");
+  EXPECT_NO_THROW(ops::Full({2}, 255.9, DType::kUInt8, CpuDevice()));
+  EXPECT_NO_THROW(ops::Full({2}, -2147483648.0, DType::kInt32, CpuDevice()));
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
