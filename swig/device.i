@@ -289,8 +289,13 @@ void SetNumThreads(int64_t n);
   }
 }
 
+%rename(set_cuda_float32_math) loom_py::set_cuda_float32_math;
+%rename(cuda_float32_math) loom_py::cuda_float32_math;
 %inline %{
 namespace loom_py {
+// Note [Float32 math on the GPU] (core/device.h), by name: "tf32" or "full".
+void set_cuda_float32_math(const std::string& name) { loom::SetCudaFloat32Math(loom::Float32MathFromName(name)); }
+std::string cuda_float32_math() { return loom::Name(loom::CudaFloat32Math()); }
 // A graph of one's own: capture with begin_capture()/end_capture() (or abort_capture()).
 std::shared_ptr<loom::Graph> new_graph(const std::shared_ptr<loom::Device>& device, const std::string& name,
                                        PyObject* options) {

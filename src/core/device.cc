@@ -1,6 +1,8 @@
 #include "core/device.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
@@ -134,6 +136,38 @@ void Device::Submit(OpRecord op) {
   ctx.rng_base = 0;
   RunKernel(op, ctx);
   if (record_timeline_) timeline_.emplace_back(op.name(), alloc_->stats().live_bytes);
+}
+
+// Note [Float32 math on the GPU]: -1 until first read (then LOOM_CUDA_FLOAT32_MATH, else tf32).
+namespace {
+std::atomic<int> g_float32_math{-1};
+}  // namespace
+
+const char* Name(Float32Math m) { return m == Float32Math::kFull ? "full" : "tf32"; }
+
+Float32Math Float32MathFromName(const std::string& name) {
+  if (name == "tf32") return Float32Math::kTF32;
+  if (name == "full") return Float32Math::kFull;
+  throw ValueError(detail::Cat("[cuda_float32_math] '", name, "': expected 'tf32' (TF32 tensor cores, the default) or ",
+                               "'full' (IEEE float32)"));
+}
+
+void SetCudaFloat32Math(Float32Math m) { g_float32_math.store(int(m), std::memory_order_relaxed); }
+
+Float32Math CudaFloat32Math() {
+  int m = g_float32_math.load(std::memory_order_relaxed);
+  if (m >= 0) return Float32Math(m);
+  Float32Math initial = Float32Math::kTF32;
+  if (const char* env = std::getenv("LOOM_CUDA_FLOAT32_MATH"); env && *env) {
+    try {
+      initial = Float32MathFromName(env);
+    } catch (const ValueError& e) {
+      throw ValueError(detail::Cat("LOOM_CUDA_FLOAT32_MATH: ", e.what()));
+    }
+  }
+  int expected = -1;  // a SetCudaFloat32Math meanwhile wins
+  g_float32_math.compare_exchange_strong(expected, int(initial), std::memory_order_relaxed);
+  return Float32Math(g_float32_math.load(std::memory_order_relaxed));
 }
 
 }  // namespace loom

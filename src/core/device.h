@@ -196,4 +196,31 @@ bool CudaAvailable();  // built with CUDA and at least one GPU visible
 // answered, and GPU tests fail with it instead of reporting "skipped". "" when there is none.
 std::string CudaSetupError();
 
+// Note [Float32 math on the GPU]
+// How CUDA kernels compute float32 matrix products and convolutions. kTF32, the default, lets
+// cuBLAS, cuBLASLt and cuDNN run them on TF32 tensor cores: operands rounded to 10 mantissa bits,
+// products accumulated in float32, so a result is within about 1e-3 relative of the float32
+// one on long reductions (K of thousands), the default of PyTorch's convolutions and of JAX on
+// GPUs. kFull keeps IEEE float32 arithmetic (no tensor cores): the op-table comparison with the
+// CPU and the bitwise tests run in it. float64 is always full, and the CPU is unaffected.
+// Process-wide, read where a kernel picks its algorithm (each mode has its own cached plans);
+// a recorded device graph (Note [Device graph replay]) refuses to launch after the mode changed.
+// The initial mode comes from LOOM_CUDA_FLOAT32_MATH (tf32 or full) when set.
+enum class Float32Math { kTF32, kFull };
+void SetCudaFloat32Math(Float32Math m);
+Float32Math CudaFloat32Math();  // throws ValueError when LOOM_CUDA_FLOAT32_MATH is neither
+const char* Name(Float32Math m);  // "tf32", "full"
+Float32Math Float32MathFromName(const std::string& name);  // throws ValueError naming the choices
+// Sets the mode for the life of the scope, then puts the previous one back (tests).
+class ScopedFloat32Math {
+ public:
+  explicit ScopedFloat32Math(Float32Math m) : previous_(CudaFloat32Math()) { SetCudaFloat32Math(m); }
+  ~ScopedFloat32Math() { SetCudaFloat32Math(previous_); }
+  ScopedFloat32Math(const ScopedFloat32Math&) = delete;
+  ScopedFloat32Math& operator=(const ScopedFloat32Math&) = delete;
+
+ private:
+  Float32Math previous_;
+};
+
 }  // namespace loom

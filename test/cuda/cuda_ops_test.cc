@@ -4,6 +4,7 @@
 // float32 and float64 within the row's tolerance, everything else (masks, integers,
 // float16/bfloat16 casts, fills, exact rows) byte for byte. Also: Philox streams equal bit for
 // bit, errors found on the GPU, memory statistics. The kernel coverage needs no GPU: test/ops.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -21,8 +22,11 @@ bool RunsOnCuda(const OpCase& c) {
 }
 
 // Every row of the op-case table (common/op_cases.h) whose op runs on CUDA, against the CPU.
+// In full float32 (Note [Float32 math on the GPU] in core/device.h): TF32 is the default, and
+// its products differ from the CPU's by more than the rows' float32 tolerances.
 TEST(CudaOps, EveryCaseMatchesTheCpu) {
   LOOM_REQUIRE_GPU();
+  ScopedFloat32Math full(Float32Math::kFull);
   auto gpu = CudaDevice(0);
   int compared = 0;
   for (const OpCase& c : AllOpCases()) {
@@ -31,6 +35,40 @@ TEST(CudaOps, EveryCaseMatchesTheCpu) {
     ++compared;
   }
   EXPECT_GT(compared, 0);
+}
+
+// Note [Float32 math on the GPU]: a long reduction (K = 4096) as a GEMM and as a convolution,
+// against float64 on the CPU. Full float32 stays within float32 rounding; the default, TF32,
+// differs from it (Hopper and Ampere run TF32 tensor cores) but stays within TF32's error.
+TEST(CudaMath, Tf32ByDefaultFullFloat32OnRequest) {
+  LOOM_REQUIRE_GPU();
+  auto gpu = CudaDevice(0);
+  ScopedFloat32Math restore(CudaFloat32Math());
+  SetCudaFloat32Math(Float32Math::kTF32);
+  const Tensor a = RandomTensor({32, 4096}, DType::kFloat64, 11, -1, 1, Cpu());
+  const Tensor b = RandomTensor({4096, 48}, DType::kFloat64, 12, -1, 1, Cpu());
+  const Tensor x = RandomTensor({2, 256, 6, 6}, DType::kFloat64, 13, -1, 1, Cpu());
+  const Tensor w = RandomTensor({16, 256, 4, 4}, DType::kFloat64, 14, -1, 1, Cpu());  // K = 256 * 16
+  const std::vector<std::vector<double>> want = {ToDoubles(ops::MatMul(a, b)), ToDoubles(ops::Conv2d(x, w))};
+  auto on_gpu = [&](Float32Math m) {
+    ScopedFloat32Math mode(m);
+    auto f32 = [&](const Tensor& t) { return ToDevice(ops::Cast(t, DType::kFloat32), gpu); };
+    return std::vector<std::vector<double>>{ToDoubles(ops::MatMul(f32(a), f32(b))), ToDoubles(ops::Conv2d(f32(x), f32(w)))};
+  };
+  const auto tf32 = on_gpu(CudaFloat32Math()), full = on_gpu(Float32Math::kFull);
+  for (size_t r = 0; r < want.size(); ++r) {
+    double err_full = 0, err_tf32 = 0, apart = 0;
+    for (size_t i = 0; i < want[r].size(); ++i) {
+      err_full = std::max(err_full, std::abs(full[r][i] - want[r][i]));
+      err_tf32 = std::max(err_tf32, std::abs(tf32[r][i] - want[r][i]));
+      apart = std::max(apart, std::abs(tf32[r][i] - full[r][i]));
+    }
+    // Sums of 4096 products of numbers in [-1, 1]: magnitudes up to ~60, float32 rounding ~1e-4.
+    const char* what = r == 0 ? "matmul" : "conv2d";
+    EXPECT_LT(err_full, 2e-3) << what << ": full float32 against float64";
+    EXPECT_LT(err_tf32, 0.5) << what << ": TF32 against float64";
+    EXPECT_GT(apart, err_full) << what << ": TF32 and full float32 agree: TF32 did not run";
+  }
 }
 
 TEST(CudaOps, PhiloxUniformEqualsCpuBitwise) {

@@ -106,3 +106,33 @@ def test_rand_seed_reproduces_draws(dev):
     dev.SetRandSeed(5)
     c = tensor.gaussian((100,), device=dev).to_numpy()
     assert np.array_equal(a, c) and not np.array_equal(a, b)
+
+
+def test_cuda_float32_math_is_tf32_by_default_and_settable():
+    import subprocess
+    import sys
+    # A fresh process: the default, then LOOM_CUDA_FLOAT32_MATH, then a bad value (typed error).
+    code = "from loom import device; print(device.cuda_float32_math())"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "LOOM_CUDA_FLOAT32_MATH"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "tf32"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, LOOM_CUDA_FLOAT32_MATH="full"),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "full"
+    bad = subprocess.run([sys.executable, "-c", "import loom\nfrom loom import device\ntry:\n"
+                          "    device.cuda_float32_math()\nexcept loom.ValueError as e:\n    print('typed', e)"],
+                         env=dict(env, LOOM_CUDA_FLOAT32_MATH="fp16"), capture_output=True, text=True, check=True)
+    assert bad.stdout.startswith("typed") and "LOOM_CUDA_FLOAT32_MATH" in bad.stdout and "'fp16'" in bad.stdout
+
+    before = device.cuda_float32_math()
+    try:
+        device.set_cuda_float32_math("full")
+        assert device.cuda_float32_math() == "full"
+        device.set_cuda_float32_math("tf32")
+        assert device.cuda_float32_math() == "tf32"
+        for wrong in ("TF32", "fp32", "", None, 1):
+            with pytest.raises(loom.ValueError, match="tf32"):
+                device.set_cuda_float32_math(wrong)
+        assert device.cuda_float32_math() == "tf32"
+    finally:
+        device.set_cuda_float32_math(before)

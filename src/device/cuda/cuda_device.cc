@@ -205,6 +205,7 @@ const uint64_t* CudaDeviceImpl::BeginDeviceGraphCapture(const void* owner) {
   // Thread-local mode: other threads may go on using CUDA (their own streams, allocations).
   LOOM_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   g.recording = true;
+  g.math = CudaFloat32Math();
   return g.rng_base;
 }
 
@@ -227,6 +228,10 @@ void CudaDeviceImpl::LaunchDeviceGraph(const void* owner, uint64_t rng_seed, uin
   MakeCurrent();
   auto it = graphs_.find(owner);
   LOOM_ASSERT(it != graphs_.end() && it->second.exec, "LaunchDeviceGraph without a recorded graph");
+  // Note [Float32 math on the GPU]: the recording's kernels keep the math they were planned with.
+  LOOM_CHECK(it->second.math == CudaFloat32Math(), GraphError, "[graph] ", name(),
+             ": this device graph was recorded with float32 math '", Name(it->second.math), "' and the math is now '",
+             Name(CudaFloat32Math()), "': capture the step again (or set the math back) to replay it");
   // Base and seed travel as kernel arguments, queued before the launch: no host buffer to race
   // with, and a SetRandSeed between launches reaches the recorded kernels.
   LaunchSetU64x2(it->second.rng_base, rng_base, rng_seed, stream_);

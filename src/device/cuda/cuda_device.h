@@ -104,6 +104,7 @@ class CudaDeviceImpl : public Device {
     cudaGraphExec_t exec = nullptr;
     uint64_t* rng_base = nullptr;  // device memory: {base, seed}, what recorded random kernels read
     bool recording = false;
+    Float32Math math = Float32Math::kTF32;  // what the recording's kernels were planned with
   };
 
   cudaStream_t stream_ = nullptr;

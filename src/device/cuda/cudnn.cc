@@ -3,17 +3,30 @@
 // src/device/cpu/kernels/{conv,norm}.cc.
 //
 // Note [cuDNN plans]
-// Descriptors and the algorithm are chosen once per (device, op, dtype, shapes, geometry) and
-// cached for the life of the process. Algorithms come from cuDNN's heuristics (host-side, no
-// trial runs, no synchronisation): the first one that is deterministic, fits the workspace
-// limit and is supported in full float precision (CUDNN_FMA_MATH for float32: no TF32, so
-// results stay comparable with the CPU's). The workspace is the device's (CudaDeviceImpl::
+// Descriptors and the algorithm are chosen once per (device, op, dtype, shapes, geometry,
+// float32 math) and cached for the life of the process. The first choice comes from cuDNN's
+// heuristics (host-side, no trial runs, no synchronisation): the first algorithm that is
+// deterministic, fits the workspace limit and is allowed under the float32 math in force (Note
+// [Float32 math on the GPU] in core/device.h: TF32 tensor cores by default, CUDNN_FMA_MATH and
+// no tensor-op algorithm in full float32). The workspace is the device's (CudaDeviceImpl::
 // Workspace), counted in its memory statistics and sized by the first run of each shape, which
 // is why a device graph is recorded only after a warm-up replay (Note [Device graph replay]).
+//
+// Note [Measured algorithms]
+// A plan that was only guessed is measured at its first run: cuDNN's find call times every
+// algorithm on the op's own buffers, and the fastest deterministic one that fits the limit
+// replaces the guess (the fastest of all when none is deterministic). It costs a few
+// milliseconds per shape and a synchronisation, once per process; a captured step then replays
+// the measured choice thousands of times. Eager calls and replays share the plans, so a graph
+// and the eager steps of the same process run the same algorithms and stay bitwise equal
+// (docs/design.md invariant 5). The find workspace is a temporary cudaMalloc outside loom's
+// pool, freed at once, so it never shows in the device's peak. LOOM_CUDNN_FIND=0 keeps the
+// heuristic choice. Each choice is reported (device/kernel_report.h: loom-bench's "kernels").
 //
 // These are cuDNN's long-standing convolution and batch-norm entry points, which cuDNN 9 marks
 // deprecated in favour of its graph API; they are present and supported in every 9.x release.
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -21,6 +34,7 @@
 #include "core/ops_cnn.h"
 #include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
 
 LOOM_OP_KIND(batch_norm_grad);
@@ -61,14 +75,43 @@ struct ConvPlan {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;
+  bool full_fp32 = true;  // float32 in full precision: no tensor-op algorithm (Note [Float32 math on the GPU])
+  bool measured = false;  // Note [Measured algorithms]
+  float ms = 0;           // the measured time, when measured
 };
+
+const char* const kConvKindName[] = {"forward", "grad input", "grad weight"};
+
+// cuDNN's algorithm enums, by name, for the reports.
+const char* AlgoName(ConvKind kind, int a) {
+  static const char* const fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+                                    "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char* const filter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED",
+                                       "FFT_TILING"};
+  if (kind == ConvKind::kForward && a >= 0 && a < 8) return fwd[a];
+  if (kind == ConvKind::kBackwardData && a >= 0 && a < 6) return data[a];
+  if (kind == ConvKind::kBackwardFilter && a >= 0 && a < 7) return filter[a];
+  return "unknown";
+}
+
+bool TensorOpMath(cudnnMathType_t m) { return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
+
+void ReportPlan(ConvKind kind, DType t, const ConvPlan& p) {
+  cudnnMathType_t m = CUDNN_DEFAULT_MATH;
+  cudnnGetConvolutionMathType(p.conv, &m);
+  std::string impl = std::string("cuDNN ") + AlgoName(kind, p.algo) + (TensorOpMath(m) ? ", tensor ops" : "") +
+                     (t == DType::kFloat32 ? (p.full_fp32 ? ", full float32" : ", TF32 allowed") : "") +
+                     (p.measured ? ", measured" : ", heuristic");
+  ReportKernel(std::string("conv2d ") + kConvKindName[int(kind)] + (t == DType::kFloat64 ? " f64" : " f32"), impl);
+}
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW), y: (N, O, OH, OW), all of dtype t.
 // padded: x is the explicitly padded input and cuDNN pads nothing (Note [Explicit padding]).
 std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a,
-                    bool padded) {
+                    bool padded, bool full_fp32) {
   std::ostringstream k;
-  k << dev << '|' << int(kind) << '|' << int(t) << '|' << ToString(x) << ToString(w) << ToString(y)
+  k << dev << '|' << int(kind) << '|' << int(t) << '|' << full_fp32 << '|' << ToString(x) << ToString(w) << ToString(y)
     << ToString(a.Ints("stride")) << ToString(a.Ints("padding")) << ToString(PaddingEnd(a))
     << ToString(a.Ints("dilation")) << a.Int("groups") << '|' << padded;
   return k.str();
@@ -126,31 +169,107 @@ const void* ConvInput(const ExplicitPad& e, const Tensor& x, char* xp, cudaStrea
   return xp;
 }
 
-// Picks the first usable algorithm among cuDNN's heuristic answers (best first): deterministic
-// preferred, supported under the descriptor's math type, within the workspace limit.
+// Picks the first usable algorithm among cuDNN's answers (best first: the heuristics' order, or
+// the measured times): deterministic preferred, allowed under the float32 math in force, within
+// the workspace limit; in TF32 mode the descriptor takes the answer's math type. `workspace_of`
+// says the bytes an answer needs (0 when it is not usable).
 template <typename Perf, typename SizeFn>
-void ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, const char* op) {
+bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p) {
   for (int pass = 0; pass < 2; ++pass) {  // pass 0: deterministic only
     for (int i = 0; i < count; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      if (p.full_fp32 && TensorOpMath(perf[i].mathType)) continue;
       size_t bytes = 0;
-      if (workspace_of(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
+      if (workspace_of(perf[i], &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
       p.algo = int(perf[i].algo);
       p.workspace = bytes;
-      return;
+      p.ms = perf[i].time;
+      if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, perf[i].mathType));
+      return true;
     }
   }
+  return false;
+}
+
+[[noreturn]] void NoAlgorithm(const char* op, int count) {
   throw DeviceError(detail::Cat("[", op, "] cuDNN offers no algorithm for this convolution (", count,
                                 " candidates, none supported within ", kMaxConvWorkspace >> 20, " MiB of workspace)"));
 }
 
+bool MeasuringAllowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("LOOM_CUDNN_FIND");
+    return !(env && std::string(env) == "0");
+  }();
+  return allowed;
+}
+
+// Note [Measured algorithms]: times every algorithm for p on these buffers (x, w and y as cuDNN
+// sees them; the output's contents are overwritten, as the op is about to do anyway) and keeps
+// the best usable one. Leaves the heuristic choice when nothing measured is usable.
+void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, const void* x, const void* w,
+                     const void* y) {
+  p.measured = true;  // once, whatever the outcome
+  size_t free_bytes = 0, total = 0;
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(dev.stream()));
+  LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  size_t ws_bytes = std::min(kMaxConvWorkspace, free_bytes / 2);
+  void* ws = nullptr;
+  if (ws_bytes && cudaMalloc(&ws, ws_bytes) != cudaSuccess) {
+    cudaGetLastError();  // clear the failed allocation; measure without workspace
+    ws = nullptr;
+    ws_bytes = 0;
+  }
+  struct FreeWs {
+    void* p;
+    ~FreeWs() { if (p) cudaFree(p); }
+  } free_ws{ws};
+  constexpr int kMax = 16;
+  int found = 0;
+  const ConvPlan before = p;  // the guess
+  cudnnHandle_t hd = dev.cudnn();
+  auto by_memory = [&](const auto& perf, size_t* b) {
+    *b = perf.memory;
+    return CUDNN_STATUS_SUCCESS;
+  };
+  bool chosen = false;
+  // Every math type competes in TF32 mode; the winner's goes on the descriptor (ChooseAlgo).
+  cudnnMathType_t before_math = CUDNN_DEFAULT_MATH;
+  LOOM_CUDA_CHECK(cudnnGetConvolutionMathType(p.conv, &before_math));
+  if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, CUDNN_DEFAULT_MATH));
+  if (kind == ConvKind::kForward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(hd, p.x, x, p.w, w, p.conv, p.y, const_cast<void*>(y), kMax,
+                                                           &found, perf, ws, ws_bytes));
+    chosen = ChooseAlgo(perf, found, by_memory, p);
+  } else if (kind == ConvKind::kBackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(hd, p.w, w, p.y, y, p.conv, p.x, const_cast<void*>(x),
+                                                                kMax, &found, perf, ws, ws_bytes));
+    chosen = ChooseAlgo(perf, found, by_memory, p);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+    LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(hd, p.x, x, p.y, y, p.conv, p.w, const_cast<void*>(w),
+                                                                  kMax, &found, perf, ws, ws_bytes));
+    chosen = ChooseAlgo(perf, found, by_memory, p);
+  }
+  if (!chosen) {  // keep the guess, with the math type it was chosen under
+    p.algo = before.algo;
+    p.workspace = before.workspace;
+    p.ms = 0;
+    if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, before_math));
+  }
+  ReportPlan(kind, t, p);
+}
+
 // xs: the input as cuDNN sees it (the padded copy when padded; Note [Explicit padding]).
-const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& xs, const Shape& ws,
+ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& xs, const Shape& ws,
                             const Shape& ys, const Attrs& a, const char* op, bool padded = false) {
   static std::mutex mu;
   static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
-  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded);
+  const bool full_fp32 = t != DType::kFloat32 || CudaFloat32Math() == Float32Math::kFull;
+  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded, full_fp32);
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
@@ -160,6 +279,7 @@ const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const S
   const std::vector<int64_t> pd = padded ? std::vector<int64_t>{0, 0} : a.Ints("padding");
   const std::vector<int64_t>& dl = a.Ints("dilation");
   ConvPlan p;
+  p.full_fp32 = full_fp32;
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.x));
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.y));
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.bias));
@@ -176,7 +296,8 @@ const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const S
                                                   Dim(s[1], op), Dim(dl[0], op), Dim(dl[1], op),
                                                   CUDNN_CROSS_CORRELATION, dt));
   LOOM_CUDA_CHECK(cudnnSetConvolutionGroupCount(p.conv, Dim(a.Int("groups"), op)));
-  LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, t == DType::kFloat32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  // Note [Float32 math on the GPU]: full float32 is FMA arithmetic; TF32 mode allows tensor ops.
+  LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, t == DType::kFloat32 && full_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
   int n = 0, c = 0, h = 0, w = 0;
   LOOM_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &c, &h, &w));
   LOOM_ASSERT(n == ys[0] && c == ys[1] && h == ys[2] && w == ys[3], op, ": cuDNN computes output (", n, ", ", c,
@@ -185,25 +306,28 @@ const ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const S
   cudnnHandle_t hd = dev.cudnn();
   constexpr int kMax = 16;
   int found = 0;
+  bool chosen = false;
   if (kind == ConvKind::kForward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(hd, p.x, p.w, p.conv, p.y, kMax, &found, perf));
-    ChooseAlgo(perf, found, [&](cudnnConvolutionFwdAlgo_t al, size_t* b) {
-      return cudnnGetConvolutionForwardWorkspaceSize(hd, p.x, p.w, p.conv, p.y, al, b);
-    }, p, op);
+    chosen = ChooseAlgo(perf, found, [&](const cudnnConvolutionFwdAlgoPerf_t& r, size_t* b) {
+      return cudnnGetConvolutionForwardWorkspaceSize(hd, p.x, p.w, p.conv, p.y, r.algo, b);
+    }, p);
   } else if (kind == ConvKind::kBackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, p.w, p.y, p.conv, p.x, kMax, &found, perf));
-    ChooseAlgo(perf, found, [&](cudnnConvolutionBwdDataAlgo_t al, size_t* b) {
-      return cudnnGetConvolutionBackwardDataWorkspaceSize(hd, p.w, p.y, p.conv, p.x, al, b);
-    }, p, op);
+    chosen = ChooseAlgo(perf, found, [&](const cudnnConvolutionBwdDataAlgoPerf_t& r, size_t* b) {
+      return cudnnGetConvolutionBackwardDataWorkspaceSize(hd, p.w, p.y, p.conv, p.x, r.algo, b);
+    }, p);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, p.x, p.y, p.conv, p.w, kMax, &found, perf));
-    ChooseAlgo(perf, found, [&](cudnnConvolutionBwdFilterAlgo_t al, size_t* b) {
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv, p.w, al, b);
-    }, p, op);
+    chosen = ChooseAlgo(perf, found, [&](const cudnnConvolutionBwdFilterAlgoPerf_t& r, size_t* b) {
+      return cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, p.x, p.y, p.conv, p.w, r.algo, b);
+    }, p);
   }
+  if (!chosen) NoAlgorithm(op, found);
+  ReportPlan(kind, t, p);
   return plans->emplace(key, p).first->second;
 }
 
@@ -237,8 +361,10 @@ void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev.stream()));
   } else {
     const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
-    const ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
-                                    op.attrs, name, e.on);
+    ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
+                              op.attrs, name, e.on);
+    if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
+      MeasureConvPlan(dev, ConvKind::kForward, t, p, x.raw_data(), w.raw_data(), y.raw_data());
     char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
     const void* xin = ConvInput(e, x, base, dev.stream());
     void* ws = p.workspace ? base + e.bytes : nullptr;
@@ -279,8 +405,10 @@ void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const ExplicitPad e = ExplicitPadOf(op.attrs, dx.shape(), t);
-  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, e.on ? e.padded : dx.shape(), w.shape(),
-                                  dy.shape(), op.attrs, name, e.on);
+  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, e.on ? e.padded : dx.shape(), w.shape(), dy.shape(),
+                            op.attrs, name, e.on);
+  if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
+    MeasureConvPlan(dev, ConvKind::kBackwardData, t, p, dx.raw_data(), w.raw_data(), dy.raw_data());
   char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
   void* ws = p.workspace ? base + e.bytes : nullptr;
   // Note [Explicit padding]: the padded input's gradient, then its interior
@@ -305,8 +433,10 @@ void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
-  const ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, e.on ? e.padded : x.shape(), dw.shape(),
-                                  dy.shape(), op.attrs, name, e.on);
+  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, e.on ? e.padded : x.shape(), dw.shape(), dy.shape(),
+                            op.attrs, name, e.on);
+  if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
+    MeasureConvPlan(dev, ConvKind::kBackwardFilter, t, p, x.raw_data(), dw.raw_data(), dy.raw_data());
   char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
   const void* xin = ConvInput(e, x, base, dev.stream());
   void* ws = p.workspace ? base + e.bytes : nullptr;

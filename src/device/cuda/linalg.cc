@@ -7,6 +7,9 @@
 // Row-major C = op(A) op(B) is, seen column-major, C^T = op(B)^T op(A)^T: each call passes B
 // first, with the transpose flags of the stored operands, and C with leading dimension N.
 // alpha and beta are host constants (1 and 0 or 1), which a recorded device graph may keep.
+// float32 products follow Note [Float32 math on the GPU] (core/device.h): TF32 tensor cores by
+// default (cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32, cuBLAS's CUBLAS_TF32_TENSOR_OP_MATH), plain
+// float32 in full mode; cached plans are per mode.
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -14,6 +17,7 @@
 
 #include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
 
 namespace loom {
@@ -37,7 +41,9 @@ struct LtPlan {
   bool ok = false;  // false: no algorithm for this shape, use cuBLAS
 };
 using LtKey =
-    std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int>;
+    std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, uint32_t, uint32_t, int, bool>;
+
+bool Tf32() { return CudaFloat32Math() == Float32Math::kTF32; }
 
 // Col-major C'(n, m) = op(B')(n, k) op(A')(k, m), B' = stored rhs, A' = stored lhs. With an
 // epilogue other than the default (the fused dense layer's bias and ReLU), the caller sets the
@@ -47,13 +53,15 @@ const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_
                         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT) {
   static std::mutex mu;
   static auto* plans = new std::map<LtKey, LtPlan>();  // process lifetime, like the devices
-  LtKey key{dev.id(), ta, tb, m, n, k, lda, ldb, Alignment(a), Alignment(b), Alignment(c), int(epilogue)};
+  const bool tf32 = Tf32();
+  LtKey key{dev.id(), ta, tb, m, n, k, lda, ldb, Alignment(a), Alignment(b), Alignment(c), int(epilogue), tf32};
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
   LtPlan p;
   cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LOOM_CUDA_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LOOM_CUDA_CHECK(
+      cublasLtMatmulDescCreate(&p.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof op_first));
   LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof op_second));
   if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
@@ -88,6 +96,8 @@ const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_
     p.algo = result.algo;
     p.ok = true;
   }
+  ReportKernel(epilogue == CUBLASLT_EPILOGUE_DEFAULT ? "gemm f32" : "gemm f32 + epilogue",
+               std::string(p.ok ? "cuBLASLt" : "cuBLAS") + (tf32 ? ", TF32 allowed" : ", full float32"));
   return plans->emplace(key, p).first->second;
 }
 
@@ -106,6 +116,8 @@ void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, vo
   const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (g.dt == DType::kFloat32) {
     const float alpha = 1, beta = accumulate ? 1.f : 0.f;
+    // cuBLAS's own calls below: the handle's math mode says whether TF32 may be used.
+    LOOM_CUDA_CHECK(cublasSetMathMode(g.dev.cublas(), Tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     if (batch == 1) {
       const LtPlan& p = GetLtPlan(g.dev, g.ta, g.tb, g.m, g.n, g.k, g.lda, g.ldb, a, b, c);
       if (p.ok) {

@@ -66,6 +66,23 @@ def cuda_setup_error():
     return core.cuda_setup_error()
 
 
+def set_cuda_float32_math(mode):
+    """How CUDA computes float32 matrix products and convolutions, process-wide: "tf32" (the
+    default: TF32 tensor cores, about 1e-3 relative error on long reductions, as PyTorch's
+    convolutions and JAX on GPUs) or "full" (IEEE float32). The first mode comes from the
+    LOOM_CUDA_FLOAT32_MATH environment variable when set. A step already recorded as a device
+    graph refuses to replay after the mode changed (capture it again). Anything else raises
+    loom.ValueError. Harmless without a GPU."""
+    if not isinstance(mode, str):
+        raise errors.ValueError(f"[cuda_float32_math] expected 'tf32' or 'full', got {type(mode).__name__} {mode!r}")
+    core.set_cuda_float32_math(mode)
+
+
+def cuda_float32_math():
+    """The float32 math CUDA kernels use now: "tf32" or "full" (set_cuda_float32_math)."""
+    return core.cuda_float32_math()
+
+
 def num_threads():
     return core.num_threads()
 
