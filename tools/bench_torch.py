@@ -209,6 +209,9 @@ def main():
                     help="torch.compile the whole training step (PyTorch 2.x): Note [Compiling the whole step]")
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile's mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
+    ap.add_argument("--tf32", choices=["default", "on", "off"], default="default",
+                    help="CUDA float32 math: PyTorch's defaults (TF32 convolutions, full-float32 matmuls), TF32 for "
+                         "both (loom's default), or neither (loom's full float32); the JSON says which ran")
     a = ap.parse_args()
     bc.check_flags(ap, a)
     if a.compile and not hasattr(torch, "compile"):
@@ -223,6 +226,9 @@ def main():
         print("bench_torch: --device cuda: PyTorch sees no CUDA device", file=sys.stderr)
         return 1
     dev = torch.device(a.device)
+    if a.tf32 != "default":
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
     arch, sample, classes, default_batch = bc.ZOO[a.model]
     batch = a.batch or default_batch
     mode = "torch-compile" if a.compile else "torch-eager"
@@ -253,9 +259,18 @@ def main():
         idx = bc.batch_indices(i, batch, n)
         return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
 
+    # Note [Compiling the whole step]: in the modes that replay CUDA graphs (reduce-overhead,
+    # max-autotune) each call is a new step whose outputs may overwrite the last one's; PyTorch
+    # must be told where a step begins, or reading the loss fails ("accessing tensor output of
+    # CUDAGraphs that has been overwritten by a subsequent run").
+    graphs = a.compile and dev.type == "cuda" and a.compile_mode in ("reduce-overhead", "max-autotune")
+    mark_step = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None) if graphs else None
+
     def run(b):
         x.copy_(b[0])
         y.copy_(b[1])
+        if mark_step is not None:
+            mark_step()
         value = step(x, y).item()
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -303,6 +318,8 @@ def main():
         "blas": blas["libraries"], "blas_is_openblas": blas["openblas"], "mkldnn": blas["mkldnn"],
         "data_checksum": checksum, "peak_bytes_is": peak_is, "rss_peak_delta_is": bc.RSS_IS,
         "compile_warmup_ms": [round(w, 1) for w in warm] if a.compile else None,
+        "cuda_tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if dev.type == "cuda" else None,
+        "cuda_tf32_conv": torch.backends.cudnn.allow_tf32 if dev.type == "cuda" else None,
     }
     fields.update(info)
     if a.compile:

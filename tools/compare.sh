@@ -6,20 +6,25 @@
 #
 #   tools/compare.sh [--peers LIST] [--only MODELS] [--reps N] [--quick] [--with-resnet50]
 #                    [--threads N] [--device cpu|cuda] [--out FILE.jsonl] [--install-only]
+#                    [--torch-python PY]
 #
 #   --peers LIST     comma-separated, default all: torch113 (Debian's python3-torch),
 #                    torch2 (PyTorch 2.x eager), compile (torch.compile of forward, backward and
-#                    optimizer step), jax (jax.jit of the same); none: loom only
+#                    optimizer step), compile-ro (the same in mode reduce-overhead: CUDA graphs),
+#                    jax (jax.jit of the same); none: loom only
+#   --torch-python PY  run torch2, compile and compile-ro with this Python's own PyTorch instead
+#                    of the pinned environment (a GPU machine's, offline); its version is in the JSON
 #   --only MODELS    comma-separated subset of mlp,cnn,resnet18,resnet50
 #   --reps N         repetitions of every configuration; the order of the frameworks is reversed
 #                    on every other one (default 2; 1 with --quick)
 #   --quick          a few steps per run: a smoke test that everything runs, not a measurement
-#   --with-resnet50  add ResNet-50 (224x224) at batch 8
+#   --with-resnet50  add ResNet-50 (224x224) at batch 8 (on cuda ResNet-50 is always in, at 32 and 64)
 #   --threads N      CPU threads for every framework (default: the core count)
 #   --install-only   set up the peers' virtual environments and stop
 #
 # Configurations (the CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
 # CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16; ResNet-50 at batch 8 with --with-resnet50.
+# On cuda: MLP at batch 1 and 64, the CNN at 32, ResNet-18 at 16, ResNet-50 at 32 and 64.
 #
 # The peers are installed here, never by tools/setup.sh: each into its own virtual environment
 # under $LOOM_CACHE_DIR (default ~/.cache/loom), from PyPI, at the pinned versions below, with a
@@ -52,6 +57,7 @@ PEERS=torch113,torch2,compile,jax
 ONLY=""
 REPS=""
 INSTALL_ONLY=0
+TORCH_PY=""
 die() { echo "compare: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,7 +76,9 @@ while [ $# -gt 0 ]; do
     --reps) REPS="$2"; shift 2 ;;
     --reps=*) REPS="${1#*=}"; shift ;;
     --install-only) INSTALL_ONLY=1; shift ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    --torch-python) TORCH_PY="$2"; shift 2 ;;
+    --torch-python=*) TORCH_PY="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "compare: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -80,8 +88,8 @@ done
 [ "$PEERS" = none ] && PEERS=""
 want() { [[ ",$PEERS," == *",$1,"* ]]; }
 for p in ${PEERS//,/ }; do
-  case "$p" in torch113|torch2|compile|jax) ;;
-    *) echo "compare: --peers: unknown peer '$p' (torch113, torch2, compile, jax, or none)" >&2; exit 2 ;;
+  case "$p" in torch113|torch2|compile|compile-ro|jax) ;;
+    *) echo "compare: --peers: unknown peer '$p' (torch113, torch2, compile, compile-ro, jax, or none)" >&2; exit 2 ;;
   esac
 done
 for m in ${ONLY//,/ }; do
@@ -158,7 +166,14 @@ ensure_debian_torch() {
 
 TORCH2_PY=""; JAX_PY=""
 want torch113 && ensure_debian_torch
-if want torch2 || want compile; then TORCH2_PY="$(ensure_venv torch2 torch "${TORCH2_PINS[@]}")"; fi
+if want torch2 || want compile || want compile-ro; then
+  if [ -n "$TORCH_PY" ]; then
+    "$TORCH_PY" -c 'import torch' 2>/dev/null || die "--torch-python $TORCH_PY cannot import torch"
+    TORCH2_PY="$TORCH_PY"
+  else
+    TORCH2_PY="$(ensure_venv torch2 torch "${TORCH2_PINS[@]}")"
+  fi
+fi
 if want jax; then JAX_PY="$(ensure_venv jax jax "${JAX_PINS[@]}")"; fi
 if [ "$INSTALL_ONLY" = 1 ]; then
   echo "compare: peers ready: ${PEERS:-none} (${TORCH2_PY:+torch2 $TORCH2_PY }${JAX_PY:+jax $JAX_PY})" >&2
@@ -175,7 +190,14 @@ LOG="${OUT%.jsonl}.log"
 : >"$LOG"
 
 MODES=eager,graph-dynamic,graph-planned,graph-parallel
-[ "$DEVICE" = cuda ] && MODES="$MODES,cuda-graph"
+TORCH_MATH=()
+if [ "$DEVICE" = cuda ]; then
+  MODES=eager,graph-planned,cuda-graph
+  # The same float32 math on both sides: loom's default is TF32 for convolutions and matrix
+  # products (Note [Float32 math on the GPU]); PyTorch's is TF32 for convolutions only.
+  # LOOM_CUDA_FLOAT32_MATH=full runs both in full float32.
+  if [ "${LOOM_CUDA_FLOAT32_MATH:-tf32}" = full ]; then TORCH_MATH=(--tf32 off); else TORCH_MATH=(--tf32 on); fi
+fi
 
 # model batch steps warmup rounds lr (loom-bench's modes take turns in rounds: Note [Rounds]).
 # SGD momentum 0.9 throughout; at batch 1 lr 0.01 makes the MLP diverge within 200 steps in both
@@ -184,6 +206,10 @@ MODES=eager,graph-dynamic,graph-planned,graph-parallel
 CONFIGS=("mlp 1 200 10 4 0.002" "mlp 8 200 10 4 0.01" "mlp 64 100 5 4 0.01" "cnn 32 30 3 3 0.01"
          "resnet18 16 12 2 3 0.01")
 [ "$R50" = 1 ] && CONFIGS+=("resnet50 8 6 2 3 0.01")
+if [ "$DEVICE" = cuda ]; then  # compute-bound configurations join; each run is seconds on a GPU
+  CONFIGS=("mlp 1 200 10 3 0.002" "mlp 64 200 10 3 0.01" "cnn 32 100 10 3 0.01" "resnet18 16 50 5 3 0.01"
+           "resnet50 32 30 5 3 0.01" "resnet50 64 20 5 3 0.01")
+fi
 
 # One framework's run of one configuration; its JSON line goes to $OUT, its stderr to $LOG. A
 # peer that fails is reported and left out of the table; the run goes on.
@@ -193,8 +219,9 @@ run_one() {
   case "$who" in
     loom) cmd=("$BENCH" --mode "$MODES" --rounds "$rounds") ;;
     torch113) cmd=("$DEBIAN_PY" tools/bench_torch.py) ;;
-    torch2) cmd=("$TORCH2_PY" tools/bench_torch.py) ;;
-    compile) cmd=("$TORCH2_PY" tools/bench_torch.py --compile) ;;
+    torch2) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}") ;;
+    compile) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" --compile) ;;
+    compile-ro) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" --compile --compile-mode reduce-overhead) ;;
     jax) cmd=("$JAX_PY" tools/bench_jax.py) ;;
   esac
   local t0=$SECONDS rc=0 lines
@@ -210,7 +237,7 @@ run_one() {
 }
 
 ORDER=(loom)
-for p in torch113 torch2 compile jax; do want "$p" && ORDER+=("$p"); done
+for p in torch113 torch2 compile compile-ro jax; do want "$p" && ORDER+=("$p"); done
 echo "compare: $(nproc) cores (load $(cut -d' ' -f1-3 /proc/loadavg)), $THREADS threads, device $DEVICE, $REPS rep(s)," \
      "order ${ORDER[*]} (reversed every other rep); JSON lines -> $OUT, logs -> $LOG" >&2
 T_START=$SECONDS
@@ -231,5 +258,6 @@ for ((rep = 0; rep < REPS; ++rep)); do
 done
 echo "compare: all runs took $((SECONDS - T_START)) s" >&2
 
-"$DEBIAN_PY" tools/compare_report.py "$OUT" "$REPS"
+REPORT_PY="$DEBIAN_PY"; [ -x "$REPORT_PY" ] || REPORT_PY=python3  # a GPU machine has no Debian Python
+"$REPORT_PY" tools/compare_report.py "$OUT" "$REPS"
 echo "compare: JSON lines in $OUT, logs in $LOG" >&2

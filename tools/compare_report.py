@@ -14,6 +14,8 @@ def column(r):  # which framework and mode a JSON line is
     if r["tool"] == "bench_jax":
         return f"JAX {r['jax']} jit"
     kind = "torch.compile" if r["mode"] == "torch-compile" else "eager"
+    if r["mode"] == "torch-compile" and r.get("compile_mode", "default") != "default":
+        kind += " " + r["compile_mode"]
     return f"torch {r['torch'].split('a')[0].split('+')[0]} {kind}"
 
 by = {}  # (model, batch, device) -> column -> [rows, one per repetition]

@@ -121,8 +121,8 @@ done < <(for f in "$B"/build/* "$B"/build/python/loom/_core*.so; do
 # Plug-ins OpenMPI loads by name at run time are not ldd's to find; one rank over no network needs none.
 
 # pytest for the Python GPU tests: pure-Python wheels, unpacked (no pip needed there).
-"$VENV/bin/python" -m pip download -q --no-input --progress-bar off --only-binary=:all: --no-deps \
-  -d "$CACHE/bundle-wheels" pytest pluggy iniconfig packaging >/dev/null 2>&1 ||
+"$VENV/bin/python" -m pip download -q --no-input --progress-bar off --only-binary=:all: \
+  -d "$CACHE/bundle-wheels" pytest >/dev/null 2>&1 ||
   ls "$CACHE"/bundle-wheels/pytest-*.whl >/dev/null 2>&1 || die "could not download pytest's wheels (offline?)"
 for w in "$CACHE"/bundle-wheels/*.whl; do "$VENV/bin/python" -m zipfile -e "$w" "$B/pylib"; done
 

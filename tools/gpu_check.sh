@@ -1,62 +1,185 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh: everything GPU in one go, for a machine that has one (the CUDA backend is
-# compiled and its kernels compile-checked in CI, which has no GPU; this is where they run).
-#   1. set-up and build (tools/setup.sh; CUDA is built when nvcc is found)
-#   2. every GPU test with LOOM_REQUIRE_GPU=1, so "no GPU" and CUDA setup errors fail instead of
-#      skipping (Note [No GPU, or a broken one] in src/core/device.h): the C++ suites labelled
-#      gpu, then the Python suite
-#   3. the GPU benchmarks: loom-bench on cuda for the MLP, the small CNN and ResNet-18, in eager,
-#      planned and CUDA-graph replay, one JSON line per run
-# Every part runs even after another failed; the summary names each with its status, and the exit
-# status is non-zero when any failed.
-#   LOOM_BUILD_DIR   build folder (default: build)
-#   LOOM_GPU_OUT     where logs and JSON go (default: $OUT when set, else <build>/gpu_check)
-#   LOOM_GPU_STEPS   timed steps per benchmark mode (default 30)
+# tools/gpu_check.sh: everything GPU in one go, on a machine that has one (CPU CI has none: there
+# the CUDA backend is compiled, and the kernel table checked, but nothing runs on a GPU).
+#
+#   tools/gpu_check.sh                  from a checkout: set-up and build first (tools/setup.sh:
+#                                       apt and the network), then the parts below
+#   tools/gpu_check.sh --bundle FILE    from an archive of tools/gpu_bundle.sh, on a bare, offline
+#                                       GPU machine: no build, no network; starts at once
+#
+# The parts, each under its own time limit, all within LOOM_GPU_BUDGET_S seconds (default 330,
+# so that a 6-minute slot still writes the summary), each running even after another failed:
+#   env          nvidia-smi, the bundle's manifest, every library the binaries need found
+#   cpp-gpu      the GPU suite (test_cuda) and the CUDA checkpoint test, LOOM_REQUIRE_GPU=1 so
+#                that "no GPU" and CUDA setup errors fail instead of skipping (Note [No GPU, or a
+#                broken one] in src/core/device.h); GoogleTest's JSON kept
+#   python-gpu   the Python GPU tests (test_cuda.py, test_device.py)
+#   tf32-digits  the digits CNN trained on the GPU in full float32 and in TF32, same seed: held-out
+#                accuracies within 0.5 point (Note [Float32 math on the GPU])
+#   bench        loom-bench on cuda: MLP b64, small CNN b32, ResNet-18 b16, ResNet-50 b32, in eager,
+#                planned and CUDA-graph replay; one JSON line per run, with the kernels cuDNN and
+#                cuBLAS ran
+#   compare      tools/compare.sh --device cuda: loom against PyTorch eager, torch.compile and
+#                torch.compile reduce-overhead (the machine's own PyTorch), alternating
+# Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
+# <build>/gpu_check. The exit status is non-zero when any part failed.
+#   LOOM_BUILD_DIR     build folder (default: build)
+#   LOOM_GPU_PYTHON    the Python with PyTorch (default: python3 with a bundle, else /usr/bin/python3)
+#   LOOM_GPU_STEPS     timed steps per loom-bench mode (default 30)
+#   LOOM_GPU_PARTS     comma-separated parts to run (default: all)
+#   LOOM_GPU_WORK      where a bundle is unpacked (default: a temporary folder)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUNDLE=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
+    --bundle=*) BUNDLE="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+
+T0=$SECONDS
+if [ -n "$BUNDLE" ]; then
+  [ -f "$BUNDLE" ] || { echo "gpu_check: --bundle: no file '$BUNDLE'" >&2; exit 2; }
+  BUNDLE="$(cd "$(dirname "$BUNDLE")" && pwd)/$(basename "$BUNDLE")"
+  WORK="${LOOM_GPU_WORK:-$(mktemp -d /tmp/loom-gpu-check.XXXXXX)}"
+  mkdir -p "$WORK"
+  echo "gpu_check: unpacking $BUNDLE into $WORK"
+  tar -C "$WORK" -xJf "$BUNDLE" || { echo "gpu_check: cannot unpack $BUNDLE" >&2; exit 2; }
+  [ -f "$WORK/loom-gpu/bundle.json" ] || { echo "gpu_check: $BUNDLE is not a tools/gpu_bundle.sh archive" >&2; exit 2; }
+  ROOT="$WORK/loom-gpu"
+fi
 cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 DEST="${LOOM_GPU_OUT:-${OUT:-$BUILD/gpu_check}}"
 STEPS="${LOOM_GPU_STEPS:-30}"
+BUDGET="${LOOM_GPU_BUDGET_S:-330}"
+PARTS="${LOOM_GPU_PARTS:-env,cpp-gpu,python-gpu,tf32-digits,bench,compare}"
+if [ -n "$BUNDLE" ]; then PY="${LOOM_GPU_PYTHON:-python3}"; else PY="${LOOM_GPU_PYTHON:-/usr/bin/python3}"; fi
 export LOOM_REQUIRE_GPU=1
 mkdir -p "$DEST"
+DEST="$(cd "$DEST" && pwd)"
+: >"$DEST/summary.json"
+
+# ---- the libraries: the bundle's own, then CUDA's wherever this machine keeps them
+cuda_lib_dirs() {  # the folders holding CUDA's libraries: the toolkit, /opt, Python's nvidia packages
+  local roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /opt)
+  local site
+  site="$("$PY" -c 'import nvidia, os; print(" ".join(os.path.dirname(p) for p in nvidia.__path__))' 2>/dev/null)" &&
+    roots+=($site)
+  local lib
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+    find "${roots[@]}" -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -n 1 | xargs -r dirname
+  done | awk '!seen[$0]++' | paste -sd: -
+}
+if [ -n "$BUNDLE" ]; then
+  export LD_LIBRARY_PATH="$ROOT/lib:$ROOT/$BUILD:$(cuda_lib_dirs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PYTHONPATH="$ROOT/$BUILD/python:$ROOT/pylib${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$ROOT/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
 
 names=()
 results=()
-part() {  # part NAME CMD...: runs CMD with its output in DEST/NAME.log, records the status
-  local name="$1"
-  shift
-  local t0=$SECONDS
-  echo "gpu_check: $name"
-  if "$@" >"$DEST/$name.log" 2>&1; then
-    results+=("passed   $(( SECONDS - t0 )) s")
-  else
-    results+=("FAILED   $(( SECONDS - t0 )) s (see $DEST/$name.log)")
-    tail -n 20 "$DEST/$name.log"
-  fi
+json_line() {  # json_line NAME STATUS SECONDS LOG
+  printf '{"part": "%s", "status": "%s", "seconds": %d, "log": "%s"}\n' "$1" "$2" "$3" "$4" >>"$DEST/summary.json"
+}
+part() {  # part NAME LIMIT_S CMD...: runs CMD (under timeout) with its output in DEST/NAME.log
+  local name="$1" limit="$2"
+  shift 2
+  [[ ",$PARTS," == *",$name,"* ]] || return 0
+  local left=$(( BUDGET - (SECONDS - T0) ))
   names+=("$name")
+  if (( left < 10 )); then
+    results+=("SKIPPED  (the ${BUDGET} s budget is spent)")
+    json_line "$name" skipped 0 ""
+    return 0
+  fi
+  (( limit > left )) && limit=$left
+  local t0=$SECONDS rc=0
+  echo "gpu_check: $name (at most $limit s)"
+  if [ "$(type -t "$1")" = function ]; then  # a part_* function: exported, run by a child bash
+    timeout --kill-after=10 "$limit" bash -c "$1" >"$DEST/$name.log" 2>&1 || rc=$?
+  else
+    timeout --kill-after=10 "$limit" "$@" >"$DEST/$name.log" 2>&1 || rc=$?
+  fi
+  local took=$(( SECONDS - t0 ))
+  if (( rc == 0 )); then
+    results+=("passed   $took s")
+    json_line "$name" passed "$took" "$name.log"
+  else
+    local why="exit $rc"
+    (( rc == 124 || rc == 137 )) && why="timed out after $limit s"
+    results+=("FAILED   $took s ($why; see $DEST/$name.log)")
+    json_line "$name" failed "$took" "$name.log"
+    tail -n 15 "$DEST/$name.log"
+  fi
 }
 
-part setup bash tools/setup.sh
-nvidia-smi >"$DEST/nvidia-smi.txt" 2>&1 || true
-part cpp-gpu ctest --test-dir "$BUILD" -L gpu --output-on-failure --no-tests=error
-part python-gpu env PYTHONPATH="$ROOT/$BUILD/python" /usr/bin/python3 -m pytest -q test/python/test_cuda.py
-part python-all env PYTHONPATH="$ROOT/$BUILD/python" /usr/bin/python3 -m pytest -q test/python
-
-bench() {  # bench MODEL BATCH
-  "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" --steps "$STEPS" --warmup 3 --rounds 3 \
-    --mode eager,graph-planned,cuda-graph --json >"$DEST/bench-$1.json"
+part_env() {
+  nvidia-smi || echo "(no nvidia-smi)"
+  [ -f bundle.json ] && cat bundle.json
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' ||
+    echo "(no PyTorch for $PY: the compare part will fail)"
+  local missing=0 f
+  for f in "$BUILD"/test_cuda "$BUILD"/loom-bench "$BUILD"/libloom.so "$BUILD"/python/loom/_core*.so; do
+    if ldd "$f" | grep "not found"; then echo "$f: libraries not found (above)"; missing=1; fi
+  done
+  return "$missing"
 }
-part bench-mlp bench mlp 64
-part bench-cnn bench cnn 32
-part bench-resnet18 bench resnet18 16
+
+part_cpp() {
+  local rc=0
+  "$BUILD/test_cuda" --gtest_output="json:$DEST/test_cuda.json" || rc=1
+  "$BUILD/test_io" --gtest_filter='CheckpointCuda*' --gtest_output="json:$DEST/test_io_cuda.json" || rc=1
+  return "$rc"
+}
+
+part_python() {
+  "$PY" -m pytest -q -p no:cacheprovider test/python/test_cuda.py test/python/test_device.py
+}
+
+part_tf32() {
+  "$PY" tools/tf32_digits.py --json "$DEST/tf32-digits.json"
+}
+
+part_bench() {
+  local rc=0 m
+  for m in "mlp 64" "cnn 32" "resnet18 16" "resnet50 32"; do
+    set -- $m
+    "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" --steps "$STEPS" --warmup 3 --rounds 2 \
+      --mode eager,graph-planned,cuda-graph --json >>"$DEST/bench.jsonl" || rc=1
+  done
+  return "$rc"
+}
+
+part_compare() {
+  bash tools/compare.sh --device cuda --torch-python "$PY" --peers torch2,compile,compile-ro --reps 1 \
+    --out "$DEST/compare.jsonl"
+}
+
+export BUILD DEST STEPS PY
+export -f part_env part_cpp part_python part_tf32 part_bench part_compare
+if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
+  PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
+  T0=$SECONDS
+fi
+part env 30 part_env
+part cpp-gpu 120 part_cpp
+part python-gpu 60 part_python
+part tf32-digits 60 part_tf32
+part bench 90 part_bench
+part compare 150 part_compare
 
 echo
-echo "gpu_check summary ($DEST):"
+echo "gpu_check summary ($DEST, $(( SECONDS - T0 )) s):"
 status=0
 for i in "${!names[@]}"; do
-  printf '  %-16s %s\n' "${names[$i]}" "${results[$i]}"
+  printf '  %-12s %s\n' "${names[$i]}" "${results[$i]}"
   [[ "${results[$i]}" == passed* ]] || status=1
 done
 exit $status

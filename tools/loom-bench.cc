@@ -38,8 +38,9 @@
 //                         of one step captured without the fusion passes: what the model needs,
 //                         whatever a mode fuses. gflops_per_s = flops_per_step / median step time.
 //   fma_peak_gflops       the machine's float32 FMA peak with loom's thread count, measured at the
-//                         start (tools/fma_peak.h; --peak-gflops gives it instead) on the CPU; the
-//                         fraction of it a step reaches is fraction_of_peak. On a machine other
+//                         start (tools/fma_peak.h; --peak-gflops gives it instead) on the CPU, and
+//                         on a GPU its float32 GEMM peak (8192^3, in the float32 math in force);
+//                         the fraction of it a step reaches is fraction_of_peak. On a machine other
 //                         jobs load, the threads share the cores with them: compare with
 //                         fma_peak_gflops_one_thread (one thread alone) x threads.
 //   kernels               the library, kernel and ISA every GEMM and convolution kind ran with
@@ -842,6 +843,28 @@ struct Speed {
   std::string peak_what;              // how the peak was obtained
 };
 
+// A GPU's float32 peak as loom reaches it: the best of 5 square GEMMs (n = 8192) in the float32
+// math in force (Note [Float32 math on the GPU]), after 2 untimed ones; each timed between device
+// synchronisations.
+double MeasureGemmPeak(const std::shared_ptr<loom::Device>& dev, std::string* what) {
+  constexpr int64_t n = 8192;
+  loom::Tensor a = loom::ops::Uniform({n, n}, -1, 1, loom::DType::kFloat32, dev);
+  loom::Tensor b = loom::ops::Uniform({n, n}, -1, 1, loom::DType::kFloat32, dev);
+  double best = 1e30;
+  for (int i = 0; i < 7; ++i) {
+    dev->Synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    loom::Tensor c = loom::ops::MatMul(a, b);
+    dev->Synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 2) best = std::min(best, s);
+  }
+  const double gflops = 2.0 * double(n) * double(n) * double(n) / best / 1e9;
+  *what = loom::detail::Cat("measured: float32 GEMM ", n, "^3 (best of 5), ", loom::Name(loom::CudaFloat32Math()),
+                            " math");
+  return gflops;
+}
+
 // The dense arithmetic of one training step (graph/flops.h), counted on the op list of a step
 // captured without the passes. Capturing runs one step (the first call of a graph-mode model
 // captures it, then replays it).
@@ -1228,6 +1251,8 @@ int Main(const Flags& f) {
     sp.peak_gflops_per_thread = p.gflops_per_thread;
     sp.peak_what = loom::detail::Cat("measured: float32 FMA chains, ", p.isa, ", ", p.threads, " threads at once, ",
                                      p.gflops_per_thread, " GFLOP/s for one thread alone");
+  } else {
+    sp.peak_gflops = MeasureGemmPeak(dev, &sp.peak_what);
   }
   std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data, dist);
   sp.flops_per_step = CountStepFlops(f, spec, rows, dev, data);  // this rank's

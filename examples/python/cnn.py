@@ -7,6 +7,7 @@ accuracy of the trained model in eval mode.
 
     /usr/bin/python3 examples/python/cnn.py [--graph | --eager] [--batch 32] [--steps 50]
         [--lr 0.005] [--momentum 0.9] [--parallel] [--dist] [--json]
+        [--device cpu|cuda] [--cuda-float32-math tf32|full]
 
 With --data DIR (MNIST idx files, such as the digits tools/setup.sh installs in data/digits, or
 CIFAR-10 binary batches) it trains --epochs N through loom.trainer.Trainer instead: a progress
@@ -105,6 +106,10 @@ def main():
     ap.add_argument("--csv")
     ap.add_argument("--plot")
     ap.add_argument("--augment", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to train (default cpu)")
+    ap.add_argument("--cuda-float32-math", choices=["tf32", "full"],
+                    help="float32 matrix products and convolutions on the GPU (default tf32; "
+                         "loom.device.set_cuda_float32_math)")
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1:
         ap.error("--batch and --steps must be positive")
@@ -113,7 +118,9 @@ def main():
     if args.data and args.dist:
         ap.error("--dist trains the synthetic batches only; with --data use one process")
 
-    dev = device.create_cpu_device()
+    if args.cuda_float32_math:
+        device.set_cuda_float32_math(args.cuda_float32_math)
+    dev = device.create_cuda_device(0) if args.device == "cuda" else device.create_cpu_device()
     dev.SetRandSeed(args.seed)
     if args.data:
         train_on_data(args, dev)

@@ -310,7 +310,7 @@ TEST(CheckpointSaveTest, SavingDuringCaptureIsRefused) {
 }
 
 TEST(CheckpointCudaTest, SavesFromAndRestoresIntoGpuTensors) {
-  if (!CudaAvailable()) GTEST_SKIP() << "no GPU visible: the CUDA checkpoint path is not exercised";
+  LOOM_REQUIRE_GPU();  // skips without a GPU, fails under LOOM_REQUIRE_GPU=1 (the GPU check)
   TempDir dir;
   auto gpu = CudaDevice(0);
   Tensor a = RandomTensor({3, 4}, DType::kFloat32, 1, -1, 1, gpu);

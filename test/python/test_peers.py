@@ -87,6 +87,28 @@ def test_compare_rejects_bad_flags_before_installing_anything(args, message, tmp
     assert os.listdir(tmp_path) == []  # nothing downloaded, no environment made
 
 
+def test_compare_takes_a_given_torch_python_instead_of_installing(tmp_path):
+    # --torch-python (a GPU machine's own PyTorch, offline): checked, never installed into.
+    env = {**os.environ, "LOOM_CACHE_DIR": str(tmp_path)}
+    r = run(["bash", "tools/compare.sh", "--install-only", "--peers", "compile-ro",
+             "--torch-python", "/nonexistent/python3"], env=env)
+    assert r.returncode == 1 and "--torch-python /nonexistent/python3 cannot import torch" in r.stderr, r.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_gpu_check_refuses_what_is_not_a_bundle(tmp_path):
+    r = run(["bash", "tools/gpu_check.sh", "--bundle", str(tmp_path / "missing.tar.xz")])
+    assert r.returncode == 2 and "no file" in r.stderr, r.stderr
+    not_bundle = tmp_path / "other.tar.xz"
+    (tmp_path / "x").mkdir()
+    subprocess.run(["tar", "-C", str(tmp_path), "-cJf", str(not_bundle), "x"], check=True)
+    r = run(["bash", "tools/gpu_check.sh", "--bundle", str(not_bundle)],
+            env={**os.environ, "LOOM_GPU_WORK": str(tmp_path / "work")})
+    assert r.returncode == 2 and "is not a tools/gpu_bundle.sh archive" in r.stderr, r.stderr
+    r = run(["bash", "tools/gpu_check.sh", "--frobnicate"])
+    assert r.returncode == 2 and "unknown argument" in r.stderr, r.stderr
+
+
 def test_compare_needs_a_new_enough_python_for_the_peer_environments(tmp_path):
     # No Python >= 3.12 to be found: a clear error, nothing created. (PATH keeps only the shell's tools.)
     env = {**os.environ, "LOOM_CACHE_DIR": str(tmp_path), "HOME": str(tmp_path), "LOOM_PEER_PYTHON": "",
