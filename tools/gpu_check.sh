@@ -19,8 +19,10 @@
 #   bench        loom-bench on cuda: MLP b64, small CNN b32, ResNet-18 b16, ResNet-50 b32, in eager,
 #                planned and CUDA-graph replay; one JSON line per run, with the kernels cuDNN and
 #                cuBLAS ran
-#   compare      tools/compare.sh --device cuda: loom against PyTorch eager, torch.compile and
-#                torch.compile reduce-overhead (the machine's own PyTorch), alternating
+#   compare      tools/compare.sh --device cuda: loom against PyTorch eager and torch.compile (the
+#                machine's own PyTorch), alternating; LOOM_GPU_COMPARE gives compare.sh other
+#                flags (e.g. "--peers torch2,compile,compile-ro --only resnet50" in a second call
+#                with LOOM_GPU_PARTS=compare: each torch.compile of ResNet-50 takes a minute)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check. The exit status is non-zero when any part failed.
 #   LOOM_BUILD_DIR     build folder (default: build)
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -157,12 +159,12 @@ part_bench() {
   return "$rc"
 }
 
-part_compare() {
-  bash tools/compare.sh --device cuda --torch-python "$PY" --peers torch2,compile,compile-ro --reps 1 \
-    --out "$DEST/compare.jsonl"
+part_compare() {  # LOOM_GPU_COMPARE: compare.sh's selection (default: what fits the budget's rest)
+  bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --out "$DEST/compare.jsonl" \
+    ${LOOM_GPU_COMPARE:---peers torch2,compile --only mlp,cnn,resnet18,resnet50}
 }
 
-export BUILD DEST STEPS PY
+export BUILD DEST STEPS PY LOOM_GPU_COMPARE
 export -f part_env part_cpp part_python part_tf32 part_bench part_compare
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
   PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
@@ -173,7 +175,7 @@ part cpp-gpu 120 part_cpp
 part python-gpu 60 part_python
 part tf32-digits 60 part_tf32
 part bench 90 part_bench
-part compare 150 part_compare
+part compare 180 part_compare
 
 echo
 echo "gpu_check summary ($DEST, $(( SECONDS - T0 )) s):"

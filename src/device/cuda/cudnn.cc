@@ -15,7 +15,8 @@
 // Note [Measured algorithms]
 // A plan that was only guessed is measured at its first run: cuDNN's find call times every
 // algorithm on the op's own buffers, and the fastest deterministic one that fits the limit
-// replaces the guess (the fastest of all when none is deterministic). It costs a few
+// replaces the guess (the fastest of all when none is deterministic); of answers within 5% of
+// the fastest, the one taking the least workspace, which sets the device's peak. It costs a few
 // milliseconds per shape and a synchronisation, once per process; a captured step then replays
 // the measured choice thousands of times. Eager calls and replays share the plans, so a graph
 // and the eager steps of the same process run the same algorithms and stay bitwise equal
@@ -169,25 +170,38 @@ const void* ConvInput(const ExplicitPad& e, const Tensor& x, char* xp, cudaStrea
   return xp;
 }
 
-// Picks the first usable algorithm among cuDNN's answers (best first: the heuristics' order, or
-// the measured times): deterministic preferred, allowed under the float32 math in force, within
-// the workspace limit; in TF32 mode the descriptor takes the answer's math type. `workspace_of`
-// says the bytes an answer needs (0 when it is not usable).
+// Picks an algorithm among cuDNN's answers (best first: the heuristics' order, or the measured
+// times): deterministic preferred, allowed under the float32 math in force, within the workspace
+// limit. Heuristic answers: the first usable one. Measured answers (`slack` > 0): among the
+// usable ones within `slack` of the fastest, the one with the least workspace, since the
+// device's workspace is as large as the largest any convolution takes and counts in its peak.
+// In TF32 mode the descriptor takes the chosen answer's math type. `workspace_of` says the
+// bytes an answer needs.
 template <typename Perf, typename SizeFn>
-bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p) {
+bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, double slack = 0) {
   for (int pass = 0; pass < 2; ++pass) {  // pass 0: deterministic only
+    int pick = -1;
+    size_t pick_bytes = 0;
+    float fastest = 0;
     for (int i = 0; i < count; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       if (p.full_fp32 && TensorOpMath(perf[i].mathType)) continue;
       size_t bytes = 0;
       if (workspace_of(perf[i], &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
-      p.algo = int(perf[i].algo);
-      p.workspace = bytes;
-      p.ms = perf[i].time;
-      if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, perf[i].mathType));
-      return true;
+      if (pick < 0) {
+        pick = i, pick_bytes = bytes, fastest = perf[i].time;
+        if (slack <= 0) break;
+      } else if (perf[i].time <= fastest * (1 + slack) && bytes < pick_bytes) {
+        pick = i, pick_bytes = bytes;  // as fast, within the slack, in less memory
+      }
     }
+    if (pick < 0) continue;
+    p.algo = int(perf[pick].algo);
+    p.workspace = pick_bytes;
+    p.ms = perf[pick].time;
+    if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, perf[pick].mathType));
+    return true;
   }
   return false;
 }
@@ -196,6 +210,9 @@ bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p) {
   throw DeviceError(detail::Cat("[", op, "] cuDNN offers no algorithm for this convolution (", count,
                                 " candidates, none supported within ", kMaxConvWorkspace >> 20, " MiB of workspace)"));
 }
+
+// Note [Measured algorithms]: a measured algorithm within 5% of the fastest counts as fast.
+constexpr double kTimeSlack = 0.05;
 
 bool MeasuringAllowed() {
   static const bool allowed = [] {
@@ -242,17 +259,17 @@ void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, c
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(hd, p.x, x, p.w, w, p.conv, p.y, const_cast<void*>(y), kMax,
                                                            &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
   } else if (kind == ConvKind::kBackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(hd, p.w, w, p.y, y, p.conv, p.x, const_cast<void*>(x),
                                                                 kMax, &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(hd, p.x, x, p.y, y, p.conv, p.w, const_cast<void*>(w),
                                                                   kMax, &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
   }
   if (!chosen) {  // keep the guess, with the math type it was chosen under
     p.algo = before.algo;
