@@ -32,8 +32,9 @@
 // batch statistics, as data-parallel training without SyncBatchNorm does; before an evaluation
 // rank 0's running statistics are broadcast, so every rank evaluates the same network.
 // --dist with --epochs: each rank evaluates the whole held-out set with its own BatchNorm
-// statistics and rank 0 prints and logs; --checkpoint-dir is refused with --dist (every rank would
-// write the same files).
+// statistics and rank 0 prints and logs; --checkpoint-dir works as on one rank (Note [Checkpoints
+// across ranks] in nn/trainer.h: rank 0 writes the checkpoint, every other rank a file of its
+// own statistics beside it; the folder must be one all ranks see; --resume with as many ranks).
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -363,8 +364,6 @@ int main(int argc, char** argv) {
     if ((!f.checkpoint_dir.empty() || f.resume || f.augment || f.eval_every > 0 || f.log_every > 0) && f.epochs == 0)
       throw std::invalid_argument("--checkpoint-dir, --resume, --augment, --eval-every and --log-every need --epochs");
     if (f.resume && f.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
-    if (f.dist && !f.checkpoint_dir.empty())
-      throw std::invalid_argument("--checkpoint-dir is not supported with --dist (every rank would write the same files)");
   } catch (const std::exception& e) {
     return Usage(e.what());
   }

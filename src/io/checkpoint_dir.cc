@@ -44,6 +44,20 @@ int64_t StepOf(const std::string& name) {
   return std::stoll(digits);
 }
 
+// The step of a file named step-<digits>.rank-<digits>.ckpt, or -1.
+int64_t RankFileStepOf(const std::string& name) {
+  const size_t dot = name.find(".rank-");
+  if (dot == std::string::npos) return -1;
+  const std::string rank = name.substr(dot + 6);
+  const size_t s = sizeof(kSuffix) - 1;
+  if (rank.size() <= s || rank.compare(rank.size() - s, s, kSuffix) != 0) return -1;
+  const std::string digits = rank.substr(0, rank.size() - s);
+  if (digits.empty() || digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return StepOf(name.substr(0, dot) + kSuffix);
+}
+
 }  // namespace
 
 CheckpointDir::CheckpointDir(std::string dir, int keep_last) : dir_(std::move(dir)), keep_last_(keep_last) {
@@ -62,6 +76,12 @@ std::string CheckpointDir::PathFor(int64_t step) const {
 }
 
 std::string CheckpointDir::BestPath() const { return dir_ + "/best.ckpt"; }
+
+std::string CheckpointDir::RankPathFor(int64_t step, int rank) const {
+  LOOM_CHECK(rank >= 1 && rank < 1000000, ValueError, "[checkpoint_dir] rank ", rank, " is out of range [1, 1000000)");
+  std::string path = PathFor(step);
+  return path.substr(0, path.size() - (sizeof(kSuffix) - 1)) + ".rank-" + std::to_string(rank) + kSuffix;
+}
 
 std::string CheckpointDir::Save(int64_t step, const NamedTensors& tensors, const std::map<std::string, double>& meta) {
   std::string path = PathFor(step);
@@ -89,12 +109,23 @@ std::vector<int64_t> CheckpointDir::Steps() const {
 }
 
 void CheckpointDir::Prune() const {
-  std::vector<int64_t> steps = Steps();
-  for (size_t i = 0; i + size_t(keep_last_) < steps.size(); ++i) {
-    std::string path = PathFor(steps[i]);
+  auto remove = [](const std::string& path) {
     LOOM_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, IOError, "[checkpoint_dir] cannot remove '", path,
                "': ", std::strerror(errno));
+  };
+  std::vector<int64_t> steps = Steps();
+  for (size_t i = 0; i + size_t(keep_last_) < steps.size(); ++i) remove(PathFor(steps[i]));
+  if (steps.empty()) return;
+  const int64_t oldest_kept = steps[steps.size() > size_t(keep_last_) ? steps.size() - size_t(keep_last_) : 0];
+  std::vector<std::string> stale;
+  DIR* d = ::opendir(dir_.c_str());
+  LOOM_CHECK(d, IOError, "[checkpoint_dir] cannot list '", dir_, "': ", std::strerror(errno));
+  while (dirent* e = ::readdir(d)) {
+    const int64_t s = RankFileStepOf(e->d_name);
+    if (s >= 0 && s < oldest_kept) stale.push_back(dir_ + "/" + e->d_name);
   }
+  ::closedir(d);
+  for (const std::string& path : stale) remove(path);
 }
 
 std::string CheckpointDir::Latest() const {

@@ -29,11 +29,15 @@ class CheckpointDir {
   const std::string& dir() const { return dir_; }
   std::string PathFor(int64_t step) const;  // dir/step-<12 digits>.ckpt
   std::string BestPath() const;             // dir/best.ckpt
+  // dir/step-<12 digits>.rank-<r>.ckpt: what rank r >= 1 of a data-parallel run keeps of its own
+  // at `step` (Note [Checkpoints across ranks] in nn/trainer.h). Steps() does not list these.
+  std::string RankPathFor(int64_t step, int rank) const;
 
   // Writes the checkpoint of `step` and removes all but the newest keep_last step checkpoints.
   std::string Save(int64_t step, const NamedTensors& tensors, const std::map<std::string, double>& meta);
   std::string SaveBest(const NamedTensors& tensors, const std::map<std::string, double>& meta);
-  // Removes all but the newest keep_last step checkpoints (after a caller wrote PathFor(step)).
+  // Removes all but the newest keep_last step checkpoints (after a caller wrote PathFor(step)),
+  // and the rank files of steps older than the oldest kept.
   void Prune() const;
 
   std::vector<int64_t> Steps() const;  // the step checkpoints present, ascending

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/device.h"
+#include "nn/dist_opt.h"
 #include "nn/optimizer.h"
 
 namespace loom {
@@ -15,8 +16,17 @@ using io::RestoreInto;
 using io::SaveCheckpoint;
 using io::ThrowProblems;
 
-void AddOptimizerState(Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,
+namespace {
+// A DistOpt keeps no state of its own: the optimizer it wraps does (moments, Adam's step count).
+Optimizer& Inner(const Optimizer& opt) {
+  if (auto* d = dynamic_cast<const DistOpt*>(&opt)) return Inner(d->optimizer());
+  return const_cast<Optimizer&>(opt);
+}
+}  // namespace
+
+void AddOptimizerState(Optimizer& outer, NamedTensors* tensors, std::map<std::string, double>* meta,
                        const std::string& prefix) {
+  Optimizer& opt = Inner(outer);
   for (const auto& kv : opt.states()) tensors->emplace_back(prefix + kv.first, kv.second);
   (*meta)[prefix + "lr"] = opt.learning_rate();
   if (auto* adam = dynamic_cast<Adam*>(&opt)) {
@@ -46,7 +56,8 @@ NamedTensors StateTargets(const Optimizer& opt, const std::string& prefix) {
 
 }  // namespace
 
-void CheckOptimizerState(const Checkpoint& ckpt, const Optimizer& opt, const std::string& prefix) {
+void CheckOptimizerState(const Checkpoint& ckpt, const Optimizer& outer, const std::string& prefix) {
+  const Optimizer& opt = Inner(outer);
   std::vector<std::string> problems;
   // Slots the optimizer keeps already: in the file, with their shape and dtype.
   std::vector<const Tensor*> sources;
@@ -76,8 +87,9 @@ void CheckOptimizerState(const Checkpoint& ckpt, const Optimizer& opt, const std
     ThrowProblems(detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the optimizer"), problems);
 }
 
-void RestoreOptimizerState(const Checkpoint& ckpt, Optimizer& opt, const std::shared_ptr<Device>& dev,
+void RestoreOptimizerState(const Checkpoint& ckpt, Optimizer& outer, const std::shared_ptr<Device>& dev,
                            const std::string& prefix) {
+  Optimizer& opt = Inner(outer);
   LOOM_CHECK(dev, DeviceError, "[checkpoint] RestoreOptimizerState needs the parameters' device");
   CheckOptimizerState(ckpt, opt, prefix);  // Note [Check everything, then copy]: nothing changed yet
   // Slots the optimizer keeps but has not created yet (a fresh optimizer) are created as zeros,

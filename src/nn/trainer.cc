@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/ops.h"
 #include "core/device.h"
+#include "nn/dist_opt.h"
 #include "nn/optimizer_checkpoint.h"
 
 namespace loom {
@@ -60,6 +61,8 @@ std::map<std::string, double> RunState::ToMeta() const {
   m["run/seconds"] = seconds;
   m["run/loss_sum"] = loss_sum;
   m["run/losses"] = double(losses);
+  m["run/rank"] = double(rank);
+  m["run/world"] = double(world);
   return m;
 }
 
@@ -78,6 +81,13 @@ RunState RunState::FromMeta(const std::map<std::string, double>& meta, const std
   s.seconds = Need(meta, "run/seconds", source);
   s.loss_sum = Need(meta, "run/loss_sum", source);
   s.losses = int64_t(Whole(meta, "run/losses", source, kMax));
+  // Note [Checkpoints across ranks]: absent in checkpoints written before ranks were recorded.
+  if (meta.count("run/world")) {
+    s.rank = int64_t(Whole(meta, "run/rank", source, 1e6));
+    s.world = int64_t(Whole(meta, "run/world", source, 1e6));
+    LOOM_CHECK(s.world >= 1 && s.rank < s.world, IOError, "[trainer] '", source, "': rank ", s.rank, " of a world of ",
+               s.world, " ranks");
+  }
   LOOM_CHECK(s.best_top1 == -1 || (s.best_top1 >= 0 && s.best_top1 <= 1), IOError, "[trainer] '", source,
              "': 'run/best_top1' is ", s.best_top1, ", not an accuracy");
   return s;
@@ -183,6 +193,11 @@ Trainer::Trainer(Model& model, io::DataLoader& train, io::DataLoader* held_out, 
              "[trainer] a graph-mode model trains on batches of one shape: give the training loader drop_last (",
              train_.samples_per_epoch(), " samples are not a multiple of the batch ", batch, ")");
   if (!opt_.checkpoint_dir.empty()) dir_ = std::make_unique<io::CheckpointDir>(opt_.checkpoint_dir, opt_.keep_last);
+  if (auto* dist = dynamic_cast<DistOpt*>(&model_.optimizer())) {  // Note [Checkpoints across ranks]
+    comm_ = &dist->communicator();
+    rank_ = comm_->rank();
+    world_ = comm_->size();
+  }
   if (held_out_) evaluator_ = std::make_unique<Evaluator>(model_);
   batch_ = train_.options().batch_size;
   NamedTensors params = model_.Params();
@@ -203,17 +218,23 @@ io::NamedTensors Trainer::StateTensors() {
   return t;
 }
 
-void Trainer::Save(const std::string& path) {
-  StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
-  ThrowIfBad(r);  // Note [Non-finite steps are caught on the device]: only good states are saved
-  io::NamedTensors tensors = StateTensors();
+RunState Trainer::CurrentRunState(const StepMonitor::Reading& r) {
   RunState s = CaptureRunState(step_, train_, *dev_);
   s.best_top1 = best_top1_;
   s.best_step = best_step_;
   s.seconds = Seconds();
   s.loss_sum = r.loss_sum;
   s.losses = r.losses;
-  std::map<std::string, double> meta = s.ToMeta();
+  s.rank = rank_;
+  s.world = world_;
+  return s;
+}
+
+void Trainer::Save(const std::string& path) {
+  StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
+  ThrowIfBad(r);  // Note [Non-finite steps are caught on the device]: only good states are saved
+  io::NamedTensors tensors = StateTensors();
+  std::map<std::string, double> meta = CurrentRunState(r).ToMeta();
   nn::AddOptimizerState(model_.optimizer(), &tensors, &meta);
   io::SaveCheckpoint(path, tensors, meta);
 }
@@ -225,6 +246,9 @@ void Trainer::Restore(const std::string& path) {
   io::CheckRestoreInto(ck, targets);
   nn::CheckOptimizerState(ck, model_.optimizer());
   RunState s = RunState::FromMeta(ck.meta, path);
+  LOOM_CHECK(s.world == world_, IOError, "[trainer] '", path, "' was written by a run of ", s.world, " rank(s); this ",
+             "run has ", world_, ": resume it with ", s.world, " (each rank's BatchNorm statistics and run state ",
+             "cannot be redistributed)");
   CheckRunState(s, train_, path);
   io::RestoreInto(ck, targets);
   nn::RestoreOptimizerState(ck, model_.optimizer(), dev_);
@@ -234,6 +258,92 @@ void Trainer::Restore(const std::string& path) {
   best_top1_ = s.best_top1;
   best_step_ = s.best_step;
   seconds_before_ = s.seconds;
+}
+
+// ---- Note [Checkpoints across ranks] ----
+
+void Trainer::SaveRankFile(const std::string& path) {
+  StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
+  ThrowIfBad(r);
+  io::SaveCheckpoint(path, model_.States(), CurrentRunState(r).ToMeta());
+}
+
+// Over what Restore put there from rank 0's checkpoint: this rank's states and run state.
+void Trainer::RestoreRankFile(const std::string& path) {
+  io::Checkpoint ck = io::LoadCheckpoint(path);
+  io::NamedTensors targets = model_.States();
+  io::CheckRestoreInto(ck, targets);
+  RunState s = RunState::FromMeta(ck.meta, path);
+  LOOM_CHECK(s.rank == rank_ && s.world == world_ && s.step == step_, IOError, "[trainer] '", path, "' holds rank ",
+             s.rank, " of ", s.world, " at step ", s.step, "; expected rank ", rank_, " of ", world_, " at step ", step_);
+  CheckRunState(s, train_, path);
+  io::RestoreInto(ck, targets);
+  ApplyRunState(s, train_, *dev_, path);
+  monitor_->SetSteps(s.step, s.loss_sum, s.losses);
+}
+
+// One all-reduce of a host number over the ranks (through the device for a device communicator).
+static double ReduceOverRanks(Communicator& comm, const std::shared_ptr<Device>& dev, double v, ReduceOp op) {
+  if (!comm.on_device()) {
+    comm.AllReduce(&v, 1, DType::kFloat64, op);
+    return v;
+  }
+  Tensor t = ops::FromVector(std::vector<double>{v}, {1}, dev);
+  comm.AllReduce(t.raw_data(), 1, DType::kFloat64, op);
+  return t.ToVector<double>()[0];
+}
+
+void Trainer::CheckAllRanks(bool ok, const char* what) {
+  const double failed = ReduceOverRanks(*comm_, dev_, ok ? 0.0 : std::ldexp(1.0, rank_ % 52), ReduceOp::kSum);
+  if (failed == 0) return;
+  std::string ranks;
+  for (int r = 0; r < std::min(world_, 52); ++r)
+    if (std::fmod(std::floor(failed / std::ldexp(1.0, r)), 2.0) == 1.0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  throw IOError(detail::Cat("[trainer] ", what, " failed on rank(s) ", ranks.empty() ? "(52 and above)" : ranks,
+                            " of ", world_, " (see each rank's own error)"));
+}
+
+// The newest step checkpoint every rank sees; IOError on every rank when they see different ones.
+int64_t Trainer::AgreedLatestStep() {
+  std::vector<int64_t> steps = dir_->Steps();
+  const double mine = steps.empty() ? -1.0 : double(steps.back());
+  const double hi = ReduceOverRanks(*comm_, dev_, mine, ReduceOp::kMax);
+  const double lo = -ReduceOverRanks(*comm_, dev_, -mine, ReduceOp::kMax);
+  LOOM_CHECK(hi == lo, IOError, "[trainer] the ranks see different newest checkpoints in '", dir_->dir(), "' (steps ",
+             int64_t(lo), " to ", int64_t(hi), "): a data-parallel run's checkpoint folder must be one they share");
+  return int64_t(hi);
+}
+
+// Runs f on this rank; then the ranks agree that it succeeded everywhere. A rank where it threw
+// rethrows its own exception; the others throw IOError naming the ranks that failed.
+void Trainer::OnEveryRank(const char* what, const std::function<void()>& f) {
+  std::exception_ptr mine;
+  try {
+    f();
+  } catch (const Error&) {
+    mine = std::current_exception();
+  }
+  try {
+    CheckAllRanks(!mine, what);
+  } catch (const IOError&) {
+    if (mine) std::rethrow_exception(mine);
+    throw;
+  }
+}
+
+std::string Trainer::ResumePath() {
+  if (!comm_ || world_ == 1) {
+    std::string latest = dir_->Latest();
+    if (!latest.empty()) Restore(latest);
+    return latest;
+  }
+  const int64_t step = AgreedLatestStep();
+  if (step < 0) return "";
+  OnEveryRank("resuming", [&] {
+    Restore(dir_->PathFor(step));
+    if (rank_ > 0) RestoreRankFile(dir_->RankPathFor(step, rank_));
+  });
+  return dir_->PathFor(step);
 }
 
 bool Trainer::NextBatch() {
@@ -298,22 +408,32 @@ void Trainer::Eval() {
                             "  ", Fmt("%.1fs", Seconds()), best && step_ > 0 ? "  (best)" : ""));
   if (log_) log_->Eval(step_, double(step_) / double(train_.batches_per_epoch()), Seconds(), last_eval_);
   if (opt_.on_eval) opt_.on_eval(step_, step_ > 0 ? last_loss_ : std::nan(""), last_eval_);
-  if (best && dir_ && step_ > 0) Save(dir_->BestPath());
+  if (best && dir_ && step_ > 0 && rank_ == 0) Save(dir_->BestPath());
 }
 
 void Trainer::Checkpoint() {
-  Save(dir_->PathFor(step_));
-  dir_->Prune();
+  if (!comm_ || world_ == 1) {
+    Save(dir_->PathFor(step_));
+    dir_->Prune();
+    return;
+  }
+  // Note [Checkpoints across ranks]: the rank files, agreement, rank 0's file, agreement, pruning.
+  OnEveryRank("writing the rank checkpoints", [&] {
+    if (rank_ > 0) SaveRankFile(dir_->RankPathFor(step_, rank_));
+  });
+  OnEveryRank("writing rank 0's checkpoint", [&] {
+    if (rank_ > 0) return;
+    Save(dir_->PathFor(step_));
+    dir_->Prune();
+  });
 }
 
 TrainResult Trainer::Fit() {
   TrainResult result;
+  std::string resumed;
   if (opt_.resume) {
-    std::string latest = dir_->Latest();
-    if (!latest.empty()) {
-      Restore(latest);
-      result.resumed_from = step_;
-    }
+    resumed = ResumePath();
+    if (!resumed.empty()) result.resumed_from = step_;
   } else if (dir_ && !dir_->Steps().empty()) {  // pruning would remove the new run's checkpoints first
     throw ValueError(detail::Cat("[trainer] '", dir_->dir(), "' holds checkpoints of another run (the newest '",
                                  dir_->Latest(), "'): resume it, or give a new checkpoint_dir"));
@@ -324,10 +444,10 @@ TrainResult Trainer::Fit() {
   int64_t total = opt_.epochs * bpe;
   if (opt_.max_steps > 0 && (opt_.epochs < 1 || opt_.max_steps < total)) total = opt_.max_steps;
   start_ = last_log_time_ = std::chrono::steady_clock::now();
-  if (!opt_.csv.empty()) log_ = std::make_unique<TrainingLog>(opt_.csv, step_);
+  if (!opt_.csv.empty() && rank_ == 0) log_ = std::make_unique<TrainingLog>(opt_.csv, step_);  // one log per run
   bar_ = std::make_unique<ProgressBar>(total, stdout, opt_.progress);
   if (opt_.verbose && result.resumed_from >= 0)
-    bar_->Print(detail::Cat("resumed at step ", step_, " from '", dir_->Latest(), "'"));
+    bar_->Print(detail::Cat("resumed at step ", step_, " from '", resumed, "'"));
   if (opt_.eval_at_start && step_ == 0 && held_out_) Eval();
   while (step_ < total) {
     if (!NextBatch()) continue;  // the end of an epoch: the next call starts the following one

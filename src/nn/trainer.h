@@ -25,6 +25,24 @@
 // loader, so steps k+1, k+2, ... read exactly what they read in an uninterrupted run: with the
 // same build, mode and threads, the final parameters are bitwise equal. Evaluation changes none
 // of it (eval mode updates no statistics and draws no random numbers).
+//
+// Note [Checkpoints across ranks]
+// A model whose optimizer is a DistOpt trains data-parallel, and the trainer takes its rank and
+// world size from DistOpt's communicator. Parameters and optimizer state are the same on every
+// rank (the update applies all-reduced gradients to parameters broadcast from rank 0); what
+// each rank keeps of its own is its model states (BatchNorm's running statistics of its own
+// batches) and its run state. So at a checkpoint of step k:
+//  1. every rank r >= 1 writes step-k.rank-r.ckpt (its states and run state), atomically;
+//  2. the ranks agree that every write succeeded (one all-reduce of a flag: a rank that failed
+//     still takes part, so none waits for it; all throw IOError naming the failed ranks);
+//  3. rank 0 writes step-k.ckpt, the whole checkpoint, with the world size in its run state,
+//     then all agree again and rank 0 prunes (the rank files of pruned steps go too).
+// step-k.ckpt exists only once every rank file of step k does, so the newest step-k.ckpt is a
+// complete checkpoint (and loads alone as a one-rank checkpoint would). Resuming, the ranks
+// agree on that step (each lists the folder, which they must share), check its world size
+// against theirs (IOError on another: per-rank state cannot be redistributed), and each restores
+// step-k.ckpt and, from rank 1 on, its rank file over it. The CSV log and best.ckpt are rank 0's.
+// A killed run resumed this way equals an uninterrupted one bitwise, as on one rank.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +52,7 @@
 #include <memory>
 #include <string>
 
+#include "core/communicator.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
 #include "io/dataset.h"
@@ -57,6 +76,7 @@ struct RunState {
   double seconds = 0;             // training time so far, for the log's time axis
   double loss_sum = 0;            // the step monitor's losses since its last log read, and how many:
   int64_t losses = 0;             // a resumed run's next log row averages the same steps
+  int64_t rank = 0, world = 1;    // Note [Checkpoints across ranks] (1 rank when a checkpoint predates it)
 
   std::map<std::string, double> ToMeta() const;
   // IOError naming `source` when a key is missing or holds a value no RunState has.
@@ -146,13 +166,23 @@ class Trainer {
   void CheckFinite();  // one read of the monitor; NonFiniteError when a step was bad
   void ThrowIfBad(const StepMonitor::Reading& r);
   io::NamedTensors StateTensors();
+  RunState CurrentRunState(const StepMonitor::Reading& r);
   double Seconds() const;
+  // Note [Checkpoints across ranks]
+  void SaveRankFile(const std::string& path);
+  void RestoreRankFile(const std::string& path);
+  void CheckAllRanks(bool ok, const char* what);  // IOError on every rank when one was not ok
+  void OnEveryRank(const char* what, const std::function<void()>& f);
+  int64_t AgreedLatestStep();
+  std::string ResumePath();  // the agreed newest checkpoint, restored; "" when none
 
   Model& model_;
   std::shared_ptr<Device> dev_;  // the parameters'
   io::DataLoader& train_;
   io::DataLoader* held_out_;
   TrainerOptions opt_;
+  Communicator* comm_ = nullptr;  // a DistOpt's: Note [Checkpoints across ranks]
+  int rank_ = 0, world_ = 1;
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<io::CheckpointDir> dir_;

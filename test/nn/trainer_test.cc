@@ -11,9 +11,11 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -21,13 +23,17 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/files.h"
+#include "common/harness.h"
 #include "core/ops.h"
 #include "core/device.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_dir.h"
+#include "io/comm/inproc.h"
 #include "io/dataset.h"
+#include "nn/dist_opt.h"
 #include "nn/cnn_layers.h"
 #include "nn/progress.h"
 #include "nn/trainer.h"
@@ -39,7 +45,6 @@ namespace test {
 namespace {
 
 constexpr int64_t kEpochs = 4, kBatch = 8, kSamples = 96;  // 12 steps an epoch, 48 in all
-constexpr int64_t kSteps = kEpochs * kSamples / kBatch;
 constexpr char kChildVar[] = "LOOM_TRAINER_TEST_CHILD";
 
 // kSamples random 1x8x8 images in 4 classes, the class a bright quadrant (learnable).
@@ -61,14 +66,16 @@ std::shared_ptr<io::ImageData> Images(int64_t n, uint32_t seed) {
   return d;
 }
 
-std::shared_ptr<nn::Layer> Net() {
+std::shared_ptr<nn::Layer> Net(const std::shared_ptr<Device>& dev = nullptr) {
+  nn::LayerOptions o;
+  o.device = dev;
   auto net = std::make_shared<nn::Sequential>();
-  net->Add(std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1));
-  net->Add(std::make_shared<nn::BatchNorm2d>(4));
+  net->Add(std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, true, 1, 1, o));
+  net->Add(std::make_shared<nn::BatchNorm2d>(4, 0.1, 1e-5, o));
   net->Add(nn::ReLU());
   net->Add(std::make_shared<nn::Flatten>());
   net->Add(std::make_shared<nn::Dropout>(0.25));  // the device's Philox counter is part of the run
-  net->Add(std::make_shared<nn::Linear>(256, 4));
+  net->Add(std::make_shared<nn::Linear>(256, 4, true, o));
   return net;
 }
 
@@ -94,25 +101,39 @@ io::DataLoaderOptions HeldOutOptions() {
   return o;
 }
 
-// A model on a fresh device seeded as every run is.
+// A model on a fresh device seeded as every run is; with a communicator, rank `comm->rank()` of
+// a data-parallel run (Note [Checkpoints across ranks] in nn/trainer.h): its own CPU device, the
+// same seed (so the same initial weights), the update through DistOpt.
 struct TrainRun {
-  std::shared_ptr<Device> dev = CpuDevice();
+  std::shared_ptr<Device> dev;
   std::shared_ptr<nn::Model> model;
-  explicit TrainRun(bool graph) {
+  explicit TrainRun(bool graph, const std::shared_ptr<Communicator>& comm = nullptr)
+      : dev(comm ? NewCpuDevice(comm->rank()) : CpuDevice()) {
     dev->SetRandSeed(3);
-    model = std::make_shared<nn::Model>(Net(), std::make_shared<nn::Adam>(0.01));
+    std::shared_ptr<nn::Optimizer> opt = std::make_shared<nn::Adam>(0.01);
+    if (comm) opt = std::make_shared<nn::DistOpt>(opt, comm);
+    model = std::make_shared<nn::Model>(Net(dev), opt);
     model->Compile({ops::Zeros({kBatch, 1, 8, 8}, DType::kFloat32, dev)}, true, graph);
   }
 };
 
-// The child: trains to the end in `dir`, resuming from its newest checkpoint; each batch takes at
-// least `delay_ms` to prepare, so that the parent can kill it mid-run.
-void TrainChild(bool graph, const std::string& dir, int delay_ms) {
-  TrainRun run(graph);
+// Steps of the whole run with `world` ranks (each reads 1/world of the samples).
+int64_t StepsFor(int world) { return kEpochs * (kSamples / world) / kBatch; }
+
+// One rank of the child's run (the only one when comm is null).
+void TrainRank(bool graph, const std::string& dir, int delay_ms, const std::shared_ptr<Communicator>& comm) {
+  TrainRun run(graph, comm);
   io::DataLoaderOptions o = TrainOptions();
+  o.device = run.dev;
+  if (comm) {
+    o.shard_rank = comm->rank();
+    o.shard_world = comm->size();
+  }
   o.transform = [delay_ms](io::HostBatch&) { std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms)); };
   io::DataLoader train(Images(kSamples, 1), o);
-  io::DataLoader held_out(Images(30, 2), HeldOutOptions());
+  io::DataLoaderOptions h = HeldOutOptions();
+  h.device = run.dev;
+  io::DataLoader held_out(Images(30, 2), h);
   nn::TrainerOptions t;
   t.epochs = kEpochs;
   t.log_every = 4;
@@ -126,14 +147,26 @@ void TrainChild(bool graph, const std::string& dir, int delay_ms) {
   nn::Trainer(*run.model, train, &held_out, t).Fit();
 }
 
+// The child: trains to the end in `dir` with `world` ranks (in-process ones: killing the child
+// kills them all at once), resuming from its newest checkpoint; each batch takes at least
+// `delay_ms` to prepare, so that the parent can kill it mid-run.
+void TrainChild(bool graph, const std::string& dir, int delay_ms, int world) {
+  if (world == 1) return TrainRank(graph, dir, delay_ms, nullptr);
+  for (const std::exception_ptr& e : RunInProcRanks(world, [&](int, const std::shared_ptr<Communicator>& comm) {
+         TrainRank(graph, dir, delay_ms, comm);
+       }))
+    if (e) std::rethrow_exception(e);
+}
+
 void RunChildIfAsked() {
   const char* cfg = std::getenv(kChildVar);
   if (!cfg) return;
-  // "<graph|eager> <delay ms> <dir>"
+  // "<graph|eager> <delay ms> <world> <dir>"
   std::string s(cfg);
-  size_t a = s.find(' '), b = s.find(' ', a + 1);
+  size_t a = s.find(' '), b = s.find(' ', a + 1), c = s.find(' ', b + 1);
   try {
-    TrainChild(s.substr(0, a) == "graph", s.substr(b + 1), std::stoi(s.substr(a + 1, b - a - 1)));
+    TrainChild(s.substr(0, a) == "graph", s.substr(c + 1), std::stoi(s.substr(a + 1, b - a - 1)),
+               std::stoi(s.substr(b + 1, c - b - 1)));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainer child: %s\n", e.what());
     std::fflush(nullptr);
@@ -159,8 +192,9 @@ std::string SelfPath() {
 }
 
 // Starts the child; its output goes to dir.log.
-pid_t Spawn(bool graph, const std::string& dir, int delay_ms) {
-  std::string var = std::string(kChildVar) + "=" + (graph ? "graph " : "eager ") + std::to_string(delay_ms) + " " + dir;
+pid_t Spawn(bool graph, const std::string& dir, int delay_ms, int world) {
+  std::string var = std::string(kChildVar) + "=" + (graph ? "graph " : "eager ") + std::to_string(delay_ms) + " " +
+                    std::to_string(world) + " " + dir;
   std::vector<char*> env;
   for (char** e = environ; *e; ++e)
     if (std::strncmp(*e, kChildVar, sizeof(kChildVar) - 1) != 0) env.push_back(*e);
@@ -184,28 +218,48 @@ std::string ReadText(const std::string& path) {
 }
 
 // Runs the child to its end; its exit status.
-int RunToEnd(bool graph, const std::string& dir) {
-  pid_t pid = Spawn(graph, dir, 0);
+int RunToEnd(bool graph, const std::string& dir, int world) {
+  pid_t pid = Spawn(graph, dir, 0, world);
   if (pid < 0) return -1;
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-class TrainerResume : public ::testing::TestWithParam<bool> {};
+// Every tensor of two checkpoints equal, bit for bit; how many are optimizer slots.
+int ExpectSameTensors(const io::Checkpoint& a, const io::Checkpoint& b) {
+  EXPECT_EQ(a.tensors.size(), b.tensors.size());
+  int optimizer_slots = 0;
+  for (size_t i = 0; i < std::min(a.tensors.size(), b.tensors.size()); ++i) {
+    EXPECT_EQ(a.tensors[i].first, b.tensors[i].first);
+    optimizer_slots += a.tensors[i].first.rfind("optimizer/", 0) == 0;
+    const Tensor &x = a.tensors[i].second, &y = b.tensors[i].second;
+    EXPECT_EQ(x.nbytes(), y.nbytes());
+    if (x.nbytes() == y.nbytes()) {
+      EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0) << a.tensors[i].first << " differs";
+    }
+  }
+  return optimizer_slots;
+}
+
+// (graph mode, ranks): one rank, or two in-process ranks of a data-parallel run (Note
+// [Checkpoints across ranks] in nn/trainer.h), killed together.
+class TrainerResume : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
 TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitwise) {
-  const bool graph = GetParam();
+  const bool graph = std::get<0>(GetParam());
+  const int world = std::get<1>(GetParam());
+  const int64_t steps = StepsFor(world);
   TempDir tmp;
   const std::string ref = tmp / "ref", run = tmp / "run";
-  ASSERT_EQ(RunToEnd(graph, ref), 0) << ReadText(ref + ".log");
+  ASSERT_EQ(RunToEnd(graph, ref, world), 0) << ReadText(ref + ".log");
 
   std::mt19937 gen(std::random_device{}());
-  const int64_t kill_after = 6 + int64_t(gen() % 30);  // a checkpoint at or after this step, then a random delay
+  const int64_t kill_after = 3 + int64_t(gen() % (steps - 12));  // a checkpoint at or after this step, then a random delay
   const int jitter_ms = int(gen() % 25);
   SCOPED_TRACE("killed after the checkpoint of step >= " + std::to_string(kill_after) + " and " +
                std::to_string(jitter_ms) + " ms more");
-  pid_t pid = Spawn(graph, run, /*delay_ms=*/8);
+  pid_t pid = Spawn(graph, run, /*delay_ms=*/8, world);
   ASSERT_GT(pid, 0);
   int status = 0;
   bool exited = false;
@@ -226,28 +280,28 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   char final_name[40];  // the last step's checkpoint
-  std::snprintf(final_name, sizeof final_name, "/step-%012lld.ckpt", (long long)kSteps);
+  std::snprintf(final_name, sizeof final_name, "/step-%012lld.ckpt", (long long)steps);
   ASSERT_FALSE(FileExists(run + final_name)) << "killed after the last step: nothing left to resume";
   const int64_t resumed_at = io::CheckpointDir(run).Steps().back();
 
-  ASSERT_EQ(RunToEnd(graph, run), 0) << ReadText(run + ".log");
+  ASSERT_EQ(RunToEnd(graph, run, world), 0) << ReadText(run + ".log");
   EXPECT_NE(ReadText(run + ".log").find("resumed at step " + std::to_string(resumed_at)), std::string::npos)
       << ReadText(run + ".log");
 
   io::Checkpoint a = io::LoadCheckpoint(ref + final_name), b = io::LoadCheckpoint(run + final_name);
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  int optimizer_slots = 0;
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    ASSERT_EQ(a.tensors[i].first, b.tensors[i].first);
-    optimizer_slots += a.tensors[i].first.rfind("optimizer/", 0) == 0;
-    const Tensor &x = a.tensors[i].second, &y = b.tensors[i].second;
-    ASSERT_EQ(x.nbytes(), y.nbytes());
-    EXPECT_EQ(std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()), 0) << a.tensors[i].first << " differs";
+  EXPECT_GT(ExpectSameTensors(a, b), 0);
+  for (int r = 1; r < world; ++r) {  // each rank's own states
+    const std::string rank_file = io::CheckpointDir(ref).RankPathFor(steps, r).substr(ref.size());
+    io::Checkpoint ra = io::LoadCheckpoint(ref + rank_file), rb = io::LoadCheckpoint(run + rank_file);
+    EXPECT_GT(ra.tensors.size(), 0u);
+    ExpectSameTensors(ra, rb);
+    EXPECT_EQ(ra.Meta("run/rank"), double(r));
+    EXPECT_EQ(ra.Meta("run/rng_counter_lo"), rb.Meta("run/rng_counter_lo"));
   }
-  EXPECT_GT(optimizer_slots, 0);
+  EXPECT_EQ(a.Meta("run/world"), double(world));
   for (const char* key : {"run/rng_counter_lo", "run/epoch", "run/index", "optimizer/adam_steps", "run/best_top1"})
     EXPECT_EQ(a.Meta(key), b.Meta(key)) << key;
-  EXPECT_EQ(a.Meta("run/step"), double(kSteps));
+  EXPECT_EQ(a.Meta("run/step"), double(steps));
   EXPECT_GT(a.Meta("run/rng_counter_lo"), 0);  // dropout drew numbers
 
   // The log holds every row once with the same values as an uninterrupted run's, but for the
@@ -269,8 +323,12 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
   EXPECT_EQ(rows(ref + "/log.csv"), rows(run + "/log.csv"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, TrainerResume, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Graph" : "Eager"; });
+INSTANTIATE_TEST_SUITE_P(Modes, TrainerResume,
+                         ::testing::Combine(::testing::Values(false, true), ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& p) {
+                           return std::string(std::get<0>(p.param) ? "Graph" : "Eager") +
+                                  (std::get<1>(p.param) == 1 ? "" : "TwoRanks");
+                         });
 
 // ---- a NaN at step k ----
 
@@ -440,6 +498,67 @@ TEST(Trainer, RefusesAFolderHoldingAnotherRunUnlessResuming) {
   t.resume = true;
   t.max_steps = 3;
   EXPECT_EQ(nn::Trainer(*run.model, train, nullptr, t).Fit().resumed_from, 2);
+}
+
+// Note [Checkpoints across ranks]: `max_steps` steps of two in-process ranks in `dir`; each
+// rank's exception, if any.
+std::vector<std::exception_ptr> TwoRanks(const std::string& dir, int64_t max_steps, bool resume) {
+  return RunInProcRanks(2, [&](int rank, const std::shared_ptr<Communicator>& comm) {
+    TrainRun run(false, comm);
+    io::DataLoaderOptions o = TrainOptions();
+    o.device = run.dev;
+    o.shard_rank = rank;
+    o.shard_world = 2;
+    io::DataLoader train(Images(kSamples, 1), o);
+    nn::TrainerOptions t;
+    t.epochs = 3;  // 6 steps an epoch on each rank
+    t.max_steps = max_steps;
+    t.checkpoint_every = 2;
+    t.checkpoint_dir = dir;
+    t.resume = resume;
+    t.progress = t.verbose = false;
+    nn::Trainer(*run.model, train, nullptr, t).Fit();
+  });
+}
+
+TEST(TrainerRanks, ACheckpointOfTwoRanksIsRefusedByAnotherWorldSize) {
+  TempDir tmp;
+  for (const auto& e : TwoRanks(tmp.path(), 4, false)) ASSERT_FALSE(e);
+  EXPECT_TRUE(FileExists(io::CheckpointDir(tmp.path()).RankPathFor(4, 1)));
+  TrainRun one(false);
+  io::DataLoader train(Images(kSamples, 1), TrainOptions());
+  nn::TrainerOptions t;
+  t.max_steps = 6;
+  t.checkpoint_dir = tmp.path();
+  t.resume = true;
+  t.progress = t.verbose = false;
+  LOOM_EXPECT_THROW_MSG(nn::Trainer(*one.model, train, nullptr, t).Fit(), IOError,
+                        "was written by a run of 2 rank(s); this run has 1: resume it with 2");
+}
+
+TEST(TrainerRanks, ARankThatCannotWriteItsFileFailsEveryRankWithoutAHang) {
+  TempDir tmp;
+  // A folder where rank 1's file of step 2 would go: its atomic rename fails.
+  io::CheckpointDir dir(tmp.path());
+  ASSERT_EQ(::mkdir(dir.RankPathFor(2, 1).c_str(), 0755), 0);
+  std::vector<std::exception_ptr> errors = TwoRanks(tmp.path(), 4, false);
+  ASSERT_TRUE(errors[0] && errors[1]);
+  LOOM_EXPECT_THROW_MSG(std::rethrow_exception(errors[0]), IOError,
+                        "writing the rank checkpoints failed on rank(s) 1 of 2");
+  EXPECT_THROW(std::rethrow_exception(errors[1]), IOError);
+  EXPECT_TRUE(io::CheckpointDir(tmp.path()).Steps().empty());  // rank 0 wrote no incomplete checkpoint
+}
+
+TEST(TrainerRanks, PruningTakesTheRankFilesOfPrunedSteps) {
+  TempDir tmp;
+  for (const auto& e : TwoRanks(tmp.path(), 10, false)) ASSERT_FALSE(e);
+  io::CheckpointDir dir(tmp.path());
+  EXPECT_EQ(dir.Steps(), (std::vector<int64_t>{6, 8, 10}));  // keep_last 3
+  for (int64_t step : {2, 4}) EXPECT_FALSE(FileExists(dir.RankPathFor(step, 1))) << step;
+  for (int64_t step : {6, 8, 10}) EXPECT_TRUE(FileExists(dir.RankPathFor(step, 1))) << step;
+  // And a resume continues from step 10 on both ranks.
+  for (const auto& e : TwoRanks(tmp.path(), 12, true)) ASSERT_FALSE(e);
+  EXPECT_EQ(io::CheckpointDir(tmp.path()).Steps().back(), 12);
 }
 
 TEST(TrainingLog, AResumedLogKeepsTheWholeRowsUpToItsStep) {
