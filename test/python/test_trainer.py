@@ -345,6 +345,28 @@ def test_bad_options_are_loom_value_errors(data_dir):
         trainer.Trainer(m, [(1, 2)])
 
 
+def test_checkpoints_of_a_data_parallel_model_are_refused_not_mixed(data_dir, tmp_path):
+    # Note [Checkpoints across ranks]: the Python loop does not split checkpoints by rank, so a
+    # DistOpt over several ranks with a checkpoint_dir is refused before anything is written (a
+    # stand-in for a DistOpt of 2 ranks: this test runs as one process).
+    from loom import device, errors, trainer
+    dev = device.create_cpu_device()
+    m = make_net(dev, False)
+    train, _ = loaders(data_dir, dev)
+
+    class TwoRanks:
+        world_size = 2
+
+    real, m.optimizer = m.optimizer, TwoRanks()
+    try:
+        with pytest.raises(errors.ValueError, match="DistOpt over 2 ranks: loom.trainer does not split"):
+            trainer.Trainer(m, train, checkpoint_dir=str(tmp_path / "run"), progress=False)
+        assert not (tmp_path / "run").exists()
+        trainer.Trainer(m, train, progress=False)  # without checkpoints: fine
+    finally:
+        m.optimizer = real
+
+
 def test_a_folder_of_another_run_is_refused_unless_resuming(data_dir, tmp_path):
     from loom import device, errors, trainer
     dev = device.create_cpu_device()

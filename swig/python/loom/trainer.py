@@ -201,6 +201,15 @@ class Trainer:
         self.checkpoint_every, self.resume = int(checkpoint_every), bool(resume)
         self.csv, self.plot, self.progress, self.verbose = csv, plot, bool(progress), bool(verbose)
         self.on_batch, self.on_eval, self.on_epoch_end = on_batch, on_eval, on_epoch_end
+        opt = getattr(model, "optimizer", None)
+        world = getattr(opt, "world_size", None)
+        world = world() if callable(world) else world
+        if checkpoint_dir and world is not None and int(world) > 1:
+            # Note [Checkpoints across ranks] (src/nn/trainer.h): C++'s nn::Trainer splits a
+            # checkpoint by rank; this loop would have every rank write the same files.
+            raise errors.ValueError(f"[trainer] checkpoint_dir with a DistOpt over {world} ranks: loom.trainer does "
+                                    "not split checkpoints by rank yet (C++'s nn::Trainer does: loom-cnn --dist "
+                                    "--checkpoint-dir); train without checkpoint_dir, or on one rank")
         self.dir = core.CheckpointDir(str(checkpoint_dir), int(keep_last)) if checkpoint_dir else None
         self.evaluator = Evaluator(model) if held_out is not None else None
         params = list(model.get_params().values())
