@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "device/cpu/parallel.h"
+#include "core/autocast.h"
 #include "core/device.h"
 #include "core/file.h"
 #include "graph/graph.h"
@@ -289,10 +290,18 @@ void SetNumThreads(int64_t n);
   }
 }
 
+%rename(set_autocast_precision) loom_py::set_autocast_precision;
 %rename(set_cuda_float32_math) loom_py::set_cuda_float32_math;
 %rename(cuda_float32_math) loom_py::cuda_float32_math;
 %inline %{
 namespace loom_py {
+// Note [Precision policy] (core/autocast.h): this thread's precision, by name ("fp32", "bf16");
+// returns the previous one (loom.autocast puts it back).
+std::string set_autocast_precision(const std::string& name) {
+  const std::string previous = loom::Name(loom::AutocastPrecision());
+  loom::SetAutocastPrecision(loom::PrecisionFromName(name));
+  return previous;
+}
 // Note [Float32 math on the GPU] (core/device.h), by name: "tf32" or "full".
 void set_cuda_float32_math(const std::string& name) { loom::SetCudaFloat32Math(loom::Float32MathFromName(name)); }
 std::string cuda_float32_math() { return loom::Name(loom::CudaFloat32Math()); }

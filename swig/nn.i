@@ -173,6 +173,13 @@ class PyStep {
 // are reached from Python's own handles. train_graph is a shared handle (device.i).
 %ignore loom::nn::Model::net;
 %ignore loom::nn::Model::optimizer;
+// Note [Precision policy] (core/autocast.h), by name: "fp32" or "bf16".
+%ignore loom::nn::Model::set_precision;
+%ignore loom::nn::Model::precision;
+%extend loom::nn::Model {
+  void set_precision_name(const std::string& name) { $self->set_precision(loom::PrecisionFromName(name)); }
+  std::string precision_name() const { return loom::Name($self->precision()); }
+}
 %include "nn/model.h"
 // Exceptions to the naming rule: SINGA's zoo spells ResNet as one word.
 %rename(make_resnet18) loom::nn::MakeResNet18;

@@ -78,6 +78,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/ops.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/cpu/parallel.h"
@@ -179,6 +180,7 @@ Mode ParseMode(const std::string& s) {
 
 struct Flags {
   std::string model = "mlp";
+  loom::Precision precision = loom::Precision::kFloat32;  // Note [Precision policy] (core/autocast.h)
   int64_t batch = 0;  // 0: the model's default
   std::vector<Mode> modes = {Mode::kEager, Mode::kGraphPlanned};
   std::string device = "cpu";
@@ -230,6 +232,8 @@ const char* kUsage =
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
+    "  --precision P    fp32 (default) or bf16: matrix products from bfloat16 operands, float32 elsewhere\n"
+    "                 (Note [Precision policy] in core/autocast.h)\n"
     "  --pass NAME=on|off     switches the graph pass NAME on or off in every graph (GraphOptions::passes;\n"
     "                         --list-passes names them, with their defaults); repeatable. Shorthands:\n"
     "  --no-fuse-bias-act     --pass fuse_bias_act=off: matmul, add_bias and the activation stay apart\n"
@@ -331,6 +335,13 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (a.Is("--peak-gflops")) {
       f.peak_gflops = a.Double();
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
+    } else if (a.Is("--precision")) {
+      const std::string v = a.Value();
+      try {
+        f.precision = loom::PrecisionFromName(v);
+      } catch (const loom::ValueError&) {
+        throw UsageError("--precision wants fp32 or bf16, got '" + v + "'");
+      }
     } else if (a.Is("--pass")) {
       const std::string v = a.Value();
       const size_t eq = v.find('=');
@@ -618,6 +629,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
     opt = d;
   }
   s.model = std::make_unique<nn::Model>(net, opt);
+  s.model->set_precision(f.precision);
   Shape xs = {s.shard.rows};
   xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
   s.x = ops::Empty(xs, DType::kFloat32, dev);
@@ -1038,6 +1050,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   std::snprintf(
       buf, sizeof buf,
       "{\"tool\": \"loom-bench\", \"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
+      "\"precision\": \"%s\", "
       "\"device\": \"%s\", \"cpu_conv\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"rounds\": %lld, "
       "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, \"items_per_s\": %.2f, "
       "\"peak_bytes\": %zu, \"state_bytes\": %zu, \"working_peak_bytes\": %zu, \"rss_peak_delta_bytes\": %zu, "
@@ -1049,7 +1062,8 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
-      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), device.c_str(), CpuConvName(), loom::NumThreads(),
+      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), loom::Name(f.precision), device.c_str(),
+      CpuConvName(), loom::NumThreads(),
       (long long)f.steps, (long long)f.warmup, (long long)std::min(f.rounds, f.steps), r.median, r.p10, r.p90,
       ItemsPerSecond(r), r.peak_bytes, r.state_bytes,
       r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta, r.rss_exact ? "true" : "false",

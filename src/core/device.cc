@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "core/autocast.h"
 #include "core/error.h"
 
 namespace loom {
@@ -105,6 +106,11 @@ bool Device::Supports(const OpRecord& op) const {
 
 void Device::Submit(OpRecord op) {
   LOOM_CHECK(HasKernel(*op.def), DeviceError, "[", op.name(), "] has no kernel for device ", name());
+  // Note [Precision policy]: inside an AutocastScope, eagerly and while capturing alike.
+  if (AutocastPrecision() != Precision::kFloat32 && Lowers(op, AutocastPrecision())) {
+    for (OpRecord& r : Lower(op, AutocastPrecision())) Submit(std::move(r));
+    return;
+  }
   op.BindAttrs();  // Note [Declared attributes]: bound already by Call; a record built by hand here
   for (const Tensor& t : op.inputs)
     LOOM_CHECK(t.device() == this, DeviceError, "[", op.name(), "] input ", t.Describe(), " is not on ", name());

@@ -81,12 +81,18 @@ Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
   LOOM_CHECK(is_train_, GraphError, "[Model] TrainOneBatch on a model compiled with is_train=false");
   LOOM_CHECK(x.defined() && y.defined(), ValueError, "[Model] TrainOneBatch needs a batch and its labels");
   net_->Train(true);
+  // Note [Precision policy]: eager steps in an AutocastScope; graphs through the pass, which casts
+  // each weight once for all the products that read it.
+  AutocastScope precision(use_graph_ ? Precision::kFloat32 : precision_);
   std::vector<Tensor> r;
   if (use_graph_) {
-    if (!train_step_)
+    if (!train_step_) {
+      GraphOptions o = graph_options_;
+      if (precision_ == Precision::kBFloat16) o.passes.Set("autocast_bf16", true);
       train_step_ = std::make_unique<CapturedStep>(
           device_, [this](const std::vector<Tensor>& in) { return Step(in); },
-          "model" + std::to_string(id_) + ".train", recapture_, sequential_, graph_options_);
+          "model" + std::to_string(id_) + ".train", recapture_, sequential_, o);
+    }
     r = (*train_step_)({x, y});
   } else {
     r = Step({x, y});

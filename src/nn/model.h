@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "core/autocast.h"
 #include "graph/step.h"
 #include "nn/layer.h"
 #include "nn/optimizer.h"
@@ -53,6 +54,12 @@ class Model {
   bool use_graph() const { return use_graph_; }
   const GraphOptions& graph_options() const { return graph_options_; }
   void set_recapture(bool on);
+  // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
+  // this precision, and a graph step is lowered by the pass autocast_bf16 (the same arithmetic).
+  // kFloat32 by default; set before the first step of a graph model (its graph keeps what it
+  // captured).
+  void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
   int64_t steps() const { return steps_; }
   // Graph mode: the training graph's input tensors for batches shaped like (x, y), once that
   // graph exists (empty otherwise). Fill them with the next batch (CopyFromHost, a DataLoader's
@@ -74,6 +81,7 @@ class Model {
   std::shared_ptr<Device> device_;
   std::unique_ptr<CapturedStep> train_step_, eval_step_;
   int64_t steps_ = 0;
+  Precision precision_ = Precision::kFloat32;
   static int next_id_;
   int id_;
 };

@@ -168,7 +168,7 @@ class Trainer {
   io::NamedTensors StateTensors();
   RunState CurrentRunState(const StepMonitor::Reading& r);
   double Seconds() const;
-  // Note [Checkpoints across ranks]
+  // The protocol of Note [Checkpoints across ranks]:
   void SaveRankFile(const std::string& path);
   void RestoreRankFile(const std::string& path);
   void CheckAllRanks(bool ok, const char* what);  // IOError on every rank when one was not ok

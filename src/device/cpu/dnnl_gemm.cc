@@ -30,6 +30,10 @@ bool DnnlMatmul(bool, bool, int64_t, int64_t, int64_t, float, const float*, int6
                 float*, int64_t) {
   return false;
 }
+bool DnnlMatmulBf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                    float, float*, int64_t) {
+  return false;
+}
 std::string DnnlIsa() { return "none"; }
 
 #else  // LOOM_HAVE_DNNL
@@ -56,8 +60,8 @@ struct Matmul {
   std::string impl;
 };
 
-// ta, tb, accumulate (beta == 1), m, n, k, lda, ldb, ldc
-using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// ta, tb, accumulate (beta == 1), m, n, k, lda, ldb, ldc, bfloat16 operands
+using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
 std::mutex g_mu;
 std::map<Key, std::unique_ptr<Matmul>>& Cache() {
   static auto* m = new std::map<Key, std::unique_ptr<Matmul>>;  // lives to process exit
@@ -65,16 +69,16 @@ std::map<Key, std::unique_ptr<Matmul>>& Cache() {
 }
 
 // A row-major (rows, cols) operand, or the transpose of a row-major (cols, rows) one.
-md Operand(int64_t rows, int64_t cols, int64_t ld, bool transposed) {
-  return md({rows, cols}, dn::memory::data_type::f32,
+md Operand(int64_t rows, int64_t cols, int64_t ld, bool transposed, bool bf16 = false) {
+  return md({rows, cols}, bf16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32,
             transposed ? dn::memory::dims{1, ld} : dn::memory::dims{ld, 1});
 }
 
 std::unique_ptr<Matmul> Build(const Key& key) {
-  const auto [ta, tb, acc, m, n, k, lda, ldb, ldc] = key;
+  const auto [ta, tb, acc, m, n, k, lda, ldb, ldc, bf16] = key;
   auto mm = std::make_unique<Matmul>();
-  mm->a = Operand(m, k, lda, ta);
-  mm->b = Operand(k, n, ldb, tb);
+  mm->a = Operand(m, k, lda, ta, bf16);
+  mm->b = Operand(k, n, ldb, tb, bf16);
   mm->c = Operand(m, n, ldc, false);
   dn::primitive_attr attr;
   attr.set_scratchpad_mode(dn::scratchpad_mode::user);
@@ -88,17 +92,15 @@ std::unique_ptr<Matmul> Build(const Key& key) {
   mm->pad = pd.scratchpad_desc();
   mm->pad_bytes = mm->pad.get_size();
   mm->impl = pd.impl_info_str();
-  ReportKernel("gemm f32", "oneDNN matmul " + mm->impl + " (ISA " + DnnlIsa() + ")");
+  ReportKernel(bf16 ? "gemm bf16 -> f32" : "gemm f32", "oneDNN matmul " + mm->impl + " (ISA " + DnnlIsa() + ")");
   return mm;
 }
 
 }  // namespace
 
-bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+namespace {
+bool Run(const Key& key, const void* a, const void* b, float* c) {
   OneOmpThread one;
-  const Key key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc};
   const Matmul* mm = nullptr;
   {
     std::lock_guard<std::mutex> l(g_mu);
@@ -108,7 +110,7 @@ bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
       try {
         built = Build(key);
       } catch (const dn::error&) {
-        built.reset();  // no implementation for this shape: the sgemm runs it (cached as such)
+        built.reset();  // no implementation for this shape: the caller's fallback runs it (cached as such)
       }
       it = Cache().emplace(key, std::move(built)).first;
     }
@@ -117,12 +119,25 @@ bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
   if (!mm) return false;
   thread_local std::vector<char> pad;  // the per-thread scratchpad (dnnl_gemm.h)
   if (pad.size() < mm->pad_bytes) pad.resize(mm->pad_bytes);
-  auto cp = [](const float* v) { return const_cast<float*>(v); };  // oneDNN takes void* handles
+  auto cp = [](const void* v) { return const_cast<void*>(v); };  // oneDNN takes void* handles
   mm->prim.execute(Stream(), {{DNNL_ARG_SRC, dn::memory(mm->a, Engine(), cp(a))},
                               {DNNL_ARG_WEIGHTS, dn::memory(mm->b, Engine(), cp(b))},
                               {DNNL_ARG_DST, dn::memory(mm->c, Engine(), c)},
                               {DNNL_ARG_SCRATCHPAD, dn::memory(mm->pad, Engine(), pad.data())}});
   return true;
+}
+}  // namespace
+
+bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, false}, a, b, c);
+}
+
+bool DnnlMatmulBf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                    const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, true}, a, b, c);
 }
 
 std::string DnnlIsa() {

@@ -25,6 +25,12 @@ void DnnlSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 // implementation is reported (device/kernel_report.h) when its first primitive is built.
 bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same product with bfloat16 operands (the bits, as uint16_t) and a float32 C: products and
+// sums in float32 (Note [Precision policy] in core/autocast.h). oneDNN's bf16 kernels need
+// AVX512-BF16 or AMX to be fast and run everywhere; returns false, touching nothing, when oneDNN
+// has no implementation or alpha/beta are other than above.
+bool DnnlMatmulBf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                    const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The most capable instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...),
 // or "none" without oneDNN.
 std::string DnnlIsa();

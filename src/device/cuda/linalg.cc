@@ -105,15 +105,23 @@ const LtPlan& GetLtPlan(CudaDeviceImpl& dev, bool ta, bool tb, int64_t m, int64_
 
 struct Gemm {
   CudaDeviceImpl& dev;
-  DType dt;
+  DType dt;  // the product's
   bool ta, tb;
   int64_t m, n, k, lda, ldb;
+  bool bf16 = false;  // bfloat16 operands, float32 product (Note [Precision policy] in core/autocast.h)
 };
 
 // C_i = op(A_i) op(B_i) (+ C_i when accumulate) for i < batch, A_i = a + i * sa (elements) etc.
 void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, void* c, int64_t sc, int64_t batch,
          bool accumulate) {
   const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (g.bf16) {  // tensor cores, float32 products and sums
+    const float alpha = 1, beta = accumulate ? 1.f : 0.f;
+    LOOM_CUDA_CHECK(cublasGemmStridedBatchedEx_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha, b,
+                                                  CUDA_R_16BF, g.ldb, sb, a, CUDA_R_16BF, g.lda, sa, &beta, c,
+                                                  CUDA_R_32F, g.n, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   if (g.dt == DType::kFloat32) {
     const float alpha = 1, beta = accumulate ? 1.f : 0.f;
     // cuBLAS's own calls below: the handle's math mode says whether TF32 may be used.
@@ -156,10 +164,11 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& tb_t = op.inputs[1];
   const Tensor& tc_t = op.outputs[0];
   const DType dt = tc_t.dtype();
+  const bool bf16 = ta_t.dtype() == DType::kBFloat16;
   LOOM_CHECK(dt == DType::kFloat32 || dt == DType::kFloat64, DTypeError, "[matmul] no CUDA kernel for dtype ",
              Name(dt));
   const MatMulLayout l = MakeMatMulLayout(op.attrs, ta_t.shape(), tb_t.shape());
-  const size_t es = SizeOf(dt);
+  const size_t es = SizeOf(ta_t.dtype()), esc = SizeOf(dt);  // operands', product's
   const char* a = static_cast<const char*>(ta_t.raw_data());
   const char* b = static_cast<const char*>(tb_t.raw_data());
   char* c = static_cast<char*>(tc_t.raw_data());
@@ -168,7 +177,7 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, tc_t.nbytes(), dev.stream()));
     return;
   }
-  Gemm g{dev, dt, l.ta, l.tb, l.m, l.n, l.k, l.lda, l.ldb};
+  Gemm g{dev, dt, l.ta, l.tb, l.m, l.n, l.k, l.lda, l.ldb, bf16};
   if (l.RowsOfOneGemm()) {
     Gemm one = g;
     one.m = l.nb * l.m;
@@ -189,7 +198,7 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
     const char* ai = a + oa * int64_t(es);
     const char* bi = b + ob * int64_t(es);
     if (l.sum_batch) Run(g, ai, 0, bi, 0, c, 0, 1, i > 0);
-    else Run(g, ai, 0, bi, 0, c + i * l.size_c * int64_t(es), 0, 1, false);
+    else Run(g, ai, 0, bi, 0, c + i * l.size_c * int64_t(esc), 0, 1, false);
   }
 }
 

@@ -20,7 +20,8 @@ ranks), errors.
 from . import core
 from . import errors
 from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, OnnxError, ShapeError
-from . import device, tensor, autograd, opt, layer, model, module, io, comm
+from . import device, tensor, autograd, opt, layer, model, module, io, comm, precision
+from .precision import autocast
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
 from .core import Graph, graph_option_fields, graph_stats_fields
 

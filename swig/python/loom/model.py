@@ -38,6 +38,7 @@ import weakref
 import numpy as np
 
 from . import autograd, core, errors
+from . import precision as _precision
 from . import io as _io
 from .layer import Layer, NativeLayer, Sequential, uninitialized
 from .layer import _options
@@ -106,10 +107,13 @@ def _graph_step(fn):
     def train_one_batch(self, *args, **kwargs):
         if self._in_step:  # a nested call while capturing: part of the same step
             return fn(self, *args, **kwargs)
-        if not self._use_graph:
-            return fn(self, *(self._as_tensor(a, self._device) if isinstance(a, np.ndarray) else a for a in args),
-                      **kwargs)
-        return self._run_graph(fn, args, kwargs)
+        # Note [Precision policy]: eager steps in compile's precision; graphs are lowered by the
+        # pass autocast_bf16 (compile switches it on), which casts each weight once per step.
+        with _precision.autocast("fp32" if self._use_graph else getattr(self, "_precision", "fp32")):
+            if not self._use_graph:
+                return fn(self, *(self._as_tensor(a, self._device) if isinstance(a, np.ndarray) else a
+                                  for a in args), **kwargs)
+            return self._run_graph(fn, args, kwargs)
 
     train_one_batch._loom_graph_step = True
     return train_one_batch
@@ -299,13 +303,16 @@ class Model(Layer, _Checkpoints):
         self.optimizer = _check_optimizer(optimizer)
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None,
-                memory_budget=None):
+                memory_budget=None, precision="fp32"):
         """Chooses the execution mode. `inputs`: example input tensors (their device is the
         model's; placeholders, tensors never written, are fine). With use_graph the forward pass is
         checked against them by a capture that runs
         nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
         loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}.
-        `memory_budget`: bytes (graph option memory_budget) the graphs meet by recomputing."""
+        `memory_budget`: bytes (graph option memory_budget) the graphs meet by recomputing.
+        `precision`: "fp32", or "bf16" (matrix products from bfloat16 operands, float32
+        elsewhere: loom.autocast, Note [Precision policy])."""
+        self._precision = _precision.check(precision)
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [self._as_tensor(x, None) for x in inputs]
         if not inputs:
@@ -319,6 +326,8 @@ class Model(Layer, _Checkpoints):
         self._last_step = None
         self._use_graph, self._sequential = bool(use_graph), bool(sequential)
         self._graph_options = None if graph_options is None else dict(graph_options)
+        if self._precision == "bf16" and use_graph:
+            self._graph_options = dict(self._graph_options or {}, autocast_bf16=True)
         self.train(is_train)
         if use_graph or uninitialized(self):
             # Placeholders (SINGA's Tensor(shape, dev), never written) stand for their shape: the
@@ -450,7 +459,9 @@ class NativeModel(_Checkpoints):
         self._device = None
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None,
-                memory_budget=None):
+                memory_budget=None, precision="fp32"):
+        """As Model.compile; C++'s nn::Model runs each step in `precision` (Note [Precision policy])."""
+        self._impl.set_precision_name(_precision.check(precision))
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]
         self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential), graph_options)

@@ -1,8 +1,10 @@
 // CPU kernels for matmul (OpenBLAS GEMM, one per batch), add_bias and its gradient.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "device/cpu/blas.h"
+#include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
@@ -14,12 +16,40 @@ namespace {
 // our threads instead. Larger GEMMs run one after another and OpenBLAS threads each of them.
 constexpr int64_t kSmallGemm = 65536 * 4;
 
+// bfloat16 operands (their bits), a float32 C: oneDNN's bf16 matmul, else both operands widened
+// to float32 (exactly) and the float32 GEMM: products of bfloat16 numbers are exact in float32,
+// so the two differ only in the order of the float32 sums.
+struct Bf16 {
+  uint16_t bits;
+};
+void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const Bf16* a, int64_t lda,
+             const Bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const auto* a16 = reinterpret_cast<const uint16_t*>(a);
+  const auto* b16 = reinterpret_cast<const uint16_t*>(b);
+  if (DnnlMatmulBf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc)) return;
+  auto widen = [](const uint16_t* p, int64_t rows, int64_t ld) {
+    std::vector<float> w(size_t(rows * ld));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = BFloat16ToFloat(p[i]);
+    return w;
+  };
+  const std::vector<float> fa = widen(a16, ta ? k : m, lda), fb = widen(b16, tb ? n : k, ldb);
+  Gemm(ta, tb, m, n, k, alpha, fa.data(), lda, fb.data(), ldb, beta, c, ldc);
+}
+
+// Float operands: the GEMM of blas.h.
 template <typename T>
+void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+             int64_t ldb, T beta, T* c, int64_t ldc) {
+  Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// In: the operands' element type, T: the product's (float32 for bfloat16 operands).
+template <typename T, typename In = T>
 void MatMulTyped(const OpRecord& op) {
   const Tensor& tc_t = op.outputs[0];
   const MatMulLayout l = MakeMatMulLayout(op.attrs, op.inputs[0].shape(), op.inputs[1].shape());
-  const T* a = op.inputs[0].data<T>();
-  const T* b = op.inputs[1].data<T>();
+  const In* a = static_cast<const In*>(op.inputs[0].raw_data());
+  const In* b = static_cast<const In*>(op.inputs[1].raw_data());
   T* c = tc_t.data<T>();
 
   if (tc_t.numel() == 0) return;
@@ -28,18 +58,18 @@ void MatMulTyped(const OpRecord& op) {
     return;
   }
   if (l.RowsOfOneGemm()) {
-    Gemm(false, l.tb, l.nb * l.m, l.n, l.k, T(1), a, l.lda, b, l.ldb, T(0), c, l.n);
+    Product(false, l.tb, l.nb * l.m, l.n, l.k, T(1), a, l.lda, b, l.ldb, T(0), c, l.n);
     return;
   }
   if (l.SumIsOneGemm()) {
-    Gemm(true, false, l.m, l.n, l.nb * l.k, T(1), a, l.lda, b, l.ldb, T(0), c, l.n);
+    Product(true, false, l.m, l.n, l.nb * l.k, T(1), a, l.lda, b, l.ldb, T(0), c, l.n);
     return;
   }
   if (l.sum_batch) {  // accumulate in batch order: deterministic
     for (int64_t i = 0; i < l.nb; ++i) {
       int64_t oa, ob;
       l.Offsets(i, oa, ob);
-      Gemm(l.ta, l.tb, l.m, l.n, l.k, T(1), a + oa, l.lda, b + ob, l.ldb, T(i == 0 ? 0 : 1), c, l.n);
+      Product(l.ta, l.tb, l.m, l.n, l.k, T(1), a + oa, l.lda, b + ob, l.ldb, T(i == 0 ? 0 : 1), c, l.n);
     }
     return;
   }
@@ -47,7 +77,7 @@ void MatMulTyped(const OpRecord& op) {
     for (int64_t i = i0; i < i1; ++i) {
       int64_t oa, ob;
       l.Offsets(i, oa, ob);
-      Gemm(l.ta, l.tb, l.m, l.n, l.k, T(1), a + oa, l.lda, b + ob, l.ldb, T(0), c + i * l.size_c, l.n);
+      Product(l.ta, l.tb, l.m, l.n, l.k, T(1), a + oa, l.lda, b + ob, l.ldb, T(0), c + i * l.size_c, l.n);
     }
   };
   const int64_t work = l.m * l.n * l.k;
@@ -59,7 +89,9 @@ void MatMulTyped(const OpRecord& op) {
 
 // a: (..., M, K) or (..., K, M) with ta, b: (..., K, N) or (..., N, K) with tb
 //   -> c: (broadcast(...), M, N), or (M, N) summed over the batch with sum_batch
+// bfloat16 operands give a float32 product (out_dtype, Note [Precision policy] in core/autocast.h).
 void MatMulCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return MatMulTyped<float, Bf16>(op);
   FloatDispatch(op.outputs[0].dtype(), "matmul", [&](auto tag) { MatMulTyped<decltype(tag)>(op); });
 }
 

@@ -1,0 +1,59 @@
+// Mixed precision: which ops compute in a lower precision, and the records that do it.
+//
+// Note [Precision policy]
+// The first step of bfloat16 training (issue 31): matrix products computed from bfloat16
+// operands, with float32 products, sums and results. The policy lowers a float32 `matmul`
+// record (the forward products and the backward ones alike) to `cast` records of its operands to
+// bfloat16 and a matmul of those with out_dtype float32. Everything else stays float32: the
+// element-wise ops, reductions, softmax, the loss, normalisation statistics, the optimizer update
+// and the weights themselves (the master copy; their bfloat16 copy is made by the cast each step,
+// so it follows every update). Where it applies:
+//  - eager, and while capturing: inside an AutocastScope on the submitting thread, Device::Submit
+//    lowers each such record as it arrives, so a graph captured in the scope replays exactly the
+//    records eager execution ran (graph == eager, bitwise);
+//  - a graph captured without the scope: the pass autocast_bf16 (graph/autocast_pass.cc; off by
+//    default, Model::Compile's precision switches it on) lowers the captured list the same way,
+//    and casts each operand block once while it is unwritten (a weight's bfloat16 copy serves the
+//    forward product and the input gradient).
+// Products and activations keep float32 storage, so the planned arena does not shrink yet.
+// Lowering needs a kernel for bfloat16 operands (the CPU: oneDNN's bf16 matmul, fast with
+// AVX512-BF16 or AMX; CUDA: cuBLAS on tensor cores); a device without one keeps float32.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/op.h"
+
+namespace loom {
+
+enum class Precision : uint8_t { kFloat32, kBFloat16 };
+const char* Name(Precision p);  // "fp32", "bf16"
+// "fp32" / "float32", "bf16" / "bfloat16"; ValueError naming the choices for anything else.
+Precision PrecisionFromName(const std::string& name);
+
+// The precision this thread's ops compute in (AutocastScope; float32 outside any).
+Precision AutocastPrecision();
+void SetAutocastPrecision(Precision p);  // what AutocastScope does, without the scope (Python's loom.autocast)
+class AutocastScope {
+ public:
+  explicit AutocastScope(Precision p);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  Precision previous_;
+};
+
+// Whether the policy lowers `op` at precision `p` (on a device with the lowered kernel).
+bool Lowers(const OpRecord& op, Precision p);
+// The records computing `op` at precision `p`: casts of its operands, then the op on them writing
+// op's own outputs. `reuse(src)` may return an existing lowered copy of src to read instead of a
+// new cast (undefined: cast it).
+std::vector<OpRecord> Lower(const OpRecord& op, Precision p,
+                            const std::function<Tensor(const Tensor&)>& reuse = nullptr);
+
+}  // namespace loom

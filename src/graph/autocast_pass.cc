@@ -1,0 +1,60 @@
+// The pass autocast_bf16: Note [Precision policy] (core/autocast.h) on a captured list.
+#include <map>
+#include <tuple>
+
+#include "core/autocast.h"
+#include "graph/passes.h"
+
+namespace loom {
+
+namespace {
+
+// A lowered copy is reused while its source view is unwritten: keyed by the view.
+using View = std::tuple<const Block*, int64_t, Shape, Shape>;
+View ViewOf(const Tensor& t) { return View{t.block(), t.offset(), t.shape(), t.strides()}; }
+
+PassResult LowerProducts(OpList list, const PassContext&) {
+  std::vector<OpRecord> out;
+  out.reserve(list.size());
+  std::map<View, Tensor> lowered;
+  int64_t products = 0, casts = 0;
+  auto written = [&](const OpRecord& r) {  // a copy of a block written since is stale
+    for (const Tensor& t : r.outputs)
+      for (auto it = lowered.begin(); it != lowered.end();)
+        it = std::get<0>(it->first) == t.block() ? lowered.erase(it) : std::next(it);
+  };
+  for (OpRecord& op : list.ops) {
+    if (!Lowers(op, Precision::kBFloat16)) {
+      written(op);
+      out.push_back(std::move(op));
+      continue;
+    }
+    std::vector<OpRecord> recs = Lower(op, Precision::kBFloat16, [&](const Tensor& src) {
+      auto it = lowered.find(ViewOf(src));
+      return it == lowered.end() ? Tensor() : it->second;
+    });
+    ++products;
+    for (OpRecord& r : recs) {
+      if (r.def != op.def) {  // a cast: remember it for the later products reading the same view
+        ++casts;
+        lowered[ViewOf(r.inputs[0])] = r.outputs[0];
+      }
+      written(r);
+      out.push_back(std::move(r));
+    }
+  }
+  PassResult r{Rebuild(std::move(out), list)};
+  r.counters.Add("lowered_products", products);
+  r.counters.Add("bf16_casts", casts);
+  return r;
+}
+
+}  // namespace
+
+LOOM_PASS(PassDef{"autocast_bf16", 5, kAllDevices, false, LowerProducts,
+                  "float32 matmuls computed from bfloat16 operands with float32 results, each operand cast once "
+                  "while unwritten (Note [Precision policy]); off unless the precision is bf16",
+                  {{"lowered_products", "the matmuls computed from bfloat16 operands"},
+                   {"bf16_casts", "the casts to bfloat16 the pass made"}}});
+
+}  // namespace loom

@@ -1,0 +1,194 @@
+// Note [Precision policy] (core/autocast.h): float32 matrix products computed from bfloat16
+// operands, eagerly inside an AutocastScope and in graphs (captured in the scope, or lowered by
+// the pass autocast_bf16), with graph == eager bitwise and the weights' master copies float32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/harness.h"
+#include "common/mlp.h"
+#include "core/autocast.h"
+#include "graph/graph.h"
+#include "nn/layer.h"
+#include "nn/model.h"
+
+LOOM_OP_KIND(cast);
+LOOM_OP_KIND(matmul);
+LOOM_OP_KIND(dense_bias_act);
+
+namespace loom {
+namespace test {
+namespace {
+
+const std::vector<int64_t> kDims = {24, 32, 16, 5};
+
+std::vector<std::vector<float>> Values(const Mlp& m) {
+  std::vector<std::vector<float>> v;
+  for (const Tensor& p : m.params) v.push_back(p.ToVector<float>());
+  return v;
+}
+
+struct Batch {
+  Tensor x, y;
+};
+Batch MakeBatch(const std::shared_ptr<Device>& dev) {
+  return {RandomTensor({8, kDims[0]}, DType::kFloat32, 21, -1, 1, dev),
+          ops::FromVector(std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2}, {8}, dev)};
+}
+
+TEST(Precision, NamesAndTypedErrors) {
+  EXPECT_EQ(PrecisionFromName("bf16"), Precision::kBFloat16);
+  EXPECT_EQ(PrecisionFromName("bfloat16"), Precision::kBFloat16);
+  EXPECT_EQ(PrecisionFromName("fp32"), Precision::kFloat32);
+  EXPECT_STREQ(Name(Precision::kBFloat16), "bf16");
+  LOOM_EXPECT_THROW_MSG(PrecisionFromName("fp8"), ValueError, "[precision] 'fp8': expected 'fp32'");
+  EXPECT_EQ(AutocastPrecision(), Precision::kFloat32);
+  {
+    AutocastScope s(Precision::kBFloat16);
+    EXPECT_EQ(AutocastPrecision(), Precision::kBFloat16);
+  }
+  EXPECT_EQ(AutocastPrecision(), Precision::kFloat32);
+}
+
+// Eagerly, a product in the scope is the product of the operands rounded to bfloat16, computed
+// and kept in float32: bit for bit what the explicit casts and matmul give.
+TEST(Precision, AnEagerProductInTheScopeIsTheProductOfBfloat16Operands) {
+  auto dev = CpuDevice();
+  Tensor a = RandomTensor({9, 70}, DType::kFloat32, 1, -1, 1, dev), b = RandomTensor({70, 11}, DType::kFloat32, 2, -1, 1, dev);
+  Tensor lowered;
+  {
+    AutocastScope s(Precision::kBFloat16);
+    lowered = ops::MatMul(a, b);
+  }
+  EXPECT_EQ(lowered.dtype(), DType::kFloat32);
+  Tensor explicit_ = Call1(op_kind::matmul, {ops::Cast(a, DType::kBFloat16), ops::Cast(b, DType::kBFloat16)},
+                           Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+  const std::vector<float> u = lowered.ToVector<float>(), v = explicit_.ToVector<float>(),
+                           f = ops::MatMul(a, b).ToVector<float>();
+  ASSERT_EQ(u.size(), v.size());
+  EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0);
+  double apart = 0;
+  for (size_t i = 0; i < u.size(); ++i) apart = std::max(apart, double(std::abs(u[i] - f[i])));
+  EXPECT_GT(apart, 1e-4) << "the scope did not lower the product";
+  EXPECT_LT(apart, 0.2);  // sums of 70 products of bfloat16 roundings of numbers in [-1, 1]
+  // A bfloat16 product is not differentiated: the policy lowers below autograd.
+  Tensor wa = ops::Cast(a, DType::kBFloat16).Detach(), wb = ops::Cast(b, DType::kBFloat16).Detach();
+  EXPECT_THROW(Call1(op_kind::matmul, {wa, wb}, Attrs{{"out_dtype", int64_t(DType::kFloat64)}}), DTypeError);
+  EXPECT_THROW(Call1(op_kind::matmul, {wa, wb}), DTypeError);  // out_dtype is required
+}
+
+enum class How { kEagerInScope, kCapturedInScope, kCapturedThenPass };
+
+// Five steps of the MLP from the same weights, trained as `how` says; the final weights.
+std::vector<std::vector<float>> Train(How how, GraphStats* stats = nullptr) {
+  auto dev = CpuDevice();
+  Mlp m(kDims, 7, dev);
+  nn::SGD opt(0.05, 0.9);
+  Batch b = MakeBatch(dev);
+  if (how == How::kEagerInScope) {
+    AutocastScope s(Precision::kBFloat16);
+    for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
+    return Values(m);
+  }
+  GraphOptions o;
+  if (how == How::kCapturedThenPass) o.passes.Set("autocast_bf16", true);
+  CapturedGraph g(dev, "autocast", o);
+  {
+    std::unique_ptr<AutocastScope> s;
+    if (how == How::kCapturedInScope) s = std::make_unique<AutocastScope>(Precision::kBFloat16);
+    g.Capture([&] { m.Step(b.x, b.y, opt); });
+  }
+  for (int i = 0; i < 5; ++i) g.Replay();
+  if (stats) *stats = g.graph().stats();
+  return Values(m);
+}
+
+TEST(Precision, GraphsEqualEagerBitwiseWhetherCapturedInTheScopeOrLoweredByThePass) {
+  GraphStats passed;
+  const auto eager = Train(How::kEagerInScope), in_scope = Train(How::kCapturedInScope),
+             by_pass = Train(How::kCapturedThenPass, &passed);
+  for (const auto* other : {&in_scope, &by_pass})
+    for (size_t i = 0; i < eager.size(); ++i) {
+      ASSERT_EQ(eager[i].size(), (*other)[i].size());
+      EXPECT_EQ(std::memcmp(eager[i].data(), (*other)[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    }
+  // Forward, input-gradient and weight-gradient products of 3 layers, less the first layer's
+  // input gradient (x needs none): 8; each weight cast once for its forward product and its
+  // input gradient.
+  EXPECT_EQ(passed.counters.Get("lowered_products"), 8);
+  EXPECT_LT(passed.counters.Get("bf16_casts"), 2 * 8);
+  // And the float32 run differs: the policy changed the arithmetic.
+  auto dev = CpuDevice();
+  Mlp m(kDims, 7, dev);
+  nn::SGD opt(0.05, 0.9);
+  Batch b = MakeBatch(dev);
+  for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
+  const auto f32 = Values(m);
+  double apart = 0;
+  for (size_t i = 0; i < f32.size(); ++i)
+    for (size_t j = 0; j < f32[i].size(); ++j) apart = std::max(apart, double(std::abs(f32[i][j] - eager[i][j])));
+  EXPECT_GT(apart, 0);
+  EXPECT_LT(apart, 0.05);
+}
+
+// The pass leaves the lowered products unfused (a fused dense_bias_act reads float32 operands).
+TEST(Precision, TheFusionPassesLeaveLoweredProductsAlone) {
+  auto dev = CpuDevice();
+  Mlp m(kDims, 7, dev);
+  nn::SGD opt(0.05, 0.9);
+  Batch b = MakeBatch(dev);
+  GraphOptions o;
+  o.passes.Set("autocast_bf16", true);
+  CapturedGraph g(dev, "autocast", o);
+  g.Capture([&] { m.Step(b.x, b.y, opt); });
+  int casts = 0, products = 0, fused = 0;
+  for (const OpRecord& op : g.graph().ops().ops) {
+    casts += op.def == &op_kind::cast;
+    fused += op.def == &op_kind::dense_bias_act;
+    if (op.def == &op_kind::matmul) {
+      ++products;
+      EXPECT_EQ(op.inputs[0].dtype(), DType::kBFloat16);
+    }
+  }
+  EXPECT_EQ(products, 8);
+  EXPECT_EQ(fused, 0);
+  EXPECT_GT(casts, 0);
+  // Masters stay float32.
+  for (const Tensor& p : m.params) EXPECT_EQ(p.dtype(), DType::kFloat32);
+}
+
+// nn::Model's precision: eager steps in the scope, graph steps through the pass; the same bits.
+std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
+  auto dev = CpuDevice();
+  dev->SetRandSeed(5);
+  auto net = std::make_shared<nn::Sequential>();
+  net->Add(std::make_shared<nn::Linear>(24, 32));
+  net->Add(nn::ReLU());
+  net->Add(std::make_shared<nn::Linear>(32, 5));
+  nn::Model m(net, std::make_shared<nn::SGD>(0.05, 0.9));
+  m.set_precision(p);
+  Batch b = MakeBatch(dev);
+  m.Compile({b.x}, true, graph);
+  for (int i = 0; i < 4; ++i) m.TrainOneBatch(b.x, b.y);
+  std::vector<std::vector<float>> v;
+  for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
+  if (graph && p == Precision::kBFloat16)
+    EXPECT_EQ(m.train_graph()->stats().counters.Get("lowered_products"), 5);  // 2 forward, 1 + 2 backward
+  return v;
+}
+
+TEST(Precision, AModelsPrecisionGivesTheSameBitsEagerAndInAGraph) {
+  const auto eager = TrainModel(false, Precision::kBFloat16), graph = TrainModel(true, Precision::kBFloat16);
+  const auto f32 = TrainModel(true, Precision::kFloat32);
+  bool differs = false;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    differs |= std::memcmp(eager[i].data(), f32[i].data(), eager[i].size() * sizeof(float)) != 0;
+  }
+  EXPECT_TRUE(differs);
+}
+
+}  // namespace
+}  // namespace test
+}  // namespace loom
