@@ -14,11 +14,10 @@ import builtins
 import contextlib
 import itertools
 import math
-import weakref
 
 import numpy as np
 
-from . import core, errors
+from . import core, creators as _creators, errors
 from .tensor import Tensor, _axes, _shape
 
 
@@ -34,6 +33,7 @@ def _op_functions():
 # the few whose SINGA spelling takes other arguments (numbers, None, axis=None, pairs).
 globals().update(_op_functions())
 from .core import sum_to  # noqa: E402,F401  (a core/ops.h function made of other ops)
+from .singa_ops import expand, reduce_mean, reduce_sum  # noqa: E402,F401  (SINGA's ONNX spellings)
 
 
 # ---- losses: SINGA's shape (1,) ----
@@ -657,6 +657,8 @@ def onehot(axis, indices, depth, values=(0.0, 1.0)):
     """ONNX's OneHot: a new axis of size `depth` at `axis` (-1: last) holding values[1] at each
     index and values[0] elsewhere; indices an int tensor or ints."""
     device = indices.device if isinstance(indices, Tensor) else None
+    if isinstance(indices, Tensor) and core.is_floating(_c_dtype(indices)):
+        indices = core.cast(indices, core.dtype_from_name("int64"))  # SINGA's scripts pass float indices
     idx = _index_tensor("onehot", indices, device)
     depth = int(depth)
     off, on = float(values[0]), float(values[1])
@@ -675,11 +677,20 @@ def where(*args, condition=None):
     condition holds, else y, broadcast together. Told apart by which end is the bool tensor."""
     if condition is not None:
         x, y = args
-        return core.where(condition, x, y)
+        return core.where(_condition(condition, x), x, y)
     a, b, c = args
+    if not isinstance(c, Tensor) and isinstance(a, Tensor):  # SINGA's order with a list or array condition
+        return core.where(_condition(c, a), a, b)
     if isinstance(c, Tensor) and c.dtype in ("bool", "uint8") and not (isinstance(a, Tensor) and a.dtype in ("bool", "uint8")):
         return core.where(c, a, b)
     return core.where(a, b, c)
+
+
+def _condition(cond, like):
+    if isinstance(cond, Tensor):
+        return cond
+    from .tensor import from_numpy
+    return from_numpy(np.asarray(cond, dtype=bool), like.device if isinstance(like, Tensor) else None)
 
 
 def cossim(a, b):
@@ -806,13 +817,16 @@ def depth_to_space(x, blocksize, mode="DCR"):
     return core.reshape(y, (n, c // (b * b), h * b, w * b))
 
 
-def space_to_depth(x, blocksize):
-    """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space's DCR."""
+def space_to_depth(x, blocksize, mode="DCR"):
+    """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space in the same mode."""
     n, c, h, w = _nchw("space_to_depth", x)
     b = int(blocksize)
     if h % b or w % b:
         raise errors.ShapeError(f"[space_to_depth] {x.describe()}'s height and width do not divide by {b}")
-    y = core.permute(core.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    if mode not in ("DCR", "CRD"):
+        raise errors.ValueError(f"[space_to_depth] mode must be 'DCR' or 'CRD', got {mode!r}")
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = core.permute(core.reshape(x, (n, c, h // b, b, w // b, b)), perm)
     return core.reshape(y, (n, c * b * b, h // b, w // b))
 
 
@@ -822,10 +836,14 @@ def _nchw(op, x):
     return x.shape
 
 
-def globalaveragepool(x):
-    """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1)."""
-    n, c, _, _ = _nchw("globalaveragepool", x)
-    return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
+def globalaveragepool(x, data_format="channels_first"):
+    """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1); SINGA's data_format other than
+    "channels_first" reads x as (N, H, W, C) -> (N, 1, 1, C)."""
+    if data_format == "channels_first":
+        n, c, _, _ = _nchw("globalaveragepool", x)
+        return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
+    n, _, _, c = _nchw("globalaveragepool", x)
+    return core.reshape(core.global_avg_pool(core.permute(x, (0, 3, 1, 2))), (n, 1, 1, c))
 
 
 def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
@@ -909,6 +927,10 @@ class _FunctionOperator(Operator):
     def forward(self, *xs):
         return self(*xs)
 
+    def replay(self, tensor_of):
+        """The function again, on tensor_of(each input's record) (Note [Exporting eager outputs])."""
+        return type(self)._fn(*[tensor_of(_creators.Arg(x)) for x in self.src], *self._attrs, **self._kwattrs)
+
     def backward(self, *dys):
         raise errors.GraphError(f"[{self.name}] loom's autograd differentiates {self.name} itself: call "
                                 "autograd.backward on the loss")
@@ -969,72 +991,16 @@ def __getattr__(name):
     raise AttributeError(f"module 'loom.autograd' has no attribute '{name}'")
 
 
-# ---- SINGA's y.creator on the results of the functions above ----
-# Note [Creators of op results]
-# SINGA hangs on every op's output the operator that made it (y.creator), whose backward(dy)
-# gives the gradients of that one op's inputs, and which keeps those inputs alive. loom's autograd
-# keeps only what backward needs, in C++, and only when an input requires a gradient (docs/design.md
-# invariant 8). So these functions attach an _OpCreator that holds *weak* references to the op's
-# tensor inputs and, when asked, runs the op again on detached handles of them and differentiates
-# that: it extends no lifetime and runs nothing until asked (about half a microsecond per call to
-# make; none while autograd.training is False, and replays of a captured step run no Python).
-# An input freed since is a loom.GraphError.
+# ---- SINGA's y.creator on the results of the functions above (Note [Creators of op results]) ----
 
-class _OpCreator:
-    """The creator of an op function's result (Note [Creators of op results])."""
-
-    __slots__ = ("name", "_fn", "_args", "_kwargs")
-
-    def __init__(self, name, fn, args, kwargs):
-        self.name, self._fn, self._kwargs = name, fn, kwargs
-        self._args = tuple(weakref.ref(a) if isinstance(a, Tensor) else a for a in args)
-
-    @property
-    def src(self):
-        """The op's tensor inputs that are still alive."""
-        return [t for t in (a() for a in self._args if isinstance(a, weakref.ref)) if t is not None]
-
-    def backward(self, dy=None):
-        """The gradients of the op's tensor inputs given dy (ones when None): one tensor for an op
-        of one tensor input, else a tuple in input order (None for an integer input)."""
-        args, leaves = [], []
-        for a in self._args:
-            if not isinstance(a, weakref.ref):
-                args.append(a)
-                continue
-            t = a()
-            if t is None:
-                raise errors.GraphError(f"[{self.name}] creator.backward: an input of the op has been freed (loom's "
-                                        "creators do not keep inputs alive; keep a reference to them)")
-            leaf = t.detach()
-            if leaf.dtype in ("float32", "float64", "float16", "bfloat16"):
-                leaf.requires_grad = True
-                leaves.append(leaf)
-            else:
-                leaves.append(None)
-            args.append(leaf)
-        y = self._fn(*args, **self._kwargs)
-        grads = gradients(y, dy)
-        out = [None if l is None else grads.get(l) if l in grads else core.zeros_like(l) for l in leaves]
-        return out[0] if len(out) == 1 else tuple(out)
-
-
-def _with_creator(name, fn):
-    def op(*args, **kwargs):
-        y = fn(*args, **kwargs)
-        if training and isinstance(y, Tensor):
-            y.creator = _OpCreator(name, fn, args, kwargs)
-        return y
-    op.__name__, op.__qualname__, op.__doc__, op.__wrapped__ = name, name, fn.__doc__, fn
-    return op
-
-
-for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "cos", "tan", "asin", "acos", "atan",
-              "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
-              "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
-              "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
-              "softmax", "square", "clip", "prelu", "cossim", "gemm", "conv2d", "max_pool_2d", "avg_pool_2d",
-              "pooling"):
-    if _name in globals():
-        globals()[_name] = _with_creator(_name, globals()[_name])
-del _name
+# Not ops, or not replayable: a creator runs its op again, so a function that draws random numbers
+# (its mask would differ) or reads values on the host gets none.
+_singa_ops = __name__.rpartition(".")[0] + ".singa_ops"
+_NO_CREATOR = {"backward", "gradients", "grad_enabled", "no_grad", "call", "fill", "normal", "uniform", "bernoulli",
+               "dropout", "nonzero", "shape", "infer_dependency", "sum_to"}
+for _name, _fn in list(globals().items()):
+    if (_name.startswith("_") or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
+            or getattr(_fn, "__module__", "") not in (__name__, core.__name__, core._core.__name__, _singa_ops)):
+        continue
+    globals()[_name] = _creators.with_creator(_name, _fn, lambda: training)
+del _name, _fn

@@ -16,10 +16,9 @@ ReLU networks), marked persistent for graphs and require gradients. Create layer
 capture: their initialisation is setup, not part of the step.
 """
 import math
-import weakref
 from collections import OrderedDict
 
-from . import autograd, core, errors
+from . import autograd, core, creators, errors
 from .tensor import _check_device, _enum, _shape
 
 _c = core._core  # the extension's functions
@@ -188,7 +187,7 @@ def _singa_names(pairs):
 # SINGA's layers are made of autograd operators, so a layer's output carries y.creator, whose
 # backward(dy) gives (dx, dW, db). loom's C++ layers are one C++ call, so NativeLayer.__call__
 # hangs a _LayerCreator on a one-tensor call's result, as autograd does for its op functions
-# (Note [Creators of op results] in autograd.py): it holds the input weakly and, when asked,
+# (Note [Creators of op results] in creators.py): it holds the input weakly and, when asked,
 # runs the layer's forward again on a detached handle of it and differentiates the whole layer
 # (a Conv2d with activation="RELU" included: its pre-activation is an intermediate that a
 # creator holding it weakly could not reach). Only layers whose forward is a pure function of
@@ -201,17 +200,21 @@ class _LayerCreator:
     __slots__ = ("name", "_layer", "_x")
 
     def __init__(self, layer, x):
-        self.name, self._layer, self._x = type(layer).__name__, layer, weakref.ref(x)
+        self.name, self._layer, self._x = type(layer).__name__, layer, creators.Arg(x)
 
     @property
     def src(self):
-        x = self._x()
+        x = self._x.ref()
         return [] if x is None else [x]
+
+    def replay(self, tensor_of):
+        """The layer's forward again, on tensor_of(the input's record) (Note [Exporting eager outputs])."""
+        return self._layer.forward(tensor_of(self._x))
 
     def backward(self, dy=None):
         """(dx, then the gradient of each parameter in get_params() order) given dy (ones when
         None); dx is None for an integer input (Embedding's indices)."""
-        x = self._x()
+        x = self._x.ref()
         if x is None:
             raise errors.GraphError(f"[{self.name}] creator.backward: the layer's input has been freed (loom's "
                                     "creators do not keep inputs alive; keep a reference to it)")

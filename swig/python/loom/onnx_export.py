@@ -16,7 +16,10 @@
       onnx_export.to_onnx([x], [y], "net")
 
   The graph is the device's default one (or pass graph=, e.g. dev.graph(key) or model.graph()).
-  Tensors computed eagerly have no recorded ops: that is a loom.OnnxError saying so.
+* output tensors computed eagerly from `inputs` (SINGA's other spelling: `y = net(x)` then
+  to_onnx([x], [y])), with autograd.training set, as SINGA's tests do: loom walks the creators
+  that autograd hung on them (y.creator) and runs their ops again while the device captures, so
+  the model is the one the captured path exports (Note [Exporting eager outputs]).
 
 The model is ONNX IR version 8 with opset 17 (src/io/onnx/export.h): inputs named `input_names`
 (else each tensor's name, else input_0, ...), parameters as initializers, outputs output_0, ...;
@@ -27,6 +30,7 @@ package is installed (python3-onnx), else the serialized model as bytes.
 """
 from . import autograd, core, errors
 from .layer import Layer, uninitialized
+from .onnx_eager import creator_of, replay_creators
 from .tensor import Tensor, from_numpy
 
 __all__ = ["to_onnx", "exportable_ops"]
@@ -123,11 +127,15 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
         outs = _tensors(outputs, "output")
         if graph is None:
             dev = inputs[0].device
-            if not dev.HasGraph("default"):
+            if dev.HasGraph("default"):
+                graph = dev.graph("default")
+            elif all(creator_of(y) is not None for y in outs):
+                graph, outs = replay_creators(inputs, outs, model_name)  # Note [Exporting eager outputs]
+            else:
                 raise errors.OnnxError(
-                    "[onnx] the outputs were not computed in a captured graph: pass the model itself "
-                    "(to_onnx(inputs, model)), or compute them inside `with dev.buffer():` (or pass graph=)")
-            graph = dev.graph("default")
+                    "[onnx] the outputs were neither computed in a captured graph nor recorded by autograd "
+                    "(autograd.training was False): pass the model itself (to_onnx(inputs, model)), compute them "
+                    "inside `with dev.buffer():` (or pass graph=), or compute them with autograd.training = True")
     data = core.onnx_export_graph(graph, inputs, outs, str(model_name), bool(dynamic_batch),
                                   _names(input_names, len(inputs), "input"),
                                   _names(output_names, len(outs), "output"), named, "" if path is None else str(path))

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     _BackendBase, _BackendRepBase = object, object
 
 __all__ = ["to_onnx", "prepare", "run_model", "supports_device", "is_compatible", "LoomBackend", "LoomBackendRep",
-           "SONNXModel", "supported_ops", "supported_op_ranges"]
+           "SingaBackend", "SingaRep", "SONNXModel", "supported_ops", "supported_op_ranges"]
 
 
 def _loom_device(device):
@@ -71,8 +71,9 @@ def _to_numpy(t):
 
 
 class LoomBackendRep(_BackendRepBase):
-    """A prepared model: run(inputs) takes numpy arrays (or loom Tensors) in the order of the
-    graph's inputs and returns numpy arrays in the order of its outputs."""
+    """A prepared model: run(inputs) takes numpy arrays or loom Tensors in the order of the
+    graph's inputs and returns, in the order of its outputs, numpy arrays (ONNX's backend
+    interface), or loom Tensors when every input is one (SINGA's SingaRep.run)."""
 
     def __init__(self, graph):
         self.graph = graph
@@ -88,7 +89,12 @@ class LoomBackendRep(_BackendRepBase):
               for i, x in enumerate(inputs)]
         with autograd.no_grad():
             ys = self.graph.forward(xs)
+        if inputs and all(isinstance(x, Tensor) for x in inputs):
+            return list(ys)
         return [_to_numpy(y) for y in ys]
+
+
+SingaRep = LoomBackendRep  # SINGA's name for a prepared model
 
 
 class LoomBackend(_BackendBase):
@@ -112,6 +118,7 @@ class LoomBackend(_BackendBase):
         return kind == "CPU" or (kind == "CUDA" and _device.cuda_available())
 
 
+SingaBackend = LoomBackend  # SINGA's name for the backend
 prepare = LoomBackend.prepare
 run_model = LoomBackend.run_model
 is_compatible = LoomBackend.is_compatible

@@ -1,0 +1,83 @@
+"""loom.onnx_eager: the graph of outputs computed eagerly, rebuilt from their creators (used by
+onnx_export.to_onnx).
+
+Note [Exporting eager outputs]
+SINGA exports `to_onnx([x], [y])` after a plain forward by walking y.creator back to x. loom's
+creators (Note [Creators of op results], Note [Creators of layer results]) hold their op's
+inputs weakly and the creators of those inputs strongly, so the walk reaches x even when the
+intermediate tensors are gone. replay_creators runs every creator's op again, in dependency order,
+while the device captures a fresh graph: an input of to_onnx stands for itself, a tensor made by
+an op is the replayed op's output, and any other tensor (a parameter, a constant) is itself. The
+graph holds the ops the eager forward ran, recorded as a capture records them, so the exported
+model is the one the captured path (to_onnx(inputs, model)) exports. The replay runs without
+autograd history; a tensor that is neither alive nor made by a recorded op is a loom.OnnxError.
+"""
+from . import autograd, core, errors
+from .creators import Arg
+from .tensor import Tensor
+
+
+def creator_of(t):
+    """The creator autograd hung on t (None when there is none)."""
+    return t.__dict__.get("creator") if isinstance(t, Tensor) else None
+
+
+def _key(t):
+    return (t._block_id(), t.offset(), tuple(t.shape), t.dtype)
+
+
+class _Walk:
+    def __init__(self, inputs):
+        self.inputs = inputs
+        self.keys = {_key(x): x for x in inputs if x.defined()}
+        self.done = {}  # id(creator) -> (creator, its replayed outputs)
+
+    def tensor(self, arg):
+        t = arg.ref()
+        if t is not None:
+            for x in self.inputs:
+                if t is x:
+                    return x
+            if t.defined() and _key(t) in self.keys:
+                return self.keys[_key(t)]
+        if arg.creator is not None:
+            return self.output(arg.creator, arg.index)
+        if t is None:
+            raise errors.OnnxError("[onnx] to_onnx: a tensor the outputs depend on was freed and no recorded op made "
+                                   "it; keep a reference to it, or pass the model itself (to_onnx(inputs, model))")
+        return t
+
+    def output(self, creator, index):
+        entry = self.done.get(id(creator))
+        if entry is None:
+            ys = self.replay(creator)
+            entry = self.done[id(creator)] = (creator, list(ys) if isinstance(ys, (list, tuple)) else [ys])
+        ys = entry[1]
+        if index >= len(ys) or not isinstance(ys[index], Tensor):
+            raise errors.OnnxError(f"[onnx] to_onnx: {getattr(creator, 'name', type(creator).__name__)} replayed "
+                                   f"gave no tensor output {index}")
+        return ys[index]
+
+    def replay(self, creator):
+        if callable(getattr(creator, "replay", None)):
+            return creator.replay(self.tensor)
+        if isinstance(creator, autograd.Operator):  # an operator written in Python: its forward
+            return creator.forward(*[self.tensor(Arg(x)) for x in creator.src])
+        raise errors.OnnxError(f"[onnx] to_onnx: cannot run the op that made an output again "
+                               f"({type(creator).__name__})")
+
+
+def replay_creators(inputs, outputs, model_name):
+    """(graph, outputs): the ops that made `outputs` from `inputs`, run again while a new graph
+    captures (Note [Exporting eager outputs])."""
+    graph = core.new_graph(inputs[0].device, f"{model_name}.onnx_export", None)
+    walk = _Walk(inputs)
+    with autograd.no_grad():
+        graph.begin_capture()
+        try:
+            outs = [walk.tensor(Arg(y)) for y in outputs]
+        except BaseException:
+            graph.abort_capture()
+            raise
+        graph.end_capture()
+    return graph, outs

@@ -1,0 +1,120 @@
+"""SINGA's sonnx.to_onnx([x], [y]) after a plain (eager) forward (Note [Exporting eager
+outputs]): the model equals the one exported from the model itself, passes onnx's checker and
+onnxruntime computes the same outputs; creators on every op function, several outputs included;
+SingaRep.run with loom tensors. onnx / onnxruntime are optional (skipped with the reason,
+test_onnx_export.need_onnx)."""
+import numpy as np
+import pytest
+
+import loom
+from loom import autograd, layer, sonnx, tensor
+from test_onnx_export import need_onnx, need_runtime, run_onnx
+
+RNG = np.random.default_rng(34)
+
+
+def _x(shape, dev):
+    return tensor.from_numpy(RNG.standard_normal(shape).astype(np.float32), dev)
+
+
+class Net(layer.Layer):
+    def __init__(self):
+        super().__init__()
+        self.conv = layer.Conv2d(4, 3, padding=1)
+        self.pool = layer.MaxPool2d(2, 2)
+        self.fc = layer.Linear(5)
+
+    def forward(self, x):
+        y = self.pool(autograd.relu(self.conv(x)))
+        return self.fc(autograd.flatten(autograd.tanh(y)))
+
+
+def _graph_signature(proto):
+    g = proto.graph
+    inits = sorted((tuple(i.dims), np.frombuffer(i.raw_data, np.uint8).tobytes()) for i in g.initializer)
+    return [(n.op_type, len(n.input), len(n.output)) for n in g.node], inits
+
+
+def test_eager_outputs_export_as_the_model_does(dev, monkeypatch):
+    need_onnx()
+    import onnx
+    monkeypatch.setattr(autograd, "training", True)
+    net, x = Net(), _x((2, 3, 6, 6), dev)
+    y = net(x)  # eager: no capture anywhere
+    eager = sonnx.to_onnx([x], [y])
+    from_model = sonnx.to_onnx([x], net)
+    onnx.checker.check_model(eager, full_check=True)
+    assert _graph_signature(eager) == _graph_signature(from_model)
+    assert [n.op_type for n in eager.graph.node][:3] == ["Conv", "Relu", "MaxPool"]
+    need_runtime()
+    (got,) = run_onnx(eager, {eager.graph.input[0].name: x.to_numpy()})
+    np.testing.assert_allclose(got, y.to_numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_intermediates_may_be_freed_and_operators_and_several_inputs_replay(dev, monkeypatch):
+    need_onnx()
+    monkeypatch.setattr(autograd, "training", True)
+    a, b = _x((3, 4), dev), _x((3, 4), dev)
+    # The intermediates (a * b, its sin) are dropped at once; the creators still reach a and b.
+    y = autograd.SoftMax()(autograd.add(autograd.sin(autograd.mul(a, b)), a))[0]
+    proto = sonnx.to_onnx([a, b], [y])
+    assert [n.op_type for n in proto.graph.node] == ["Mul", "Sin", "Add", "Softmax"]
+    (got,) = sonnx.prepare(proto, device=dev).run([a, b])  # loom tensors in, loom tensors out
+    assert isinstance(got, loom.Tensor)
+    np.testing.assert_allclose(got.to_numpy(), y.to_numpy(), rtol=1e-6)
+    (as_numpy,) = sonnx.SingaRep(sonnx.prepare(proto, device=dev).graph).run([a.to_numpy(), b.to_numpy()])
+    assert isinstance(as_numpy, np.ndarray)
+
+
+@pytest.mark.parametrize("op", ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                                "atanh", "sign", "ceil", "floor", "rounde"])
+def test_unary_ops_export_and_run_in_onnxruntime(dev, monkeypatch, op):
+    need_runtime()
+    monkeypatch.setattr(autograd, "training", True)
+    values = RNG.uniform(-0.9, 0.9, (2, 5)).astype(np.float32)
+    if op == "acosh":
+        values = values + 2.0
+    x = tensor.from_numpy(values, dev)
+    y = getattr(autograd, op)(x)
+    proto = sonnx.to_onnx([x], [y])
+    (got,) = run_onnx(proto, {proto.graph.input[0].name: values})
+    np.testing.assert_allclose(got, y.to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_without_recorded_creators_the_export_says_how(dev, monkeypatch):
+    monkeypatch.setattr(autograd, "training", False)
+    x = _x((2, 3), dev)
+    y = autograd.relu(x)
+    with pytest.raises(loom.OnnxError, match="autograd.training"):
+        sonnx.to_onnx([x], [y])
+
+
+def test_a_freed_leaf_that_no_op_made_is_an_onnx_error(dev, monkeypatch):
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3), dev)
+    y = autograd.add(x, _x((2, 3), dev))  # the constant is dropped at once
+    with pytest.raises(loom.OnnxError, match="freed"):
+        sonnx.to_onnx([x], [y])
+
+
+def test_every_op_function_records_a_creator(dev, monkeypatch):
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3, 4), dev)
+    for name, args in (("ceil", ()), ("floor", ()), ("reduce_sum", ((1,),)), ("max", ()), ("squeeze", ()),
+                       ("unsqueeze", ([0],)), ("tile", ([1, 2, 1],)), ("globalaveragepool", ())):
+        fn = getattr(autograd, name)
+        arg = x if name != "globalaveragepool" else _x((2, 3, 4, 4), dev)
+        y = fn(arg, *args)
+        assert y.creator is not None and y.creator.name == name, name
+        assert fn.__wrapped__ is not fn
+
+
+def test_creator_backward_of_several_outputs_matches_numpy(dev, monkeypatch):
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((4, 3), dev)
+    parts = autograd.split(x, 0, [1, 3])
+    dy0, dy1 = np.full((1, 3), 2.0), np.arange(9.0).reshape(3, 3)  # float64, as SINGA's scripts pass
+    dx = parts[0].creator.backward(tensor.from_numpy(dy0, dev), tensor.from_numpy(dy1, dev))
+    assert dx.dtype == "float32"
+    np.testing.assert_allclose(dx.to_numpy(), np.concatenate([dy0, dy1]), rtol=1e-6)
+    assert parts[1].creator is parts[0].creator
