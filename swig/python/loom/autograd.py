@@ -335,7 +335,12 @@ def pooling(x, kernel_size, stride=None, padding=0, is_max=True, odd_padding=(0,
     return avg_pool_2d(x, kernel_size, stride, padding, odd_padding=odd_padding)
 
 
-pooling_2d = pooling
+def pooling_2d(x, *args, **kwargs):
+    """pooling(x, ...), or SINGA's pooling_2d(handle, x) with a singa_wrap.PoolingHandle."""
+    if not isinstance(x, Tensor) and hasattr(x, "is_max"):
+        handle, (x,) = x, args
+        return pooling(x, handle.kernel, handle.stride, handle.padding, handle.is_max)
+    return pooling(x, *args, **kwargs)
 
 
 def global_avg_pool(x):
@@ -349,7 +354,13 @@ def batchnorm(x, scale, bias, running_mean, running_var, training=None, momentum
     return core.batch_norm(x, scale, bias, running_mean, running_var, t, float(momentum), float(eps))
 
 
-batchnorm_2d = batchnorm
+def batchnorm_2d(x, *args, **kwargs):
+    """batchnorm(x, ...), or SINGA's batchnorm_2d(handle, x, scale, bias, running_mean,
+    running_var) with a singa_wrap.BatchNormHandle (its factor is the momentum)."""
+    if not isinstance(x, Tensor) and hasattr(x, "factor"):
+        handle, (x, scale, bias, running_mean, running_var) = x, args
+        return batchnorm(x, scale, bias, running_mean, running_var, momentum=handle.factor, eps=handle.eps)
+    return batchnorm(x, *args, **kwargs)
 
 
 def layernorm(x, gamma, beta, eps=1e-5):
