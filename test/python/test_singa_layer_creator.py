@@ -79,7 +79,7 @@ def test_pooling_creator_has_only_dx():
     x = RNG.standard_normal((1, 1, 4, 4))
     xt = _t(x)
     y = pool(xt)
-    (dx,) = y.creator.backward()
+    dx = y.creator.backward()  # SINGA: a tensor, not a 1-tuple
     tx = torch.tensor(x, requires_grad=True)
     torch.nn.functional.max_pool2d(tx, 2, 2).sum().backward()
     np.testing.assert_allclose(tensor.to_numpy(dx), tx.grad.numpy())

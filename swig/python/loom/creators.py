@@ -96,17 +96,15 @@ class OpCreator:
 
     def backward(self, *dys):
         """The gradients of the op's tensor inputs given dys (one per output; ones when omitted):
-        one tensor for an op of one tensor input, else a tuple in input order (None for an integer
-        input)."""
+        one tensor for an op of one tensor input, else a tuple in input order (zeros for an input
+        the output does not depend on through a gradient: an integer input, a step function's)."""
         leaves = []
 
         def leaf_of(arg):
             leaf = _alive(self.name, arg).detach()
             if leaf.dtype in _FLOATING:
                 leaf.requires_grad = True
-                leaves.append(leaf)
-            else:
-                leaves.append(None)
+            leaves.append(leaf)
             return leaf
 
         ys = self.replay(leaf_of)
@@ -121,12 +119,31 @@ class OpCreator:
                     term = core.sum(core.mul(y, _seed(y, dy)), (), False)
                     total = term if total is None else core.add(total, term)
             grads = _gradients(total, None)
-        out = [None if l is None else grads.get(l) if l in grads else core.zeros_like(l) for l in leaves]
+        out = [grads.get(l) if l in grads else zero_gradient(l) for l in leaves]
+        if self.name in FIRST_INPUT_ONLY:
+            return out[0]
         return out[0] if len(out) == 1 else tuple(out)
 
 
+# SINGA's operators whose backward gives the gradient of the first input only: the losses (not of
+# the target) and scatter_elements (not of the indices and updates).
+FIRST_INPUT_ONLY = frozenset({"mse_loss", "mse", "softmax_cross_entropy", "cross_entropy", "binary_cross_entropy",
+                              "scatter_elements"})
+
+
+def zero_gradient(t):
+    """The gradient of an input that does not reach the output (a step function's, an integer
+    input's): zeros of its shape, float32 for an integer input, as SINGA's."""
+    if t.dtype in _FLOATING:
+        return core.zeros_like(t)
+    return core.zeros(tuple(t.shape), core.dtype_from_name("float32"), t.device)
+
+
 def _gradients(y, dy):
+    """{leaf: gradient}; empty when y has no autograd history (sign, ceil, round: no gradient)."""
     from .autograd import gradients
+    if not y._has_grad_fn() and not y.requires_grad:
+        return {}
     return gradients(y, dy)
 
 

@@ -213,7 +213,8 @@ class _LayerCreator:
 
     def backward(self, dy=None):
         """(dx, then the gradient of each parameter in get_params() order) given dy (ones when
-        None); dx is None for an integer input (Embedding's indices)."""
+        None), dx alone for a layer without parameters; dx is zeros for an integer input
+        (Embedding's indices), as SINGA's."""
         x = self._x.ref()
         if x is None:
             raise errors.GraphError(f"[{self.name}] creator.backward: the layer's input has been freed (loom's "
@@ -224,9 +225,11 @@ class _LayerCreator:
         else:
             leaf = x
         grads = autograd.gradients(self._layer.forward(leaf), dy)
-        out = [grads.get(leaf) if leaf is not x else None]
-        out += [grads[p] if p in grads else core.zeros_like(p) for p in self._layer.get_params().values()]
-        return tuple(out)
+        out = [grads.get(leaf) if leaf is not x else creators.zero_gradient(x)]
+        params = list(self._layer.get_params().values())
+        if not params:
+            return out[0]  # SINGA's pooling, flatten...: dx alone
+        return tuple(out + [grads[p] if p in grads else core.zeros_like(p) for p in params])
 
 
 class NativeLayer(Layer):
