@@ -118,3 +118,36 @@ def test_creator_backward_of_several_outputs_matches_numpy(dev, monkeypatch):
     assert dx.dtype == "float32"
     np.testing.assert_allclose(dx.to_numpy(), np.concatenate([dy0, dy1]), rtol=1e-6)
     assert parts[1].creator is parts[0].creator
+
+
+def test_logical_ops_elu_and_attribute_inputs_round_trip(dev, monkeypatch):
+    # _and/_or/_xor/_not carry creators; elu/prelu export a scalar fill (an empty int64 shape
+    # initializer, which the importer reads as no values); numbers among to_onnx's inputs are
+    # SINGA's attribute values, not graph inputs.
+    need_onnx()
+    monkeypatch.setattr(autograd, "training", True)
+    a = tensor.from_numpy(np.array([[0, -0.3], [0.1, 0.9]], np.float32), dev)
+    b = tensor.from_numpy(np.array([[0, 0.0], [0.1, 0.0]], np.float32), dev)
+    for y, ins in ((autograd._xor(a, b), [a, b]), (autograd._not(a), [a]), (autograd.elu(a, 0.7), [a]),
+                   (autograd.selu(a), [a]), (autograd.clip(a, -0.2, 0.2), [a, -0.2, 0.2])):
+        proto = sonnx.to_onnx(ins, [y])
+        assert len(proto.graph.input) == (2 if len(ins) == 2 else 1)
+        (got,) = sonnx.prepare(proto, device=dev).run([t for t in ins if isinstance(t, loom.Tensor)])
+        np.testing.assert_allclose(got.to_numpy(), y.to_numpy(), rtol=1e-6)
+
+
+def test_creator_gradients_in_singa_form(dev, monkeypatch):
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3), dev)
+    dx = autograd.ceil(x).creator.backward()  # a step function: zeros, not an error
+    assert dx.shape == (2, 3) and not dx.to_numpy().any()
+    t = _x((2, 3), dev)
+    dx = autograd.mse_loss(x, t).creator.backward()  # the loss's input only, not the target's
+    np.testing.assert_allclose(dx.to_numpy(), 2 * (x.to_numpy() - t.to_numpy()) / 6, rtol=1e-5)
+    idx = tensor.from_numpy(np.array([[0, 2]], np.int32), dev)
+    emb = layer.Embedding(4, 3)
+    dids, dw = emb(idx).creator.backward()
+    assert dids.shape == (1, 2) and dids.dtype == "float32" and dw.shape == (4, 3)
+    up = autograd.upsample(tensor.from_numpy(np.ones((1, 1, 2, 2), np.float32), dev), "nearest",
+                           np.array([1.0, 1.0, 2.0, 3.0], np.float32))
+    assert up.shape == (1, 1, 4, 6)

@@ -803,7 +803,7 @@ def upsample(x, mode="nearest", scales=None):
     """ONNX's Upsample, nearest, integer scales (one per axis): each element repeated."""
     if mode != "nearest":
         raise errors.ValueError(f"[upsample] mode '{mode}' is not supported; loom has 'nearest'")
-    scales = list(scales or [])
+    scales = [] if scales is None else list(scales)
     if len(scales) != x.ndim or any(float(s) != int(s) or s < 1 for s in scales):
         raise errors.ValueError(f"[upsample] scales {scales} must be one positive integer per axis of {x.describe()}")
     shape = x.shape
@@ -1007,10 +1007,11 @@ def __getattr__(name):
 # Not ops, or not replayable: a creator runs its op again, so a function that draws random numbers
 # (its mask would differ) or reads values on the host gets none.
 _singa_ops = __name__.rpartition(".")[0] + ".singa_ops"
+_LOGICAL = ("_and", "_or", "_xor", "_not")  # SINGA's underscored names for the logical ops
 _NO_CREATOR = {"backward", "gradients", "grad_enabled", "no_grad", "call", "fill", "normal", "uniform", "bernoulli",
                "dropout", "nonzero", "shape", "infer_dependency", "sum_to"}
 for _name, _fn in list(globals().items()):
-    if (_name.startswith("_") or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
+    if ((_name.startswith("_") and _name not in _LOGICAL) or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
             or getattr(_fn, "__module__", "") not in (__name__, core.__name__, core._core.__name__, _singa_ops)):
         continue
     globals()[_name] = _creators.with_creator(_name, _fn, lambda: training)

@@ -115,6 +115,8 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
             output_names=None, graph=None):
     """Exports `outputs` (a callable model, or tensors computed from `inputs` in a capture) as an
     ONNX model; see the module's doc. Returns an onnx.ModelProto, or bytes without onnx."""
+    if isinstance(inputs, (list, tuple)):  # SINGA's scripts list attribute values (clip's bounds, a shape)
+        inputs = [v for v in inputs if not isinstance(v, (int, float, tuple, list))]  # among the inputs
     inputs = _tensors(inputs, "input")
     if not inputs:
         raise errors.OnnxError("[onnx] to_onnx needs at least one input tensor")
