@@ -151,3 +151,25 @@ def test_creator_gradients_in_singa_form(dev, monkeypatch):
     up = autograd.upsample(tensor.from_numpy(np.ones((1, 1, 2, 2), np.float32), dev), "nearest",
                            np.array([1.0, 1.0, 2.0, 3.0], np.float32))
     assert up.shape == (1, 1, 4, 6)
+
+
+def test_singa_rep_runs_part_of_the_graph_and_retrains(dev, monkeypatch):
+    need_onnx()
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3, 3, 3), dev)
+    conv1, conv2 = layer.Conv2d(1, 2), layer.Conv2d(1, 2)
+    y = autograd.flatten(conv2(conv1(x)))
+    first = conv1(x)
+    rep = sonnx.prepare(sonnx.to_onnx([x], [y]), device=dev)
+    # SINGA's count: last_layers=-1 is node (−1 + 1) mod n = 0, the first convolution
+    (got,) = rep.run([x], last_layers=-1)
+    np.testing.assert_allclose(got.to_numpy(), first.to_numpy(), rtol=1e-5, atol=1e-6)
+    (out,) = rep.run([x])
+    target = _x((2, 1), dev)
+    loss = autograd.MeanSquareError(target)(out)[0]  # SINGA's class form broadcasts the target
+    want = np.mean((out.to_numpy() - target.to_numpy()) ** 2)
+    np.testing.assert_allclose(loss.to_numpy(), [want], rtol=1e-5)
+    grads = dict(autograd.backward(loss))  # the imported initializers are parameters
+    assert len(grads) == len(rep.graph.parameters()) > 0
+    with pytest.raises(loom.OnnxError, match="outside"):
+        rep.run([x], last_layers=7)

@@ -917,6 +917,13 @@ def scatter_elements(x, indices, updates, axis=0):
 _F32 = core.dtype_from_name("float32")
 
 
+def _mse_broadcast(x, t):
+    """SINGA's MeanSquareError(t)(x): the target broadcast to x's shape (mse_loss wants equal shapes)."""
+    if isinstance(t, Tensor) and tuple(t.shape) != tuple(x.shape):
+        t = core.broadcast_to(t, tuple(x.shape))
+    return mse_loss(x, t)
+
+
 # ---- SINGA's class forms of the functions: F(*attributes)(*inputs) is the tuple
 # (f(*inputs, *attributes),); loom's autograd differentiates them as it does the functions ----
 
@@ -972,7 +979,7 @@ _CLASS_FORMS = {
     "Gemm": gemm, "Shape": shape, "ConstantOfShape": constant_of_shape, "NonZero": nonzero,
     "ScatterElements": scatter_elements, "CosSim": cossim, "Cast": cast, "Dropout": dropout,
     "SoftMax": lambda x, axis=1: core.softmax(x, axis),  # SINGA's default axis
-    "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": mse_loss, "CrossEntropy": cross_entropy,
+    "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": _mse_broadcast, "CrossEntropy": cross_entropy,
     "BinaryCrossEntropy": binary_cross_entropy,
     "AddBias": _add_bias_axis, "Concat": _concat,
     "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
