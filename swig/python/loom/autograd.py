@@ -1012,11 +1012,12 @@ def __getattr__(name):
 # ---- SINGA's y.creator on the results of the functions above (Note [Creators of op results]) ----
 
 # Not ops, or not replayable: a creator runs its op again, so a function that draws random numbers
-# (its mask would differ) or reads values on the host gets none.
+# or reads values on the host gets none. dropout's creator only replays for export (in eval mode,
+# the identity); its backward would draw another mask, so it refuses (creators.REPLAY_ONLY).
 _singa_ops = __name__.rpartition(".")[0] + ".singa_ops"
 _LOGICAL = ("_and", "_or", "_xor", "_not")  # SINGA's underscored names for the logical ops
 _NO_CREATOR = {"backward", "gradients", "grad_enabled", "no_grad", "call", "fill", "normal", "uniform", "bernoulli",
-               "dropout", "nonzero", "shape", "infer_dependency", "sum_to"}
+               "nonzero", "infer_dependency"}
 for _name, _fn in list(globals().items()):
     if ((_name.startswith("_") and _name not in _LOGICAL) or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
             or getattr(_fn, "__module__", "") not in (__name__, core.__name__, core._core.__name__, _singa_ops)):

@@ -98,6 +98,10 @@ class OpCreator:
         """The gradients of the op's tensor inputs given dys (one per output; ones when omitted):
         one tensor for an op of one tensor input, else a tuple in input order (zeros for an input
         the output does not depend on through a gradient: an integer input, a step function's)."""
+        if self.name in REPLAY_ONLY:
+            raise errors.GraphError(f"[{self.name}] creator.backward: loom does not keep the random mask, and "
+                                    "running the op again would draw another; differentiate the loss instead "
+                                    "(autograd.backward)")
         leaves = []
 
         def leaf_of(arg):
@@ -129,6 +133,10 @@ class OpCreator:
 # the target) and scatter_elements (not of the indices and updates).
 FIRST_INPUT_ONLY = frozenset({"mse_loss", "mse", "softmax_cross_entropy", "cross_entropy", "binary_cross_entropy",
                               "scatter_elements"})
+
+
+# Ops whose creator runs them again for export only (in eval mode) and refuses backward.
+REPLAY_ONLY = frozenset({"dropout"})
 
 
 def zero_gradient(t):

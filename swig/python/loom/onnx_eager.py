@@ -10,7 +10,8 @@ while the device captures a fresh graph: an input of to_onnx stands for itself, 
 an op is the replayed op's output, and any other tensor (a parameter, a constant) is itself. The
 graph holds the ops the eager forward ran, recorded as a capture records them, so the exported
 model is the one the captured path (to_onnx(inputs, model)) exports. The replay runs without
-autograd history; a tensor that is neither alive nor made by a recorded op is a loom.OnnxError.
+autograd history and, as the captured path, in eval mode (autograd.training False: batch norm
+with its running statistics, dropout the identity); a tensor that is neither alive nor made by a recorded op is a loom.OnnxError.
 """
 from . import autograd, core, errors
 from .creators import Arg
@@ -72,12 +73,16 @@ def replay_creators(inputs, outputs, model_name):
     captures (Note [Exporting eager outputs])."""
     graph = core.new_graph(inputs[0].device, f"{model_name}.onnx_export", None)
     walk = _Walk(inputs)
-    with autograd.no_grad():
-        graph.begin_capture()
-        try:
-            outs = [walk.tensor(Arg(y)) for y in outputs]
-        except BaseException:
-            graph.abort_capture()
-            raise
-        graph.end_capture()
+    was_training, autograd.training = autograd.training, False  # as the captured path: eval mode
+    try:
+        with autograd.no_grad():
+            graph.begin_capture()
+            try:
+                outs = [walk.tensor(Arg(y)) for y in outputs]
+            except BaseException:
+                graph.abort_capture()
+                raise
+            graph.end_capture()
+    finally:
+        autograd.training = was_training
     return graph, outs
