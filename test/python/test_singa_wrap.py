@@ -166,3 +166,17 @@ def test_batchnorm_2d_and_pooling_2d_take_handles(dev, monkeypatch):
     p = sw.PoolingHandle(_t(x, dev), [2, 2], [2, 2], [0, 0], True)
     np.testing.assert_allclose(autograd.pooling_2d(p, _t(x, dev)).to_numpy(),
                                x.reshape(2, 3, 2, 2, 2, 2).max((3, 5)))
+
+
+def test_gradients_by_id_and_stores_grad(dev):
+    a = _t(RNG.standard_normal((2, 3)), dev)
+    a.stores_grad = True  # SINGA's mark of a parameter
+    assert a.requires_grad and a.stores_grad
+    b = _t(RNG.standard_normal((2, 3)), dev)
+    grads = autograd.gradients(autograd.mse_loss(autograd.mul(a, b), _t(np.zeros((2, 3)), dev)))
+    want = 2 * a.to_numpy() * b.to_numpy() ** 2 / 6
+    np.testing.assert_allclose(grads[id(a)].to_numpy(), want, rtol=1e-5)  # SINGA's auto_grads[id(p)]
+    np.testing.assert_allclose(grads[a].to_numpy(), want, rtol=1e-5)
+    assert id(b) not in grads
+    with pytest.raises(KeyError):
+        grads[id(b)]

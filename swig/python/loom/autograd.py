@@ -12,6 +12,7 @@ it is recorded into the graph instead of running.
 """
 import builtins
 import contextlib
+import gc
 import itertools
 import math
 
@@ -94,21 +95,30 @@ class _Gradients(dict):
         return None
 
     def __missing__(self, t):
-        p = self._find(t)
+        p = self._find(_tensor_of_id(t) if isinstance(t, int) else t)
         if p is None:
             raise KeyError(t)
         return dict.__getitem__(self, p)
 
     def __contains__(self, t):
-        return dict.__contains__(self, t) or self._find(t) is not None
+        return dict.__contains__(self, t) or self._find(_tensor_of_id(t) if isinstance(t, int) else t) is not None
 
     def get(self, t, default=None):
         return self[t] if t in self else default
 
 
+def _tensor_of_id(key):
+    """The live Tensor whose id() is `key`, or None: SINGA's scripts look gradients up by
+    id(param) (auto_grads[id(p)]). A scan of the collector's objects, so slow: for that spelling only."""
+    for obj in gc.get_objects():
+        if id(obj) == key and isinstance(obj, Tensor):
+            return obj
+    return None
+
+
 def gradients(y, dy=None):
     """{param: grad}: keyed by the parameter Tensor objects autograd returned; a lookup with
-    another handle on the same parameter finds it too."""
+    another handle on the same parameter finds it too, and so does one by id(handle) (SINGA's)."""
     return _Gradients(backward(y, dy))
 
 

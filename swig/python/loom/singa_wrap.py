@@ -274,6 +274,10 @@ Tensor.data = property(lambda self: self, lambda self, other: self._rebind(_tens
 Tensor.shape = _agreeing("shape", Tensor.shape.fget, lambda a, b: tuple(a) == tuple(b))
 Tensor.device = _agreeing("device", Tensor.device.fget, lambda a, b: a == b)
 Tensor.dtype = _agreeing("dtype", Tensor.dtype.fget, _same_dtype)
+# SINGA's stores_grad marks a parameter, whose gradient autograd computes: loom's requires_grad.
+Tensor.stores_grad = property(lambda self: self.requires_grad,
+                              lambda self, value: setattr(self, "requires_grad", bool(value)),
+                              doc="SINGA's name for requires_grad on a parameter.")
 # SINGA's C++ tensor has device() a method; loom's Tensor.device is a property, so a Device called
 # returns itself (d = t.device(); t.ToDevice(d)).
 core.Device.__call__ = lambda self: self
