@@ -173,3 +173,26 @@ def test_singa_rep_runs_part_of_the_graph_and_retrains(dev, monkeypatch):
     assert len(grads) == len(rep.graph.parameters()) > 0
     with pytest.raises(loom.OnnxError, match="outside"):
         rep.run([x], last_layers=7)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_pad_modes_match_numpy_differentiate_and_export(dev, monkeypatch, mode):
+    monkeypatch.setattr(autograd, "training", True)
+    x = RNG.standard_normal((3, 2)).astype(np.float32)
+    tx = tensor.from_numpy(x, dev)
+    for pads in ([0, 2, 0, 0], [2, 5, 3, 4]):  # the second longer than the axis: reflected again
+        y = autograd.pad(tx, mode, pads)
+        np.testing.assert_array_equal(y.to_numpy(), np.pad(x, [(pads[0], pads[2]), (pads[1], pads[3])], mode=mode))
+    dy = RNG.standard_normal(y.shape).astype(np.float32)
+    dx = y.creator.backward(tensor.from_numpy(dy, dev)).to_numpy()
+    idx0 = np.pad(np.arange(3), (2, 3), mode=mode)
+    idx1 = np.pad(np.arange(2), (5, 4), mode=mode)
+    want = np.zeros_like(x)
+    np.add.at(want, (idx0[:, None], idx1[None, :]), dy)
+    np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(loom.ValueError, match="mode must be"):
+        autograd.pad(tx, "wrap", [0, 1, 0, 1])
+    need_runtime()
+    proto = sonnx.to_onnx([tx], [y])
+    (got,) = run_onnx(proto, {proto.graph.input[0].name: x})
+    np.testing.assert_array_equal(got, y.to_numpy())

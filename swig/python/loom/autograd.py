@@ -788,15 +788,31 @@ def constant_of_shape(x, value=0.0):
     return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
 
 
+def _pad_indices(mode, n, before, after):
+    """The source index of each padded position along an axis of size n: 'reflect' mirrors about
+    the edge element, again past the far edge when the pad is longer than the axis (numpy's
+    reflect: period 2 (n - 1)), 'edge' repeats it."""
+    i = np.arange(-before, n + after)
+    if mode == "edge" or n == 1:
+        return np.clip(i, 0, n - 1)
+    r = np.mod(i, 2 * (n - 1))
+    return np.where(r < n, r, 2 * (n - 1) - r)
+
+
 def pad(x, mode="constant", pads=None, constant=0.0):
-    """ONNX's Pad, constant mode: pads [b1, ..., bn, e1, ..., en] (before and after each axis)."""
-    if mode != "constant":
-        raise errors.ValueError(f"[pad] mode '{mode}' is not supported; loom pads with a constant")
+    """ONNX's Pad: pads [b1, ..., bn, e1, ..., en] (before and after each axis) with `constant`,
+    or mode 'reflect' (mirrored about the edge) or 'edge' (the edge repeated), as ONNX's."""
+    if mode not in ("constant", "reflect", "edge"):
+        raise errors.ValueError(f"[pad] mode must be 'constant', 'reflect' or 'edge', got {mode!r}")
     pads = list(pads or [])
     if len(pads) != 2 * x.ndim or builtins.min(pads, default=0) < 0:
         raise errors.ValueError(f"[pad] pads {pads} must be 2 x {x.ndim} non-negative sizes for {x.describe()}")
     for axis in range(x.ndim):
         before, after = pads[axis], pads[axis + x.ndim]
+        if mode != "constant":
+            if before or after:
+                x = gather(x, axis, _pad_indices(mode, x.shape[axis], before, after))
+            continue
         parts = []
         for n in (before, None, after):
             if n is None:

@@ -190,9 +190,10 @@ def _singa_names(pairs):
 # (Note [Creators of op results] in creators.py): it holds the input weakly and, when asked,
 # runs the layer's forward again on a detached handle of it and differentiates the whole layer
 # (a Conv2d with activation="RELU" included: its pre-activation is an intermediate that a
-# creator holding it weakly could not reach). Only layers whose forward is a pure function of
-# input and parameters get one: not a layer with running states (BatchNorm2d: a second forward
-# would move them) nor one that draws random numbers (Dropout: the mask would differ).
+# creator holding it weakly could not reach). A layer with running states (BatchNorm2d) gets
+# one too: its backward keeps copies of the states and writes them back after the second
+# forward, so they move once, as SINGA's. A layer that draws random numbers (Dropout) gets none:
+# a second forward would draw another mask.
 
 class _LayerCreator:
     """The creator of a C++ layer's result (Note [Creators of layer results])."""
@@ -224,7 +225,14 @@ class _LayerCreator:
             leaf.requires_grad = True
         else:
             leaf = x
-        grads = autograd.gradients(self._layer.forward(leaf), dy)
+        running = [(t, t.clone()) for name, t in self._layer.get_states().items()
+                   if name not in self._layer.get_params()]
+        try:
+            grads = autograd.gradients(self._layer.forward(leaf), dy)
+        finally:
+            with autograd.no_grad():
+                for t, saved in running:  # the states as the first forward left them
+                    core.copy_into(t, saved)
         out = [grads.get(leaf) if leaf is not x else creators.zero_gradient(x)]
         params = list(self._layer.get_params().values())
         if not params:
@@ -249,15 +257,9 @@ class NativeLayer(Layer):
         return y
 
     def _replayable(self):
-        """Whether forward is a pure function of the input and the parameters (Note [Creators of
-        layer results]): no running states beside the parameters; known once the layer is sized."""
-        known = self.__dict__.get("_pure")
-        if known is None:
-            if not self.initialized:
-                return False
-            known = self._pure = not self._draws_random and not (
-                self.get_states().keys() - self.get_params().keys())
-        return known
+        """Whether forward can run again for a creator (Note [Creators of layer results]): it
+        draws no random numbers; known once the layer is sized."""
+        return self.initialized and not self._draws_random
 
     _draws_random = False
 
