@@ -34,7 +34,8 @@ def _op_functions():
 # the few whose SINGA spelling takes other arguments (numbers, None, axis=None, pairs).
 globals().update(_op_functions())
 from .core import sum_to  # noqa: E402,F401  (a core/ops.h function made of other ops)
-from .singa_ops import expand, reduce_mean, reduce_sum  # noqa: E402,F401  (SINGA's ONNX spellings)
+from .singa_ops import (_nchw, depth_to_space, expand, pad, reduce_mean, reduce_sum,  # noqa: E402,F401
+                        space_to_depth)  # SINGA's ONNX spellings
 
 
 # ---- losses: SINGA's shape (1,) ----
@@ -788,43 +789,6 @@ def constant_of_shape(x, value=0.0):
     return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
 
 
-def _pad_indices(mode, n, before, after):
-    """The source index of each padded position along an axis of size n: 'reflect' mirrors about
-    the edge element, again past the far edge when the pad is longer than the axis (numpy's
-    reflect: period 2 (n - 1)), 'edge' repeats it."""
-    i = np.arange(-before, n + after)
-    if mode == "edge" or n == 1:
-        return np.clip(i, 0, n - 1)
-    r = np.mod(i, 2 * (n - 1))
-    return np.where(r < n, r, 2 * (n - 1) - r)
-
-
-def pad(x, mode="constant", pads=None, constant=0.0):
-    """ONNX's Pad: pads [b1, ..., bn, e1, ..., en] (before and after each axis) with `constant`,
-    or mode 'reflect' (mirrored about the edge) or 'edge' (the edge repeated), as ONNX's."""
-    if mode not in ("constant", "reflect", "edge"):
-        raise errors.ValueError(f"[pad] mode must be 'constant', 'reflect' or 'edge', got {mode!r}")
-    pads = list(pads or [])
-    if len(pads) != 2 * x.ndim or builtins.min(pads, default=0) < 0:
-        raise errors.ValueError(f"[pad] pads {pads} must be 2 x {x.ndim} non-negative sizes for {x.describe()}")
-    for axis in range(x.ndim):
-        before, after = pads[axis], pads[axis + x.ndim]
-        if mode != "constant":
-            if before or after:
-                x = gather(x, axis, _pad_indices(mode, x.shape[axis], before, after))
-            continue
-        parts = []
-        for n in (before, None, after):
-            if n is None:
-                parts.append(x)
-            elif n:
-                s = list(x.shape)
-                s[axis] = n
-                parts.append(_full_like(x, constant, s))
-        x = core.cat(parts, axis) if len(parts) > 1 else x
-    return x
-
-
 def upsample(x, mode="nearest", scales=None):
     """ONNX's Upsample, nearest, integer scales (one per axis): each element repeated."""
     if mode != "nearest":
@@ -837,40 +801,6 @@ def upsample(x, mode="nearest", scales=None):
     wide = tuple(v for d, s in zip(shape, scales) for v in (d, int(s)))
     y = core.broadcast_to(core.reshape(x, inter), wide)
     return core.reshape(y, tuple(d * int(s) for d, s in zip(shape, scales)))
-
-
-def depth_to_space(x, blocksize, mode="DCR"):
-    """(N, C, H, W) -> (N, C / b^2, H b, W b); mode DCR (depth, column, row) or CRD, as ONNX."""
-    n, c, h, w = _nchw("depth_to_space", x)
-    b = int(blocksize)
-    if c % (b * b):
-        raise errors.ShapeError(f"[depth_to_space] {c} channels of {x.describe()} do not divide by {b}^2")
-    if mode == "DCR":
-        y = core.permute(core.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
-    elif mode == "CRD":
-        y = core.permute(core.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
-    else:
-        raise errors.ValueError(f"[depth_to_space] mode must be 'DCR' or 'CRD', got {mode!r}")
-    return core.reshape(y, (n, c // (b * b), h * b, w * b))
-
-
-def space_to_depth(x, blocksize, mode="DCR"):
-    """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space in the same mode."""
-    n, c, h, w = _nchw("space_to_depth", x)
-    b = int(blocksize)
-    if h % b or w % b:
-        raise errors.ShapeError(f"[space_to_depth] {x.describe()}'s height and width do not divide by {b}")
-    if mode not in ("DCR", "CRD"):
-        raise errors.ValueError(f"[space_to_depth] mode must be 'DCR' or 'CRD', got {mode!r}")
-    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
-    y = core.permute(core.reshape(x, (n, c, h // b, b, w // b, b)), perm)
-    return core.reshape(y, (n, c * b * b, h // b, w // b))
-
-
-def _nchw(op, x):
-    if x.ndim != 4:
-        raise errors.ShapeError(f"[{op}] expects (N, C, H, W), got {x.describe()}")
-    return x.shape
 
 
 def globalaveragepool(x, data_format="channels_first"):
