@@ -196,3 +196,15 @@ def test_pad_modes_match_numpy_differentiate_and_export(dev, monkeypatch, mode):
     proto = sonnx.to_onnx([tx], [y])
     (got,) = run_onnx(proto, {proto.graph.input[0].name: x})
     np.testing.assert_array_equal(got, y.to_numpy())
+
+
+def test_eager_outputs_export_even_after_a_capture_on_the_device(dev, monkeypatch):
+    need_onnx()
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3), dev)  # the fixture resets the device's graphs afterwards
+    with dev.buffer():
+        autograd.relu(x)  # the device now has a default graph, holding another computation
+    assert dev.HasGraph("default")
+    y = autograd.tanh(autograd.mul(x, x))  # eager, after the capture
+    proto = sonnx.to_onnx([x], [y])
+    assert [n.op_type for n in proto.graph.node] == ["Mul", "Tanh"]

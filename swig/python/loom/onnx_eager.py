@@ -23,6 +23,11 @@ def creator_of(t):
     return t.__dict__.get("creator") if isinstance(t, Tensor) else None
 
 
+def recorded(outputs):
+    """Whether every output carries a creator (computed while autograd.training was set)."""
+    return all(creator_of(y) is not None for y in outputs)
+
+
 def _key(t):
     return (t._block_id(), t.offset(), tuple(t.shape), t.dtype)
 

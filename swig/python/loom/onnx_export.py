@@ -30,7 +30,7 @@ package is installed (python3-onnx), else the serialized model as bytes.
 """
 from . import autograd, core, errors
 from .layer import Layer, uninitialized
-from .onnx_eager import creator_of, replay_creators
+from .onnx_eager import recorded, replay_creators
 from .tensor import Tensor, from_numpy
 
 __all__ = ["to_onnx", "exportable_ops"]
@@ -120,7 +120,7 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
     inputs = _tensors(inputs, "input")
     if not inputs:
         raise errors.OnnxError("[onnx] to_onnx needs at least one input tensor")
-    named = []
+    named, default_graph = [], False
     if callable(outputs) and not isinstance(outputs, (Tensor, core.Tensor, list, tuple)):
         model = _net_of(outputs)
         graph, outs = _capture(model, inputs, model_name)
@@ -130,17 +130,27 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
         if graph is None:
             dev = inputs[0].device
             if dev.HasGraph("default"):
-                graph = dev.graph("default")
-            elif all(creator_of(y) is not None for y in outs):
+                graph, default_graph = dev.graph("default"), True
+            elif recorded(outs):
                 graph, outs = replay_creators(inputs, outs, model_name)  # Note [Exporting eager outputs]
             else:
                 raise errors.OnnxError(
                     "[onnx] the outputs were neither computed in a captured graph nor recorded by autograd "
                     "(autograd.training was False): pass the model itself (to_onnx(inputs, model)), compute them "
                     "inside `with dev.buffer():` (or pass graph=), or compute them with autograd.training = True")
-    data = core.onnx_export_graph(graph, inputs, outs, str(model_name), bool(dynamic_batch),
-                                  _names(input_names, len(inputs), "input"),
-                                  _names(output_names, len(outs), "output"), named, "" if path is None else str(path))
+    def export(graph, outs):
+        return core.onnx_export_graph(graph, inputs, outs, str(model_name), bool(dynamic_batch),
+                                      _names(input_names, len(inputs), "input"),
+                                      _names(output_names, len(outs), "output"), named,
+                                      "" if path is None else str(path))
+
+    try:
+        data = export(graph, outs)
+    except errors.OnnxError as e:
+        # The device's default graph was taken, but these outputs were computed eagerly (after it).
+        if not (default_graph and "is not computed by graph" in str(e) and recorded(outs)):
+            raise
+        data = export(*replay_creators(inputs, outs, model_name))
     try:
         import onnx
     except ImportError:
