@@ -180,3 +180,17 @@ def test_gradients_by_id_and_stores_grad(dev):
     assert id(b) not in grads
     with pytest.raises(KeyError):
         grads[id(b)]
+
+
+def test_conv2d_takes_a_conv_handle(dev):
+    x = RNG.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    w = RNG.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    h = sw.ConvHandle(_t(x, dev), [3, 3], [2, 2], [1, 1], 4, 6, True, 2)
+    got = autograd.conv2d(h, _t(x, dev), _t(w, dev), _t(b, dev)).to_numpy()
+    want = autograd.conv2d(_t(x, dev), _t(w, dev), _t(b, dev), 2, 1, 1, 2).to_numpy()
+    assert got.shape == (1, 6, 3, 3)
+    np.testing.assert_array_equal(got, want)
+    import torch
+    ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)

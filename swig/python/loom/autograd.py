@@ -313,10 +313,22 @@ def _pads(op, padding, padding_end, odd_padding):
     return (begin[0] + odd[0], begin[1] + odd[2]), (end[0] + odd[1], end[1] + odd[3])
 
 
-def conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
-    """x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None -> (N, O, OH, OW). Zero padding
-    `padding` before, `padding_end` (default: padding) after each axis, plus SINGA's odd_padding
-    (top, bottom, left, right)."""
+def conv2d(*args, **kwargs):
+    """conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None,
+    odd_padding=(0, 0, 0, 0)): x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None ->
+    (N, O, OH, OW). Zero padding `padding` before, `padding_end` (default: padding) after each
+    axis, plus SINGA's odd_padding (top, bottom, left, right). SINGA's conv2d(handle, x, W, b=None,
+    odd_padding=...) takes stride, padding and groups from a singa_wrap.ConvHandle."""
+    if args and not isinstance(args[0], Tensor) and hasattr(args[0], "groups"):
+        return _conv2d_of_handle(*args, **kwargs)
+    return _conv2d(*args, **kwargs)
+
+
+def _conv2d_of_handle(handle, x, W, b=None, odd_padding=(0, 0, 0, 0)):
+    return _conv2d(x, W, b, handle.stride, handle.padding, 1, handle.groups, None, odd_padding)
+
+
+def _conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
     begin, end = _pads("conv2d", padding, padding_end, odd_padding)
     return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"), begin,
                        _pair(dilation, "conv2d dilation"), groups, end)

@@ -1,9 +1,11 @@
 """loom.sonnx: ONNX models in and out of loom, with SINGA's sonnx names (C++ in src/io/onnx).
 
     model_proto = sonnx.to_onnx([x], net, "net", path="net.onnx")   # export (loom.onnx_export)
+    y = net(x); model_proto = sonnx.to_onnx([x], [y])   # SINGA's: outputs of an eager forward
 
-    rep = sonnx.prepare("net.onnx", device="CPU")      # onnx.backend.base.BackendRep
+    rep = sonnx.prepare("net.onnx", device="CPU")      # onnx.backend.base.BackendRep (SINGA's SingaRep)
     outputs = rep.run([x_numpy])                        # numpy in, numpy out
+    ys = rep.run([x])                                   # loom tensors in, loom tensors out (trainable)
 
     class Net(sonnx.SONNXModel):                        # a loom model.Model
         def train_one_batch(self, x, y):
