@@ -15,6 +15,7 @@ import contextlib
 import gc
 import itertools
 import math
+import sys
 
 import numpy as np
 
@@ -990,5 +991,5 @@ for _name, _fn in list(globals().items()):
     if ((_name.startswith("_") and _name not in _LOGICAL) or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
             or getattr(_fn, "__module__", "") not in (__name__, core.__name__, core._core.__name__, _singa_ops)):
         continue
-    globals()[_name] = _creators.with_creator(_name, _fn, lambda: training)
+    globals()[_name] = _creators.with_creator(_name, _fn, sys.modules[__name__])
 del _name, _fn

@@ -7,7 +7,7 @@ only what backward needs, in C++, and only when an input requires a gradient (do
 invariant 8). So autograd's op functions attach an OpCreator that holds *weak* references to the
 op's tensor inputs (and, strongly, the creators of those inputs: small Python objects, no tensor
 memory) and, when asked, runs the op again on detached handles of them and differentiates that:
-it extends no tensor's lifetime and runs nothing until asked (about a microsecond per call to
+it extends no tensor's lifetime and runs nothing until asked (under a microsecond per call to
 make; none while autograd.training is False, and replays of a captured step run no Python). An
 input freed since is a loom.GraphError.
 
@@ -30,9 +30,8 @@ class Arg:
     __slots__ = ("ref", "creator", "index")
 
     def __init__(self, t):
-        self.ref = weakref.ref(t)
-        self.creator = t.__dict__.get("creator")
-        self.index = t.__dict__.get("_creator_output", 0)
+        d = t.__dict__
+        self.ref, self.creator, self.index = weakref.ref(t), d.get("creator"), d.get("_creator_output", 0)
 
 
 def record(value):
@@ -77,7 +76,8 @@ class OpCreator:
 
     def __init__(self, name, fn, args, kwargs):
         self.name, self._fn = name, fn
-        self._args, self._kwargs = record(tuple(args)), {k: record(v) for k, v in kwargs.items()}
+        self._args = tuple([Arg(a) if isinstance(a, Tensor) else record(a) for a in args])
+        self._kwargs = {k: record(v) for k, v in kwargs.items()} if kwargs else kwargs
 
     @property
     def src(self):
@@ -166,11 +166,11 @@ def attach(y, creator):
                 t._creator_output = k
 
 
-def with_creator(name, fn, is_training):
-    """fn whose results carry an OpCreator while is_training() (autograd.training)."""
+def with_creator(name, fn, flags):
+    """fn whose results carry an OpCreator while flags.training (the autograd module's flag)."""
     def op(*args, **kwargs):
         y = fn(*args, **kwargs)
-        if is_training():
+        if flags.training:
             attach(y, OpCreator(name, fn, args, kwargs))
         return y
     op.__name__, op.__qualname__, op.__doc__, op.__wrapped__ = name, name, fn.__doc__, fn
