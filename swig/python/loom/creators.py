@@ -86,9 +86,16 @@ class OpCreator:
         resolve(self._args, lambda a: out.append(a.ref()))
         return [t for t in out if t is not None]
 
-    def args(self):
-        """The recorded arguments, positional and keyword, with Arg records for tensors."""
-        return self._args, self._kwargs
+    def arg_records(self):
+        """The Arg records of the op's tensor arguments, positional then keyword."""
+        out = []
+
+        def collect(a):
+            out.append(a)
+        resolve(self._args, collect)
+        for v in self._kwargs.values():
+            resolve(v, collect)
+        return out
 
     def replay(self, tensor_of):
         """The op run again, its tensor arguments given by tensor_of(Arg)."""

@@ -208,6 +208,9 @@ class _LayerCreator:
         x = self._x.ref()
         return [] if x is None else [x]
 
+    def arg_records(self):
+        return [self._x]
+
     def replay(self, tensor_of):
         """The layer's forward again, on tensor_of(the input's record) (Note [Exporting eager outputs])."""
         return self._layer.forward(tensor_of(self._x))

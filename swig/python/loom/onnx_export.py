@@ -85,7 +85,7 @@ def _named_states(model):
 def _capture(fn, inputs, model_name):
     """Calls fn(*inputs) in eval mode without gradients while the device captures; returns the
     graph and the output tensors."""
-    was_training = getattr(fn, "training", None)
+    was_training, global_training = getattr(fn, "training", None), autograd.training  # Model.train sets both
     if was_training is not None and callable(getattr(fn, "train", None)):
         fn.train(False)
     graph = core.new_graph(inputs[0].device, f"{model_name}.onnx_export", None)
@@ -106,6 +106,7 @@ def _capture(fn, inputs, model_name):
     finally:
         if was_training is not None and callable(getattr(fn, "train", None)):
             fn.train(was_training)
+        autograd.training = global_training
     if isinstance(result, dict):
         result = list(result.values())
     return graph, _tensors(result, "output")
