@@ -208,3 +208,15 @@ def test_eager_outputs_export_even_after_a_capture_on_the_device(dev, monkeypatc
     y = autograd.tanh(autograd.mul(x, x))  # eager, after the capture
     proto = sonnx.to_onnx([x], [y])
     assert [n.op_type for n in proto.graph.node] == ["Mul", "Tanh"]
+
+
+def test_a_chain_longer_than_the_recursion_limit_exports(dev, monkeypatch):
+    need_onnx()
+    import sys
+    monkeypatch.setattr(autograd, "training", True)
+    x = _x((2, 3), dev)
+    y = x
+    for _ in range(sys.getrecursionlimit() + 200):
+        y = autograd.tanh(y)
+    proto = sonnx.to_onnx([x], [y])
+    assert len(proto.graph.node) == sys.getrecursionlimit() + 200
