@@ -63,6 +63,7 @@ LOOM_COMM_WITHOUT_GIL(loom::MakeCommunicator)
 %ignore loom::Communicator::AllGather;
 %ignore loom::Communicator::Broadcast;
 %ignore loom::ReduceOp;
+%ignore loom::MakeNcclCommunicator;  // defined only in a build with NCCL; Python reaches it through MakeCommunicator
 %include "core/communicator.h"
 
 %extend loom::Communicator {

@@ -52,3 +52,14 @@ def python_env():
     pkg_parent = os.path.dirname(os.path.dirname(_loom.__file__))
     env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+@pytest.fixture(autouse=True)
+def _autograd_training_restored():
+    """SINGA's autograd.training is process-wide and Model.train()/eval() set it: each test gets
+    back the value it started with, so no test's mode leaks into the next (y.creator, dropout and
+    batch norm read it)."""
+    from loom import autograd
+    saved = autograd.training
+    yield
+    autograd.training = saved

@@ -232,12 +232,20 @@ def test_losses_match_onnxruntime():
         expect_close(g, w.to_numpy())
 
 
-def test_eagerly_computed_outputs_are_refused_with_advice(dev):
+def test_eager_outputs_export_by_their_creators_else_are_refused_with_advice(dev, monkeypatch):
+    need_onnx()
     net = model.mlp([4, 3])
     x = random_input((2, 4), 17)
+    monkeypatch.setattr(autograd, "training", False)  # no creators recorded
     y = net(x)
     with pytest.raises(loom.OnnxError, match="captured graph"):
         onnx_export.to_onnx([x], [y])
+    monkeypatch.setattr(autograd, "training", True)  # SINGA's scripts: y.creator walked back to x
+    y = net(x)
+    eager, captured = onnx_export.to_onnx([x], [y]), onnx_export.to_onnx([x], net)
+    assert [n.op_type for n in eager.graph.node] == [n.op_type for n in captured.graph.node]
+    need_runtime()
+    expect_close(run_onnx(eager, {eager.graph.input[0].name: x.to_numpy()})[0], y.to_numpy())
 
 
 def test_training_flag_is_restored():
@@ -245,6 +253,11 @@ def test_training_flag_is_restored():
     net.train()
     onnx_export.to_onnx([random_input((2, 3, 32, 32), 18)], net, "cnn")
     assert net.training
+    before = autograd.training
+    net.eval()
+    autograd.training = before  # the global flag and the model's mode may differ; export keeps both
+    onnx_export.to_onnx([random_input((2, 3, 32, 32), 18)], net, "cnn")
+    assert autograd.training == before and not net.training
 
 
 def test_layers_sized_by_their_first_input_are_made_before_the_capture():

@@ -188,8 +188,10 @@ def test_cossim_pad_upsample(dev):
     padded = autograd.pad(t(a, dev), "constant", [1, 0, 0, 2], 7.0).to_numpy()
     np.testing.assert_array_equal(padded, np.pad(a, ((1, 0), (0, 2)), constant_values=7.0))
     check_grad(dev, lambda v: autograd.pad(v, "constant", [0, 1, 2, 0]), a[:2, :2])
-    with pytest.raises(loom.ValueError, match=r"\[pad\] mode 'reflect' is not supported"):
-        autograd.pad(t(a, dev), "reflect", [1, 1, 1, 1])
+    np.testing.assert_allclose(autograd.pad(t(a, dev), "reflect", [1, 1, 1, 1]).to_numpy(),
+                               np.pad(a, 1, mode="reflect"), rtol=1e-6)
+    with pytest.raises(loom.ValueError, match=r"\[pad\] mode must be 'constant', 'reflect' or 'edge'"):
+        autograd.pad(t(a, dev), "wrap", [1, 1, 1, 1])
     img = RNG.normal(size=(1, 2, 2, 3))
     up = autograd.upsample(t(img, dev), "nearest", [1, 1, 2, 3]).to_numpy()
     np.testing.assert_array_equal(up, img.repeat(2, 2).repeat(3, 3))

@@ -79,15 +79,33 @@ def test_pooling_creator_has_only_dx():
     x = RNG.standard_normal((1, 1, 4, 4))
     xt = _t(x)
     y = pool(xt)
-    (dx,) = y.creator.backward()
+    dx = y.creator.backward()  # SINGA: a tensor, not a 1-tuple
     tx = torch.tensor(x, requires_grad=True)
     torch.nn.functional.max_pool2d(tx, 2, 2).sum().backward()
     np.testing.assert_allclose(tensor.to_numpy(dx), tx.grad.numpy())
 
 
-def test_no_creator_for_stateful_or_random_layers_or_outside_training():
+def test_batch_norm_creator_matches_torch_and_moves_the_running_stats_once():
+    bn = layer.BatchNorm2d(3)
+    x = RNG.standard_normal((2, 3, 4, 4))
+    y = bn(_t(x))
+    xt = _t(x)
+    y = bn(xt)
+    states = {k: tensor.to_numpy(v).copy() for k, v in bn.get_states().items()}
+    dy = RNG.standard_normal(y.shape)
+    dx, dscale, dbias = y.creator.backward(_t(dy))
+    for k, v in bn.get_states().items():  # the second forward's move is undone
+        np.testing.assert_array_equal(tensor.to_numpy(v), states[k], err_msg=k)
+    tx = torch.tensor(x, requires_grad=True)
+    tw, tb = torch.ones(3, dtype=torch.float64, requires_grad=True), torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    torch.nn.functional.batch_norm(tx, None, None, tw, tb, training=True, eps=1e-5).backward(torch.tensor(dy))
+    np.testing.assert_allclose(tensor.to_numpy(dx), tx.grad.numpy(), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(tensor.to_numpy(dscale), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tensor.to_numpy(dbias), tb.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_no_creator_for_random_layers_or_outside_training():
     x = _t(RNG.standard_normal((2, 3, 4, 4)))
-    assert layer.BatchNorm2d(3)(x).creator is None  # running stats would move
     assert layer.Dropout(0.5)(x).creator is None  # the mask would differ
     saved = autograd.training
     try:

@@ -167,6 +167,7 @@ bool IsIntegral(DType t) { return t == DType::kInt32 || t == DType::kInt64 || t 
 // Integer values of a small integer tensor, known on the host (Value::host).
 std::shared_ptr<const std::vector<int64_t>> HostValues(const Tensor& t) {
   if (!IsIntegral(t.dtype()) || t.numel() > (1 << 16)) return nullptr;
+  if (t.numel() == 0) return std::make_shared<const std::vector<int64_t>>();  // nothing written to read
   return std::make_shared<const std::vector<int64_t>>(ops::Cast(t, DType::kInt64).ToVector<int64_t>());
 }
 

@@ -21,6 +21,7 @@ from . import core
 from . import errors
 from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, OnnxError, ShapeError
 from . import device, tensor, autograd, opt, layer, model, module, io, comm, precision
+from . import singa_wrap  # SINGA's C++ API names; adds the C++ tensor's methods to Tensor
 from .precision import autocast
 from .tensor import Tensor, bfloat16, bool_, float16, float32, float64, int32, int64, uint8
 from .core import Graph, graph_option_fields, graph_stats_fields

@@ -12,13 +12,14 @@ it is recorded into the graph instead of running.
 """
 import builtins
 import contextlib
+import gc
 import itertools
 import math
-import weakref
+import sys
 
 import numpy as np
 
-from . import core, errors
+from . import core, creators as _creators, errors
 from .tensor import Tensor, _axes, _shape
 
 
@@ -34,6 +35,8 @@ def _op_functions():
 # the few whose SINGA spelling takes other arguments (numbers, None, axis=None, pairs).
 globals().update(_op_functions())
 from .core import sum_to  # noqa: E402,F401  (a core/ops.h function made of other ops)
+from .singa_ops import (_nchw, depth_to_space, expand, pad, reduce_mean, reduce_sum,  # noqa: E402,F401
+                        space_to_depth)  # SINGA's ONNX spellings
 
 
 # ---- losses: SINGA's shape (1,) ----
@@ -94,21 +97,30 @@ class _Gradients(dict):
         return None
 
     def __missing__(self, t):
-        p = self._find(t)
+        p = self._find(_tensor_of_id(t) if isinstance(t, int) else t)
         if p is None:
             raise KeyError(t)
         return dict.__getitem__(self, p)
 
     def __contains__(self, t):
-        return dict.__contains__(self, t) or self._find(t) is not None
+        return dict.__contains__(self, t) or self._find(_tensor_of_id(t) if isinstance(t, int) else t) is not None
 
     def get(self, t, default=None):
         return self[t] if t in self else default
 
 
+def _tensor_of_id(key):
+    """The live Tensor whose id() is `key`, or None: SINGA's scripts look gradients up by
+    id(param) (auto_grads[id(p)]). A scan of the collector's objects, so slow: for that spelling only."""
+    for obj in gc.get_objects():
+        if id(obj) == key and isinstance(obj, Tensor):
+            return obj
+    return None
+
+
 def gradients(y, dy=None):
     """{param: grad}: keyed by the parameter Tensor objects autograd returned; a lookup with
-    another handle on the same parameter finds it too."""
+    another handle on the same parameter finds it too, and so does one by id(handle) (SINGA's)."""
     return _Gradients(backward(y, dy))
 
 
@@ -302,10 +314,22 @@ def _pads(op, padding, padding_end, odd_padding):
     return (begin[0] + odd[0], begin[1] + odd[2]), (end[0] + odd[1], end[1] + odd[3])
 
 
-def conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
-    """x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None -> (N, O, OH, OW). Zero padding
-    `padding` before, `padding_end` (default: padding) after each axis, plus SINGA's odd_padding
-    (top, bottom, left, right)."""
+def conv2d(*args, **kwargs):
+    """conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None,
+    odd_padding=(0, 0, 0, 0)): x: (N, C, H, W), W: (O, C/groups, KH, KW), b: (O) or None ->
+    (N, O, OH, OW). Zero padding `padding` before, `padding_end` (default: padding) after each
+    axis, plus SINGA's odd_padding (top, bottom, left, right). SINGA's conv2d(handle, x, W, b=None,
+    odd_padding=...) takes stride, padding and groups from a singa_wrap.ConvHandle."""
+    if args and not isinstance(args[0], Tensor) and hasattr(args[0], "groups"):
+        return _conv2d_of_handle(*args, **kwargs)
+    return _conv2d(*args, **kwargs)
+
+
+def _conv2d_of_handle(handle, x, W, b=None, odd_padding=(0, 0, 0, 0)):
+    return _conv2d(x, W, b, handle.stride, handle.padding, 1, handle.groups, None, odd_padding)
+
+
+def _conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
     begin, end = _pads("conv2d", padding, padding_end, odd_padding)
     return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"), begin,
                        _pair(dilation, "conv2d dilation"), groups, end)
@@ -335,7 +359,12 @@ def pooling(x, kernel_size, stride=None, padding=0, is_max=True, odd_padding=(0,
     return avg_pool_2d(x, kernel_size, stride, padding, odd_padding=odd_padding)
 
 
-pooling_2d = pooling
+def pooling_2d(x, *args, **kwargs):
+    """pooling(x, ...), or SINGA's pooling_2d(handle, x) with a singa_wrap.PoolingHandle."""
+    if not isinstance(x, Tensor) and hasattr(x, "is_max"):
+        handle, (x,) = x, args
+        return pooling(x, handle.kernel, handle.stride, handle.padding, handle.is_max)
+    return pooling(x, *args, **kwargs)
 
 
 def global_avg_pool(x):
@@ -349,7 +378,13 @@ def batchnorm(x, scale, bias, running_mean, running_var, training=None, momentum
     return core.batch_norm(x, scale, bias, running_mean, running_var, t, float(momentum), float(eps))
 
 
-batchnorm_2d = batchnorm
+def batchnorm_2d(x, *args, **kwargs):
+    """batchnorm(x, ...), or SINGA's batchnorm_2d(handle, x, scale, bias, running_mean,
+    running_var) with a singa_wrap.BatchNormHandle (its factor is the momentum)."""
+    if not isinstance(x, Tensor) and hasattr(x, "factor"):
+        handle, (x, scale, bias, running_mean, running_var) = x, args
+        return batchnorm(x, scale, bias, running_mean, running_var, momentum=handle.factor, eps=handle.eps)
+    return batchnorm(x, *args, **kwargs)
 
 
 def layernorm(x, gamma, beta, eps=1e-5):
@@ -657,6 +692,8 @@ def onehot(axis, indices, depth, values=(0.0, 1.0)):
     """ONNX's OneHot: a new axis of size `depth` at `axis` (-1: last) holding values[1] at each
     index and values[0] elsewhere; indices an int tensor or ints."""
     device = indices.device if isinstance(indices, Tensor) else None
+    if isinstance(indices, Tensor) and core.is_floating(_c_dtype(indices)):
+        indices = core.cast(indices, core.dtype_from_name("int64"))  # SINGA's scripts pass float indices
     idx = _index_tensor("onehot", indices, device)
     depth = int(depth)
     off, on = float(values[0]), float(values[1])
@@ -675,11 +712,20 @@ def where(*args, condition=None):
     condition holds, else y, broadcast together. Told apart by which end is the bool tensor."""
     if condition is not None:
         x, y = args
-        return core.where(condition, x, y)
+        return core.where(_condition(condition, x), x, y)
     a, b, c = args
+    if not isinstance(c, Tensor) and isinstance(a, Tensor):  # SINGA's order with a list or array condition
+        return core.where(_condition(c, a), a, b)
     if isinstance(c, Tensor) and c.dtype in ("bool", "uint8") and not (isinstance(a, Tensor) and a.dtype in ("bool", "uint8")):
         return core.where(c, a, b)
     return core.where(a, b, c)
+
+
+def _condition(cond, like):
+    if isinstance(cond, Tensor):
+        return cond
+    from .tensor import from_numpy
+    return from_numpy(np.asarray(cond, dtype=bool), like.device if isinstance(like, Tensor) else None)
 
 
 def cossim(a, b):
@@ -756,32 +802,11 @@ def constant_of_shape(x, value=0.0):
     return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
 
 
-def pad(x, mode="constant", pads=None, constant=0.0):
-    """ONNX's Pad, constant mode: pads [b1, ..., bn, e1, ..., en] (before and after each axis)."""
-    if mode != "constant":
-        raise errors.ValueError(f"[pad] mode '{mode}' is not supported; loom pads with a constant")
-    pads = list(pads or [])
-    if len(pads) != 2 * x.ndim or builtins.min(pads, default=0) < 0:
-        raise errors.ValueError(f"[pad] pads {pads} must be 2 x {x.ndim} non-negative sizes for {x.describe()}")
-    for axis in range(x.ndim):
-        before, after = pads[axis], pads[axis + x.ndim]
-        parts = []
-        for n in (before, None, after):
-            if n is None:
-                parts.append(x)
-            elif n:
-                s = list(x.shape)
-                s[axis] = n
-                parts.append(_full_like(x, constant, s))
-        x = core.cat(parts, axis) if len(parts) > 1 else x
-    return x
-
-
 def upsample(x, mode="nearest", scales=None):
     """ONNX's Upsample, nearest, integer scales (one per axis): each element repeated."""
     if mode != "nearest":
         raise errors.ValueError(f"[upsample] mode '{mode}' is not supported; loom has 'nearest'")
-    scales = list(scales or [])
+    scales = [] if scales is None else list(scales)
     if len(scales) != x.ndim or any(float(s) != int(s) or s < 1 for s in scales):
         raise errors.ValueError(f"[upsample] scales {scales} must be one positive integer per axis of {x.describe()}")
     shape = x.shape
@@ -791,41 +816,14 @@ def upsample(x, mode="nearest", scales=None):
     return core.reshape(y, tuple(d * int(s) for d, s in zip(shape, scales)))
 
 
-def depth_to_space(x, blocksize, mode="DCR"):
-    """(N, C, H, W) -> (N, C / b^2, H b, W b); mode DCR (depth, column, row) or CRD, as ONNX."""
-    n, c, h, w = _nchw("depth_to_space", x)
-    b = int(blocksize)
-    if c % (b * b):
-        raise errors.ShapeError(f"[depth_to_space] {c} channels of {x.describe()} do not divide by {b}^2")
-    if mode == "DCR":
-        y = core.permute(core.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
-    elif mode == "CRD":
-        y = core.permute(core.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
-    else:
-        raise errors.ValueError(f"[depth_to_space] mode must be 'DCR' or 'CRD', got {mode!r}")
-    return core.reshape(y, (n, c // (b * b), h * b, w * b))
-
-
-def space_to_depth(x, blocksize):
-    """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space's DCR."""
-    n, c, h, w = _nchw("space_to_depth", x)
-    b = int(blocksize)
-    if h % b or w % b:
-        raise errors.ShapeError(f"[space_to_depth] {x.describe()}'s height and width do not divide by {b}")
-    y = core.permute(core.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
-    return core.reshape(y, (n, c * b * b, h // b, w // b))
-
-
-def _nchw(op, x):
-    if x.ndim != 4:
-        raise errors.ShapeError(f"[{op}] expects (N, C, H, W), got {x.describe()}")
-    return x.shape
-
-
-def globalaveragepool(x):
-    """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1)."""
-    n, c, _, _ = _nchw("globalaveragepool", x)
-    return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
+def globalaveragepool(x, data_format="channels_first"):
+    """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1); SINGA's data_format other than
+    "channels_first" reads x as (N, H, W, C) -> (N, 1, 1, C)."""
+    if data_format == "channels_first":
+        n, c, _, _ = _nchw("globalaveragepool", x)
+        return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
+    n, _, _, c = _nchw("globalaveragepool", x)
+    return core.reshape(core.global_avg_pool(core.permute(x, (0, 3, 1, 2))), (n, 1, 1, c))
 
 
 def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
@@ -888,6 +886,13 @@ def scatter_elements(x, indices, updates, axis=0):
 _F32 = core.dtype_from_name("float32")
 
 
+def _mse_broadcast(x, t):
+    """SINGA's MeanSquareError(t)(x): the target broadcast to x's shape (mse_loss wants equal shapes)."""
+    if isinstance(t, Tensor) and tuple(t.shape) != tuple(x.shape):
+        t = core.broadcast_to(t, tuple(x.shape))
+    return mse_loss(x, t)
+
+
 # ---- SINGA's class forms of the functions: F(*attributes)(*inputs) is the tuple
 # (f(*inputs, *attributes),); loom's autograd differentiates them as it does the functions ----
 
@@ -908,6 +913,10 @@ class _FunctionOperator(Operator):
 
     def forward(self, *xs):
         return self(*xs)
+
+    def replay(self, tensor_of):
+        """The function again, on tensor_of(each input's record) (Note [Exporting eager outputs])."""
+        return type(self)._fn(*[tensor_of(_creators.Arg(x)) for x in self.src], *self._attrs, **self._kwattrs)
 
     def backward(self, *dys):
         raise errors.GraphError(f"[{self.name}] loom's autograd differentiates {self.name} itself: call "
@@ -939,7 +948,7 @@ _CLASS_FORMS = {
     "Gemm": gemm, "Shape": shape, "ConstantOfShape": constant_of_shape, "NonZero": nonzero,
     "ScatterElements": scatter_elements, "CosSim": cossim, "Cast": cast, "Dropout": dropout,
     "SoftMax": lambda x, axis=1: core.softmax(x, axis),  # SINGA's default axis
-    "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": mse_loss, "CrossEntropy": cross_entropy,
+    "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": _mse_broadcast, "CrossEntropy": cross_entropy,
     "BinaryCrossEntropy": binary_cross_entropy,
     "AddBias": _add_bias_axis, "Concat": _concat,
     "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
@@ -969,72 +978,18 @@ def __getattr__(name):
     raise AttributeError(f"module 'loom.autograd' has no attribute '{name}'")
 
 
-# ---- SINGA's y.creator on the results of the functions above ----
-# Note [Creators of op results]
-# SINGA hangs on every op's output the operator that made it (y.creator), whose backward(dy)
-# gives the gradients of that one op's inputs, and which keeps those inputs alive. loom's autograd
-# keeps only what backward needs, in C++, and only when an input requires a gradient (docs/design.md
-# invariant 8). So these functions attach an _OpCreator that holds *weak* references to the op's
-# tensor inputs and, when asked, runs the op again on detached handles of them and differentiates
-# that: it extends no lifetime and runs nothing until asked (about half a microsecond per call to
-# make; none while autograd.training is False, and replays of a captured step run no Python).
-# An input freed since is a loom.GraphError.
+# ---- SINGA's y.creator on the results of the functions above (Note [Creators of op results]) ----
 
-class _OpCreator:
-    """The creator of an op function's result (Note [Creators of op results])."""
-
-    __slots__ = ("name", "_fn", "_args", "_kwargs")
-
-    def __init__(self, name, fn, args, kwargs):
-        self.name, self._fn, self._kwargs = name, fn, kwargs
-        self._args = tuple(weakref.ref(a) if isinstance(a, Tensor) else a for a in args)
-
-    @property
-    def src(self):
-        """The op's tensor inputs that are still alive."""
-        return [t for t in (a() for a in self._args if isinstance(a, weakref.ref)) if t is not None]
-
-    def backward(self, dy=None):
-        """The gradients of the op's tensor inputs given dy (ones when None): one tensor for an op
-        of one tensor input, else a tuple in input order (None for an integer input)."""
-        args, leaves = [], []
-        for a in self._args:
-            if not isinstance(a, weakref.ref):
-                args.append(a)
-                continue
-            t = a()
-            if t is None:
-                raise errors.GraphError(f"[{self.name}] creator.backward: an input of the op has been freed (loom's "
-                                        "creators do not keep inputs alive; keep a reference to them)")
-            leaf = t.detach()
-            if leaf.dtype in ("float32", "float64", "float16", "bfloat16"):
-                leaf.requires_grad = True
-                leaves.append(leaf)
-            else:
-                leaves.append(None)
-            args.append(leaf)
-        y = self._fn(*args, **self._kwargs)
-        grads = gradients(y, dy)
-        out = [None if l is None else grads.get(l) if l in grads else core.zeros_like(l) for l in leaves]
-        return out[0] if len(out) == 1 else tuple(out)
-
-
-def _with_creator(name, fn):
-    def op(*args, **kwargs):
-        y = fn(*args, **kwargs)
-        if training and isinstance(y, Tensor):
-            y.creator = _OpCreator(name, fn, args, kwargs)
-        return y
-    op.__name__, op.__qualname__, op.__doc__, op.__wrapped__ = name, name, fn.__doc__, fn
-    return op
-
-
-for _name in ("relu", "sigmoid", "tanh", "exp", "log", "sqrt", "abs", "sin", "cos", "tan", "asin", "acos", "atan",
-              "sinh", "cosh", "asinh", "acosh", "atanh", "softplus", "softsign", "leakyrelu", "identity", "elu", "selu",
-              "hardsigmoid", "reciprocal", "negative", "sign", "erf", "add", "sub", "mul", "div", "pow", "matmul",
-              "add_bias", "reshape", "transpose", "flatten", "mse_loss", "softmax_cross_entropy", "cross_entropy",
-              "softmax", "square", "clip", "prelu", "cossim", "gemm", "conv2d", "max_pool_2d", "avg_pool_2d",
-              "pooling"):
-    if _name in globals():
-        globals()[_name] = _with_creator(_name, globals()[_name])
-del _name
+# Not ops, or not replayable: a creator runs its op again, so a function that draws random numbers
+# or reads values on the host gets none. dropout's creator only replays for export (in eval mode,
+# the identity); its backward would draw another mask, so it refuses (creators.REPLAY_ONLY).
+_singa_ops = __name__.rpartition(".")[0] + ".singa_ops"
+_LOGICAL = ("_and", "_or", "_xor", "_not")  # SINGA's underscored names for the logical ops
+_NO_CREATOR = {"backward", "gradients", "grad_enabled", "no_grad", "call", "fill", "normal", "uniform", "bernoulli",
+               "nonzero", "infer_dependency"}
+for _name, _fn in list(globals().items()):
+    if ((_name.startswith("_") and _name not in _LOGICAL) or _name in _NO_CREATOR or isinstance(_fn, type) or not callable(_fn)
+            or getattr(_fn, "__module__", "") not in (__name__, core.__name__, core._core.__name__, _singa_ops)):
+        continue
+    globals()[_name] = _creators.with_creator(_name, _fn, sys.modules[__name__])
+del _name, _fn

@@ -16,10 +16,9 @@ ReLU networks), marked persistent for graphs and require gradients. Create layer
 capture: their initialisation is setup, not part of the step.
 """
 import math
-import weakref
 from collections import OrderedDict
 
-from . import autograd, core, errors
+from . import autograd, core, creators, errors
 from .tensor import _check_device, _enum, _shape
 
 _c = core._core  # the extension's functions
@@ -188,12 +187,13 @@ def _singa_names(pairs):
 # SINGA's layers are made of autograd operators, so a layer's output carries y.creator, whose
 # backward(dy) gives (dx, dW, db). loom's C++ layers are one C++ call, so NativeLayer.__call__
 # hangs a _LayerCreator on a one-tensor call's result, as autograd does for its op functions
-# (Note [Creators of op results] in autograd.py): it holds the input weakly and, when asked,
+# (Note [Creators of op results] in creators.py): it holds the input weakly and, when asked,
 # runs the layer's forward again on a detached handle of it and differentiates the whole layer
 # (a Conv2d with activation="RELU" included: its pre-activation is an intermediate that a
-# creator holding it weakly could not reach). Only layers whose forward is a pure function of
-# input and parameters get one: not a layer with running states (BatchNorm2d: a second forward
-# would move them) nor one that draws random numbers (Dropout: the mask would differ).
+# creator holding it weakly could not reach). A layer with running states (BatchNorm2d) gets
+# one too: its backward keeps copies of the states and writes them back after the second
+# forward, so they move once, as SINGA's. A layer that draws random numbers (Dropout) gets none:
+# a second forward would draw another mask.
 
 class _LayerCreator:
     """The creator of a C++ layer's result (Note [Creators of layer results])."""
@@ -201,17 +201,25 @@ class _LayerCreator:
     __slots__ = ("name", "_layer", "_x")
 
     def __init__(self, layer, x):
-        self.name, self._layer, self._x = type(layer).__name__, layer, weakref.ref(x)
+        self.name, self._layer, self._x = type(layer).__name__, layer, creators.Arg(x)
 
     @property
     def src(self):
-        x = self._x()
+        x = self._x.ref()
         return [] if x is None else [x]
+
+    def arg_records(self):
+        return [self._x]
+
+    def replay(self, tensor_of):
+        """The layer's forward again, on tensor_of(the input's record) (Note [Exporting eager outputs])."""
+        return self._layer.forward(tensor_of(self._x))
 
     def backward(self, dy=None):
         """(dx, then the gradient of each parameter in get_params() order) given dy (ones when
-        None); dx is None for an integer input (Embedding's indices)."""
-        x = self._x()
+        None), dx alone for a layer without parameters; dx is zeros for an integer input
+        (Embedding's indices), as SINGA's."""
+        x = self._x.ref()
         if x is None:
             raise errors.GraphError(f"[{self.name}] creator.backward: the layer's input has been freed (loom's "
                                     "creators do not keep inputs alive; keep a reference to it)")
@@ -220,10 +228,19 @@ class _LayerCreator:
             leaf.requires_grad = True
         else:
             leaf = x
-        grads = autograd.gradients(self._layer.forward(leaf), dy)
-        out = [grads.get(leaf) if leaf is not x else None]
-        out += [grads[p] if p in grads else core.zeros_like(p) for p in self._layer.get_params().values()]
-        return tuple(out)
+        running = [(t, t.clone()) for name, t in self._layer.get_states().items()
+                   if name not in self._layer.get_params()]
+        try:
+            grads = autograd.gradients(self._layer.forward(leaf), dy)
+        finally:
+            with autograd.no_grad():
+                for t, saved in running:  # the states as the first forward left them
+                    core.copy_into(t, saved)
+        out = [grads.get(leaf) if leaf is not x else creators.zero_gradient(x)]
+        params = list(self._layer.get_params().values())
+        if not params:
+            return out[0]  # SINGA's pooling, flatten...: dx alone
+        return tuple(out + [grads[p] if p in grads else core.zeros_like(p) for p in params])
 
 
 class NativeLayer(Layer):
@@ -243,15 +260,9 @@ class NativeLayer(Layer):
         return y
 
     def _replayable(self):
-        """Whether forward is a pure function of the input and the parameters (Note [Creators of
-        layer results]): no running states beside the parameters; known once the layer is sized."""
-        known = self.__dict__.get("_pure")
-        if known is None:
-            if not self.initialized:
-                return False
-            known = self._pure = not self._draws_random and not (
-                self.get_states().keys() - self.get_params().keys())
-        return known
+        """Whether forward can run again for a creator (Note [Creators of layer results]): it
+        draws no random numbers; known once the layer is sized."""
+        return self.initialized and not self._draws_random
 
     _draws_random = False
 

@@ -16,7 +16,10 @@
       onnx_export.to_onnx([x], [y], "net")
 
   The graph is the device's default one (or pass graph=, e.g. dev.graph(key) or model.graph()).
-  Tensors computed eagerly have no recorded ops: that is a loom.OnnxError saying so.
+* output tensors computed eagerly from `inputs` (SINGA's other spelling: `y = net(x)` then
+  to_onnx([x], [y])), with autograd.training set, as SINGA's tests do: loom walks the creators
+  that autograd hung on them (y.creator) and runs their ops again while the device captures, so
+  the model is the one the captured path exports (Note [Exporting eager outputs]).
 
 The model is ONNX IR version 8 with opset 17 (src/io/onnx/export.h): inputs named `input_names`
 (else each tensor's name, else input_0, ...), parameters as initializers, outputs output_0, ...;
@@ -27,6 +30,7 @@ package is installed (python3-onnx), else the serialized model as bytes.
 """
 from . import autograd, core, errors
 from .layer import Layer, uninitialized
+from .onnx_eager import recorded, replay_creators
 from .tensor import Tensor, from_numpy
 
 __all__ = ["to_onnx", "exportable_ops"]
@@ -81,7 +85,7 @@ def _named_states(model):
 def _capture(fn, inputs, model_name):
     """Calls fn(*inputs) in eval mode without gradients while the device captures; returns the
     graph and the output tensors."""
-    was_training = getattr(fn, "training", None)
+    was_training, global_training = getattr(fn, "training", None), autograd.training  # Model.train sets both
     if was_training is not None and callable(getattr(fn, "train", None)):
         fn.train(False)
     graph = core.new_graph(inputs[0].device, f"{model_name}.onnx_export", None)
@@ -102,6 +106,7 @@ def _capture(fn, inputs, model_name):
     finally:
         if was_training is not None and callable(getattr(fn, "train", None)):
             fn.train(was_training)
+        autograd.training = global_training
     if isinstance(result, dict):
         result = list(result.values())
     return graph, _tensors(result, "output")
@@ -111,10 +116,12 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
             output_names=None, graph=None):
     """Exports `outputs` (a callable model, or tensors computed from `inputs` in a capture) as an
     ONNX model; see the module's doc. Returns an onnx.ModelProto, or bytes without onnx."""
+    if isinstance(inputs, (list, tuple)):  # SINGA's scripts list attribute values (clip's bounds, a shape)
+        inputs = [v for v in inputs if not isinstance(v, (int, float, tuple, list))]  # among the inputs
     inputs = _tensors(inputs, "input")
     if not inputs:
         raise errors.OnnxError("[onnx] to_onnx needs at least one input tensor")
-    named = []
+    named, default_graph = [], False
     if callable(outputs) and not isinstance(outputs, (Tensor, core.Tensor, list, tuple)):
         model = _net_of(outputs)
         graph, outs = _capture(model, inputs, model_name)
@@ -123,14 +130,28 @@ def to_onnx(inputs, outputs, model_name="loom", path=None, dynamic_batch=False, 
         outs = _tensors(outputs, "output")
         if graph is None:
             dev = inputs[0].device
-            if not dev.HasGraph("default"):
+            if dev.HasGraph("default"):
+                graph, default_graph = dev.graph("default"), True
+            elif recorded(outs):
+                graph, outs = replay_creators(inputs, outs, model_name)  # Note [Exporting eager outputs]
+            else:
                 raise errors.OnnxError(
-                    "[onnx] the outputs were not computed in a captured graph: pass the model itself "
-                    "(to_onnx(inputs, model)), or compute them inside `with dev.buffer():` (or pass graph=)")
-            graph = dev.graph("default")
-    data = core.onnx_export_graph(graph, inputs, outs, str(model_name), bool(dynamic_batch),
-                                  _names(input_names, len(inputs), "input"),
-                                  _names(output_names, len(outs), "output"), named, "" if path is None else str(path))
+                    "[onnx] the outputs were neither computed in a captured graph nor recorded by autograd "
+                    "(autograd.training was False): pass the model itself (to_onnx(inputs, model)), compute them "
+                    "inside `with dev.buffer():` (or pass graph=), or compute them with autograd.training = True")
+    def export(graph, outs):
+        return core.onnx_export_graph(graph, inputs, outs, str(model_name), bool(dynamic_batch),
+                                      _names(input_names, len(inputs), "input"),
+                                      _names(output_names, len(outs), "output"), named,
+                                      "" if path is None else str(path))
+
+    try:
+        data = export(graph, outs)
+    except errors.OnnxError as e:
+        # The device's default graph was taken, but these outputs were computed eagerly (after it).
+        if not (default_graph and "is not computed by graph" in str(e) and recorded(outs)):
+            raise
+        data = export(*replay_creators(inputs, outs, model_name))
     try:
         import onnx
     except ImportError:

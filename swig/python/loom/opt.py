@@ -59,6 +59,14 @@ class Optimizer:
         """SINGA's step counter as a tensor: a new float32 (1,) tensor holding step_count."""
         return core.full((1,), float(self.step_count), core.dtype_from_name("float32"), core.cpu_device())
 
+    @property
+    def lr_value(self):
+        """SINGA's lr_value: the rate of the current step (step_count; the schedule's, when one is
+        set) as a new float32 (1,) tensor."""
+        scheduler = getattr(self, "_scheduler", None)
+        rate = scheduler.value_at(self.step_count) if scheduler is not None else self.lr
+        return core.full((1,), float(rate), core.dtype_from_name("float32"), core.cpu_device())
+
     def backward_and_update(self, loss):
         """SINGA 3.0's name for optimizer(loss): backward from loss, each parameter updated as
         its gradient is ready, then step()."""

@@ -183,6 +183,7 @@ def set_schedule(optimizer, scheduler):
     else:
         raise errors.TypeError(f"[schedule] expected a loom.schedule scheduler or None, got "
                                f"{type(scheduler).__name__}")
+    optimizer._scheduler = scheduler  # for SINGA's optimizer.lr_value
 
 
 def schedule_step(optimizer, device):

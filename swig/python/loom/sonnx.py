@@ -1,9 +1,11 @@
 """loom.sonnx: ONNX models in and out of loom, with SINGA's sonnx names (C++ in src/io/onnx).
 
     model_proto = sonnx.to_onnx([x], net, "net", path="net.onnx")   # export (loom.onnx_export)
+    y = net(x); model_proto = sonnx.to_onnx([x], [y])   # SINGA's: outputs of an eager forward
 
-    rep = sonnx.prepare("net.onnx", device="CPU")      # onnx.backend.base.BackendRep
+    rep = sonnx.prepare("net.onnx", device="CPU")      # onnx.backend.base.BackendRep (SINGA's SingaRep)
     outputs = rep.run([x_numpy])                        # numpy in, numpy out
+    ys = rep.run([x])                                   # loom tensors in, loom tensors out (trainable)
 
     class Net(sonnx.SONNXModel):                        # a loom model.Model
         def train_one_batch(self, x, y):
@@ -36,7 +38,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     _BackendBase, _BackendRepBase = object, object
 
 __all__ = ["to_onnx", "prepare", "run_model", "supports_device", "is_compatible", "LoomBackend", "LoomBackendRep",
-           "SONNXModel", "supported_ops", "supported_op_ranges"]
+           "SingaBackend", "SingaRep", "SONNXModel", "supported_ops", "supported_op_ranges"]
 
 
 def _loom_device(device):
@@ -71,24 +73,59 @@ def _to_numpy(t):
 
 
 class LoomBackendRep(_BackendRepBase):
-    """A prepared model: run(inputs) takes numpy arrays (or loom Tensors) in the order of the
-    graph's inputs and returns numpy arrays in the order of its outputs."""
+    """A prepared model: run(inputs) takes numpy arrays or loom Tensors in the order of the
+    graph's inputs and returns, in the order of its outputs, numpy arrays (ONNX's backend
+    interface), or loom Tensors when every input is one (SINGA's SingaRep.run)."""
 
-    def __init__(self, graph):
-        self.graph = graph
+    def __init__(self, graph, model=None):
+        self.graph, self._model, self._truncated = graph, model, {}
 
-    def run(self, inputs, **kwargs):
+    def run(self, inputs, last_layers=None, **kwargs):
+        """last_layers (SINGA's): run the nodes up to this index only (negative k: (k + 1) mod the
+        node count, as SINGA counts) and return that node's outputs. With loom tensors in, the
+        run records autograd history, so the initializers (parameters) train (SINGA's retraining)."""
+        graph = self.graph if last_layers is None else self._graph_until(int(last_layers))
         if isinstance(inputs, dict):
             inputs = [inputs[n] for n in self.graph.input_names if n in inputs]
         elif not isinstance(inputs, (list, tuple)):
             inputs = [inputs]
-        infos = self.graph.input_infos
+        infos = graph.input_infos
         xs = [x if isinstance(x, Tensor) else _from_numpy(np.asarray(x), infos[i][1] if i < len(infos) else None,
-                                                          self.graph.device)
+                                                          graph.device)
               for i, x in enumerate(inputs)]
+        if inputs and all(isinstance(x, Tensor) for x in inputs):
+            return list(graph.forward(xs))
         with autograd.no_grad():
-            ys = self.graph.forward(xs)
+            ys = graph.forward(xs)
         return [_to_numpy(y) for y in ys]
+
+    def _graph_until(self, last):
+        """The graph of the nodes up to index `last` (SINGA's count), its outputs that node's."""
+        import onnx
+        from onnx import shape_inference
+        if self._model is None:
+            raise errors.OnnxError("[sonnx] run(last_layers=...) needs the model the backend was prepared from")
+        model = onnx.load_model_from_string(model_bytes(self._model))
+        nodes = list(model.graph.node)
+        k = last if last >= 0 else (last + 1) % len(nodes)
+        if not 0 <= k < len(nodes):
+            raise errors.OnnxError(f"[sonnx] last_layers {last} is outside the graph's {len(nodes)} nodes")
+        if k == len(nodes) - 1:
+            return self.graph
+        if k not in self._truncated:
+            inferred = shape_inference.infer_shapes(model)
+            infos = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+            missing = [o for o in nodes[k].output if o not in infos]
+            if missing:
+                raise errors.OnnxError(f"[sonnx] last_layers {last}: the type of {missing[0]} is not known")
+            del model.graph.node[k + 1:]
+            del model.graph.output[:]
+            model.graph.output.extend(infos[o] for o in nodes[k].output)
+            self._truncated[k] = OnnxGraph(model, self.graph.device)
+        return self._truncated[k]
+
+
+SingaRep = LoomBackendRep  # SINGA's name for a prepared model
 
 
 class LoomBackend(_BackendBase):
@@ -96,7 +133,7 @@ class LoomBackend(_BackendBase):
 
     @classmethod
     def prepare(cls, model, device="CPU", **kwargs):
-        return LoomBackendRep(OnnxGraph(model, _loom_device(device)))
+        return LoomBackendRep(OnnxGraph(model, _loom_device(device)), model)
 
     @classmethod
     def run_model(cls, model, inputs, device="CPU", **kwargs):
@@ -112,6 +149,7 @@ class LoomBackend(_BackendBase):
         return kind == "CPU" or (kind == "CUDA" and _device.cuda_available())
 
 
+SingaBackend = LoomBackend  # SINGA's name for the backend
 prepare = LoomBackend.prepare
 run_model = LoomBackend.run_model
 is_compatible = LoomBackend.is_compatible

@@ -48,6 +48,8 @@ def dtype_name(dtype):
         return int32
     if dtype is bool:
         return bool_
+    if isinstance(dtype, int) and not isinstance(dtype, bool) and dtype in _NAME:
+        return _NAME[dtype]  # a DType value: SINGA's singa_wrap.kFloat32, kInt, ...
     try:
         d = np.dtype(dtype)
     except TypeError:
@@ -1022,3 +1024,7 @@ def PlaceHolder(shape, device=None, dtype=float32):
 def from_raw_tensor(t):
     """SINGA's: the Python tensor of a C++ one. A loom Tensor is both, so it is returned."""
     return _check_tensor("from_raw_tensor", t)
+
+
+from .tensor_funcs import (_call_singa_func, add, add_column, add_row, axpy, div, eltwise_mult,  # noqa: E402,F401
+                           from_raw_tensors, mult, pow, random, softmax, square, sub, sum_columns, sum_rows)
