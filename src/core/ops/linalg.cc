@@ -84,6 +84,10 @@ LOOM_OP(matmul) {
   def.attrs = {{"ta", kInt}, {"tb", kInt}, {"sum_batch", kInt}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("matmul", in, 2);
+    if (in[0].dtype != DType::kBFloat16) {
+      CheckFloat("matmul", in[0], "lhs");
+      CheckFloat("matmul", in[1], "rhs");
+    }
     CheckSameDType("matmul", in[0], in[1]);
     DType out_dtype = in[0].dtype;
     if (in[0].dtype == DType::kBFloat16) {
@@ -92,8 +96,6 @@ LOOM_OP(matmul) {
                  int64_t(DType::kFloat32), "), got ", o, ": the product is computed and kept in float32");
       out_dtype = DType::kFloat32;
     } else {
-      CheckFloat("matmul", in[0], "lhs");
-      CheckFloat("matmul", in[1], "rhs");
       const int64_t o = attrs.Int("out_dtype", int64_t(in[0].dtype));
       LOOM_CHECK(o == int64_t(in[0].dtype), DTypeError, "[matmul] out_dtype ", o, " differs from the operands' ",
                  Name(in[0].dtype), ": only bfloat16 operands change dtype");
