@@ -13,7 +13,10 @@ import loom
 from conftest import python_env
 from loom import _extension
 
-CP312 = [".cpython-312-x86_64-linux-gnu.so", ".abi3.so", ".so"]  # CPython 3.12's EXTENSION_SUFFIXES
+# EXTENSION_SUFFIXES of a CPython other than this one (3.12's, or 3.13's under 3.12).
+OTHER = (3, 13, 0) if sys.version_info[:2] == (3, 12) else (3, 12, 1)
+OTHER_SUFFIXES = [f".cpython-3{OTHER[1]}-x86_64-linux-gnu.so", ".abi3.so", ".so"]
+CP312 = [".cpython-312-x86_64-linux-gnu.so", ".abi3.so", ".so"]
 
 
 def plant(tmp_path, *names):
@@ -30,15 +33,15 @@ def test_extension_for_this_python_passes(tmp_path):
 
 
 def test_extension_for_another_python_names_both():
-    # The build tree's module as CPython 3.12 sees it: only 3.11's file is there.
-    msg = _extension.problem(os.path.dirname(loom.__file__), suffixes=CP312, version=(3, 12, 1),
-                             executable="/opt/py312/bin/python3")
+    # The loom under test as another CPython sees it: only this Python's file is there.
+    msg = _extension.problem(os.path.dirname(loom.__file__), suffixes=OTHER_SUFFIXES, version=OTHER,
+                             executable="/opt/other/bin/python3")
     assert msg is not None
     v = sys.version_info
     assert f"built for Python {v[0]}.{v[1]} (_core{importlib.machinery.EXTENSION_SUFFIXES[0]})" in msg
-    assert "this is Python 3.12.1 (/opt/py312/bin/python3)" in msg
-    assert "_core.cpython-312-x86_64-linux-gnu.so" in msg
-    assert "tools/wheel.sh --python /opt/py312/bin/python3" in msg
+    assert f"this is Python 3.{OTHER[1]}.{OTHER[2]} (/opt/other/bin/python3)" in msg
+    assert f"loads only _core{OTHER_SUFFIXES[0]}" in msg
+    assert "tools/wheel.sh --python /opt/other/bin/python3" in msg
     assert "circular" not in msg
 
 
