@@ -15,15 +15,17 @@
 #
 # Deterministic: the same commit, machine and Python give the same wheel, byte for byte. The
 # files in the wheel carry the last commit's time (SOURCE_DATE_EPOCH), not the build's; the build
-# requirements are pinned; the wheel of the same name is replaced, never appended to. The wheel
-# is for this machine: it links the system's libraries (OpenBLAS, protobuf, oneDNN, MPI, CUDA)
-# and is compiled with -march=native, as a developer build is.
+# requirements are pinned (pyproject.toml); sources are named relative to the checkout, whatever
+# its folder and whether ccache compiled them (CMakeLists.txt); the wheel of the same name is
+# replaced, never appended to. The wheel is for this machine: it links the system's libraries
+# (OpenBLAS, protobuf, oneDNN, MPI, CUDA) and is compiled with -march=native, as a developer
+# build is.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 die() { echo "wheel: error: $*" >&2; exit 1; }
-usage() { sed -n '4,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n "4,8p" "${BASH_SOURCE[0]}" | sed "s/^# \{0,1\}//" >&2; exit "${1:-2}"; }
 
 PY=python3
 settings=()
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --python) [ $# -ge 2 ] || usage; PY="$2"; shift 2 ;;
     -D) [ $# -ge 2 ] || usage; [[ "$2" == ?*=* ]] || die "-D takes NAME=VALUE, not '$2'"
         settings+=("--config-settings=cmake.define.$2"); shift 2 ;;
-    -h|--help) usage ;;
+    -h|--help) usage 0 ;;
     *) echo "wheel: unknown argument '$1'" >&2; usage ;;
   esac
 done
