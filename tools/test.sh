@@ -213,7 +213,8 @@ stage_package() {
   # From a folder outside the repository, as a user would.
   (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/quickstart.py")
   (cd "$tmp" && "$venv/bin/python" -m loom.launch --help >/dev/null)
-  (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.trainer; import loom; print("test: package:", loom.__version__, "imports loom.clip and loom.trainer")')
+  (cd "$tmp" && "$venv/bin/python" -c 'import loom; print("test: package: loom", loom.__version__, "has", loom.clip.__name__, "and", loom.trainer.__name__, "after import loom")')
+  (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.onnx_import')
   echo "test: package: $(basename "$wheel") works in a fresh virtualenv of $("$py" --version)"
 }
 

@@ -48,6 +48,8 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args()
+    if args.steps < 6 or args.batch < 1:
+        ap.error("--steps must be at least 6 (the first 3 losses are compared with the last 3), --batch positive")
 
     rng = np.random.default_rng(0)
     xs, ys = circle_data(512, rng)
