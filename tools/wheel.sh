@@ -17,9 +17,12 @@
 # files in the wheel carry the last commit's time (SOURCE_DATE_EPOCH), not the build's; the build
 # requirements are pinned (pyproject.toml); sources are named relative to the checkout, whatever
 # its folder and whether ccache compiled them (CMakeLists.txt); the wheel of the same name is
-# replaced, never appended to. The wheel is for this machine: it links the system's libraries
-# (OpenBLAS, protobuf, oneDNN, MPI, CUDA) and is compiled with -march=native, as a developer
-# build is.
+# replaced, never appended to. One exception: nvcc names the kernels of an anonymous namespace
+# after the source path it was given, absolute without ccache and relative with it, so a CUDA
+# wheel built through ccache differs from one built without (a CPU-only wheel,
+# -D LOOM_USE_CUDA=OFF, is the same either way).
+# The wheel is for this machine: it links the system's libraries (OpenBLAS, protobuf, oneDNN,
+# MPI, CUDA) and is compiled with -march=native, as a developer build is.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
