@@ -194,9 +194,11 @@ stage_package() {
     return "$SKIPPED"
   fi
   local wheel tmp venv
-  wheel="$(bash tools/wheel.sh --python "$py" | tee /dev/stderr | tail -n 1)"
   tmp="$(mktemp -d)"
   trap "rm -rf '$tmp'" EXIT  # the stage runs in a subshell of its own; $tmp is expanded now
+  bash tools/wheel.sh --python "$py" >"$tmp/wheel.out" || { cat "$tmp/wheel.out"; return 1; }
+  cat "$tmp/wheel.out"
+  wheel="$(tail -n 1 "$tmp/wheel.out")"
   venv="$tmp/venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel"
