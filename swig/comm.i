@@ -63,7 +63,9 @@ LOOM_COMM_WITHOUT_GIL(loom::MakeCommunicator)
 %ignore loom::Communicator::AllGather;
 %ignore loom::Communicator::Broadcast;
 %ignore loom::ReduceOp;
-%ignore loom::MakeNcclCommunicator;  // defined only in a build with NCCL; Python reaches it through MakeCommunicator
+// Defined only in a build with NCCL (device/cuda/nccl.cc): wrapped, it would leave the module
+// with an undefined symbol everywhere else. Python asks make_communicator("nccl") instead.
+%ignore loom::MakeNcclCommunicator;
 %include "core/communicator.h"
 
 %extend loom::Communicator {

@@ -102,7 +102,10 @@ static int CreateErrors(PyObject* d) {
 static PyObject* ArgErrorType(int code) {
   switch (code) {
     case SWIG_TypeError: return g_errors[kType];
-    case SWIG_ValueError:     // None for a Tensor: "invalid null reference"
+    case SWIG_ValueError:     // None for a Tensor: "invalid null reference" (SWIG 4.1)
+#ifdef SWIG_NullReferenceError
+    case SWIG_NullReferenceError:  // the same from SWIG 4.2 on (pyproject.toml's SWIG)
+#endif
     case SWIG_OverflowError:  // 2**70 for an int64_t
       return g_errors[kValue];
     default: return SWIG_Python_ErrorType(code);

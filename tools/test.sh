@@ -3,7 +3,7 @@
 # stage runs even after another failed, and the summary names each one with its time.
 #
 #   tools/test.sh                 lint cpp python: the checks and the plain suites (what developers run)
-#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all six:
+#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all seven:
 #     lint     the shape of the code, no build needed: include layering (tools/layering.py), size
 #              budgets (tools/loc.sh --check), every cited Note defined once (tools/notes.py)
 #     cpp      C++ suites (GoogleTest through ctest) in the main build
@@ -11,8 +11,12 @@
 #     asan     C++ suites (label cpu) under AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
 #     tsan     the tests that use threads under ThreadSanitizer, build-tsan/
 #     fuzz     each libFuzzer target for a few seconds (tools/fuzz.sh), build-fuzz/
+#     package  the Python package as users install it: a wheel (tools/wheel.sh) for a Python other
+#              than Debian's (pyenv's 3.12), installed into a fresh virtualenv, runs
+#              examples/python/quickstart.py there; skipped, saying so, without such a Python
 #   LOOM_BUILD_DIR      main build folder, absolute or relative to the repository root (default: build)
 #   LOOM_FUZZ_SECONDS   seconds per fuzz target in the fuzz stage (default 5)
+#   LOOM_PACKAGE_PYTHON the Python of the package stage (default: the newest pyenv CPython 3.12)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,12 +24,16 @@ cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 case "$BUILD" in /*) BUILD_ABS="$BUILD" ;; *) BUILD_ABS="$ROOT/$BUILD" ;; esac
 
-ALL_STAGES=(lint cpp python asan tsan fuzz)
+ALL_STAGES=(lint cpp python asan tsan fuzz package)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint cpp python)
 for s in "${stages[@]}"; do
   [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || { echo "test: unknown stage '$s' (stages: ${ALL_STAGES[*]})" >&2; exit 2; }
 done
+
+# A stage that cannot run here (the package stage without a second Python) returns this, and
+# the summary says it was skipped.
+SKIPPED=77
 
 # ---- checks on the source text, before anything is built ----
 
@@ -165,6 +173,53 @@ stage_fuzz() {
   bash tools/fuzz.sh "${LOOM_FUZZ_SECONDS:-5}"
 }
 
+# ---- the package, outside the build tree ----
+
+# The Python the package stage builds for: LOOM_PACKAGE_PYTHON, else the newest pyenv CPython
+# 3.12 (a Python whose ABI differs from Debian's 3.11, so that nothing of the main build fits it).
+package_python() {
+  if [ -n "${LOOM_PACKAGE_PYTHON:-}" ]; then
+    echo "$LOOM_PACKAGE_PYTHON"
+    return 0
+  fi
+  local found
+  found="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3 2>/dev/null | sort -V | tail -n 1)"
+  [ -n "$found" ] && echo "$found"
+}
+
+stage_package() {
+  local py
+  if ! py="$(package_python)"; then
+    echo "test: package: skipped: no CPython 3.12 in ${PYENV_ROOT:-$HOME/.pyenv}/versions (pyenv install 3.12, or set LOOM_PACKAGE_PYTHON)"
+    return "$SKIPPED"
+  fi
+  local wheel tmp venv
+  tmp="$(mktemp -d)"
+  trap "rm -rf '$tmp'" EXIT  # the stage runs in a subshell of its own; $tmp is expanded now
+  bash tools/wheel.sh --python "$py" >"$tmp/wheel.out" || { cat "$tmp/wheel.out"; return 1; }
+  cat "$tmp/wheel.out"
+  wheel="$(tail -n 1 "$tmp/wheel.out")"
+  venv="$tmp/venv"
+  "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel"
+  local pkg
+  pkg="$("$venv/bin/python" -c 'import os, loom; print(os.path.dirname(loom.__file__))')"
+  [[ "$pkg" == "$venv/"* ]] || { echo "test: package: loom imported from $pkg, not the virtualenv" >&2; return 1; }
+  # The wheel must not reach back into the build tree: no RUNPATH there, libloom.so its own.
+  if readelf -d "$pkg"/*.so | grep -E 'R(UN)?PATH' | grep -F "$ROOT"; then
+    echo "test: package: a library in the wheel has a RUNPATH into $ROOT (above)" >&2
+    return 1
+  fi
+  ldd "$pkg"/_core.*.so | grep -qF "libloom.so => $pkg/libloom.so" ||
+    { ldd "$pkg"/_core.*.so >&2; echo "test: package: the extension does not load $pkg/libloom.so" >&2; return 1; }
+  # From a folder outside the repository, as a user would.
+  (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/quickstart.py")
+  (cd "$tmp" && "$venv/bin/python" -m loom.launch --help >/dev/null)
+  (cd "$tmp" && "$venv/bin/python" -c 'import loom; print("test: package: loom", loom.__version__, "has", loom.clip.__name__, "and", loom.trainer.__name__, "after import loom")')
+  (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.onnx_import')
+  echo "test: package: $(basename "$wheel") works in a fresh virtualenv of $("$py" --version)"
+}
+
 # ---- run ----
 
 # Only the lint stage needs no build: asked for alone, it starts at once.
@@ -185,6 +240,8 @@ for s in "${stages[@]}"; do
   set -e
   if [ "$rc" -eq 0 ]; then
     results+=("$s: passed in $((SECONDS - start))s")
+  elif [ "$rc" -eq "$SKIPPED" ]; then
+    results+=("$s: skipped after $((SECONDS - start))s (why: above)")
   else
     results+=("$s: FAILED (exit $rc) after $((SECONDS - start))s")
     status=1

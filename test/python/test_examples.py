@@ -37,3 +37,13 @@ def test_bench_script(root):
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert {row["mode"] for row in rows} == {"eager", "graph"}
     assert all(row["trained"] and row["ms_per_step_median"] > 0 for row in rows)
+
+
+def test_quickstart(root):
+    # The script the package stage runs in a fresh virtualenv (tools/test.sh package); it exits
+    # non-zero unless the loss fell by half.
+    r = subprocess.run([sys.executable, f"{root}/examples/python/quickstart.py", "--steps", "40"],
+                       capture_output=True, text=True, env=python_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "over 40 steps (mean of 3, graph replay)" in r.stdout
+    assert "memory planned" in r.stdout  # the graph's summary: it was captured and replayed

@@ -56,13 +56,13 @@ def test_two_steps_match_numpy(dev, graph):
     loss = m.loss(out, t)
     m.optim(loss)
     np.testing.assert_allclose(out.to_numpy(), ref_outs[0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(float(loss.to_numpy()), ref_losses[0], rtol=1e-5)
+    np.testing.assert_allclose(loss.to_numpy().item(), ref_losses[0], rtol=1e-5)
     x.copy_from_numpy(X2)  # the second batch: fed into the captured input
     out = m(x)
     loss = m.loss(out, t)
     m.optim(loss)
     np.testing.assert_allclose(out.to_numpy(), ref_outs[1], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(float(loss.to_numpy()), ref_losses[1], rtol=1e-5)
+    np.testing.assert_allclose(loss.to_numpy().item(), ref_losses[1], rtol=1e-5)
     np.testing.assert_allclose(m.w.to_numpy(), w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.b.to_numpy(), b, rtol=1e-5, atol=1e-6)
 

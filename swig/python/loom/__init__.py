@@ -15,8 +15,14 @@ round trips and zero-copy views), autograd (ops and backward), opt (SGD, Adam), 
 Conv2d, BatchNorm2d, ...), model (Model with compile/train_one_batch, save_states/load_states, the model
 zoo), module (SINGA 3.0's Module), io (checkpoints, MNIST / CIFAR-10, DataLoader), comm
 (communicators for data-parallel jobs; `python3 -m loom.launch -n N script.py` starts the
-ranks), errors.
+ranks), errors; and, imported on first use (`loom.clip` after `import loom`), clip,
+initializer, trainer, curves, onnx_export, onnx_import, sonnx and launch.
 """
+import importlib as _importlib
+import os as _os
+
+from . import _extension
+_extension.check(__path__[0])  # Note [One extension per Python]
 from . import core
 from . import errors
 from .errors import CommError, DeviceError, DTypeError, Error, GraphError, InternalError, OnnxError, ShapeError
@@ -33,3 +39,19 @@ IOError = errors.IOError
 TypeError = errors.TypeError
 
 __version__ = "0.1.0"
+
+
+# Note [Submodules on demand]
+# The modules not imported above (launch must not be: `python -m loom.launch` runs it as
+# __main__, and runpy warns when the package imported it first) are imported the first time they
+# are named as attributes, so `import loom; loom.clip.global_grad_norm(...)` works as it does for
+# the modules above.
+def __getattr__(name):
+    if not name.startswith("_") and _os.path.isfile(_os.path.join(__path__[0], name + ".py")):
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    modules = [f[:-3] for f in _os.listdir(__path__[0]) if f.endswith(".py") and not f.startswith("_")]
+    return sorted(set(globals()) | set(modules))
