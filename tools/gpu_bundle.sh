@@ -11,6 +11,7 @@
 #   --arch SM     CUDA architecture(s) for the kernels (default 90: Hopper, H100/H200)
 #   --out FILE    the archive (default gpu-bundle/loom-gpu-<rev>.tar.xz)
 #   --build DIR   the build folder (default build-gpu; kept, so a second bundle builds incrementally)
+# Host code is built for x86-64-v3 (AVX2), not this machine's CPU (LOOM_BUNDLE_MARCH overrides).
 #
 # The archive unpacks to one folder shaped like a checkout with its build folder: build/ (the GPU
 # tests and the other C++ suites, loom-bench, the examples, libloom.so, the Python module in
@@ -67,7 +68,10 @@ fi
 # ---- build
 echo "gpu_bundle: building in $BUILD (CUDA arch $ARCH, Python $PY_VER)"
 mkdir -p "$BUILD"
+# x86-64-v3 (AVX2, FMA): the GPU machine's CPU is not this one, and -march=native could emit
+# instructions it lacks (LOOM_BUNDLE_MARCH overrides).
 cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLOOM_USE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+  -DLOOM_MARCH="${LOOM_BUNDLE_MARCH:-x86-64-v3}" \
   -DPython3_EXECUTABLE="$VENV/bin/python" >"$BUILD/bundle-configure.log" 2>&1 ||
   { tail -n 30 "$BUILD/bundle-configure.log"; die "configure failed ($BUILD/bundle-configure.log)"; }
 cmake --build "$BUILD" -j "$(nproc)" >"$BUILD/bundle-build.log" 2>&1 ||
