@@ -274,7 +274,7 @@ def test_step_arguments_and_results_keep_their_structure(dev):
         assert values(m.train_one_batch(a, b, result="tensor")) == [va - 2] * 2
         d = m.train_one_batch(a, b, result="dict")
         assert values(d["total"]) == [va - 2] * 2 and values(d["parts"][0]) == [va] * 2 and d["parts"][1] == 3
-    assert len(m._steps) == 6 and len({s.last_graph().name() for s, _ in m._steps.values()}) == 6
+    assert len(m._steps) == 6 and len({s.last_graph().name() for s, *_ in m._steps.values()}) == 6
 
 
 def test_python_error_during_capture_propagates_and_cleans_up(dev):

@@ -44,6 +44,12 @@ def set_grad_clip(optimizer, max_norm=0.0, clip_value=0.0, eps=1e-6):
     c.max_norm, c.clip_value, c.eps = _number("max_norm", max_norm), _number("clip_value", clip_value), \
         _number("eps", eps)
     _cpp_optimizer(optimizer).set_grad_clip(c)
+    _changed(optimizer)
+
+
+def _changed(optimizer):
+    """A setting a captured step bakes in changed: a Model's graphs of this optimizer recapture."""
+    optimizer._generation = getattr(optimizer, "_generation", 0) + 1
 
 
 def get_grad_clip(optimizer):

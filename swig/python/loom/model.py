@@ -283,6 +283,7 @@ class Model(Layer, _Checkpoints):
         self._graph_options = None
         self._in_step = False
         self._steps = {}
+        self._opt_key = None  # the optimizer (and its settings' generation) the steps were captured with
         self._last_step = None
         self._in_call = False
 
@@ -300,7 +301,11 @@ class Model(Layer, _Checkpoints):
 
     # ---- setup ----
     def set_optimizer(self, optimizer):
+        """The optimizer of later steps; graphs captured with the previous one are dropped, so
+        the next graph-mode step captures with this one (as eager mode would use it)."""
         self.optimizer = _check_optimizer(optimizer)
+        if getattr(self, "_steps", None):
+            self._steps.clear()
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None,
                 memory_budget=None, precision="fp32"):
@@ -372,15 +377,23 @@ class Model(Layer, _Checkpoints):
         raise errors.TypeError(f"[Model] expected a loom Tensor or a numpy array, got {type(x).__name__}")
 
     def _run_graph(self, fn, args, kwargs):
+        # Graph-mode state is the model's state (issue 36): settings a captured step baked in
+        # (clipping, the schedule: their setters bump the optimizer's _generation) or another
+        # optimizer mean new captures, as eager mode would follow them at once.
+        opt = getattr(self, "optimizer", None)
+        opt_key = (id(opt), getattr(opt, "_generation", 0))
+        if opt_key != self._opt_key:
+            self._steps.clear()
+            self._opt_key = opt_key
         # Fast path, a training loop's call: loom Tensors only, no keywords, a step already made.
         # Its key is (fn, number of arguments); the C++ step still checks the inputs' shapes,
         # dtypes and devices, so a batch of a new shape recaptures or is refused as below.
         if not kwargs:
             entry = self._steps.get((fn, len(args)))
             if entry is not None and _only_tensors(args):
-                step, rebuild = entry
+                step, rebuild, info = entry
                 flat = step.run(args)
-                self._last_step = step
+                self._after_run(step, info)
                 return rebuild[0](flat)
         if not self._compiled:
             raise errors.GraphError("[Model] train_one_batch called before compile(inputs, is_train, use_graph, "
@@ -401,24 +414,40 @@ class Model(Layer, _Checkpoints):
         entry = self._steps.get(static_key)
         if entry is None:
             entry = self._steps[static_key] = self._make_step(fn, layout, kwargs)
-        step, rebuild = entry
+        step, rebuild, info = entry
         flat = step.run(tensors)
-        self._last_step = step
+        self._after_run(step, info)
         return rebuild[0](flat)
+
+    def _after_run(self, step, info):
+        """A replay ran what the capture counted: the optimizer's step_count moves by as much as
+        the captured Python code moved it (a capture counted itself)."""
+        self._last_step = step
+        if info.pop("captured", False):
+            return
+        opt = getattr(self, "optimizer", None)
+        if info.get("steps") and hasattr(opt, "step_count"):
+            opt.step_count += info["steps"]
 
     def _make_step(self, fn, layout, kwargs):
         rebuild = [None]  # set by the capture: it sees the result's structure
+        info = {}  # the optimizer steps one run counts, and whether the last run was a capture
         me = weakref.ref(self)  # the C++ step holds this closure: no cycle through the model
 
         def captured(placeholders):
             model = me()
             it = iter(placeholders)
             call_args = [next(it) if a is _SLOT else a for a in layout]
+            opt = getattr(model, "optimizer", None)
+            before = getattr(opt, "step_count", None)
             model._in_step = True
             try:
                 out = fn(model, *call_args, **kwargs)
             finally:
                 model._in_step = False
+            after = getattr(opt, "step_count", None)
+            info["steps"] = after - before if isinstance(before, int) and isinstance(after, int) else 0
+            info["captured"] = True
             flat, spec = _flatten(out)
             rebuild[0] = _rebuilder(spec)
             return flat
@@ -427,7 +456,7 @@ class Model(Layer, _Checkpoints):
         # a step made after set_recapture while the old one still lives, capture the same shapes.
         name = f"{type(self).__name__}@{id(self):x}.{fn.__name__}#{next(_step_ids)}"
         return core.PyStep(self._device, captured, name, self._recapture, self._sequential,
-                           self._graph_options), rebuild
+                           self._graph_options), rebuild, info
 
     def graph(self):
         """The graph the last graph-mode step ran (loom.Graph: summary(), stats(), dot(), ...)."""

@@ -172,9 +172,8 @@ def _cpp_optimizer(optimizer):
 
 
 def set_schedule(optimizer, scheduler):
-    """The optimizer takes its rate from `scheduler` from the next step on. A graph captured
-    before keeps the ops it captured: set the schedule before the capture. None: back to the
-    constant rate (optimizer.lr)."""
+    """The optimizer takes its rate from `scheduler` from the next step on (a loom.model.Model's
+    graphs recapture at their next step). None: back to the constant rate (optimizer.lr)."""
     impl = _cpp_optimizer(optimizer)
     if scheduler is None:
         impl.clear_schedule()
@@ -184,6 +183,7 @@ def set_schedule(optimizer, scheduler):
         raise errors.TypeError(f"[schedule] expected a loom.schedule scheduler or None, got "
                                f"{type(scheduler).__name__}")
     optimizer._scheduler = scheduler  # for SINGA's optimizer.lr_value
+    optimizer._generation = getattr(optimizer, "_generation", 0) + 1  # Model graphs recapture
 
 
 def schedule_step(optimizer, device):
