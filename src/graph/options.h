@@ -84,7 +84,10 @@ MemoryMode ParseMemoryMode(const std::string& s);
     "each bucket's all-reduce right after its last gradient (overlaps backward); false: after backward") \
   X(size_t, memory_budget, 0,                                                                          \
     "bytes the planned arena plus persistent blocks must fit, met by recomputing dropped activations " \
-    "before their backward readers; 0: none (Note [Recomputing for a memory budget])")
+    "before their backward readers; 0: none (Note [Recomputing for a memory budget])")            \
+  X(int, max_step_graphs, 8,                                                                           \
+    "graphs a captured step keeps, one per input signature; capturing one more drops the least "       \
+    "recently used, with a warning the first time (Note [Bounded recapture]); 0: no bound")
 
 #define LOOM_GRAPH_STATS(X)                                                                            \
   X(size_t, num_ops, 0, "ops replayed, after the passes")                                              \

@@ -1,5 +1,6 @@
 #include "graph/step.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "core/ops.h"
@@ -12,6 +13,25 @@ CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string na
     : device_(std::move(device)), fn_(std::move(fn)), name_(std::move(name)), recapture_(recapture),
       sequential_(sequential), options_(options) {
   LOOM_CHECK(device_, DeviceError, "[captured_step] no device");
+  LOOM_CHECK(options_.max_step_graphs >= 0, ValueError, "[captured_step '", name_, "'] max_step_graphs ",
+             options_.max_step_graphs, " must be >= 0 (0: no bound)");
+}
+
+// Drops the least recently used graph (Note [Bounded recapture] in step.h).
+void CapturedStep::DropLeastRecentlyUsed() {
+  auto oldest = entries_.begin();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (it->second.used < oldest->second.used) oldest = it;
+  if (!warned_) {
+    warned_ = true;
+    std::fprintf(stderr, "[loom] warning: %s\n",
+                 detail::Cat("[captured_step '", name_, "'] keeps ", options_.max_step_graphs, " graphs, one per ",
+                             "input signature: capturing another drops the least recently used (", oldest->first,
+                             "); a shape that comes back is captured again (graph option max_step_graphs)")
+                     .c_str());
+  }
+  if (last_ == &oldest->second) last_ = nullptr;
+  entries_.erase(oldest);
 }
 
 std::string CapturedStep::Signature(const std::vector<Tensor>& inputs) {
@@ -60,6 +80,7 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
       if (inputs[i].block() != e.placeholders[i].block()) ops::CopyInto(e.placeholders[i], inputs[i]);
     e.graph->Run(sequential_);
     last_ = &e;
+    e.used = ++calls_;
     return e.outputs;
   }
   std::string sig = Signature(inputs);
@@ -69,6 +90,7 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
                      "\n  and cannot replay with\n    " + sig +
                      "\n  (enable recapture to capture a graph per input shape)");
   }
+  if (options_.max_step_graphs > 0 && entries_.size() >= size_t(options_.max_step_graphs)) DropLeastRecentlyUsed();
   Entry e;
   {
     NoGradGuard no_grad;
@@ -87,6 +109,7 @@ std::vector<Tensor> CapturedStep::operator()(const std::vector<Tensor>& inputs) 
   auto& slot = entries_[sig];
   slot = std::move(e);
   last_ = &slot;
+  slot.used = ++calls_;
   return slot.outputs;
 }
 

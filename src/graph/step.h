@@ -6,8 +6,16 @@
 // (inputs are fed, not baked: docs/design.md invariant 6). A new signature either captures another
 // graph (recapture = true: the last, smaller batch of an epoch just works) or throws a
 // GraphError that shows what differs.
+//
+// Note [Bounded recapture]
+// A step keeps at most GraphOptions::max_step_graphs graphs (8 by default; 0: no bound): a run
+// that feeds ever new shapes (every batch size from 1 to 400) would otherwise keep a graph, an
+// arena and placeholders per shape for ever. Capturing one more drops the least recently used,
+// and the first time a step does, a warning names it and the bound. A dropped shape that comes
+// back is captured again.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -48,7 +56,9 @@ class CapturedStep {
     std::shared_ptr<Graph> graph;
     std::vector<Tensor> placeholders;
     std::vector<Tensor> outputs;
+    uint64_t used = 0;  // the call that last ran it (Note [Bounded recapture])
   };
+  void DropLeastRecentlyUsed();
   // The entry captured for inputs of this signature, or null. Compares shapes and dtypes with
   // the placeholders (the last entry first): no Signature string is built on a replay.
   Entry* Find(const std::vector<Tensor>& inputs);
@@ -60,6 +70,8 @@ class CapturedStep {
   GraphOptions options_;
   std::map<std::string, Entry> entries_;  // by Signature; a map: last_ stays valid as it grows
   Entry* last_ = nullptr;                 // the entry of the most recent call
+  uint64_t calls_ = 0;
+  bool warned_ = false;
 };
 
 }  // namespace loom

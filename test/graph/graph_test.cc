@@ -324,6 +324,43 @@ TEST_F(GraphTest, CapturedStepRecapturesPerShapeOrRaisesWithTheDifference) {
   EXPECT_LT(losses.back(), losses.front());
 }
 
+// Note [Bounded recapture]: a step keeps max_step_graphs graphs, the least recently used going
+// first; a dropped shape comes back as a new capture, the kept ones replay.
+TEST_F(GraphTest, CapturedStepKeepsABoundedNumberOfGraphsLeastRecentlyUsedFirst) {
+  Blobs data(32, 10);
+  Mlp m({32, 16, 10}, 5);
+  nn::SGD opt(0.05);
+  auto fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{m.Step(in[0], in[1], opt)}; };
+  GraphOptions o;
+  o.max_step_graphs = 3;
+  CapturedStep step(dev_, fn, "bounded", /*recapture=*/true, true, o);
+  auto run = [&](int64_t n) {  // a handle keeps a dropped graph alive: a new one is another object
+    auto b = data.Batch(n, uint32_t(n));
+    step({b.first, b.second});
+    return step.last_graph();
+  };
+  std::shared_ptr<Graph> g4 = run(4), g5 = run(5);
+  run(6);
+  EXPECT_EQ(run(4), g4);  // replayed: 4 is now the most recently used, 5 the least
+  EXPECT_EQ(step.num_graphs(), 3u);
+  run(7);  // drops 5
+  EXPECT_EQ(step.num_graphs(), 3u);
+  EXPECT_EQ(run(4), g4);
+  EXPECT_NE(run(5), g5);  // captured again (and 6 dropped)
+  EXPECT_EQ(step.num_graphs(), 3u);
+  for (int64_t n = 1; n <= 40; ++n) run(n);  // every batch size once: still bounded
+  EXPECT_EQ(step.num_graphs(), 3u);
+  o.max_step_graphs = 0;  // no bound
+  CapturedStep unbounded(dev_, fn, "unbounded", true, true, o);
+  for (int64_t n = 1; n <= 12; ++n) {
+    auto b = data.Batch(n, uint32_t(n));
+    unbounded({b.first, b.second});
+  }
+  EXPECT_EQ(unbounded.num_graphs(), 12u);
+  o.max_step_graphs = -1;
+  LOOM_EXPECT_THROW_MSG(CapturedStep(dev_, fn, "bad", true, true, o), ValueError, "max_step_graphs -1 must be >= 0");
+}
+
 TEST_F(GraphTest, RandomOpsDrawFreshNumbersOnEveryReplayAndMatchEager) {
   dev_->SetRandSeed(77);
   std::vector<std::vector<float>> eager;

@@ -72,3 +72,25 @@ def test_a_change_after_the_capture_reaches_the_replays_as_in_eager_mode(change)
 def test_step_count_follows_the_replays():
     _, steps = run(True, nothing, before=10, after=0)
     assert steps == 10
+
+
+def test_a_new_python_number_per_call_keeps_a_bounded_number_of_graphs():
+    # Note [Bounded recapture]: each new constant is a new step; at most max_step_graphs are kept.
+    class Scaled(Mlp):
+        def train_one_batch(self, x, y, scale):
+            loss = autograd.softmax_cross_entropy(self.forward(x), y) * scale
+            self.optimizer(loss)
+            return loss
+
+    dev = device.create_cpu_device()
+    m = Scaled(dev)
+    m.set_optimizer(opt.SGD(lr=0.01))
+    x = tensor.from_numpy(np.ones((4, 12), np.float32), dev)
+    y = tensor.from_numpy(np.array([0, 1, 2, 0], np.int32), dev)
+    m.compile([x], is_train=True, use_graph=True, graph_options={"max_step_graphs": 4})
+    with pytest.warns(RuntimeWarning, match="keeps 4 captured steps"):
+        for i in range(12):
+            m.train_one_batch(x, y, 1.0 + i / 100)
+    assert len(m._steps) == 4
+    m.train_one_batch(x, y, 1.11)  # the most recent: replayed, nothing dropped
+    assert len(m._steps) == 4

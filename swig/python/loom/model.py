@@ -30,7 +30,9 @@ captures a new graph.
 
 NativeModel wraps the C++ nn::Model (network, loss and optimizer in C++) for the model zoo.
 """
+import collections
 import functools
+import warnings
 import itertools
 import operator
 import weakref
@@ -282,7 +284,7 @@ class Model(Layer, _Checkpoints):
         self._device = None
         self._graph_options = None
         self._in_step = False
-        self._steps = {}
+        self._steps = collections.OrderedDict()  # least recently used first (Note [Bounded recapture])
         self._opt_key = None  # the optimizer (and its settings' generation) the steps were captured with
         self._last_step = None
         self._in_call = False
@@ -391,6 +393,7 @@ class Model(Layer, _Checkpoints):
         if not kwargs:
             entry = self._steps.get((fn, len(args)))
             if entry is not None and _only_tensors(args):
+                self._steps.move_to_end((fn, len(args)))
                 step, rebuild, info = entry
                 flat = step.run(args)
                 self._after_run(step, info)
@@ -413,11 +416,29 @@ class Model(Layer, _Checkpoints):
                           tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
         entry = self._steps.get(static_key)
         if entry is None:
+            self._bound_steps()
             entry = self._steps[static_key] = self._make_step(fn, layout, kwargs)
+        else:
+            self._steps.move_to_end(static_key)
         step, rebuild, info = entry
         flat = step.run(tensors)
         self._after_run(step, info)
         return rebuild[0](flat)
+
+    def _bound_steps(self):
+        """Note [Bounded recapture] for the steps a Model makes per set of constants (a new
+        Python number among the arguments is a new step): at most max_step_graphs (graph option,
+        8 by default; 0: no bound), the least recently used dropped, with a warning once."""
+        bound = int((self._graph_options or {}).get("max_step_graphs", 8))
+        if bound <= 0 or len(self._steps) < bound:
+            return
+        key, _ = self._steps.popitem(last=False)
+        if not getattr(self, "_warned_bound", False):
+            self._warned_bound = True
+            warnings.warn(f"[Model] {type(self).__name__} keeps {bound} captured steps (one per set of non-tensor "
+                          f"arguments and input shapes): capturing another drops the least recently used; pass "
+                          f"numbers that change as tensors, or raise graph option max_step_graphs", RuntimeWarning,
+                          stacklevel=4)
 
     def _after_run(self, step, info):
         """A replay ran what the capture counted: the optimizer's step_count moves by as much as
