@@ -63,6 +63,10 @@ LOOM_COMM_WITHOUT_GIL(loom::MakeCommunicator)
 %ignore loom::Communicator::AllGather;
 %ignore loom::Communicator::Broadcast;
 %ignore loom::ReduceOp;
+// Defined only in a build with NCCL (device/cuda/nccl.cc); Python reaches it through
+// make_communicator("nccl"), which says when it is not built. Wrapped, it left the module with an
+// undefined symbol in every build without NCCL (import loom failed).
+%ignore loom::MakeNcclCommunicator;
 %include "core/communicator.h"
 
 %extend loom::Communicator {
