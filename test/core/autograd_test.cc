@@ -1,11 +1,7 @@
 // Autograd: which (param, grad) pairs Backward hands out, gradient accumulation, NoGradGuard,
 // the errors, invariant 8 (backward keeps only what it needs, measured in peak bytes) and a
 // small MLP that trains.
-#include <pthread.h>
-
 #include <cmath>
-#include <functional>
-#include <string>
 
 #include "common/harness.h"
 #include "common/mlp.h"
@@ -177,32 +173,6 @@ TEST(Autograd, SmallMlpTrains) {
   EXPECT_LT(after, 0.5 * first) << "loss went from " << first << " to " << after << " in 30 SGD steps";
 }
 
-// Runs fn on a thread with a 1 MiB stack (a worker's or a sanitized build's budget, and well
-// under the 8 MiB main thread's), so that recursion per op is caught deterministically.
-void OnSmallStack(const std::function<void()>& fn) {
-  struct Job {
-    const std::function<void()>* fn;
-    std::string failure;
-  } job{&fn, ""};
-  pthread_attr_t attr;
-  ASSERT_EQ(pthread_attr_init(&attr), 0);
-  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t(1) << 20), 0);
-  pthread_t th;
-  auto body = [](void* p) -> void* {
-    Job* j = static_cast<Job*>(p);
-    try {
-      (*j->fn)();
-    } catch (const std::exception& e) {
-      j->failure = e.what();
-    }
-    return nullptr;
-  };
-  ASSERT_EQ(pthread_create(&th, &attr, body, &job), 0);
-  pthread_join(th, nullptr);
-  pthread_attr_destroy(&attr);
-  EXPECT_EQ(job.failure, "");
-}
-
 // A running loss summed over many steps, or an RNN unrolled over a long sequence, leaves a history
 // as deep as the number of ops. Backward walks it with a queue and the nodes free their chain
 // with a worklist (Note [Freeing a long history] in core/autograd.cc); freeing it used to recurse
@@ -210,7 +180,7 @@ void OnSmallStack(const std::function<void()>& fn) {
 TEST(Autograd, HundredThousandOpChainBackwardAndRelease) {
   constexpr int kOps = 100000;
   std::vector<double> grad, value;
-  OnSmallStack([&] {
+  RunOnSmallStack([&] {
     Tensor w = FromDoubles({0.5}, {1}, DType::kFloat64);
     w.set_requires_grad(true);
     {
