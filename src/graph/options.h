@@ -119,6 +119,15 @@ struct GraphStats {
 };
 #undef LOOM_DECLARE_FIELD
 
+// The most replay workers a graph may ask for: far above any core count, far below the thread
+// count at which creating them takes minutes (100,000 hung a replay).
+constexpr int kMaxReplayWorkers = 1024;
+// Throws ValueError naming the first field out of range: num_workers outside [0,
+// kMaxReplayWorkers], bucket_bytes not positive, first_bucket_bytes negative. Every place that
+// takes options (Graph, CapturedStep, Model::Compile, the registry, StepMonitor, the Python
+// module's dicts) checks them there, before anything is captured.
+void CheckGraphOptions(const GraphOptions& o);
+
 namespace detail {
 // One field to a visitor; the pass switches and counters as one field each (Note [Pass switches
 // and counters]).

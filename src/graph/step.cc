@@ -12,6 +12,7 @@ CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string na
     : device_(std::move(device)), fn_(std::move(fn)), name_(std::move(name)), recapture_(recapture),
       sequential_(sequential), options_(options) {
   LOOM_CHECK(device_, DeviceError, "[captured_step] no device");
+  CheckGraphOptions(options_);
 }
 
 std::string CapturedStep::Signature(const std::vector<Tensor>& inputs) {
