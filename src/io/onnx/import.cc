@@ -510,7 +510,7 @@ OnnxModel ImportOnnxFromBytes(const std::string& bytes, const std::shared_ptr<De
 }
 
 OnnxModel ImportOnnx(const std::string& path, const std::shared_ptr<Device>& device) {
-  return ImportOnnxFromBytes(ReadFile(path, "onnx"), device);
+  return ImportOnnxFromBytes(ReadFile(path, "onnx", size_t(INT32_MAX)), device);  // a protobuf message's limit
 }
 
 std::string OnnxImportProblem(const std::string& bytes, const std::shared_ptr<Device>& device) {

@@ -132,7 +132,7 @@ Tensor TensorFromProto(const TensorProto& p, const std::shared_ptr<Device>& devi
 }
 
 void ReadProtoFile(const std::string& path, google::protobuf::MessageLite* out, const char* what) {
-  std::string bytes = ReadFile(path, "onnx");
+  std::string bytes = ReadFile(path, "onnx", size_t(INT32_MAX));  // a protobuf message's limit
   LOOM_CHECK(bytes.size() <= size_t(INT32_MAX), OnnxError, "[onnx] '", path, "' is ", bytes.size(),
              " bytes: larger than the 2 GiB a protobuf message can hold");
   LOOM_CHECK(out->ParseFromArray(bytes.data(), int(bytes.size())), OnnxError, "[onnx] '", path,
