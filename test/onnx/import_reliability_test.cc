@@ -115,6 +115,21 @@ TEST(OnnxImportReliability, EyeLikeAndTriluVisitOnlyTheCellsThereAre) {
             (std::vector<double>{0, 1, 0, 0, 0, 1}));
 }
 
+TEST(OnnxImportReliability, HostIndexArraysAreBoundedBeforeTheyAreBuilt) {
+  // Found by fuzz_onnx_ops: Hardmax over (0, 2^34) built an iota of 2^34 doubles (out of memory),
+  // and a OneHot depth of 2^40 did the same (Note [Host-built index arrays]).
+  OnnxModel m = OneOp("Hardmax", {0, P(34)}, {}).Import();
+  EXPECT_EQ(m.Forward({ops::Zeros({0, P(34)}, DType::kFloat32, Cpu())})[0].shape(), (Shape{0, P(34)}));
+  Builder b;
+  b.Input("i", {2}, TensorProto::INT64);
+  b.Init("depth", FromDoubles({double(P(40))}, {}, DType::kInt64));
+  b.Init("values", FromDoubles({0, 1}, {2}, DType::kFloat32));
+  b.Node("OneHot", {"i", "depth", "values"}, {"y"}, "oh");
+  b.Output("y");
+  LOOM_EXPECT_THROW_MSG(b.Import().Forward({FromDoubles({0, 1}, {2}, DType::kInt64)}), OnnxError,
+                        "[onnx] node 'oh' (OneHot): depth needs 1099511627776 values built on the host, more than");
+}
+
 // scores (2, 3) -> op(scores, target) -> loss, the target an initializer (known on the host) or a
 // graph input (computed: checked on the device).
 Builder LossModel(const std::string& op, const std::vector<double>& target, bool target_known,
@@ -165,7 +180,7 @@ TEST(OnnxImportReliability, RangeRefusesNonFiniteAndHugeCounts) {
     double start, limit, delta;
     const char* needle;
   };
-  for (const Case& k : {Case{0, 1e30, 1, "1e+30 elements, more than 2147483648"}, Case{0, inf, 1, "must be finite"},
+  for (const Case& k : {Case{0, 1e30, 1, "1e+30 elements, more than the 67108864"}, Case{0, inf, 1, "must be finite"},
                         Case{0, 10, nan, "must be finite"}, Case{-1e308, 1e308, 1e-308, "more than"}}) {
     Builder b;
     b.Init("start", FromDoubles({k.start}, {}, DType::kFloat64));
@@ -174,6 +189,25 @@ TEST(OnnxImportReliability, RangeRefusesNonFiniteAndHugeCounts) {
     b.Node("Range", {"start", "limit", "delta"}, {"y"}, "r");
     b.Output("y", TensorProto::DOUBLE);
     LOOM_EXPECT_THROW_MSG(b.Import().Forward({}), OnnxError, k.needle);
+  }
+  // Found by fuzz_onnx_ops: an empty start was read past its end (std::out_of_range, not a loom
+  // error); a float OneHot depth of NaN was converted to int64 (undefined).
+  {
+    Builder e;
+    e.Init("start", FromDoubles({}, {0}, DType::kFloat64));
+    e.Init("limit", FromDoubles({2}, {}, DType::kFloat64));
+    e.Init("delta", FromDoubles({1}, {}, DType::kFloat64));
+    e.Node("Range", {"start", "limit", "delta"}, {"y"}, "r");
+    e.Output("y", TensorProto::DOUBLE);
+    LOOM_EXPECT_THROW_MSG(e.Import().Forward({}), OnnxError, "input 0 (start) must hold one value, it holds 0");
+    Builder h;
+    h.Input("i", {2}, TensorProto::INT64);
+    h.Input("depth", {}, TensorProto::DOUBLE);
+    h.Init("values", FromDoubles({0, 1}, {2}, DType::kFloat32));
+    h.Node("OneHot", {"i", "depth", "values"}, {"y"}, "oh");
+    h.Output("y");
+    LOOM_EXPECT_THROW_MSG(h.Import().Forward({FromDoubles({0, 1}, {2}, DType::kInt64), FromDoubles({nan}, {}, DType::kFloat64)}),
+                          OnnxError, "input 1 (depth) holds nan, not a number an int64 can hold");
   }
   Builder b;
   b.Init("start", FromDoubles({1}, {}, DType::kFloat64));

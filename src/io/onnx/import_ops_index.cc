@@ -123,7 +123,7 @@ std::vector<DType> InferCumSum(const InferArgs& a) {
 std::vector<Value> RunTrilu(RunContext& c) {
   const Tensor& x = c.T(0);
   if (x.ndim() < 2) Fail(c, "input must have rank 2 or more");
-  const int64_t k = c.Has(1) ? c.Ints(1, "k").at(0) : 0;
+  const int64_t k = c.Has(1) ? c.Int(1, "k") : 0;
   const bool upper = c.node.Int("upper", 1) != 0;
   const int64_t rows = x.shape()[size_t(x.ndim() - 2)], cols = x.shape()[size_t(x.ndim() - 1)];
   std::vector<double> mask(size_t(NumElements({rows, cols}, "Trilu")));
@@ -168,8 +168,9 @@ std::vector<Value> RunHardmax(RunContext& c) {
     axis = 1;
   }
   const int64_t n = x.shape()[size_t(axis)];
+  if (x.numel() == 0) return {V(ops::ZerosLike(x0))};
   Tensor hit = ops::Equal(x, ops::Max(x, {axis}, true));
-  std::vector<double> iv(static_cast<size_t>(n), 0.0);
+  std::vector<double> iv(HostCount(c, n, "the axis"), 0.0);
   for (int64_t i = 0; i < n; ++i) iv[size_t(i)] = double(i);
   Shape is(size_t(x.ndim()), 1);
   is[size_t(axis)] = n;
@@ -207,7 +208,7 @@ std::vector<Value> RunUpsample(RunContext& c) {
 // Hann, Hamming and Blackman windows (opset 17): cosine sums computed on the host.
 template <int kKind>
 std::vector<Value> RunWindow(RunContext& c) {
-  const int64_t size = c.Ints(0, "size").at(0);
+  const int64_t size = c.Int(0, "size");
   if (size < 0 || size > (int64_t(1) << 24)) Fail(c, detail::Cat("size ", size, " is out of range"));
   const DType dt = DTypeFromOnnx(int32_t(c.node.Int("output_datatype", 1)), c.Where());
   const double n = double(c.node.Int("periodic", 1) != 0 ? size : size - 1), pi = 3.14159265358979323846;

@@ -40,7 +40,7 @@ Tensor Nll(const RunContext& c, const Tensor& input, const Tensor& target, const
   // refuses an index outside [0, C) on any device (Note [Errors found on the GPU]), where a
   // one-hot compare alone would give such a row a silent loss of 0.
   if (target.numel() > 0) {
-    std::vector<double> ids(static_cast<size_t>(classes));
+    std::vector<double> ids(HostCount(c, classes, "the classes"));
     for (int64_t i = 0; i < classes; ++i) ids[size_t(i)] = double(i);
     Tensor table = ops::FromVector<double>(ids, {classes, 1}, dev);
     t = ops::Reshape(ops::Embedding(table, ops::Cast(t, DType::kInt64)), t.shape());
@@ -48,7 +48,7 @@ Tensor Nll(const RunContext& c, const Tensor& input, const Tensor& target, const
   // The target as a one-hot mask over C: (N, 1, d...) == (1, C, 1...).
   Shape ts(t.shape());
   ts.insert(ts.begin() + 1, 1);
-  std::vector<double> iota(static_cast<size_t>(classes), 0.0);
+  std::vector<double> iota(HostCount(c, classes, "the classes"), 0.0);
   for (int64_t i = 0; i < classes; ++i) iota[size_t(i)] = double(i);
   Shape is(size_t(input.ndim()), 1);
   is[1] = classes;

@@ -296,7 +296,7 @@ std::vector<Value> RunPad(RunContext& c) {
   const std::string mode = c.node.Str("mode", "constant");
   std::vector<int64_t> b(pads.begin(), pads.begin() + r), e(pads.begin() + r, pads.end());
   if (mode == "constant") {
-    double v = c.node.opset < 11 ? c.node.Float("value", 0.0) : (c.Has(2) ? c.Doubles(2, "constant_value").at(0) : 0.0);
+    double v = c.node.opset < 11 ? c.node.Float("value", 0.0) : (c.Has(2) ? c.Double(2, "constant_value") : 0.0);
     return {V(PadConstant(x, b, e, v))};
   }
   // edge and reflect: a gather of positions along each padded axis.
@@ -420,15 +420,15 @@ std::vector<DType> InferRange(const InferArgs& a) {
   return {a[0]};
 }
 std::vector<Value> RunRange(RunContext& c) {
-  const double start = c.Doubles(0, "start").at(0), limit = c.Doubles(1, "limit").at(0), delta = c.Doubles(2, "delta").at(0);
+  const double start = c.Double(0, "start"), limit = c.Double(1, "limit"), delta = c.Double(2, "delta");
   if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
     Fail(c, detail::Cat("start ", start, ", limit ", limit, " and delta ", delta, " must be finite"));
   if (delta == 0) Fail(c, "delta is 0");
   // The count in double first: a cast of 1e30 to int64 is undefined (it came out as 0 elements).
   const double count = std::max(0.0, std::ceil((limit - start) / delta));
-  constexpr int64_t kMaxRange = int64_t(1) << 31;
-  if (!(count <= double(kMaxRange)))
-    Fail(c, detail::Cat("range(", start, ", ", limit, ", ", delta, ") has ", count, " elements, more than ", kMaxRange));
+  if (!(count <= double(kMaxHostValues)))  // Note [Host-built index arrays]
+    Fail(c, detail::Cat("range(", start, ", ", limit, ", ", delta, ") has ", count, " elements, more than the ",
+                        kMaxHostValues, " loom builds"));
   const int64_t n = int64_t(count);
   const DType dt = c.T(0).dtype();
   if (!IsFloat(dt)) {
@@ -479,14 +479,14 @@ std::vector<Value> RunSpaceToDepth(RunContext& c) {
 std::vector<DType> InferOneHot(const InferArgs& a) { return {a[2]}; }
 std::vector<Value> RunOneHot(RunContext& c) {
   Tensor idx = ops::Cast(c.T(0), DType::kFloat64);
-  const int64_t depth = c.Ints(1, "depth").at(0);
+  const int64_t depth = c.Int(1, "depth");
   if (depth < 1) Fail(c, "depth must be positive");
   const Tensor& values = c.T(2);
   if (values.numel() != 2) Fail(c, "values must hold [off, on]");
   const int64_t r = idx.ndim() + 1, axis = Axis(c, c.node.Int("axis", -1), r, "axis");
   idx = ops::Where(ops::Less(idx, ops::Zeros({}, DType::kFloat64, idx.device_ptr())), ops::AddScalar(idx, double(depth)), idx);
   idx = ops::Reshape(idx, Unsqueezed(c, idx.shape(), {axis}));
-  std::vector<double> iv(static_cast<size_t>(depth), 0.0);
+  std::vector<double> iv(HostCount(c, depth, "depth"), 0.0);
   for (int64_t i = 0; i < depth; ++i) iv[size_t(i)] = double(i);
   Shape is(size_t(r), 1);
   is[size_t(axis)] = depth;
