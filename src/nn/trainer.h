@@ -57,6 +57,7 @@ struct RunState {
   double seconds = 0;             // training time so far, for the log's time axis
   double loss_sum = 0;            // the step monitor's losses since its last log read, and how many:
   int64_t losses = 0;             // a resumed run's next log row averages the same steps
+  int64_t batch_size = 0;         // the loader's (0: a checkpoint from before it was saved)
 
   std::map<std::string, double> ToMeta() const;
   // IOError naming `source` when a key is missing or holds a value no RunState has.
@@ -65,8 +66,8 @@ struct RunState {
 
 // The state of a run at `step` whose training data comes from `loader` on `dev`.
 RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev);
-// IOError when the loader's seeds differ from the saved ones (another shuffling or augmentation
-// would not continue the run) or the position lies outside its epochs.
+// IOError when the loader's seeds or batch size differ from the saved ones (another shuffling,
+// augmentation or batching would not continue the run) or the position lies outside its epochs.
 void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source);
 // CheckRunState, then seeks the loader and sets the device's generator.
 void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source);
