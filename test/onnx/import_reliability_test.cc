@@ -190,6 +190,17 @@ TEST(OnnxImportReliability, RangeRefusesNonFiniteAndHugeCounts) {
     b.Output("y", TensorProto::DOUBLE);
     LOOM_EXPECT_THROW_MSG(b.Import().Forward({}), OnnxError, k.needle);
   }
+  Builder b;
+  b.Init("start", FromDoubles({1}, {}, DType::kFloat64));
+  b.Init("limit", FromDoubles({2}, {}, DType::kFloat64));
+  b.Init("delta", FromDoubles({0.25}, {}, DType::kFloat64));
+  b.Node("Range", {"start", "limit", "delta"}, {"y"}, "r");
+  b.Output("y", TensorProto::DOUBLE);
+  EXPECT_EQ(ToDoubles(b.Import().Forward({})[0]), (std::vector<double>{1, 1.25, 1.5, 1.75}));
+}
+
+TEST(OnnxImportReliability, InputsAHandlerReadsMustExistAndHoldOneValue) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   // Found by fuzz_onnx_ops: an empty start was read past its end (std::out_of_range, not a loom
   // error); a float OneHot depth of NaN was converted to int64 (undefined).
   {
@@ -209,13 +220,15 @@ TEST(OnnxImportReliability, RangeRefusesNonFiniteAndHugeCounts) {
     LOOM_EXPECT_THROW_MSG(h.Import().Forward({FromDoubles({0, 1}, {2}, DType::kInt64), FromDoubles({nan}, {}, DType::kFloat64)}),
                           OnnxError, "input 1 (depth) holds nan, not a number an int64 can hold");
   }
-  Builder b;
-  b.Init("start", FromDoubles({1}, {}, DType::kFloat64));
-  b.Init("limit", FromDoubles({2}, {}, DType::kFloat64));
-  b.Init("delta", FromDoubles({0.25}, {}, DType::kFloat64));
-  b.Node("Range", {"start", "limit", "delta"}, {"y"}, "r");
-  b.Output("y", TensorProto::DOUBLE);
-  EXPECT_EQ(ToDoubles(b.Import().Forward({})[0]), (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  // Found by fuzz_onnx_ops: Pad at opset 11 given no pads input read past the node's inputs.
+  {
+    Builder p(11);
+    p.Input("x", {2, 2});
+    p.Node("Pad", {"x"}, {"y"}, "pad");
+    p.Output("y");
+    LOOM_EXPECT_THROW_MSG(p.Import().Forward({ops::Zeros({2, 2}, DType::kFloat32, Cpu())}), OnnxError,
+                          "[onnx] node 'pad' (Pad): input 1 (pads) is required");
+  }
 }
 
 TEST(OnnxImportReliability, NarrowIntegerInitializersOutOfRangeAreRefused) {

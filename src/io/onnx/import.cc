@@ -65,9 +65,15 @@ const Tensor& RunContext::T(size_t i) const {
   return in_[i].t;
 }
 
+const Value& RunContext::V(size_t i) const {
+  if (i >= in_.size()) Fail(node, detail::Cat("input ", i, " is required"));
+  return in_[i];
+}
+
 std::vector<int64_t> RunContext::Ints(size_t i, const char* what) const {
-  const Value& v = in_.at(i);
+  // Has first: an input past the node's last (Pad at opset 11 without its pads) is not read.
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
+  const Value& v = in_[i];
   if (v.host) return *v.host;
   if (v.t.numel() == 0) return {};  // an empty tensor from a file has nothing to read (nor written)
   if (v.t.dtype() == DType::kInt64) return v.t.Contiguous().ToVector<int64_t>();
@@ -103,8 +109,8 @@ double RunContext::Double(size_t i, const char* what) const {
 }
 
 std::vector<double> RunContext::Doubles(size_t i, const char* what) const {
-  const Value& v = in_.at(i);
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
+  const Value& v = in_[i];
   if (v.host) return std::vector<double>(v.host->begin(), v.host->end());
   if (v.t.numel() == 0) return {};
   return ops::Cast(v.t, DType::kFloat64).Contiguous().ToVector<double>();

@@ -69,7 +69,7 @@ class RunContext {
   const NodeSpec& node;
   bool Has(size_t i) const { return node.HasInput(i) && i < in_.size() && in_[i].t.defined(); }
   const Tensor& T(size_t i) const;
-  const Value& V(size_t i) const { return in_.at(i); }
+  const Value& V(size_t i) const;  // an input the node does not have is the node's error
   size_t size() const { return in_.size(); }
   // An input's values as integers on the host (see Note [ONNX handlers]); floats are truncated.
   std::vector<int64_t> Ints(size_t i, const char* what) const;
