@@ -90,6 +90,10 @@ TEST(GraphOptionChecks, OutOfRangeValuesAreValueErrorsWhereTheyAreSet) {
   ok.first_bucket_bytes = 0;  // as bucket_bytes
   CheckGraphOptions(ok);
   EXPECT_EQ(RegistryGraphOptions(*Cpu()).num_workers, 0) << "a refused set changes nothing";
+  VisitGraphOptions(ok, [](const char* name, const auto&, const char* doc) {  // the doc states the bound
+    if (std::string(name) == "num_workers")
+      EXPECT_NE(std::string(doc).find("at most " + std::to_string(kMaxReplayWorkers)), std::string::npos) << doc;
+  });
 }
 
 }  // namespace
