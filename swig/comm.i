@@ -68,6 +68,10 @@ LOOM_COMM_WITHOUT_GIL(loom::MakeCommunicator)
 %ignore loom::MakeNcclCommunicator;
 %include "core/communicator.h"
 
+// The documented keywords (c.broadcast(t, root=1), c.all_reduce(t, op="max")) work: without
+// kwargs SWIG's wrappers took positions only and raised TypeError for them.
+%feature("kwargs") loom::Communicator::all_reduce;
+%feature("kwargs") loom::Communicator::broadcast;
 %extend loom::Communicator {
   // In place: every rank ends with the sum (or max) over ranks of `t`.
   void all_reduce(loom::Tensor& t, const std::string& op = "sum") {

@@ -125,6 +125,7 @@ static loom::GraphOptions OptionsFromDict(PyObject* dict, loom::GraphOptions bas
     if (!found)
       throw loom::ValueError(loom::detail::Cat("[graph] unknown option '", k ? k : "?", "' (options: ", known, ")"));
   }
+  loom::CheckGraphOptions(base);
   return base;
 }
 

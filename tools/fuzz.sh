@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes loom's parsers with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (targets in
-# tools/fuzz/: checkpoint, idx, cifar, graph_dump, onnx).
+# tools/fuzz/: checkpoint, idx, cifar, graph_dump, onnx, onnx_ops).
 #
 #   tools/fuzz.sh            60 s per target
 #   tools/fuzz.sh 300        300 s per target
@@ -10,7 +10,8 @@
 # Builds with clang (from tools/setup.sh's packages) in its own folder (default build-fuzz/,
 # never the main build), seeds each target's corpus with valid files (the graph-dump seeds are
 # real dumps, written by the main build's graph_dump_seeds; the onnx seeds are models of ONNX's
-# backend node tests, and the onnx target links the main build's libloom), runs each target for the given
+# backend node tests, and the onnx targets link the main build's libloom; the onnx_ops seeds are
+# op specs, among them the inputs that once crashed an ONNX handler), runs each target for the given
 # time and prints how many inputs it executed. Every run first executes the inputs that once
 # crashed a target (tools/fuzz/regressions/<target>/). Exits non-zero when a target finds a crash:
 # the log then shows the stack, the crashing input (base64) and the command that reproduces it;
@@ -25,7 +26,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${LOOM_FUZZ_BUILD:-$root/build-fuzz}"
 main_build="${LOOM_BUILD_DIR:-build}"
-targets=(checkpoint idx cifar graph_dump onnx)
+targets=(checkpoint idx cifar graph_dump onnx onnx_ops)
 
 # clang with libFuzzer's runtime (Debian: clang, libclang-rt-dev) and a configured main build:
 # tools/setup.sh provides both.

@@ -5,6 +5,7 @@
 //   graph_dump step.lgd --dot > g.dot   the Graphviz graph (dot -Tsvg g.dot > g.svg)
 //   graph_dump step.lgd --dot --no-deps without the dashed dependency edges
 #include <cstdio>
+#include <new>
 #include <string>
 
 #include "core/error.h"
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
     }
   } catch (const loom::Error& e) {
     std::fprintf(stderr, "graph_dump: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "graph_dump: out of memory reading '%s'\n", path.c_str());
     return 1;
   }
   return 0;

@@ -11,6 +11,29 @@ namespace loom {
 static std::atomic<uint64_t> g_node_seq{0};
 static std::atomic<bool> g_save_all{false};
 
+// Note [Freeing a long history]
+// A node owns its producers through `next`, so the history of a running loss summed over many
+// steps, or of an RNN unrolled over a long sequence, is a chain of shared_ptrs as long as the
+// number of ops. Freed naively, each node's destructor frees its producer from inside itself: one
+// stack frame per op, and a SIGSEGV at some 100,000 ops (fewer on a thread's smaller stack or
+// in a sanitized build). So a node that dies moves its edges onto a worklist and frees them in a
+// loop; an edge it held the last reference to gives up its own edges to the same list first, so
+// that no destructor ever has a chain left to recurse into. Backward walks the history with
+// explicit stacks and a queue for the same reason.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> doomed;
+  auto take_edges = [&doomed](Node& n) {
+    for (Edge& e : n.next)
+      if (e.node) doomed.push_back(std::move(e.node));
+  };
+  take_edges(*this);
+  while (!doomed.empty()) {
+    std::shared_ptr<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    if (n.use_count() == 1) take_edges(*n);  // the last owner: its edges outlive it on the list
+  }  // n is freed here with no node left behind it
+}
+
 void SetSaveAllForBackward(bool on) { g_save_all = on; }
 bool SaveAllForBackward() { return g_save_all; }
 

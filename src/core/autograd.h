@@ -33,6 +33,11 @@ struct Node {
   std::vector<TensorMeta> output_metas;
   std::vector<Edge> next;           // one per input
   bool released = false;            // saved tensors dropped after backward ran
+
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();  // frees the history behind it without recursing (Note [Freeing a long history])
 };
 
 // For measurements only: when set, nodes save every input and output instead of the declared

@@ -14,6 +14,7 @@
 // (`on_device()`); collectives are in place or from `send` into `recv`, `count` elements each.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,6 +27,19 @@ namespace loom {
 class Device;
 
 enum class ReduceOp : uint8_t { kSum, kMax };
+
+// Note [Timeouts without end]
+// A communicator's timeout (LOOM_COMM_TIMEOUT_S, InProcOptions::timeout_s) may be as large as the
+// user likes, inf included: anything from kLongestWaitS up (31 years) waits kLongestWaitS, in
+// effect for ever. Added to the clock as is, 1e10 s overflowed its int64 nanoseconds and inf was
+// undefined: the deadline fell in the past and a healthy job failed its first collective at once.
+constexpr double kLongestWaitS = 1e9;
+// The moment a wait of timeout_s (> 0) that began at `from` gives up.
+inline std::chrono::steady_clock::time_point WaitDeadline(std::chrono::steady_clock::time_point from,
+                                                          double timeout_s) {
+  const double s = timeout_s < kLongestWaitS ? timeout_s : kLongestWaitS;
+  return from + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
 
 class Communicator {
  public:

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <new>
 #include <cstring>
 
 #include "core/error.h"
@@ -114,7 +115,7 @@ void WriteFileAtomic(const std::string& path, const std::vector<std::string_view
 // or read() for as long as nothing writes to it, so the kind is checked before the file is
 // opened, and opening does not wait (O_NONBLOCK) in case the path changed in between; the
 // descriptor is checked again once open.
-std::string ReadFile(const std::string& path, const char* component) {
+std::string ReadFile(const std::string& path, const char* component, size_t max_bytes) {
   CheckNoNulByte(path, component, "the path");
   struct stat st;
   LOOM_CHECK(::stat(path.c_str(), &st) == 0, IOError, "[", component, "] cannot open '", path, "': ",
@@ -130,8 +131,19 @@ std::string ReadFile(const std::string& path, const char* component) {
     LOOM_CHECK(false, IOError, "[", component, "] cannot read '", path, "': ",
                err ? SysError(err) : std::string("not a regular file"));
   }
+  if (uint64_t(st.st_size) > max_bytes) {
+    ::close(fd);
+    LOOM_CHECK(false, IOError, "[", component, "] cannot read '", path, "': it is ", uint64_t(st.st_size),
+               " bytes, more than the ", max_bytes, " this reader takes");
+  }
   std::string data;
-  data.resize(size_t(st.st_size));
+  try {
+    data.resize(size_t(st.st_size));
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    LOOM_CHECK(false, IOError, "[", component, "] cannot read '", path, "': no memory for its ", uint64_t(st.st_size),
+               " bytes");
+  }
   size_t got = 0;
   while (got < data.size()) {
     ssize_t n = ::read(fd, &data[got], data.size() - got);

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +34,10 @@ namespace loom {
 // messages: "[checkpoint] cannot write 'x.ckpt': No such file or directory".
 void WriteFileAtomic(const std::string& path, const std::vector<std::string_view>& pieces, const char* component);
 
-// Reads a whole file; IOError naming `path` when it cannot.
-std::string ReadFile(const std::string& path, const char* component);
+// Reads a whole file; IOError naming `path` when it cannot, and before allocating anything when
+// the file is larger than `max_bytes` (a reader's own limit: a sparse 64 GiB file costs no disk)
+// or larger than the memory that can be had for it.
+std::string ReadFile(const std::string& path, const char* component, size_t max_bytes = SIZE_MAX);
 
 // ValueError unless `text` is free of NUL bytes: "[<component>] <what> 'a\0b' contains a NUL
 // byte (at 1), ..." (Note [Names are C strings]). WriteFileAtomic and ReadFile check their paths.

@@ -13,6 +13,7 @@ namespace loom {
 Graph::Graph(std::shared_ptr<Device> device, std::string name, GraphOptions options)
     : device_(std::move(device)), name_(std::move(name)), options_(options), ops_(name_) {
   LOOM_CHECK(device_, DeviceError, "[graph '", name_, "'] no device");
+  CheckGraphOptions(options_);
   quoted_name_ = "graph '" + name_ + "'";
   if (DebugLevel() >= 2) options_.profile = true;
 }

@@ -13,6 +13,15 @@ MemoryMode ParseMemoryMode(const std::string& s) {
   throw ValueError("[graph] memory mode must be 'planned' or 'dynamic', got '" + s + "'");
 }
 
+void CheckGraphOptions(const GraphOptions& o) {
+  LOOM_CHECK(o.num_workers >= 0 && o.num_workers <= kMaxReplayWorkers, ValueError, "[graph] option num_workers is ",
+             o.num_workers, ", expected 0 (the device's threads) to ", kMaxReplayWorkers);
+  LOOM_CHECK(o.bucket_bytes > 0, ValueError, "[graph] option bucket_bytes is ", o.bucket_bytes,
+             ", expected a positive number of bytes");
+  LOOM_CHECK(o.first_bucket_bytes >= 0, ValueError, "[graph] option first_bucket_bytes is ", o.first_bucket_bytes,
+             ", expected a number of bytes (0: bucket_bytes)");
+}
+
 namespace {
 
 // Note [Pass switches and counters]: the registered pass of that name, or a ValueError listing them.

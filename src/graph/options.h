@@ -67,7 +67,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(MemoryMode, memory, MemoryMode::kPlanned,                                                          \
     "planned: one arena packed once (replay allocates nothing); dynamic: the device pool at first "    \
     "use, returned at the last reader")                                                                \
-  X(int, num_workers, 0, "threads of the parallel replay; 0: the device's (Note [Replay threads])")                     \
+  X(int, num_workers, 0, "threads of the parallel replay, at most 1024; 0: the device's (Note [Replay threads])")      \
   X(bool, profile, false, "time every op of every replay (LOOM_DEBUG >= 2 sets it)")                   \
   X(bool, device_graph, false,                                                                         \
     "record sequential replays once as a device graph (CUDA graph) and relaunch it; needs planned "    \
@@ -78,7 +78,7 @@ MemoryMode ParseMemoryMode(const std::string& s);
   X(bool, run_passes, true, "run the graph passes switched on below at the end of the capture (Note [Passes])") \
   X(PassSwitches, passes, {},                                                                          \
     "one switch per registered graph pass, named as the pass (Note [Pass switches and counters])")    \
-  X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training (Note [Gradient buckets])") \
+  X(int, bucket_bytes, 25 << 20, "gradient bucket size of data-parallel training, > 0 (Note [Gradient buckets])") \
   X(int, first_bucket_bytes, 1 << 20, "size of the first gradient bucket, all-reduced first; 0: bucket_bytes") \
   X(bool, overlap_collectives, true,                                                                   \
     "each bucket's all-reduce right after its last gradient (overlaps backward); false: after backward") \
@@ -121,6 +121,15 @@ struct GraphStats {
   LOOM_GRAPH_STATS(LOOM_DECLARE_FIELD)
 };
 #undef LOOM_DECLARE_FIELD
+
+// The most replay workers a graph may ask for: far above any core count, far below the thread
+// count at which creating them takes minutes (100,000 hung a replay).
+constexpr int kMaxReplayWorkers = 1024;
+// Throws ValueError naming the first field out of range: num_workers outside [0,
+// kMaxReplayWorkers], bucket_bytes not positive, first_bucket_bytes negative. Every place that
+// takes options (Graph, CapturedStep, Model::Compile, the registry, StepMonitor, the Python
+// module's dicts) checks them there, before anything is captured.
+void CheckGraphOptions(const GraphOptions& o);
 
 namespace detail {
 // One field to a visitor; the pass switches and counters as one field each (Note [Pass switches

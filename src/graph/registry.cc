@@ -103,6 +103,7 @@ GraphOptions RegistryGraphOptions(Device& device) {
 }
 
 void SetRegistryGraphOptions(Device& device, const GraphOptions& options) {
+  CheckGraphOptions(options);
   std::lock_guard<std::mutex> l(Mutex());
   Table()[&device].options = options;
 }

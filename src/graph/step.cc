@@ -13,6 +13,7 @@ CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string na
     : device_(std::move(device)), fn_(std::move(fn)), name_(std::move(name)), recapture_(recapture),
       sequential_(sequential), options_(options) {
   LOOM_CHECK(device_, DeviceError, "[captured_step] no device");
+  CheckGraphOptions(options_);
   LOOM_CHECK(options_.max_step_graphs >= 0, ValueError, "[captured_step '", name_, "'] max_step_graphs ",
              options_.max_step_graphs, " must be >= 0 (0: no bound)");
 }

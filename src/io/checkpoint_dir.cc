@@ -133,6 +133,13 @@ std::string CheckpointDir::Latest() const {
   return steps.empty() ? std::string() : PathFor(steps.back());
 }
 
+std::string CheckpointDir::Existing() const {
+  const std::string latest = Latest();
+  if (!latest.empty()) return latest;
+  struct stat st;
+  return ::stat(BestPath().c_str(), &st) == 0 ? BestPath() : std::string();
+}
+
 std::string CheckpointDir::LatestBefore(int64_t step) const {
   std::string best;
   for (int64_t s : Steps())

@@ -44,6 +44,9 @@ class CheckpointDir {
   std::string Latest() const;          // the newest step checkpoint's path, "" when none
   // The newest step checkpoint strictly before `step` (a run that failed at `step`), "" when none.
   std::string LatestBefore(int64_t step) const;
+  // What a new run here would prune or overwrite: the newest step checkpoint, else best.ckpt when
+  // it exists (another run's best, even with its step checkpoints gone); "" when neither.
+  std::string Existing() const;
 
  private:
   std::string dir_;

@@ -2,6 +2,9 @@
 
 #include <sys/stat.h>
 
+#include <cfloat>
+#include <cmath>
+
 #include "core/device.h"
 #include "io/file.h"
 
@@ -114,11 +117,21 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
   scale_.assign(c, 1.0f / 255.0f);
   shift_.assign(c, 0.0f);
   for (size_t i = 0; i < opt_.mean.size(); ++i) {
-    LOOM_CHECK(opt_.stddev[i] > 0, ValueError, "[data_loader] stddev[", i, "] = ", opt_.stddev[i],
-               " must be positive");
+    LOOM_CHECK(std::isfinite(opt_.mean[i]), ValueError, "[data_loader] mean[", i, "] = ", opt_.mean[i],
+               " must be a finite number");
+    LOOM_CHECK(std::isnormal(opt_.stddev[i]) && opt_.stddev[i] > 0, ValueError, "[data_loader] stddev[", i, "] = ",
+               opt_.stddev[i], " must be a positive, finite, normal float32");
+    // The values pixels 0 and 255 map to must be float32 too (a tiny stddev made every pixel inf).
+    const double lo = -double(opt_.mean[i]) / opt_.stddev[i], hi = (1.0 - opt_.mean[i]) / opt_.stddev[i];
+    LOOM_CHECK(std::fabs(lo) <= FLT_MAX && std::fabs(hi) <= FLT_MAX, ValueError, "[data_loader] mean[", i, "] = ",
+               opt_.mean[i], " and stddev[", i, "] = ", opt_.stddev[i], " map pixels to [", lo, ", ", hi,
+               "], beyond float32");
     scale_[i] = 1.0f / (255.0f * opt_.stddev[i]);
     shift_[i] = -opt_.mean[i] / opt_.stddev[i];
   }
+  LOOM_CHECK(!opt_.drop_last || opt_.batch_size <= samples_per_epoch(), ValueError, "[data_loader] batch_size ",
+             opt_.batch_size, " with drop_last: an epoch of ", samples_per_epoch(),
+             " samples would have no batch (drop_last=False gives one batch of them all)");
   StartThread(0, 0);
 }
 
@@ -153,7 +166,8 @@ void DataLoader::Seek(int64_t epoch, int64_t index) {
 
 int64_t DataLoader::batches_per_epoch() const {
   const int64_t n = samples_per_epoch();
-  return opt_.drop_last ? n / opt_.batch_size : (n + opt_.batch_size - 1) / opt_.batch_size;
+  // n + batch_size - 1 overflowed for a batch_size near 2^63: no batch at all.
+  return n / opt_.batch_size + (!opt_.drop_last && n % opt_.batch_size != 0 ? 1 : 0);
 }
 
 Shape DataLoader::x_shape(int64_t batch) const {

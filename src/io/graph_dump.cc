@@ -190,7 +190,8 @@ void WriteGraphDump(const Graph& graph, const std::string& path) {
 }
 
 GraphDump ReadGraphDump(const std::string& path) {
-  std::string bytes = ReadFile(path, "graph_dump");
+  // The record is one protobuf message: at most 2 GiB after the magic number.
+  std::string bytes = ReadFile(path, "graph_dump", kMagicSize + size_t(INT_MAX));
   return DecodeGraphDump(bytes.data(), bytes.size(), path);
 }
 

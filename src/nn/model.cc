@@ -30,6 +30,7 @@ void Model::set_recapture(bool on) {
 void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential,
                     const GraphOptions& options) {
   LOOM_CHECK(!inputs.empty() && inputs[0].defined(), ValueError, "[Model] Compile needs example inputs");
+  CheckGraphOptions(options);
   device_ = inputs[0].device_ptr();
   for (auto& p : net_->Params())  // also gives every parameter its full path as name
     LOOM_CHECK(p.second.device() == device_.get(), DeviceError, "[Model] parameter '", p.first, "' is on ",

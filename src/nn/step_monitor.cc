@@ -11,6 +11,7 @@ namespace nn {
 StepMonitor::StepMonitor(std::shared_ptr<Device> dev, NamedTensors watched, bool use_graph, GraphOptions options)
     : dev_(std::move(dev)), watched_(std::move(watched)), use_graph_(use_graph), options_(options) {
   LOOM_CHECK(dev_, DeviceError, "[step_monitor] no device");
+  CheckGraphOptions(options_);
   for (const auto& kv : watched_)
     LOOM_CHECK(kv.second.defined() && kv.second.device() == dev_.get(), DeviceError, "[step_monitor] watched tensor '",
                kv.first, "' is not on ", dev_->name());

@@ -63,6 +63,7 @@ std::map<std::string, double> RunState::ToMeta() const {
   m["run/losses"] = double(losses);
   m["run/rank"] = double(rank);
   m["run/world"] = double(world);
+  m["run/batch_size"] = double(batch_size);
   return m;
 }
 
@@ -88,6 +89,8 @@ RunState RunState::FromMeta(const std::map<std::string, double>& meta, const std
     LOOM_CHECK(s.world >= 1 && s.rank < s.world, IOError, "[trainer] '", source, "': rank ", s.rank, " of a world of ",
                s.world, " ranks");
   }
+  // Checkpoints written before the batch size was saved lack it: 0, unchecked.
+  if (meta.count("run/batch_size")) s.batch_size = int64_t(Whole(meta, "run/batch_size", source, kMax));
   LOOM_CHECK(s.best_top1 == -1 || (s.best_top1 >= 0 && s.best_top1 <= 1), IOError, "[trainer] '", source,
              "': 'run/best_top1' is ", s.best_top1, ", not an accuracy");
   return s;
@@ -97,6 +100,7 @@ RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Devic
   RunState s;
   s.step = step;
   s.position = loader.position();
+  s.batch_size = loader.options().batch_size;
   s.loader_seed = loader.options().seed;
   s.augment_seed = loader.options().augment_seed;
   s.rng_seed = dev.rng_seed();
@@ -109,6 +113,10 @@ void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::s
   LOOM_CHECK(o.seed == s.loader_seed && o.augment_seed == s.augment_seed, IOError, "[trainer] '", source,
              "' was saved by a run whose loader had seed ", s.loader_seed, " and augment_seed ", s.augment_seed,
              "; this loader has ", o.seed, " and ", o.augment_seed, ": it would not continue that run");
+  // The position counts batches: with another batch size, batch i of the epoch is other samples.
+  LOOM_CHECK(s.batch_size == 0 || s.batch_size == o.batch_size, IOError, "[trainer] '", source,
+             "' was saved by a run whose loader had batch_size ", s.batch_size, "; this loader has ", o.batch_size,
+             ": its position (epoch ", s.position.epoch, ", batch ", s.position.index, ") would not continue that run");
   LOOM_CHECK(s.position.index <= loader.batches_per_epoch(), IOError, "[trainer] '", source, "' stands at batch ",
              s.position.index, " of an epoch; this loader has ", loader.batches_per_epoch(), " batches an epoch");
 }
@@ -430,13 +438,18 @@ void Trainer::Checkpoint() {
 
 TrainResult Trainer::Fit() {
   TrainResult result;
+  // A new run in a folder holding another run's checkpoints would prune them first, and would
+  // overwrite its best.ckpt with its own first evaluation: refused, resuming or not, when there is
+  // no step checkpoint to continue from (on every rank alike: they see the same folder).
   std::string resumed;
-  if (opt_.resume) {
-    resumed = ResumePath();
-    if (!resumed.empty()) result.resumed_from = step_;
-  } else if (dir_ && !dir_->Steps().empty()) {  // pruning would remove the new run's checkpoints first
-    throw ValueError(detail::Cat("[trainer] '", dir_->dir(), "' holds checkpoints of another run (the newest '",
-                                 dir_->Latest(), "'): resume it, or give a new checkpoint_dir"));
+  const std::string existing = dir_ ? dir_->Existing() : std::string();
+  if (opt_.resume) resumed = ResumePath();  // Note [Checkpoints across ranks]: agreed between ranks
+  if (!resumed.empty()) {
+    result.resumed_from = step_;
+  } else if (!existing.empty()) {
+    throw ValueError(detail::Cat("[trainer] '", dir_->dir(), "' holds checkpoints of another run ('", existing, "')",
+                                 opt_.resume ? " but no step checkpoint to resume from" : "",
+                                 ": resume it, or give a new checkpoint_dir"));
   }
   const int64_t bpe = train_.batches_per_epoch();
   LOOM_CHECK(bpe > 0, ValueError, "[trainer] the training loader gives no batch (fewer samples than one batch "

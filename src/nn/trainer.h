@@ -77,6 +77,7 @@ struct RunState {
   double loss_sum = 0;            // the step monitor's losses since its last log read, and how many:
   int64_t losses = 0;             // a resumed run's next log row averages the same steps
   int64_t rank = 0, world = 1;    // Note [Checkpoints across ranks] (1 rank when a checkpoint predates it)
+  int64_t batch_size = 0;         // the loader's (0: a checkpoint from before it was saved)
 
   std::map<std::string, double> ToMeta() const;
   // IOError naming `source` when a key is missing or holds a value no RunState has.
@@ -85,8 +86,8 @@ struct RunState {
 
 // The state of a run at `step` whose training data comes from `loader` on `dev`.
 RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev);
-// IOError when the loader's seeds differ from the saved ones (another shuffling or augmentation
-// would not continue the run) or the position lies outside its epochs.
+// IOError when the loader's seeds or batch size differ from the saved ones (another shuffling,
+// augmentation or batching would not continue the run) or the position lies outside its epochs.
 void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source);
 // CheckRunState, then seeks the loader and sets the device's generator.
 void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source);

@@ -1,5 +1,7 @@
 #include "common/harness.h"
 
+#include <pthread.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -229,6 +231,31 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps, double tol
 bool GpuRequired() {
   const char* v = std::getenv("LOOM_REQUIRE_GPU");
   return v && std::string(v) == "1";
+}
+
+void RunOnSmallStack(const std::function<void()>& fn) {
+  struct Job {
+    const std::function<void()>* fn;
+    std::string failure;
+  } job{&fn, ""};
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t(1) << 20), 0);
+  auto body = [](void* p) -> void* {
+    Job* j = static_cast<Job*>(p);
+    try {
+      (*j->fn)();
+    } catch (const std::exception& e) {
+      j->failure = e.what();
+    }
+    return nullptr;
+  };
+  pthread_t th;
+  const int rc = pthread_create(&th, &attr, body, &job);
+  pthread_attr_destroy(&attr);
+  ASSERT_EQ(rc, 0);
+  pthread_join(th, nullptr);
+  EXPECT_EQ(job.failure, "") << "the function run on a small stack threw";
 }
 
 }  // namespace test

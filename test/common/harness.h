@@ -89,6 +89,11 @@ void GradCheck(const OpFn& f, std::vector<Tensor> inputs, double eps = 1e-6, dou
     }                                                                                       \
   } while (0)
 
+// Runs fn on a thread with a 1 MiB stack (a worker thread's or a sanitized build's budget, an
+// eighth of the main thread's) and fails the test with any exception it throws: a walk that
+// recurses once per op of a long history dies there deterministically.
+void RunOnSmallStack(const std::function<void()>& fn);
+
 // GPU tests start with this (Note [No GPU, or a broken one] in core/device.h): a CUDA setup
 // error fails the test; no GPU (or no CUDA backend) skips it with the reason, or fails it when
 // LOOM_REQUIRE_GPU=1 (tools/gpu_check.sh sets it, so a GPU machine never reports "skipped").

@@ -173,6 +173,32 @@ TEST(Autograd, SmallMlpTrains) {
   EXPECT_LT(after, 0.5 * first) << "loss went from " << first << " to " << after << " in 30 SGD steps";
 }
 
+// A running loss summed over many steps, or an RNN unrolled over a long sequence, leaves a history
+// as deep as the number of ops. Backward walks it with a queue and the nodes free their chain
+// with a worklist (Note [Freeing a long history] in core/autograd.cc); freeing it used to recurse
+// once per node and died of SIGSEGV.
+TEST(Autograd, HundredThousandOpChainBackwardAndRelease) {
+  constexpr int kOps = 100000;
+  std::vector<double> grad, value;
+  RunOnSmallStack([&] {
+    Tensor w = FromDoubles({0.5}, {1}, DType::kFloat64);
+    w.set_requires_grad(true);
+    {
+      // An RNN-like unroll: h = h * 1 + w, so dh/dw = kOps.
+      Tensor h = w, one = FromDoubles({1.0}, {1}, DType::kFloat64);
+      for (int i = 0; i < kOps; ++i) h = ops::Add(ops::Mul(h, one), w);
+      auto grads = Backward(ops::Sum(h));
+      if (grads.size() == 1) grad = ToDoubles(grads[0].second);
+    }
+    // A chain dropped without a backward: only the destructors run.
+    Tensor h = w;
+    for (int i = 0; i < kOps; ++i) h = ops::AddScalar(h, 1.0);
+    value = ToDoubles(h);
+  });
+  EXPECT_EQ(grad, std::vector<double>{kOps + 1.0});
+  EXPECT_EQ(value, std::vector<double>{0.5 + kOps});
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace loom

@@ -45,6 +45,18 @@ TEST(CheckedSizes, TheAllocatorRefusesWhatItCannotRound) {
   EXPECT_EQ(CachingAllocator::RoundSize(P(40) + 1), size_t(P(40) + P(38)));
 }
 
+TEST(CheckedSizes, BroadcastsIntoEmptyOutputs) {
+  // (3, 0) against (1, 0) is an empty (3, 0): the broadcast kernel divided by its last dimension
+  // and died of SIGFPE (found by fuzz_onnx_ops through ArgMax over an axis of an empty tensor).
+  Tensor x = ops::Zeros({3, 0}, DType::kFloat32, Cpu());
+  Tensor m = ops::Max(x, {0}, true);
+  EXPECT_EQ(m.shape(), (Shape{1, 0}));
+  EXPECT_EQ(ops::Equal(x, m).shape(), (Shape{3, 0}));
+  EXPECT_EQ(ops::Add(x, m).shape(), (Shape{3, 0}));
+  EXPECT_EQ(ops::Mul(ops::Zeros({2, 1, 0}, DType::kFloat64, Cpu()), ops::Zeros({4, 1}, DType::kFloat64, Cpu())).shape(),
+            (Shape{2, 4, 0}));
+}
+
 TEST(NaN, ReluAndMaxPropagateNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (DType dt : {DType::kFloat32, DType::kFloat64}) {

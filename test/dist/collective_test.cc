@@ -3,6 +3,10 @@
 // typed errors for collectives that do not match across ranks.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <limits>
+#include <thread>
+
 #include "dist_common.h"
 #include "core/collective.h"
 
@@ -48,6 +52,26 @@ TEST(InProc, BadGroups) {
   InProcOptions o;
   o.timeout_s = 0;
   LOOM_EXPECT_THROW_MSG(MakeInProcGroup(2, o), ValueError, "must be positive");
+}
+
+// Note [Timeouts without end]: a timeout of inf or of 1e10 s put the deadline in the past (the
+// clock's nanoseconds overflowed), so the first rank to arrive failed at once.
+TEST(InProc, TimeoutsWithoutEndWaitForASlowRank) {
+  const auto now = std::chrono::steady_clock::now();
+  EXPECT_EQ(WaitDeadline(now, 2.5), now + std::chrono::milliseconds(2500));
+  for (double t : {1e9, 1e10, 1e300, std::numeric_limits<double>::infinity()}) {
+    EXPECT_EQ(WaitDeadline(now, t), now + std::chrono::seconds(int64_t(kLongestWaitS))) << t;
+    InProcOptions o;
+    o.timeout_s = t;
+    auto errors = RunInProcRanks(2, [](int rank, const std::shared_ptr<Communicator>& c) {
+      // Rank 1 comes late, so rank 0 waits for it whatever the scheduling.
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::vector<double> v{double(rank + 1)};
+      c->AllReduce(v.data(), 1, DType::kFloat64, ReduceOp::kSum);
+      EXPECT_EQ(v[0], 3.0);
+    }, o);
+    for (auto& e : errors) EXPECT_FALSE(e) << "timeout " << t;
+  }
 }
 
 // The ops, eager and captured, on two ranks with their own devices.

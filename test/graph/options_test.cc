@@ -8,7 +8,10 @@
 #include <type_traits>
 
 #include "common/harness.h"
+#include "graph/graph.h"
 #include "graph/options.h"
+#include "graph/registry.h"
+#include "graph/step.h"
 
 namespace loom {
 namespace test {
@@ -57,6 +60,40 @@ TEST(GraphOptionLists, VisitorsReachTheFieldsThemselves) {
   EXPECT_EQ(ParseMemoryMode("dynamic"), MemoryMode::kDynamic);
   EXPECT_STREQ(Name(ParseMemoryMode("planned")), "planned");
   LOOM_EXPECT_THROW_MSG(ParseMemoryMode("magic"), ValueError, "'planned' or 'dynamic', got 'magic'");
+}
+
+// num_workers 100000 hung the first parallel replay creating threads; -1 workers and negative
+// bucket sizes were taken as they came. Each place that takes options refuses them there.
+TEST(GraphOptionChecks, OutOfRangeValuesAreValueErrorsWhereTheyAreSet) {
+  struct Case {
+    void (*set)(GraphOptions&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](GraphOptions& o) { o.num_workers = 100000; }, "[graph] option num_workers is 100000, expected 0"},
+      {[](GraphOptions& o) { o.num_workers = -1; }, "[graph] option num_workers is -1, expected 0"},
+      {[](GraphOptions& o) { o.bucket_bytes = -1; }, "[graph] option bucket_bytes is -1, expected a positive"},
+      {[](GraphOptions& o) { o.bucket_bytes = 0; }, "[graph] option bucket_bytes is 0"},
+      {[](GraphOptions& o) { o.first_bucket_bytes = -5; }, "[graph] option first_bucket_bytes is -5"},
+  };
+  for (const Case& c : cases) {
+    GraphOptions o;
+    c.set(o);
+    LOOM_EXPECT_THROW_MSG(CheckGraphOptions(o), ValueError, c.message);
+    LOOM_EXPECT_THROW_MSG(Graph(Cpu(), "g", o), ValueError, c.message);
+    LOOM_EXPECT_THROW_MSG(CapturedStep(Cpu(), [](const std::vector<Tensor>& in) { return in; }, "s", true, true, o),
+                          ValueError, c.message);
+    LOOM_EXPECT_THROW_MSG(SetRegistryGraphOptions(*Cpu(), o), ValueError, c.message);
+  }
+  GraphOptions ok;
+  ok.num_workers = kMaxReplayWorkers;
+  ok.first_bucket_bytes = 0;  // as bucket_bytes
+  CheckGraphOptions(ok);
+  EXPECT_EQ(RegistryGraphOptions(*Cpu()).num_workers, 0) << "a refused set changes nothing";
+  VisitGraphOptions(ok, [](const char* name, const auto&, const char* doc) {  // the doc states the bound
+    if (std::string(name) == "num_workers")
+      EXPECT_NE(std::string(doc).find("at most " + std::to_string(kMaxReplayWorkers)), std::string::npos) << doc;
+  });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <limits>
 #include <set>
 
 #include "common/files.h"
@@ -359,6 +360,47 @@ TEST_F(DatasetTest, LoaderRejectsBadOptions) {
   o = io::DataLoaderOptions();
   o.batch_size = 0;
   LOOM_EXPECT_THROW_MSG(io::DataLoader bad(d, o), ValueError, "batch_size 0");
+}
+
+TEST_F(DatasetTest, LoaderRefusesNormalisationThatIsNotANumber) {
+  // NaN means, and inf, zero or denormal stddevs, made every pixel NaN or inf.
+  auto d = Synthetic(5, 1, 2, 2);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    float mean, stddev;
+    const char* message;
+  };
+  for (const Case& c : {Case{nan, 0.5f, "mean[0] = nan must be a finite number"},
+                        Case{inf, 0.5f, "mean[0] = inf must be a finite number"},
+                        Case{0.5f, inf, "stddev[0] = inf must be a positive, finite, normal float32"},
+                        Case{0.5f, 0.0f, "stddev[0] = 0 must be"}, Case{0.5f, -1.0f, "stddev[0] = -1 must be"},
+                        Case{0.5f, 1e-40f, "must be a positive, finite, normal float32"},
+                        Case{3e38f, 0.5f, "beyond float32"}}) {
+    io::DataLoaderOptions o;
+    o.mean = {c.mean};
+    o.stddev = {c.stddev};
+    LOOM_EXPECT_THROW_MSG(io::DataLoader bad(d, o), ValueError, c.message);
+  }
+}
+
+TEST_F(DatasetTest, LoaderBatchLargerThanTheDataSet) {
+  // Without drop_last, one batch of all 5 samples (the documented partial batch), also for a
+  // batch_size near 2^63 (n + batch_size - 1 overflowed: no batch at all); with drop_last, an
+  // epoch that could never give a batch is refused.
+  auto d = Synthetic(5, 1, 2, 2);
+  for (int64_t bs : {int64_t(6), std::numeric_limits<int64_t>::max()}) {
+    io::DataLoaderOptions o;
+    o.batch_size = bs;
+    o.shuffle = false;
+    io::DataLoader loader(d, o);
+    EXPECT_EQ(loader.batches_per_epoch(), 1) << bs;
+    io::Batch b;
+    ASSERT_TRUE(loader.Next(&b)) << bs;
+    EXPECT_EQ(b.x.dim(0), 5) << bs;
+    EXPECT_FALSE(loader.Next(&b)) << bs;
+    o.drop_last = true;
+    LOOM_EXPECT_THROW_MSG(io::DataLoader bad(d, o), ValueError, "with drop_last: an epoch of 5 samples would have no batch");
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Graph dumps: capture an MLP step, dump it, read it back, and compare with the live graph.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "common/files.h"
 #include "common/graph_capture.h"
@@ -113,6 +114,24 @@ TEST_F(GraphDumpTest, DumpingDuringCaptureAndBrokenFilesRaise) {
   bad[1] = 'X';
   WriteBytes(dir / "bad.lgd", bad);
   LOOM_EXPECT_THROW_MSG(io::ReadGraphDump(dir / "bad.lgd"), IOError, "bad magic");
+}
+
+TEST_F(GraphDumpTest, SparseHugeFilesAreRefusedBeforeAnythingIsAllocated) {
+  // A dump's magic number, then a hole: 3 GiB and 64 GiB files that take no disk. The reader
+  // allocated the whole size first (std::bad_alloc ended graph_dump with an abort).
+  Tensor x = RandomTensor({4}, DType::kFloat32, 1);
+  TempDir dir;
+  CapturedGraph graph(dev_, "tiny");
+  graph.Capture([&] { ops::Relu(x); });
+  io::WriteGraphDump(graph.graph(), dir / "t.lgd");
+  std::vector<uint8_t> good = ReadBytes(dir / "t.lgd");
+  for (int64_t gib : {3, 64}) {
+    const std::string path = dir / ("sparse" + std::to_string(gib) + ".lgd");
+    WriteBytes(path, std::vector<uint8_t>(good.begin(), good.begin() + 16));
+    ASSERT_EQ(::truncate(path.c_str(), off_t(gib << 30)), 0);
+    LOOM_EXPECT_THROW_MSG(io::ReadGraphDump(path), IOError,
+                          detail::Cat("it is ", gib << 30, " bytes, more than the 2147483655 this reader takes"));
+  }
 }
 
 }  // namespace

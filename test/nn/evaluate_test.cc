@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "common/harness.h"
 #include "core/ops.h"
 #include "core/device.h"
 #include "io/dataset.h"
@@ -158,8 +159,12 @@ TEST(EvaluateErrors, NoBatchIsAValueError) {
   auto dev = CpuDevice();
   io::DataLoaderOptions o;
   o.batch_size = 64;
-  o.drop_last = true;  // 20 samples: no whole batch
+  o.drop_last = true;  // 20 samples: no whole batch, ever; the loader refuses to be made
+  LOOM_EXPECT_THROW_MSG(io::DataLoader never(SmallImages(), o), ValueError, "would have no batch");
+  // A loader at the end of its epoch gives Evaluate no batch either.
+  o.batch_size = 8;
   io::DataLoader loader(SmallImages(), o);
+  loader.Seek(0, loader.batches_per_epoch());
   nn::Model model(SmallNet(), std::make_shared<nn::SGD>(0.1));
   model.Compile({ops::Zeros({2, 1, 4, 4}, DType::kFloat32, dev)});
   EXPECT_THROW(nn::Evaluate(model, loader), ValueError);

@@ -453,6 +453,27 @@ TEST(RunState, ARunWithAnotherLoaderSeedIsRefused) {
   EXPECT_THROW(nn::ApplyRunState(s, loader2, *dev, "x.ckpt"), IOError);
 }
 
+TEST(RunState, ARunWithAnotherBatchSizeIsRefused) {
+  // The position counts batches: resumed with batch_size 8, batch 2 of a run of batch_size 4 is
+  // other samples (issue 36: it resumed silently).
+  auto dev = CpuDevice();
+  io::DataLoaderOptions o = TrainOptions();
+  o.batch_size = 4;
+  io::DataLoader loader(Images(16, 1), o);
+  loader.Seek(0, 2);
+  nn::RunState s = nn::CaptureRunState(5, loader, *dev);
+  EXPECT_EQ(nn::RunState::FromMeta(s.ToMeta(), "x.ckpt").batch_size, 4);
+  o.batch_size = 8;
+  io::DataLoader loader2(Images(16, 1), o);
+  LOOM_EXPECT_THROW_MSG(nn::ApplyRunState(s, loader2, *dev, "x.ckpt"), IOError,
+                        "[trainer] 'x.ckpt' was saved by a run whose loader had batch_size 4; this loader has 8");
+  // A checkpoint from before the batch size was saved still resumes.
+  auto meta = s.ToMeta();
+  meta.erase("run/batch_size");
+  nn::ApplyRunState(nn::RunState::FromMeta(meta, "old.ckpt"), loader2, *dev, "old.ckpt");
+  EXPECT_EQ(loader2.position().index, 2);
+}
+
 TEST(CheckpointDir, KeepsTheNewestKAndTheBestAndIgnoresOtherFiles) {
   TempDir tmp;
   io::CheckpointDir d(tmp / "a/b", 2);
@@ -559,6 +580,27 @@ TEST(TrainerRanks, PruningTakesTheRankFilesOfPrunedSteps) {
   // And a resume continues from step 10 on both ranks.
   for (const auto& e : TwoRanks(tmp.path(), 12, true)) ASSERT_FALSE(e);
   EXPECT_EQ(io::CheckpointDir(tmp.path()).Steps().back(), 12);
+}
+
+TEST(Trainer, NeverOverwritesAnotherRunsBestCheckpoint) {
+  // A folder holding only another run's best.ckpt (its step checkpoints removed): a new run, or a
+  // "resume" with nothing to resume from, would overwrite it with its own first evaluation.
+  TempDir tmp;
+  TrainRun run(false);
+  io::DataLoader train(Images(kSamples, 1), TrainOptions());
+  io::CheckpointDir dir(tmp.path());
+  dir.SaveBest({{"t", ops::Ones({2}, DType::kFloat32, CpuDevice())}}, {});
+  const std::vector<uint8_t> before = ReadBytes(dir.BestPath());
+  EXPECT_EQ(dir.Existing(), dir.BestPath());
+  nn::TrainerOptions t;
+  t.max_steps = 2;
+  t.checkpoint_dir = tmp.path();
+  t.progress = t.verbose = false;
+  LOOM_EXPECT_THROW_MSG(nn::Trainer(*run.model, train, nullptr, t).Fit(), ValueError, "best.ckpt");
+  t.resume = true;
+  LOOM_EXPECT_THROW_MSG(nn::Trainer(*run.model, train, nullptr, t).Fit(), ValueError,
+                        "but no step checkpoint to resume from");
+  EXPECT_EQ(ReadBytes(dir.BestPath()), before);
 }
 
 TEST(TrainingLog, AResumedLogKeepsTheWholeRowsUpToItsStep) {

@@ -16,6 +16,7 @@
 #include "core/ops_cnn.h"
 #include "graph/graph.h"
 #include "io/onnx/tensor_proto.h"
+#include "onnx/builder.h"
 
 namespace loom {
 namespace {
@@ -27,60 +28,10 @@ using onnx_pb::ModelProto;
 using onnx_pb::NodeProto;
 using onnx_pb::TensorProto;
 using test::Cpu;
-
-struct Builder {
-  ModelProto m;
-  explicit Builder(int64_t opset = 13) {
-    m.set_ir_version(8);
-    auto* o = m.add_opset_import();
-    o->set_domain("");
-    o->set_version(opset);
-    m.mutable_graph()->set_name("g");
-  }
-  NodeProto* Node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                  const std::string& name) {
-    NodeProto* n = m.mutable_graph()->add_node();
-    n->set_op_type(op);
-    n->set_name(name);
-    for (auto& s : in) n->add_input(s);
-    for (auto& s : out) n->add_output(s);
-    return n;
-  }
-  void Value(onnx_pb::ValueInfoProto* v, const std::string& name, int32_t elem, const std::vector<int64_t>& dims) {
-    v->set_name(name);
-    auto* tt = v->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(elem);
-    for (int64_t d : dims) tt->mutable_shape()->add_dim()->set_dim_value(d);
-  }
-  void Input(const std::string& name, const std::vector<int64_t>& dims, int32_t elem = TensorProto::FLOAT) {
-    Value(m.mutable_graph()->add_input(), name, elem, dims);
-  }
-  void Output(const std::string& name, int32_t elem = TensorProto::FLOAT) {
-    Value(m.mutable_graph()->add_output(), name, elem, {});
-  }
-  void Init(const std::string& name, const Tensor& t) { io::onnx::TensorToProto(t, name, m.mutable_graph()->add_initializer()); }
-  std::string Bytes() const { return m.SerializeAsString(); }
-  OnnxModel Import() const { return ImportOnnxFromBytes(Bytes(), Cpu()); }
-};
-
-void SetInts(NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-  AttributeProto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-void SetInt(NodeProto* n, const std::string& name, int64_t v) {
-  AttributeProto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(AttributeProto::INT);
-  a->set_i(v);
-}
-void SetFloat(NodeProto* n, const std::string& name, float v) {
-  AttributeProto* a = n->add_attribute();
-  a->set_name(name);
-  a->set_type(AttributeProto::FLOAT);
-  a->set_f(v);
-}
+using onnx_test::Builder;
+using onnx_test::SetFloat;
+using onnx_test::SetInt;
+using onnx_test::SetInts;
 
 std::vector<float> Values(const Tensor& t) { return t.Contiguous().ToVector<float>(); }
 

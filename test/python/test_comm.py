@@ -33,6 +33,9 @@ def test_one_rank_world(dev):
     c.all_reduce(t)
     c.all_reduce(t, "max")
     c.broadcast(t, 0)
+    # The keywords the module's docstring shows (they raised TypeError).
+    c.broadcast(t, root=0)
+    c.all_reduce(t, op="max")
     c.barrier()
     np.testing.assert_array_equal(tensor.to_numpy(t), [1.5, -2.0, 3.0])
     assert comm.communicator("auto", dev).backend() == "mpi"  # a CPU device
@@ -80,6 +83,8 @@ SCRIPT = """
     mode = sys.argv[1]
     if c.rank() == 1 and mode == "raise":
         raise KeyError("rank 1 raises before the barrier")
+    if c.rank() == 1 and mode == "late":
+        time.sleep(0.5)  # rank 0 waits for it in the all_reduce below
     if c.rank() == 1 and mode == "stall":
         time.sleep(60)  # never reaches the all_reduce below; killed long before
     try:
@@ -118,6 +123,17 @@ def test_stalled_rank_gives_comm_error_naming_the_rank_and_call(tmp_path):
     assert seconds < HANG_BOUND_S, out
     assert ("caught loom.CommError (a RuntimeError: True): [mpi] all_reduce (max of 5 float64) on rank 0 of 2: "
             "did not complete within 3 s") in out, out
+
+
+@needs_mpi
+@pytest.mark.parametrize("timeout", ["inf", "1e10", "1e300"])
+def test_timeout_without_end_lets_a_healthy_job_wait(tmp_path, timeout):
+    # Note [Timeouts without end]: the deadline overflowed into the past and the rank that waited
+    # failed its all_reduce at once.
+    code, out, _ = _launch(tmp_path, SCRIPT, "late", env={"LOOM_COMM_TIMEOUT_S": timeout})
+    assert code == 0, out
+    for r in (0, 1):
+        assert f"rank {r} max [0.0, 3.0, 6.0, 9.0, 12.0]" in out, out
 
 
 def test_launcher_refuses_bad_command_lines():

@@ -75,6 +75,26 @@ def test_every_option_can_be_set_from_python_and_reaches_the_graph(dev, name):
         assert m.graph().options()[name] == changed
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("num_workers", 100000, "num_workers is 100000, expected 0"),  # hung creating the threads
+    ("num_workers", -1, "num_workers is -1, expected 0"),
+    ("bucket_bytes", -1, "bucket_bytes is -1, expected a positive"),
+    ("first_bucket_bytes", -5, "first_bucket_bytes is -5"),
+])
+def test_out_of_range_options_are_refused_where_they_are_set(dev, name, value, message):
+    before = dev.graph_options()
+    with pytest.raises(loom.ValueError, match=message):
+        dev.set_graph_options(**{name: value})
+    assert dev.graph_options() == before
+    with pytest.raises(loom.ValueError, match=message):
+        core.new_graph(dev, "bad", {name: value})
+    net = model.mlp([4, 8, 2], device=dev)
+    m = model.NativeModel(net, opt.SGD(0.1))
+    with pytest.raises(loom.ValueError, match=message):
+        m.compile([tensor.from_numpy(np.ones((2, 4), np.float32), dev)], is_train=True, use_graph=True,
+                  graph_options={name: value})
+
+
 def test_a_graph_of_ones_own(dev):
     x = tensor.from_numpy(np.arange(4, dtype=np.float32), dev)
     g = core.new_graph(dev, "mine", {"memory": "dynamic"})

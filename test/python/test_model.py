@@ -95,6 +95,20 @@ def test_memory_budget_recomputes_and_stays_bitwise_equal(dev):
         train(dev, memory_budget=st["persistent_bytes"] + 64, **kw)
 
 
+@pytest.mark.parametrize("budget, error", [("1e9", loom.TypeError), (True, loom.TypeError), (float("nan"), loom.ValueError),
+                                           (float("inf"), loom.ValueError), (-1, loom.ValueError),
+                                           (1.5, loom.ValueError)])
+def test_memory_budget_that_is_not_a_byte_count_is_a_loom_error(dev, budget, error):
+    # A string, NaN or inf raised Python's own ValueError or OverflowError from int().
+    with pytest.raises(error, match="memory_budget"):
+        train(dev, use_graph=True, steps=1, memory_budget=budget)
+
+
+def test_memory_budget_given_as_a_whole_float_is_taken(dev):
+    m, _ = train(dev, use_graph=True, steps=1, memory_budget=float(1 << 40))
+    assert m.graph().options()["memory_budget"] == 1 << 40
+
+
 class ConvNet(model.Model):
     def __init__(self, dev):
         super().__init__()

@@ -6,6 +6,7 @@ graph; malformed or unsupported models are loom.OnnxError naming the node.
 Needs PyTorch for the exported model (Debian's python3-torch, which tools/setup.sh installs):
 without it those tests skip with the reason."""
 import io
+import os
 
 import numpy as np
 import pytest
@@ -163,3 +164,49 @@ def test_backend_runs_and_checks_dtypes(dev):
         rep.run([x.astype(np.float64)])
     assert sonnx.supports_device("CPU")
     assert "Conv" in sonnx.supported_ops() and len(sonnx.supported_ops()) >= 75
+
+
+def two_input_model():
+    """y = a - b: two graph inputs, so that binding them by name can go wrong."""
+    onnx = pytest.importorskip("onnx", reason="the onnx package is not installed; tools/setup.sh installs python3-onnx")
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Sub", ["a", "b"], ["y"], name="sub")
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("a", "b")]
+    g = helper.make_graph([node], "g", info, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def test_run_with_a_dict_binds_inputs_by_name(dev):
+    rep = sonnx.prepare(two_input_model())
+    a, b = np.array([5, 7], np.float32), np.array([1, 2], np.float32)
+    np.testing.assert_array_equal(rep.run({"b": b, "a": a})[0], a - b)
+    # Without 'a', 'b' was bound to it and a - b ran as b - (nothing): now an error naming 'a'.
+    with pytest.raises(loom.ValueError, match="input 'a' is missing from the dict"):
+        rep.run({"b": b})
+    with pytest.raises(loom.ValueError, match="'c' is not an input of the graph"):
+        rep.run({"a": a, "b": b, "c": b})
+
+
+def test_a_fifo_is_refused_before_reading(tmp_path, dev):
+    # Reading a FIFO waits for a writer for ever (the test would hang, not fail, without the check).
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    with pytest.raises(loom.IOError, match=r"not a regular file \(a FIFO\)"):
+        sonnx.prepare(str(fifo))
+    with pytest.raises(loom.IOError, match=r"not a regular file \(a FIFO\)"):
+        onnx_import.import_problem(fifo)
+    with pytest.raises(loom.IOError, match="cannot open"):
+        sonnx.prepare(str(tmp_path / "missing.onnx"))
+    path = tmp_path / "relu.onnx"
+    path.write_bytes(tiny_model_bytes("Relu").SerializeToString())
+    assert sonnx.is_compatible(str(path))
+
+
+def test_depth_to_space_with_a_huge_block_size_is_an_error(dev):
+    # blocksize 2^32 squared is 0 in int64: SIGFPE killed the interpreter.
+    rep = sonnx.prepare(tiny_model_bytes("DepthToSpace", {"blocksize": 2 ** 32}))
+    with pytest.raises(loom.OnnxError, match=r"node 'the_node' \(DepthToSpace\): blocksize 4294967296 times"):
+        rep.run([np.zeros((2, 3), np.float32).reshape(1, 6, 1, 1)])

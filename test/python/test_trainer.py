@@ -379,6 +379,23 @@ def test_a_folder_of_another_run_is_refused_unless_resuming(data_dir, tmp_path):
     assert trainer.Trainer(m, train, max_steps=3, resume=True, **kw).fit()["resumed_from"] == 2
 
 
+def test_another_runs_best_checkpoint_is_never_overwritten(data_dir, tmp_path):
+    # Only best.ckpt left by another run: a new run (or a resume with no step checkpoint) wrote
+    # its own first evaluation over it.
+    from loom import device, errors, trainer
+    dev = device.create_cpu_device()
+    m = make_net(dev, False)
+    train, _ = loaders(data_dir, dev)
+    best = tmp_path / "best.ckpt"
+    best.write_bytes(b"another run's best")
+    kw = dict(checkpoint_dir=str(tmp_path), progress=False, verbose=False, max_steps=2)
+    with pytest.raises(errors.ValueError, match="best.ckpt"):
+        trainer.Trainer(m, train, **kw).fit()
+    with pytest.raises(errors.ValueError, match="but no step checkpoint to resume from"):
+        trainer.Trainer(m, train, resume=True, **kw).fit()
+    assert best.read_bytes() == b"another run's best"
+
+
 @pytest.mark.parametrize("plain", [False, True])
 def test_the_progress_bar_shows_on_a_terminal_only(plain, data_dir):
     import pty

@@ -172,8 +172,7 @@ class NcclCommunicator : public Communicator {
   template <typename Done>
   void Poll(const std::string& call, Done done) {
     using Clock = std::chrono::steady_clock;
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+    const auto deadline = WaitDeadline(Clock::now(), timeout_s_);  // Note [Timeouts without end]
     for (;;) {
       if (done()) return;
       ncclResult_t async = ncclSuccess;

@@ -127,9 +127,7 @@ struct InProcGroup {
   }
 
   void Run(int rank, const Call& c) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(options.timeout_s));
+    const auto deadline = WaitDeadline(std::chrono::steady_clock::now(), options.timeout_s);
     std::unique_lock<std::mutex> l(mu);
     auto missing = [&] {
       std::string who;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,7 +223,9 @@ double TimeoutFromEnv() {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s, &end);
-  LOOM_CHECK(errno == 0 && end != s && *end == '\0' && v > 0, ValueError, "[LOOM_COMM_TIMEOUT_S] '", s,
+  // inf, and values too large for a double (1e400), mean no timeout (Note [Timeouts without end]).
+  const bool overflow = errno == ERANGE && v == HUGE_VAL;
+  LOOM_CHECK((errno == 0 || overflow) && end != s && *end == '\0' && v > 0, ValueError, "[LOOM_COMM_TIMEOUT_S] '", s,
              "' is not a positive number of seconds");
   return v;
 }
@@ -283,7 +286,7 @@ struct MpiCommunicator::Impl {
   void Wait(MPI_Request* req, const std::string& call) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    const auto deadline = WaitDeadline(start, timeout_s);  // Note [Timeouts without end]
     std::vector<int> ended;  // peers whose program ended while this collective waited
     auto grace_end = deadline;
     for (int64_t polls = 0;; ++polls) {

@@ -65,21 +65,52 @@ const Tensor& RunContext::T(size_t i) const {
   return in_[i].t;
 }
 
+const Value& RunContext::V(size_t i) const {
+  if (i >= in_.size()) Fail(node, detail::Cat("input ", i, " is required"));
+  return in_[i];
+}
+
 std::vector<int64_t> RunContext::Ints(size_t i, const char* what) const {
-  const Value& v = in_.at(i);
+  // Has first: an input past the node's last (Pad at opset 11 without its pads) is not read.
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
+  const Value& v = in_[i];
   if (v.host) return *v.host;
   if (v.t.numel() == 0) return {};  // an empty tensor from a file has nothing to read (nor written)
   if (v.t.dtype() == DType::kInt64) return v.t.Contiguous().ToVector<int64_t>();
   Tensor c = ops::Cast(v.t, IsFloating(v.t.dtype()) ? DType::kFloat64 : DType::kInt64);
   if (c.dtype() == DType::kInt64) return c.ToVector<int64_t>();
-  std::vector<double> d = c.ToVector<double>();
-  return std::vector<int64_t>(d.begin(), d.end());
+  std::vector<int64_t> out;
+  for (double d : c.ToVector<double>()) {
+    // A float outside int64 (or NaN) has no integer to truncate to: converting it is undefined.
+    if (!(d > -9.3e18 && d < 9.3e18))
+      Fail(node, detail::Cat("input ", i, " (", what, ") holds ", d, ", not a number an int64 can hold"));
+    out.push_back(int64_t(d));
+  }
+  return out;
+}
+
+size_t HostCount(const RunContext& c, int64_t n, const char* what) {
+  if (n < 0 || n > kMaxHostValues)
+    Fail(c, detail::Cat(what, " needs ", n, " values built on the host, more than the ", kMaxHostValues,
+                        " loom builds (Note [Host-built index arrays])"));
+  return size_t(n);
+}
+
+int64_t RunContext::Int(size_t i, const char* what) const {
+  const std::vector<int64_t> v = Ints(i, what);
+  if (v.size() != 1) Fail(node, detail::Cat("input ", i, " (", what, ") must hold one value, it holds ", v.size()));
+  return v[0];
+}
+
+double RunContext::Double(size_t i, const char* what) const {
+  const std::vector<double> v = Doubles(i, what);
+  if (v.size() != 1) Fail(node, detail::Cat("input ", i, " (", what, ") must hold one value, it holds ", v.size()));
+  return v[0];
 }
 
 std::vector<double> RunContext::Doubles(size_t i, const char* what) const {
-  const Value& v = in_.at(i);
   if (!Has(i)) Fail(node, detail::Cat("input ", i, " (", what, ") is required"));
+  const Value& v = in_[i];
   if (v.host) return std::vector<double>(v.host->begin(), v.host->end());
   if (v.t.numel() == 0) return {};
   return ops::Cast(v.t, DType::kFloat64).Contiguous().ToVector<double>();
@@ -511,7 +542,7 @@ OnnxModel ImportOnnxFromBytes(const std::string& bytes, const std::shared_ptr<De
 }
 
 OnnxModel ImportOnnx(const std::string& path, const std::shared_ptr<Device>& device) {
-  return ImportOnnxFromBytes(ReadFile(path, "onnx"), device);
+  return ImportOnnxFromBytes(ReadFile(path, "onnx", size_t(INT32_MAX)), device);  // a protobuf message's limit
 }
 
 std::string OnnxImportProblem(const std::string& bytes, const std::shared_ptr<Device>& device) {

@@ -69,11 +69,15 @@ class RunContext {
   const NodeSpec& node;
   bool Has(size_t i) const { return node.HasInput(i) && i < in_.size() && in_[i].t.defined(); }
   const Tensor& T(size_t i) const;
-  const Value& V(size_t i) const { return in_.at(i); }
+  const Value& V(size_t i) const;  // an input the node does not have is the node's error
   size_t size() const { return in_.size(); }
   // An input's values as integers on the host (see Note [ONNX handlers]); floats are truncated.
   std::vector<int64_t> Ints(size_t i, const char* what) const;
   std::vector<double> Doubles(size_t i, const char* what) const;
+  // The one value of an input that must hold exactly one (Range's start, OneHot's depth...): any
+  // other count is the node's error, not an out-of-range read.
+  int64_t Int(size_t i, const char* what) const;
+  double Double(size_t i, const char* what) const;
   const std::shared_ptr<Device>& dev() const { return dev_; }
   // "[onnx] node 'n' (Op)": for errors raised while running.
   std::string Where() const { return node.Where(); }
@@ -124,6 +128,15 @@ struct ImportedGraph {
 };
 
 // ---- helpers the handlers share (import.cc) ----
+
+// Note [Host-built index arrays]
+// Handlers build index patterns on the host (iotas, one-hot depths, Range's values) sized by a
+// dimension or by a value. A dimension of an empty tensor ((0, 2^40) holds nothing) or a value
+// (OneHot's depth) can ask for more than memory holds, and the allocation then ends the process
+// (std::bad_alloc, or a sanitizer's out-of-memory report). So every such size passes HostCount
+// first: more than kMaxHostValues values is the node's OnnxError.
+constexpr int64_t kMaxHostValues = int64_t(1) << 26;
+size_t HostCount(const RunContext& c, int64_t n, const char* what);
 [[noreturn]] void Fail(const NodeSpec& n, const std::string& what);  // throws OnnxError
 [[noreturn]] void Fail(const RunContext& c, const std::string& what);
 void CheckFloatInput(const InferArgs& a, size_t i);   // float32 or float64

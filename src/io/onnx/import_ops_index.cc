@@ -83,30 +83,34 @@ std::vector<DType> InferNonZero(const InferArgs& a) {
   return {DType::kInt64};
 }
 
-// CumSum along an axis: a product with a triangular matrix of ones.
+// x moved by `by` places along `axis` (towards the end, or the start with `back`), zeros filling
+// the places it leaves: shape(x) is kept.
+Tensor Shifted(const Tensor& x, int64_t axis, int64_t by, bool back) {
+  const int64_t n = x.shape()[size_t(axis)];
+  Shape zs(x.shape());
+  zs[size_t(axis)] = std::min(by, n);
+  Tensor zeros = ops::Zeros(zs, x.dtype(), x.device_ptr());
+  if (by >= n) return zeros;
+  return back ? ops::Concat({ops::Slice(x, axis, by, n), zeros}, axis)
+              : ops::Concat({zeros, ops::Slice(x, axis, 0, n - by)}, axis);
+}
+
+// CumSum along an axis: a scan in log2(n) shifted additions (each element adds the partial sum
+// `step` places before it, step = 1, 2, 4...), so the work and memory stay O(numel log n) for
+// any length of the axis (an n x n matrix of ones would not), and it differentiates.
 std::vector<Value> RunCumSum(RunContext& c) {
   const Tensor& x0 = c.T(0);
   const std::vector<int64_t> ax = c.Ints(1, "axis");
   if (ax.size() != 1) Fail(c, "axis must hold one value");
+  if (x0.ndim() == 0) Fail(c, "input must have rank 1 or more");
   const int64_t axis = Axis(c, ax[0], x0.ndim(), "axis"), n = x0.shape()[size_t(axis)];
   const bool exclusive = c.node.Int("exclusive", 0) != 0, reverse = c.node.Int("reverse", 0) != 0;
-  Tensor x = IsFloat(x0.dtype()) ? x0 : F64(x0);
-  std::vector<double> tri(size_t(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      const bool take = reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j);
-      tri[size_t(i * n + j)] = take ? 1.0 : 0.0;
-    }
-  Tensor m = ops::Cast(ops::FromVector<double>(tri, {n, n}, x.device_ptr()), x.dtype());
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < x.ndim(); ++i)
-    if (i != axis) perm.push_back(i);
-  perm.push_back(axis);
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
-  Tensor moved = ops::Permute(x, perm).Contiguous();
-  if (moved.ndim() == 1) moved = ops::Reshape(moved, {1, n});  // MatMul wants (..., M, K)
-  Tensor y = ops::Permute(ops::Reshape(ops::MatMul(moved, m), ops::Permute(x, perm).shape()), inv).Contiguous();
+  Tensor y = IsFloat(x0.dtype()) ? x0 : F64(x0);
+  if (x0.numel() > 0) {
+    for (int64_t step = 1; step < n; step *= 2) y = ops::Add(y, Shifted(y, axis, step, reverse));
+    if (exclusive) y = Shifted(y, axis, 1, reverse);
+  }
+  y = y.Contiguous();
   return {V(IsFloat(x0.dtype()) ? y : ops::Cast(y, x0.dtype()))};
 }
 std::vector<DType> InferCumSum(const InferArgs& a) {
@@ -119,11 +123,11 @@ std::vector<DType> InferCumSum(const InferArgs& a) {
 std::vector<Value> RunTrilu(RunContext& c) {
   const Tensor& x = c.T(0);
   if (x.ndim() < 2) Fail(c, "input must have rank 2 or more");
-  const int64_t k = c.Has(1) ? c.Ints(1, "k").at(0) : 0;
+  const int64_t k = c.Has(1) ? c.Int(1, "k") : 0;
   const bool upper = c.node.Int("upper", 1) != 0;
   const int64_t rows = x.shape()[size_t(x.ndim() - 2)], cols = x.shape()[size_t(x.ndim() - 1)];
-  std::vector<double> mask(size_t(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
+  std::vector<double> mask(size_t(NumElements({rows, cols}, "Trilu")));
+  for (int64_t i = 0; i < (cols > 0 ? rows : 0); ++i)
     for (int64_t j = 0; j < cols; ++j) mask[size_t(i * cols + j)] = (upper ? j - i >= k : j - i <= k) ? 1.0 : 0.0;
   Tensor keep = ops::Cast(ops::FromVector<double>(mask, {rows, cols}, x.device_ptr()), DType::kBool);
   if (IsFloat(x.dtype())) return {V(ops::Where(keep, x, ops::Zeros({}, x.dtype(), x.device_ptr())))};
@@ -140,9 +144,11 @@ std::vector<Value> RunEyeLike(RunContext& c) {
   if (x.ndim() != 2) Fail(c, "input must be 2-D");
   const DType dt = c.node.Has("dtype") ? DTypeFromOnnx(int32_t(c.node.Int("dtype", 1)), c.Where()) : x.dtype();
   const int64_t rows = x.shape()[0], cols = x.shape()[1], k = c.node.Int("k", 0);
-  std::vector<double> eye(size_t(rows * cols), 0.0);
-  for (int64_t i = 0; i < rows; ++i)
-    if (i + k >= 0 && i + k < cols) eye[size_t(i * cols + i + k)] = 1.0;
+  std::vector<double> eye(size_t(NumElements({rows, cols}, "EyeLike")), 0.0);
+  // Only the rows the diagonal crosses: rows i with 0 <= i + k < cols (none when cols is 0).
+  int64_t first = 0, last = 0;
+  if (k > -rows && k < cols) first = std::max<int64_t>(0, -k), last = std::min(rows, cols - k);
+  for (int64_t i = first; i < last; ++i) eye[size_t(i * cols + i + k)] = 1.0;
   return {V(ops::Cast(ops::FromVector<double>(eye, {rows, cols}, c.dev()), dt))};
 }
 
@@ -162,8 +168,9 @@ std::vector<Value> RunHardmax(RunContext& c) {
     axis = 1;
   }
   const int64_t n = x.shape()[size_t(axis)];
+  if (x.numel() == 0) return {V(ops::ZerosLike(x0))};
   Tensor hit = ops::Equal(x, ops::Max(x, {axis}, true));
-  std::vector<double> iv(static_cast<size_t>(n), 0.0);
+  std::vector<double> iv(HostCount(c, n, "the axis"), 0.0);
   for (int64_t i = 0; i < n; ++i) iv[size_t(i)] = double(i);
   Shape is(size_t(x.ndim()), 1);
   is[size_t(axis)] = n;
@@ -201,7 +208,7 @@ std::vector<Value> RunUpsample(RunContext& c) {
 // Hann, Hamming and Blackman windows (opset 17): cosine sums computed on the host.
 template <int kKind>
 std::vector<Value> RunWindow(RunContext& c) {
-  const int64_t size = c.Ints(0, "size").at(0);
+  const int64_t size = c.Int(0, "size");
   if (size < 0 || size > (int64_t(1) << 24)) Fail(c, detail::Cat("size ", size, " is out of range"));
   const DType dt = DTypeFromOnnx(int32_t(c.node.Int("output_datatype", 1)), c.Where());
   const double n = double(c.node.Int("periodic", 1) != 0 ? size : size - 1), pi = 3.14159265358979323846;

@@ -1,6 +1,7 @@
 // ONNX handlers for the losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (Note
 // [ONNX handlers] in import_graph.h), written with loom ops so that they differentiate.
 #include "core/ops.h"
+#include "core/ops_cnn.h"
 #include "io/onnx/import_graph.h"
 
 namespace loom {
@@ -19,17 +20,35 @@ Tensor Nll(const RunContext& c, const Tensor& input, const Tensor& target, const
   if (target.shape() != want)
     Fail(c, detail::Cat("target is ", ToString(target.shape()), ", expected ", ToString(want)));
   const std::shared_ptr<Device>& dev = input.device_ptr();
+  const bool has_ignore = c.node.Has("ignore_index");
+  const int64_t ignore_index = c.node.Int("ignore_index", 0);
+  if (target.numel() > 0 && c.V(1).host) {  // known on the host: checked here, with the position
+    const std::vector<int64_t>& tv = *c.V(1).host;
+    for (size_t i = 0; i < tv.size(); ++i)
+      if ((tv[i] < 0 || tv[i] >= classes) && !(has_ignore && tv[i] == ignore_index))
+        Fail(c, detail::Cat("target ", tv[i], " at position ", i, " is not a class in [0, ", classes, ")",
+                            has_ignore ? detail::Cat(" nor ignore_index ", ignore_index) : std::string()));
+  }
   Tensor t = ops::Cast(target, DType::kFloat64);
   Tensor valid = ops::Cast(ops::Ones(t.shape(), DType::kFloat32, dev), DType::kBool);
-  if (c.node.Has("ignore_index")) {
-    Tensor ignore = ops::Full({}, double(c.node.Int("ignore_index", 0)), DType::kFloat64, dev);
+  if (has_ignore) {
+    Tensor ignore = ops::Full({}, double(ignore_index), DType::kFloat64, dev);
     valid = ops::NotEqual(t, ignore);
     t = ops::Where(valid, t, ops::Zeros({}, DType::kFloat64, dev));
+  }
+  // Every target (ignored ones now 0) looked up in a table of the class numbers: the lookup
+  // refuses an index outside [0, C) on any device (Note [Errors found on the GPU]), where a
+  // one-hot compare alone would give such a row a silent loss of 0.
+  if (target.numel() > 0) {
+    std::vector<double> ids(HostCount(c, classes, "the classes"));
+    for (int64_t i = 0; i < classes; ++i) ids[size_t(i)] = double(i);
+    Tensor table = ops::FromVector<double>(ids, {classes, 1}, dev);
+    t = ops::Reshape(ops::Embedding(table, ops::Cast(t, DType::kInt64)), t.shape());
   }
   // The target as a one-hot mask over C: (N, 1, d...) == (1, C, 1...).
   Shape ts(t.shape());
   ts.insert(ts.begin() + 1, 1);
-  std::vector<double> iota(static_cast<size_t>(classes), 0.0);
+  std::vector<double> iota(HostCount(c, classes, "the classes"), 0.0);
   for (int64_t i = 0; i < classes; ++i) iota[size_t(i)] = double(i);
   Shape is(size_t(input.ndim()), 1);
   is[1] = classes;

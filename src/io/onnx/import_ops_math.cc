@@ -347,7 +347,7 @@ std::vector<Value> RunArg(RunContext& c) {
   Tensor ext = kMax ? ops::Max(x, {axis}, true) : ops::Neg(ops::Max(ops::Neg(x), {axis}, true));
   Tensor hit = ops::Equal(x, ext);
   const int64_t n = x.shape()[size_t(axis)];
-  std::vector<double> idx(static_cast<size_t>(n), 0.0);
+  std::vector<double> idx(HostCount(c, n, "the axis"), 0.0);
   for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = double(i);
   Shape ishape(size_t(x.ndim()), 1);
   ishape[size_t(axis)] = n;

@@ -303,7 +303,7 @@ std::vector<DType> InferDropout(const InferArgs& a) {
 }
 std::vector<Value> RunDropout(RunContext& c) {
   const Tensor& x = c.T(0);
-  if (c.Has(2) && c.Ints(2, "training_mode").at(0) != 0)
+  if (c.Has(2) && c.Int(2, "training_mode") != 0)
     Fail(c, "training_mode true is not supported (an imported graph runs inference)");
   return {V(x), V(ops::Cast(ops::Ones(x.shape(), DType::kFloat32, x.device_ptr()), DType::kBool))};
 }

@@ -296,7 +296,7 @@ std::vector<Value> RunPad(RunContext& c) {
   const std::string mode = c.node.Str("mode", "constant");
   std::vector<int64_t> b(pads.begin(), pads.begin() + r), e(pads.begin() + r, pads.end());
   if (mode == "constant") {
-    double v = c.node.opset < 11 ? c.node.Float("value", 0.0) : (c.Has(2) ? c.Doubles(2, "constant_value").at(0) : 0.0);
+    double v = c.node.opset < 11 ? c.node.Float("value", 0.0) : (c.Has(2) ? c.Double(2, "constant_value") : 0.0);
     return {V(PadConstant(x, b, e, v))};
   }
   // edge and reflect: a gather of positions along each padded axis.
@@ -420,10 +420,16 @@ std::vector<DType> InferRange(const InferArgs& a) {
   return {a[0]};
 }
 std::vector<Value> RunRange(RunContext& c) {
-  const double start = c.Doubles(0, "start").at(0), limit = c.Doubles(1, "limit").at(0), delta = c.Doubles(2, "delta").at(0);
+  const double start = c.Double(0, "start"), limit = c.Double(1, "limit"), delta = c.Double(2, "delta");
+  if (!std::isfinite(start) || !std::isfinite(limit) || !std::isfinite(delta))
+    Fail(c, detail::Cat("start ", start, ", limit ", limit, " and delta ", delta, " must be finite"));
   if (delta == 0) Fail(c, "delta is 0");
-  const int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
-  if (n > (int64_t(1) << 31)) Fail(c, detail::Cat(n, " elements is too many"));
+  // The count in double first: a cast of 1e30 to int64 is undefined (it came out as 0 elements).
+  const double count = std::max(0.0, std::ceil((limit - start) / delta));
+  if (!(count <= double(kMaxHostValues)))  // Note [Host-built index arrays]
+    Fail(c, detail::Cat("range(", start, ", ", limit, ", ", delta, ") has ", count, " elements, more than the ",
+                        kMaxHostValues, " loom builds"));
+  const int64_t n = int64_t(count);
   const DType dt = c.T(0).dtype();
   if (!IsFloat(dt)) {
     std::vector<int64_t> v(static_cast<size_t>(n), 0);
@@ -437,17 +443,27 @@ std::vector<Value> RunRange(RunContext& c) {
 
 // ---- depth <-> space ----
 
+// a * b for a block size and a dimension; an attribute large enough to overflow is the node's error.
+int64_t BlockProduct(const RunContext& c, int64_t a, int64_t b) {
+  int64_t p = 0;
+  if (__builtin_mul_overflow(a, b, &p)) Fail(c, detail::Cat("blocksize ", a, " times ", b, " overflows int64"));
+  return p;
+}
+
 std::vector<Value> RunDepthToSpace(RunContext& c) {
   const Tensor& x = c.T(0);
   if (x.ndim() != 4) Fail(c, "input must be (N, C, H, W)");
   const int64_t b = c.node.Int("blocksize", 0), N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
-  if (b < 1 || C % (b * b) != 0) Fail(c, detail::Cat("blocksize ", b, " does not divide ", C, " channels into squares"));
+  if (b < 1) Fail(c, detail::Cat("blocksize ", b, " is not positive"));
+  const int64_t bb = BlockProduct(c, b, b);
+  if (C % bb != 0) Fail(c, detail::Cat("blocksize ", b, " does not divide ", C, " channels into squares"));
+  const int64_t Hb = BlockProduct(c, H, b), Wb = BlockProduct(c, W, b);
   const std::string mode = c.node.Str("mode", "DCR");
   Tensor y;
-  if (mode == "DCR") y = ops::Permute(ops::Reshape(x, {N, b, b, C / (b * b), H, W}), {0, 3, 4, 1, 5, 2});
-  else if (mode == "CRD") y = ops::Permute(ops::Reshape(x, {N, C / (b * b), b, b, H, W}), {0, 1, 4, 2, 5, 3});
+  if (mode == "DCR") y = ops::Permute(ops::Reshape(x, {N, b, b, C / bb, H, W}), {0, 3, 4, 1, 5, 2});
+  else if (mode == "CRD") y = ops::Permute(ops::Reshape(x, {N, C / bb, b, b, H, W}), {0, 1, 4, 2, 5, 3});
   else Fail(c, "mode '" + mode + "' is not DCR or CRD");
-  return {V(ops::Reshape(y.Contiguous(), {N, C / (b * b), H * b, W * b}))};
+  return {V(ops::Reshape(y.Contiguous(), {N, C / bb, Hb, Wb}))};
 }
 
 std::vector<Value> RunSpaceToDepth(RunContext& c) {
@@ -455,21 +471,22 @@ std::vector<Value> RunSpaceToDepth(RunContext& c) {
   if (x.ndim() != 4) Fail(c, "input must be (N, C, H, W)");
   const int64_t b = c.node.Int("blocksize", 0), N = x.shape()[0], C = x.shape()[1], H = x.shape()[2], W = x.shape()[3];
   if (b < 1 || H % b != 0 || W % b != 0) Fail(c, detail::Cat("blocksize ", b, " does not divide ", H, "x", W));
+  const int64_t Cbb = BlockProduct(c, BlockProduct(c, C, b), b);
   Tensor y = ops::Permute(ops::Reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
-  return {V(ops::Reshape(y.Contiguous(), {N, C * b * b, H / b, W / b}))};
+  return {V(ops::Reshape(y.Contiguous(), {N, Cbb, H / b, W / b}))};
 }
 
 std::vector<DType> InferOneHot(const InferArgs& a) { return {a[2]}; }
 std::vector<Value> RunOneHot(RunContext& c) {
   Tensor idx = ops::Cast(c.T(0), DType::kFloat64);
-  const int64_t depth = c.Ints(1, "depth").at(0);
+  const int64_t depth = c.Int(1, "depth");
   if (depth < 1) Fail(c, "depth must be positive");
   const Tensor& values = c.T(2);
   if (values.numel() != 2) Fail(c, "values must hold [off, on]");
   const int64_t r = idx.ndim() + 1, axis = Axis(c, c.node.Int("axis", -1), r, "axis");
   idx = ops::Where(ops::Less(idx, ops::Zeros({}, DType::kFloat64, idx.device_ptr())), ops::AddScalar(idx, double(depth)), idx);
   idx = ops::Reshape(idx, Unsqueezed(c, idx.shape(), {axis}));
-  std::vector<double> iv(static_cast<size_t>(depth), 0.0);
+  std::vector<double> iv(HostCount(c, depth, "depth"), 0.0);
   for (int64_t i = 0; i < depth; ++i) iv[size_t(i)] = double(i);
   Shape is(size_t(r), 1);
   is[size_t(axis)] = depth;

@@ -72,11 +72,15 @@ void TensorToProto(const Tensor& t, const std::string& name, TensorProto* out) {
 
 namespace {
 
-// Narrows the int32_data values of an 8/16-bit or bool tensor to their stored width.
+// Narrows the int32_data values of an 8/16-bit or bool tensor to their stored width; a value
+// the width cannot hold (300 for a uint8, 2 for a bool) is the file's error, not a wrapped number.
 template <typename T>
-std::string Narrow(const google::protobuf::RepeatedField<int32_t>& v) {
+std::string Narrow(const google::protobuf::RepeatedField<int32_t>& v, int32_t max, const std::string& where,
+                   const TensorProto& p, DType dtype) {
   std::string out(v.size() * sizeof(T), '\0');
   for (int i = 0; i < v.size(); ++i) {
+    LOOM_CHECK(v.Get(i) >= 0 && v.Get(i) <= max, OnnxError, where, ": tensor '", p.name(), "' holds ", v.Get(i),
+               " at position ", i, " of int32_data, outside the range [0, ", max, "] of ", Name(dtype));
     T x = static_cast<T>(v.Get(i));
     std::memcpy(&out[i * sizeof(T)], &x, sizeof(T));
   }
@@ -112,9 +116,12 @@ Tensor TensorFromProto(const TensorProto& p, const std::shared_ptr<Device>& devi
       case DType::kInt64: data = Bytes(p.int64_data()); field = "int64_data"; break;
       case DType::kInt32: data = Bytes(p.int32_data()); field = "int32_data"; break;
       case DType::kUInt8:
-      case DType::kBool: data = Narrow<uint8_t>(p.int32_data()); field = "int32_data"; break;
-      case DType::kFloat16:
-      case DType::kBFloat16: data = Narrow<uint16_t>(p.int32_data()); field = "int32_data"; break;
+      case DType::kBool:
+        data = Narrow<uint8_t>(p.int32_data(), dtype == DType::kBool ? 1 : 255, where, p, dtype);
+        field = "int32_data";
+        break;
+      case DType::kFloat16:  // bit patterns
+      case DType::kBFloat16: data = Narrow<uint16_t>(p.int32_data(), 65535, where, p, dtype); field = "int32_data"; break;
     }
   }
   LOOM_CHECK(data.size() == bytes, OnnxError, where, ": tensor '", p.name(), "' of shape ", ToString(shape), " (",
@@ -125,7 +132,7 @@ Tensor TensorFromProto(const TensorProto& p, const std::shared_ptr<Device>& devi
 }
 
 void ReadProtoFile(const std::string& path, google::protobuf::MessageLite* out, const char* what) {
-  std::string bytes = ReadFile(path, "onnx");
+  std::string bytes = ReadFile(path, "onnx", size_t(INT32_MAX));  // a protobuf message's limit
   LOOM_CHECK(bytes.size() <= size_t(INT32_MAX), OnnxError, "[onnx] '", path, "' is ", bytes.size(),
              " bytes: larger than the 2 GiB a protobuf message can hold");
   LOOM_CHECK(out->ParseFromArray(bytes.data(), int(bytes.size())), OnnxError, "[onnx] '", path,

@@ -10,8 +10,8 @@
 Start the ranks with the launcher: `python3 -m loom.launch -n 2 train.py` (loom/launch.py). A
 script started alone is a 1-rank world. Every rank makes the same communicators in the same order
 and issues the same calls in the same order. A failed collective (a rank that died, exited or
-raised, or a wait longer than LOOM_COMM_TIMEOUT_S seconds, default 25) raises loom.CommError
-naming the rank and the call.
+raised, or a wait longer than LOOM_COMM_TIMEOUT_S seconds, default 25; inf, or anything from 1e9 s
+up, is no limit) raises loom.CommError naming the rank and the call.
 
 Once a communicator exists in a multi-rank job, an uncaught Python exception on any rank prints
 its traceback and then aborts every rank (MPI_Abort), so that no other rank is left waiting for

@@ -34,6 +34,8 @@ import collections
 import functools
 import warnings
 import itertools
+import math
+import numbers
 import operator
 import weakref
 
@@ -126,6 +128,12 @@ def _with_budget(graph_options, memory_budget):
     budget] in graph/recompute.h: planned arena plus persistent bytes, met by recomputation)."""
     if memory_budget is None:
         return graph_options
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Real):
+        raise errors.TypeError(f"[model] memory_budget must be a number of bytes, got {type(memory_budget).__name__} "
+                               f"{memory_budget!r}")
+    if not math.isfinite(memory_budget) or memory_budget < 0 or memory_budget != math.floor(memory_budget):
+        raise errors.ValueError(f"[model] memory_budget must be a whole, non-negative number of bytes, got "
+                                f"{memory_budget!r}")
     return dict(graph_options or {}, memory_budget=int(memory_budget))
 
 

@@ -10,6 +10,7 @@ attribute or dtype, or a malformed file, is a loom.OnnxError naming the node ("[
 loom.sonnx builds ONNX's backend interface and SONNXModel on this module.
 """
 import os
+import stat
 
 from . import core, errors
 from .tensor import Tensor, _check_device
@@ -23,11 +24,27 @@ def model_bytes(model):
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     if isinstance(model, (str, os.PathLike)):
-        with open(os.fspath(model), "rb") as f:
-            return f.read()
+        return _read_model_file(os.fspath(model))
     if hasattr(model, "SerializeToString"):
         return model.SerializeToString()
     raise errors.TypeError(f"[onnx] expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _read_model_file(path):
+    """The bytes of the regular file at `path`. A FIFO, a device or a directory is a loom.IOError
+    before anything is read (reading a FIFO waits for a writer, for ever); the open does not wait
+    either, in case the path changes kind in between."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise errors.IOError(f"[onnx] cannot open '{path}': {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = " (a FIFO)" if stat.S_ISFIFO(mode) else " (a directory)" if stat.S_ISDIR(mode) else ""
+            raise errors.IOError(f"[onnx] cannot read '{path}': not a regular file{kind}")
+        os.set_blocking(fd, True)
+        return f.read()
 
 
 def supported_op_ranges():

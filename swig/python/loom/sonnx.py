@@ -86,7 +86,7 @@ class LoomBackendRep(_BackendRepBase):
         run records autograd history, so the initializers (parameters) train (SINGA's retraining)."""
         graph = self.graph if last_layers is None else self._graph_until(int(last_layers))
         if isinstance(inputs, dict):
-            inputs = [inputs[n] for n in self.graph.input_names if n in inputs]
+            inputs = self._inputs_from_dict(inputs)
         elif not isinstance(inputs, (list, tuple)):
             inputs = [inputs]
         infos = graph.input_infos
@@ -126,6 +126,23 @@ class LoomBackendRep(_BackendRepBase):
 
 
 SingaRep = LoomBackendRep  # SINGA's name for a prepared model
+
+
+    def _inputs_from_dict(self, given):
+        """The graph's inputs in order from {name: array}. Forward binds by position, so a missing
+        name before a given one is an error naming it (it used to shift the next input into its
+        place); missing trailing inputs are left out, as with a list. An unknown name is an error."""
+        names = self.graph.input_names
+        unknown = [k for k in given if k not in names]
+        if unknown:
+            raise errors.ValueError(f"[onnx] run: {unknown[0]!r} is not an input of the graph (inputs: "
+                                    f"{', '.join(names)})")
+        n = max((names.index(k) + 1 for k in given), default=0)
+        missing = [name for name in names[:n] if name not in given]
+        if missing:
+            raise errors.ValueError(f"[onnx] run: input '{missing[0]}' is missing from the dict, which gives "
+                                    f"{', '.join(repr(k) for k in given)} (inputs: {', '.join(names)})")
+        return [given[name] for name in names[:n]]
 
 
 class LoomBackend(_BackendBase):

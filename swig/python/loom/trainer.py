@@ -327,14 +327,16 @@ class Trainer:
         """Trains to the end; {"steps", "resumed_from", "train_loss", "eval", "best_top1",
         "best_step", "seconds"}."""
         resumed_from = -1
-        if self.resume:
-            latest = self.dir.latest()
-            if latest:
-                self.restore(latest)
-                resumed_from = self.step
-        elif self.dir is not None and self.dir.steps():  # pruning would remove the new run's checkpoints first
-            raise errors.ValueError(f"[trainer] '{self.dir.dir()}' holds checkpoints of another run (the newest "
-                                    f"'{self.dir.latest()}'): resume it, or give a new checkpoint_dir")
+        # A new run in a folder of another run's checkpoints would prune them first and overwrite
+        # its best.ckpt: refused, resuming or not, when there is no step checkpoint to continue from.
+        existing = self.dir.existing() if self.dir is not None else ""
+        if self.resume and self.dir.latest():
+            self.restore(self.dir.latest())
+            resumed_from = self.step
+        elif existing:
+            raise errors.ValueError(f"[trainer] '{self.dir.dir()}' holds checkpoints of another run ('{existing}')"
+                                    + (" but no step checkpoint to resume from" if self.resume else "")
+                                    + ": resume it, or give a new checkpoint_dir")
         bpe = self.train.batches_per_epoch
         if bpe < 1:
             raise errors.ValueError("[trainer] the training loader gives no batch")

@@ -46,6 +46,9 @@ void BroadcastBinary(const Tensor& ta, const Tensor& tb, const Tensor& ty, F f) 
   const T* b = tb.data<T>();
   Y* y = ty.data<Y>();
   int64_t n = ty.numel();
+  // An empty output, (3, 0) from (3, 0) and (1, 0): nothing to write, and its last dimension of 0
+  // must not divide the row count below (SIGFPE).
+  if (n == 0) return;
   if (ta.shape() == ty.shape() && tb.shape() == ty.shape()) return BinaryLoop(a, b, y, n, f);
   if (tb.numel() == 1 && ta.shape() == ty.shape()) {
     T s = b[0];
