@@ -95,6 +95,12 @@ TEST(LoomBench, WarnsOnceWhenOpenBlasRunsOlderKernels) {
   if (loom::cpu::HaveDnnlGemm()) {
     EXPECT_NE(r.out.find("float32 GEMM runs on oneDNN"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("[loom] kernel gemm f32: oneDNN "), std::string::npos) << r.out;
+    // Without LOOM_DEBUG a float32 run that never reaches OpenBLAS says nothing about it.
+    ProgramRun quiet = loom::test::RunProgram(
+        "env", "OPENBLAS_CORETYPE=Prescott LOOM_DEBUG=0 " + BenchPath() +
+                   " --model mlp --batch 4 --steps 2 --warmup 1 --mode eager --threads 1 --peak-gflops 1 --json");
+    ASSERT_EQ(quiet.exit_code, 0) << quiet.out;
+    EXPECT_EQ(quiet.out.find(warning), std::string::npos) << quiet.out;
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/debug.h"
 #include "core/error.h"
 #include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/parallel.h"
@@ -174,7 +175,9 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) return ScaleOnly(m, n, beta, c, ldc);
-  CheckOpenBlasCoreOnce();
+  // OpenBLAS's kernel choice concerns a float32 user only where float32 runs on it (issue 33:
+  // no notice for every run that never touches it), or when asked (LOOM_DEBUG).
+  if (DebugLevel() >= 1) CheckOpenBlasCoreOnce();
   switch (ChooseSgemm(ta, tb, m, n, k)) {
     case GemmKernel::kSkinny: {
       static const bool reported =
@@ -199,6 +202,7 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
                               },
                               /*by_rows=*/true);
     case GemmKernel::kOpenBlas: {
+      CheckOpenBlasCoreOnce();
       static const bool reported =
           (ReportKernel("gemm f32", "OpenBLAS core " + std::string(openblas_get_corename()) + " (" + OpenBlasName() + ")"),
            true);

@@ -124,10 +124,6 @@ class LoomBackendRep(_BackendRepBase):
             self._truncated[k] = OnnxGraph(model, self.graph.device)
         return self._truncated[k]
 
-
-SingaRep = LoomBackendRep  # SINGA's name for a prepared model
-
-
     def _inputs_from_dict(self, given):
         """The graph's inputs in order from {name: array}. Forward binds by position, so a missing
         name before a given one is an error naming it (it used to shift the next input into its
@@ -143,6 +139,9 @@ SingaRep = LoomBackendRep  # SINGA's name for a prepared model
             raise errors.ValueError(f"[onnx] run: input '{missing[0]}' is missing from the dict, which gives "
                                     f"{', '.join(repr(k) for k in given)} (inputs: {', '.join(names)})")
         return [given[name] for name in names[:n]]
+
+
+SingaRep = LoomBackendRep  # SINGA's name for a prepared model
 
 
 class LoomBackend(_BackendBase):
