@@ -166,13 +166,17 @@ def blas_in_use():
 # at least 3 steps; its time is compile_warmup_ms.
 
 
-def make_step(model, opt, compile_mode):
+def make_step(model, opt, compile_mode, autocast=None):
     params = list(model.parameters())
 
     def step(x, y):
         for p in params:
             p.grad = None
-        loss = F.cross_entropy(model(x), y)
+        if autocast is not None:  # PyTorch AMP: the forward and the loss under autocast
+            with torch.autocast(device_type=x.device.type, dtype=autocast):
+                loss = F.cross_entropy(model(x), y)
+        else:
+            loss = F.cross_entropy(model(x), y)
         value = loss.detach()
         loss.backward()
         opt.step()
@@ -209,6 +213,8 @@ def main():
                     help="torch.compile the whole training step (PyTorch 2.x): Note [Compiling the whole step]")
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile's mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="torch.autocast to bfloat16 around forward and loss (PyTorch AMP; loom's --precision bf16)")
     ap.add_argument("--tf32", choices=["default", "on", "off"], default="default",
                     help="CUDA float32 math: PyTorch's defaults (TF32 convolutions, full-float32 matmuls), TF32 for "
                          "both (loom's default), or neither (loom's full float32); the JSON says which ran")
@@ -250,7 +256,8 @@ def main():
     model = model.to(dev)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
-    step, info = make_step(model, opt, a.compile_mode if a.compile else None)
+    step, info = make_step(model, opt, a.compile_mode if a.compile else None,
+                           torch.bfloat16 if a.autocast == "bf16" else None)
     x = torch.empty((batch,) + tuple(sample), dtype=torch.float32, device=dev)
     y = torch.empty((batch,), dtype=torch.int64, device=dev)
     before = [p.detach().clone() for p in model.parameters()]
@@ -318,6 +325,7 @@ def main():
         "blas": blas["libraries"], "blas_is_openblas": blas["openblas"], "mkldnn": blas["mkldnn"],
         "data_checksum": checksum, "peak_bytes_is": peak_is, "rss_peak_delta_is": bc.RSS_IS,
         "compile_warmup_ms": [round(w, 1) for w in warm] if a.compile else None,
+        "precision": "bf16" if a.autocast == "bf16" else "fp32",
         "cuda_tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if dev.type == "cuda" else None,
         "cuda_tf32_conv": torch.backends.cudnn.allow_tf32 if dev.type == "cuda" else None,
     }
