@@ -43,15 +43,17 @@ echo "      (batch 32, SGD lr 0.01 momentum 0.9$([ "$drop" -gt 0 ] && echo ", lr
 
 echo
 echo "demo: small CNN, batch 32, CPU ($(nproc) cores): eager vs graph replay"
-"$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 \
+"$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 --narrow --json-file "$OUT/cpu.jsonl" \
   --mode eager,graph-dynamic,graph-planned,graph-parallel --timeline "$OUT/cpu" 2>"$OUT/cpu.log" ||
   { cat "$OUT/cpu.log" >&2; exit 1; }
+echo "demo: every figure of these runs (memory, GFLOP/s, kernels, ...): $OUT/cpu.jsonl"
 
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo
   echo "demo: small CNN, batch 32, GPU: eager vs graph replay"
-  if "$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 --device cuda \
-       --mode eager,graph-dynamic,graph-planned,cuda-graph --timeline "$OUT/cuda" 2>"$OUT/cuda.log"; then
+  if "$BENCH" --model cnn --batch 32 --steps "$STEPS" --warmup 3 --rounds 4 --device cuda --narrow \
+       --json-file "$OUT/cuda.jsonl" --mode eager,graph-dynamic,graph-planned,cuda-graph --timeline "$OUT/cuda" \
+       2>"$OUT/cuda.log"; then
     :
   else
     echo "demo: GPU run skipped or failed (see $OUT/cuda.log):" >&2

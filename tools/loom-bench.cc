@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "core/autocast.h"
+#include "core/file.h"
 #include "core/ops.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "device/cpu/parallel.h"
@@ -188,6 +189,8 @@ struct Flags {
   int64_t warmup = 3;
   int64_t threads = 0;  // 0: the core count
   bool json = false;
+  bool narrow = false;    // the short table (issue 33: the demo's), the full one stays in the JSON
+  std::string json_file;  // the JSON lines go here as well (written atomically at the end)
   std::string timeline_dir;
   double lr = 0.01, momentum = 0.9;
   int64_t rounds = 1;
@@ -226,6 +229,8 @@ const char* kUsage =
     "  --rounds R     split the timed steps into R chunks and let the modes take turns, chunk by chunk\n"
     "                 (all models stay alive; memory is measured in round 1, per mode); default 1\n"
     "  --json         one JSON line per run on stdout; the table goes to stderr\n"
+    "  --json-file F  also write the JSON lines to F (atomically, at the end); the table stays on stdout\n"
+    "  --narrow       a short table: mode, ms/step, speed-up, peak MiB, arena / bound (the rest in the JSON)\n"
     "  --timeline DIR write the memory timelines of one step (eager, graph-dynamic, graph-planned:\n"
     "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
     "                 replay (trace.json) into DIR; plot them with tools/plot_memory.py DIR\n"
@@ -324,6 +329,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.threads = a.Int(1);
     } else if (a.Switch("--json")) {
       f.json = true;
+    } else if (a.Switch("--narrow")) {
+      f.narrow = true;
+    } else if (a.Is("--json-file")) {
+      f.json_file = a.Value();
     } else if (a.Is("--timeline")) {
       f.timeline_dir = a.Value();
     } else if (a.Is("--rounds")) {
@@ -1152,8 +1161,34 @@ std::string MiB(size_t b) {
   return buf;
 }
 
+std::string Fmt2(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+// --narrow: five columns a terminal shows whole; the JSON lines keep every field.
+std::string NarrowTable(const Flags& f, const std::vector<RunResult>& runs) {
+  const RunResult* eager = nullptr;
+  for (const RunResult& r : runs)
+    if (r.mode == Mode::kEager && !r.variant.comm && !eager) eager = &r;
+  std::ostringstream o;
+  char buf[512];
+  o << "\n| mode | ms/step | speed-up | peak MiB | arena / bound |\n|---|---:|---:|---:|---:|\n";
+  for (const RunResult& r : runs) {
+    const bool planned = r.has_graph && r.gstats.memory == loom::MemoryMode::kPlanned && r.gstats.lower_bound_bytes;
+    std::snprintf(buf, sizeof buf, "| %s | %.3f | %s | %s | %s |\n", Label(f, r).c_str(), r.median,
+                  eager ? loom::detail::Cat(Fmt2(eager->median / r.median), "x").c_str() : "-",
+                  MiB(r.peak_bytes).c_str(),
+                  planned ? Fmt2(double(r.gstats.arena_bytes) / double(r.gstats.lower_bound_bytes)).c_str() : "-");
+    o << buf;
+  }
+  return o.str();
+}
+
 std::string Table(const Flags& f, const ModelSpec& spec, int64_t batch, const std::string& device,
                   const std::vector<RunResult>& runs, const Speed& sp) {
+  if (f.narrow) return NarrowTable(f, runs);
   const RunResult* eager = nullptr;
   for (const RunResult& r : runs)
     if (r.mode == Mode::kEager && !r.variant.comm && !eager) eager = &r;
@@ -1270,6 +1305,7 @@ int Main(const Flags& f) {
   }
   std::vector<RunResult> runs = RunModes(f, spec, batch, dev, data, dist);
   sp.flops_per_step = CountStepFlops(f, spec, rows, dev, data);  // this rank's
+  std::string json_lines;
   for (const RunResult& r : runs) {
     char line[256];
     std::snprintf(line, sizeof line,
@@ -1280,8 +1316,11 @@ int Main(const Flags& f) {
       err << "  warning: the loss rose (" << r.first_loss << " -> " << r.last_loss
                 << "): it trained (the parameters moved) but is not converging at this batch and learning rate"
                 << std::endl;
-    if (f.json) out << Json(f, spec, batch, dev->name(), r, DataChecksum(data), sp, Baseline(runs, r)) << std::endl;
+    const std::string json = Json(f, spec, batch, dev->name(), r, DataChecksum(data), sp, Baseline(runs, r));
+    if (f.json) out << json << std::endl;
+    json_lines += json + "\n";
   }
+  if (!f.json_file.empty()) loom::WriteFileAtomic(f.json_file, {json_lines}, "loom-bench");
   (f.json ? err : out) << Table(f, spec, batch, dev->name(), runs, sp) << std::flush;
   if (!f.timeline_dir.empty()) {
     WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);

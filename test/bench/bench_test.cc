@@ -81,6 +81,24 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
 // Note [Which GEMM kernel]: OpenBLAS forced onto its SSE3 kernels (what it picks on a CPU its
 // table does not know) draws one warning that says where float32 GEMMs run instead, and
 // LOOM_DEBUG=1 names each GEMM kernel once.
+// --narrow (the demo's table: five columns) with --json-file: the full figures in the file.
+TEST(LoomBench, NarrowTableOnStdoutEveryFigureInTheJsonFile) {
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  loom::test::TempDir tmp;
+  const std::string file = tmp / "runs.jsonl";
+  ProgramRun r = RunBench("--model mlp --batch 4 --steps 3 --warmup 1 --mode eager,graph-planned --threads 1 "
+                          "--narrow --json-file " + file);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| mode | ms/step | speed-up | peak MiB | arena / bound |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("| ms/step median | p10 |"), std::string::npos) << "the wide table:\n" << r.out;
+  EXPECT_TRUE(JsonLines(r.out).empty()) << "JSON on stdout without --json:\n" << r.out;
+  auto bytes = loom::test::ReadBytes(file);
+  std::vector<std::string> lines = JsonLines(std::string(bytes.begin(), bytes.end()));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_GT(Field(lines[1], "arena_bytes"), 0) << lines[1];
+  EXPECT_GT(Field(lines[0], "ms_per_step_p10"), 0) << lines[0];
+}
+
 TEST(LoomBench, WarnsOnceWhenOpenBlasRunsOlderKernels) {
   if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
   if (loom::CpuIsaLevel() <= 0) GTEST_SKIP() << "this CPU has nothing newer than SSE: OpenBLAS's Prescott kernels fit";
