@@ -7,8 +7,10 @@
 //
 // With use_graph the first TrainOneBatch captures forward, backward and the updates and every
 // later call replays them with the new batch copied in. Evaluation (Forward in eval mode) has
-// graphs of its own, so training and evaluation alternate freely. A batch of another shape is an
-// error that shows the difference, unless set_recapture(true) (then each shape gets a graph).
+// graphs of its own, so training and evaluation alternate freely. A batch of another shape gets a
+// graph of its own, as in Python (at most GraphOptions::max_step_graphs per step, the least
+// recently used dropped: Note [Bounded recapture] in graph/step.h); with set_recapture(false) it
+// is an error that shows the difference.
 #pragma once
 
 #include <memory>
@@ -76,7 +78,7 @@ class Model {
   std::shared_ptr<Layer> net_;
   std::shared_ptr<Optimizer> opt_;
   LossKind loss_;
-  bool compiled_ = false, is_train_ = true, use_graph_ = false, sequential_ = true, recapture_ = false;
+  bool compiled_ = false, is_train_ = true, use_graph_ = false, sequential_ = true, recapture_ = true;
   GraphOptions graph_options_;
   std::shared_ptr<Device> device_;
   std::unique_ptr<CapturedStep> train_step_, eval_step_;

@@ -192,6 +192,7 @@ TEST(Model, Errors) {
   LOOM_EXPECT_THROW_MSG(m.Compile({four_channels}, true, true), ShapeError,
                         "[Conv2d] input has 4 channels, the layer expects 3");
   m.Compile({b.first}, true, true, true);
+  m.set_recapture(false);  // the default is true, as in Python (Note [Bounded recapture])
   Tensor float_labels = RandomTensor({4}, DType::kFloat32, 2);
   LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(b.first, float_labels), Error, "softmax_cross_entropy");
   m.TrainOneBatch(b.first, b.second);
@@ -199,6 +200,18 @@ TEST(Model, Errors) {
   LOOM_EXPECT_THROW_MSG(m.TrainOneBatch(small.first, small.second), GraphError, "cannot replay with");
   m.set_recapture(true);
   EXPECT_NO_THROW(m.TrainOneBatch(small.first, small.second));
+}
+
+// Python and C++ agree on a batch of a new shape: another graph, by default.
+TEST(Model, ANewBatchShapeIsCapturedAgainByDefault) {
+  CpuDevice()->SetRandSeed(1);
+  nn::Model m(nn::MakeMlp({8, 16, 3}), std::make_shared<nn::SGD>(0.1));
+  Blobs data(8, 3);
+  auto b = data.Batch(4, 0), small = data.Batch(3, 1);
+  m.Compile({b.first}, true, true, true);
+  m.TrainOneBatch(b.first, b.second);
+  EXPECT_NO_THROW(m.TrainOneBatch(small.first, small.second));
+  EXPECT_NO_THROW(m.TrainOneBatch(b.first, b.second));
 }
 
 TEST(Model, FeedingTheGraphInputsDirectlyMatchesPassingBatches) {
