@@ -564,8 +564,17 @@ TEST(TrainerRanks, ARankThatCannotWriteItsFileFailsEveryRankWithoutAHang) {
   ASSERT_EQ(::mkdir(dir.RankPathFor(2, 1).c_str(), 0755), 0);
   std::vector<std::exception_ptr> errors = TwoRanks(tmp.path(), 4, false);
   ASSERT_TRUE(errors[0] && errors[1]);
-  LOOM_EXPECT_THROW_MSG(std::rethrow_exception(errors[0]), IOError,
-                        "writing the rank checkpoints failed on rank(s) 1 of 2");
+  // Rank 0 learns of rank 1's failure from the agreement (IOError), or, when rank 1 has already
+  // left, from the in-process group, which fails the collective still under way (CommError):
+  // either names rank 1 and its reason.
+  try {
+    std::rethrow_exception(errors[0]);
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.find("writing the rank checkpoints failed on rank(s) 1 of 2") != std::string::npos ||
+                (m.find("rank 1 failed") != std::string::npos && m.find("cannot write") != std::string::npos))
+        << m;
+  }
   EXPECT_THROW(std::rethrow_exception(errors[1]), IOError);
   EXPECT_TRUE(io::CheckpointDir(tmp.path()).Steps().empty());  // rank 0 wrote no incomplete checkpoint
 }

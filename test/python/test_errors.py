@@ -97,8 +97,11 @@ def test_cpp_model_errors_are_python_errors(dev):
     with pytest.raises(loom.ShapeError):
         m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros((5,), np.int32))
     m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros((4,), np.int32))
-    with pytest.raises(loom.GraphError, match="captured for inputs"):  # another batch shape; C++ Model
-        m.train_one_batch(np.zeros((2, 3), np.float32), np.zeros((2,), np.int32))  # does not recapture
+    m.train_one_batch(np.zeros((2, 3), np.float32), np.zeros((2,), np.int32))  # another shape: recaptured
+    m.set_recapture(False)  # as asked, another batch shape is then an error naming both
+    m.train_one_batch(np.zeros((4, 3), np.float32), np.zeros((4,), np.int32))
+    with pytest.raises(loom.GraphError, match="captured for inputs"):
+        m.train_one_batch(np.zeros((2, 3), np.float32), np.zeros((2,), np.int32))
 
 
 def test_no_error_terminates_the_interpreter(root):
