@@ -17,6 +17,11 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "io/comm/comm.h"
+#ifdef LOOM_TEST_WITH_MPI
+#include <functional>
+
+#include "io/comm/mpi.h"
+#endif
 
 namespace loom {
 namespace test {
@@ -193,6 +198,47 @@ TEST(MpiCollectives, BarrierOrdersWhatRanksDoAroundIt) {
 
 // Caller mistakes are caught before any message is sent, on every rank alike, so the
 // communicator stays usable afterwards.
+#ifdef LOOM_TEST_WITH_MPI
+// Note [Ranks agree on each collective]: with the check on, ranks that issue different
+// collectives all raise the same CommError naming each call, and the communicator goes on.
+TEST(MpiCollectives, RanksThatDisagreeRaiseCommErrorOnEveryRankWhenChecked) {
+  auto c = World();
+  if (c->size() < 2) GTEST_SKIP() << "one rank agrees with itself";
+  auto* mpi = dynamic_cast<MpiCommunicator*>(c.get());
+  ASSERT_NE(mpi, nullptr);
+  mpi->set_check(true);
+  const bool zero = c->rank() == 0;
+  std::vector<float> f(4, 1.f);
+  std::vector<int32_t> i(4, 1);
+  auto expect_disagreement = [&](const std::function<void()>& call, const std::string& rank0, const std::string& rank1) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for disagreeing ranks";
+    } catch (const CommError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("the ranks disagree on a collective: rank 0 calls " + rank0), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 1 calls " + rank1), std::string::npos) << m;
+    }
+  };
+  expect_disagreement([&] { c->AllReduce(f.data(), zero ? 3 : 4, DType::kFloat32, ReduceOp::kSum); },
+                      "all_reduce (sum of 3 float32)", "all_reduce (sum of 4 float32)");
+  expect_disagreement(
+      [&] { zero ? c->AllReduce(f.data(), 4, DType::kFloat32, ReduceOp::kSum) : c->AllReduce(i.data(), 4, DType::kInt32, ReduceOp::kSum); },
+      "all_reduce (sum of 4 float32)", "all_reduce (sum of 4 int32)");
+  expect_disagreement([&] { c->AllReduce(f.data(), 4, DType::kFloat32, zero ? ReduceOp::kSum : ReduceOp::kMax); },
+                      "all_reduce (sum of 4 float32)", "all_reduce (max of 4 float32)");
+  expect_disagreement([&] { c->Broadcast(f.data(), 4, DType::kFloat32, zero ? 0 : 1); },
+                      "broadcast (4 float32 from rank 0)", "broadcast (4 float32 from rank 1)");
+  expect_disagreement([&] { zero ? c->Barrier() : c->AllReduce(f.data(), 4, DType::kFloat32, ReduceOp::kSum); },
+                      "barrier", "all_reduce (sum of 4 float32)");
+  // Nothing was issued but the agreements: the ranks go on together.
+  float x = 1;
+  c->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(x, float(c->size()));
+  mpi->set_check(false);
+}
+#endif
+
 TEST(MpiCollectives, BadArgumentsAreValueErrors) {
   auto c = World();
   float x = 1;

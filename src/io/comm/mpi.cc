@@ -250,6 +250,7 @@ struct MpiCommunicator::Impl {
   int rank = 0, size = 1;
   double timeout_s = 25.0;
   bool broken = false;
+  bool check = false;  // Note [Ranks agree on each collective]
   std::string broken_by;  // the message of the failure that broke it
   int local_rank = -1;
 
@@ -326,6 +327,8 @@ struct MpiCommunicator::Impl {
 MpiCommunicator::MpiCommunicator() : impl_(std::make_unique<Impl>()) {
   std::call_once(g_init_once, InitRuntime);
   impl_->timeout_s = TimeoutFromEnv();
+  const char* check = std::getenv("LOOM_COMM_CHECK");
+  impl_->check = check && std::string(check) == "1";
   MPI_Comm dup = MPI_COMM_NULL;
   impl_->rank = g_rt.world_rank;
   impl_->size = g_rt.world_size;
@@ -359,14 +362,56 @@ namespace {
 // MPI counts are ints: larger buffers go in pieces of at most kMaxPiece elements.
 constexpr int64_t kMaxPiece = int64_t(1) << 30;
 
+// Note [Ranks agree on each collective]
+// MPI matches collectives by order alone: ranks that issue different ones (another count,
+// dtype, reduction, root, or another collective) get OpenMPI's own error, a hang or silently
+// wrong values. With the check on (LOOM_COMM_CHECK=1, or set_check; the test suites turn it
+// on), each collective is preceded by an all-gather of its description (kind, dtype, count,
+// reduction or root), and when the descriptions differ every rank throws the same CommError,
+// naming each rank's call, before the collective itself is issued (so the communicator stays
+// usable). It costs one small all-gather per collective, which is why it is off by default.
+enum class CollectiveKind : int64_t { kAllReduce, kAllGather, kBroadcast, kBarrier };
+
+std::string DescribeCollective(const int64_t* d) {
+  const DType t = DType(d[1]);
+  switch (CollectiveKind(d[0])) {
+    case CollectiveKind::kAllReduce:
+      return detail::Cat("all_reduce (", d[3] ? "max" : "sum", " of ", d[2], " ", Name(t), ")");
+    case CollectiveKind::kAllGather: return detail::Cat("all_gather (", d[2], " ", Name(t), " per rank)");
+    case CollectiveKind::kBroadcast: return detail::Cat("broadcast (", d[2], " ", Name(t), " from rank ", d[3], ")");
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
 void CheckBuffer(const char* call, const void* p, int64_t count) {
   LOOM_CHECK(count >= 0, ValueError, "[mpi] ", call, ": negative element count ", count);
   LOOM_CHECK(p != nullptr || count == 0, ValueError, "[mpi] ", call, ": null buffer for ", count, " elements");
 }
 }  // namespace
 
+void MpiCommunicator::Agree(int64_t kind, DType dtype, int64_t count, int64_t extra) {
+  if (!impl_->check) return;
+  const int64_t mine[4] = {kind, int64_t(dtype), count, extra};
+  std::vector<int64_t> all(size_t(impl_->size) * 4);
+  const std::string call = DescribeCollective(mine);
+  impl_->Run(call, [&](MPI_Request* q) {  // named as the collective: a rank that never comes says so
+    return MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, impl_->comm, q);
+  });
+  std::string differ;
+  for (int r = 1; r < impl_->size; ++r)
+    if (!std::equal(all.begin() + 4 * r, all.begin() + 4 * r + 4, all.begin()))
+      differ += detail::Cat(differ.empty() ? "" : ", ", "rank ", r, " calls ", DescribeCollective(&all[size_t(4 * r)]));
+  LOOM_CHECK(differ.empty(), CommError, "[mpi] the ranks disagree on a collective: rank 0 calls ",
+             DescribeCollective(all.data()), ", ", differ,
+             " (every rank must issue the same collectives in the same order; Note [Ranks agree on each collective])");
+}
+
+void MpiCommunicator::set_check(bool on) { impl_->check = on; }
+
 void MpiCommunicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) {
   CheckBuffer("all_reduce", data, count);
+  Agree(int64_t(CollectiveKind::kAllReduce), dtype, count, op == ReduceOp::kMax);
   const MpiType t = TypeOf(dtype);
   const MPI_Op mop = op == ReduceOp::kSum ? t.sum : t.max;
   const std::string call = detail::Cat("all_reduce (", OpName(op), " of ", count, " ", Name(dtype), ")");
@@ -384,6 +429,7 @@ void MpiCommunicator::AllGather(const void* send, void* recv, int64_t count, DTy
   CheckBuffer("all_gather", recv, count);
   LOOM_CHECK(count <= INT_MAX, ValueError, "[mpi] all_gather of ", count, " elements per rank: at most ", INT_MAX,
              " (MPI counts are ints)");
+  Agree(int64_t(CollectiveKind::kAllGather), dtype, count, 0);
   const MpiType t = TypeOf(dtype);
   const int64_t bytes = count * int64_t(SizeOf(dtype));
   const char* s = static_cast<const char*>(send);
@@ -403,6 +449,7 @@ void MpiCommunicator::Broadcast(void* data, int64_t count, DType dtype, int root
   CheckBuffer("broadcast", data, count);
   LOOM_CHECK(root >= 0 && root < impl_->size, ValueError, "[mpi] broadcast from rank ", root, ": the world has ranks 0 to ",
              impl_->size - 1);
+  Agree(int64_t(CollectiveKind::kBroadcast), dtype, count, root);
   const MpiType t = TypeOf(dtype);
   const std::string call = detail::Cat("broadcast (", count, " ", Name(dtype), " from rank ", root, ")");
   int64_t done = 0;
@@ -415,6 +462,7 @@ void MpiCommunicator::Broadcast(void* data, int64_t count, DType dtype, int root
 }
 
 void MpiCommunicator::Barrier() {
+  Agree(int64_t(CollectiveKind::kBarrier), DType::kUInt8, 0, 0);
   impl_->Run("barrier", [&](MPI_Request* r) { return MPI_Ibarrier(impl_->comm, r); });
 }
 

@@ -41,10 +41,14 @@ class MpiCommunicator : public Communicator {
   // Note [Bounded waits]: LOOM_COMM_TIMEOUT_S when the communicator was made, else 25 s.
   double timeout_s() const;
   void set_timeout_s(double seconds);  // ValueError unless > 0
+  // Note [Ranks agree on each collective] (mpi.cc): on, every collective first checks that all
+  // ranks issue the same one (LOOM_COMM_CHECK=1 turns it on for new communicators).
+  void set_check(bool on);
 
   struct Impl;
 
  private:
+  void Agree(int64_t kind, DType dtype, int64_t count, int64_t extra);
   std::unique_ptr<Impl> impl_;  // keeps <mpi.h> out of the headers that include this one
 };
 
