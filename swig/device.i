@@ -292,12 +292,15 @@ void SetNumThreads(int64_t n);
 }
 
 %rename(set_autocast_precision) loom_py::set_autocast_precision;
+%rename(precision_name) loom_py::precision_name;
 %rename(set_cuda_float32_math) loom_py::set_cuda_float32_math;
 %rename(cuda_float32_math) loom_py::cuda_float32_math;
 %inline %{
 namespace loom_py {
 // Note [Precision policy] (core/autocast.h): this thread's precision, by name ("fp32", "bf16");
 // returns the previous one (loom.autocast puts it back).
+// The canonical name of a precision ("bfloat16" -> "bf16"); ValueError for anything else.
+std::string precision_name(const std::string& name) { return loom::Name(loom::PrecisionFromName(name)); }
 std::string set_autocast_precision(const std::string& name) {
   const std::string previous = loom::Name(loom::AutocastPrecision());
   loom::SetAutocastPrecision(loom::PrecisionFromName(name));

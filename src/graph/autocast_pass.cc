@@ -1,4 +1,5 @@
 // The pass autocast_bf16: Note [Precision policy] (core/autocast.h) on a captured list.
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -19,9 +20,10 @@ PassResult LowerProducts(OpList list, const PassContext&) {
   std::map<View, Tensor> lowered;
   int64_t products = 0, casts = 0;
   auto written = [&](const OpRecord& r) {  // a copy of a block written since is stale
-    for (const Tensor& t : r.outputs)
-      for (auto it = lowered.begin(); it != lowered.end();)
-        it = std::get<0>(it->first) == t.block() ? lowered.erase(it) : std::next(it);
+    for (const Tensor& t : r.outputs) {  // the views of one block are adjacent in the map
+      auto it = lowered.lower_bound(View{t.block(), std::numeric_limits<int64_t>::min(), Shape{}, Shape{}});
+      while (it != lowered.end() && std::get<0>(it->first) == t.block()) it = lowered.erase(it);
+    }
   };
   for (OpRecord& op : list.ops) {
     if (!Lowers(op, Precision::kBFloat16)) {

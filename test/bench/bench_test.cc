@@ -96,7 +96,7 @@ TEST(LoomBench, NarrowTableOnStdoutEveryFigureInTheJsonFile) {
   std::vector<std::string> lines = JsonLines(std::string(bytes.begin(), bytes.end()));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_GT(Field(lines[1], "arena_bytes"), 0) << lines[1];
-  EXPECT_GT(Field(lines[0], "ms_per_step_p10"), 0) << lines[0];
+  EXPECT_GE(Field(lines[0], "ms_per_step_p10"), 0) << lines[0];  // present (Field gives -1 for a missing key)
 }
 
 TEST(LoomBench, WarnsOnceWhenOpenBlasRunsOlderKernels) {

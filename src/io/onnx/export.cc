@@ -65,22 +65,12 @@ bool Dense(const Shape& shape, const Shape& strides) {
   return true;
 }
 
-// One value of `dtype` as ONNX stores it (little-endian raw_data). Made on the host: an export
-// runs no op, so it may even be called while the device captures something else.
+// One value of `dtype` as ONNX stores it (little-endian raw_data): the bytes `fill` writes
+// (FillBits, core/dtype.h). Made on the host: an export runs no op, so it may even be called
+// while the device captures something else.
 std::string ScalarBytes(double v, DType dtype) {
-  auto bytes = [](auto x) { return std::string(reinterpret_cast<const char*>(&x), sizeof(x)); };
-  switch (dtype) {
-    case DType::kFloat32: return bytes(float(v));
-    case DType::kFloat64: return bytes(v);
-    case DType::kFloat16: return bytes(FloatToHalf(float(v)));
-    case DType::kBFloat16: return bytes(FloatToBFloat16(float(v)));
-    case DType::kInt32: return bytes(int32_t(v));
-    case DType::kInt64: return bytes(int64_t(v));
-    case DType::kUInt8: return bytes(uint8_t(v));
-    case DType::kBool: return bytes(uint8_t(v != 0));
-  }
-  LOOM_ASSERT(false, "[onnx] dtype ", int(dtype));
-  return {};
+  const uint64_t w = FillBits(dtype, v);
+  return std::string(reinterpret_cast<const char*>(&w), SizeOf(dtype));
 }
 
 bool SameView(const Tensor& a, const Tensor& b) {

@@ -23,9 +23,7 @@ def check(precision):
     if not isinstance(precision, str):
         raise errors.ValueError(f"[precision] expected 'fp32' or 'bf16', got {type(precision).__name__} "
                                 f"{precision!r}")
-    previous = core.set_autocast_precision(precision)  # validates and names it; then put back
-    current = core.set_autocast_precision(previous)
-    return current
+    return core.precision_name(precision)
 
 
 @contextlib.contextmanager
