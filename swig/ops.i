@@ -11,6 +11,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "core/ops_cnn.h"
+#include "core/ops_transformer.h"
 #include "core/ops/external.h"
 #include "core/ops/math.h"
 
@@ -87,6 +88,7 @@ static loom::Attrs ToAttrs(PyObject* dict) {
 %ignore loom::ops::AvgPool2d;
 %ignore loom::PaddingEnd;
 %include "core/ops_cnn.h"
+%include "core/ops_transformer.h"
 // Exceptions to the naming rule, which would write conv_2d: the registered ops' names.
 %rename(conv2d) loom_py::conv2d;
 %rename(max_pool2d) loom_py::max_pool2d;

@@ -47,6 +47,16 @@ LOOM_HD T GeluGradOf(T x) {
   T t = std::tanh(u);
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * T(0.044715) * x * x);
 }
+// gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact form (PyTorch's approximate="none")
+template <typename T>
+LOOM_HD T GeluErfOf(T x) {
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+}
+// d/dx = 0.5 (1 + erf(x / sqrt(2))) + x exp(-x^2 / 2) / sqrt(2 pi)
+template <typename T>
+LOOM_HD T GeluErfGradOf(T x) {
+  return T(0.5) * (T(1) + std::erf(x * T(0.7071067811865476))) + x * std::exp(T(-0.5) * x * x) * T(0.3989422804014327);
+}
 
 }  // namespace ew
 }  // namespace loom
@@ -78,6 +88,7 @@ LOOM_HD T GeluGradOf(T x) {
   X(sigmoid, ew::SigmoidOf(x))                           \
   X(tanh, std::tanh(x))                                  \
   X(gelu, ew::GeluOf(x))                                 \
+  X(gelu_erf, ew::GeluErfOf(x))                          \
   X(softplus, ew::SoftplusOf(x))                         \
   X(sin, std::sin(x))                                    \
   X(cos, std::cos(x))                                    \
@@ -106,6 +117,7 @@ LOOM_HD T GeluGradOf(T x) {
   X(sigmoid_grad, dy * s * (T(1) - s))                         \
   X(tanh_grad, dy * (T(1) - s * s))                            \
   X(gelu_grad, dy * ew::GeluGradOf(s))                         \
+  X(gelu_erf_grad, dy * ew::GeluErfGradOf(s))                  \
   X(softplus_grad, dy * ew::SigmoidOf(s))                      \
   X(sin_grad, dy * std::cos(s))                                \
   X(cos_grad, -dy * std::sin(s))                               \

@@ -69,7 +69,8 @@ Tensor Relu(const Tensor& x);
 Tensor LeakyRelu(const Tensor& x, double slope = 0.01);
 Tensor Sigmoid(const Tensor& x);
 Tensor Tanh(const Tensor& x);
-Tensor Gelu(const Tensor& x);  // tanh approximation
+Tensor Gelu(const Tensor& x);     // tanh approximation (GPT-2's)
+Tensor GeluErf(const Tensor& x);  // 0.5 x (1 + erf(x / sqrt 2)), the exact form
 Tensor Softplus(const Tensor& x);
 
 // ---- linear algebra (src/core/ops/linalg.cc) ----

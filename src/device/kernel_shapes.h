@@ -3,6 +3,7 @@
 // Host code, except the LOOM_HD functions, which CUDA kernels call on the device too.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -151,6 +152,30 @@ struct RowDims {
 inline RowDims MakeRowDims(const Shape& x, const Shape& gamma) {
   int64_t d = NumElements(gamma);
   return RowDims{d ? NumElements(x) / d : 0, d};
+}
+
+// ---- attention ----
+
+// attention's q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) as bh problems, with the scale
+// resolved (0: 1 / sqrt(D)) (Note [Attention keeps no score matrix] in core/ops_transformer.h).
+struct AttentionDims {
+  int64_t bh, tq, tk, d, dv;
+  bool causal;
+  double scale;
+  // Keys [0, KeyEnd(i)) are visible to query row i (top-left causal alignment).
+  LOOM_HD int64_t KeyEnd(int64_t i) const { return causal ? (i + 1 < tk ? i + 1 : tk) : tk; }
+};
+inline AttentionDims MakeAttentionDims(const Attrs& a, const Shape& q, const Shape& v) {
+  AttentionDims g;
+  g.tq = q[q.size() - 2];
+  g.d = q.back();
+  g.tk = v[v.size() - 2];
+  g.dv = v.back();
+  g.bh = NumElements(Shape(q.begin(), q.end() - 2));
+  g.causal = a.Int("causal", 0) != 0;
+  const double s = a.Float("scale", 0);
+  g.scale = s > 0 ? s : 1 / std::sqrt(double(g.d));
+  return g;
 }
 
 // ---- pooling ----

@@ -107,6 +107,7 @@ const std::map<std::string, Fn1>& UnaryForms() {
       {"sigmoid", [](double x, const Attrs&) { return Sigmoid(x); }},
       {"tanh", [](double x, const Attrs&) { return std::tanh(x); }},
       {"gelu", [](double x, const Attrs&) { return Gelu(x); }},
+      {"gelu_erf", [](double x, const Attrs&) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }},
       {"softplus", [](double x, const Attrs&) { return Softplus(x); }},
   };
   return forms;
@@ -135,6 +136,10 @@ const std::map<std::string, Fn2>& BinaryForms() {
       {"sigmoid_grad", [](double y, double dy, const Attrs&) { return dy * y * (1 - y); }},
       {"tanh_grad", [](double y, double dy, const Attrs&) { return dy * (1 - y * y); }},
       {"gelu_grad", [](double x, double dy, const Attrs&) { return dy * GeluGrad(x); }},
+      {"gelu_erf_grad",
+       [](double x, double dy, const Attrs&) {
+         return dy * (0.5 * (1 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-x * x / 2) / std::sqrt(2 * M_PI));
+       }},
       {"softplus_grad", [](double x, double dy, const Attrs&) { return dy * Sigmoid(x); }},
   };
   return forms;
@@ -168,6 +173,7 @@ void AddElementwise(Table& t) {
       {"sigmoid", {3, 5}, -2, 2, {}},
       {"tanh", {3, 5}, -2, 2, {}},
       {"gelu", {3, 5}, -2, 2, {}},
+      {"gelu_erf", {3, 5}, -2, 2, {}},
       {"softplus", {3, 5}, -2, 2, {}},
       // the kernels' vector loops and tails, wide ranges
       {"add_scalar", {6, 5}, -1, 1, {{"s", 1.75}}},
@@ -185,6 +191,7 @@ void AddElementwise(Table& t) {
       {"sigmoid", {1000}, -40, 40, {}},
       {"tanh", {1000}, -6, 6, {}},
       {"gelu", {1000}, -6, 6, {}},
+      {"gelu_erf", {1000}, -6, 6, {}},
       {"softplus", {1000}, -30, 30, {}},
       {"log", {100}, 0.01, 5, {}},
       {"sqrt", {100}, 0.01, 5, {}},
@@ -249,7 +256,7 @@ void AddElementwise(Table& t) {
   // The gradient ops of activations: (x or y, dy) -> dx.
   const std::vector<std::pair<std::string, Attrs>> grads = {
       {"abs_grad", {}},     {"relu_grad", {}},     {"sigmoid_grad", {}},     {"erf_grad", {}},
-      {"tanh_grad", {}},    {"gelu_grad", {}},     {"softplus_grad", {}},
+      {"tanh_grad", {}},    {"gelu_grad", {}},     {"gelu_erf_grad", {}},     {"softplus_grad", {}},
       {"clamp_grad", {{"lo", -0.5}, {"hi", 0.75}}}, {"leaky_relu_grad", {{"slope", 0.2}}}};
   for (const auto& [op, attrs] : grads)
     for (DType dt : kFloats)
@@ -1023,6 +1030,7 @@ const std::vector<OpCase>& AllOpCases() {
     AddScatterGather(t);
     AddCnnCases(t);
     AddCollectiveCases(t);
+    AddTransformerCases(t);
     return t.Take();
   }();
   return rows;

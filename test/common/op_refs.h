@@ -113,6 +113,10 @@ std::vector<HostTensor> LayerNormGrad(const RefArgs& a);
 std::vector<HostTensor> Embedding(const RefArgs& a);
 std::vector<HostTensor> EmbeddingGrad(const RefArgs& a);
 
+// ---- the transformer ops (op_refs_transformer.cc) ----
+std::vector<HostTensor> Attention(const RefArgs& a);
+std::vector<HostTensor> AttentionGrad(const RefArgs& a);
+
 }  // namespace ref
 }  // namespace test
 }  // namespace loom

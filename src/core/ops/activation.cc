@@ -39,6 +39,7 @@ LOOM_ACTIVATION(leaky_relu, false, kSlope)  // leaky_relu_grad(x, dy) = dy * (x 
 LOOM_ACTIVATION(sigmoid, true, {})          // sigmoid_grad(y, dy) = dy * y * (1 - y)
 LOOM_ACTIVATION(tanh, true, {})             // tanh_grad(y, dy) = dy * (1 - y^2)
 LOOM_ACTIVATION(gelu, false, {})            // gelu_grad(x, dy): derivative of the tanh approximation
+LOOM_ACTIVATION(gelu_erf, false, {})        // gelu_erf_grad(x, dy): derivative of 0.5 x (1 + erf(x / sqrt 2))
 LOOM_ACTIVATION(softplus, false, {})        // softplus_grad(x, dy) = dy * sigmoid(x)
 
 namespace ops {
@@ -50,6 +51,7 @@ Tensor LeakyRelu(const Tensor& x, double slope) {
 Tensor Sigmoid(const Tensor& x) { return Call1(op_kind::sigmoid, {x}); }
 Tensor Tanh(const Tensor& x) { return Call1(op_kind::tanh, {x}); }
 Tensor Gelu(const Tensor& x) { return Call1(op_kind::gelu, {x}); }
+Tensor GeluErf(const Tensor& x) { return Call1(op_kind::gelu_erf, {x}); }
 Tensor Softplus(const Tensor& x) { return Call1(op_kind::softplus, {x}); }
 }  // namespace ops
 

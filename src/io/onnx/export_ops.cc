@@ -84,6 +84,19 @@ void EmitGelu(Emitter& e, const OpMapping&) {
   e.Node("Mul", {half_x, one_plus}, {e.Out(0)});
 }
 
+// gelu_erf: 0.5 x (1 + Erf(x / sqrt 2)).
+void EmitGeluErf(Emitter& e, const OpMapping&) {
+  const DType t = InDType(e, 0);
+  const std::string x = e.In(0);
+  const std::string scaled = e.Temp("scaled"), er = e.Temp("erf"), one_plus = e.Temp("one_plus"),
+                    half_x = e.Temp("half_x");
+  e.Node("Mul", {x, e.Scalar(0.7071067811865476, t)}, {scaled});
+  e.Node("Erf", {scaled}, {er});
+  e.Node("Add", {er, e.Scalar(1, t)}, {one_plus});
+  e.Node("Mul", {x, e.Scalar(0.5, t)}, {half_x});
+  e.Node("Mul", {half_x, one_plus}, {e.Out(0)});
+}
+
 void EmitSoftmax(Emitter& e, const OpMapping& m) {
   SetAttr(e.Node(m.onnx, {e.In(0)}, {e.Out(0)}), "axis", e.op().attrs.Int("axis", -1));
 }
@@ -370,6 +383,7 @@ const std::vector<OpMapping>& OpMappings() {
       {"softplus", "Softplus", EmitSame},
       {"leaky_relu", "LeakyRelu", EmitLeakyRelu},
       {"gelu", "Pow, Mul, Add, Tanh (the tanh approximation)", EmitGelu},
+      {"gelu_erf", "Mul, Erf, Add", EmitGeluErf},
       {"softmax", "Softmax", EmitSoftmax},
       {"log_softmax", "LogSoftmax", EmitSoftmax},
       // linear algebra

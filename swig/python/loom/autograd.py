@@ -395,6 +395,13 @@ def embedding(table, indices):
     return core.embedding(table, indices)
 
 
+def attention(q, k, v, causal=False, scale=0.0):
+    """softmax(scale q k^T) v without keeping the score matrix (Note [Attention keeps no score
+    matrix] in core/ops_transformer.h). q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv);
+    causal: query i sees keys j <= i; scale 0: 1 / sqrt(D)."""
+    return core.attention(q, k, v, bool(causal), float(scale))
+
+
 def call(op, inputs, **attrs):
     """Any registered op by name (core.list_ops()), attributes as keywords: a list of outputs."""
     return core.call_op(op, list(inputs), attrs)

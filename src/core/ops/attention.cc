@@ -1,0 +1,106 @@
+// Scaled-dot-product attention and its gradient (Note [Attention keeps no score matrix] in
+// core/ops_transformer.h).
+#include <algorithm>
+#include <cmath>
+
+#include "core/ops/common.h"
+#include "core/ops_transformer.h"
+
+LOOM_OP_KIND(attention_grad);
+
+namespace loom {
+
+using namespace opdecl;
+
+namespace {
+
+// q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) of one float dtype, leading axes equal.
+void CheckAttentionInputs(const char* op, const TensorMeta& q, const TensorMeta& k, const TensorMeta& v) {
+  static const char* names[] = {"q", "k", "v"};
+  const TensorMeta* m[] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    CheckFloat(op, *m[i], names[i]);
+    LOOM_CHECK(m[i]->shape.size() >= 2, ShapeError, "[", op, "] ", names[i], " ", ToString(m[i]->shape),
+               " must be (..., T, D)");
+    CheckSameDType(op, q, *m[i]);
+  }
+  const Shape &qs = q.shape, &ks = k.shape, &vs = v.shape;
+  const size_t r = qs.size();
+  LOOM_CHECK(ks.size() == r && vs.size() == r && std::equal(qs.begin(), qs.end() - 2, ks.begin()) &&
+                 std::equal(qs.begin(), qs.end() - 2, vs.begin()),
+             ShapeError, "[", op, "] q ", ToString(qs), ", k ", ToString(ks), " and v ", ToString(vs),
+             " must have the same leading (batch, head) axes");
+  LOOM_CHECK(ks[r - 1] == qs[r - 1], ShapeError, "[", op, "] q ", ToString(qs), " and k ", ToString(ks),
+             " must have the same last axis (the head width)");
+  LOOM_CHECK(vs[r - 2] == ks[r - 2], ShapeError, "[", op, "] k ", ToString(ks), " and v ", ToString(vs),
+             " must have the same number of keys (axis -2)");
+  LOOM_CHECK(ks[r - 2] > 0 && qs[r - 1] > 0, ShapeError, "[", op, "] q ", ToString(qs), " and k ", ToString(ks),
+             ": attention needs at least one key and a head width of at least one");
+}
+
+void CheckAttentionAttrs(const char* op, const Attrs& a) {
+  const int64_t causal = a.Int("causal", 0);
+  LOOM_CHECK(causal == 0 || causal == 1, ValueError, "[", op, "] causal must be 0 or 1, got ", causal);
+  const double scale = a.Float("scale", 0);
+  LOOM_CHECK(std::isfinite(scale) && scale >= 0, ValueError, "[", op, "] scale must be finite and >= 0 (0: 1/sqrt(D)), got ",
+             scale);
+}
+
+Shape Lead(const Shape& s, size_t drop) { return Shape(s.begin(), s.end() - drop); }
+
+}  // namespace
+
+// q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv), lse: (..., Tq)
+LOOM_OP(attention) {
+  def.attrs = {{"causal", kInt}, {"scale", kFloat}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("attention", in, 3);
+    CheckAttentionInputs("attention", in[0], in[1], in[2]);
+    CheckAttentionAttrs("attention", a);
+    Shape y = Lead(in[0].shape, 1);
+    y.push_back(in[2].shape.back());
+    return std::vector<TensorMeta>{{y, in[0].dtype}, {Lead(in[0].shape, 1), in[0].dtype}};
+  };
+  def.saved_inputs = {0, 1, 2};
+  def.saved_outputs = {0, 1};
+  def.backward = [](const BackwardArgs& a) {
+    const Tensor& y = a.outputs[0];
+    const Tensor& lse = a.outputs[1];
+    Tensor dy = a.grad_outputs[0].defined() ? a.grad_outputs[0] : ops::ZerosLike(y);
+    Tensor dlse = a.grad_outputs[1].defined() ? a.grad_outputs[1] : ops::ZerosLike(lse);
+    std::vector<Tensor> g = Call(op_kind::attention_grad, {a.inputs[0], a.inputs[1], a.inputs[2], y, lse, dy, dlse}, a.attrs);
+    for (size_t i = 0; i < 3; ++i)
+      if (!a.needs_input_grad[i]) g[i] = Tensor();
+    return g;
+  };
+}
+
+// (q, k, v, y, lse, dy, dlse) -> dq, dk, dv: the probabilities recomputed block by block from
+// q, k and lse; dS = P (dP - rowsum(dy y) + dlse) with dP = dy v^T.
+LOOM_OP(attention_grad) {
+  def.internal = "backward of attention";
+  def.attrs = {{"causal", kInt}, {"scale", kFloat}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "attention_grad";
+    CheckArity(op, in, 7);
+    CheckAttentionInputs(op, in[0], in[1], in[2]);
+    CheckAttentionAttrs(op, a);
+    Shape y = Lead(in[0].shape, 1);
+    y.push_back(in[2].shape.back());
+    const Shape lse = Lead(in[0].shape, 1);
+    LOOM_CHECK(in[3].shape == y && in[5].shape == y, ShapeError, "[", op, "] y ", ToString(in[3].shape), " and dy ",
+               ToString(in[5].shape), " must be ", ToString(y));
+    LOOM_CHECK(in[4].shape == lse && in[6].shape == lse, ShapeError, "[", op, "] lse ", ToString(in[4].shape),
+               " and dlse ", ToString(in[6].shape), " must be ", ToString(lse));
+    for (size_t i = 3; i < 7; ++i) CheckSameDType(op, in[0], in[i]);
+    return std::vector<TensorMeta>{in[0], in[1], in[2]};
+  };
+}
+
+namespace ops {
+Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  return Call(op_kind::attention, {q, k, v}, Attrs{{"causal", int64_t(causal)}, {"scale", scale}})[0];
+}
+}  // namespace ops
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+// The op-case rows of the transformer ops (op_cases.h): attention over one key block and over
+// several (Tq, Tk > 64, the CPU kernel's block), causal and not, Tq != Tk, an explicit scale.
+#include "common/op_case_table.h"
+
+namespace loom {
+namespace test {
+namespace table {
+namespace {
+
+struct Attn {
+  Shape q, k, v;
+  int64_t causal;
+  double scale;
+  bool grad;  // force the finite-difference check (more than kSmallGradElements per input)
+};
+
+void AddAttention(Table& t) {
+  const std::vector<Attn> shapes = {
+      {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, 0, 0, false},
+      {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, 1, 0, false},
+      {{2, 3, 4}, {2, 6, 4}, {2, 6, 5}, 0, 0.5, false},  // more keys than queries, Dv != D
+      {{2, 6, 4}, {2, 3, 4}, {2, 3, 5}, 1, 0, false},    // more queries than keys, causal
+      {{1, 70, 3}, {1, 70, 3}, {1, 70, 2}, 1, 0, true},  // two blocks of queries and of keys
+      {{1, 70, 3}, {1, 70, 3}, {1, 70, 2}, 0, 0, true},
+  };
+  for (DType dt : kFloats)
+    for (const Attn& s : shapes) {
+      const Attrs a{{"causal", s.causal}, {"scale", s.scale}};
+      const std::string variant = WithAttrs("q " + S(s.q) + " k " + S(s.k) + " v " + S(s.v), a);
+      OpCase& c = t.Add("attention", variant, dt, ref::Attention).In(Uniform(s.q, -2, 2)).In(Uniform(s.k, -2, 2));
+      c.In(Uniform(s.v)).Attr("causal", s.causal).Attr("scale", s.scale);
+      if (s.grad && dt == kF64) c.Grad();
+      // (q, k, v, y, lse, dy, dlse) with y and lse the forward's
+      OpCase& g = t.Add("attention_grad", variant, dt, ref::AttentionGrad);
+      g.In(Uniform(s.q, -2, 2)).In(Uniform(s.k, -2, 2)).In(Uniform(s.v));
+      g.In(OutputOf("attention", {0, 1, 2}, a, 0)).In(OutputOf("attention", {0, 1, 2}, a, 1));
+      Shape y = s.q;
+      y.back() = s.v.back();
+      g.In(Uniform(y)).In(Uniform(Shape(s.q.begin(), s.q.end() - 1), -0.5, 0.5));
+      g.Attr("causal", s.causal).Attr("scale", s.scale);
+    }
+  // Several blocks of 64 in float32, heads and a batch: the kernels' tiling at scale.
+  for (int64_t causal : {0, 1}) {
+    const Attrs a{{"causal", causal}, {"scale", 0.0}};
+    const Shape q{2, 2, 130, 16};
+    t.Add("attention", WithAttrs("q " + S(q) + " (blocks)", a), kF32, ref::Attention)
+        .In(Uniform(q, -2, 2))
+        .In(Uniform(q, -2, 2))
+        .In(Uniform(q))
+        .Attr("causal", causal)
+        .Attr("scale", 0.0)
+        .Tol(1e-5, 1e-5);
+  }
+}
+
+}  // namespace
+
+void AddTransformerCases(Table& t) { AddAttention(t); }
+
+}  // namespace table
+}  // namespace test
+}  // namespace loom
