@@ -13,6 +13,7 @@
 #include "nn/layer.h"
 #include "nn/model.h"
 #include "nn/models.h"
+#include "nn/transformer.h"
 #include "nn/clip.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
@@ -94,6 +95,9 @@ class PyStep {
 %shared_ptr(loom::nn::Embedding)
 %shared_ptr(loom::nn::BasicBlock)
 %shared_ptr(loom::nn::Bottleneck)
+%shared_ptr(loom::nn::MultiHeadAttention)
+%shared_ptr(loom::nn::TransformerBlock)
+%shared_ptr(loom::nn::Gpt)
 %shared_ptr(loom::nn::Optimizer)
 %shared_ptr(loom::nn::SGD)
 %shared_ptr(loom::nn::Adam)
@@ -106,6 +110,9 @@ class PyStep {
 %ignore loom::nn::Sequential::Add;  // returns Sequential&; add() below returns nothing
 %include "nn/layer.h"
 %include "nn/cnn_layers.h"
+// Gpt::blocks is a C++ vector of layers; Python reaches the blocks by name (params()).
+%ignore loom::nn::Gpt::blocks;
+%include "nn/transformer.h"
 
 // ---- nn/schedule.h, nn/clip.h (loom/schedule.py and loom/clip.py give them SINGA's and torch's
 // names). The spec is the op's business; Sequential takes a vector Python does not build:

@@ -765,6 +765,53 @@ class Embedding(NativeLayer):
         super().__init__(core.Embedding(num_embeddings, embedding_dim, _options(device, dtype)))
 
 
+class MultiHeadAttention(NativeLayer):
+    """Self-attention: x (B, T, dim) -> (B, T, dim). One (dim, 3 dim) projection to q, k, v,
+    `heads` heads of width dim / heads, the attention op (causal: each position sees itself and
+    the positions before it), an output projection; weights normal(0, 0.02) as GPT-2's."""
+
+    def __init__(self, dim, num_heads, causal=True, dropout=0.0, device=None, dtype=None):
+        super().__init__(core.MultiHeadAttention(_size("MultiHeadAttention", dim),
+                                                 _size("MultiHeadAttention", num_heads), bool(causal),
+                                                 float(dropout), _options(device, dtype)))
+        self._draws_random = dropout > 0
+
+
+class TransformerBlock(NativeLayer):
+    """A pre-norm transformer block: x + attn(ln1(x)), then x + fc2(gelu(fc1(ln2(x)))), fc1 to
+    mlp_ratio * dim. x: (B, T, dim) -> (B, T, dim)."""
+
+    _ACTS = {"gelu": "kGELU", "relu": "kReLU", "tanh": "kTanh"}
+
+    def __init__(self, dim, num_heads, mlp_ratio=4, causal=True, dropout=0.0, activation="gelu", device=None,
+                 dtype=None):
+        if activation not in self._ACTS:
+            raise errors.ValueError(f"[TransformerBlock] activation must be one of {sorted(self._ACTS)}, "
+                                    f"got {activation!r}")
+        super().__init__(core.TransformerBlock(_size("TransformerBlock", dim), _size("TransformerBlock", num_heads),
+                                               _size("TransformerBlock", mlp_ratio), bool(causal), float(dropout),
+                                               getattr(core, "Act_" + self._ACTS[activation]),
+                                               _options(device, dtype)))
+        self._draws_random = dropout > 0
+
+
+class GPT(NativeLayer):
+    """GPT-2's architecture: token and learned position embeddings, `num_layers` pre-norm
+    TransformerBlocks, a final LayerNorm and logits through the token embedding (tied weights).
+    tokens: int32/int64 (B, T), T <= context -> logits (B * T, vocab_size), rows in (b, t)
+    order: softmax_cross_entropy against the targets reshaped to (B * T,)."""
+
+    def __init__(self, vocab_size, context=256, num_layers=4, dim=256, num_heads=4, mlp_ratio=4, dropout=0.0,
+                 tie_weights=True, device=None, dtype=None):
+        c = core.GptConfig()
+        c.vocab, c.context, c.layers = (_size("GPT", vocab_size), _size("GPT", context), _size("GPT", num_layers))
+        c.dim, c.heads, c.mlp_ratio = _size("GPT", dim), _size("GPT", num_heads), _size("GPT", mlp_ratio)
+        c.dropout, c.tie_weights = float(dropout), bool(tie_weights)
+        self.config = c
+        super().__init__(core.Gpt(c, _options(device, dtype)))
+        self._draws_random = c.dropout > 0
+
+
 class BasicBlock(NativeLayer):
     """ResNet basic block (two 3x3 convolutions and a shortcut)."""
 
