@@ -93,6 +93,7 @@
 #include "nn/dist_opt.h"
 #include "nn/model.h"
 #include "nn/models.h"
+#include "nn/transformer.h"
 #include "nn/optimizer.h"
 #include "tools/fma_peak.h"
 
@@ -121,9 +122,25 @@ struct ModelSpec {
   int64_t classes;
   int64_t default_batch;
   std::function<std::shared_ptr<nn::Layer>(nn::LayerOptions)> make;
+  // A language model: sample = {T} tokens in [0, classes), the labels the next T tokens.
+  bool lm = false;
 };
 
-std::vector<ModelSpec> Zoo() {
+// --model gpt's shape (--gpt-layers, --gpt-dim, --gpt-heads, --context, --vocab): the CPU's small
+// GPT of issue 32 by default.
+nn::GptConfig GptFromFlags(int64_t layers, int64_t dim, int64_t heads, int64_t context, int64_t vocab) {
+  nn::GptConfig c;
+  c.layers = layers;
+  c.dim = dim;
+  c.heads = heads;
+  c.context = context;
+  c.vocab = vocab;
+  return c;
+}
+
+std::vector<ModelSpec> Zoo(const nn::GptConfig& gpt = nn::GptConfig()) {
+  const std::string gpt_arch = loom::detail::Cat("gpt-L", gpt.layers, "-d", gpt.dim, "-h", gpt.heads, "-T",
+                                                 gpt.context, "-V", gpt.vocab);
   return {
       {"mlp",
        "mlp-784-1024-1024-10",
@@ -151,6 +168,13 @@ std::vector<ModelSpec> Zoo() {
        1000,
        8,
        [](nn::LayerOptions o) { return nn::MakeResNet50(1000, o); }},
+      {"gpt",
+       gpt_arch,
+       {gpt.context},
+       gpt.vocab,
+       8,
+       [gpt](nn::LayerOptions o) { return std::make_shared<nn::Gpt>(gpt, o); },
+       true},
   };
 }
 
@@ -193,6 +217,9 @@ struct Flags {
   std::string json_file;  // the JSON lines go here as well (written atomically at the end)
   std::string timeline_dir;
   double lr = 0.01, momentum = 0.9;
+  bool lr_set = false;
+  std::string optimizer = "sgd";  // sgd (momentum) or adam
+  int64_t gpt_layers = 4, gpt_dim = 256, gpt_heads = 4, context = 256, vocab = 1024;
   int64_t rounds = 1;
   double peak_gflops = 0;  // 0: measure it (CPU)
   // Graph pass switches set on the command line, in order (GraphOptions::passes; Note [Pass
@@ -308,6 +335,20 @@ Flags ParseFlags(int argc, char** argv) {
       std::exit(0);
     } else if (a.Is("--model")) {
       f.model = a.Value();
+    } else if (a.Is("--optimizer")) {
+      f.optimizer = a.Value();
+      if (f.optimizer != "sgd" && f.optimizer != "adam")
+        throw UsageError("--optimizer must be sgd or adam, got '" + f.optimizer + "'");
+    } else if (a.Is("--gpt-layers")) {
+      f.gpt_layers = a.Int(1);
+    } else if (a.Is("--gpt-dim")) {
+      f.gpt_dim = a.Int(1);
+    } else if (a.Is("--gpt-heads")) {
+      f.gpt_heads = a.Int(1);
+    } else if (a.Is("--context")) {
+      f.context = a.Int(1);
+    } else if (a.Is("--vocab")) {
+      f.vocab = a.Int(2);
     } else if (a.Is("--batch")) {
       f.batch = a.Int(1);
     } else if (a.Is("--mode")) {
@@ -339,6 +380,7 @@ Flags ParseFlags(int argc, char** argv) {
       f.rounds = a.Int(1);
     } else if (a.Is("--lr")) {
       f.lr = a.Double();
+      f.lr_set = true;
     } else if (a.Is("--momentum")) {
       f.momentum = a.Double();
     } else if (a.Is("--peak-gflops")) {
@@ -403,7 +445,10 @@ Flags ParseFlags(int argc, char** argv) {
   }
   bool known = false;
   for (const ModelSpec& s : Zoo()) known = known || s.name == f.model;
-  if (!known) throw UsageError("--model must be mlp, cnn, resnet18 or resnet50, got '" + f.model + "'");
+  if (!known) throw UsageError("--model must be mlp, cnn, resnet18, resnet50 or gpt, got '" + f.model + "'");
+  if (f.gpt_dim % f.gpt_heads != 0)
+    throw UsageError(loom::detail::Cat("--gpt-dim ", f.gpt_dim, " must be a multiple of --gpt-heads ", f.gpt_heads));
+  if (f.optimizer == "adam" && !f.lr_set) f.lr = 1e-3;
   for (Mode m : f.modes)
     if (m == Mode::kCudaGraph && f.device != "cuda")
       throw UsageError("--mode cuda-graph needs --device cuda: the CPU has no device graphs");
@@ -427,16 +472,40 @@ uint64_t Mix64(uint64_t z) {  // splitmix64's finaliser
 }
 float Unit(uint64_t h) { return float(h >> 40) * (1.0f / 16777216.0f); }  // [0, 1), 24 bits
 
+// One step's batch on the host: float samples, or a language model's tokens, and the labels.
+struct HostBatch {
+  std::vector<float> x;
+  std::vector<int32_t> tokens, y;
+  void Into(Tensor tx, Tensor ty) const {  // handles on the tensors to fill
+    if (tx.dtype() == DType::kInt32)
+      tx.CopyFrom(tokens);
+    else
+      tx.CopyFrom(x);
+    ty.CopyFrom(y);
+  }
+};
+
 struct Data {
   int64_t n = 0, dim = 0;
   std::vector<float> x;    // (n, dim)
   std::vector<int32_t> y;  // (n)
+  // A language model's (lm): n sequences of dim + 1 tokens; a sample is the first dim, its
+  // labels the last dim.
+  bool lm = false;
+  std::vector<int32_t> seq;  // (n, dim + 1)
 
   // Samples [step * batch, (step + 1) * batch) modulo n; with --dist, this rank's `rows` of them
   // from row `first` on.
-  void Batch(int64_t step, int64_t batch, std::vector<float>& bx, std::vector<int32_t>& by, int64_t first = 0,
-             int64_t rows = -1) const {
-    loom::examples::CopyBatchRows(x, y, dim, step, batch, first, rows < 0 ? batch : rows, bx, by);
+  void Batch(int64_t step, int64_t batch, HostBatch& b, int64_t first = 0, int64_t rows = -1) const {
+    rows = rows < 0 ? batch : rows;
+    if (!lm) return loom::examples::CopyBatchRows(x, y, dim, step, batch, first, rows, b.x, b.y);
+    b.tokens.resize(size_t(rows * dim));
+    b.y.resize(size_t(rows * dim));
+    for (int64_t j = 0; j < rows; ++j) {
+      const int32_t* s = &seq[size_t(((step * batch + first + j) % n) * (dim + 1))];
+      std::copy_n(s, dim, b.tokens.begin() + j * dim);
+      std::copy_n(s + 1, dim, b.y.begin() + j * dim);
+    }
   }
 };
 
@@ -451,7 +520,34 @@ bool ProtoBit(const Shape& sample, uint64_t seed, int64_t c, int64_t p) {
   return Unit(Mix64(seed ^ Mix64(uint64_t(c) * 1000003ULL + uint64_t(key)))) < 0.25f;
 }
 
+// A language model's text: sequences of a first-order chain over the vocabulary. Each next token
+// is, with probability 3/4, the current token's fixed successor (a hash of it), else a uniformly
+// drawn one: learnable (the loss falls from ln V toward about a quarter of it), and a counter-
+// based hash of (seed, sequence, position), as tools/bench_common.py makes it.
+Data MakeTokens(const ModelSpec& spec, int64_t batch, uint64_t seed) {
+  Data d;
+  d.lm = true;
+  d.dim = spec.sample[0];
+  d.n = std::max<int64_t>(2 * batch, 64);
+  const uint64_t v = uint64_t(spec.classes);
+  d.seq.resize(size_t(d.n * (d.dim + 1)));
+  for (int64_t s = 0; s < d.n; ++s) {
+    const uint64_t hs = Mix64(seed + 0x100000000ULL * uint64_t(s + 1));
+    int32_t* t = &d.seq[size_t(s * (d.dim + 1))];
+    t[0] = int32_t(Mix64(hs ^ 1) % v);
+    for (int64_t i = 1; i <= d.dim; ++i) {
+      const uint64_t r = Mix64(hs + uint64_t(i) + 16);
+      t[i] = (r >> 62) != 0 ? int32_t(Mix64(seed ^ (uint64_t(t[i - 1]) + 0x5bd1e995ULL)) % v) : int32_t((r >> 8) % v);
+    }
+  }
+  d.y.resize(size_t(d.n * d.dim));
+  for (int64_t s = 0; s < d.n; ++s)
+    std::copy_n(&d.seq[size_t(s * (d.dim + 1)) + 1], d.dim, d.y.begin() + s * d.dim);
+  return d;
+}
+
 Data MakeData(const ModelSpec& spec, int64_t batch, uint64_t seed) {
+  if (spec.lm) return MakeTokens(spec, batch, seed);
   Data d;
   d.dim = loom::NumElements(spec.sample);
   // A pool of samples, cycled: at least two batches, about 64 MB when samples are large. When
@@ -486,7 +582,10 @@ std::string DataChecksum(const Data& d) {
     const unsigned char* b = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
   };
-  eat(d.x.data(), size_t(d.dim) * sizeof(float));
+  if (d.lm)
+    eat(d.seq.data(), size_t(d.dim) * sizeof(int32_t));  // the first sample's tokens
+  else
+    eat(d.x.data(), size_t(d.dim) * sizeof(float));
   eat(d.y.data(), d.y.size() * sizeof(int32_t));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
@@ -628,7 +727,11 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   lo.device = dev;
   Session s;
   s.shard = shard.rows > 0 ? shard : Shard{0, batch};
-  std::shared_ptr<nn::Optimizer> opt = std::make_shared<nn::SGD>(f.lr, f.momentum);
+  std::shared_ptr<nn::Optimizer> opt;
+  if (f.optimizer == "adam")
+    opt = std::make_shared<nn::Adam>(f.lr);
+  else
+    opt = std::make_shared<nn::SGD>(f.lr, f.momentum);
   std::shared_ptr<nn::Layer> net = spec.make(lo);
   if (comm) {
     auto d = std::make_shared<nn::DistOpt>(opt, comm);
@@ -641,13 +744,11 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   s.model->set_precision(f.precision);
   Shape xs = {s.shard.rows};
   xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
-  s.x = ops::Empty(xs, DType::kFloat32, dev);
-  s.y = ops::Empty({s.shard.rows}, DType::kInt32, dev);
-  std::vector<float> bx;
-  std::vector<int32_t> by;
-  data.Batch(0, batch, bx, by, s.shard.first, s.shard.rows);
-  s.x.CopyFrom(bx);
-  s.y.CopyFrom(by);
+  s.x = ops::Empty(xs, spec.lm ? DType::kInt32 : DType::kFloat32, dev);
+  s.y = ops::Empty({spec.lm ? s.shard.rows * spec.sample[0] : s.shard.rows}, DType::kInt32, dev);
+  HostBatch hb;
+  data.Batch(0, batch, hb, s.shard.first, s.shard.rows);
+  hb.Into(s.x, s.y);
   loom::GraphOptions o = GraphOptionsFor(mode, f, fuse);
   if (f.budget_fraction > 0 && fuse && UsesGraph(mode) && o.memory == loom::MemoryMode::kPlanned) {
     // Note [Recomputing for a memory budget]: the budget is relative to this graph. (Not for the
@@ -723,12 +824,10 @@ std::string Label(const Flags& f, const RunResult& r) {
 }
 
 // One training step on batch number run.done; returns its time in ms (copy-in to loss read).
-double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, std::vector<float>& bx,
-            std::vector<int32_t>& by) {
-  data.Batch(run.done, batch, bx, by, run.s.shard.first, run.s.shard.rows);
+double Step(ModeRun& run, const Data& data, int64_t batch, loom::Device& dev, HostBatch& hb) {
+  data.Batch(run.done, batch, hb, run.s.shard.first, run.s.shard.rows);
   auto t0 = std::chrono::steady_clock::now();
-  run.s.x.CopyFrom(bx);
-  run.s.y.CopyFrom(by);
+  hb.Into(run.s.x, run.s.y);
   double loss = run.s.model->TrainOneBatch(run.s.x, run.s.y).loss.Item();  // a host read: synchronises
   dev.Synchronize();
   auto t1 = std::chrono::steady_clock::now();
@@ -762,14 +861,13 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
                                 const loom::examples::Dist& dist) {
   const std::vector<Variant> variants = Variants(f, dist.world());
   std::vector<std::unique_ptr<ModeRun>> runs;
-  std::vector<float> bx;
-  std::vector<int32_t> by;
+  HostBatch hb;
   const int64_t rounds = std::max<int64_t>(1, std::min(f.rounds, f.steps));
   auto chunk = [&](int64_t round) { return f.steps / rounds + (round < f.steps % rounds ? 1 : 0); };
   for (int64_t round = 0; round < rounds; ++round) {
     for (size_t i = 0; i < variants.size(); ++i) {
       if (round > 0) {
-        for (int64_t k = 0; k < chunk(round); ++k) runs[i]->r.ms.push_back(Step(*runs[i], data, batch, *dev, bx, by));
+        for (int64_t k = 0; k < chunk(round); ++k) runs[i]->r.ms.push_back(Step(*runs[i], data, batch, *dev, hb));
         continue;
       }
       auto run = std::make_unique<ModeRun>();
@@ -792,10 +890,10 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard);
       run->r.rows = run->s.shard.rows;
       run->sum0 = ParamChecksum(*run->s.model);
-      for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, bx, by);
+      for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, hb);
       if (run->sim) run->sim->ResetStats();  // the timed steps' collectives only
       dev->ResetPeak();
-      for (int64_t k = 0; k < chunk(0); ++k) run->r.ms.push_back(Step(*run, data, batch, *dev, bx, by));
+      for (int64_t k = 0; k < chunk(0); ++k) run->r.ms.push_back(Step(*run, data, batch, *dev, hb));
       dev->Synchronize();
       size_t peak = dev->stats().peak_bytes;
       run->r.peak_bytes = peak > live0 ? peak - live0 : 0;
@@ -938,15 +1036,13 @@ void WriteText(const std::string& path, const std::string& text) {
 // live before the step), dynamic recycling and the planned arena (from the graph's analysis).
 void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec, int64_t batch,
                    const std::shared_ptr<loom::Device>& dev, const Data& data) {
-  std::vector<float> bx;
-  std::vector<int32_t> by;
+  HostBatch hb;
   size_t eager_peak = 0, eager_ops = 0;
   {
     Session s = NewSession(f, spec, batch, Mode::kEager, dev, data);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();  // step 1 creates the momentum buffers
-    data.Batch(1, batch, bx, by);
-    s.x.CopyFrom(bx);
-    s.y.CopyFrom(by);
+    data.Batch(1, batch, hb);
+    hb.Into(s.x, s.y);
     size_t base = dev->stats().live_bytes;
     dev->RecordEagerTimeline(true);
     { s.model->TrainOneBatch(s.x, s.y).loss.Item(); }
@@ -977,9 +1073,8 @@ void WriteTimeline(const Flags& f, const std::string& dir, const ModelSpec& spec
     s.model->TrainOneBatch(s.x, s.y).loss.Item();  // capture + first replay
     loom::Graph& g = *s.model->train_graph();
     if (run.stats == &plan) g.set_profile(true);
-    data.Batch(1, batch, bx, by);
-    s.x.CopyFrom(bx);
-    s.y.CopyFrom(by);
+    data.Batch(1, batch, hb);
+    hb.Into(s.x, s.y);
     s.model->TrainOneBatch(s.x, s.y).loss.Item();
     WriteText(dir + run.file, g.MemoryTimelineCsv());
     if (run.stats == &plan) g.WriteTrace(dir + "/trace.json");
@@ -1275,7 +1370,7 @@ int Main(const Flags& f) {
                f.timeline_dir, "' is not a directory and cannot be created");
   }
   ModelSpec spec;
-  for (const ModelSpec& s : Zoo())
+  for (const ModelSpec& s : Zoo(GptFromFlags(f.gpt_layers, f.gpt_dim, f.gpt_heads, f.context, f.vocab)))
     if (s.name == f.model) spec = s;
   const int64_t batch = f.batch > 0 ? f.batch : spec.default_batch;
   for (Mode m : f.modes)
