@@ -18,7 +18,7 @@ FOLDERS=(src/core src/graph "src/device (shared)" src/device/cpu src/device/cuda
 # 100. A folder that outgrows its budget is either due to be split or simplified, or has earned a
 # larger one: raise it here, in a commit that says why.
 declare -A BUDGETS=(
-  [src/core]=6600               # 5712
+  [src/core]=7000               # 5712; 7000 from 2026-11-28: the transformer ops (attention, attention_qkv, gelu_erf)
   [src/graph]=4900              # 4226
   ["src/device (shared)"]=700   # 583
   [src/device/cpu]=6600         # 5708

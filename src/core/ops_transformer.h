@@ -19,6 +19,11 @@ namespace ops {
 //
 // q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv); leading axes equal.
 Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale = 0);
+// The same on the packed projection of a self-attention layer: qkv (B, T, 3 D), each row q | k |
+// v, head h in columns [h D / heads, (h + 1) D / heads) of each third -> y (B, T, D), the heads
+// side by side: what the projections before and after read and write, so no head is permuted
+// or copied, in the forward pass or the backward.
+Tensor AttentionQkv(const Tensor& qkv, int64_t heads, bool causal, double scale = 0);
 
 }  // namespace ops
 }  // namespace loom

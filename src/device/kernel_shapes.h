@@ -156,15 +156,32 @@ inline RowDims MakeRowDims(const Shape& x, const Shape& gamma) {
 
 // ---- attention ----
 
-// attention's q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) as bh problems, with the scale
-// resolved (0: 1 / sqrt(D)) (Note [Attention keeps no score matrix] in core/ops_transformer.h).
+// Where problem p's rows of one operand of attention are: (p / heads) * batch + (p % heads) *
+// head elements from the operand's start, rows ld apart, each row's elements contiguous.
+struct AttentionOperand {
+  int64_t batch, head, ld;
+  LOOM_HD int64_t Offset(int64_t p, int64_t heads) const { return (p / heads) * batch + (p % heads) * head; }
+};
+
+// attention as bh problems, each q (tq, d), k (tk, d), v (tk, dv) -> y (tq, dv), with the scale
+// resolved (0: 1 / sqrt(d)) (Note [Attention keeps no score matrix] in core/ops_transformer.h).
+// attention: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), y (..., Tq, Dv), each contiguous.
+// attention_qkv: q, k and v are the thirds of each row of qkv (B, T, 3 D), head h its columns
+// [h Dh, (h + 1) Dh), and y is (B, T, D) the same way: the layout of the projections around it,
+// so nothing is permuted or copied. lse is (bh, tq) either way.
 struct AttentionDims {
-  int64_t bh, tq, tk, d, dv;
+  int64_t bh, tq, tk, d, dv, heads = 1;
   bool causal;
   double scale;
+  AttentionOperand q, k, v, y;
   // Keys [0, KeyEnd(i)) are visible to query row i (top-left causal alignment).
   LOOM_HD int64_t KeyEnd(int64_t i) const { return causal ? (i + 1 < tk ? i + 1 : tk) : tk; }
 };
+inline void ReadAttentionAttrs(const Attrs& a, AttentionDims& g) {
+  g.causal = a.Int("causal", 0) != 0;
+  const double s = a.Float("scale", 0);
+  g.scale = s > 0 ? s : 1 / std::sqrt(double(g.d));
+}
 inline AttentionDims MakeAttentionDims(const Attrs& a, const Shape& q, const Shape& v) {
   AttentionDims g;
   g.tq = q[q.size() - 2];
@@ -172,9 +189,24 @@ inline AttentionDims MakeAttentionDims(const Attrs& a, const Shape& q, const Sha
   g.tk = v[v.size() - 2];
   g.dv = v.back();
   g.bh = NumElements(Shape(q.begin(), q.end() - 2));
-  g.causal = a.Int("causal", 0) != 0;
-  const double s = a.Float("scale", 0);
-  g.scale = s > 0 ? s : 1 / std::sqrt(double(g.d));
+  g.q = {g.tq * g.d, 0, g.d};
+  g.k = {g.tk * g.d, 0, g.d};
+  g.v = {g.tk * g.dv, 0, g.dv};
+  g.y = {g.tq * g.dv, 0, g.dv};
+  ReadAttentionAttrs(a, g);
+  return g;
+}
+// qkv: (B, T, 3 D) with attribute heads; q, k and v start 0, D and 2 D elements into it.
+inline AttentionDims MakeAttentionQkvDims(const Attrs& a, const Shape& qkv) {
+  AttentionDims g;
+  g.heads = a.Int("heads");
+  const int64_t dim = qkv[2] / 3;
+  g.tq = g.tk = qkv[1];
+  g.d = g.dv = dim / g.heads;
+  g.bh = qkv[0] * g.heads;
+  g.q = g.k = g.v = {g.tq * 3 * dim, g.d, 3 * dim};
+  g.y = {g.tq * dim, g.d, dim};
+  ReadAttentionAttrs(a, g);
   return g;
 }
 

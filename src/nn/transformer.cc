@@ -35,13 +35,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t dim, int64_t heads, bool causal, 
 Tensor MultiHeadAttention::Forward(const Tensor& x) {
   LOOM_CHECK(x.ndim() == 3 && x.dim(2) == dim_, ShapeError, "[MultiHeadAttention] expects (B, T, ", dim_,
              "), got ", x.Describe());
-  const int64_t b = x.dim(0), t = x.dim(1), hd = dim_ / heads_;
-  // (B, T, 3 dim) as (3, B, heads, T, hd): q, k and v are its three leading slices
-  Tensor qkv5 = ops::Permute(ops::Reshape(qkv->Forward(x), {b, t, 3, heads_, hd}), {2, 0, 3, 1, 4});
-  auto part = [&](int64_t i) { return ops::Reshape(ops::Slice(qkv5, 0, i, i + 1), {b, heads_, t, hd}); };
-  Tensor y = ops::Attention(part(0), part(1), part(2), causal_);
-  y = ops::Reshape(ops::Permute(y, {0, 2, 1, 3}), {b, t, dim_});
-  y = proj->Forward(y);
+  Tensor y = proj->Forward(ops::AttentionQkv(qkv->Forward(x), heads_, causal_));
   return drop_ ? drop_->Forward(y) : y;
 }
 

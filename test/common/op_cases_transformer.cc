@@ -53,9 +53,35 @@ void AddAttention(Table& t) {
   }
 }
 
+// The packed form: qkv (B, T, 3 D) with heads; one block and two.
+void AddAttentionQkv(Table& t) {
+  struct Packed {
+    Shape qkv;
+    int64_t heads, causal;
+    bool grad;
+  };
+  for (const Packed& s : {Packed{{2, 5, 12}, 2, 1, false}, Packed{{2, 5, 12}, 1, 0, false},
+                          Packed{{1, 70, 6}, 2, 1, true}, Packed{{1, 66, 12}, 4, 0, false}})
+    for (DType dt : kFloats) {
+      const Attrs a{{"heads", s.heads}, {"causal", s.causal}, {"scale", 0.0}};
+      const std::string variant = WithAttrs("qkv " + S(s.qkv), a);
+      OpCase& c = t.Add("attention_qkv", variant, dt, ref::AttentionQkv).In(Uniform(s.qkv, -2, 2));
+      c.attrs = a;
+      if (s.grad && dt == kF64) c.Grad();
+      const Shape y{s.qkv[0], s.qkv[1], s.qkv[2] / 3}, lse{s.qkv[0], s.heads, s.qkv[1]};
+      OpCase& g = t.Add("attention_qkv_grad", variant, dt, ref::AttentionQkvGrad).In(Uniform(s.qkv, -2, 2));
+      g.In(OutputOf("attention_qkv", {0}, a, 0)).In(OutputOf("attention_qkv", {0}, a, 1));
+      g.In(Uniform(y)).In(Uniform(lse, -0.5, 0.5));
+      g.attrs = a;
+    }
+}
+
 }  // namespace
 
-void AddTransformerCases(Table& t) { AddAttention(t); }
+void AddTransformerCases(Table& t) {
+  AddAttention(t);
+  AddAttentionQkv(t);
+}
 
 }  // namespace table
 }  // namespace test

@@ -116,6 +116,8 @@ std::vector<HostTensor> EmbeddingGrad(const RefArgs& a);
 // ---- the transformer ops (op_refs_transformer.cc) ----
 std::vector<HostTensor> Attention(const RefArgs& a);
 std::vector<HostTensor> AttentionGrad(const RefArgs& a);
+std::vector<HostTensor> AttentionQkv(const RefArgs& a);
+std::vector<HostTensor> AttentionQkvGrad(const RefArgs& a);
 
 }  // namespace ref
 }  // namespace test

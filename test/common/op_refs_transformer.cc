@@ -119,6 +119,60 @@ std::vector<HostTensor> AttentionGrad(const RefArgs& a) {
   return {dq, dk, dv};
 }
 
+namespace {
+// The packed layout of attention_qkv: (B, T, 3 D) <-> three (B, heads, T, D / heads).
+struct Packed {
+  int64_t b, t, dim, heads, hd;
+  explicit Packed(const Shape& qkv, const Attrs& a)
+      : b(qkv[0]), t(qkv[1]), dim(qkv[2] / 3), heads(a.Int("heads")), hd(qkv[2] / 3 / a.Int("heads")) {}
+  // Element (bi, h, ti, c) of part `which` (0 q, 1 k, 2 v) in a (B, T, width) tensor whose rows
+  // hold the parts at column which * dim.
+  size_t At(int64_t which, int64_t bi, int64_t h, int64_t ti, int64_t c, int64_t width) const {
+    return size_t((bi * t + ti) * width + which * dim + h * hd + c);
+  }
+  HostTensor Split(const HostTensor& x, int64_t which, int64_t width) const {
+    HostTensor out({b, heads, t, hd});
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t ti = 0; ti < t; ++ti)
+          for (int64_t c = 0; c < hd; ++c)
+            out.v[size_t(((bi * heads + h) * t + ti) * hd + c)] = x.v[At(which, bi, h, ti, c, width)];
+    return out;
+  }
+  void Join(const HostTensor& part, int64_t which, int64_t width, HostTensor& x) const {
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t ti = 0; ti < t; ++ti)
+          for (int64_t c = 0; c < hd; ++c)
+            x.v[At(which, bi, h, ti, c, width)] = part.v[size_t(((bi * heads + h) * t + ti) * hd + c)];
+  }
+};
+}  // namespace
+
+// qkv (B, T, 3 D) -> y (B, T, D), lse (B, heads, T): attention of the unpacked heads
+std::vector<HostTensor> AttentionQkv(const RefArgs& a) {
+  const Packed k(a.in[0].shape, a.attrs);
+  const std::vector<HostTensor> qkv = {k.Split(a.in[0], 0, 3 * k.dim), k.Split(a.in[0], 1, 3 * k.dim),
+                                       k.Split(a.in[0], 2, 3 * k.dim)};
+  std::vector<HostTensor> out = Attention(RefArgs{qkv, a.attrs});
+  HostTensor y({k.b, k.t, k.dim});
+  k.Join(out[0], 0, k.dim, y);
+  return {y, out[1]};
+}
+
+// (qkv, y, lse, dy, dlse) -> dqkv: AttentionGrad of the unpacked heads, packed back
+std::vector<HostTensor> AttentionQkvGrad(const RefArgs& a) {
+  const Packed k(a.in[0].shape, a.attrs);
+  const int64_t w = 3 * k.dim;
+  const HostTensor unused;
+  const std::vector<HostTensor> in = {k.Split(a.in[0], 0, w), k.Split(a.in[0], 1, w), k.Split(a.in[0], 2, w),
+                                      unused, unused, k.Split(a.in[3], 0, k.dim), a.in[4]};
+  const std::vector<HostTensor> g = AttentionGrad(RefArgs{in, a.attrs});
+  HostTensor d(a.in[0].shape);
+  for (int64_t which = 0; which < 3; ++which) k.Join(g[size_t(which)], which, w, d);
+  return {d};
+}
+
 }  // namespace ref
 }  // namespace test
 }  // namespace loom

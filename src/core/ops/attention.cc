@@ -7,6 +7,7 @@
 #include "core/ops_transformer.h"
 
 LOOM_OP_KIND(attention_grad);
+LOOM_OP_KIND(attention_qkv_grad);
 
 namespace loom {
 
@@ -34,8 +35,8 @@ void CheckAttentionInputs(const char* op, const TensorMeta& q, const TensorMeta&
              " must have the same last axis (the head width)");
   LOOM_CHECK(vs[r - 2] == ks[r - 2], ShapeError, "[", op, "] k ", ToString(ks), " and v ", ToString(vs),
              " must have the same number of keys (axis -2)");
-  LOOM_CHECK(ks[r - 2] > 0 && qs[r - 1] > 0, ShapeError, "[", op, "] q ", ToString(qs), " and k ", ToString(ks),
-             ": attention needs at least one key and a head width of at least one");
+  LOOM_CHECK(qs[r - 2] > 0 && ks[r - 2] > 0 && qs[r - 1] > 0, ShapeError, "[", op, "] q ", ToString(qs), " and k ",
+             ToString(ks), ": attention needs at least one query, one key and a head width of at least one");
 }
 
 void CheckAttentionAttrs(const char* op, const Attrs& a) {
@@ -47,6 +48,19 @@ void CheckAttentionAttrs(const char* op, const Attrs& a) {
 }
 
 Shape Lead(const Shape& s, size_t drop) { return Shape(s.begin(), s.end() - drop); }
+
+// qkv: (B, T, 3 D) of a float dtype, D a positive multiple of heads. Returns D.
+int64_t CheckQkv(const char* op, const TensorMeta& qkv, const Attrs& a) {
+  CheckFloat(op, qkv, "qkv");
+  const Shape& s = qkv.shape;
+  const int64_t heads = a.Int("heads");
+  LOOM_CHECK(heads > 0, ValueError, "[", op, "] heads must be positive, got ", heads);
+  LOOM_CHECK(s.size() == 3 && s[2] > 0 && s[2] % (3 * heads) == 0, ShapeError, "[", op, "] qkv ", ToString(s),
+             " must be (B, T, 3 D) with D a positive multiple of heads = ", heads);
+  LOOM_CHECK(s[1] > 0, ShapeError, "[", op, "] qkv ", ToString(s), " has no positions");
+  CheckAttentionAttrs(op, a);
+  return s[2] / 3;
+}
 
 }  // namespace
 
@@ -97,7 +111,50 @@ LOOM_OP(attention_grad) {
   };
 }
 
+// qkv: (B, T, 3 D), each row q | k | v with head h in columns [h D / heads, (h + 1) D / heads)
+// of each third -> y: (B, T, D) (heads side by side), lse: (B, heads, T)
+LOOM_OP(attention_qkv) {
+  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("attention_qkv", in, 1);
+    const int64_t dim = CheckQkv("attention_qkv", in[0], a);
+    const Shape& s = in[0].shape;
+    return std::vector<TensorMeta>{{{s[0], s[1], dim}, in[0].dtype}, {{s[0], a.Int("heads"), s[1]}, in[0].dtype}};
+  };
+  def.saved_inputs = {0};
+  def.saved_outputs = {0, 1};
+  def.backward = [](const BackwardArgs& a) {
+    const Tensor& y = a.outputs[0];
+    const Tensor& lse = a.outputs[1];
+    Tensor dy = a.grad_outputs[0].defined() ? a.grad_outputs[0] : ops::ZerosLike(y);
+    Tensor dlse = a.grad_outputs[1].defined() ? a.grad_outputs[1] : ops::ZerosLike(lse);
+    return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], y, lse, dy, dlse}, a.attrs)};
+  };
+}
+
+// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D), laid out as qkv
+LOOM_OP(attention_qkv_grad) {
+  def.internal = "backward of attention_qkv";
+  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "attention_qkv_grad";
+    CheckArity(op, in, 5);
+    const int64_t dim = CheckQkv(op, in[0], a);
+    const Shape& s = in[0].shape;
+    const Shape y{s[0], s[1], dim}, lse{s[0], a.Int("heads"), s[1]};
+    LOOM_CHECK(in[1].shape == y && in[3].shape == y, ShapeError, "[", op, "] y ", ToString(in[1].shape), " and dy ",
+               ToString(in[3].shape), " must be ", ToString(y));
+    LOOM_CHECK(in[2].shape == lse && in[4].shape == lse, ShapeError, "[", op, "] lse ", ToString(in[2].shape),
+               " and dlse ", ToString(in[4].shape), " must be ", ToString(lse));
+    for (size_t i = 1; i < 5; ++i) CheckSameDType(op, in[0], in[i]);
+    return std::vector<TensorMeta>{in[0]};
+  };
+}
+
 namespace ops {
+Tensor AttentionQkv(const Tensor& qkv, int64_t heads, bool causal, double scale) {
+  return Call(op_kind::attention_qkv, {qkv}, Attrs{{"heads", heads}, {"causal", int64_t(causal)}, {"scale", scale}})[0];
+}
 Tensor Attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   return Call(op_kind::attention, {q, k, v}, Attrs{{"causal", int64_t(causal)}, {"scale", scale}})[0];
 }

@@ -76,33 +76,33 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t row = WarpRow();
   if (row >= g.bh * g.tq) return;
   const int lane = threadIdx.x & 31;
-  const int64_t b = row / g.tq, i = row % g.tq;
-  const T* kb = k + b * g.tk * g.d;
-  const T* vb = v + b * g.tk * g.dv;
+  const int64_t p = row / g.tq, i = row % g.tq;
+  const T* kb = k + g.k.Offset(p, g.heads);
+  const T* vb = v + g.v.Offset(p, g.heads);
   T qr[kChunks], o[kChunks];
-  LoadRow(q + row * g.d, g.d, lane, qr);
+  LoadRow(q + g.q.Offset(p, g.heads) + i * g.q.ld, g.d, lane, qr);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) o[c] = T(0);
   const T scale = T(g.scale);
   T m = -Infinity<T>(), l = T(0);
   const int64_t end = g.KeyEnd(i);
   for (int64_t j = 0; j < end; ++j) {
-    const T s = Dot(qr, kb + j * g.d, g.d, lane) * scale;
+    const T s = Dot(qr, kb + j * g.k.ld, g.d, lane) * scale;
     const T mnew = MaxOf(m, s);
     const T alpha = m == -Infinity<T>() ? T(0) : Exp(m - mnew);
-    const T p = Exp(s - mnew);
-    l = l * alpha + p;
+    const T e = Exp(s - mnew);
+    l = l * alpha + e;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) o[c] *= alpha;
-    Axpy(p, vb + j * g.dv, g.dv, lane, o);
+    Axpy(e, vb + j * g.v.ld, g.dv, lane, o);
     m = mnew;
   }
-  StoreRow(o, T(1) / l, y + row * g.dv, g.dv, lane);
+  StoreRow(o, T(1) / l, y + g.y.Offset(p, g.heads) + i * g.y.ld, g.dv, lane);
   if (lane == 0) lse[row] = m + Log(l);
 }
 
 // One query row's dq = scale sum_j dS_ij k_j, after D_i = rowsum(dy y) - dlse_i (kept in drow
-// for the dk/dv kernel).
+// for the dk/dv kernel). dq is laid out as q.
 template <typename T>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     AttentionDqKernel(AttentionDims g, const T* q, const T* k, const T* v, const T* y, const T* lse, const T* dy,
@@ -110,28 +110,29 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t row = WarpRow();
   if (row >= g.bh * g.tq) return;
   const int lane = threadIdx.x & 31;
-  const int64_t b = row / g.tq, i = row % g.tq;
-  const T* kb = k + b * g.tk * g.d;
-  const T* vb = v + b * g.tk * g.dv;
+  const int64_t p = row / g.tq, i = row % g.tq;
+  const T* kb = k + g.k.Offset(p, g.heads);
+  const T* vb = v + g.v.Offset(p, g.heads);
+  const int64_t oq = g.q.Offset(p, g.heads) + i * g.q.ld, oy = g.y.Offset(p, g.heads) + i * g.y.ld;
   T qr[kChunks], dyr[kChunks], acc[kChunks];
-  LoadRow(q + row * g.d, g.d, lane, qr);
-  LoadRow(dy + row * g.dv, g.dv, lane, dyr);
+  LoadRow(q + oq, g.d, lane, qr);
+  LoadRow(dy + oy, g.dv, lane, dyr);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) acc[c] = T(0);
-  const T di = Dot(dyr, y + row * g.dv, g.dv, lane) - dlse[row];
+  const T di = Dot(dyr, y + oy, g.dv, lane) - dlse[row];
   if (lane == 0) drow[row] = di;
   const T scale = T(g.scale), l = lse[row];
   const int64_t end = g.KeyEnd(i);
   for (int64_t j = 0; j < end; ++j) {
-    const T p = Exp(NonPositive(Dot(qr, kb + j * g.d, g.d, lane) * scale - l));
-    const T ds = p * (Dot(dyr, vb + j * g.dv, g.dv, lane) - di);
-    Axpy(ds, kb + j * g.d, g.d, lane, acc);
+    const T pr = Exp(NonPositive(Dot(qr, kb + j * g.k.ld, g.d, lane) * scale - l));
+    const T ds = pr * (Dot(dyr, vb + j * g.v.ld, g.dv, lane) - di);
+    Axpy(ds, kb + j * g.k.ld, g.d, lane, acc);
   }
-  StoreRow(acc, scale, dq + row * g.d, g.d, lane);
+  StoreRow(acc, scale, dq + oq, g.d, lane);
 }
 
 // One key row's dv = sum_i P_ij dy_i and dk = scale sum_i dS_ij q_i over the query rows that
-// see it (i >= j when causal).
+// see it (i >= j when causal); dk and dv are laid out as k and v.
 template <typename T>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     AttentionDkvKernel(AttentionDims g, const T* q, const T* k, const T* v, const T* lse, const T* dy,
@@ -139,29 +140,25 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const int64_t row = WarpRow();
   if (row >= g.bh * g.tk) return;
   const int lane = threadIdx.x & 31;
-  const int64_t b = row / g.tk, j = row % g.tk;
-  const T* qb = q + b * g.tq * g.d;
-  const T* dyb = dy + b * g.tq * g.dv;
+  const int64_t p = row / g.tk, j = row % g.tk;
+  const T* qb = q + g.q.Offset(p, g.heads);
+  const T* dyb = dy + g.y.Offset(p, g.heads);
+  const int64_t ok = g.k.Offset(p, g.heads) + j * g.k.ld, ov = g.v.Offset(p, g.heads) + j * g.v.ld;
   T kr[kChunks], vr[kChunks], dkr[kChunks], dvr[kChunks];
-  LoadRow(k + row * g.d, g.d, lane, kr);
-  LoadRow(v + row * g.dv, g.dv, lane, vr);
+  LoadRow(k + ok, g.d, lane, kr);
+  LoadRow(v + ov, g.dv, lane, vr);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) dkr[c] = dvr[c] = T(0);
   const T scale = T(g.scale);
   for (int64_t i = g.causal ? j : 0; i < g.tq; ++i) {
-    const int64_t at = b * g.tq + i;
-    const T p = Exp(NonPositive(Dot(kr, qb + i * g.d, g.d, lane) * scale - lse[at]));
-    Axpy(p, dyb + i * g.dv, g.dv, lane, dvr);
-    const T ds = p * (Dot(vr, dyb + i * g.dv, g.dv, lane) - drow[at]);
-    Axpy(ds, qb + i * g.d, g.d, lane, dkr);
+    const int64_t at = p * g.tq + i;
+    const T pr = Exp(NonPositive(Dot(kr, qb + i * g.q.ld, g.d, lane) * scale - lse[at]));
+    Axpy(pr, dyb + i * g.y.ld, g.dv, lane, dvr);
+    const T ds = pr * (Dot(vr, dyb + i * g.y.ld, g.dv, lane) - drow[at]);
+    Axpy(ds, qb + i * g.q.ld, g.d, lane, dkr);
   }
-  StoreRow(dkr, scale, dk + row * g.d, g.d, lane);
-  StoreRow(dvr, T(1), dv + row * g.dv, g.dv, lane);
-}
-
-bool AttentionCudaSupports(const OpRecord& op) {
-  const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
-  return g.d <= 32 * kChunks && g.dv <= 32 * kChunks;
+  StoreRow(dkr, scale, dk + ok, g.d, lane);
+  StoreRow(dvr, T(1), dv + ov, g.dv, lane);
 }
 
 void CheckWidths(const AttentionDims& g, const char* op) {
@@ -169,23 +166,53 @@ void CheckWidths(const AttentionDims& g, const char* op) {
              " and Dv = ", g.dv, " must be at most ", 32 * kChunks, " on CUDA");
 }
 
+template <typename T>
+void Forward(const KernelContext& ctx, const AttentionDims& g, const T* q, const T* k, const T* v, T* y, T* lse) {
+  if (g.bh == 0) return;
+  AttentionKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, Dev(ctx).stream()>>>(g, q, k, v, y, lse);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+// dq, dk, dv laid out as q, k and v; every element of them is written (the problems' rows cover
+// the operands).
+template <typename T>
+void Backward(const KernelContext& ctx, const AttentionDims& g, const T* q, const T* k, const T* v, const T* y,
+              const T* lse, const T* dy, const T* dlse, T* dq, T* dk, T* dv) {
+  if (g.bh == 0) return;  // tq, tk > 0 (infer): only an empty batch
+  CudaDeviceImpl& dev = Dev(ctx);
+  const size_t bytes = size_t(g.bh * g.tq) * sizeof(T);
+  const bool planned = ctx.scratch && ctx.scratch_bytes >= bytes;
+  T* drow = static_cast<T*>(planned ? ctx.scratch : dev.Malloc(bytes));
+  AttentionDqKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, y, lse, dy, dlse, dq,
+                                                                                   drow);
+  cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) {
+    AttentionDkvKernel<<<RowGrid(g.bh * g.tk), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, lse, dy, drow, dk,
+                                                                                      dv);
+    launched = cudaGetLastError();
+  }
+  if (!planned) dev.Free(drow);  // only work queued later on this stream can reach it
+  LOOM_CUDA_CHECK(launched);
+}
+
+bool AttentionCudaSupports(const OpRecord& op) {
+  const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
+  return g.d <= 32 * kChunks && g.dv <= 32 * kChunks;
+}
+bool AttentionQkvCudaSupports(const OpRecord& op) {
+  const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  return g.d <= 32 * kChunks;
+}
+
 // q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv), lse: (..., Tq)
 void AttentionCuda(const OpRecord& op, const KernelContext& ctx) {
   const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
   CheckWidths(g, "attention");
-  if (g.bh * g.tq == 0) return;
   FloatDispatch(op.inputs[0].dtype(), "attention", [&](auto tag) {
     using T = decltype(tag);
-    AttentionKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, Dev(ctx).stream()>>>(
-        g, op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.outputs[0].data<T>(),
-        op.outputs[1].data<T>());
-    LOOM_CUDA_CHECK_LAUNCH();
+    Forward(ctx, g, op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.outputs[0].data<T>(),
+            op.outputs[1].data<T>());
   });
-}
-
-size_t AttentionGradScratch(const OpRecord& op) {
-  const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
-  return size_t(g.bh * g.tq) * SizeOf(op.inputs[0].dtype());
 }
 
 // (q, k, v, y, lse, dy, dlse) -> dq, dk, dv
@@ -194,29 +221,46 @@ void AttentionGradCuda(const OpRecord& op, const KernelContext& ctx) {
   CheckWidths(g, "attention_grad");
   FloatDispatch(op.inputs[0].dtype(), "attention_grad", [&](auto tag) {
     using T = decltype(tag);
-    CudaDeviceImpl& dev = Dev(ctx);
-    if (g.bh * g.tk > 0 && g.tq == 0) {  // no query sees a key: dk and dv are zero
-      LOOM_CUDA_CHECK(cudaMemsetAsync(op.outputs[1].data<T>(), 0, size_t(op.outputs[1].numel()) * sizeof(T), dev.stream()));
-      LOOM_CUDA_CHECK(cudaMemsetAsync(op.outputs[2].data<T>(), 0, size_t(op.outputs[2].numel()) * sizeof(T), dev.stream()));
-      return;
-    }
-    if (g.bh * g.tq == 0) return;
-    const size_t bytes = size_t(g.bh * g.tq) * sizeof(T);
-    const bool planned = ctx.scratch && ctx.scratch_bytes >= bytes;
-    T* drow = static_cast<T*>(planned ? ctx.scratch : dev.Malloc(bytes));
     const T* in[7];
     for (size_t i = 0; i < 7; ++i) in[i] = op.inputs[i].data<T>();
-    AttentionDqKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, dev.stream()>>>(
-        g, in[0], in[1], in[2], in[3], in[4], in[5], in[6], op.outputs[0].data<T>(), drow);
-    cudaError_t launched = cudaGetLastError();
-    if (launched == cudaSuccess) {
-      AttentionDkvKernel<<<RowGrid(g.bh * g.tk), 32 * kRowsPerBlock, 0, dev.stream()>>>(
-          g, in[0], in[1], in[2], in[4], in[5], drow, op.outputs[1].data<T>(), op.outputs[2].data<T>());
-      launched = cudaGetLastError();
-    }
-    if (!planned) dev.Free(drow);  // only work queued later on this stream can reach it
-    LOOM_CUDA_CHECK(launched);
+    Backward(ctx, g, in[0], in[1], in[2], in[3], in[4], in[5], in[6], op.outputs[0].data<T>(), op.outputs[1].data<T>(),
+             op.outputs[2].data<T>());
   });
+}
+
+// qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T)
+void AttentionQkvCuda(const OpRecord& op, const KernelContext& ctx) {
+  const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  CheckWidths(g, "attention_qkv");
+  FloatDispatch(op.inputs[0].dtype(), "attention_qkv", [&](auto tag) {
+    using T = decltype(tag);
+    const T* qkv = op.inputs[0].data<T>();
+    const int64_t dim = g.d * g.heads;
+    Forward(ctx, g, qkv, qkv + dim, qkv + 2 * dim, op.outputs[0].data<T>(), op.outputs[1].data<T>());
+  });
+}
+
+// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D)
+void AttentionQkvGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  CheckWidths(g, "attention_qkv_grad");
+  FloatDispatch(op.inputs[0].dtype(), "attention_qkv_grad", [&](auto tag) {
+    using T = decltype(tag);
+    const T* qkv = op.inputs[0].data<T>();
+    T* d = op.outputs[0].data<T>();
+    const int64_t dim = g.d * g.heads;
+    Backward(ctx, g, qkv, qkv + dim, qkv + 2 * dim, op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+             op.inputs[3].data<T>(), op.inputs[4].data<T>(), d, d + dim, d + 2 * dim);
+  });
+}
+
+size_t AttentionGradScratch(const OpRecord& op) {
+  const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
+  return size_t(g.bh * g.tq) * SizeOf(op.inputs[0].dtype());
+}
+size_t AttentionQkvGradScratch(const OpRecord& op) {
+  const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  return size_t(g.bh * g.tq) * SizeOf(op.inputs[0].dtype());
 }
 
 }  // namespace
@@ -226,6 +270,11 @@ LOOM_KERNEL_SUPPORTS(attention, kCUDA, AttentionCudaSupports);
 LOOM_KERNEL(attention_grad, kCUDA, AttentionGradCuda);
 LOOM_KERNEL_SUPPORTS(attention_grad, kCUDA, AttentionCudaSupports);
 LOOM_KERNEL_SCRATCH(attention_grad, kCUDA, AttentionGradScratch);
+LOOM_KERNEL(attention_qkv, kCUDA, AttentionQkvCuda);
+LOOM_KERNEL_SUPPORTS(attention_qkv, kCUDA, AttentionQkvCudaSupports);
+LOOM_KERNEL(attention_qkv_grad, kCUDA, AttentionQkvGradCuda);
+LOOM_KERNEL_SUPPORTS(attention_qkv_grad, kCUDA, AttentionQkvCudaSupports);
+LOOM_KERNEL_SCRATCH(attention_qkv_grad, kCUDA, AttentionQkvGradScratch);
 
 }  // namespace cuda
 }  // namespace loom
