@@ -23,7 +23,18 @@ ZOO = {
     "cnn": ("small-cnn-3x32x32 (conv32-bn-relu-pool, conv64-bn-relu-pool, linear)", (3, 32, 32), 10, 32),
     "resnet18": ("resnet18-cifar-3x32x32", (3, 32, 32), 10, 16),
     "resnet50": ("resnet50-3x224x224", (3, 224, 224), 1000, 8),
+    "gpt": (None, None, None, 8),  # its shape comes from the --gpt-* flags: model_spec
 }
+GPT_DEFAULTS = {"gpt_layers": 4, "gpt_dim": 256, "gpt_heads": 4, "context": 256, "vocab": 1024}
+
+
+def model_spec(a):
+    """(arch, sample shape, classes, default batch) of --model, as loom-bench names them; for gpt
+    the sample is `context` tokens and the classes the vocabulary."""
+    if a.model != "gpt":
+        return ZOO[a.model]
+    arch = f"gpt-L{a.gpt_layers}-d{a.gpt_dim}-h{a.gpt_heads}-T{a.context}-V{a.vocab}"
+    return arch, (a.context,), a.vocab, ZOO["gpt"][3]
 
 # ---------------------------------------------------------------- data (loom-bench's MakeData)
 
@@ -80,6 +91,24 @@ def make_data(sample, classes, batch, seed=SEED):
     return x.reshape((n,) + tuple(sample)), y
 
 
+def make_tokens(context, vocab, batch, seed=SEED):
+    """loom-bench's MakeTokens: sequences of a first-order chain (each next token, with probability
+    3/4, the current one's hashed successor, else uniform): (x int64 (n, context), y int64 (n,
+    context)), y the next tokens."""
+    n = max(2 * batch, 64)
+    v = np.uint64(vocab)
+    seq = np.empty((n, context + 1), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        hs = mix64(np.array([(seed + 0x100000000 * (s + 1)) & MASK64 for s in range(n)], dtype=np.uint64))
+        seq[:, 0] = mix64(hs ^ np.uint64(1)) % v
+        for i in range(1, context + 1):
+            r = mix64(hs + np.uint64(i + 16))
+            succ = mix64(np.uint64(seed) ^ (seq[:, i - 1] + np.uint64(0x5bd1e995))) % v
+            seq[:, i] = np.where((r >> np.uint64(62)) != 0, succ, (r >> np.uint64(8)) % v)
+    seq = seq.astype(np.int64)
+    return seq[:, :-1], seq[:, 1:]
+
+
 def batch_indices(step, batch, n):
     """Samples [step * batch, (step + 1) * batch) modulo n, as loom-bench's Data::Batch."""
     return [(step * batch + j) % n for j in range(batch)]
@@ -92,8 +121,10 @@ def fnv1a(data, h=1469598103934665603):
 
 
 def data_checksum(x, y):
-    """FNV-1a of the first sample's bytes and all labels (as int32), as loom-bench reports it."""
-    return "%016x" % fnv1a(y.astype(np.int32).tobytes(), fnv1a(x[0].astype(np.float32).tobytes()))
+    """FNV-1a of the first sample's bytes and all labels (as int32), as loom-bench reports it:
+    float32 samples, or int32 tokens."""
+    first = x[0].astype(np.int32 if np.issubdtype(x.dtype, np.integer) else np.float32)
+    return "%016x" % fnv1a(y.astype(np.int32).tobytes(), fnv1a(first.tobytes()))
 
 
 # ---------------------------------------------------------------- process memory
@@ -139,12 +170,20 @@ def parser(doc):
     ap.add_argument("--json", action="store_true", help="one JSON line on stdout, the table on stderr")
     ap.add_argument("--lr", type=float, default=LR)
     ap.add_argument("--momentum", type=float, default=MOMENTUM)
+    ap.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                    help="sgd (momentum) or adam (default lr then 0.001), as loom-bench's")
+    for k, v in GPT_DEFAULTS.items():
+        ap.add_argument("--" + k.replace("_", "-"), type=int, default=v, help=f"--model gpt: default {v}")
     return ap
 
 
 def check_flags(ap, a):
     if a.steps < 2 or a.warmup < 1 or a.batch < 0 or a.threads < 0:
         ap.error("--steps must be at least 2, --warmup at least 1, --batch and --threads not negative")
+    if a.gpt_dim % a.gpt_heads:
+        ap.error(f"--gpt-dim {a.gpt_dim} must be a multiple of --gpt-heads {a.gpt_heads}")
+    if a.optimizer == "adam" and "--lr" not in sys.argv and not any(s.startswith("--lr=") for s in sys.argv):
+        a.lr = 1e-3
 
 
 def time_steps(tool, a, batch_of, run, before_timed=None):
@@ -182,7 +221,7 @@ def why_not_trained(losses, params_changed, steps_ok):
 
 def report(a, tool, mode, batch, times, losses, fields, version_line):
     """Prints the JSON line (stdout, with --json) and a one-row table (stderr with --json)."""
-    arch = ZOO[a.model][0]
+    arch = model_spec(a)[0]
     med, p10, p90 = percentile(times, 0.5), percentile(times, 0.1), percentile(times, 0.9)
     out = {
         "tool": tool, "model": a.model, "arch": arch, "batch": batch, "mode": mode, "device": a.device,
@@ -191,7 +230,8 @@ def report(a, tool, mode, batch, times, losses, fields, version_line):
         "items_per_s": round(batch * 1000.0 / med, 2),
         "first_loss": round(losses[0], 6), "last_loss": round(losses[-1], 6), "loss_fell": losses[-1] < losses[0],
         "optimizer_steps": len(losses), "params_changed": True,
-        "optimizer": f"sgd lr {a.lr:g} momentum {a.momentum:g}",
+        "optimizer": (f"sgd lr {a.lr:g} momentum {a.momentum:g}" if a.optimizer == "sgd"
+                      else f"adam lr {a.lr:g} betas 0.9,0.999 eps 1e-08"),
     }
     out.update(fields)
     if not losses[-1] < losses[0]:

@@ -225,7 +225,9 @@ def main():
         print(f"bench_jax: cannot import jax ({e}): run it with the environment tools/compare.sh installs",
               file=sys.stderr)
         return 1
-    arch, sample, classes, default_batch = bc.ZOO[a.model]
+    if a.model == "gpt":
+        ap.error("--model gpt: not written for JAX yet (tools/bench_torch.py and loom-bench have it)")
+    arch, sample, classes, default_batch = bc.model_spec(a)
     batch = a.batch or default_batch
     print(f"bench_jax: jax {jax.__version__} (jaxlib {jaxlib.__version__}) jit, {arch}, batch {batch}, cpu, "
           f"{a.threads} threads, {a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)

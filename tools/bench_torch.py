@@ -102,10 +102,72 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1))
 
 
+class Block(nn.Module):
+    """loom's TransformerBlock (src/nn/transformer.h): pre-norm, fused qkv, causal attention
+    (PyTorch 2's scaled_dot_product_attention where it exists: its flash/memory-efficient
+    kernels), GELU (tanh form), an MLP of 4 dim."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def attend(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # PyTorch 1.13
+            s = (q @ k.transpose(-1, -2)) / (d // self.heads) ** 0.5
+            s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+            y = torch.softmax(s, -1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attend(self.ln1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class Gpt(nn.Module):
+    """loom's Gpt: token and learned position embeddings, blocks, a final LayerNorm, logits
+    through the token embedding (tied), (B * T, vocab) out."""
+
+    def __init__(self, vocab, context, layers, dim, heads):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Parameter(torch.zeros(context, dim))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.layers = layers
+
+    def forward(self, tokens):
+        h = self.wte(tokens) + self.wpe[:tokens.shape[1]]
+        for blk in self.blocks:
+            h = blk(h)
+        return self.ln_f(h).reshape(-1, h.shape[-1]) @ self.wte.weight.T
+
+
+def gpt_init(model):
+    """GPT-2's initialisation, as loom's (src/nn/transformer.cc): normal(0, 0.02), the projections
+    that end a residual branch 0.02 / sqrt(2 layers), positions normal(0, 0.01), biases zero."""
+    for name, p in model.named_parameters():
+        if name == "wpe":
+            nn.init.normal_(p, 0.0, 0.01)
+        elif p.dim() == 2:
+            std = 0.02 / (2 * model.layers) ** 0.5 if name.endswith(("proj.weight", "fc2.weight")) else 0.02
+            nn.init.normal_(p, 0.0, std)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+    return model
+
+
 def loom_init(model):
     """Initialise like loom's layers (src/nn/layer.cc): weights N(0, 2 / fan_in) (Kaiming normal),
     biases 0, BatchNorm gamma 1 and beta 0, so both sides train the same model from the same
     distribution (PyTorch's default Kaiming-uniform with a = sqrt(5) starts with smaller weights)."""
+    if isinstance(model, Gpt):
+        return gpt_init(model)
     for mod in model.modules():
         if isinstance(mod, (nn.Linear, nn.Conv2d)):
             fan_in = mod.weight[0].numel()
@@ -123,6 +185,7 @@ CONSTRUCTORS = {
     "cnn": small_cnn,
     "resnet18": lambda: ResNet(False, (2, 2, 2, 2), 10, True),
     "resnet50": lambda: ResNet(True, (3, 4, 6, 3), 1000, False),
+    "gpt": lambda a: Gpt(a.vocab, a.context, a.gpt_layers, a.gpt_dim, a.gpt_heads),
 }
 
 # ---------------------------------------------------------------- the BLAS in use
@@ -235,7 +298,8 @@ def main():
     if a.tf32 != "default":
         torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "on"
         torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
-    arch, sample, classes, default_batch = bc.ZOO[a.model]
+    arch, sample, classes, default_batch = bc.model_spec(a)
+    lm = a.model == "gpt"
     batch = a.batch or default_batch
     mode = "torch-compile" if a.compile else "torch-eager"
     blas = blas_in_use()
@@ -243,28 +307,31 @@ def main():
           f"BLAS {', '.join(blas['libraries']) or 'unknown'} (OpenBLAS: {blas['openblas']}), "
           f"{a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
 
-    xs, ys = bc.make_data(sample, classes, batch)
+    xs, ys = bc.make_tokens(a.context, a.vocab, batch) if lm else bc.make_data(sample, classes, batch)
     checksum = bc.data_checksum(xs, ys)
     n = xs.shape[0]
 
     exact = bc.reset_high_water_mark()
     rss0_kb = bc.status_kb("VmRSS:")
     torch.manual_seed(bc.SEED)
-    model = CONSTRUCTORS[a.model]()
+    model = CONSTRUCTORS[a.model](a) if lm else CONSTRUCTORS[a.model]()
     if not a.torch_init:
         loom_init(model)
     model = model.to(dev)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    if a.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-8)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     step, info = make_step(model, opt, a.compile_mode if a.compile else None,
                            torch.bfloat16 if a.autocast == "bf16" else None)
-    x = torch.empty((batch,) + tuple(sample), dtype=torch.float32, device=dev)
-    y = torch.empty((batch,), dtype=torch.int64, device=dev)
+    x = torch.empty((batch,) + tuple(sample), dtype=torch.int64 if lm else torch.float32, device=dev)
+    y = torch.empty((batch * sample[0] if lm else batch,), dtype=torch.int64, device=dev)
     before = [p.detach().clone() for p in model.parameters()]
 
     def batch_of(i):
         idx = bc.batch_indices(i, batch, n)
-        return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx])
+        return torch.from_numpy(xs[idx]), torch.from_numpy(ys[idx].reshape(-1))
 
     # Note [Compiling the whole step]: in the modes that replay CUDA graphs (reduce-overhead,
     # max-autotune) each call is a new step whose outputs may overwrite the last one's; PyTorch
@@ -295,17 +362,20 @@ def main():
 
     hwm_kb = bc.status_kb("VmHWM:")
     rss_delta = max(0, hwm_kb - rss0_kb) * 1024
-    state = x.nelement() * x.element_size() + y.nelement() * 4  # labels count as int32, like loom
+    state = x.nelement() * (4 if lm else x.element_size()) + y.nelement() * 4  # tokens, labels as int32, like loom
     state += sum(p.nelement() * p.element_size() for p in model.parameters())
     state += sum(b.nelement() * b.element_size() for b in model.buffers() if b.dtype.is_floating_point)
     for st in opt.state.values():
         state += sum(t.nelement() * t.element_size() for t in st.values() if torch.is_tensor(t))
     param_bytes = sum(p.nelement() * p.element_size() for p in model.parameters())
 
-    # Did it train? PyTorch's SGD keeps no step counter: every parameter must have a momentum buffer.
+    # Did it train? PyTorch's SGD keeps no step counter: every parameter must have a momentum
+    # buffer; Adam's count must be the steps taken.
+    slot_ok = ((lambda st: st.get("momentum_buffer") is not None) if a.optimizer == "sgd"
+               else (lambda st: int(st.get("step", 0)) == a.warmup + a.steps))
     why = bc.why_not_trained(
         losses, not all(torch.equal(b, p.detach()) for b, p in zip(before, model.parameters())),
-        len(opt.state) == len(before) and all(st.get("momentum_buffer") is not None for st in opt.state.values()))
+        len(opt.state) == len(before) and all(slot_ok(st) for st in opt.state.values()))
     if why:
         print("bench_torch: error: " + "; ".join(why) + ": refusing to report this run", file=sys.stderr)
         return 3

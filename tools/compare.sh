@@ -14,7 +14,7 @@
 #                    jax (jax.jit of the same); none: loom only
 #   --torch-python PY  run torch2, compile and compile-ro with this Python's own PyTorch instead
 #                    of the pinned environment (a GPU machine's, offline); its version is in the JSON
-#   --only MODELS    comma-separated subset of mlp,cnn,resnet18,resnet50
+#   --only MODELS    comma-separated subset of mlp,cnn,resnet18,resnet50,gpt
 #   --reps N         repetitions of every configuration; the order of the frameworks is reversed
 #                    on every other one (default 2; 1 with --quick)
 #   --quick          a few steps per run: a smoke test that everything runs, not a measurement
@@ -23,8 +23,11 @@
 #   --install-only   set up the peers' virtual environments and stop
 #
 # Configurations (the CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
-# CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16; ResNet-50 at batch 8 with --with-resnet50.
-# On cuda: MLP at batch 1 and 64, the CNN at 32, ResNet-18 at 16, ResNet-50 at 32 and 64.
+# CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16, the small GPT (4 layers, width 256, 4 heads,
+# context 256, vocabulary 1024) at batch 8 with Adam; ResNet-50 at batch 8 with --with-resnet50.
+# On cuda: MLP at batch 1 and 64, the CNN at 32, ResNet-18 at 16, ResNet-50 at 32 and 64, GPT-2
+# 124M (12 layers, width 768, 12 heads, context 1024, vocabulary 50304) at batch 8 with Adam.
+# JAX has no GPT yet (tools/bench_jax.py says so); it sits those rows out.
 #
 # The peers are installed here, never by tools/setup.sh: each into its own virtual environment
 # under $LOOM_CACHE_DIR (default ~/.cache/loom), from PyPI, at the pinned versions below, with a
@@ -93,8 +96,8 @@ for p in ${PEERS//,/ }; do
   esac
 done
 for m in ${ONLY//,/ }; do
-  case "$m" in mlp|cnn|resnet18|resnet50) ;;
-    *) echo "compare: --only: unknown model '$m' (mlp, cnn, resnet18, resnet50)" >&2; exit 2 ;;
+  case "$m" in mlp|cnn|resnet18|resnet50|gpt) ;;
+    *) echo "compare: --only: unknown model '$m' (mlp, cnn, resnet18, resnet50, gpt)" >&2; exit 2 ;;
   esac
 done
 if [ "$DEVICE" = cuda ] && want jax; then
@@ -199,16 +202,18 @@ if [ "$DEVICE" = cuda ]; then
   if [ "${LOOM_CUDA_FLOAT32_MATH:-tf32}" = full ]; then TORCH_MATH=(--tf32 off); else TORCH_MATH=(--tf32 on); fi
 fi
 
-# model batch steps warmup rounds lr (loom-bench's modes take turns in rounds: Note [Rounds]).
+# model batch steps warmup rounds lr [flags...] (loom-bench's modes take turns in rounds: Note
+# [Rounds]; the flags go to every framework, which share their names).
 # SGD momentum 0.9 throughout; at batch 1 lr 0.01 makes the MLP diverge within 200 steps in both
 # frameworks (loss 2.3 -> 115 in PyTorch, -> 2224 in loom), and exploding values time nothing
 # useful, so that row trains at lr 0.002 (both converge).
 CONFIGS=("mlp 1 200 10 4 0.002" "mlp 8 200 10 4 0.01" "mlp 64 100 5 4 0.01" "cnn 32 30 3 3 0.01"
-         "resnet18 16 12 2 3 0.01")
+         "resnet18 16 12 2 3 0.01" "gpt 8 10 2 2 0.001 --optimizer adam")
 [ "$R50" = 1 ] && CONFIGS+=("resnet50 8 6 2 3 0.01")
 if [ "$DEVICE" = cuda ]; then  # compute-bound configurations join; each run is seconds on a GPU
   CONFIGS=("mlp 1 200 10 3 0.002" "mlp 64 200 10 3 0.01" "cnn 32 100 10 3 0.01" "resnet18 16 50 5 3 0.01"
-           "resnet50 32 30 5 3 0.01" "resnet50 64 20 5 3 0.01")
+           "resnet50 32 30 5 3 0.01" "resnet50 64 20 5 3 0.01"
+           "gpt 8 20 5 3 0.0006 --optimizer adam --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 --vocab 50304")
 fi
 
 # One framework's run of one configuration; its JSON line goes to $OUT, its stderr to $LOG. A
@@ -247,13 +252,18 @@ for ((rep = 0; rep < REPS; ++rep)); do
     order=(); for ((i = ${#ORDER[@]} - 1; i >= 0; --i)); do order+=("${ORDER[i]}"); done
   fi
   for cfg in "${CONFIGS[@]}"; do
-    read -r model batch steps warmup rounds lr <<<"$cfg"
+    read -r model batch steps warmup rounds lr extra <<<"$cfg"
     [ -z "$ONLY" ] || [[ ",$ONLY," == *",$model,"* ]] || continue
     if [ "$QUICK" = 1 ]; then steps=3; warmup=1; rounds=1; fi
     args=(--model "$model" --batch "$batch" --steps "$steps" --warmup "$warmup" --device "$DEVICE"
           --threads "$THREADS" --lr "$lr" --json)
+    # shellcheck disable=SC2206  # the extra flags split into words
+    [ -z "${extra:-}" ] || args+=($extra)
     echo "compare: rep $((rep + 1))/$REPS, $model batch $batch: ${order[*]}" >&2
-    for who in "${order[@]}"; do run_one "$who" "${args[@]}"; done
+    for who in "${order[@]}"; do
+      [ "$who" = jax ] && [ "$model" = gpt ] && continue  # no GPT in tools/bench_jax.py yet
+      run_one "$who" "${args[@]}"
+    done
   done
 done
 echo "compare: all runs took $((SECONDS - T_START)) s" >&2

@@ -235,7 +235,7 @@ struct Flags {
 };
 
 const char* kUsage =
-    "usage: loom-bench [--model mlp|cnn|resnet18|resnet50] [--batch N] [--mode M[,M...]]\n"
+    "usage: loom-bench [--model mlp|cnn|resnet18|resnet50|gpt] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--pass NAME=on|off]...\n"
     "                  [--no-fuse-bias-act]\n"
@@ -262,6 +262,10 @@ const char* kUsage =
     "                 eager.csv, dynamic.csv, planned.csv, meta.json) and a Chrome trace of one planned\n"
     "                 replay (trace.json) into DIR; plot them with tools/plot_memory.py DIR\n"
     "  --lr X, --momentum X   SGD settings (default 0.01 and 0.9, as tools/bench_torch.py)\n"
+    "  --optimizer O  sgd (momentum, the default) or adam (betas 0.9, 0.999, eps 1e-8; lr 0.001 unless --lr)\n"
+    "  --model gpt    GPT-2's architecture (nn/transformer.h) on token sequences of a learnable chain:\n"
+    "                 --gpt-layers L (4), --gpt-dim D (256), --gpt-heads H (4), --context T (256), --vocab V\n"
+    "                 (1024); batch 8 by default\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --precision P    fp32 (default) or bf16: matrix products from bfloat16 operands, float32 elsewhere\n"
@@ -710,6 +714,16 @@ loom::GraphOptions GraphOptionsFor(Mode mode, const Flags& f, bool fuse = true) 
 struct Shard {
   int64_t first = 0, rows = 0;
 };
+
+// What the JSON's "optimizer" says, as tools/bench_common.py says it.
+std::string OptimizerName(const Flags& f) {
+  char buf[128];
+  if (f.optimizer == "adam")
+    std::snprintf(buf, sizeof buf, "adam lr %g betas 0.9,0.999 eps 1e-08", f.lr);
+  else
+    std::snprintf(buf, sizeof buf, "sgd lr %g momentum %g", f.lr, f.momentum);
+  return buf;
+}
 
 // A fresh model from the seed, compiled for `mode`, with its input tensors.
 // With a communicator, the optimizer is DistOpt over it (Note [Scaling runs]).
@@ -1162,7 +1176,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "\"lower_bound_no_inplace_bytes\": %s, \"inplace_ops\": %s, \"dynamic_peak_bytes\": %s, "
       "\"persistent_bytes\": %s, \"graph_ops\": %s, \"first_loss\": %.6f, \"last_loss\": %.6f, "
       "\"loss_fell\": %s, \"optimizer_steps\": %lld, \"params_changed\": true, \"param_bytes\": %zu, "
-      "\"param_traffic_bytes_per_step\": %zu, \"param_traffic_gb_per_s\": %.2f, \"optimizer\": \"sgd lr %g momentum %g\", \"data_checksum\": \"%s\", "
+      "\"param_traffic_bytes_per_step\": %zu, \"param_traffic_gb_per_s\": %.2f, \"optimizer\": \"%s\", \"data_checksum\": \"%s\", "
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
@@ -1179,7 +1193,8 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       num_or_null(r.has_graph, r.gstats.persistent_bytes).c_str(), num_or_null(r.has_graph, r.gstats.num_ops).c_str(),
       r.first_loss, r.last_loss, r.last_loss < r.first_loss ? "true" : "false", (long long)r.optimizer_steps,
       r.param_bytes, 8 * r.param_bytes - 2 * r.fused_param_bytes,
-      double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), f.lr, f.momentum, data_checksum.c_str());
+      double(8 * r.param_bytes - 2 * r.fused_param_bytes) / (r.median * 1e6), OptimizerName(f).c_str(),
+      data_checksum.c_str());
   std::string out = buf;
   out.pop_back();  // the closing brace: the arithmetic and kernel fields follow
   char more[2048];
