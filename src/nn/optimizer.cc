@@ -208,7 +208,8 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
   const Tensor& lr = RateForUpdate(param);
-  Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", weight_decay_},
+  const bool decays = decay_on_ == DecayOn::kAll || param.ndim() >= 2;
+  Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", decays ? weight_decay_ : 0.0},
           {"decoupled", int64_t(decoupled_)}};
   std::vector<Tensor> in{param, grad, lr, m, v, it->second};
   AddClipping("adam", &in, &a);

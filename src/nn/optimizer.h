@@ -141,10 +141,17 @@ class Adam : public Optimizer {
   int64_t steps_taken(const std::shared_ptr<Device>& dev);
   // Sets the device step count (resuming from a checkpoint). Not during a capture.
   void SetStepsTaken(const std::shared_ptr<Device>& dev, int64_t steps);
+  // Which parameters weight decay applies to: all (PyTorch's default), or only those of two or
+  // more dimensions (weight matrices, embeddings, convolution kernels), the rule GPT-2's
+  // training follows: no decay on biases and normalisation gains and shifts.
+  enum class DecayOn { kAll, kMatrices };
+  void set_decay_on(DecayOn d) { decay_on_ = d; }
+  DecayOn decay_on() const { return decay_on_; }
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;
   bool decoupled_;
+  DecayOn decay_on_ = DecayOn::kAll;
   std::map<Device*, Tensor> step_tensors_;
 };
 

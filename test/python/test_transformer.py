@@ -176,3 +176,21 @@ def test_attention_rejects_mismatched_heads(dev):
     k = tensor.from_numpy(np.zeros((2, 2, 4, 8), np.float32), dev)
     with pytest.raises(loom.ShapeError, match=r"\[attention\] q \(2, 3, 4, 8\), k \(2, 2, 4, 8\)"):
         autograd.attention(q, k, k)
+
+
+@pytest.mark.parametrize("decay_on,bias_decays", [("all", True), ("matrices", False)])
+def test_adamw_decays_the_chosen_parameters(dev, decay_on, bias_decays):
+    """With zero gradients Adam's step is zero, so what moves is the decoupled decay alone:
+    p -> p (1 - lr wd), on every parameter or only on those of two or more dimensions."""
+    w = tensor.from_numpy(np.full((3, 2), 2.0, np.float32), dev)
+    b = tensor.from_numpy(np.full((2,), 2.0, np.float32), dev)
+    o = opt.AdamW(lr=0.1, weight_decay=0.5, decay_on=decay_on)
+    for p in (w, b):
+        o.apply("p%d" % len(p.shape), p, tensor.from_numpy(np.zeros(p.shape, np.float32), dev))
+    np.testing.assert_allclose(w.to_numpy(), 2.0 * (1 - 0.05), rtol=1e-6)
+    np.testing.assert_allclose(b.to_numpy(), 2.0 * (1 - 0.05) if bias_decays else 2.0, rtol=1e-6)
+
+
+def test_adam_rejects_an_unknown_decay_rule():
+    with pytest.raises(loom.ValueError, match=r"\[Adam\] decay_on must be 'all' or 'matrices', got 'biases'"):
+        opt.AdamW(decay_on="biases")

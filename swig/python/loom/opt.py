@@ -295,14 +295,21 @@ class Adam(Optimizer):
         m = beta_1 m + (1 - beta_1) g,   v = beta_2 v + (1 - beta_2) g^2     (g with weight decay)
         p -= lr * (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)
 
-    `decoupled` (keyword): AdamW's weight decay instead. `dtype` as SGD's."""
+    `decoupled` (keyword): AdamW's weight decay instead. `dtype` as SGD's. `decay_on` (keyword):
+    "all" parameters (PyTorch's default) or "matrices" only, those of two or more dimensions
+    (GPT-2's rule: no decay on biases and normalisation parameters)."""
+
+    _DECAY_ON = {"all": "DecayOn_kAll", "matrices": "DecayOn_kMatrices"}
 
     def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, dtype="float32",
-                 decoupled=False):
+                 decoupled=False, decay_on="all"):
         _check_float_dtype("Adam", dtype)
+        if decay_on not in self._DECAY_ON:
+            raise errors.ValueError(f"[Adam] decay_on must be 'all' or 'matrices', got {decay_on!r}")
         lr, scheduler = _rate_and_scheduler(lr)
         super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
                                    bool(decoupled)))
+        self._impl.set_decay_on(getattr(core.Adam, self._DECAY_ON[decay_on]))
         if scheduler is not None:
             _set_schedule(self, scheduler)
 
@@ -314,8 +321,8 @@ class Adam(Optimizer):
 class AdamW(Adam):
     """Adam with decoupled weight decay."""
 
-    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=1e-2):
-        super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, decoupled=True)
+    def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=1e-2, decay_on="all"):
+        super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, decoupled=True, decay_on=decay_on)
 
 
 class AdaGrad(Optimizer):
