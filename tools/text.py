@@ -46,9 +46,9 @@ token stays small. Larger vocabularies pay off on larger corpora.
 Files in OUT_DIR (src/io/text.h describes the format too), each written to a temporary
 name and renamed into place:
   merges.txt   "loom-bpe 1 <merges>", then one merge per line: "<left id> <right id>"
-  train.bin, valid.bin   a 40-byte header (magic "LOOMTOK1", uint32 vocab size, uint32 0,
-               uint64 tokens, uint64 UTF-8 bytes they decode to, uint64 FNV-1a of the ids) and the
-               ids as uint16, all little-endian
+  train.bin, valid.bin   a 40-byte header (magic "LOOMTOK1", uint32 vocab size, uint32 low half
+               of the FNV-1a 64 of merges.txt, uint64 tokens, uint64 UTF-8 bytes they decode to,
+               uint64 FNV-1a 64 of the ids) and the ids as uint16, all little-endian
   text.json    counts, bytes and the unigram baseline (below), for people and scripts
   SOURCE       what the files came from and this script's SHA-256 (tools/setup.sh converts again
                when either changes); written last, so its presence means the set is complete
@@ -77,7 +77,7 @@ CHUNK_BYTES = 16384
 HELD_OUT_EVERY = 10
 STAMP = "SOURCE"
 MAGIC = b"LOOMTOK1"
-HEADER = struct.Struct("<8sIIQQQ")  # magic, vocab size, 0, tokens, bytes, FNV-1a 64 of the ids
+HEADER = struct.Struct("<8sIIQQQ")  # magic, vocab, merges.txt's FNV-1a (low 32 bits), tokens, bytes, ids' FNV-1a
 MERGES_HEADER = "loom-bpe 1"
 
 _L = rb"A-Za-z\x80-\xff"
@@ -204,9 +204,9 @@ def fnv1a64(data):
     return h
 
 
-def token_file(ids, vocab_size, num_bytes):
+def token_file(ids, vocab_size, merges, num_bytes):
     payload = struct.pack(f"<{len(ids)}H", *ids)
-    return HEADER.pack(MAGIC, vocab_size, 0, len(ids), num_bytes, fnv1a64(payload)) + payload
+    return HEADER.pack(MAGIC, vocab_size, fnv1a64(merges) & 0xFFFFFFFF, len(ids), num_bytes, fnv1a64(payload)) + payload
 
 
 def merges_file(merges):
@@ -283,9 +283,10 @@ def convert(corpus, out, vocab_size, chunk_bytes, source_lines, stamp_converter=
     stamp = os.path.join(out, STAMP)
     if os.path.exists(stamp):
         os.unlink(stamp)  # incomplete until the new one is written
-    write_atomic(os.path.join(out, "merges.txt"), merges_file(tok.merges))
+    merges = merges_file(tok.merges)
+    write_atomic(os.path.join(out, "merges.txt"), merges)
     for name, data in (("train", train), ("valid", valid)):
-        write_atomic(os.path.join(out, f"{name}.bin"), token_file(ids[name], tok.vocab_size, len(data)))
+        write_atomic(os.path.join(out, f"{name}.bin"), token_file(ids[name], tok.vocab_size, merges, len(data)))
     meta = {
         "format": "loom text corpus 1 (src/io/text.h)",
         "vocab_size": tok.vocab_size,
