@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes loom's parsers with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (targets in
-# tools/fuzz/: checkpoint, idx, cifar, graph_dump, onnx, onnx_ops).
+# tools/fuzz/: checkpoint, idx, cifar, graph_dump, onnx, onnx_ops, tokenizer).
 #
 #   tools/fuzz.sh            60 s per target
 #   tools/fuzz.sh 300        300 s per target
@@ -26,7 +26,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${LOOM_FUZZ_BUILD:-$root/build-fuzz}"
 main_build="${LOOM_BUILD_DIR:-build}"
-targets=(checkpoint idx cifar graph_dump onnx onnx_ops)
+targets=(checkpoint idx cifar graph_dump onnx onnx_ops tokenizer)
 
 # clang with libFuzzer's runtime (Debian: clang, libclang-rt-dev) and a configured main build:
 # tools/setup.sh provides both.
@@ -61,6 +61,10 @@ for t in "${targets[@]}"; do
              slice_neg_steps gather_negative_indices constant_pad constantofshape_int_zeros split_variable_parts_2d; do
       cp "$onnx_data/test_$m/model.onnx" "$corpus/$m.onnx"
     done
+  elif [ "$t" = tokenizer ]; then
+    # The merges of tools/text.py's fixture, a NUL, and text with UTF-8, odd spaces and bad bytes.
+    { cat test/io/text_fixture/merges.txt; printf '\0Shall I compare thee\n\n  to a summer\t caf\xc3\xa9 \xff 1609?'; } \
+      >"$corpus/fixture"
   else
     "$build/make_seeds" "$t" "$corpus"
   fi

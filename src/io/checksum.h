@@ -1,5 +1,6 @@
 // The checksum loom files carry: 64-bit FNV-1a. Simple, dependency-free and good at what a
 // checkpoint needs (catching flipped or missing bytes); not a defence against tampering.
+// And splitmix64, the mixer the data loaders draw their counter-based random numbers from.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,14 @@ inline uint64_t Fnv1a64(const void* data, size_t size, uint64_t h = kFnv64Offset
     h *= kFnv64Prime;
   }
   return h;
+}
+
+// splitmix64's output function: a bijective mix of 64 bits (Steele, Lea and Flood, 2014).
+inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 }  // namespace io

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/device.h"
+#include "io/checksum.h"
 #include "io/file.h"
 
 namespace loom {
@@ -37,14 +38,6 @@ std::string FindEither(const std::string& dir, const std::string& name, const ch
   if (Exists(base)) return base;
   if (Exists(base + ".gz")) return base + ".gz";
   throw IOError(detail::Cat("[", component, "] '", dir, "' has neither '", name, "' nor '", name, ".gz'"));
-}
-
-// splitmix64: seeds the per-epoch generator from (seed, epoch).
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 }  // namespace

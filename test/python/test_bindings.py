@@ -77,6 +77,7 @@ COUNTERPARTS = {
     "Act": lambda item, value: isinstance(getattr(layer, item[1:], None), type)
     and issubclass(getattr(layer, item[1:]), layer.NativeLayer),  # kReLU: layer.ReLU
     "LossKind": lambda item, value: model.NativeModel._LOSSES.get(_undercase(item[1:])) == value,
+    "TextSplit": lambda item, value: loom.io._SPLITS.get(item[1:].lower()) == value,  # kTrain: "train"
 }
 
 

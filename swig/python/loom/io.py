@@ -13,6 +13,10 @@ file I/O runs without the interpreter lock, so other Python threads go on meanwh
     for x, y in loader:                         # one epoch; iterate again for the next
         ...
 
+    corpus = io.TextCorpus()                    # the text that tools/setup.sh made (default_text_dir())
+    x, y = corpus.batch("train", 32, 128, seed, step, dev)   # int32 (32, 128); y is x shifted by one
+    corpus.tokenizer.decode(corpus.tokenizer.encode("To be, or not to be"))
+
 Model.save_states(path) / load_states(path) (loom.model) are built on these.
 """
 import os
@@ -290,3 +294,104 @@ class DataLoader:
 
     def x_shape(self, batch):
         return tuple(self._impl.x_shape(int(batch)))
+
+
+# ---- text (src/io/text.h) ----
+
+_SPLITS = {"train": core.TextSplit_kTrain, "valid": core.TextSplit_kValid}
+
+
+def _split(split):
+    try:
+        return _SPLITS[split]
+    except (KeyError, TypeError):
+        raise errors.ValueError(f"[text] split must be 'train' or 'valid', got {split!r}") from None
+
+
+def default_data_dir():
+    """Where tools/setup.sh puts data sets: $LOOM_DATA_DIR, else the data/ folder of the checkout
+    that holds loom's library (loom.IOError outside a checkout: set LOOM_DATA_DIR)."""
+    return core.default_data_dir()
+
+
+def default_text_dir():
+    """default_data_dir() + "/text": the text corpus."""
+    return core.default_text_dir()
+
+
+class Tokenizer:
+    """Byte-level BPE (Note [Byte-level BPE] in src/io/tokenizer.h), as tools/text.py trained it.
+    encode(text) takes str (as UTF-8) or bytes and gives a list of ids; decode_bytes(ids) gives the
+    bytes back exactly; decode(ids) the str (an invalid UTF-8 sequence, such as a token cut from
+    a character, becomes U+FFFD). An id out of range is a loom.ValueError."""
+
+    def __init__(self, merges_path=None, *, _impl=None):
+        self._impl = _impl if _impl is not None else core.Tokenizer.load(_path(merges_path))
+
+    @property
+    def vocab_size(self):
+        return self._impl.vocab_size()
+
+    def encode(self, text):
+        return self._impl.encode(text)
+
+    def decode_bytes(self, ids):
+        return self._impl.decode_bytes(ids)
+
+    def decode(self, ids):
+        return self._impl.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id):
+        return self._impl.token_bytes(int(token_id))
+
+    def __repr__(self):
+        return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+class TextCorpus:
+    """The tokenizer and the ids of the "train" and "valid" splits of a corpus folder (default:
+    default_text_dir()), checked whole when loaded (Note [Text corpus] in src/io/text.h).
+
+    batch(split, batch, context, seed, step, device): (inputs, targets), int32 (batch, context),
+    targets shifted by one token; the windows depend on (seed, step) alone. eval_batch(split,
+    first, batch, context, device): windows first.. of the split cut at every context tokens, of
+    which there are num_windows(split, context); eval_bytes(split, context) is the bits-per-byte
+    divisor of a whole pass. unigram_bits_per_byte(): the baseline a model must beat."""
+
+    def __init__(self, directory=None):
+        directory = default_text_dir() if directory is None else _path(directory)
+        self._impl = core.TextCorpus.load(directory)
+        self.dir = directory
+        self.tokenizer = Tokenizer(_impl=self._impl.tokenizer_copy())
+
+    def num_tokens(self, split):
+        return self._impl.num_tokens(_split(split))
+
+    def num_bytes(self, split):
+        return self._impl.num_bytes(_split(split))
+
+    def tokens(self, split):
+        """The split's ids, an int32 numpy array (a copy)."""
+        return np.frombuffer(self._impl.tokens_bytes(_split(split)), np.int32)
+
+    def batch(self, split, batch, context, seed, step, device):
+        return self._impl.batch(_split(split), int(batch), int(context), int(seed), int(step), device)
+
+    def batch_positions(self, split, batch, context, seed, step):
+        return self._impl.batch_positions(_split(split), int(batch), int(context), int(seed), int(step))
+
+    def num_windows(self, split, context):
+        return self._impl.num_windows(_split(split), int(context))
+
+    def eval_batch(self, split, first, batch, context, device):
+        return self._impl.eval_batch(_split(split), int(first), int(batch), int(context), device)
+
+    def eval_bytes(self, split, context):
+        return self._impl.eval_bytes(_split(split), int(context))
+
+    def unigram_bits_per_byte(self):
+        return self._impl.unigram_bits_per_byte()
+
+    def __repr__(self):
+        return (f"TextCorpus({self.dir!r}, vocab_size={self.tokenizer.vocab_size}, "
+                f"train={self.num_tokens('train')} tokens, valid={self.num_tokens('valid')} tokens)")
