@@ -346,14 +346,17 @@ std::vector<HostTensor> SoftmaxCrossEntropy(const RefArgs& a) {
   double total = 0;
   for (size_t i = 0; i < t.size(); ++i)
     if (t[i] != 0) total -= t[i] * logp.v[i];
-  return {HostTensor({}, {total / double(n)}), logp};
+  HostTensor lse({n});  // log-sum-exp of each row: x - log_softmax(x), any column
+  for (int64_t i = 0; i < n; ++i) lse.v[size_t(i)] = x.v[size_t(i * c)] - logp.v[size_t(i * c)];
+  return {HostTensor({}, {total / double(n)}), lse};
 }
 
-// (log_probs, labels, dy) -> (softmax sum(labels, row) - labels) dy / N
+// (logits, labels, lse, dy) -> (softmax sum(labels, row) - labels) dy / N, the softmax this
+// file's own (lse is not read)
 std::vector<HostTensor> SoftmaxCrossEntropyGrad(const RefArgs& a) {
-  const HostTensor& logp = a.in[0];
+  const HostTensor logp = SoftmaxOf(a.in[0], Attrs{{"axis", int64_t(-1)}}, true);
   const int64_t n = logp.shape[0], c = logp.shape[1];
-  const double dy = a.in[2].v[0];
+  const double dy = a.in[3].v[0];
   std::vector<double> t = LabelRows(a.in[1], n, c);
   HostTensor dx(logp.shape);
   for (int64_t i = 0; i < n; ++i) {

@@ -258,13 +258,14 @@ TEST(OnnxExport, AnOpWithoutCounterpartIsRefusedBeforeTheFileExists) {
     EXPECT_NE(msg.find("no ONNX counterpart"), std::string::npos) << msg;
   }
   EXPECT_TRUE(dir.List().empty());
-  // Without the dropout the same loss exports: LogSoftmax + NegativeLogLikelihoodLoss.
+  // Without the dropout the same loss exports: LogSoftmax + NegativeLogLikelihoodLoss, and
+  // ReduceLogSumExp for the op's second output, each row's log-sum-exp.
   CapturedGraph ok(Cpu(), "eval");
   Tensor eval_loss = ok.Capture([&] { return ops::SoftmaxCrossEntropy(ops::Tanh(x), labels); });
   io::ExportOnnx(ok.graph(), {x, labels}, {eval_loss}, path);
   ModelProto m;
   io::onnx::ReadProtoFile(path, &m, "ONNX model");
-  EXPECT_EQ(NodeTypes(m), (std::vector<std::string>{"Tanh", "LogSoftmax", "Cast", "NegativeLogLikelihoodLoss"}));
+  EXPECT_EQ(NodeTypes(m), (std::vector<std::string>{"Tanh", "ReduceLogSumExp", "LogSoftmax", "Cast", "NegativeLogLikelihoodLoss"}));
 }
 
 TEST(OnnxExport, AFailedExportLeavesAnExistingFileAlone) {

@@ -71,9 +71,13 @@ LOOM_OP(log_softmax_grad) {
   };
 }
 
-// logits: (N, C), labels: int32/int64 (N) or float (N, C) -> loss: (), log_probs: (N, C)
-// The second output, log_softmax(logits), is what backward needs: the logits gradient is
-// (softmax - labels) / N and the gradient of float labels is -log_softmax / N. ops::
+// logits: (N, C), labels: int32/int64 (N) or float (N, C) -> loss: (), lse: (N)
+// Note [One copy of the logits]
+// The second output is each row's log-sum-exp: backward recomputes softmax = exp(logits - lse)
+// from the logits it keeps, so no (N, C) tensor besides the logits lives from the forward pass to
+// the backward (with a vocabulary of 50,304 and 8,192 rows, one such copy is 1.6 GB in float32),
+// and the gradient may take the logits' memory (shareable_inputs) once they die there. The
+// logits gradient is (softmax - labels) / N, that of float labels -(logits - lse) / N. ops::
 // SoftmaxCrossEntropy returns the loss only.
 LOOM_OP(softmax_cross_entropy) {
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
@@ -99,28 +103,41 @@ LOOM_OP(softmax_cross_entropy) {
       throw DTypeError(detail::Cat("[", op, "] labels must be int32, int64 or float (class indices, or one-hot/"
                                    "probabilities with the logits' dtype), got ", Name(lt)));
     }
-    return std::vector<TensorMeta>{{{}, in[0].dtype}, {x, in[0].dtype}};
+    return std::vector<TensorMeta>{{{}, in[0].dtype}, {{x[0]}, in[0].dtype}};
   };
-  def.saved_inputs = {1};
+  def.saved_inputs = {0, 1};
   def.saved_outputs = {1};
   def.backward = [](const BackwardArgs& a) {
     const Tensor& g = a.grad_outputs[0];
-    if (!g.defined()) return std::vector<Tensor>{Tensor(), Tensor()};  // only log_probs was used
-    const Tensor& logp = a.outputs[1];
+    if (!g.defined()) return std::vector<Tensor>{Tensor(), Tensor()};  // only lse was used
+    const Tensor& logits = a.inputs[0];
+    const Tensor& lse = a.outputs[1];
     const Tensor& labels = a.inputs[1];
     Tensor gx, gt;
-    if (a.needs_input_grad[0]) gx = Call1(op_kind::softmax_cross_entropy_grad, {logp, labels, g});
-    if (a.needs_input_grad[1] && IsFloating(labels.dtype()))
-      gt = ops::MulScalar(ops::Mul(logp, g), -1.0 / double(logp.dim(0)));
+    if (a.needs_input_grad[0]) gx = Call1(op_kind::softmax_cross_entropy_grad, {logits, labels, lse, g});
+    if (a.needs_input_grad[1] && IsFloating(labels.dtype())) {
+      Tensor logp = ops::Sub(logits, ops::Reshape(lse, {logits.dim(0), 1}));
+      gt = ops::MulScalar(ops::Mul(logp, g), -1.0 / double(logits.dim(0)));
+    }
     return std::vector<Tensor>{gx, gt};
   };
 }
-// (log_probs (N, C), labels, dy ()) -> dlogits (N, C) = (softmax * sum(labels, row) - labels) * dy / N
+// (logits (N, C), labels, lse (N), dy ()) -> dlogits (N, C) = (exp(logits - lse) * sum(labels, row)
+// - labels) * dy / N. Each element reads only its own logit (and per-row values): it may take over
+// the logits' memory (Note [One copy of the logits]).
 LOOM_OP(softmax_cross_entropy_grad) {
   def.internal = "backward of softmax_cross_entropy";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
-    return InferLossGrad("softmax_cross_entropy_grad", in);
+    const char* op = "softmax_cross_entropy_grad";
+    CheckArity(op, in, 4);
+    CheckFloat(op, in[0], "logits");
+    CheckFloat(op, in[3], "dy");
+    LOOM_ASSERT(in[0].shape.size() == 2 && in[2].shape == Shape{in[0].shape[0]}, op, " lse ", ToString(in[2].shape),
+                " must be one per row of the logits ", ToString(in[0].shape));
+    LOOM_ASSERT(in[3].shape.empty(), op, " dy must be a scalar, got ", ToString(in[3].shape));
+    return std::vector<TensorMeta>{in[0]};
   };
+  def.shareable_inputs = {0};
 }
 
 // pred: (...), target: (...) -> loss: (), mean((pred - target)^2)

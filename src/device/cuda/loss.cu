@@ -194,7 +194,8 @@ void MeanOfTerms(const KernelContext& ctx, Term term, int64_t n, double divisor,
 // found on the GPU]).
 template <typename T, typename L>
 struct SceIndexTerm {
-  const T* logp;
+  const T* x;
+  const T* lse;
   const L* lab;
   int64_t classes;
   KernelError* err;
@@ -204,17 +205,36 @@ struct SceIndexTerm {
       RaiseKernelError(err, kLabelOutOfRange, kOpSoftmaxCrossEntropy, i, l, classes);
       return QuietNaN<double>();
     }
-    return -double(logp[i * classes + l]);
+    return -double(x[i * classes + l] - lse[i]);
   }
 };
 
-// -t * logp over every element, 0 where t == 0 (0 * log 0 counts as 0).
+// -t * log_softmax over every element, 0 where t == 0 (0 * log 0 counts as 0).
 template <typename T>
 struct SceFloatTerm {
-  const T* logp;
+  const T* x;
+  const T* lse;
   const T* t;
-  __device__ double operator()(int64_t e) const { return t[e] != T(0) ? -double(t[e]) * double(logp[e]) : 0.0; }
+  int64_t classes;
+  __device__ double operator()(int64_t e) const {
+    return t[e] != T(0) ? -double(t[e]) * double(x[e] - lse[e / classes]) : 0.0;
+  }
 };
+
+// lse[i] = max + log(sum(exp(x - max))) of row i of x (rows, n), one block per row.
+template <typename T>
+__global__ void RowLogSumExpKernel(const T* x, T* lse, int64_t rows, int64_t n) {
+  for (int64_t o = blockIdx.x; o < rows; o += gridDim.x) {
+    const T* xr = x + o * n;
+    T mx = -Infinity<T>();
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = MaxOf(mx, xr[k]);
+    mx = BlockMax(mx);
+    T sum = T(0);
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) sum += Exp(xr[k] - mx);
+    sum = BlockSum(sum);
+    if (threadIdx.x == 0) lse[o] = mx + Log(sum);
+  }
+}
 
 // (pred - target)^2
 template <typename T>
@@ -235,7 +255,8 @@ size_t SoftmaxCrossEntropyScratch(const OpRecord& op) {
 
 size_t MseScratch(const OpRecord& op) { return size_t(LossBlocks(op.inputs[0].numel())) * sizeof(double); }
 
-// logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), log_probs: (N, C)
+// logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), lse: (N)
+// (Note [One copy of the logits] in core/ops/loss.cc)
 void SoftmaxCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& logits = op.inputs[0];
   const Tensor& labels = op.inputs[1];
@@ -244,24 +265,26 @@ void SoftmaxCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
   cudaStream_t s = dev.stream();
   FloatDispatch(logits.dtype(), "softmax_cross_entropy", [&](auto tag) {
     using T = decltype(tag);
-    T* logp = op.outputs[1].data<T>();
+    const T* x = logits.data<T>();
+    T* lse = op.outputs[1].data<T>();
     T* loss = op.outputs[0].data<T>();
-    SoftmaxLines<T>(logits.data<T>(), logp, AxisSplit{rows, classes, 1}, true, s);
+    RowLogSumExpKernel<<<RowBlocks(rows), RowThreads(classes), 0, s>>>(x, lse, rows, classes);
+    LOOM_CUDA_CHECK_LAUNCH();
     if (IsFloating(labels.dtype()))
-      MeanOfTerms(ctx, SceFloatTerm<T>{logp, labels.data<T>()}, rows * classes, double(rows), loss);
+      MeanOfTerms(ctx, SceFloatTerm<T>{x, lse, labels.data<T>(), classes}, rows * classes, double(rows), loss);
     else if (labels.dtype() == DType::kInt32)
-      MeanOfTerms(ctx, SceIndexTerm<T, int32_t>{logp, labels.data<int32_t>(), classes, dev.kernel_error()}, rows,
+      MeanOfTerms(ctx, SceIndexTerm<T, int32_t>{x, lse, labels.data<int32_t>(), classes, dev.kernel_error()}, rows,
                   double(rows), loss);
     else
-      MeanOfTerms(ctx, SceIndexTerm<T, int64_t>{logp, labels.data<int64_t>(), classes, dev.kernel_error()}, rows,
+      MeanOfTerms(ctx, SceIndexTerm<T, int64_t>{x, lse, labels.data<int64_t>(), classes, dev.kernel_error()}, rows,
                   double(rows), loss);
   });
 }
 
-// dlogits = (softmax - onehot(label)) * dy / N; a row with a bad label becomes NaN.
+// dlogits = (exp(logits - lse) - onehot(label)) * dy / N; a row with a bad label becomes NaN.
 template <typename T, typename L>
-__global__ void SceIndexGradKernel(const T* logp, const L* lab, const T* dy, T* dx, int64_t rows, int64_t classes,
-                                   KernelError* err) {
+__global__ void SceIndexGradKernel(const T* x, const T* lse, const L* lab, const T* dy, T* dx, int64_t rows,
+                                   int64_t classes, KernelError* err) {
   const T scale = dy[0] / T(rows);
   LOOM_GRID_STRIDE(e, rows * classes) {
     const int64_t i = e / classes, c = e % classes;
@@ -270,16 +293,17 @@ __global__ void SceIndexGradKernel(const T* logp, const L* lab, const T* dy, T* 
       if (c == 0) RaiseKernelError(err, kLabelOutOfRange, kOpSoftmaxCrossEntropyGrad, i, l, classes);
       dx[e] = QuietNaN<T>();
     } else {
-      T v = Exp(logp[e]) * scale;
+      T v = Exp(x[e] - lse[i]) * scale;
       if (c == l) v -= scale;
       dx[e] = v;
     }
   }
 }
 
-// dlogits = (softmax * sum(labels, row) - labels) * dy / N, one block per row.
+// dlogits = (exp(logits - lse) * sum(labels, row) - labels) * dy / N, one block per row.
 template <typename T>
-__global__ void SceFloatGradKernel(const T* logp, const T* t, const T* dy, T* dx, int64_t rows, int64_t classes) {
+__global__ void SceFloatGradKernel(const T* x, const T* lse, const T* t, const T* dy, T* dx, int64_t rows,
+                                   int64_t classes) {
   const T scale = dy[0] / T(rows);
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     const T* ti = t + i * classes;
@@ -287,11 +311,11 @@ __global__ void SceFloatGradKernel(const T* logp, const T* t, const T* dy, T* dx
     for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) mass += ti[c];
     mass = BlockSum(mass);
     for (int64_t c = threadIdx.x; c < classes; c += blockDim.x)
-      dx[i * classes + c] = (Exp(logp[i * classes + c]) * mass - ti[c]) * scale;
+      dx[i * classes + c] = (Exp(x[i * classes + c] - lse[i]) * mass - ti[c]) * scale;
   }
 }
 
-// log_probs: (N, C), labels: (N) int or (N, C) float, dy: () -> dlogits: (N, C)
+// logits: (N, C), labels: (N) int or (N, C) float, lse: (N), dy: () -> dlogits: (N, C)
 void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& lp = op.inputs[0];
   const Tensor& labels = op.inputs[1];
@@ -301,17 +325,18 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
   cudaStream_t s = dev.stream();
   FloatDispatch(lp.dtype(), "softmax_cross_entropy_grad", [&](auto tag) {
     using T = decltype(tag);
-    const T* logp = lp.data<T>();
-    const T* dy = op.inputs[2].data<T>();
+    const T* x = lp.data<T>();
+    const T* lse = op.inputs[2].data<T>();
+    const T* dy = op.inputs[3].data<T>();
     T* dx = op.outputs[0].data<T>();
     if (IsFloating(labels.dtype()))
-      SceFloatGradKernel<<<RowBlocks(rows), RowThreads(classes), 0, s>>>(logp, labels.data<T>(), dy, dx, rows,
+      SceFloatGradKernel<<<RowBlocks(rows), RowThreads(classes), 0, s>>>(x, lse, labels.data<T>(), dy, dx, rows,
                                                                            classes);
     else if (labels.dtype() == DType::kInt32)
-      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(logp, labels.data<int32_t>(), dy, dx, rows,
+      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(x, lse, labels.data<int32_t>(), dy, dx, rows,
                                                                       classes, dev.kernel_error());
     else
-      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(logp, labels.data<int64_t>(), dy, dx, rows,
+      SceIndexGradKernel<<<Blocks(rows * classes), kThreads, 0, s>>>(x, lse, labels.data<int64_t>(), dy, dx, rows,
                                                                       classes, dev.kernel_error());
     LOOM_CUDA_CHECK_LAUNCH();
   });

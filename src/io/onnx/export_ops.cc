@@ -243,11 +243,14 @@ void EmitLayerNorm(Emitter& e, const OpMapping&) {
 
 // ---- losses (a model exported with its loss, as SINGA's sonnx could) ----
 
-// softmax_cross_entropy(logits (N, C), labels) -> (loss (), log_probs (N, C)): LogSoftmax, then
-// for class indices NegativeLogLikelihoodLoss (mean over the rows), for float labels (one-hot or
-// probabilities) the mean over rows of -sum(labels * log_probs).
+// softmax_cross_entropy(logits (N, C), labels) -> (loss (), lse (N)): ReduceLogSumExp for lse,
+// LogSoftmax, then for class indices NegativeLogLikelihoodLoss (mean over the rows), for float
+// labels (one-hot or probabilities) the mean over rows of -sum(labels * log_probs).
 void EmitSoftmaxCrossEntropy(Emitter& e, const OpMapping&) {
-  const std::string logp = e.Out(1);
+  onnx_pb::NodeProto* lse = e.Node("ReduceLogSumExp", {e.In(0)}, {e.Out(1)});  // axes an attribute in opset 17
+  SetAttr(lse, "axes", std::vector<int64_t>{1});
+  SetAttr(lse, "keepdims", int64_t(0));
+  const std::string logp = e.Temp("log_probs");
   SetAttr(e.Node("LogSoftmax", {e.In(0)}, {logp}), "axis", int64_t(1));
   const DType lt = InDType(e, 1);
   if (lt == DType::kInt32 || lt == DType::kInt64) {

@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/elementwise_formulas.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
@@ -140,7 +141,23 @@ void WithIndexLabels(const Tensor& labels, int64_t rows, int64_t classes, const 
   }
 }
 
-// logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), log_probs: (N, C)
+// lse[i] = max + log(sum(exp(x - max))) of each row of x (rows, classes), rows split across threads.
+template <typename T>
+void RowLogSumExp(const T* x, T* lse, int64_t rows, int64_t classes) {
+  ParallelFor(rows, std::max<int64_t>(1, kGrain / classes), [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0; i < r1; ++i) {
+      const T* xi = x + i * classes;
+      T mx = xi[0];
+      for (int64_t c = 1; c < classes; ++c) mx = MaxNaN(mx, xi[c]);
+      T sum = T(0);
+      for (int64_t c = 0; c < classes; ++c) sum += ew::ExpOf(xi[c] - mx);
+      lse[i] = mx + std::log(sum);
+    }
+  });
+}
+
+// logits: (N, C), labels: (N) int32/int64 or (N, C) float -> loss: (), lse: (N)
+// (Note [One copy of the logits] in core/ops/loss.cc)
 void SoftmaxCrossEntropyCpu(const OpRecord& op, const KernelContext&) {
   const char* name = "softmax_cross_entropy";
   const Tensor& logits = op.inputs[0];
@@ -148,36 +165,42 @@ void SoftmaxCrossEntropyCpu(const OpRecord& op, const KernelContext&) {
   const int64_t rows = logits.dim(0), classes = logits.dim(1);
   FloatDispatch(logits.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    T* logp = op.outputs[1].data<T>();
+    const T* x = logits.data<T>();
+    T* lse = op.outputs[1].data<T>();
     double total = 0;
     // The loss sums are O(N) (indices) or O(N C) multiply-adds (floats): serial, in row order.
     if (IsFloating(labels.dtype())) {
-      SoftmaxLines<T>(logits.data<T>(), logp, AxisSplit{rows, classes, 1}, true);
+      RowLogSumExp(x, lse, rows, classes);
       const T* t = labels.data<T>();
-      for (int64_t i = 0; i < rows * classes; ++i)
-        if (t[i] != T(0)) total -= double(t[i]) * double(logp[i]);  // 0 * log 0 counts as 0
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t c = 0; c < classes; ++c) {
+          const int64_t at = i * classes + c;
+          if (t[at] != T(0)) total -= double(t[at]) * double(x[at] - lse[i]);  // 0 * log 0 counts as 0
+        }
     } else {
       WithIndexLabels(labels, rows, classes, name, [&](const auto* lab) {
-        SoftmaxLines<T>(logits.data<T>(), logp, AxisSplit{rows, classes, 1}, true);
-        for (int64_t i = 0; i < rows; ++i) total -= double(logp[i * classes + int64_t(lab[i])]);
+        RowLogSumExp(x, lse, rows, classes);
+        for (int64_t i = 0; i < rows; ++i) total -= double(x[i * classes + int64_t(lab[i])] - lse[i]);
       });
     }
     op.outputs[0].data<T>()[0] = T(total / double(rows));
   });
 }
 
-// log_probs: (N, C), labels: (N) int or (N, C) float, dy: () -> dlogits: (N, C)
-//   dlogits = (softmax * sum(labels, row) - labels) * dy / N  (sum(labels, row) = 1 for indices)
+// logits: (N, C), labels: (N) int or (N, C) float, lse: (N), dy: () -> dlogits: (N, C)
+//   dlogits = (exp(logits - lse) * sum(labels, row) - labels) * dy / N  (sum(labels, row) = 1 for
+//   indices); each element reads its own logit before it is written (dlogits may be the logits)
 void SoftmaxCrossEntropyGradCpu(const OpRecord& op, const KernelContext&) {
   const char* name = "softmax_cross_entropy_grad";
-  const Tensor& lp = op.inputs[0];
+  const Tensor& logits = op.inputs[0];
   const Tensor& labels = op.inputs[1];
-  const int64_t rows = lp.dim(0), classes = lp.dim(1);
-  FloatDispatch(lp.dtype(), name, [&](auto tag) {
+  const int64_t rows = logits.dim(0), classes = logits.dim(1);
+  FloatDispatch(logits.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    const T* logp = lp.data<T>();
+    const T* x = logits.data<T>();
+    const T* lse = op.inputs[2].data<T>();
     T* dx = op.outputs[0].data<T>();
-    const T scale = op.inputs[2].data<T>()[0] / T(rows);
+    const T scale = op.inputs[3].data<T>()[0] / T(rows);
     const int64_t grain = std::max<int64_t>(1, kGrain / classes);
     if (IsFloating(labels.dtype())) {
       const T* t = labels.data<T>();
@@ -187,7 +210,7 @@ void SoftmaxCrossEntropyGradCpu(const OpRecord& op, const KernelContext&) {
           T mass = T(0);
           for (int64_t c = 0; c < classes; ++c) mass += ti[c];
           for (int64_t c = 0; c < classes; ++c)
-            dx[i * classes + c] = (std::exp(logp[i * classes + c]) * mass - ti[c]) * scale;
+            dx[i * classes + c] = (ew::ExpOf(x[i * classes + c] - lse[i]) * mass - ti[c]) * scale;
         }
       });
       return;
@@ -195,7 +218,7 @@ void SoftmaxCrossEntropyGradCpu(const OpRecord& op, const KernelContext&) {
     WithIndexLabels(labels, rows, classes, name, [&](const auto* lab) {
       ParallelFor(rows, grain, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
-          for (int64_t c = 0; c < classes; ++c) dx[i * classes + c] = std::exp(logp[i * classes + c]) * scale;
+          for (int64_t c = 0; c < classes; ++c) dx[i * classes + c] = ew::ExpOf(x[i * classes + c] - lse[i]) * scale;
           dx[i * classes + int64_t(lab[i])] -= scale;
         }
       });
