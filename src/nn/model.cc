@@ -67,7 +67,43 @@ Tensor Model::ComputeLoss(const Tensor& out, const Tensor& y) const {
   return Tensor();
 }
 
+void Model::set_micro_batches(int64_t n) {
+  LOOM_CHECK(n >= 1, ValueError, "[Model] micro-batches must be at least 1, got ", n);
+  micro_batches_ = n;
+}
+
+// Note [Micro-batches in one step] (model.h)
+std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
+  const int64_t n = micro_batches_, bx = in[0].dim(0), by = in[1].dim(0);
+  LOOM_CHECK(bx % n == 0 && by % n == 0, ShapeError, "[Model] ", n, " micro-batches must divide the batch: x ",
+             in[0].Describe(), ", y ", in[1].Describe());
+  std::vector<std::pair<Tensor, Tensor>> sums;  // (param, gradient summed so far), backward's order
+  Tensor out, loss;
+  for (int64_t k = 0; k < n; ++k) {
+    out = net_->Forward(ops::Slice(in[0], 0, k * bx / n, (k + 1) * bx / n));
+    Tensor lk = ComputeLoss(out, ops::Slice(in[1], 0, k * by / n, (k + 1) * by / n));
+    std::vector<std::pair<Tensor, Tensor>> pairs = Backward(ops::MulScalar(lk, 1.0 / double(n)));
+    NoGradGuard no_grad;
+    loss = k == 0 ? lk.Detach() : ops::Add(loss, lk.Detach());
+    if (k == 0) {
+      sums = std::move(pairs);
+      continue;
+    }
+    LOOM_ASSERT(pairs.size() == sums.size(), "[Model] micro-batch ", k, " gave ", pairs.size(),
+                " gradients, the first ", sums.size());
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      LOOM_ASSERT(pairs[i].first.block() == sums[i].first.block(), "[Model] micro-batch ", k,
+                  " handed its gradients out in another order");
+      sums[i].second = ops::Add(sums[i].second, pairs[i].second);
+    }
+  }
+  opt_->StepKeyed(sums, /*key_by_name=*/true);
+  NoGradGuard no_grad;
+  return {out.Detach(), ops::MulScalar(loss, 1.0 / double(n))};
+}
+
 std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
+  if (micro_batches_ > 1) return MicroBatchStep(in);
   Tensor out = net_->Forward(in[0]);
   Tensor loss = ComputeLoss(out, in[1]);
   // Each parameter is updated as soon as its gradient is final, so gradients never pile up: the

@@ -39,8 +39,8 @@ class Model {
                bool sequential = true, const GraphOptions& options = {});
 
   struct StepResult {
-    Tensor output;  // the network's output for the batch
-    Tensor loss;    // shape ()
+    Tensor output;  // the network's output for the batch (with micro-batches: the last one's)
+    Tensor loss;    // shape (); with micro-batches their mean
   };
   StepResult TrainOneBatch(const Tensor& x, const Tensor& y);
   // Inference in eval mode (BatchNorm running statistics, no dropout), without gradients.
@@ -56,6 +56,15 @@ class Model {
   bool use_graph() const { return use_graph_; }
   const GraphOptions& graph_options() const { return graph_options_; }
   void set_recapture(bool on);
+  // Note [Micro-batches in one step]
+  // Gradient accumulation: TrainOneBatch splits its batch into n equal micro-batches along axis
+  // 0 (x and y; n must divide both), runs forward and backward on each in turn with the loss
+  // scaled by 1/n, sums the gradients and updates once: the update of the whole batch at the
+  // activation memory of one micro-batch. In graph mode all n are one captured step, so the plan
+  // reuses one micro-batch's activation memory for the next. 1 (the default) is the plain step.
+  // Set before the first step of a graph model (its graph keeps what it captured).
+  void set_micro_batches(int64_t n);
+  int64_t micro_batches() const { return micro_batches_; }
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
   // this precision, and a graph step is lowered by the pass autocast_bf16 (the same arithmetic).
   // kFloat32 by default; set before the first step of a graph model (its graph keeps what it
@@ -73,6 +82,7 @@ class Model {
  private:
   void CheckCompiled(const char* what) const;
   std::vector<Tensor> Step(const std::vector<Tensor>& in);
+  std::vector<Tensor> MicroBatchStep(const std::vector<Tensor>& in);
   Tensor ComputeLoss(const Tensor& out, const Tensor& y) const;
 
   std::shared_ptr<Layer> net_;
@@ -84,6 +94,7 @@ class Model {
   std::unique_ptr<CapturedStep> train_step_, eval_step_;
   int64_t steps_ = 0;
   Precision precision_ = Precision::kFloat32;
+  int64_t micro_batches_ = 1;
   static int next_id_;
   int id_;
 };
