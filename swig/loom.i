@@ -25,6 +25,7 @@
 //   comm.i      communicators (MPI, NCCL): rank, size, all_reduce of a tensor, barrier
 //   nn.i        layers, optimizers, Model, zoo, PyStep (graph mode for Python step functions)
 //   io.i        checkpoints (named tensors, optimizer state), MNIST / CIFAR-10 and the DataLoader
+//   data.i      what Python's loom.data.DataLoader shares with C++'s: the epoch order, run states
 %module(package="loom") core
 
 // Python names such as sum, max, abs, pow and slice are deliberate: they live in loom.core and
@@ -66,5 +67,6 @@
 %include "comm.i"
 %include "nn.i"
 %include "io.i"
+%include "data.i"
 %include "onnx_export.i"
 %include "onnx_import.i"

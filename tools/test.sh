@@ -13,7 +13,8 @@
 #     fuzz     each libFuzzer target for a few seconds (tools/fuzz.sh), build-fuzz/
 #     package  the Python package as users install it: a wheel (tools/wheel.sh) for a Python other
 #              than Debian's (pyenv's 3.12), installed into a fresh virtualenv, runs
-#              examples/python/quickstart.py there; skipped, saying so, without such a Python
+#              examples/python/quickstart.py and own_data.py there; skipped, saying so, without
+#              such a Python
 #   LOOM_BUILD_DIR      main build folder, absolute or relative to the repository root (default: build)
 #   LOOM_FUZZ_SECONDS   seconds per fuzz target in the fuzz stage (default 5)
 #   LOOM_PACKAGE_PYTHON the Python of the package stage (default: the newest pyenv CPython 3.12)
@@ -214,6 +215,7 @@ stage_package() {
     { ldd "$pkg"/_core.*.so >&2; echo "test: package: the extension does not load $pkg/libloom.so" >&2; return 1; }
   # From a folder outside the repository, as a user would.
   (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/quickstart.py")
+  (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/own_data.py" --epochs 4 | tail -n 1)
   (cd "$tmp" && "$venv/bin/python" -m loom.launch --help >/dev/null)
   (cd "$tmp" && "$venv/bin/python" -c 'import loom; print("test: package: loom", loom.__version__, "has", loom.clip.__name__, "and", loom.trainer.__name__, "after import loom")')
   (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.onnx_import')
