@@ -26,6 +26,7 @@
 //   nn.i        layers, optimizers, Model, zoo, PyStep (graph mode for Python step functions)
 //   io.i        checkpoints (named tensors, optimizer state), MNIST / CIFAR-10 and the DataLoader
 //   text.i      the text corpus and its byte-level BPE tokenizer, the default data folders
+//   data.i      what Python's loom.data.DataLoader shares with C++'s: the epoch order, run states
 %module(package="loom") core
 
 // Python names such as sum, max, abs, pow and slice are deliberate: they live in loom.core and
@@ -68,5 +69,6 @@
 %include "nn.i"
 %include "io.i"
 %include "text.i"
+%include "data.i"
 %include "onnx_export.i"
 %include "onnx_import.i"

@@ -11,9 +11,12 @@
 #     asan     C++ suites (label cpu) under AddressSanitizer + UndefinedBehaviorSanitizer, build-asan/
 #     tsan     the tests that use threads under ThreadSanitizer, build-tsan/
 #     fuzz     each libFuzzer target for a few seconds (tools/fuzz.sh), build-fuzz/
-#     package  the Python package as users install it: a wheel (tools/wheel.sh) for a Python other
-#              than Debian's (pyenv's 3.12), installed into a fresh virtualenv, runs
-#              examples/python/quickstart.py there; skipped, saying so, without such a Python
+#     package  the packages as users install them. C++: cmake --install into a fresh prefix, then
+#              examples/consumer built against it (find_package(loom)) and run, and every
+#              installed header compiled and linked through pkg-config's flags. Python: a wheel
+#              (tools/wheel.sh) for a Python other than Debian's (pyenv's 3.12), installed into a
+#              fresh virtualenv, runs examples/python/quickstart.py and own_data.py there; that
+#              half is skipped, saying so, without such a Python
 #   LOOM_BUILD_DIR      main build folder, absolute or relative to the repository root (default: build)
 #   LOOM_FUZZ_SECONDS   seconds per fuzz target in the fuzz stage (default 5)
 #   LOOM_PACKAGE_PYTHON the Python of the package stage (default: the newest pyenv CPython 3.12)
@@ -187,15 +190,54 @@ package_python() {
   [ -n "$found" ] && echo "$found"
 }
 
-stage_package() {
-  local py
-  if ! py="$(package_python)"; then
-    echo "test: package: skipped: no CPython 3.12 in ${PYENV_ROOT:-$HOME/.pyenv}/versions (pyenv install 3.12, or set LOOM_PACKAGE_PYTHON)"
-    return "$SKIPPED"
+# quiet LOG COMMAND...: runs it with its output in LOG, shown only when it fails.
+quiet() {
+  local log="$1"
+  shift
+  "$@" >"$log" 2>&1 || { cat "$log" >&2; echo "test: package: failed: $*" >&2; return 1; }
+}
+
+# The C++ package in the folder $1: installed from the main build, a program of its own built on
+# it with CMake and one with pkg-config, both run. ccache serves their compiles when it is there.
+package_cpp() {
+  local tmp="$1" prefix="$1/prefix" consumer="$1/consumer" launcher=()
+  command -v ccache >/dev/null 2>&1 && launcher=(ccache)
+  quiet "$tmp/install.log" cmake --install "$BUILD" --prefix "$prefix"
+  if readelf -d "$prefix"/lib*/libloom.so | grep -E 'R(UN)?PATH' | grep -F "$ROOT"; then
+    echo "test: package: the installed libloom.so has a RUNPATH into $ROOT (above)" >&2
+    return 1
   fi
-  local wheel tmp venv
+  quiet "$tmp/consumer.log" cmake -G Ninja -S examples/consumer -B "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+    ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache}
+  quiet "$tmp/consumer.log" cmake --build "$consumer"
+  (cd "$tmp" && "$consumer/consumer" | tail -n 1)
+  # Every installed header in one program, with nothing but pkg-config's flags: none may need a
+  # header that was not installed (a backend's, generated code's) or a library users do not link.
+  local pc
+  pc="$(dirname "$(find "$prefix" -name loom.pc)")"
+  { (cd "$prefix/include" && find loom -name '*.h' | sort | sed 's/.*/#include <&>/')
+    echo 'int main() { return loom::NumElements({2, 3}) == 6 && LOOM_VERSION_MAJOR == 0 ? 0 : 1; }'
+  } >"$tmp/all_headers.cc"
+  # shellcheck disable=SC2046  # pkg-config's flags are words
+  quiet "$tmp/pkg-config.log" "${launcher[@]}" c++ "$tmp/all_headers.cc" -o "$tmp/all_headers" \
+    $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs loom)
+  "$tmp/all_headers"
+  echo "test: package: the C++ package: examples/consumer built with find_package(loom) and run, and" \
+       "$(grep -c '^#include' "$tmp/all_headers.cc") installed headers built with pkg-config, from $prefix"
+}
+
+stage_package() {
+  local tmp
   tmp="$(mktemp -d)"
   trap "rm -rf '$tmp'" EXIT  # the stage runs in a subshell of its own; $tmp is expanded now
+  mkdir "$tmp/cpp"
+  package_cpp "$tmp/cpp"
+  local py
+  if ! py="$(package_python)"; then
+    echo "test: package: the Python half skipped: no CPython 3.12 in ${PYENV_ROOT:-$HOME/.pyenv}/versions (pyenv install 3.12, or set LOOM_PACKAGE_PYTHON)"
+    return "$SKIPPED"
+  fi
+  local wheel venv
   bash tools/wheel.sh --python "$py" >"$tmp/wheel.out" || { cat "$tmp/wheel.out"; return 1; }
   cat "$tmp/wheel.out"
   wheel="$(tail -n 1 "$tmp/wheel.out")"
@@ -214,6 +256,7 @@ stage_package() {
     { ldd "$pkg"/_core.*.so >&2; echo "test: package: the extension does not load $pkg/libloom.so" >&2; return 1; }
   # From a folder outside the repository, as a user would.
   (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/quickstart.py")
+  (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/own_data.py" --epochs 4 | tail -n 1)
   (cd "$tmp" && "$venv/bin/python" -m loom.launch --help >/dev/null)
   (cd "$tmp" && "$venv/bin/python" -c 'import loom; print("test: package: loom", loom.__version__, "has", loom.clip.__name__, "and", loom.trainer.__name__, "after import loom")')
   (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.onnx_import')

@@ -90,23 +90,15 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
                  data_->labels.size() == size_t(data_->n),
              ValueError, "[data_loader] the data set is inconsistent: ", data_->n, " samples of ",
              data_->sample_size(), " bytes, ", data_->images.size(), " image bytes, ", data_->labels.size(), " labels");
-  LOOM_CHECK(opt_.batch_size > 0, ValueError, "[data_loader] batch_size ", opt_.batch_size, " must be positive");
-  LOOM_CHECK(opt_.prefetch >= 0 && opt_.prefetch <= 2, ValueError, "[data_loader] prefetch ", opt_.prefetch,
-             " must be 0 (no background thread), 1 or 2");
+  n_ = data_->n;
   const size_t c = size_t(data_->channels);
   LOOM_CHECK(opt_.mean.size() == opt_.stddev.size() && (opt_.mean.empty() || opt_.mean.size() == c),
              ValueError, "[data_loader] mean and stddev need one value per channel (", c, "), got ",
              opt_.mean.size(), " and ", opt_.stddev.size());
-  LOOM_CHECK(opt_.shard_world >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_world, ValueError,
-             "[data_loader] shard (", opt_.shard_rank, ", ", opt_.shard_world,
-             "): the rank must lie in [0, world) and the world be >= 1");
-  LOOM_CHECK(data_->n >= opt_.shard_world, ValueError, "[data_loader] ", data_->n, " samples cannot be shared by ",
-             opt_.shard_world, " ranks");
   LOOM_CHECK(opt_.crop_padding >= 0 && opt_.crop_padding <= 0x7fff, ValueError, "[data_loader] crop_padding ",
              opt_.crop_padding, " must lie in [0, 32767]");
   LOOM_CHECK(!(opt_.crop_padding > 0 || opt_.hflip) || !opt_.flat, ValueError,
              "[data_loader] random crops and flips need images: they cannot be combined with flat");
-  if (!opt_.device) opt_.device = CpuDevice();
   scale_.assign(c, 1.0f / 255.0f);
   shift_.assign(c, 0.0f);
   for (size_t i = 0; i < opt_.mean.size(); ++i) {
@@ -122,6 +114,31 @@ DataLoader::DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions 
     scale_[i] = 1.0f / (255.0f * opt_.stddev[i]);
     shift_[i] = -opt_.mean[i] / opt_.stddev[i];
   }
+  Start();
+}
+
+DataLoader::DataLoader(std::shared_ptr<const Dataset> data, DataLoaderOptions options)
+    : dataset_(std::move(data)), opt_(std::move(options)) {
+  LOOM_CHECK(dataset_, ValueError, "[data_loader] no data set");
+  CheckDataset(*dataset_);
+  n_ = dataset_->size();
+  const bool images = !opt_.mean.empty() || !opt_.stddev.empty() || opt_.crop_padding != 0 || opt_.hflip || opt_.flat;
+  LOOM_CHECK(!images, ValueError, "[data_loader] data set '", dataset_->name(), "': mean, stddev, crop_padding, hflip "
+             "and flat are for the image readers (MNIST, CIFAR-10); a Dataset's samples are used as they are "
+             "(normalise them in the Dataset, or in a transform)");
+  Start();
+}
+
+void DataLoader::Start() {
+  LOOM_CHECK(opt_.batch_size > 0, ValueError, "[data_loader] batch_size ", opt_.batch_size, " must be positive");
+  LOOM_CHECK(opt_.prefetch >= 0 && opt_.prefetch <= 2, ValueError, "[data_loader] prefetch ", opt_.prefetch,
+             " must be 0 (no background thread), 1 or 2");
+  LOOM_CHECK(opt_.shard_world >= 1 && opt_.shard_rank >= 0 && opt_.shard_rank < opt_.shard_world, ValueError,
+             "[data_loader] shard (", opt_.shard_rank, ", ", opt_.shard_world,
+             "): the rank must lie in [0, world) and the world be >= 1");
+  LOOM_CHECK(n_ >= opt_.shard_world, ValueError, "[data_loader] ", n_, " samples cannot be shared by ",
+             opt_.shard_world, " ranks");
+  if (!opt_.device) opt_.device = CpuDevice();
   LOOM_CHECK(!opt_.drop_last || opt_.batch_size <= samples_per_epoch(), ValueError, "[data_loader] batch_size ",
              opt_.batch_size, " with drop_last: an epoch of ", samples_per_epoch(),
              " samples would have no batch (drop_last=False gives one batch of them all)");
@@ -164,29 +181,53 @@ int64_t DataLoader::batches_per_epoch() const {
 }
 
 Shape DataLoader::x_shape(int64_t batch) const {
+  if (dataset_) {
+    Shape s = dataset_->sample_shape();
+    s.insert(s.begin(), batch);
+    return s;
+  }
   if (opt_.flat) return {batch, int64_t(data_->sample_size())};
   return {batch, data_->channels, data_->height, data_->width};
 }
 
-void DataLoader::Reorder(int64_t epoch) {
-  if (order_epoch_ == epoch) return;
-  order_.resize(size_t(data_->n));
-  for (size_t i = 0; i < order_.size(); ++i) order_[i] = int64_t(i);
-  if (opt_.shuffle) {
+Shape DataLoader::y_shape(int64_t batch) const {
+  Shape s = dataset_ ? dataset_->target_shape() : Shape{};
+  s.insert(s.begin(), batch);
+  return s;
+}
+
+DType DataLoader::y_dtype() const { return dataset_ ? dataset_->target_dtype() : DType::kInt32; }
+
+std::string DataLoader::name() const { return dataset_ ? dataset_->name() : "images"; }
+
+std::vector<int64_t> EpochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t shard_rank,
+                                int64_t shard_world) {
+  LOOM_CHECK(n >= 0 && epoch >= 0 && shard_world >= 1 && shard_rank >= 0 && shard_rank < shard_world, ValueError,
+             "[data_loader] no epoch order for ", n, " samples, epoch ", epoch, ", shard (", shard_rank, ", ",
+             shard_world, ")");
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  if (shuffle) {
     // Fisher-Yates with our own generator: the same order on every platform (std::shuffle's
     // and the standard distributions' results are implementation-defined).
-    uint64_t state = SplitMix64(opt_.seed ^ SplitMix64(uint64_t(epoch)));
-    for (size_t i = order_.size(); i > 1; --i) {
+    uint64_t state = SplitMix64(seed ^ SplitMix64(uint64_t(epoch)));
+    for (size_t i = order.size(); i > 1; --i) {
       state = SplitMix64(state);
       size_t j = size_t(state % i);
-      std::swap(order_[i - 1], order_[j]);
+      std::swap(order[i - 1], order[j]);
     }
   }
-  if (opt_.shard_world > 1) {  // Note [Sharded epochs]
-    std::vector<int64_t> mine(static_cast<size_t>(samples_per_epoch()));
-    for (size_t i = 0; i < mine.size(); ++i) mine[i] = order_[i * size_t(opt_.shard_world) + size_t(opt_.shard_rank)];
-    order_ = std::move(mine);
+  if (shard_world > 1) {  // Note [Sharded epochs]
+    std::vector<int64_t> mine(static_cast<size_t>(n / shard_world));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = order[i * size_t(shard_world) + size_t(shard_rank)];
+    order = std::move(mine);
   }
+  return order;
+}
+
+void DataLoader::Reorder(int64_t epoch) {
+  if (order_epoch_ == epoch) return;
+  order_ = EpochOrder(n_, opt_.shuffle, opt_.seed, epoch, opt_.shard_rank, opt_.shard_world);
   order_epoch_ = epoch;
 }
 
@@ -208,6 +249,10 @@ HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
   b.index = index;
   int64_t begin = index * opt_.batch_size;
   b.size = std::min(opt_.batch_size, samples_per_epoch() - begin);
+  if (dataset_) {
+    FillFromDataset(&b, begin);
+    return b;
+  }
   const size_t sample = data_->sample_size(), plane = size_t(data_->height * data_->width);
   const size_t channels = size_t(data_->channels);
   const int64_t height = data_->height, width = data_->width, pad = opt_.crop_padding;
@@ -243,9 +288,35 @@ HostBatch DataLoader::MakeBatch(int64_t epoch, int64_t index) {
     }
   }
   if (opt_.transform) opt_.transform(b);
-  LOOM_CHECK(b.x.size() == size_t(b.size) * sample && b.y.size() == size_t(b.size), ValueError,
+  LOOM_CHECK(b.x.size() == size_t(b.size) * sample && b.y.size() == size_t(b.size) && b.y_float.empty(), ValueError,
              "[data_loader] the transform changed the batch's size");
   return b;
+}
+
+// Note [Users' data sets] in io/user_dataset.h: sample by sample, by index, in the epoch's order.
+void DataLoader::FillFromDataset(HostBatch* b, int64_t begin) {
+  const size_t xs = size_t(NumElements(dataset_->sample_shape())), ys = size_t(NumElements(dataset_->target_shape()));
+  const bool labels = dataset_->target_dtype() == DType::kInt32;
+  const size_t n = size_t(b->size);
+  b->x.resize(n * xs);
+  if (labels) {
+    b->y.resize(n * ys);
+  } else {
+    b->y_float.resize(n * ys);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SampleOut out;
+    out.x = b->x.data() + i * xs;
+    if (labels) {
+      out.label = b->y.data() + i * ys;
+    } else {
+      out.target = b->y_float.data() + i * ys;
+    }
+    dataset_->Get(order_[size_t(begin) + i], out);
+  }
+  if (opt_.transform) opt_.transform(*b);
+  LOOM_CHECK(b->x.size() == n * xs && b->y.size() == (labels ? n * ys : 0) && b->y_float.size() == (labels ? 0 : n * ys),
+             ValueError, "[data_loader] data set '", dataset_->name(), "': the transform changed the batch's size");
 }
 
 DataLoader::Item DataLoader::MakeItem(int64_t epoch, int64_t index) {
@@ -323,13 +394,23 @@ bool DataLoader::NextHost(HostBatch* batch) {
   return true;
 }
 
+namespace {
+void CopyY(const HostBatch& hb, Tensor& y) {
+  if (hb.y_float.empty()) {
+    y.CopyFromHost(hb.y.data(), hb.y.size() * sizeof(int32_t));
+  } else {
+    y.CopyFromHost(hb.y_float.data(), hb.y_float.size() * sizeof(float));
+  }
+}
+}  // namespace
+
 bool DataLoader::Next(Batch* batch) {
   HostBatch hb;
   if (!NextHost(&hb)) return false;
   batch->x = Tensor(x_shape(hb.size), DType::kFloat32, opt_.device);
   batch->x.CopyFromHost(hb.x.data(), hb.x.size() * sizeof(float));
-  batch->y = Tensor({hb.size}, DType::kInt32, opt_.device);
-  batch->y.CopyFromHost(hb.y.data(), hb.y.size() * sizeof(int32_t));
+  batch->y = Tensor(y_shape(hb.size), y_dtype(), opt_.device);
+  CopyY(hb, batch->y);
   batch->epoch = hb.epoch;
   batch->index = hb.index;
   return true;
@@ -342,11 +423,12 @@ bool DataLoader::NextInto(const Tensor& x, const Tensor& y) {
   LOOM_CHECK(x.shape() == xs && x.dtype() == DType::kFloat32, ShapeError, "[data_loader] batch ", hb.index,
              " of epoch ", hb.epoch, " is float32 ", ToString(xs), ", the target x is ", x.Describe(),
              hb.size < opt_.batch_size ? " (the last batch is smaller: set drop_last)" : "");
-  LOOM_CHECK(y.shape() == Shape{hb.size} && y.dtype() == DType::kInt32, ShapeError, "[data_loader] batch ",
-             hb.index, " of epoch ", hb.epoch, " has int32 labels (", hb.size, "), the target y is ", y.Describe());
+  const Shape ys = y_shape(hb.size);
+  LOOM_CHECK(y.shape() == ys && y.dtype() == y_dtype(), ShapeError, "[data_loader] batch ", hb.index, " of epoch ",
+             hb.epoch, " has ", Name(y_dtype()), " y ", ToString(ys), ", the target y is ", y.Describe());
   Tensor tx = x, ty = y;
   tx.CopyFromHost(hb.x.data(), hb.x.size() * sizeof(float));
-  ty.CopyFromHost(hb.y.data(), hb.y.size() * sizeof(int32_t));
+  CopyY(hb, ty);
   return true;
 }
 

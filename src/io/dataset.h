@@ -11,6 +11,11 @@
 //
 // With a captured graph, feed its input tensors instead: loader.NextInto(x, y).
 //
+// A user's own samples come through an io::Dataset instead of ImageData (io/user_dataset.h:
+// io::ArrayDataset holds them in std::vectors): the same order, batching, background thread,
+// position and Seek, with x float32 as the dataset gives it (the image options, normalisation,
+// augmentation and flat, are the readers' and refused) and y int32 labels or float32 targets.
+//
 // Augmentation (CIFAR's standard: random crop with padding, horizontal flip) runs on the
 // background thread; its draws are a function of (augment_seed, epoch, sample) (Note [Counter-
 // based augmentation]). position() and Seek() name where the loader stands, so a checkpoint
@@ -29,6 +34,7 @@
 
 #include "core/tensor.h"
 #include "io/dataset_format.h"
+#include "io/user_dataset.h"
 
 namespace loom {
 
@@ -49,10 +55,12 @@ std::shared_ptr<ImageData> LoadCifar10Dir(const std::string& dir, bool train = t
 extern const std::vector<float> kMnistMean, kMnistStd;
 extern const std::vector<float> kCifar10Mean, kCifar10Std;
 
-// One batch prepared on the host: x float32 in the final layout, y int32.
+// One batch prepared on the host: x float32 in the final layout, y int32 labels (or, from a
+// Dataset of float32 targets, y_float instead).
 struct HostBatch {
   std::vector<float> x;
   std::vector<int32_t> y;
+  std::vector<float> y_float;
   int64_t size = 0;   // samples in this batch (the last one may be smaller)
   int64_t epoch = 0;
   int64_t index = 0;  // batch number within the epoch
@@ -86,6 +94,12 @@ struct DataLoaderOptions {
   std::function<void(HostBatch&)> transform;
 };
 
+// The samples of epoch `epoch` in the order a loader reads them: 0 .. n-1, shuffled by (seed,
+// epoch) when shuffle, then shard_rank's share (Note [Sharded epochs]). Python's
+// loom.data.DataLoader reads a user's dataset in this order too.
+std::vector<int64_t> EpochOrder(int64_t n, bool shuffle, uint64_t seed, int64_t epoch, int64_t shard_rank = 0,
+                                int64_t shard_world = 1);
+
 // Where a loader stands: the batch the next call returns is batch `index` of epoch `epoch`
 // (index == batches_per_epoch(): the next call reports the end of that epoch).
 struct LoaderPosition {
@@ -108,8 +122,8 @@ struct AugmentDraw {
 AugmentDraw DrawAugment(uint64_t augment_seed, int64_t epoch, int64_t sample, int64_t padding, bool hflip);
 
 struct Batch {
-  Tensor x;  // float32 (N, C, H, W), or (N, C*H*W) with flat
-  Tensor y;  // int32 (N)
+  Tensor x;  // float32 (N, C, H, W), or (N, C*H*W) with flat; (N, sample_shape...) from a Dataset
+  Tensor y;  // int32 (N), or float32 (N, target_shape...) from a Dataset of float32 targets
   int64_t epoch = 0;
   int64_t index = 0;
 };
@@ -117,6 +131,9 @@ struct Batch {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const ImageData> data, DataLoaderOptions options);
+  // A user's samples (Note [Users' data sets] in io/user_dataset.h): CheckDataset, and
+  // ValueError for the image options (mean, stddev, crop_padding, hflip, flat).
+  DataLoader(std::shared_ptr<const Dataset> data, DataLoaderOptions options);
   ~DataLoader();  // stops and joins the background thread
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -132,9 +149,12 @@ class DataLoader {
   bool NextHost(HostBatch* batch);
 
   int64_t batches_per_epoch() const;
-  int64_t size() const { return data_->n; }
-  int64_t samples_per_epoch() const { return data_->n / opt_.shard_world; }  // this shard's
+  int64_t size() const { return n_; }
+  int64_t samples_per_epoch() const { return n_ / opt_.shard_world; }  // this shard's
   Shape x_shape(int64_t batch) const;  // the shape of x for a batch of `batch` samples
+  Shape y_shape(int64_t batch) const;  // and of y
+  DType y_dtype() const;               // int32, or float32 from a Dataset of float32 targets
+  std::string name() const;            // the Dataset's name, or "images"
   const DataLoaderOptions& options() const { return opt_; }
 
   // The batch the next call returns (LoaderPosition).
@@ -155,11 +175,15 @@ class DataLoader {
   void StopThread();
   Item MakeItem(int64_t epoch, int64_t index);     // one batch or end marker, on any thread
   HostBatch MakeBatch(int64_t epoch, int64_t index);
+  void FillFromDataset(HostBatch* b, int64_t begin);
+  void Start();                                    // checks the options, starts the thread
   void Reorder(int64_t epoch);
   bool Push(Item item);                            // false when stopping
   Item Pop();
 
-  std::shared_ptr<const ImageData> data_;
+  std::shared_ptr<const ImageData> data_;          // one of these two
+  std::shared_ptr<const Dataset> dataset_;
+  int64_t n_ = 0;                                  // samples
   DataLoaderOptions opt_;
   std::vector<float> scale_, shift_;               // per channel: x = pixel * scale + shift
   std::vector<int64_t> order_;                     // the current epoch's sample order

@@ -101,6 +101,9 @@ std::vector<Tensor> Evaluator::Step(const std::vector<Tensor>& in) {
 
 EvalResult Evaluator::Run(io::DataLoader& loader) {
   LOOM_CHECK(model_.compiled(), GraphError, "[evaluate] the model is not compiled: call Compile first");
+  LOOM_CHECK(loader.y_dtype() == DType::kInt32, DTypeError, "[evaluate] loss, top-1 and top-5 are a classifier's: "
+             "they need int32 class labels, and data set '", loader.name(), "' gives ", Name(loader.y_dtype()),
+             " targets");
   Layer& net = model_.net();
   const bool was_training = net.training();
   net.Train(false);

@@ -96,20 +96,34 @@ RunState RunState::FromMeta(const std::map<std::string, double>& meta, const std
   return s;
 }
 
-RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev) {
+LoaderFacts FactsOf(const io::DataLoader& loader) {
+  LoaderFacts f;
+  f.epoch = loader.position().epoch;
+  f.index = loader.position().index;
+  f.batch_size = loader.options().batch_size;
+  f.batches_per_epoch = loader.batches_per_epoch();
+  f.seed = loader.options().seed;
+  f.augment_seed = loader.options().augment_seed;
+  return f;
+}
+
+RunState CaptureRunState(int64_t step, const LoaderFacts& loader, const Device& dev) {
   RunState s;
   s.step = step;
-  s.position = loader.position();
-  s.batch_size = loader.options().batch_size;
-  s.loader_seed = loader.options().seed;
-  s.augment_seed = loader.options().augment_seed;
+  s.position = {loader.epoch, loader.index};
+  s.batch_size = loader.batch_size;
+  s.loader_seed = loader.seed;
+  s.augment_seed = loader.augment_seed;
   s.rng_seed = dev.rng_seed();
   s.rng_counter = dev.rng_counter();
   return s;
 }
 
-void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source) {
-  const auto& o = loader.options();
+RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev) {
+  return CaptureRunState(step, FactsOf(loader), dev);
+}
+
+void CheckRunState(const RunState& s, const LoaderFacts& o, const std::string& source) {
   LOOM_CHECK(o.seed == s.loader_seed && o.augment_seed == s.augment_seed, IOError, "[trainer] '", source,
              "' was saved by a run whose loader had seed ", s.loader_seed, " and augment_seed ", s.augment_seed,
              "; this loader has ", o.seed, " and ", o.augment_seed, ": it would not continue that run");
@@ -117,15 +131,23 @@ void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::s
   LOOM_CHECK(s.batch_size == 0 || s.batch_size == o.batch_size, IOError, "[trainer] '", source,
              "' was saved by a run whose loader had batch_size ", s.batch_size, "; this loader has ", o.batch_size,
              ": its position (epoch ", s.position.epoch, ", batch ", s.position.index, ") would not continue that run");
-  LOOM_CHECK(s.position.index <= loader.batches_per_epoch(), IOError, "[trainer] '", source, "' stands at batch ",
-             s.position.index, " of an epoch; this loader has ", loader.batches_per_epoch(), " batches an epoch");
+  LOOM_CHECK(s.position.index <= o.batches_per_epoch, IOError, "[trainer] '", source, "' stands at batch ",
+             s.position.index, " of an epoch; this loader has ", o.batches_per_epoch, " batches an epoch");
+}
+
+void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source) {
+  CheckRunState(s, FactsOf(loader), source);
+}
+
+void ApplyRngState(const RunState& s, const LoaderFacts& loader, Device& dev, const std::string& source) {
+  CheckRunState(s, loader, source);
+  dev.SetRandSeed(s.rng_seed);
+  dev.AdvanceRng(s.rng_counter);
 }
 
 void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source) {
-  CheckRunState(s, loader, source);
+  ApplyRngState(s, FactsOf(loader), dev, source);
   loader.Seek(s.position.epoch, s.position.index);
-  dev.SetRandSeed(s.rng_seed);
-  dev.AdvanceRng(s.rng_counter);
 }
 
 // ---- TrainingLog ----
@@ -358,7 +380,7 @@ bool Trainer::NextBatch() {
   if (train_.options().drop_last) {
     if (!x_.defined()) {
       x_ = Tensor(train_.x_shape(batch_), DType::kFloat32, train_.options().device);
-      y_ = Tensor(Shape{batch_}, DType::kInt32, train_.options().device);
+      y_ = Tensor(train_.y_shape(batch_), train_.y_dtype(), train_.options().device);
     }
     return train_.NextInto(x_, y_);
   }

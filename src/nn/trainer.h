@@ -84,11 +84,25 @@ struct RunState {
   static RunState FromMeta(const std::map<std::string, double>& meta, const std::string& source);
 };
 
+// What a RunState records of its training loader, and what resuming checks: any loader with a
+// position, seeds and a batch size. An io::DataLoader gives it (FactsOf); Python's
+// loom.data.DataLoader, which reads a user's dataset in Python, fills one itself.
+struct LoaderFacts {
+  int64_t epoch = 0, index = 0;  // the next batch (io::LoaderPosition)
+  int64_t batch_size = 0, batches_per_epoch = 0;
+  uint64_t seed = 0, augment_seed = 0;
+};
+LoaderFacts FactsOf(const io::DataLoader& loader);
+
 // The state of a run at `step` whose training data comes from `loader` on `dev`.
+RunState CaptureRunState(int64_t step, const LoaderFacts& loader, const Device& dev);
 RunState CaptureRunState(int64_t step, const io::DataLoader& loader, const Device& dev);
 // IOError when the loader's seeds or batch size differ from the saved ones (another shuffling,
 // augmentation or batching would not continue the run) or the position lies outside its epochs.
+void CheckRunState(const RunState& s, const LoaderFacts& loader, const std::string& source);
 void CheckRunState(const RunState& s, const io::DataLoader& loader, const std::string& source);
+// CheckRunState, then sets the device's generator; the loader seeks to s.position itself.
+void ApplyRngState(const RunState& s, const LoaderFacts& loader, Device& dev, const std::string& source);
 // CheckRunState, then seeks the loader and sets the device's generator.
 void ApplyRunState(const RunState& s, io::DataLoader& loader, Device& dev, const std::string& source);
 

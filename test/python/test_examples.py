@@ -60,3 +60,18 @@ def test_gpt_example(root, mode):
     assert res["mode"] == mode[2:]
     assert res["valid_bits_per_byte"] < res["valid_bits_per_byte_start"] - 0.3
     assert len(res["sample"]) > 0
+
+
+def test_own_data_example(root, tmp_path):
+    # docs/guide.md's "Your own data": numpy arrays through loom.data and the Trainer; killed
+    # after 3 epochs and resumed, it ends as the uninterrupted run does.
+    def run(*args):
+        r = subprocess.run([sys.executable, f"{root}/examples/python/own_data.py", *args], capture_output=True,
+                           text=True, env=python_env(), timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.strip().splitlines()[-1]
+
+    whole = run("--epochs", "6")
+    assert whole.startswith("own_data: 186 steps")
+    run("--epochs", "3", "--checkpoint-dir", str(tmp_path / "run"))
+    assert run("--epochs", "6", "--checkpoint-dir", str(tmp_path / "run"), "--resume") == whole

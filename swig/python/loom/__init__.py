@@ -16,7 +16,8 @@ Conv2d, BatchNorm2d, ...), model (Model with compile/train_one_batch, save_state
 zoo), module (SINGA 3.0's Module), io (checkpoints, MNIST / CIFAR-10, DataLoader), comm
 (communicators for data-parallel jobs; `python3 -m loom.launch -n N script.py` starts the
 ranks), errors; and, imported on first use (`loom.clip` after `import loom`), clip,
-initializer, trainer, curves, onnx_export, onnx_import, sonnx and launch.
+initializer, data (your own datasets and their loader), trainer, curves, onnx_export,
+onnx_import, sonnx and launch.
 """
 import importlib as _importlib
 import os as _os

@@ -1,5 +1,7 @@
-"""loom.trainer: epochs of a loom.io.DataLoader through a model, with a progress bar, evaluation,
-checkpoints, a resume that continues bitwise, a CSV log and a PNG of the curves.
+"""loom.trainer: epochs of a data loader through a model, with a progress bar, evaluation,
+checkpoints, a resume that continues bitwise, a CSV log and a PNG of the curves. The loader is a
+loom.io.DataLoader (MNIST, CIFAR-10) or a loom.data.DataLoader (your own data: numpy arrays or any
+dataset with __len__ and __getitem__; a loader whose device is None gets the model's).
 
     train = io.DataLoader(data, batch_size=64, seed=1, drop_last=True, crop_padding=4, hflip=True,
                           augment_seed=1, device=dev)
@@ -27,8 +29,10 @@ import sys
 import time
 
 from . import autograd, core, errors
+from . import data as _data
 from . import io as _io
 from .curves import plot_log
+from .tensor import int32 as _int32
 from .model import NativeModel
 
 try:
@@ -76,10 +80,11 @@ class Evaluator:
     def run(self, loader):
         """One pass over `loader` from its first batch: {"samples", "loss", "top1", "top5"}."""
         loader.seek(0, 0)
-        if self._native is not None:
+        if self._native is not None and isinstance(loader, _io.DataLoader):
             return _result(self._native.run(loader._impl))
         m = self.model
-        was_training = m.training
+        native = self._native is not None  # a NativeModel's forward runs its own eval graph
+        was_training = m.net.training if native else m.training
         m.eval()
         try:
             while True:
@@ -87,9 +92,12 @@ class Evaluator:
                 if b is None:
                     break
                 x, y = b[0], b[1]
+                if y.dtype != _int32:
+                    raise errors.DTypeError(f"[evaluate] loss, top-1 and top-5 are a classifier's: they need int32 "
+                                            f"class labels, and the loader gives y of dtype {y.dtype}")
                 if self._sums is None:
                     self._sums = core.MetricSums(x.device)
-                if m._use_graph:
+                if not native and m._use_graph:
                     if self._step is None:
                         self._step = core.PyStep(x.device, self._python_step, f"{type(m).__name__}.evaluate", True,
                                                  True, m._graph_options)
@@ -163,7 +171,8 @@ def _bar(total, initial, enabled):
 
 
 class Trainer:
-    """Epochs of `train` (a loom.io.DataLoader) through `model`, evaluated on `held_out`.
+    """Epochs of `train` (a loom.io.DataLoader or a loom.data.DataLoader) through `model`, evaluated on
+    `held_out`.
 
     epochs, max_steps   how long (max_steps > 0 stops earlier, even mid-epoch)
     log_every           steps between reads of the loss and the non-finite flag
@@ -192,9 +201,10 @@ class Trainer:
         if plot and not csv:
             raise errors.ValueError("[trainer] plot draws the CSV log: give csv too")
         for what, loader in (("train", train), ("held_out", held_out)):
-            if loader is not None and not isinstance(loader, _io.DataLoader):
-                raise errors.TypeError(f"[trainer] {what} must be a loom.io.DataLoader (its position and seeds are "
-                                       f"saved with each checkpoint), got {type(loader).__name__}")
+            if loader is not None and not isinstance(loader, (_io.DataLoader, _data.DataLoader)):
+                raise errors.TypeError(f"[trainer] {what} must be a loom.io.DataLoader or a loom.data.DataLoader (its "
+                                       f"position and seeds are saved with each checkpoint), got "
+                                       f"{type(loader).__name__}")
         self.model, self.train, self.held_out = model, train, held_out
         self.epochs, self.max_steps, self.log_every = int(epochs), int(max_steps), int(log_every)
         self.eval_every, self.eval_at_start = int(eval_every), bool(eval_at_start)
@@ -216,6 +226,9 @@ class Trainer:
         if not params:
             raise errors.ValueError("[trainer] the model has no parameters")
         self.device = model.device or params[0].device
+        for loader in (train, held_out):
+            if isinstance(loader, _data.DataLoader) and loader.device is None:
+                loader.device = self.device
         use_graph = model._impl.use_graph() if isinstance(model, NativeModel) else model._use_graph
         self.monitor = core.StepMonitor(self.device, params, bool(use_graph))
         self.step = 0
@@ -232,7 +245,7 @@ class Trainer:
         NonFiniteError instead when a step so far was not finite."""
         r = self.monitor.read(False)
         self._check_finite(r)  # only good states are saved
-        s = core.capture_run_state(self.step, self.train._impl, self.device)
+        s = core.capture_run_state(self.step, self._facts(), self.device)
         s.best_top1, s.best_step, s.seconds = self.best_top1, self.best_step, self._seconds()
         s.loss_sum, s.losses = r["loss_sum"], r["losses"]
         self.model.save_states(path, meta=s.to_meta())
@@ -243,13 +256,20 @@ class Trainer:
         the device's generator is set."""
         meta = _io.load_checkpoint(path).meta
         s = core.RunState.from_meta(meta, str(path))
-        core.check_run_state(s, self.train._impl, str(path))
+        core.check_run_state(s, self._facts(), str(path))
         self.model.load_states(path)
-        core.apply_run_state(s, self.train._impl, self.device, str(path))
+        core.apply_rng_state(s, self._facts(), self.device, str(path))
+        self.train.seek(*core.run_state_position(s))
         self.monitor.set_steps(s.step, s.loss_sum, s.losses)
         self.step = self._last_log_step = s.step
         self.best_top1, self.best_step = s.best_top1, s.best_step
         self._seconds_before = s.seconds
+
+    def _facts(self):
+        """What the run state records of the training loader (nn::LoaderFacts)."""
+        if isinstance(self.train, _io.DataLoader):
+            return core.facts_of(self.train._impl)
+        return self.train._facts()
 
     def _check_finite(self, reading=None):
         r = reading or self.monitor.read(False)
