@@ -47,9 +47,10 @@ add_custom_target(loom_headers ALL DEPENDS ${LOOM_STAGED_INCLUDE}/loom/.staged)
 
 # The umbrella header: what a training program includes (tensors and ops, devices and graphs,
 # layers, models, optimizers, data, checkpoints, the trainer).
-set(LOOM_UMBRELLA core/tensor.h core/ops.h core/ops_cnn.h core/device.h core/autograd.h core/error.h
-    graph/graph.h graph/step.h io/checkpoint.h io/dataset.h io/user_dataset.h nn/layer.h nn/cnn_layers.h
-    nn/models.h nn/model.h nn/optimizer.h nn/schedule.h nn/clip.h nn/evaluate.h nn/trainer.h)
+set(LOOM_UMBRELLA core/tensor.h core/ops.h core/ops_cnn.h core/ops_transformer.h core/device.h core/autograd.h
+    core/error.h graph/graph.h graph/step.h io/checkpoint.h io/dataset.h io/user_dataset.h io/text.h nn/layer.h
+    nn/cnn_layers.h nn/transformer.h nn/models.h nn/model.h nn/optimizer.h nn/schedule.h nn/clip.h nn/evaluate.h
+    nn/trainer.h)
 set(_umbrella "// loom's umbrella header (cmake/LoomInstall.cmake): #include <loom/loom.h>\n#pragma once\n\n")
 string(APPEND _umbrella "#include \"loom/version.h\"\n")
 foreach(h IN LISTS LOOM_UMBRELLA)

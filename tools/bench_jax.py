@@ -2,7 +2,7 @@
 """JAX reference for tools/loom-bench: the same models, batch sizes, optimizer and data, with the
 whole training step under one jax.jit.
 
-    python3 tools/bench_jax.py --model mlp|cnn|resnet18|resnet50 [--batch N] [--steps N]
+    python3 tools/bench_jax.py --model mlp|cnn|resnet18|resnet50|gpt [--batch N] [--steps N]
         [--warmup N] [--threads N] [--lr X] [--momentum X] [--json]
 
 Needs jax and jaxlib (the CPU build; tools/compare.sh installs them into their own environment).
@@ -49,6 +49,8 @@ class Ctx:
     """Parameters and BatchNorm statistics by name. Built once with init=True (shapes only, under
     jax.eval_shape, drawing the initial values in numpy), then read inside the jitted step."""
 
+    vocab = context = None  # the GPT's, set for the init pass (later passes read the shapes from params)
+
     def __init__(self, params=None, state=None, rng=None):
         self.init = params is None
         self.params = {} if self.init else params
@@ -70,6 +72,9 @@ class Ctx:
 
     def const(self, store, name, shape, v):
         return self._get(store, name, shape, lambda s: np.full(s, v, np.float32))
+
+    def normal(self, name, shape, std):  # GPT-2's initialisation
+        return self._get(self.params, name, shape, lambda s: (self.rng.standard_normal(s) * std).astype(np.float32))
 
 
 def dense(ctx, name, x, cout):
@@ -152,6 +157,40 @@ def resnet(block, blocks, classes, cifar_stem):
     return forward
 
 
+def gpt(layers, dim, heads):
+    """loom's Gpt (src/nn/transformer.h): pre-norm blocks, fused qkv, causal attention
+    (jax.nn.dot_product_attention), GELU (tanh form), logits through the token embedding; GPT-2's
+    initialisation. tokens (B, T) -> logits (B * T, vocab)."""
+    def layer_norm(ctx, name, x):
+        import jax.numpy as jnp
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        g = ctx.const(ctx.params, name + ".gamma", (x.shape[-1],), 1.0)
+        b = ctx.const(ctx.params, name + ".beta", (x.shape[-1],), 0.0)
+        return (x - mean) / jnp.sqrt(var + 1e-5) * g + b
+
+    def linear(ctx, name, x, cout, std):
+        return x @ ctx.normal(name + ".w", (x.shape[-1], cout), std) + ctx.const(ctx.params, name + ".b", (cout,), 0.0)
+
+    def forward(ctx, tokens):
+        import jax
+        b, t = tokens.shape
+        wte = ctx.normal("wte", (ctx.vocab, dim), 0.02)
+        wpe = ctx.normal("wpe", (ctx.context, dim), 0.01)
+        h = wte[tokens] + wpe[:t]
+        resid = 0.02 / math.sqrt(2 * layers)
+        for i in range(layers):
+            n = f"h{i}"
+            qkv = linear(ctx, n + ".qkv", layer_norm(ctx, n + ".ln1", h), 3 * dim, 0.02)
+            q, k, v = (qkv[..., j * dim:(j + 1) * dim].reshape(b, t, heads, dim // heads) for j in range(3))
+            y = jax.nn.dot_product_attention(q, k, v, is_causal=True).reshape(b, t, dim)
+            h = h + linear(ctx, n + ".proj", y, dim, resid)
+            m = jax.nn.gelu(linear(ctx, n + ".fc1", layer_norm(ctx, n + ".ln2", h), 4 * dim, 0.02), approximate=True)
+            h = h + linear(ctx, n + ".fc2", m, dim, resid)
+        return layer_norm(ctx, "ln_f", h).reshape(b * t, dim) @ wte.T
+    return forward
+
+
 MODELS = {
     "mlp": mlp,
     "cnn": small_cnn,
@@ -170,7 +209,7 @@ MODELS = {
 # first warm-up step; its time is compile_warmup_ms.
 
 
-def make_step(forward, lr, momentum):
+def make_step(forward, lr, momentum, adam=False):
     import jax
     import jax.numpy as jnp
 
@@ -188,15 +227,30 @@ def make_step(forward, lr, momentum):
         params = jax.tree_util.tree_map(lambda p, b: p - lr * b, params, bufs)
         return params, new_state, (count + 1, bufs), loss
 
-    return jax.jit(step, donate_argnums=(0, 1, 2))
+    def adam_step(params, state, opt, x, y):  # PyTorch's Adam: betas 0.9, 0.999, eps 1e-8
+        (loss, new_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
+        count, (m, v) = opt
+        t = (count + 1).astype(jnp.float32)
+        m = jax.tree_util.tree_map(lambda a, g: 0.9 * a + 0.1 * g, m, grads)
+        v = jax.tree_util.tree_map(lambda a, g: 0.999 * a + 0.001 * g * g, v, grads)
+        c1, c2 = 1 - 0.9 ** t, 1 - 0.999 ** t
+        params = jax.tree_util.tree_map(lambda p, a, s: p - lr * (a / c1) / (jnp.sqrt(s / c2) + 1e-8), params, m, v)
+        return params, new_state, (count + 1, (m, v)), loss
+
+    return jax.jit(adam_step if adam else step, donate_argnums=(0, 1, 2))
 
 
-def init_model(forward, sample, batch):
-    """Initial parameters and BatchNorm statistics (numpy), by running the forward on shapes."""
+def init_model(forward, sample, batch, a=None):
+    """Initial parameters and BatchNorm statistics (numpy), by running the forward on shapes; `a`
+    the flags (the GPT's vocabulary and context come from them)."""
     import jax
     import jax.numpy as jnp
     ctx = Ctx(rng=np.random.default_rng(bc.SEED))
-    jax.eval_shape(lambda x: forward(ctx, x), jax.ShapeDtypeStruct((batch,) + tuple(sample), jnp.float32))
+    lm = a is not None and a.model == "gpt"
+    if lm:
+        ctx.vocab, ctx.context = a.vocab, a.context
+    dtype = jnp.int32 if lm else jnp.float32
+    jax.eval_shape(lambda x: forward(ctx, x), jax.ShapeDtypeStruct((batch,) + tuple(sample), dtype))
     return ctx.params, ctx.state
 
 
@@ -225,15 +279,16 @@ def main():
         print(f"bench_jax: cannot import jax ({e}): run it with the environment tools/compare.sh installs",
               file=sys.stderr)
         return 1
-    if a.model == "gpt":
-        ap.error("--model gpt: not written for JAX yet (tools/bench_torch.py and loom-bench have it)")
     arch, sample, classes, default_batch = bc.model_spec(a)
+    lm = a.model == "gpt"
     batch = a.batch or default_batch
     print(f"bench_jax: jax {jax.__version__} (jaxlib {jaxlib.__version__}) jit, {arch}, batch {batch}, cpu, "
           f"{a.threads} threads, {a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
 
-    xs, ys = bc.make_data(sample, classes, batch)
+    xs, ys = bc.make_tokens(a.context, a.vocab, batch) if lm else bc.make_data(sample, classes, batch)
     checksum = bc.data_checksum(xs, ys)
+    if lm:
+        xs = xs.astype(np.int32)
     n = xs.shape[0]
     if len(sample) == 3:
         xs = np.ascontiguousarray(xs.transpose(0, 2, 3, 1))  # NCHW -> NHWC: Note [The JAX models]
@@ -241,12 +296,14 @@ def main():
 
     exact = bc.reset_high_water_mark()
     rss0_kb = bc.status_kb("VmRSS:")
-    forward = MODELS[a.model]
-    params0, state0 = init_model(forward, nhwc(sample), batch)
+    forward = gpt(a.gpt_layers, a.gpt_dim, a.gpt_heads) if lm else MODELS[a.model]
+    params0, state0 = init_model(forward, nhwc(sample), batch, a)
     params = {k: jnp.asarray(v) for k, v in params0.items()}
     state = {k: jnp.asarray(v) for k, v in state0.items()}
-    opt = (jnp.zeros((), jnp.int32), {k: jnp.zeros_like(v) for k, v in params.items()})
-    step = make_step(forward, a.lr, a.momentum)
+    zeros = lambda: {k: jnp.zeros_like(v) for k, v in params.items()}
+    adam = a.optimizer == "adam"
+    opt = (jnp.zeros((), jnp.int32), (zeros(), zeros()) if adam else zeros())
+    step = make_step(forward, a.lr, a.momentum, adam)
 
     def run(batch):
         nonlocal params, state, opt
@@ -255,8 +312,8 @@ def main():
         return float(loss)
 
     total = a.warmup + a.steps
-    timed = bc.time_steps("bench_jax", a, lambda i: (xs[bc.batch_indices(i, batch, n)], ys[bc.batch_indices(i, batch, n)]),
-                          run)
+    timed = bc.time_steps("bench_jax", a, lambda i: (xs[bc.batch_indices(i, batch, n)],
+                                                     ys[bc.batch_indices(i, batch, n)].reshape(-1)), run)
     if timed is None:
         return 3
     times, warm, losses = timed
@@ -266,7 +323,7 @@ def main():
     rss_delta = max(0, hwm_kb - rss0_kb) * 1024
     nbytes = lambda tree: sum(int(v.size) * v.dtype.itemsize for v in jax.tree_util.tree_leaves(tree))
     param_bytes = nbytes(params)
-    state_bytes = param_bytes + nbytes(state) + nbytes(opt[1]) + xs[0].nbytes * batch + 4 * batch
+    state_bytes = param_bytes + nbytes(state) + nbytes(opt[1]) + xs[0].nbytes * batch + ys[0].size * 4 * batch
 
     why = bc.why_not_trained(
         losses, any(not np.array_equal(np.asarray(params[k]), params0[k]) for k in params0),
@@ -282,7 +339,7 @@ def main():
         "param_bytes": param_bytes, "param_traffic_bytes_per_step": 8 * param_bytes,
         "init": "loom (kaiming normal)", "framework": "jax", "jax": jax.__version__, "jaxlib": jaxlib.__version__,
         "version": jax.__version__, "layout": "NHWC" if len(sample) == 3 else "NC",
-        "jit": "whole step: forward, backward, BatchNorm statistics, SGD-momentum update; state donated",
+        "jit": f"whole step: forward, backward, BatchNorm statistics, {a.optimizer} update; state donated",
         "data_checksum": checksum, "peak_bytes_is": bc.RSS_IS + " (includes XLA compilation)",
         "rss_peak_delta_is": bc.RSS_IS, "compile_warmup_ms": [round(w, 1) for w in warm],
     }

@@ -27,7 +27,6 @@
 # context 256, vocabulary 1024) at batch 8 with Adam; ResNet-50 at batch 8 with --with-resnet50.
 # On cuda: MLP at batch 1 and 64, the CNN at 32, ResNet-18 at 16, ResNet-50 at 32 and 64, GPT-2
 # 124M (12 layers, width 768, 12 heads, context 1024, vocabulary 50304) at batch 8 with Adam.
-# JAX has no GPT yet (tools/bench_jax.py says so); it sits those rows out.
 #
 # The peers are installed here, never by tools/setup.sh: each into its own virtual environment
 # under $LOOM_CACHE_DIR (default ~/.cache/loom), from PyPI, at the pinned versions below, with a
@@ -260,10 +259,7 @@ for ((rep = 0; rep < REPS; ++rep)); do
     # shellcheck disable=SC2206  # the extra flags split into words
     [ -z "${extra:-}" ] || args+=($extra)
     echo "compare: rep $((rep + 1))/$REPS, $model batch $batch: ${order[*]}" >&2
-    for who in "${order[@]}"; do
-      [ "$who" = jax ] && [ "$model" = gpt ] && continue  # no GPT in tools/bench_jax.py yet
-      run_one "$who" "${args[@]}"
-    done
+    for who in "${order[@]}"; do run_one "$who" "${args[@]}"; done
   done
 done
 echo "compare: all runs took $((SECONDS - T_START)) s" >&2

@@ -9,6 +9,7 @@ the rest.
 import json
 import os
 import subprocess
+import types
 import sys
 
 import numpy as np
@@ -61,12 +62,16 @@ FIELDS = {"tool", "model", "batch", "mode", "device", "threads", "ms_per_step_me
           "ms_per_step_p90", "rss_peak_delta_bytes", "first_loss", "last_loss", "optimizer_steps", "data_checksum"}
 
 
-def check_trained(out, model, batch, mode, steps):
+def check_trained(out, model, batch, mode, steps, tokens=None):
+    """tokens: (context, vocab) of a GPT run."""
     assert FIELDS <= set(out), FIELDS - set(out)
     assert (out["model"], out["batch"], out["mode"]) == (model, batch, mode)
     assert out["optimizer_steps"] == steps
     assert out["ms_per_step_p10"] <= out["ms_per_step_median"] <= out["ms_per_step_p90"]
     assert out["first_loss"] != out["last_loss"] and np.isfinite(out["last_loss"])
+    if tokens:
+        assert out["data_checksum"] == bc.data_checksum(*bc.make_tokens(*tokens, batch))
+        return
     _, sample, classes, _ = bc.ZOO[model]
     assert out["data_checksum"] == bc.data_checksum(*bc.make_data(sample, classes, batch))
 
@@ -166,13 +171,30 @@ def test_bench_data_is_loom_benchs():
         _, sample, classes, _ = bc.ZOO[model]
         assert out["data_checksum"] == bc.data_checksum(*bc.make_data(sample, classes, batch))
         assert out["arch"] == bc.ZOO[model][0]
+    # the GPT's tokens, and its arch named from the same flags
+    r = run([bench, "--model", "gpt", "--batch", "2", "--gpt-layers", "1", "--gpt-dim", "32", "--context", "16",
+             "--vocab", "64", "--steps", "2", "--warmup", "1", "--mode", "eager", "--threads", "1",
+             "--peak-gflops", "1", "--json"])
+    out = one_json_line(r)
+    assert out["data_checksum"] == bc.data_checksum(*bc.make_tokens(16, 64, 2))
+    flags = types.SimpleNamespace(model="gpt", gpt_layers=1, gpt_dim=32, gpt_heads=4, context=16, vocab=64)
+    assert out["arch"] == bc.model_spec(flags)[0] == "gpt-L1-d32-h4-T16-V64"
+
+
+# The small GPT of the comparison, smaller: 2 layers, width 64, 4 heads, context 32, vocabulary 96.
+GPT_FLAGS = dict(gpt_layers=2, gpt_dim=64, gpt_heads=4, context=32, vocab=96, model="gpt")
 
 
 def loom_sizes(model):
     """(parameter elements, BatchNorm running-statistic elements) of loom's zoo model."""
-    from loom import device
+    from loom import device, layer
     from loom import model as lm
     dev = device.create_cpu_device()
+    if model == "gpt":
+        g = GPT_FLAGS
+        net = layer.GPT(g["vocab"], context=g["context"], num_layers=g["gpt_layers"], dim=g["gpt_dim"],
+                        num_heads=g["gpt_heads"], device=dev)
+        return sum(int(np.prod(t.shape)) for t in net.get_params().values()), 0
     net = {"mlp": lambda: lm.mlp([784, 1024, 1024, 10], device=dev), "cnn": lambda: lm.small_cnn(3, 10, device=dev),
            "resnet18": lambda: lm.resnet18(10, device=dev), "resnet50": lambda: lm.resnet50(1000, device=dev)}[model]()
     params = sum(int(np.prod(t.shape)) for t in net.get_params().values())
@@ -197,34 +219,40 @@ def test_bench_jax_says_where_jax_comes_from():
     assert r.returncode == 1 and "cannot import jax" in r.stderr and "compare.sh" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50", "gpt"])
 def test_jax_models_are_loom_zoos(model):
     py = peer_python("jax", "jax")
-    code = ("import json, sys; sys.path.insert(0, 'tools'); import bench_jax as bj, bench_common as bc; "
-            f"_, s, c, b = bc.ZOO['{model}']; p, st = bj.init_model(bj.MODELS['{model}'], bj.nhwc(s), 2); "
+    g = GPT_FLAGS
+    make = (f"a = types.SimpleNamespace(**{g!r}); s = (a.context,); "
+            f"p, st = bj.init_model(bj.gpt(a.gpt_layers, a.gpt_dim, a.gpt_heads), s, 2, a); " if model == "gpt" else
+            f"_, s, c, b = bc.ZOO['{model}']; p, st = bj.init_model(bj.MODELS['{model}'], bj.nhwc(s), 2); ")
+    code = ("import json, sys, types; sys.path.insert(0, 'tools'); import bench_jax as bj, bench_common as bc; " + make +
             "print(json.dumps([int(sum(v.size for v in p.values())), int(sum(v.size for v in st.values()))]))")
     r = run([py, "-c", code], env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert r.returncode == 0, r.stderr[-3000:]
     assert tuple(json.loads(r.stdout)) == loom_sizes(model)
 
 
-@pytest.mark.parametrize("model,batch", [("mlp", 4), ("cnn", 4)])
+@pytest.mark.parametrize("model,batch", [("mlp", 4), ("cnn", 4), ("gpt", 2)])
 def test_bench_jax_trains_the_whole_step(model, batch):
     py = peer_python("jax", "jax")
+    small = ["--gpt-layers", "1", "--gpt-dim", "32", "--context", "16", "--vocab", "64", "--optimizer", "adam"]
     out = one_json_line(run([py, "tools/bench_jax.py", "--model", model, "--batch", str(batch), "--steps", "3",
-                             "--warmup", "1", "--threads", "1", "--json"]))
-    check_trained(out, model, batch, "jax-jit", 4)
+                             "--warmup", "1", "--threads", "1", "--json"] + (small if model == "gpt" else [])))
+    check_trained(out, model, batch, "jax-jit", 4, (16, 64) if model == "gpt" else None)
     assert out["threads"] == 1 and out["framework"] == "jax" and len(out["compile_warmup_ms"]) == 1
 
 
 # ---------------------------------------------------------------- PyTorch
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "resnet50", "gpt"])
 def test_torch_models_are_loom_zoos(model):
     py = peer_python("torch", "torch2")
-    code = ("import json, sys; sys.path.insert(0, 'tools'); import bench_torch as bt; "
-            f"m = bt.CONSTRUCTORS['{model}'](); "
+    make = (f"bt.CONSTRUCTORS['gpt'](types.SimpleNamespace(**{GPT_FLAGS!r}))" if model == "gpt" else
+            f"bt.CONSTRUCTORS['{model}']()")
+    code = ("import json, sys, types; sys.path.insert(0, 'tools'); import bench_torch as bt; "
+            f"m = {make}; "
             "print(json.dumps([sum(p.numel() for p in m.parameters()), "
             "sum(b.numel() for n, b in m.named_buffers() if 'running' in n)]))")
     r = run([py, "-c", code])
@@ -238,6 +266,15 @@ def test_bench_torch_eager_trains():
                              "--warmup", "1", "--threads", "1", "--json"]))
     check_trained(out, "cnn", 4, "torch-eager", 4)
     assert out["framework"] == "torch" and out["compile_warmup_ms"] is None
+
+
+def test_bench_torch_gpt_trains_with_adam():
+    py = peer_python("torch", "torch2")
+    out = one_json_line(run([py, "tools/bench_torch.py", "--model", "gpt", "--batch", "2", "--gpt-layers", "1",
+                             "--gpt-dim", "32", "--context", "16", "--vocab", "64", "--optimizer", "adam",
+                             "--steps", "3", "--warmup", "1", "--threads", "1", "--json"]))
+    check_trained(out, "gpt", 2, "torch-eager", 4, (16, 64))
+    assert out["optimizer"].startswith("adam lr 0.001")
 
 
 def test_bench_torch_compile_needs_torch_2():
