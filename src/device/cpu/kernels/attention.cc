@@ -62,11 +62,9 @@ void ForwardRows(const AttentionDims& g, const Rows<T>& r, T* y, int64_t ldy, T*
       T mx = sr[0];
       for (int64_t j = 1; j < lim; ++j) mx = std::max(mx, sr[j]);
       const T mnew = std::max(m[i], mx);
+      for (int64_t j = 0; j < lim; ++j) sr[j] = ew::ExpOf(sr[j] - mnew);  // vectorised
       T sum = 0;
-      for (int64_t j = 0; j < lim; ++j) {
-        sr[j] = ew::ExpOf(sr[j] - mnew);
-        sum += sr[j];
-      }
+      for (int64_t j = 0; j < lim; ++j) sum += sr[j];
       std::fill(sr + lim, sr + nk, T(0));
       const T alpha = m[i] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[i] - mnew);
       if (alpha != T(1)) {

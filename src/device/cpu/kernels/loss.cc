@@ -149,8 +149,15 @@ void RowLogSumExp(const T* x, T* lse, int64_t rows, int64_t classes) {
       const T* xi = x + i * classes;
       T mx = xi[0];
       for (int64_t c = 1; c < classes; ++c) mx = MaxNaN(mx, xi[c]);
+      // 16 partial sums, added in a fixed order: the exponentials vectorise (a single running sum
+      // is a reduction GCC will not reorder)
+      T part[16] = {};
+      int64_t c = 0;
+      for (; c + 16 <= classes; c += 16)
+        for (int l = 0; l < 16; ++l) part[l] += ew::ExpOf(xi[c + l] - mx);
+      for (; c < classes; ++c) part[0] += ew::ExpOf(xi[c] - mx);
       T sum = T(0);
-      for (int64_t c = 0; c < classes; ++c) sum += ew::ExpOf(xi[c] - mx);
+      for (int l = 0; l < 16; ++l) sum += part[l];
       lse[i] = mx + std::log(sum);
     }
   });
