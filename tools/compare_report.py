@@ -65,7 +65,7 @@ for (model, batch, dev), m in by.items():
     if graphs and "loom eager" in m:
         replay = f"{med(m['loom eager']) / min(graphs)[0]:.2f}x"
     print(f"| {model} | {batch} | " + " | ".join(ms_cell(m.get(c)) for c in cols) + f" | {ratio} | {replay} |")
-print("\nms = median of the timed steps (copy-in, forward, backward, SGD-momentum update, loss read); a ratio "
+print("\nms = median of the timed steps (copy-in, forward, backward, the update: SGD with momentum, Adam on the GPT; loss read); a ratio "
       "below 1 means loom's fastest graph replay beats the fastest peer (PyTorch 2.x eager, torch.compile, JAX; "
       "PyTorch 1.x only when it is the one peer); the issue's target is <= 0.8. The ratio is of the medians over "
       "the reps; 'reps' lists each repetition's own ratio. loom eager / best graph: the replay's speed-up over "
