@@ -140,8 +140,8 @@ def test_gpt_graph_step_equals_eager_bitwise(dev):
 
 
 def test_gpt_training_tracks_torch(dev):
-    """30 Adam steps from identical weights on identical batches: the loss curves agree step by
-    step (float32 on both sides: small differences in summation order compound slowly)."""
+    """200 Adam steps from identical weights on identical batches: the loss curves agree step by
+    step (float32 on both sides: differences in summation order compound slowly)."""
     batches = _batches(6)
     dev.SetRandSeed(5)
     g, params = make_gpt(dev, "float32")
@@ -151,7 +151,7 @@ def test_gpt_training_tracks_torch(dev):
     tp = {n: torch.tensor(p.to_numpy(), requires_grad=True) for n, p in params.items()}
     topt = torch.optim.Adam(tp.values(), lr=3e-3, eps=1e-8)
     ours, theirs = [], []
-    for i in range(30):
+    for i in range(200):
         x, y = batches[i % len(batches)]
         _, loss = m.train_one_batch(tensor.from_numpy(x, dev), tensor.from_numpy(y, dev))
         ours.append(float(loss.to_numpy()[0]))
@@ -161,8 +161,9 @@ def test_gpt_training_tracks_torch(dev):
         tl.backward()
         topt.step()
         theirs.append(tl.item())
-    np.testing.assert_allclose(ours, theirs, rtol=2e-3)
-    assert ours[-1] < ours[0] - 0.2, ours  # it learns the batches
+    np.testing.assert_allclose(ours[:30], theirs[:30], rtol=2e-3)
+    np.testing.assert_allclose(ours, theirs, rtol=2e-2)
+    assert ours[-1] < ours[0] - 1.0, ours  # it learns the batches
 
 
 def test_gpt_rejects_a_sequence_longer_than_its_context(dev):
