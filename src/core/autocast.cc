@@ -9,13 +9,29 @@ LOOM_OP_KIND(matmul);
 
 namespace loom {
 
-const char* Name(Precision p) { return p == Precision::kBFloat16 ? "bf16" : "fp32"; }
+const char* Name(Precision p) {
+  switch (p) {
+    case Precision::kBFloat16: return "bf16";
+    case Precision::kFloat16: return "fp16";
+    default: return "fp32";
+  }
+}
 
 Precision PrecisionFromName(const std::string& name) {
   if (name == "fp32" || name == "float32") return Precision::kFloat32;
   if (name == "bf16" || name == "bfloat16") return Precision::kBFloat16;
-  throw ValueError(detail::Cat("[precision] '", name, "': expected 'fp32' (float32 throughout) or 'bf16' (matrix ",
-                               "products from bfloat16 operands, Note [Precision policy])"));
+  if (name == "fp16" || name == "float16") return Precision::kFloat16;
+  throw ValueError(detail::Cat("[precision] '", name, "': expected 'fp32' (float32 throughout), 'bf16' (matrix ",
+                               "products from bfloat16 operands) or 'fp16' (from float16 operands, with loss scaling), ",
+                               "Note [Precision policy]"));
+}
+
+DType OperandType(Precision p) {
+  switch (p) {
+    case Precision::kBFloat16: return DType::kBFloat16;
+    case Precision::kFloat16: return DType::kFloat16;
+    default: return DType::kFloat32;
+  }
 }
 
 namespace {
@@ -28,7 +44,7 @@ AutocastScope::AutocastScope(Precision p) : previous_(t_precision) { t_precision
 AutocastScope::~AutocastScope() { t_precision = previous_; }
 
 bool Lowers(const OpRecord& op, Precision p) {
-  if (p != Precision::kBFloat16 || op.def != &op_kind::matmul || op.inputs.size() != 2 || op.outputs.size() != 1)
+  if (p == Precision::kFloat32 || op.def != &op_kind::matmul || op.inputs.size() != 2 || op.outputs.size() != 1)
     return false;
   return op.inputs[0].dtype() == DType::kFloat32 && op.inputs[1].dtype() == DType::kFloat32 &&
          op.outputs[0].dtype() == DType::kFloat32 && op.inputs[0].device() &&
@@ -42,10 +58,10 @@ std::vector<OpRecord> Lower(const OpRecord& op, Precision p, const std::function
   for (Tensor& in : product.inputs) {
     Tensor low = reuse ? reuse(in) : Tensor();
     if (!low.defined()) {
-      low = Tensor(in.shape(), DType::kBFloat16, in.device_ptr());
+      low = Tensor(in.shape(), OperandType(p), in.device_ptr());
       OpRecord cast;
       cast.def = &op_kind::cast;
-      cast.attrs = Attrs{{"dtype", int64_t(DType::kBFloat16)}};
+      cast.attrs = Attrs{{"dtype", int64_t(OperandType(p))}};
       cast.inputs = {in};
       cast.outputs = {low};
       cast.BindAttrs();

@@ -72,7 +72,7 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
     if (mm.def != &op_kind::matmul || mm.attrs.Int("ta", 0) || mm.attrs.Int("tb", 0) || mm.attrs.Int("sum_batch", 0) ||
         mm.inputs[0].ndim() < 2 || mm.inputs[1].ndim() != 2)
       continue;
-    // A lowered product (bfloat16 operands, Note [Precision policy] in core/autocast.h) stays apart.
+    // A lowered product (16-bit operands, Note [Precision policy] in core/autocast.h) stays apart.
     if (mm.inputs[0].dtype() != mm.outputs[0].dtype()) continue;
     const int j = u.OnlyReader(mm.outputs[0], i);
     if (j < 0) continue;

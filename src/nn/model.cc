@@ -89,7 +89,8 @@ Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
   if (use_graph_) {
     if (!train_step_) {
       GraphOptions o = graph_options_;
-      if (precision_ == Precision::kBFloat16) o.passes.Set("autocast_bf16", true);
+      if (precision_ != Precision::kFloat32)
+        o.passes.Set(precision_ == Precision::kBFloat16 ? "autocast_bf16" : "autocast_fp16", true);
       train_step_ = std::make_unique<CapturedStep>(
           device_, [this](const std::vector<Tensor>& in) { return Step(in); },
           "model" + std::to_string(id_) + ".train", recapture_, sequential_, o);

@@ -57,7 +57,8 @@ class Model {
   const GraphOptions& graph_options() const { return graph_options_; }
   void set_recapture(bool on);
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
-  // this precision, and a graph step is lowered by the pass autocast_bf16 (the same arithmetic).
+  // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
+  // same arithmetic).
   // kFloat32 by default; set before the first step of a graph model (its graph keeps what it
   // captured).
   void set_precision(Precision p) { precision_ = p; }

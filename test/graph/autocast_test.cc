@@ -1,6 +1,7 @@
-// Note [Precision policy] (core/autocast.h): float32 matrix products computed from bfloat16
-// operands, eagerly inside an AutocastScope and in graphs (captured in the scope, or lowered by
-// the pass autocast_bf16), with graph == eager bitwise and the weights' master copies float32.
+// Note [Precision policy] (core/autocast.h): float32 matrix products computed from bfloat16 or
+// float16 operands, eagerly inside an AutocastScope and in graphs (captured in the scope, or
+// lowered by the pass autocast_bf16 / autocast_fp16), with graph == eager bitwise and the
+// weights' master copies float32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,7 +42,12 @@ TEST(Precision, NamesAndTypedErrors) {
   EXPECT_EQ(PrecisionFromName("bf16"), Precision::kBFloat16);
   EXPECT_EQ(PrecisionFromName("bfloat16"), Precision::kBFloat16);
   EXPECT_EQ(PrecisionFromName("fp32"), Precision::kFloat32);
+  EXPECT_EQ(PrecisionFromName("fp16"), Precision::kFloat16);
+  EXPECT_EQ(PrecisionFromName("float16"), Precision::kFloat16);
   EXPECT_STREQ(Name(Precision::kBFloat16), "bf16");
+  EXPECT_STREQ(Name(Precision::kFloat16), "fp16");
+  EXPECT_EQ(OperandType(Precision::kFloat16), DType::kFloat16);
+  EXPECT_EQ(OperandType(Precision::kBFloat16), DType::kBFloat16);
   LOOM_EXPECT_THROW_MSG(PrecisionFromName("fp8"), ValueError, "[precision] 'fp8': expected 'fp32'");
   EXPECT_EQ(AutocastPrecision(), Precision::kFloat32);
   {
@@ -80,23 +86,24 @@ TEST(Precision, AnEagerProductInTheScopeIsTheProductOfBfloat16Operands) {
 
 enum class How { kEagerInScope, kCapturedInScope, kCapturedThenPass };
 
-// Five steps of the MLP from the same weights, trained as `how` says; the final weights.
-std::vector<std::vector<float>> Train(How how, GraphStats* stats = nullptr) {
+// Five steps of the MLP from the same weights, trained as `how` says at precision `p`; the final
+// weights.
+std::vector<std::vector<float>> Train(How how, GraphStats* stats = nullptr, Precision p = Precision::kBFloat16) {
   auto dev = CpuDevice();
   Mlp m(kDims, 7, dev);
   nn::SGD opt(0.05, 0.9);
   Batch b = MakeBatch(dev);
   if (how == How::kEagerInScope) {
-    AutocastScope s(Precision::kBFloat16);
+    AutocastScope s(p);
     for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
     return Values(m);
   }
   GraphOptions o;
-  if (how == How::kCapturedThenPass) o.passes.Set("autocast_bf16", true);
+  if (how == How::kCapturedThenPass) o.passes.Set(p == Precision::kBFloat16 ? "autocast_bf16" : "autocast_fp16", true);
   CapturedGraph g(dev, "autocast", o);
   {
     std::unique_ptr<AutocastScope> s;
-    if (how == How::kCapturedInScope) s = std::make_unique<AutocastScope>(Precision::kBFloat16);
+    if (how == How::kCapturedInScope) s = std::make_unique<AutocastScope>(p);
     g.Capture([&] { m.Step(b.x, b.y, opt); });
   }
   for (int i = 0; i < 5; ++i) g.Replay();
@@ -130,6 +137,63 @@ TEST(Precision, GraphsEqualEagerBitwiseWhetherCapturedInTheScopeOrLoweredByThePa
     for (size_t j = 0; j < f32[i].size(); ++j) apart = std::max(apart, double(std::abs(f32[i][j] - eager[i][j])));
   EXPECT_GT(apart, 0);
   EXPECT_LT(apart, 0.05);
+}
+
+// fp16: the same policy with float16 operands (oneDNN's f16 matmul, or float16 widened to float32
+// where the CPU has no AVX512-FP16), graph == eager bitwise; closer to float32 than bf16 is for
+// these values (10 mantissa bits against 7).
+TEST(Precision, Fp16GraphsEqualEagerBitwiseAndTrackFloat32CloserThanBf16) {
+  GraphStats passed;
+  const auto eager = Train(How::kEagerInScope, nullptr, Precision::kFloat16),
+             in_scope = Train(How::kCapturedInScope, nullptr, Precision::kFloat16),
+             by_pass = Train(How::kCapturedThenPass, &passed, Precision::kFloat16);
+  for (const auto* other : {&in_scope, &by_pass})
+    for (size_t i = 0; i < eager.size(); ++i) {
+      ASSERT_EQ(eager[i].size(), (*other)[i].size());
+      EXPECT_EQ(std::memcmp(eager[i].data(), (*other)[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    }
+  EXPECT_EQ(passed.counters.Get("fp16_lowered_products"), 8);
+  EXPECT_GT(passed.counters.Get("fp16_casts"), 0);
+  EXPECT_EQ(passed.counters.Get("lowered_products"), 0);  // the bf16 pass stayed off
+  const auto bf16 = Train(How::kEagerInScope);
+  auto dev = CpuDevice();
+  Mlp m(kDims, 7, dev);
+  nn::SGD opt(0.05, 0.9);
+  Batch b = MakeBatch(dev);
+  for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
+  const auto f32 = Values(m);
+  double fp16_gap = 0, bf16_gap = 0;
+  for (size_t i = 0; i < f32.size(); ++i)
+    for (size_t j = 0; j < f32[i].size(); ++j) {
+      fp16_gap = std::max(fp16_gap, double(std::abs(f32[i][j] - eager[i][j])));
+      bf16_gap = std::max(bf16_gap, double(std::abs(f32[i][j] - bf16[i][j])));
+    }
+  EXPECT_GT(fp16_gap, 0);
+  EXPECT_LT(fp16_gap, bf16_gap);
+}
+
+// An eager product at fp16 is the product of the operands rounded to float16, kept in float32.
+TEST(Precision, AnEagerFp16ProductIsTheProductOfFloat16Operands) {
+  auto dev = CpuDevice();
+  Tensor a = RandomTensor({9, 70}, DType::kFloat32, 1, -1, 1, dev), b = RandomTensor({70, 11}, DType::kFloat32, 2, -1, 1, dev);
+  Tensor lowered;
+  {
+    AutocastScope s(Precision::kFloat16);
+    lowered = ops::MatMul(a, b);
+  }
+  EXPECT_EQ(lowered.dtype(), DType::kFloat32);
+  Tensor explicit_ = Call1(op_kind::matmul, {ops::Cast(a, DType::kFloat16), ops::Cast(b, DType::kFloat16)},
+                           Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+  const std::vector<float> u = lowered.ToVector<float>(), v = explicit_.ToVector<float>();
+  ASSERT_EQ(u.size(), v.size());
+  EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0);
+  Tensor wa = ops::Cast(a, DType::kFloat16).Detach(), wb = ops::Cast(b, DType::kFloat16).Detach();
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::matmul, {wa, wb}), DTypeError, "[matmul] float16 operands need out_dtype float32");
+  // A float16 product is not differentiated: the policy lowers below autograd.
+  Tensor ra = ops::Cast(a, DType::kFloat16).Detach();
+  ra.set_requires_grad(true);
+  Tensor p = Call1(op_kind::matmul, {ra, wb}, Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+  LOOM_EXPECT_THROW_MSG(Backward(ops::Sum(p)), DTypeError, "a product of float16 operands is not differentiable");
 }
 
 // The pass leaves the lowered products unfused (a fused dense_bias_act reads float32 operands).
