@@ -83,6 +83,8 @@ inline InputSpec OpOn(const std::string& op, std::function<Tensor()> make, Attrs
 void AddCnnCases(Table& t);
 // The rows of the collectives on a 1-rank communicator (op_cases_collective.cc).
 void AddCollectiveCases(Table& t);
+// The rows of dynamic loss scaling and skipped updates (op_cases_loss_scale.cc).
+void AddLossScaleCases(Table& t);
 
 }  // namespace table
 }  // namespace test

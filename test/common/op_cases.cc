@@ -1018,6 +1018,7 @@ const std::vector<OpCase>& AllOpCases() {
     AddSoftmax(t);
     AddLosses(t);
     AddOptimizers(t);
+    AddLossScaleCases(t);
     AddRandom(t);
     AddCreation(t);
     AddShape(t);
