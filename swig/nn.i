@@ -14,6 +14,7 @@
 #include "nn/model.h"
 #include "nn/models.h"
 #include "nn/clip.h"
+#include "nn/loss_scale.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "nn/dist_opt.h"
@@ -115,6 +116,14 @@ class PyStep {
 %ignore loom::nn::Schedule::Sequential;
 %include "nn/schedule.h"
 %include "nn/clip.h"
+// Note [Loss scaling]: the settings and a reading; the state and its ops stay C++ (loom/precision.py).
+%ignore loom::nn::LossScaleState;
+%ignore loom::nn::MakeLossScaleState;
+%ignore loom::nn::Read;
+%ignore loom::nn::Write;
+%ignore loom::nn::UnscaleGradients;
+%ignore loom::nn::UpdateLossScale;
+%include "nn/loss_scale.h"
 
 // ---- nn/optimizer.h ----
 // Ignored: references into the optimizer's own tensors (a non-owning Python proxy would outlive
@@ -126,6 +135,7 @@ class PyStep {
 %ignore loom::nn::Optimizer::schedule;
 %ignore loom::nn::Optimizer::grad_clip;
 %ignore loom::nn::Optimizer::last_grad_norm;
+%ignore loom::nn::Optimizer::loss_scaling;
 %include "nn/optimizer.h"
 
 %extend loom::nn::Optimizer {
@@ -136,6 +146,11 @@ class PyStep {
     return *$self->schedule();
   }
   loom::nn::GradClip get_grad_clip() const { return $self->grad_clip(); }
+  // A copy of the loss-scaling settings (ValueError when it does not scale losses).
+  loom::nn::LossScaling get_loss_scaling() const {
+    LOOM_CHECK($self->loss_scaling(), ValueError, "[optimizer] does not scale losses");
+    return *$self->loss_scaling();
+  }
   // The rate the last update on `dev` used (a host read: synchronises).
   double current_learning_rate(const std::shared_ptr<loom::Device>& dev) {
     return $self->LearningRateTensor(dev).Item();
@@ -173,7 +188,7 @@ class PyStep {
 // are reached from Python's own handles. train_graph is a shared handle (device.i).
 %ignore loom::nn::Model::net;
 %ignore loom::nn::Model::optimizer;
-// Note [Precision policy] (core/autocast.h), by name: "fp32" or "bf16".
+// Note [Precision policy] (core/autocast.h), by name: "fp32", "bf16" or "fp16".
 %ignore loom::nn::Model::set_precision;
 %ignore loom::nn::Model::precision;
 %extend loom::nn::Model {

@@ -49,6 +49,16 @@ void DistOpt::SetGradClip(const GradClip& clip) {
   optimizer_->SetGradClip(clip);
 }
 
+void DistOpt::SetLossScaling(const LossScaling& s) {
+  Optimizer::SetLossScaling(s);  // scales_losses(): BackwardAndUpdate scales and hands every gradient to StepKeyed
+  optimizer_->SetLossScaling(s);
+}
+
+void DistOpt::ClearLossScaling() {
+  Optimizer::ClearLossScaling();
+  optimizer_->ClearLossScaling();
+}
+
 std::vector<std::pair<Tensor, Tensor>> DistOpt::AllReduceGradients(
     const std::vector<std::pair<Tensor, Tensor>>& param_grads) {
   for (const auto& pg : param_grads)

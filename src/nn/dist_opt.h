@@ -65,6 +65,16 @@ class DistOpt : public Optimizer {
   }
   void SetGradClip(const GradClip& clip) override;
   const Tensor& last_grad_norm() const override { return optimizer_->last_grad_norm(); }
+  // Loss scaling (Note [Loss scaling]): the wrapped optimizer keeps the scale and unscales the
+  // all-reduced gradients, so every rank finds the same found_inf and skips the same steps.
+  void SetLossScaling(const LossScaling& s) override;
+  void ClearLossScaling() override;
+  Tensor ScaleLoss(const Tensor& loss) override { return optimizer_->ScaleLoss(loss); }
+  LossScaleReading loss_scale(const std::shared_ptr<Device>& dev) override { return optimizer_->loss_scale(dev); }
+  LossScaleReading loss_scale() override { return optimizer_->loss_scale(); }
+  void SetLossScale(const std::shared_ptr<Device>& dev, const LossScaleReading& r) override {
+    optimizer_->SetLossScale(dev, r);
+  }
 
   // Every rank ends with root's values of `params` (start from the same weights).
   void BroadcastParameters(const std::vector<Tensor>& params, int root = 0);

@@ -27,6 +27,11 @@ void Model::set_recapture(bool on) {
   }
 }
 
+void Model::set_precision(Precision p) {
+  precision_ = p;
+  if (p == Precision::kFloat16 && !opt_->scales_losses()) opt_->SetLossScaling(LossScaling{});
+}
+
 void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential,
                     const GraphOptions& options) {
   LOOM_CHECK(!inputs.empty() && inputs[0].defined(), ValueError, "[Model] Compile needs example inputs");

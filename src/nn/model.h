@@ -58,11 +58,15 @@ class Model {
   void set_recapture(bool on);
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
   // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
-  // same arithmetic).
-  // kFloat32 by default; set before the first step of a graph model (its graph keeps what it
-  // captured).
-  void set_precision(Precision p) { precision_ = p; }
+  // same arithmetic). kFloat16 also turns on the optimizer's dynamic loss scaling with
+  // GradScaler's defaults (Note [Loss scaling] in nn/loss_scale.h), unless it scales losses
+  // already (SetLossScaling before, for other settings). kFloat32 by default; set before the
+  // first step of a graph model (its graph keeps what it captured).
+  void set_precision(Precision p);
   Precision precision() const { return precision_; }
+  // The optimizer's loss scale and its counts of good and skipped steps (a host read; ValueError
+  // when it does not scale losses): Optimizer::loss_scale.
+  LossScaleReading loss_scale() { return opt_->loss_scale(); }
   int64_t steps() const { return steps_; }
   // Graph mode: the training graph's input tensors for batches shaped like (x, y), once that
   // graph exists (empty otherwise). Fill them with the next batch (CopyFromHost, a DataLoader's
