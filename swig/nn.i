@@ -169,6 +169,19 @@ class PyStep {
 %ignore loom::nn::DistOpt::communicator;
 %ignore loom::nn::DistOpt::optimizer;
 %ignore loom::nn::DistOpt::BroadcastParameters;
+// Note [Gradients on the wire], by name (precision_name below).
+%ignore loom::nn::DistOpt::SetModelPrecision;
+%ignore loom::nn::DistOpt::SetCompression;
+%ignore loom::nn::DistOpt::compression;
+%extend loom::nn::DistOpt {
+  void set_model_precision_name(const std::string& p) { $self->SetModelPrecision(loom::PrecisionFromName(p)); }
+  // "auto" follows the model's precision; "none"/"fp32", "fp16", "bf16" fix the wire type.
+  void set_compression_name(const std::string& c) {
+    if (c == "auto") $self->SetCompression(std::nullopt);
+    else $self->SetCompression(loom::ParseCompression(c));
+  }
+  std::string compression_name() const { return loom::Name($self->compression()); }
+}
 %include "nn/dist_opt.h"
 %include "nn/sync_batch_norm.h"
 
@@ -231,13 +244,15 @@ void optimizer_step_pairs(loom::nn::Optimizer& opt, const std::vector<loom::Tens
 loom::nn::Schedule schedule_then(const loom::nn::Schedule& first, const loom::nn::Schedule& next, int64_t at) {
   return loom::nn::Schedule::Sequential({first, next}, {at});
 }
-// opt.DistOpt: compression "none", "fp16" or "bf16".
+// opt.DistOpt: compression "auto" (the model's precision: Note [Gradients on the wire]), "none"
+// or "fp32", "fp16" or "bf16".
 std::shared_ptr<loom::nn::DistOpt> make_dist_opt(std::shared_ptr<loom::nn::Optimizer> opt,
                                                  std::shared_ptr<loom::Communicator> comm,
                                                  const std::string& compression, int64_t bucket_bytes) {
   LOOM_CHECK(bucket_bytes > 0, ValueError, "[DistOpt] bucket_bytes ", bucket_bytes, " must be positive");
-  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), loom::ParseCompression(compression),
-                                             size_t(bucket_bytes));
+  std::optional<loom::Compression> c;
+  if (compression != "auto") c = loom::ParseCompression(compression);
+  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), c, size_t(bucket_bytes));
 }
 // A 1-rank in-process communicator (io/comm/inproc.h): DistOpt without MPI, for tests.
 std::shared_ptr<loom::Communicator> inproc_communicator_of_one() { return loom::MakeInProcGroup(1)[0]; }

@@ -3,6 +3,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "graph/graph.h"
+#include "nn/dist_opt.h"
 
 namespace loom {
 namespace nn {
@@ -30,6 +31,7 @@ void Model::set_recapture(bool on) {
 void Model::set_precision(Precision p) {
   precision_ = p;
   if (p == Precision::kFloat16 && !opt_->scales_losses()) opt_->SetLossScaling(LossScaling{});
+  if (auto* dist = dynamic_cast<DistOpt*>(opt_.get())) dist->SetModelPrecision(p);  // Note [Gradients on the wire]
 }
 
 void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential,

@@ -60,8 +60,10 @@ class Model {
   // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
   // same arithmetic). kFloat16 also turns on the optimizer's dynamic loss scaling with
   // GradScaler's defaults (Note [Loss scaling] in nn/loss_scale.h), unless it scales losses
-  // already (SetLossScaling before, for other settings). kFloat32 by default; set before the
-  // first step of a graph model (its graph keeps what it captured).
+  // already (SetLossScaling before, for other settings). A DistOpt all-reduces its gradients in
+  // the precision's 16-bit type unless told otherwise (Note [Gradients on the wire] in
+  // nn/dist_opt.h). kFloat32 by default; set before the first step of a graph model (its graph
+  // keeps what it captured).
   void set_precision(Precision p);
   Precision precision() const { return precision_; }
   // The optimizer's loss scale and its counts of good and skipped steps (a host read; ValueError

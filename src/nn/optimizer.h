@@ -93,8 +93,8 @@ class Optimizer {
   // the optimizer it wraps, which keeps the state. ----
   virtual void SetLossScaling(const LossScaling& s);
   virtual void ClearLossScaling();  // off, the state dropped
-  bool scales_losses() const { return loss_scaling_.has_value(); }
-  const LossScaling* loss_scaling() const { return loss_scaling_ ? &*loss_scaling_ : nullptr; }
+  virtual bool scales_losses() const { return loss_scaling_.has_value(); }
+  virtual const LossScaling* loss_scaling() const { return loss_scaling_ ? &*loss_scaling_ : nullptr; }
   // loss times the scale on loss's device (differentiable): what BackwardAndUpdate backpropagates
   // from. A training loop of its own backpropagates from it and hands the gradients to Step, as
   // with torch's GradScaler.scale(loss). ValueError without loss scaling.

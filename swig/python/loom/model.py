@@ -138,12 +138,18 @@ def _with_budget(graph_options, memory_budget):
     return dict(graph_options or {}, memory_budget=int(memory_budget))
 
 
-def _fp16_loss_scaling(optimizer):
-    """Note [Loss scaling]: precision fp16 turns on the optimizer's loss scaling with GradScaler's
-    defaults, unless it scales losses already (loom.precision.set_loss_scaling before compile).
-    Without an optimizer yet, set_optimizer does it."""
-    if optimizer is not None and not _precision.scales_losses(optimizer):
+def _hand_precision(optimizer, precision):
+    """What a precision asks of the optimizer (None: set_optimizer does it later). fp16 turns on
+    its loss scaling with GradScaler's defaults (Note [Loss scaling]), unless it scales losses
+    already (loom.precision.set_loss_scaling before compile); a DistOpt learns the precision its
+    gradients go on the wire in (Note [Gradients on the wire])."""
+    if optimizer is None:
+        return
+    if precision == "fp16" and not _precision.scales_losses(optimizer):
         _precision.set_loss_scaling(optimizer)
+    from . import opt  # model imports opt's _check only
+    if isinstance(optimizer, opt.DistOpt):
+        optimizer._impl.set_model_precision_name(precision)
 
 
 class _NoOptimizer:
@@ -325,8 +331,7 @@ class Model(Layer, _Checkpoints):
         self.optimizer = _check_optimizer(optimizer)
         if getattr(self, "_steps", None):
             self._steps.clear()
-        if getattr(self, "_precision", "fp32") == "fp16":
-            _fp16_loss_scaling(self.optimizer)
+        _hand_precision(self.optimizer, getattr(self, "_precision", "fp32"))
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None,
                 memory_budget=None, precision="fp32"):
@@ -340,8 +345,7 @@ class Model(Layer, _Checkpoints):
         elsewhere: loom.autocast, Note [Precision policy]) or "fp16" (from float16 operands, and
         the optimizer's dynamic loss scaling on: loom.precision)."""
         self._precision = _precision.check(precision)
-        if self._precision == "fp16":
-            _fp16_loss_scaling(_optimizer_of(self))
+        _hand_precision(_optimizer_of(self), self._precision)
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [self._as_tensor(x, None) for x in inputs]
         if not inputs:
