@@ -4,7 +4,10 @@
 // bfloat16 and float16 training (issue 31): matrix products computed from 16-bit operands
 // (bfloat16 for bf16, float16 for fp16), with float32 products, sums and results. The policy
 // lowers a float32 `matmul` record (the forward products and the backward ones alike) to `cast`
-// records of its operands to the 16-bit type and a matmul of those with out_dtype float32.
+// records of its operands to the 16-bit type and a matmul of those with out_dtype float32; at
+// bf16 also a plain float32 `conv2d` (the forward convolution: x and w cast, the bias and the
+// result float32) where the device has a kernel for it (Device::Supports: on the CPU, oneDNN's
+// bf16 convolution; not yet on CUDA, nor at fp16). Convolution gradients stay float32.
 // Everything else stays float32: the
 // element-wise ops, reductions, softmax, the loss, normalisation statistics, the optimizer update
 // and the weights themselves (the master copy; their bfloat16 copy is made by the cast each step,
@@ -57,9 +60,9 @@ class AutocastScope {
 
 // Whether the policy lowers `op` at precision `p` (on a device with the lowered kernel).
 bool Lowers(const OpRecord& op, Precision p);
-// The records computing `op` at precision `p`: casts of its operands, then the op on them writing
-// op's own outputs. `reuse(src)` may return an existing lowered copy of src to read instead of a
-// new cast (undefined: cast it).
+// The records computing `op` at precision `p`: casts of its operands (inputs 0 and 1), then the op
+// on them writing op's own outputs. `reuse(src)` may return an existing lowered copy of src to
+// read instead of a new cast (undefined: cast it).
 std::vector<OpRecord> Lower(const OpRecord& op, Precision p,
                             const std::function<Tensor(const Tensor&)>& reuse = nullptr);
 

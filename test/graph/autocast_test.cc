@@ -10,11 +10,14 @@
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/autocast.h"
+#include "core/ops_cnn.h"
 #include "graph/graph.h"
 #include "nn/layer.h"
 #include "nn/model.h"
+#include "nn/models.h"
 
 LOOM_OP_KIND(cast);
+LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(dense_bias_act);
 
@@ -240,6 +243,73 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
   if (graph && p == Precision::kBFloat16)
     EXPECT_EQ(m.train_graph()->stats().counters.Get("lowered_products"), 5);  // 2 forward, 1 + 2 backward
   return v;
+}
+
+// At bf16 the forward convolutions are lowered too, where the device has a bf16 convolution (the
+// CPU: oneDNN's): the small CNN (conv-BN-ReLU-pool twice, a linear layer) trains to the same bits
+// eagerly and in a graph with every default pass on (the layout passes leave the bf16 convolutions
+// plain), and differently from float32. Their gradients stay float32.
+std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* stats = nullptr, int* bf16_convs = nullptr) {
+  auto dev = CpuDevice();
+  dev->SetRandSeed(8);
+  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  m.set_precision(p);
+  Tensor x = RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, dev);
+  Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);
+  m.Compile({x}, true, graph);
+  for (int i = 0; i < 3; ++i) m.TrainOneBatch(x, y);
+  if (graph) {
+    if (stats) *stats = m.train_graph()->stats();
+    if (bf16_convs)
+      for (const OpRecord& op : m.train_graph()->ops().ops)
+        *bf16_convs += op.name() == "conv2d" && op.inputs[0].dtype() == DType::kBFloat16;
+  }
+  std::vector<std::vector<float>> v;
+  for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
+  return v;
+}
+
+TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
+  GraphStats stats;
+  int convs = 0;
+  const auto eager = TrainCnn(false, Precision::kBFloat16), graph = TrainCnn(true, Precision::kBFloat16, &stats, &convs);
+  const auto f32 = TrainCnn(true, Precision::kFloat32);
+  bool differs = false;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    differs |= std::memcmp(eager[i].data(), f32[i].data(), eager[i].size() * sizeof(float)) != 0;
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_EQ(convs, 2);  // both forward convolutions; their gradients stay float32
+  EXPECT_EQ(stats.counters.Get("lowered_products"), 2 + 3);  // and the linear layer's forward, input and weight gradients
+  // In the scope, an eager convolution is the one of the operands rounded to bfloat16.
+  auto dev = CpuDevice();
+  Tensor xx = RandomTensor({2, 3, 9, 9}, DType::kFloat32, 3, -1, 1, dev), w = RandomTensor({8, 3, 3, 3}, DType::kFloat32, 4, -1, 1, dev);
+  Tensor b = RandomTensor({8}, DType::kFloat32, 5, -1, 1, dev);
+  ops::Conv2dOptions o;
+  o.padding = {1, 1};
+  Tensor lowered;
+  {
+    AutocastScope s(Precision::kBFloat16);
+    lowered = ops::Conv2d(xx, w, b, o);
+  }
+  const Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}, {"out_dtype", int64_t(DType::kFloat32)}};
+  Tensor explicit_ = Call1(op_kind::conv2d, {ops::Cast(xx, DType::kBFloat16), ops::Cast(w, DType::kBFloat16), b}, a);
+  const std::vector<float> u = lowered.ToVector<float>(), v = explicit_.ToVector<float>(),
+                           f = ops::Conv2d(xx, w, b, o).ToVector<float>();
+  ASSERT_EQ(u.size(), v.size());
+  EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(u.data(), f.data(), u.size() * sizeof(float)), 0);
+  // A bfloat16 convolution is not differentiated, and needs its out_dtype.
+  Tensor rx = ops::Cast(xx, DType::kBFloat16).Detach();
+  rx.set_requires_grad(true);
+  Tensor yb = Call1(op_kind::conv2d, {rx, ops::Cast(w, DType::kBFloat16)}, a);
+  LOOM_EXPECT_THROW_MSG(Backward(ops::Sum(yb)), DTypeError, "[conv2d] a convolution of bfloat16 operands");
+  const Attrs no_out{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                     {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::conv2d, {rx.Detach(), ops::Cast(w, DType::kBFloat16)}, no_out), DTypeError,
+                        "[conv2d] bfloat16 input and weight need out_dtype float32");
 }
 
 TEST(Precision, AModelsPrecisionGivesTheSameBitsEagerAndInAGraph) {
