@@ -15,6 +15,7 @@
 #include "nn/models.h"
 #include "nn/transformer.h"
 #include "nn/clip.h"
+#include "nn/loss_scale.h"
 #include "nn/optimizer.h"
 #include "nn/schedule.h"
 #include "nn/dist_opt.h"
@@ -122,6 +123,14 @@ class PyStep {
 %ignore loom::nn::Schedule::Sequential;
 %include "nn/schedule.h"
 %include "nn/clip.h"
+// Note [Loss scaling]: the settings and a reading; the state and its ops stay C++ (loom/precision.py).
+%ignore loom::nn::LossScaleState;
+%ignore loom::nn::MakeLossScaleState;
+%ignore loom::nn::Read;
+%ignore loom::nn::Write;
+%ignore loom::nn::UnscaleGradients;
+%ignore loom::nn::UpdateLossScale;
+%include "nn/loss_scale.h"
 
 // ---- nn/optimizer.h ----
 // Ignored: references into the optimizer's own tensors (a non-owning Python proxy would outlive
@@ -133,6 +142,7 @@ class PyStep {
 %ignore loom::nn::Optimizer::schedule;
 %ignore loom::nn::Optimizer::grad_clip;
 %ignore loom::nn::Optimizer::last_grad_norm;
+%ignore loom::nn::Optimizer::loss_scaling;
 %include "nn/optimizer.h"
 
 %extend loom::nn::Optimizer {
@@ -143,6 +153,11 @@ class PyStep {
     return *$self->schedule();
   }
   loom::nn::GradClip get_grad_clip() const { return $self->grad_clip(); }
+  // A copy of the loss-scaling settings (ValueError when it does not scale losses).
+  loom::nn::LossScaling get_loss_scaling() const {
+    LOOM_CHECK($self->loss_scaling(), ValueError, "[optimizer] does not scale losses");
+    return *$self->loss_scaling();
+  }
   // The rate the last update on `dev` used (a host read: synchronises).
   double current_learning_rate(const std::shared_ptr<loom::Device>& dev) {
     return $self->LearningRateTensor(dev).Item();
@@ -161,6 +176,19 @@ class PyStep {
 %ignore loom::nn::DistOpt::communicator;
 %ignore loom::nn::DistOpt::optimizer;
 %ignore loom::nn::DistOpt::BroadcastParameters;
+// Note [Gradients on the wire], by name (precision_name below).
+%ignore loom::nn::DistOpt::SetModelPrecision;
+%ignore loom::nn::DistOpt::SetCompression;
+%ignore loom::nn::DistOpt::compression;
+%extend loom::nn::DistOpt {
+  void set_model_precision_name(const std::string& p) { $self->SetModelPrecision(loom::PrecisionFromName(p)); }
+  // "auto" follows the model's precision; "none"/"fp32", "fp16", "bf16" fix the wire type.
+  void set_compression_name(const std::string& c) {
+    if (c == "auto") $self->SetCompression(std::nullopt);
+    else $self->SetCompression(loom::ParseCompression(c));
+  }
+  std::string compression_name() const { return loom::Name($self->compression()); }
+}
 %include "nn/dist_opt.h"
 %include "nn/sync_batch_norm.h"
 
@@ -180,7 +208,7 @@ class PyStep {
 // are reached from Python's own handles. train_graph is a shared handle (device.i).
 %ignore loom::nn::Model::net;
 %ignore loom::nn::Model::optimizer;
-// Note [Precision policy] (core/autocast.h), by name: "fp32" or "bf16".
+// Note [Precision policy] (core/autocast.h), by name: "fp32", "bf16" or "fp16".
 %ignore loom::nn::Model::set_precision;
 %ignore loom::nn::Model::precision;
 %extend loom::nn::Model {
@@ -223,13 +251,15 @@ void optimizer_step_pairs(loom::nn::Optimizer& opt, const std::vector<loom::Tens
 loom::nn::Schedule schedule_then(const loom::nn::Schedule& first, const loom::nn::Schedule& next, int64_t at) {
   return loom::nn::Schedule::Sequential({first, next}, {at});
 }
-// opt.DistOpt: compression "none", "fp16" or "bf16".
+// opt.DistOpt: compression "auto" (the model's precision: Note [Gradients on the wire]), "none"
+// or "fp32", "fp16" or "bf16".
 std::shared_ptr<loom::nn::DistOpt> make_dist_opt(std::shared_ptr<loom::nn::Optimizer> opt,
                                                  std::shared_ptr<loom::Communicator> comm,
                                                  const std::string& compression, int64_t bucket_bytes) {
   LOOM_CHECK(bucket_bytes > 0, ValueError, "[DistOpt] bucket_bytes ", bucket_bytes, " must be positive");
-  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), loom::ParseCompression(compression),
-                                             size_t(bucket_bytes));
+  std::optional<loom::Compression> c;
+  if (compression != "auto") c = loom::ParseCompression(compression);
+  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), c, size_t(bucket_bytes));
 }
 // A 1-rank in-process communicator (io/comm/inproc.h): DistOpt without MPI, for tests.
 std::shared_ptr<loom::Communicator> inproc_communicator_of_one() { return loom::MakeInProcGroup(1)[0]; }

@@ -268,8 +268,9 @@ const char* kUsage =
     "                 (1024); batch 8 by default\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
-    "  --precision P    fp32 (default) or bf16: matrix products from bfloat16 operands, float32 elsewhere\n"
-    "                 (Note [Precision policy] in core/autocast.h)\n"
+    "  --precision P    fp32 (default), bf16 or fp16: matrix products from bfloat16 or float16 operands,\n"
+    "                 float32 elsewhere (Note [Precision policy] in core/autocast.h); fp16 with dynamic loss\n"
+    "                 scaling (Note [Loss scaling]: the JSON gives the final scale and the skipped steps)\n"
     "  --pass NAME=on|off     switches the graph pass NAME on or off in every graph (GraphOptions::passes;\n"
     "                         --list-passes names them, with their defaults); repeatable. Shorthands:\n"
     "  --no-fuse-bias-act     --pass fuse_bias_act=off: matmul, add_bias and the activation stay apart\n"
@@ -395,7 +396,7 @@ Flags ParseFlags(int argc, char** argv) {
       try {
         f.precision = loom::PrecisionFromName(v);
       } catch (const loom::ValueError&) {
-        throw UsageError("--precision wants fp32 or bf16, got '" + v + "'");
+        throw UsageError("--precision wants fp32, bf16 or fp16, got '" + v + "'");
       }
     } else if (a.Is("--pass")) {
       const std::string v = a.Value();
@@ -654,6 +655,9 @@ struct RunResult {
   loom::GraphStats gstats;
   size_t memory_budget = 0;  // its GraphOptions::memory_budget
   int64_t optimizer_steps = 0;
+  // Note [Loss scaling] (fp16): the scale after the last step and the steps skipped; -1: none.
+  double loss_scale = -1;
+  int64_t skipped_steps = -1;
 };
 
 double Percentile(std::vector<double> v, double q) {  // nearest rank
@@ -925,6 +929,11 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     r.state_bytes = StateBytes(model, run->s.x, run->s.y);
     r.param_bytes = ParamBytes(model);
     r.optimizer_steps = model.steps();
+    if (model.optimizer().scales_losses()) {
+      const nn::LossScaleReading ls = model.loss_scale();
+      r.loss_scale = ls.scale;
+      r.skipped_steps = ls.skipped_steps;
+    }
     if (UsesGraph(r.mode)) {
       r.has_graph = true;
       r.gstats = model.train_graph()->stats();
@@ -1200,9 +1209,11 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   char more[2048];
   const double gf = Gflops(sp, r.median);
   std::snprintf(more, sizeof more,
-                ", \"final_params_checksum\": \"%016llx\", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
+                ", \"loss_scale\": %s, \"skipped_steps\": %s, \"final_params_checksum\": \"%016llx\", \"memory_budget\": %zu, \"recomputed_ops\": %zu, \"recompute_flops\": %lld, "
                 "\"pass_counters\": %s, \"flops_per_step\": %lld, \"gflops_per_s\": %.2f, \"fma_peak_gflops\": %s, "
                 "\"fma_peak_gflops_one_thread\": %s, \"fma_peak_is\": %s, \"fraction_of_peak\": %s, \"kernels\": ",
+                r.loss_scale < 0 ? "null" : std::to_string(r.loss_scale).c_str(),
+                r.skipped_steps < 0 ? "null" : std::to_string(r.skipped_steps).c_str(),
                 (unsigned long long)r.final_checksum, r.memory_budget, r.has_graph ? r.gstats.recomputed_ops : size_t(0),
                 (long long)(r.has_graph ? r.gstats.recompute_flops : 0),
                 r.has_graph ? PassCountersJson(r.gstats).c_str() : "null", (long long)sp.flops_per_step, gf,

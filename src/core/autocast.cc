@@ -5,17 +5,34 @@
 #include "core/error.h"
 
 LOOM_OP_KIND(cast);
+LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(matmul);
 
 namespace loom {
 
-const char* Name(Precision p) { return p == Precision::kBFloat16 ? "bf16" : "fp32"; }
+const char* Name(Precision p) {
+  switch (p) {
+    case Precision::kBFloat16: return "bf16";
+    case Precision::kFloat16: return "fp16";
+    default: return "fp32";
+  }
+}
 
 Precision PrecisionFromName(const std::string& name) {
   if (name == "fp32" || name == "float32") return Precision::kFloat32;
   if (name == "bf16" || name == "bfloat16") return Precision::kBFloat16;
-  throw ValueError(detail::Cat("[precision] '", name, "': expected 'fp32' (float32 throughout) or 'bf16' (matrix ",
-                               "products from bfloat16 operands, Note [Precision policy])"));
+  if (name == "fp16" || name == "float16") return Precision::kFloat16;
+  throw ValueError(detail::Cat("[precision] '", name, "': expected 'fp32' (float32 throughout), 'bf16' (matrix ",
+                               "products from bfloat16 operands) or 'fp16' (from float16 operands, with loss scaling), ",
+                               "Note [Precision policy]"));
+}
+
+DType OperandType(Precision p) {
+  switch (p) {
+    case Precision::kBFloat16: return DType::kBFloat16;
+    case Precision::kFloat16: return DType::kFloat16;
+    default: return DType::kFloat32;
+  }
 }
 
 namespace {
@@ -27,35 +44,52 @@ void SetAutocastPrecision(Precision p) { t_precision = p; }
 AutocastScope::AutocastScope(Precision p) : previous_(t_precision) { t_precision = p; }
 AutocastScope::~AutocastScope() { t_precision = previous_; }
 
+namespace {
+// op with its operands (inputs 0 and 1) replaced by `low` tensors of the 16-bit type and a float32
+// result: the record Lower makes, without its casts.
+OpRecord LoweredRecord(const OpRecord& op, Precision p, const Tensor* low = nullptr) {
+  OpRecord r = op;
+  for (size_t i = 0; i < 2; ++i)
+    r.inputs[i] = low ? low[i] : Tensor(op.inputs[i].shape(), OperandType(p), op.inputs[i].device_ptr());
+  r.attrs.Set("out_dtype", int64_t(DType::kFloat32));
+  r.BindAttrs();
+  return r;
+}
+}  // namespace
+
 bool Lowers(const OpRecord& op, Precision p) {
-  if (p != Precision::kBFloat16 || op.def != &op_kind::matmul || op.inputs.size() != 2 || op.outputs.size() != 1)
-    return false;
-  return op.inputs[0].dtype() == DType::kFloat32 && op.inputs[1].dtype() == DType::kFloat32 &&
-         op.outputs[0].dtype() == DType::kFloat32 && op.inputs[0].device() &&
-         op.inputs[0].device()->HasKernel(op_kind::matmul);
+  if (p == Precision::kFloat32 || op.outputs.size() != 1 || op.outputs[0].dtype() != DType::kFloat32) return false;
+  for (const Tensor& t : op.inputs)
+    if (!t.defined() || t.dtype() != DType::kFloat32 || !t.device()) return false;
+  if (op.def == &op_kind::matmul) return op.inputs.size() == 2 && op.inputs[0].device()->HasKernel(op_kind::matmul);
+  // A plain conv2d (no layout attributes: the layout passes run later), at bf16, where the device
+  // has a kernel for bfloat16 operands (the CPU: oneDNN's, for this geometry).
+  if (op.def != &op_kind::conv2d || p != Precision::kBFloat16 || op.inputs.size() < 2) return false;
+  for (const char* a : {"x_blocked", "y_blocked", "w_blocked"})
+    if (op.attrs.Int(a, 0) != 0) return false;
+  return op.inputs[0].device()->Supports(LoweredRecord(op, p));
 }
 
 std::vector<OpRecord> Lower(const OpRecord& op, Precision p, const std::function<Tensor(const Tensor&)>& reuse) {
   LOOM_ASSERT(Lowers(op, p), "Lower: ", op.name(), " is not lowered at ", Name(p));
   std::vector<OpRecord> out;
-  OpRecord product = op;
-  for (Tensor& in : product.inputs) {
+  Tensor lows[2];
+  for (size_t i = 0; i < 2; ++i) {  // the operands; a convolution's bias stays float32
+    const Tensor& in = op.inputs[i];
     Tensor low = reuse ? reuse(in) : Tensor();
     if (!low.defined()) {
-      low = Tensor(in.shape(), DType::kBFloat16, in.device_ptr());
+      low = Tensor(in.shape(), OperandType(p), in.device_ptr());
       OpRecord cast;
       cast.def = &op_kind::cast;
-      cast.attrs = Attrs{{"dtype", int64_t(DType::kBFloat16)}};
+      cast.attrs = Attrs{{"dtype", int64_t(OperandType(p))}};
       cast.inputs = {in};
       cast.outputs = {low};
       cast.BindAttrs();
       out.push_back(std::move(cast));
     }
-    in = low;
+    lows[i] = low;
   }
-  product.attrs.Set("out_dtype", int64_t(DType::kFloat32));
-  product.BindAttrs();
-  out.push_back(std::move(product));
+  out.push_back(LoweredRecord(op, p, lows));
   return out;
 }
 

@@ -1,23 +1,30 @@
 // Mixed precision: which ops compute in a lower precision, and the records that do it.
 //
 // Note [Precision policy]
-// The first step of bfloat16 training (issue 31): matrix products computed from bfloat16
-// operands, with float32 products, sums and results. The policy lowers a float32 `matmul`
-// record (the forward products and the backward ones alike) to `cast` records of its operands to
-// bfloat16 and a matmul of those with out_dtype float32. Everything else stays float32: the
+// bfloat16 and float16 training (issue 31): matrix products computed from 16-bit operands
+// (bfloat16 for bf16, float16 for fp16), with float32 products, sums and results. The policy
+// lowers a float32 `matmul` record (the forward products and the backward ones alike) to `cast`
+// records of its operands to the 16-bit type and a matmul of those with out_dtype float32; at
+// bf16 also a plain float32 `conv2d` (the forward convolution: x and w cast, the bias and the
+// result float32) where the device has a kernel for it (Device::Supports: on the CPU, oneDNN's
+// bf16 convolution; not yet on CUDA, nor at fp16). Convolution gradients stay float32.
+// Everything else stays float32: the
 // element-wise ops, reductions, softmax, the loss, normalisation statistics, the optimizer update
 // and the weights themselves (the master copy; their bfloat16 copy is made by the cast each step,
 // so it follows every update). Where it applies:
 //  - eager, and while capturing: inside an AutocastScope on the submitting thread, Device::Submit
 //    lowers each such record as it arrives, so a graph captured in the scope replays exactly the
 //    records eager execution ran (graph == eager, bitwise);
-//  - a graph captured without the scope: the pass autocast_bf16 (graph/autocast_pass.cc; off by
-//    default, Model::Compile's precision switches it on) lowers the captured list the same way,
-//    and casts each operand block once while it is unwritten (a weight's bfloat16 copy serves the
-//    forward product and the input gradient).
+//  - a graph captured without the scope: the passes autocast_bf16 and autocast_fp16
+//    (graph/autocast_pass.cc; off by default, a model's precision switches one on) lower the
+//    captured list the same way, and cast each operand block once while it is unwritten (a
+//    weight's 16-bit copy serves the forward product and the input gradient).
 // Products and activations keep float32 storage, so the planned arena does not shrink yet.
-// Lowering needs a kernel for bfloat16 operands (the CPU: oneDNN's bf16 matmul, fast with
-// AVX512-BF16 or AMX; CUDA: cuBLAS on tensor cores); a device without one keeps float32.
+// Lowering needs a kernel for 16-bit operands (the CPU: oneDNN's bf16 matmul, fast with
+// AVX512-BF16 or AMX, and its f16 matmul where the CPU has AVX512-FP16, else float16 operands
+// widened exactly to float32 for the float32 GEMM; CUDA: cuBLAS on tensor cores); a device
+// without one keeps float32. fp16's narrow range (largest finite 65504, smallest normal 2^-14)
+// is why fp16 training also scales its loss.
 #pragma once
 
 #include <cstdint>
@@ -29,10 +36,13 @@
 
 namespace loom {
 
-enum class Precision : uint8_t { kFloat32, kBFloat16 };
-const char* Name(Precision p);  // "fp32", "bf16"
-// "fp32" / "float32", "bf16" / "bfloat16"; ValueError naming the choices for anything else.
+enum class Precision : uint8_t { kFloat32, kBFloat16, kFloat16 };
+const char* Name(Precision p);  // "fp32", "bf16", "fp16"
+// "fp32" / "float32", "bf16" / "bfloat16", "fp16" / "float16"; ValueError naming the choices for
+// anything else.
 Precision PrecisionFromName(const std::string& name);
+// The operands' dtype of a product lowered at `p` (bfloat16 or float16; float32 for kFloat32).
+DType OperandType(Precision p);
 
 // The precision this thread's ops compute in (AutocastScope; float32 outside any).
 Precision AutocastPrecision();
@@ -50,9 +60,9 @@ class AutocastScope {
 
 // Whether the policy lowers `op` at precision `p` (on a device with the lowered kernel).
 bool Lowers(const OpRecord& op, Precision p);
-// The records computing `op` at precision `p`: casts of its operands, then the op on them writing
-// op's own outputs. `reuse(src)` may return an existing lowered copy of src to read instead of a
-// new cast (undefined: cast it).
+// The records computing `op` at precision `p`: casts of its operands (inputs 0 and 1), then the op
+// on them writing op's own outputs. `reuse(src)` may return an existing lowered copy of src to
+// read instead of a new cast (undefined: cast it).
 std::vector<OpRecord> Lower(const OpRecord& op, Precision p,
                             const std::function<Tensor(const Tensor&)>& reuse = nullptr);
 

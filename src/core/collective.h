@@ -15,7 +15,7 @@ namespace loom {
 // What goes on the wire for an all-reduce of float32/float64 data.
 enum class Compression : uint8_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 const char* Name(Compression c);
-Compression ParseCompression(const std::string& s);  // "none", "fp16", "bf16"; ValueError otherwise
+Compression ParseCompression(const std::string& s);  // "none" or "fp32", "fp16", "bf16"; ValueError otherwise
 
 namespace ops {
 

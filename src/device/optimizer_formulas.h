@@ -39,6 +39,35 @@ inline GradMode GradModeOf(const OpRecord& op) {
   return GradMode::kRaw;
 }
 
+// The found_inf flag of an update (Note [Skipped updates] in core/ops/optimizer.cc): the last
+// input with attribute found_inf = 1, else null. And the gradient scale input (grad_scaled = 1):
+// the last one before that flag.
+inline const Tensor* SkipFlag(const OpRecord& op) {
+  return op.attrs.Int("found_inf", 0) != 0 ? &op.inputs.back() : nullptr;
+}
+inline const Tensor* GradScaleInput(const OpRecord& op) {
+  if (op.attrs.Int("grad_scaled", 0) == 0) return nullptr;
+  return &op.inputs[op.inputs.size() - (SkipFlag(op) ? 2 : 1)];
+}
+
+// Note [Loss scaling] (nn/loss_scale.h), step 3, for both backends: torch.amp.GradScaler's update
+// of the scale, the good-step count and the skipped-step count after a step that found a
+// non-finite gradient (found) or not.
+LOOM_HD void NextLossScale(float* scale, double* good, double* skipped, bool found, float growth,
+                           float backoff, double interval) {
+  if (found) {
+    *scale = *scale * backoff;
+    *good = 0;
+    *skipped += 1;
+    return;
+  }
+  *good += 1;
+  if (*good < interval) return;
+  const float grown = *scale * growth;
+  if (grown <= 3.40282346638528859811704183484516925e+38f) *scale = grown;  // finite (not inf, not NaN)
+  *good = 0;
+}
+
 // f(std::integral_constant<GradMode, m>{}) for the record's mode m: one instantiation each.
 template <typename F>
 void DispatchGradMode(const OpRecord& op, F&& f) {

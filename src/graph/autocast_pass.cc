@@ -1,4 +1,5 @@
-// The pass autocast_bf16: Note [Precision policy] (core/autocast.h) on a captured list.
+// The passes autocast_bf16 and autocast_fp16: Note [Precision policy] (core/autocast.h) on a
+// captured list.
 #include <limits>
 #include <map>
 #include <tuple>
@@ -14,7 +15,9 @@ namespace {
 using View = std::tuple<const Block*, int64_t, Shape, Shape>;
 View ViewOf(const Tensor& t) { return View{t.block(), t.offset(), t.shape(), t.strides()}; }
 
-PassResult LowerProducts(OpList list, const PassContext&) {
+// casts: the counter of the casts the pass made ("bf16_casts", "fp16_casts"); products: of the
+// products it lowered.
+PassResult LowerProducts(OpList list, Precision p, const char* products_counter, const char* casts_counter) {
   std::vector<OpRecord> out;
   out.reserve(list.size());
   std::map<View, Tensor> lowered;
@@ -26,12 +29,12 @@ PassResult LowerProducts(OpList list, const PassContext&) {
     }
   };
   for (OpRecord& op : list.ops) {
-    if (!Lowers(op, Precision::kBFloat16)) {
+    if (!Lowers(op, p)) {
       written(op);
       out.push_back(std::move(op));
       continue;
     }
-    std::vector<OpRecord> recs = Lower(op, Precision::kBFloat16, [&](const Tensor& src) {
+    std::vector<OpRecord> recs = Lower(op, p, [&](const Tensor& src) {
       auto it = lowered.find(ViewOf(src));
       return it == lowered.end() ? Tensor() : it->second;
     });
@@ -46,17 +49,31 @@ PassResult LowerProducts(OpList list, const PassContext&) {
     }
   }
   PassResult r{Rebuild(std::move(out), list)};
-  r.counters.Add("lowered_products", products);
-  r.counters.Add("bf16_casts", casts);
+  r.counters.Add(products_counter, products);
+  r.counters.Add(casts_counter, casts);
   return r;
+}
+
+PassResult LowerToBf16(OpList list, const PassContext&) {
+  return LowerProducts(std::move(list), Precision::kBFloat16, "lowered_products", "bf16_casts");
+}
+PassResult LowerToFp16(OpList list, const PassContext&) {
+  return LowerProducts(std::move(list), Precision::kFloat16, "fp16_lowered_products", "fp16_casts");
 }
 
 }  // namespace
 
-LOOM_PASS(PassDef{"autocast_bf16", 5, kAllDevices, false, LowerProducts,
-                  "float32 matmuls computed from bfloat16 operands with float32 results, each operand cast once "
-                  "while unwritten (Note [Precision policy]); off unless the precision is bf16",
-                  {{"lowered_products", "the matmuls computed from bfloat16 operands"},
+LOOM_PASS(PassDef{"autocast_bf16", 5, kAllDevices, false, LowerToBf16,
+                  "float32 matmuls, and forward convolutions where the device has a bf16 one, computed from "
+                  "bfloat16 operands with float32 results, each operand cast once while unwritten (Note [Precision "
+                  "policy]); off unless the precision is bf16",
+                  {{"lowered_products", "the matmuls and convolutions computed from bfloat16 operands"},
                    {"bf16_casts", "the casts to bfloat16 the pass made"}}});
+// After autocast_bf16: with both on, bf16 has lowered every product and this one finds none.
+LOOM_PASS(PassDef{"autocast_fp16", 6, kAllDevices, false, LowerToFp16,
+                  "float32 matmuls computed from float16 operands with float32 results, each operand cast once "
+                  "while unwritten (Note [Precision policy]); off unless the precision is fp16",
+                  {{"fp16_lowered_products", "the matmuls computed from float16 operands"},
+                   {"fp16_casts", "the casts to float16 the pass made"}}});
 
 }  // namespace loom

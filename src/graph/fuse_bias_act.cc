@@ -72,7 +72,7 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
     if (mm.def != &op_kind::matmul || mm.attrs.Int("ta", 0) || mm.attrs.Int("tb", 0) || mm.attrs.Int("sum_batch", 0) ||
         mm.inputs[0].ndim() < 2 || mm.inputs[1].ndim() != 2)
       continue;
-    // A lowered product (bfloat16 operands, Note [Precision policy] in core/autocast.h) stays apart.
+    // A lowered product (16-bit operands, Note [Precision policy] in core/autocast.h) stays apart.
     if (mm.inputs[0].dtype() != mm.outputs[0].dtype()) continue;
     const int j = u.OnlyReader(mm.outputs[0], i);
     if (j < 0) continue;
@@ -115,6 +115,8 @@ PassResult FuseBiasActivations(OpList list, const PassContext& ctx) {
   for (int i = 0; i < n; ++i) {
     const OpRecord& conv = list.ops[size_t(i)];
     if (conv.def != &op_kind::conv2d) continue;
+    // A lowered convolution (bfloat16 operands, Note [Precision policy] in core/autocast.h) stays apart.
+    if (conv.inputs[0].dtype() != conv.outputs[0].dtype()) continue;
     const int j = u.OnlyReader(conv.outputs[0], i);
     if (j < 0) continue;
     const OpRecord& a = list.ops[size_t(j)];

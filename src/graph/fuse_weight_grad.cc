@@ -45,7 +45,7 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const PassContext& ctx) {
     if (i >= j || mm.def != &op_kind::matmul || mm.attrs.Int("ta", 0) != 1 || mm.attrs.Int("tb", 0) != 0 ||
         mm.attrs.Int("sum_batch", 0) != 0 || mm.outputs[0].shape() != up.inputs[0].shape())
       continue;
-    // A lowered product (bfloat16 operands, Note [Precision policy] in core/autocast.h) stays apart.
+    // A lowered product (16-bit operands, Note [Precision policy] in core/autocast.h) stays apart.
     if (mm.inputs[0].dtype() != mm.outputs[0].dtype()) continue;
     const Tensor &x = mm.inputs[0], &dy = mm.inputs[1];
     if (u.WrittenBetween(x, i, j) || u.WrittenBetween(dy, i, j)) continue;

@@ -20,8 +20,8 @@ static std::shared_ptr<Communicator> Checked(const std::shared_ptr<Optimizer>& o
   return comm;
 }
 
-DistOpt::DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm, Compression compression,
-                 size_t bucket_bytes)
+DistOpt::DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm,
+                 std::optional<Compression> compression, size_t bucket_bytes)
     : Optimizer(optimizer ? optimizer->learning_rate() : 0.0),
       optimizer_(std::move(optimizer)),
       comm_(Checked(optimizer_, std::move(comm))),
@@ -32,6 +32,15 @@ DistOpt::DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communica
   optimizer_->SetGradMultiplier(1.0 / world_size());
 }
 
+Compression DistOpt::compression() const {
+  if (compression_) return *compression_;
+  switch (precision_) {
+    case Precision::kBFloat16: return Compression::kBFloat16;
+    case Precision::kFloat16: return Compression::kFloat16;
+    default: return Compression::kNone;
+  }
+}
+
 int DistOpt::local_rank() const {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK"})
     if (const char* s = std::getenv(v)) return std::atoi(s);
@@ -40,7 +49,7 @@ int DistOpt::local_rank() const {
 
 void DistOpt::Apply(const Tensor& grad, const Tensor& param, const std::string& name) {
   LOOM_CHECK(grad.defined(), ValueError, "[dist_opt] gradient of ", param.Describe(), " is undefined");
-  ops::AllReduce(comm_.id(), grad, ReduceOp::kSum, 1.0, compression_);
+  ops::AllReduce(comm_.id(), grad, ReduceOp::kSum, 1.0, compression());
   optimizer_->Apply(grad, param, name);
 }
 
@@ -55,7 +64,7 @@ std::vector<std::pair<Tensor, Tensor>> DistOpt::AllReduceGradients(
     LOOM_CHECK(pg.second.defined(), ValueError, "[dist_opt] gradient of ", pg.first.Describe(), " is undefined");
   if (param_grads.empty() || param_grads[0].first.device()->buffering()) {
     // Captured: one all-reduce per gradient, in place; the graph's bucket pass regroups them.
-    for (const auto& pg : param_grads) ops::AllReduce(comm_.id(), pg.second, ReduceOp::kSum, 1.0, compression_);
+    for (const auto& pg : param_grads) ops::AllReduce(comm_.id(), pg.second, ReduceOp::kSum, 1.0, compression());
     return param_grads;
   }
   NoGradGuard no_grad;
@@ -78,7 +87,7 @@ std::vector<std::pair<Tensor, Tensor>> DistOpt::AllReduceGradients(
       reduced.emplace_back(param_grads[i].first, slice);
       at += g.numel();
     }
-    ops::AllReduce(comm_.id(), bucket, ReduceOp::kSum, 1.0, compression_);
+    ops::AllReduce(comm_.id(), bucket, ReduceOp::kSum, 1.0, compression());
     k = end;
   }
   return reduced;

@@ -23,13 +23,31 @@
 // gradient.
 // The communicator stays registered while the DistOpt lives: a graph captured with it refers to
 // it by id, so keep the DistOpt as long as the graph (a replay after it is gone raises CommError).
+//
+// Note [Gradients on the wire]
+// What a gradient is all-reduced in (the allreduce op's compress attribute) follows the model's
+// precision unless set: bf16 -> bfloat16, fp16 -> float16, fp32 -> float32 (Model::set_precision
+// and Python's Model.compile hand the precision over; Compression::kNone, "fp32", keeps float32
+// in any precision, and an explicit fp16 or bf16 applies in any precision). In a 16-bit type the
+// sum is exactly this:
+//  1. each rank rounds its float32 gradient g_r (under fp16 loss scaling, S g_r: the scale puts it
+//     in float16's range) to the 16-bit type, to nearest even (float16: above 65504 it is inf);
+//  2. the 16-bit values are added in float32: the in-process communicator adds them in rank order
+//     and rounds the total once; MPI (Note [MPI types and reductions]) and NCCL round every
+//     partial sum back to 16 bits, so N ranks take up to N - 1 roundings, in the library's order;
+//  3. every rank receives the same 16-bit sum, widened exactly to float32 into its gradient, and
+//     the update applies 1/N as it reads it (Note [Data parallelism folded into the update]).
+// So the ranks stay identical, and under loss scaling an overflow anywhere (in a rank's rounding
+// or in the sum) is an infinity on every rank: all of them skip the step together.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/collective.h"
 #include "core/comm_registry.h"
 #include "nn/optimizer.h"
@@ -46,8 +64,9 @@ std::shared_ptr<Communicator> DefaultCommunicator();
 
 class DistOpt : public Optimizer {
  public:
+  // compression: the wire type (Note [Gradients on the wire]); none: the model's precision's.
   DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm,
-          Compression compression = Compression::kNone, size_t bucket_bytes = 25 << 20);
+          std::optional<Compression> compression = std::nullopt, size_t bucket_bytes = 25 << 20);
 
   // All-reduces `grad` in place (blocking in eager mode), then the wrapped update.
   void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") override;
@@ -65,9 +84,29 @@ class DistOpt : public Optimizer {
   }
   void SetGradClip(const GradClip& clip) override;
   const Tensor& last_grad_norm() const override { return optimizer_->last_grad_norm(); }
+  // Loss scaling (Note [Loss scaling]) is the wrapped optimizer's, set there or through here: it
+  // keeps the scale and unscales the all-reduced gradients, so every rank finds the same
+  // found_inf and skips the same steps.
+  void SetLossScaling(const LossScaling& s) override { optimizer_->SetLossScaling(s); }
+  void ClearLossScaling() override { optimizer_->ClearLossScaling(); }
+  bool scales_losses() const override { return optimizer_->scales_losses(); }
+  const LossScaling* loss_scaling() const override { return optimizer_->loss_scaling(); }
+  Tensor ScaleLoss(const Tensor& loss) override { return optimizer_->ScaleLoss(loss); }
+  LossScaleReading loss_scale(const std::shared_ptr<Device>& dev) override { return optimizer_->loss_scale(dev); }
+  LossScaleReading loss_scale() override { return optimizer_->loss_scale(); }
+  void SetLossScale(const std::shared_ptr<Device>& dev, const LossScaleReading& r) override {
+    optimizer_->SetLossScale(dev, r);
+  }
 
   // Every rank ends with root's values of `params` (start from the same weights).
   void BroadcastParameters(const std::vector<Tensor>& params, int root = 0);
+
+  // Note [Gradients on the wire]: the model's precision (Model::set_precision hands it over) and
+  // an explicit wire type (none: follow the precision). Both apply from the next step (a graph
+  // keeps what it captured).
+  void SetModelPrecision(Precision p) { precision_ = p; }
+  void SetCompression(std::optional<Compression> c) { compression_ = c; }
+  Compression compression() const;  // what the next all-reduces use
 
   int world_size() const { return comm_.comm().size(); }
   int global_rank() const { return comm_.comm().rank(); }
@@ -82,7 +121,8 @@ class DistOpt : public Optimizer {
 
   std::shared_ptr<Optimizer> optimizer_;
   CommunicatorId comm_;
-  Compression compression_;
+  std::optional<Compression> compression_;
+  Precision precision_ = Precision::kFloat32;
   size_t bucket_bytes_;
 };
 

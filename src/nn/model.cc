@@ -3,6 +3,7 @@
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "graph/graph.h"
+#include "nn/dist_opt.h"
 
 namespace loom {
 namespace nn {
@@ -25,6 +26,12 @@ void Model::set_recapture(bool on) {
     train_step_.reset();
     eval_step_.reset();
   }
+}
+
+void Model::set_precision(Precision p) {
+  precision_ = p;
+  if (p == Precision::kFloat16 && !opt_->scales_losses()) opt_->SetLossScaling(LossScaling{});
+  if (auto* dist = dynamic_cast<DistOpt*>(opt_.get())) dist->SetModelPrecision(p);  // Note [Gradients on the wire]
 }
 
 void Model::Compile(const std::vector<Tensor>& inputs, bool is_train, bool use_graph, bool sequential,
@@ -82,7 +89,10 @@ std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
   for (int64_t k = 0; k < n; ++k) {
     out = net_->Forward(ops::Slice(in[0], 0, k * bx / n, (k + 1) * bx / n));
     Tensor lk = ComputeLoss(out, ops::Slice(in[1], 0, k * by / n, (k + 1) * by / n));
-    std::vector<std::pair<Tensor, Tensor>> pairs = Backward(ops::MulScalar(lk, 1.0 / double(n)));
+    // Under loss scaling (Note [Loss scaling]) each micro-batch's gradients are those of the
+    // scaled loss, and StepKeyed unscales their sum once.
+    Tensor part = ops::MulScalar(lk, 1.0 / double(n));
+    std::vector<std::pair<Tensor, Tensor>> pairs = Backward(opt_->scales_losses() ? opt_->ScaleLoss(part) : part);
     NoGradGuard no_grad;
     loss = k == 0 ? lk.Detach() : ops::Add(loss, lk.Detach());
     if (k == 0) {
@@ -125,7 +135,8 @@ Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
   if (use_graph_) {
     if (!train_step_) {
       GraphOptions o = graph_options_;
-      if (precision_ == Precision::kBFloat16) o.passes.Set("autocast_bf16", true);
+      if (precision_ != Precision::kFloat32)
+        o.passes.Set(precision_ == Precision::kBFloat16 ? "autocast_bf16" : "autocast_fp16", true);
       train_step_ = std::make_unique<CapturedStep>(
           device_, [this](const std::vector<Tensor>& in) { return Step(in); },
           "model" + std::to_string(id_) + ".train", recapture_, sequential_, o);

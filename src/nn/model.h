@@ -66,11 +66,18 @@ class Model {
   void set_micro_batches(int64_t n);
   int64_t micro_batches() const { return micro_batches_; }
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
-  // this precision, and a graph step is lowered by the pass autocast_bf16 (the same arithmetic).
-  // kFloat32 by default; set before the first step of a graph model (its graph keeps what it
-  // captured).
-  void set_precision(Precision p) { precision_ = p; }
+  // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
+  // same arithmetic). kFloat16 also turns on the optimizer's dynamic loss scaling with
+  // GradScaler's defaults (Note [Loss scaling] in nn/loss_scale.h), unless it scales losses
+  // already (SetLossScaling before, for other settings). A DistOpt all-reduces its gradients in
+  // the precision's 16-bit type unless told otherwise (Note [Gradients on the wire] in
+  // nn/dist_opt.h). kFloat32 by default; set before the first step of a graph model (its graph
+  // keeps what it captured).
+  void set_precision(Precision p);
   Precision precision() const { return precision_; }
+  // The optimizer's loss scale and its counts of good and skipped steps (a host read; ValueError
+  // when it does not scale losses): Optimizer::loss_scale.
+  LossScaleReading loss_scale() { return opt_->loss_scale(); }
   int64_t steps() const { return steps_; }
   // Graph mode: the training graph's input tensors for batches shaped like (x, y), once that
   // graph exists (empty otherwise). Fill them with the next batch (CopyFromHost, a DataLoader's

@@ -21,16 +21,25 @@ Optimizer::Optimizer(double lr) : lr_(lr) {
 void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) { StepKeyed(param_grads, true); }
 
 void Optimizer::BackwardAndUpdate(const Tensor& loss, bool key_by_name) {
-  if (!clips_by_norm()) {
+  if (!clips_by_norm() && !scales_losses()) {
     Backward(loss, [&](const Tensor& p, const Tensor& g) { Apply(g, p, key_by_name ? p.name() : ""); });
     return;
   }
   std::vector<std::pair<Tensor, Tensor>> pairs;
-  Backward(loss, [&](const Tensor& p, const Tensor& g) { pairs.emplace_back(p, g); });
+  Backward(scales_losses() ? ScaleLoss(loss) : loss, [&](const Tensor& p, const Tensor& g) { pairs.emplace_back(p, g); });
   StepKeyed(pairs, key_by_name);
 }
 
 void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) {
+  // Note [Loss scaling]: every gradient unscaled and checked before the norm and the updates.
+  LossScaleState* scaling = nullptr;
+  if (scales_losses() && !param_grads.empty()) {
+    std::vector<Tensor> grads;
+    for (const auto& pg : param_grads) grads.push_back(pg.second);
+    scaling = &LossScaleOn(param_grads[0].second.device_ptr());
+    UnscaleGradients(grads, *scaling);
+    found_inf_ = scaling->found_inf;
+  }
   if (clips_by_norm() && !param_grads.empty()) {
     std::vector<Tensor> grads;
     for (const auto& pg : param_grads) grads.push_back(pg.second);
@@ -42,10 +51,57 @@ void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_gr
     grad_scale_ = ClipScale(last_grad_norm_, clip_.max_norm, clip_.eps);
   }
   struct Reset {
-    Tensor& t;
-    ~Reset() { t = Tensor(); }
-  } reset{grad_scale_};
+    Tensor &t, &u;
+    ~Reset() { t = u = Tensor(); }
+  } reset{grad_scale_, found_inf_};
   for (const auto& pg : param_grads) Apply(pg.second, pg.first, key_by_name ? pg.first.name() : "");
+  if (scaling) UpdateLossScale(*scaling, *loss_scaling_);
+}
+
+void Optimizer::SetLossScaling(const LossScaling& s) {
+  CheckLossScaling(s);
+  loss_scaling_ = s;
+}
+
+void Optimizer::ClearLossScaling() {
+  loss_scaling_.reset();
+  loss_scales_.clear();
+}
+
+LossScaleState& Optimizer::LossScaleOn(const std::shared_ptr<Device>& dev) {
+  LOOM_CHECK(loss_scaling_, ValueError, "[optimizer] no loss scaling: SetLossScaling first (precision fp16 sets it)");
+  auto it = loss_scales_.find(dev.get());
+  if (it == loss_scales_.end()) it = loss_scales_.emplace(dev.get(), MakeLossScaleState(dev, *loss_scaling_)).first;
+  return it->second;
+}
+
+Tensor Optimizer::ScaleLoss(const Tensor& loss) {
+  LOOM_CHECK(loss.defined(), ValueError, "[optimizer] ScaleLoss: the loss is undefined");
+  const Tensor& scale = LossScaleOn(loss.device_ptr()).scale;
+  return ops::Mul(loss, loss.dtype() == scale.dtype() ? scale : ops::Cast(scale, loss.dtype()));
+}
+
+LossScaleReading Optimizer::loss_scale(const std::shared_ptr<Device>& dev) {
+  LOOM_CHECK(loss_scaling_, ValueError, "[optimizer] no loss scaling: SetLossScaling first (precision fp16 sets it)");
+  auto it = loss_scales_.find(dev.get());
+  return it == loss_scales_.end() ? LossScaleReading{loss_scaling_->init_scale, 0, 0} : Read(it->second);
+}
+
+LossScaleReading Optimizer::loss_scale() {
+  LOOM_CHECK(loss_scaling_, ValueError, "[optimizer] no loss scaling: SetLossScaling first (precision fp16 sets it)");
+  if (loss_scales_.empty()) return LossScaleReading{loss_scaling_->init_scale, 0, 0};
+  LOOM_CHECK(loss_scales_.size() == 1, ValueError, "[optimizer] loss scaling has a scale on ", loss_scales_.size(),
+             " devices: ask for one with loss_scale(device)");
+  return Read(loss_scales_.begin()->second);
+}
+
+void Optimizer::SetLossScale(const std::shared_ptr<Device>& dev, const LossScaleReading& r) {
+  Write(LossScaleOn(dev), r);
+}
+
+void Optimizer::CountStep(const Tensor& counter) const {
+  if (found_inf_.defined()) CallInto(op_kind::increment, {counter, found_inf_}, {counter});
+  else CallInto(op_kind::increment, {counter}, {counter});
 }
 
 bool Optimizer::OpensStep(const Tensor& param) {
@@ -61,7 +117,7 @@ const Tensor& Optimizer::RateForUpdate(const Tensor& param) {
     auto it = schedule_steps_.find(dev);
     if (it == schedule_steps_.end()) it = schedule_steps_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
     schedule_->EvalInto(it->second, lr);
-    CallInto(op_kind::increment, {it->second}, {it->second});
+    CountStep(it->second);
   }
   return lr;
 }
@@ -107,11 +163,18 @@ void Optimizer::SetGradMultiplier(double m) {
 void Optimizer::AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const {
   if (grad_mult_ != 1) attrs->Set("grad_mult", grad_mult_);
   if (clip_.clip_value > 0) attrs->Set("clip_value", clip_.clip_value);
-  if (!clips_by_norm()) return;
-  LOOM_CHECK(grad_scale_.defined(), ValueError, "[", op, "] clipping by global norm (max_norm ", clip_.max_norm,
-             ") needs every gradient before the first update: use Step(param_grads), not Apply");
-  inputs->push_back(grad_scale_);
-  attrs->Set("grad_scaled", int64_t(1));
+  if (clips_by_norm()) {
+    LOOM_CHECK(grad_scale_.defined(), ValueError, "[", op, "] clipping by global norm (max_norm ", clip_.max_norm,
+               ") needs every gradient before the first update: use Step(param_grads), not Apply");
+    inputs->push_back(grad_scale_);
+    attrs->Set("grad_scaled", int64_t(1));
+  }
+  if (scales_losses()) {  // Note [Skipped updates]: after the clip scale
+    LOOM_CHECK(found_inf_.defined(), ValueError, "[", op, "] loss scaling checks every gradient before the first ",
+               "update: use Step(param_grads) or BackwardAndUpdate, not Apply (Note [Loss scaling])");
+    inputs->push_back(found_inf_);
+    attrs->Set("found_inf", int64_t(1));
+  }
 }
 
 Tensor Optimizer::DeviceScalar(const std::shared_ptr<Device>& dev, double value) {
@@ -204,7 +267,7 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
   auto it = step_tensors_.find(dev);
   if (it == step_tensors_.end()) it = step_tensors_.emplace(dev, DeviceScalar(param.device_ptr(), 0)).first;
   // The step count advances once per step (OpensStep).
-  if (OpensStep(param)) CallInto(op_kind::increment, {it->second}, {it->second});
+  if (OpensStep(param)) CountStep(it->second);
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
   const Tensor& lr = RateForUpdate(param);

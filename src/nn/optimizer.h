@@ -9,8 +9,10 @@
 // update, one op computes the rate from a device step counter and one advances the counter, so
 // replays follow the schedule (Note [Schedules on the device]). Gradient clipping (SetGradClip,
 // nn/clip.h) is folded into the update ops (Note [Clipping folded into the update]); clipping
-// by global norm needs every gradient before the first update, so it works through Step.
-// Without either, the ops submitted are exactly those of a plain optimizer.
+// by global norm needs every gradient before the first update, so it works through Step. So does
+// dynamic loss scaling (SetLossScaling: Note [Loss scaling] in nn/loss_scale.h), whose finite
+// check reads every gradient before an update may run or be skipped.
+// Without any of them, the ops submitted are exactly those of a plain optimizer.
 #pragma once
 
 #include <map>
@@ -21,6 +23,7 @@
 
 #include "core/tensor.h"
 #include "nn/clip.h"
+#include "nn/loss_scale.h"
 #include "nn/schedule.h"
 
 namespace loom {
@@ -35,14 +38,18 @@ class Optimizer {
   // storage). Step counts live on the device (Adam's), never in the call.
   virtual void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") = 0;
   // Whole-model step over (param, grad) pairs, e.g. the result of Backward(loss). With clipping
-  // by global norm, the norm of all the gradients and the scale come first (device ops).
+  // by global norm, the norm of all the gradients and the scale come first (device ops). With
+  // loss scaling the gradients are those of ScaleLoss(loss): they are unscaled and checked first,
+  // and the updates are skipped when one is not finite (Note [Loss scaling]).
   void Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
   // Step with the state keyed by each parameter's name, or its storage (key_by_name false).
   // Virtual: a wrapper (DistOpt) all-reduces the gradients first.
   virtual void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
   // Backward from `loss` and the updates: each parameter as soon as its gradient is final (the
-  // memory-friendly order), or, when clipping by global norm, all after backward (the norm needs
-  // every gradient). State is keyed by the parameter's name, or its storage (key_by_name false).
+  // memory-friendly order), or, when clipping by global norm or scaling the loss, all after
+  // backward (the norm and the finite check need every gradient; with loss scaling the backward
+  // starts from ScaleLoss(loss)). State is keyed by the parameter's name, or its storage
+  // (key_by_name false).
   void BackwardAndUpdate(const Tensor& loss, bool key_by_name = true);
 
   // The constant rate. With a schedule set, the schedule's rate overwrites it at every step.
@@ -80,6 +87,26 @@ class Optimizer {
   // The device scalar (float64, shape ()) the update kernels read on `dev`.
   const Tensor& LearningRateTensor(const std::shared_ptr<Device>& dev);
 
+  // ---- dynamic loss scaling (Note [Loss scaling] in nn/loss_scale.h); precision fp16 turns it
+  // on (Model::set_precision). The settings apply from the next step; a scale that has run keeps
+  // its value and counts (SetLossScale changes them). Virtual: a wrapper (DistOpt) hands them to
+  // the optimizer it wraps, which keeps the state. ----
+  virtual void SetLossScaling(const LossScaling& s);
+  virtual void ClearLossScaling();  // off, the state dropped
+  virtual bool scales_losses() const { return loss_scaling_.has_value(); }
+  virtual const LossScaling* loss_scaling() const { return loss_scaling_ ? &*loss_scaling_ : nullptr; }
+  // loss times the scale on loss's device (differentiable): what BackwardAndUpdate backpropagates
+  // from. A training loop of its own backpropagates from it and hands the gradients to Step, as
+  // with torch's GradScaler.scale(loss). ValueError without loss scaling.
+  virtual Tensor ScaleLoss(const Tensor& loss);
+  // Host reads (synchronise): the scale and counts on `dev` ({init_scale, 0, 0} before its first
+  // step); without an argument, those of the one device that has a state (the initial reading
+  // when none has; ValueError when several have). ValueError without loss scaling.
+  virtual LossScaleReading loss_scale(const std::shared_ptr<Device>& dev);
+  virtual LossScaleReading loss_scale();
+  // Sets the state on `dev` (resuming from a checkpoint). Not during a capture.
+  virtual void SetLossScale(const std::shared_ptr<Device>& dev, const LossScaleReading& r);
+
   // Named state tensors, for checkpoints: "<param key>/<slot>" -> tensor.
   const std::map<std::string, Tensor>& states() const { return states_; }
   // The state tensor `key` ("<param key>/<slot>"), created as zeros (in setup) when missing:
@@ -101,8 +128,11 @@ class Optimizer {
   // schedule's ops come first (Note [Schedules on the device]).
   const Tensor& RateForUpdate(const Tensor& param);
   // Appends the clip scale input and the clipping attributes of an update op (Note [Clipping
-  // folded into the update]), and the gradient multiplier; `op` names the update in errors.
+  // folded into the update]), the gradient multiplier, and the found_inf flag of loss scaling
+  // (Note [Skipped updates]); `op` names the update in errors.
   void AddClipping(const char* op, std::vector<Tensor>* inputs, Attrs* attrs) const;
+  // counter += 1 on the device (a step count), unless this step is skipped (Note [Skipped updates]).
+  void CountStep(const Tensor& counter) const;
 
  private:
   double lr_;
@@ -115,6 +145,10 @@ class Optimizer {
   GradClip clip_;
   Tensor grad_scale_;  // set by Step for its updates when clipping by norm
   Tensor last_grad_norm_;
+  std::optional<LossScaling> loss_scaling_;
+  std::map<Device*, LossScaleState> loss_scales_;
+  Tensor found_inf_;  // set by Step for its updates when scaling the loss
+  LossScaleState& LossScaleOn(const std::shared_ptr<Device>& dev);  // created at the first use
 };
 
 class SGD : public Optimizer {

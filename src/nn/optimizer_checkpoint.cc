@@ -35,6 +35,12 @@ void AddOptimizerState(Optimizer& outer, NamedTensors* tensors, std::map<std::st
   }
   const int64_t schedule_step = opt.schedule_step();
   if (schedule_step >= 0) (*meta)[prefix + "schedule_step"] = double(schedule_step);
+  if (opt.scales_losses()) {
+    const LossScaleReading r = opt.loss_scale();
+    (*meta)[prefix + "loss_scale"] = r.scale;
+    (*meta)[prefix + "loss_scale_good_steps"] = double(r.good_steps);
+    (*meta)[prefix + "skipped_steps"] = double(r.skipped_steps);
+  }
 }
 
 namespace {
@@ -83,6 +89,25 @@ void CheckOptimizerState(const Checkpoint& ckpt, const Optimizer& outer, const s
   if (sched != ckpt.meta.end() &&
       !(sched->second >= 0 && sched->second <= 9.0e15 && sched->second == std::floor(sched->second)))
     problems.push_back(detail::Cat("'", sched->first, "' is ", sched->second, ", not a step count"));
+  // Note [Loss scaling]: all three or none, into an optimizer that scales losses.
+  const char* const kScaleKeys[] = {"loss_scale", "loss_scale_good_steps", "skipped_steps"};
+  int scale_keys = 0;
+  for (const char* k : kScaleKeys) {
+    auto it = ckpt.meta.find(prefix + k);
+    if (it == ckpt.meta.end()) continue;
+    ++scale_keys;
+    const double v = it->second;
+    const bool ok = k == kScaleKeys[0] ? std::isfinite(v) && v > 0 && v <= 3.4028234663852886e38
+                                       : v >= 0 && v <= 9.0e15 && v == std::floor(v);
+    if (!ok) problems.push_back(detail::Cat("'", it->first, "' is ", v, ", not a ", k == kScaleKeys[0] ? "loss scale" : "step count"));
+  }
+  if (scale_keys != 0 && scale_keys != 3)
+    problems.push_back(detail::Cat("loss scaling's state is incomplete: '", prefix, "loss_scale', '", prefix,
+                                   "loss_scale_good_steps' and '", prefix, "skipped_steps' come together"));
+  if (scale_keys != 0 && !opt.scales_losses())
+    problems.push_back(detail::Cat("'", prefix, "loss_scale': saved by an optimizer with loss scaling (precision fp16), ",
+                                   "but this one does not scale losses: set the precision to fp16 (or SetLossScaling) ",
+                                   "before restoring"));
   if (!problems.empty())
     ThrowProblems(detail::Cat("[checkpoint] '", ckpt.path, "' does not fit the optimizer"), problems);
 }
@@ -102,6 +127,10 @@ void RestoreOptimizerState(const Checkpoint& ckpt, Optimizer& outer, const std::
   }
   auto sched = ckpt.meta.find(prefix + "schedule_step");
   if (sched != ckpt.meta.end()) opt.SetScheduleStep(dev, int64_t(sched->second));
+  auto scale = ckpt.meta.find(prefix + "loss_scale");
+  if (scale != ckpt.meta.end())
+    opt.SetLossScale(dev, LossScaleReading{scale->second, int64_t(ckpt.meta.at(prefix + "loss_scale_good_steps")),
+                                           int64_t(ckpt.meta.at(prefix + "skipped_steps"))});
   RestoreInto(ckpt, StateTargets(opt, prefix));
   auto lr = ckpt.meta.find(prefix + "lr");
   if (lr != ckpt.meta.end()) opt.SetLearningRate(lr->second);

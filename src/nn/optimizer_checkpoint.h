@@ -24,7 +24,11 @@ using io::NamedTensors;
 // value; a saved slot the optimizer does not keep (momentum into plain SGD) is an IOError. Adam's
 // step count is saved as meta "<prefix>adam_steps" and restored with Adam::SetStepsTaken, so the
 // bias correction continues where it stopped. A schedule's step counter (Note [Schedules on the
-// device]) is saved as meta "<prefix>schedule_step" and restored with SetScheduleStep.
+// device]) is saved as meta "<prefix>schedule_step" and restored with SetScheduleStep. Loss
+// scaling's state (Note [Loss scaling] in nn/loss_scale.h) is saved as meta "<prefix>loss_scale",
+// "<prefix>loss_scale_good_steps" and "<prefix>skipped_steps" and restored with SetLossScale;
+// restoring it into an optimizer that does not scale losses is an IOError (set the precision,
+// fp16, or SetLossScaling first), while a file without it leaves the optimizer's scale alone.
 
 // Appends the optimizer's state tensors and learning rate (and Adam's step count) under `prefix`.
 void AddOptimizerState(Optimizer& opt, NamedTensors* tensors, std::map<std::string, double>* meta,

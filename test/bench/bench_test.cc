@@ -171,6 +171,26 @@ TEST(LoomBench, RefusesARunThatDidNotTrain) {
   EXPECT_TRUE(JsonLines(r.out).empty()) << r.out;
 }
 
+// --precision fp16 (Note [Loss scaling]): the JSON gives the precision, the final loss scale and the
+// skipped steps; the graph replays eager's losses and scale.
+TEST(LoomBench, Fp16RunsReportTheirLossScale) {
+  if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
+  ProgramRun r = RunBench("--model mlp --batch 4 --steps 3 --warmup 1 --mode eager,graph-planned --threads 1 "
+                          "--precision fp16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::vector<std::string> lines = JsonLines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  for (const std::string& l : lines) {
+    EXPECT_NE(l.find("\"precision\": \"fp16\""), std::string::npos) << l;
+    EXPECT_GT(Field(l, "loss_scale"), 0) << l;
+    EXPECT_GE(Field(l, "skipped_steps"), 0) << l;
+    EXPECT_NE(l.find("\"kind\": \"gemm f16 -> f32\""), std::string::npos) << l;
+  }
+  EXPECT_EQ(Field(lines[0], "last_loss"), Field(lines[1], "last_loss"));
+  EXPECT_EQ(Field(lines[0], "loss_scale"), Field(lines[1], "loss_scale"));
+  EXPECT_EQ(RunBench("--model mlp --precision fp8").exit_code, 2);
+}
+
 TEST(LoomBench, RejectsBadFlags) {
   if (!ProgramBuilt(BenchPath())) GTEST_SKIP() << BenchPath() << " not built";
   EXPECT_EQ(RunBench("--model vgg").exit_code, 2);

@@ -85,6 +85,8 @@ void AddCnnCases(Table& t);
 void AddCollectiveCases(Table& t);
 // The rows of the transformer ops (op_cases_transformer.cc).
 void AddTransformerCases(Table& t);
+// The rows of dynamic loss scaling and skipped updates (op_cases_loss_scale.cc).
+void AddLossScaleCases(Table& t);
 
 }  // namespace table
 }  // namespace test

@@ -375,22 +375,23 @@ void AddLinalg(Table& t) {
       if (m.sum) c.NoGrad("a batch-summed product is itself a gradient: it has no backward");
       if (m.grad && dt == kF64) c.Grad();
     }
-  // bfloat16 operands, a float32 product (Note [Precision policy] in core/autocast.h): against the
-  // float64 product of the same (bfloat16) values, within float32 summation.
-  for (const MatMul& m : cases) {
-    std::string variant = S(m.a) + (m.ta ? "^T" : "") + " @ " + S(m.b) + (m.tb ? "^T" : "") +
-                          (m.sum ? " summed over the batch" : "") + " -> float32";
-    OpCase& c = t.Add("matmul", variant, DType::kBFloat16, ref::MatMul)
-                    .In(Uniform(m.a))
-                    .In(Uniform(m.b))
-                    .Attr("ta", int64_t(m.ta))
-                    .Attr("tb", int64_t(m.tb))
-                    .Attr("sum_batch", int64_t(m.sum))
-                    .Attr("out_dtype", int64_t(DType::kFloat32))
-                    .NoGrad("a product of bfloat16 operands is not differentiated (Note [Precision policy])");
-    if (m.f32_tol > 0) c.Tol(m.f32_tol, m.f32_tol);
-    else c.Tol(1e-5, 1e-5);
-  }
+  // bfloat16 and float16 operands, a float32 product (Note [Precision policy] in core/autocast.h):
+  // against the float64 product of the same (16-bit) values, within float32 summation.
+  for (DType half : {DType::kBFloat16, DType::kFloat16})
+    for (const MatMul& m : cases) {
+      std::string variant = S(m.a) + (m.ta ? "^T" : "") + " @ " + S(m.b) + (m.tb ? "^T" : "") +
+                            (m.sum ? " summed over the batch" : "") + " -> float32";
+      OpCase& c = t.Add("matmul", variant, half, ref::MatMul)
+                      .In(Uniform(m.a))
+                      .In(Uniform(m.b))
+                      .Attr("ta", int64_t(m.ta))
+                      .Attr("tb", int64_t(m.tb))
+                      .Attr("sum_batch", int64_t(m.sum))
+                      .Attr("out_dtype", int64_t(DType::kFloat32))
+                      .NoGrad("a product of 16-bit operands is not differentiated (Note [Precision policy])");
+      if (m.f32_tol > 0) c.Tol(m.f32_tol, m.f32_tol);
+      else c.Tol(1e-5, 1e-5);
+    }
 
   for (const Shape& x : {Shape{2, 3, 4}, Shape{5}, Shape{6, 4}, Shape{4, 3, 7}})
     for (DType dt : kFloats) t.Add("add_bias", S(x), dt, ref::AddBias).In(Uniform(x)).In(Uniform({x.back()}));
@@ -1024,6 +1025,7 @@ const std::vector<OpCase>& AllOpCases() {
     AddSoftmax(t);
     AddLosses(t);
     AddOptimizers(t);
+    AddLossScaleCases(t);
     AddRandom(t);
     AddCreation(t);
     AddShape(t);

@@ -82,6 +82,7 @@ struct OpCase {
   // The gradient check: by default on float64 rows of differentiable ops whose differentiable
   // inputs have at most kSmallGradElements elements (finite differences cost two runs each).
   std::string no_grad;  // non-empty: never, for this reason
+  std::string cpu_only;  // non-empty: not compared on CUDA (its kernel does not take the record), why
   bool force_grad = false;
   double grad_eps = 1e-6, grad_tol = 1e-6;
   static constexpr int64_t kSmallGradElements = 400;
@@ -103,6 +104,7 @@ struct OpCase {
   bool exact() const { return rtol == 0 && atol == 0; }
   OpCase& CudaTol(double r, double a) { cuda_rtol = r; cuda_atol = a; return *this; }
   OpCase& NoGrad(std::string why) { no_grad = std::move(why); return *this; }
+  OpCase& CpuOnly(std::string why) { cpu_only = std::move(why); return *this; }
   OpCase& Grad() { force_grad = true; return *this; }
   OpCase& GradTol(double eps, double tol) { grad_eps = eps; grad_tol = tol; return *this; }
   OpCase& Into(std::vector<int> in) { outputs = Outputs::kIntoInputs; into = std::move(in); return *this; }

@@ -125,6 +125,27 @@ void AddConv(Table& t) {
       ConvGradients(t, k, dt);
     }
   }
+  // bfloat16 x and w, float32 bias and result (Note [Precision policy] in core/autocast.h:
+  // what the bf16 policy lowers a conv2d to; oneDNN's bf16 convolution on the CPU), against the
+  // float64 convolution of the same (bfloat16) values: within float32 summation, 1e-5 relative
+  // (2e-5 for the larger sums). Against the float32 convolution of the unrounded inputs a
+  // bf16 result differs by bfloat16's rounding of the operands, up to ~2^-8 relative per product.
+  for (const std::vector<Conv>* set : {&small, &large})
+    for (Conv k : *set) {
+      for (bool with_bias : {false, true}) {
+        if (with_bias && !k.bias && set == &small) continue;
+        OpCase& c = t.Add("conv2d", k.Name() + (with_bias ? " +bias" : "") + " -> float32", DType::kBFloat16,
+                          ref::Conv2d)
+                        .In(Uniform(k.x))
+                        .In(Uniform(k.w))
+                        .NoGrad("a convolution of bfloat16 operands is not differentiated (Note [Precision policy])")
+                        .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps conv2d float32");
+        if (with_bias) c.In(Uniform({k.w[0]}).As(kF32));
+        c.attrs = k.attrs();
+        c.attrs.Set("out_dtype", int64_t(kF32));
+        c.Tol(set == &large ? 2e-5 : 1e-5, set == &large ? 2e-5 : 1e-5);
+      }
+    }
   // The fused convolution (Note [Fusing bias and activation] in graph/fuse_bias_act.cc):
   // relu(conv2d(...)), through oneDNN (float32) or the im2col kernels (float64),
   // with and without bias: small geometries (gradient-checked in float64), groups, the 1x1

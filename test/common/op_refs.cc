@@ -388,21 +388,26 @@ std::vector<HostTensor> MseGrad(const RefArgs& a) {
 
 // (param, grad, lr [, buf]) -> param [, buf]
 // The gradient an update uses (Note [Clipping folded into the update], Note [Data parallelism
-// folded into the update]): times grad_mult, then times the scale (the last input) with
-// grad_scaled, clamped to [-clip_value, clip_value] with clip_value > 0.
+// folded into the update]): times grad_mult, then times the scale (the last input, or the one
+// before the found_inf flag) with grad_scaled, clamped to [-clip_value, clip_value] with
+// clip_value > 0.
+bool HasFlag(const RefArgs& a) { return a.attrs.Int("found_inf", 0) != 0; }
 std::vector<double> ClippedGradient(const RefArgs& a, std::vector<double> g) {
   const double clip = a.attrs.Float("clip_value", 0);
   for (double& x : g) {
     x *= a.attrs.Float("grad_mult", 1.0);
-    if (a.attrs.Int("grad_scaled", 0)) x *= a.in.back().v[0];
+    if (a.attrs.Int("grad_scaled", 0)) x *= a.in[a.in.size() - (HasFlag(a) ? 2 : 1)].v[0];
     if (clip > 0) x = std::max(-clip, std::min(clip, x));
   }
   return g;
 }
-size_t ClipInputs(const RefArgs& a) { return a.attrs.Int("grad_scaled", 0) ? 1 : 0; }
+size_t ClipInputs(const RefArgs& a) { return (a.attrs.Int("grad_scaled", 0) ? 1 : 0) + (HasFlag(a) ? 1 : 0); }
+// Note [Skipped updates]: with the flag set, the update returns its state outputs as they were.
+bool Skips(const RefArgs& a) { return HasFlag(a) && a.in.back().v[0] != 0; }
 
 std::vector<HostTensor> SgdUpdate(const RefArgs& a) {
   const bool buffer = a.in.size() - ClipInputs(a) == 4;
+  if (Skips(a)) return buffer ? std::vector<HostTensor>{a.in[0], a.in[3]} : std::vector<HostTensor>{a.in[0]};
   return Sgd(a.in[0], ClippedGradient(a, a.in[1].v), a.in[2].v[0], buffer ? &a.in[3] : nullptr, a.attrs);
 }
 
@@ -412,6 +417,7 @@ std::vector<HostTensor> MatmulSgdUpdate(const RefArgs& a) {
   const std::vector<HostTensor> operands{a.in[1], a.in[2]};
   std::vector<HostTensor> g = MatMul(RefArgs{operands, transposed_a});
   const bool buffer = a.in.size() - ClipInputs(a) == 5;
+  if (Skips(a)) return buffer ? std::vector<HostTensor>{a.in[0], a.in[4]} : std::vector<HostTensor>{a.in[0]};
   return Sgd(a.in[0], ClippedGradient(a, g[0].v), a.in[3].v[0], buffer ? &a.in[4] : nullptr, a.attrs);
 }
 
@@ -419,6 +425,7 @@ std::vector<HostTensor> MatmulSgdUpdate(const RefArgs& a) {
 // decay added to the gradient, or (decoupled, AdamW) applied to the parameter first.
 std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
   HostTensor p = a.in[0], m = a.in[3], v = a.in[4];
+  if (Skips(a)) return {p, m, v};
   const double lr = a.in[2].v[0], step = a.in[5].v[0];
   const double b1 = a.attrs.Float("beta1"), b2 = a.attrs.Float("beta2"), eps = a.attrs.Float("eps");
   const double wd = a.attrs.Float("weight_decay", 0);
@@ -436,7 +443,45 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
   return {p, m, v};
 }
 
-std::vector<HostTensor> Increment(const RefArgs& a) { return {HostTensor({}, {a.in[0].v[0] + 1})}; }
+// (counter [, found_inf]) -> counter + 1, or counter when the flag is set
+std::vector<HostTensor> Increment(const RefArgs& a) {
+  const bool skip = a.in.size() == 2 && a.in[1].v[0] != 0;
+  return {HostTensor({}, {a.in[0].v[0] + (skip ? 0 : 1)})};
+}
+
+// (g_1 ... g_n, scale, found_inf) -> g_1 ... g_n times the float32 reciprocal of the scale,
+// found_inf: 1 when any product is NaN or infinite (Note [Loss scaling] in nn/loss_scale.h).
+// The products are those of the kernels' dtype: each rounded to it (float32 or float64).
+std::vector<HostTensor> UnscaleGrads(const RefArgs& a, DType dt) {
+  const size_t n = a.in.size() - 2;
+  const double inv = double(float(1.0 / a.in[n].v[0]));
+  std::vector<HostTensor> out(a.in.begin(), a.in.begin() + int64_t(n));
+  bool found = false;
+  for (HostTensor& g : out)
+    for (double& x : g.v) {
+      x = dt == DType::kFloat32 ? double(float(x * inv)) : x * inv;
+      found = found || !std::isfinite(x);
+    }
+  out.emplace_back(Shape{}, std::vector<double>{found ? 1.0 : 0.0});
+  return out;
+}
+
+// (scale, good, skipped, found_inf) -> scale, good, skipped: torch.amp.GradScaler's update,
+// written out from its definition (core/ops/loss_scale.cc), in double but for the float32
+// range check of a grown scale.
+std::vector<HostTensor> UpdateLossScale(const RefArgs& a) {
+  double scale = a.in[0].v[0], good = a.in[1].v[0], skipped = a.in[2].v[0];
+  if (a.in[3].v[0] != 0) {
+    scale *= a.attrs.Float("backoff");
+    good = 0;
+    skipped += 1;
+  } else if (++good >= double(a.attrs.Int("interval"))) {
+    const double grown = scale * a.attrs.Float("growth");
+    if (grown <= double(std::numeric_limits<float>::max())) scale = grown;
+    good = 0;
+  }
+  return {HostTensor({}, {scale}), HostTensor({}, {good}), HostTensor({}, {skipped})};
+}
 
 // (step) -> the rate, for the segment kinds written out here from their definitions (nn/schedule.h).
 std::vector<HostTensor> LrSchedule(const RefArgs& a) {

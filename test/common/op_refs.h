@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/attrs.h"
+#include "core/dtype.h"
 #include "core/shape.h"
 
 namespace loom {
@@ -72,6 +73,9 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a);
 std::vector<HostTensor> Increment(const RefArgs& a);
 std::vector<HostTensor> LrSchedule(const RefArgs& a);
 std::vector<HostTensor> GradNorm(const RefArgs& a);
+// loss scaling (Note [Loss scaling] in nn/loss_scale.h); UnscaleGrads rounds to the gradients' dtype
+std::vector<HostTensor> UnscaleGrads(const RefArgs& a, DType dt);
+std::vector<HostTensor> UpdateLossScale(const RefArgs& a);
 
 // creation, random numbers (Philox4x32-10, device/philox.h: the stream's definition) and dropout
 std::vector<HostTensor> Fill(const RefArgs& a);

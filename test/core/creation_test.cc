@@ -165,6 +165,35 @@ TEST(Creation, CastBFloat16RoundTrip) {
 
 // ops::Cast to the tensor's own dtype is the tensor itself (the op's values, for every pair of
 // dtypes, are the op-case table's).
+// The CPU cast from float32 to 16 bits (a fast path, F16C's conversion where the build has it)
+// gives exactly FloatToHalf's and FloatToBFloat16's bits for every kind of float32: a sweep over
+// the whole bit space (every exponent, both signs, subnormals, infinities and NaNs with
+// payloads), in groups of 8 that mix NaNs with numbers and ones that do not.
+TEST(Creation, CastFromFloat32IsBitForBitTheConversionFunctions) {
+  std::vector<uint32_t> bits;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 2047) bits.push_back(uint32_t(b));
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x33000000u, 0x33000001u, 0x387fe000u,
+                     0x477fefffu, 0x477ff000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                     0xffffffffu, 0x7fbfffffu, 0x38800000u, 0x3f800000u})
+    bits.push_back(b);
+  while (bits.size() % 8 != 3) bits.push_back(0x3f800001u);  // a tail after the groups of 8
+  std::vector<float> f(bits.size());
+  std::memcpy(f.data(), bits.data(), bits.size() * 4);
+  Tensor x = ops::FromVector(f, {int64_t(f.size())}, CpuDevice());
+  const std::vector<uint8_t> half = HostBytes(ops::Cast(x, DType::kFloat16)), bf = HostBytes(ops::Cast(x, DType::kBFloat16));
+  size_t bad_half = 0, bad_bf = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint16_t h, b;
+    std::memcpy(&h, &half[2 * i], 2);
+    std::memcpy(&b, &bf[2 * i], 2);
+    bad_half += h != FloatToHalf(f[i]);
+    bad_bf += b != FloatToBFloat16(f[i]);
+  }
+  EXPECT_GT(f.size(), 1000000u);
+  EXPECT_EQ(bad_half, 0u);
+  EXPECT_EQ(bad_bf, 0u);
+}
+
 TEST(Creation, CastToTheSameDTypeIsTheTensor) {
   Tensor f = ops::FromVector<float>({2.7f, -2.7f, 0.5f}, {3}, Cpu());
   EXPECT_EQ(ops::Cast(f, DType::kFloat32).block(), f.block());

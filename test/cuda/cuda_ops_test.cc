@@ -18,7 +18,7 @@ namespace {
 
 bool RunsOnCuda(const OpCase& c) {
   const OpDef& def = GetOp(c.op);
-  return def.view || def.kernels[int(DeviceType::kCUDA)] != nullptr;
+  return c.cpu_only.empty() && (def.view || def.kernels[int(DeviceType::kCUDA)] != nullptr);
 }
 
 // Every row of the op-case table (common/op_cases.h) whose op runs on CUDA, against the CPU.

@@ -1,6 +1,7 @@
-// Note [Precision policy] (core/autocast.h): float32 matrix products computed from bfloat16
-// operands, eagerly inside an AutocastScope and in graphs (captured in the scope, or lowered by
-// the pass autocast_bf16), with graph == eager bitwise and the weights' master copies float32.
+// Note [Precision policy] (core/autocast.h): float32 matrix products computed from bfloat16 or
+// float16 operands, eagerly inside an AutocastScope and in graphs (captured in the scope, or
+// lowered by the pass autocast_bf16 / autocast_fp16), with graph == eager bitwise and the
+// weights' master copies float32.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,11 +10,14 @@
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/autocast.h"
+#include "core/ops_cnn.h"
 #include "graph/graph.h"
 #include "nn/layer.h"
 #include "nn/model.h"
+#include "nn/models.h"
 
 LOOM_OP_KIND(cast);
+LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(dense_bias_act);
 
@@ -41,7 +45,12 @@ TEST(Precision, NamesAndTypedErrors) {
   EXPECT_EQ(PrecisionFromName("bf16"), Precision::kBFloat16);
   EXPECT_EQ(PrecisionFromName("bfloat16"), Precision::kBFloat16);
   EXPECT_EQ(PrecisionFromName("fp32"), Precision::kFloat32);
+  EXPECT_EQ(PrecisionFromName("fp16"), Precision::kFloat16);
+  EXPECT_EQ(PrecisionFromName("float16"), Precision::kFloat16);
   EXPECT_STREQ(Name(Precision::kBFloat16), "bf16");
+  EXPECT_STREQ(Name(Precision::kFloat16), "fp16");
+  EXPECT_EQ(OperandType(Precision::kFloat16), DType::kFloat16);
+  EXPECT_EQ(OperandType(Precision::kBFloat16), DType::kBFloat16);
   LOOM_EXPECT_THROW_MSG(PrecisionFromName("fp8"), ValueError, "[precision] 'fp8': expected 'fp32'");
   EXPECT_EQ(AutocastPrecision(), Precision::kFloat32);
   {
@@ -80,23 +89,24 @@ TEST(Precision, AnEagerProductInTheScopeIsTheProductOfBfloat16Operands) {
 
 enum class How { kEagerInScope, kCapturedInScope, kCapturedThenPass };
 
-// Five steps of the MLP from the same weights, trained as `how` says; the final weights.
-std::vector<std::vector<float>> Train(How how, GraphStats* stats = nullptr) {
+// Five steps of the MLP from the same weights, trained as `how` says at precision `p`; the final
+// weights.
+std::vector<std::vector<float>> Train(How how, GraphStats* stats = nullptr, Precision p = Precision::kBFloat16) {
   auto dev = CpuDevice();
   Mlp m(kDims, 7, dev);
   nn::SGD opt(0.05, 0.9);
   Batch b = MakeBatch(dev);
   if (how == How::kEagerInScope) {
-    AutocastScope s(Precision::kBFloat16);
+    AutocastScope s(p);
     for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
     return Values(m);
   }
   GraphOptions o;
-  if (how == How::kCapturedThenPass) o.passes.Set("autocast_bf16", true);
+  if (how == How::kCapturedThenPass) o.passes.Set(p == Precision::kBFloat16 ? "autocast_bf16" : "autocast_fp16", true);
   CapturedGraph g(dev, "autocast", o);
   {
     std::unique_ptr<AutocastScope> s;
-    if (how == How::kCapturedInScope) s = std::make_unique<AutocastScope>(Precision::kBFloat16);
+    if (how == How::kCapturedInScope) s = std::make_unique<AutocastScope>(p);
     g.Capture([&] { m.Step(b.x, b.y, opt); });
   }
   for (int i = 0; i < 5; ++i) g.Replay();
@@ -130,6 +140,63 @@ TEST(Precision, GraphsEqualEagerBitwiseWhetherCapturedInTheScopeOrLoweredByThePa
     for (size_t j = 0; j < f32[i].size(); ++j) apart = std::max(apart, double(std::abs(f32[i][j] - eager[i][j])));
   EXPECT_GT(apart, 0);
   EXPECT_LT(apart, 0.05);
+}
+
+// fp16: the same policy with float16 operands (oneDNN's f16 matmul, or float16 widened to float32
+// where the CPU has no AVX512-FP16), graph == eager bitwise; closer to float32 than bf16 is for
+// these values (10 mantissa bits against 7).
+TEST(Precision, Fp16GraphsEqualEagerBitwiseAndTrackFloat32CloserThanBf16) {
+  GraphStats passed;
+  const auto eager = Train(How::kEagerInScope, nullptr, Precision::kFloat16),
+             in_scope = Train(How::kCapturedInScope, nullptr, Precision::kFloat16),
+             by_pass = Train(How::kCapturedThenPass, &passed, Precision::kFloat16);
+  for (const auto* other : {&in_scope, &by_pass})
+    for (size_t i = 0; i < eager.size(); ++i) {
+      ASSERT_EQ(eager[i].size(), (*other)[i].size());
+      EXPECT_EQ(std::memcmp(eager[i].data(), (*other)[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    }
+  EXPECT_EQ(passed.counters.Get("fp16_lowered_products"), 8);
+  EXPECT_GT(passed.counters.Get("fp16_casts"), 0);
+  EXPECT_EQ(passed.counters.Get("lowered_products"), 0);  // the bf16 pass stayed off
+  const auto bf16 = Train(How::kEagerInScope);
+  auto dev = CpuDevice();
+  Mlp m(kDims, 7, dev);
+  nn::SGD opt(0.05, 0.9);
+  Batch b = MakeBatch(dev);
+  for (int i = 0; i < 5; ++i) m.Step(b.x, b.y, opt);
+  const auto f32 = Values(m);
+  double fp16_gap = 0, bf16_gap = 0;
+  for (size_t i = 0; i < f32.size(); ++i)
+    for (size_t j = 0; j < f32[i].size(); ++j) {
+      fp16_gap = std::max(fp16_gap, double(std::abs(f32[i][j] - eager[i][j])));
+      bf16_gap = std::max(bf16_gap, double(std::abs(f32[i][j] - bf16[i][j])));
+    }
+  EXPECT_GT(fp16_gap, 0);
+  EXPECT_LT(fp16_gap, bf16_gap);
+}
+
+// An eager product at fp16 is the product of the operands rounded to float16, kept in float32.
+TEST(Precision, AnEagerFp16ProductIsTheProductOfFloat16Operands) {
+  auto dev = CpuDevice();
+  Tensor a = RandomTensor({9, 70}, DType::kFloat32, 1, -1, 1, dev), b = RandomTensor({70, 11}, DType::kFloat32, 2, -1, 1, dev);
+  Tensor lowered;
+  {
+    AutocastScope s(Precision::kFloat16);
+    lowered = ops::MatMul(a, b);
+  }
+  EXPECT_EQ(lowered.dtype(), DType::kFloat32);
+  Tensor explicit_ = Call1(op_kind::matmul, {ops::Cast(a, DType::kFloat16), ops::Cast(b, DType::kFloat16)},
+                           Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+  const std::vector<float> u = lowered.ToVector<float>(), v = explicit_.ToVector<float>();
+  ASSERT_EQ(u.size(), v.size());
+  EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0);
+  Tensor wa = ops::Cast(a, DType::kFloat16).Detach(), wb = ops::Cast(b, DType::kFloat16).Detach();
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::matmul, {wa, wb}), DTypeError, "[matmul] float16 operands need out_dtype float32");
+  // A float16 product is not differentiated: the policy lowers below autograd.
+  Tensor ra = ops::Cast(a, DType::kFloat16).Detach();
+  ra.set_requires_grad(true);
+  Tensor p = Call1(op_kind::matmul, {ra, wb}, Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+  LOOM_EXPECT_THROW_MSG(Backward(ops::Sum(p)), DTypeError, "a product of float16 operands is not differentiable");
 }
 
 // The pass leaves the lowered products unfused (a fused dense_bias_act reads float32 operands).
@@ -176,6 +243,73 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
   if (graph && p == Precision::kBFloat16)
     EXPECT_EQ(m.train_graph()->stats().counters.Get("lowered_products"), 5);  // 2 forward, 1 + 2 backward
   return v;
+}
+
+// At bf16 the forward convolutions are lowered too, where the device has a bf16 convolution (the
+// CPU: oneDNN's): the small CNN (conv-BN-ReLU-pool twice, a linear layer) trains to the same bits
+// eagerly and in a graph with every default pass on (the layout passes leave the bf16 convolutions
+// plain), and differently from float32. Their gradients stay float32.
+std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* stats = nullptr, int* bf16_convs = nullptr) {
+  auto dev = CpuDevice();
+  dev->SetRandSeed(8);
+  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  m.set_precision(p);
+  Tensor x = RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, dev);
+  Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);
+  m.Compile({x}, true, graph);
+  for (int i = 0; i < 3; ++i) m.TrainOneBatch(x, y);
+  if (graph) {
+    if (stats) *stats = m.train_graph()->stats();
+    if (bf16_convs)
+      for (const OpRecord& op : m.train_graph()->ops().ops)
+        *bf16_convs += op.name() == "conv2d" && op.inputs[0].dtype() == DType::kBFloat16;
+  }
+  std::vector<std::vector<float>> v;
+  for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
+  return v;
+}
+
+TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
+  GraphStats stats;
+  int convs = 0;
+  const auto eager = TrainCnn(false, Precision::kBFloat16), graph = TrainCnn(true, Precision::kBFloat16, &stats, &convs);
+  const auto f32 = TrainCnn(true, Precision::kFloat32);
+  bool differs = false;
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
+    differs |= std::memcmp(eager[i].data(), f32[i].data(), eager[i].size() * sizeof(float)) != 0;
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_EQ(convs, 2);  // both forward convolutions; their gradients stay float32
+  EXPECT_EQ(stats.counters.Get("lowered_products"), 2 + 3);  // and the linear layer's forward, input and weight gradients
+  // In the scope, an eager convolution is the one of the operands rounded to bfloat16.
+  auto dev = CpuDevice();
+  Tensor xx = RandomTensor({2, 3, 9, 9}, DType::kFloat32, 3, -1, 1, dev), w = RandomTensor({8, 3, 3, 3}, DType::kFloat32, 4, -1, 1, dev);
+  Tensor b = RandomTensor({8}, DType::kFloat32, 5, -1, 1, dev);
+  ops::Conv2dOptions o;
+  o.padding = {1, 1};
+  Tensor lowered;
+  {
+    AutocastScope s(Precision::kBFloat16);
+    lowered = ops::Conv2d(xx, w, b, o);
+  }
+  const Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}, {"out_dtype", int64_t(DType::kFloat32)}};
+  Tensor explicit_ = Call1(op_kind::conv2d, {ops::Cast(xx, DType::kBFloat16), ops::Cast(w, DType::kBFloat16), b}, a);
+  const std::vector<float> u = lowered.ToVector<float>(), v = explicit_.ToVector<float>(),
+                           f = ops::Conv2d(xx, w, b, o).ToVector<float>();
+  ASSERT_EQ(u.size(), v.size());
+  EXPECT_EQ(std::memcmp(u.data(), v.data(), u.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(u.data(), f.data(), u.size() * sizeof(float)), 0);
+  // A bfloat16 convolution is not differentiated, and needs its out_dtype.
+  Tensor rx = ops::Cast(xx, DType::kBFloat16).Detach();
+  rx.set_requires_grad(true);
+  Tensor yb = Call1(op_kind::conv2d, {rx, ops::Cast(w, DType::kBFloat16)}, a);
+  LOOM_EXPECT_THROW_MSG(Backward(ops::Sum(yb)), DTypeError, "[conv2d] a convolution of bfloat16 operands");
+  const Attrs no_out{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                     {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::conv2d, {rx.Detach(), ops::Cast(w, DType::kBFloat16)}, no_out), DTypeError,
+                        "[conv2d] bfloat16 input and weight need out_dtype float32");
 }
 
 TEST(Precision, AModelsPrecisionGivesTheSameBitsEagerAndInAGraph) {

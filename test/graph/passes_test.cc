@@ -63,7 +63,7 @@ std::vector<std::string> Names() {
 }
 
 TEST(Passes, RegisteredInTheirDeclaredOrder) {
-  EXPECT_EQ(Names(), (std::vector<std::string>{"autocast_bf16", "bucket_gradients", "fuse_weight_grad_update", "fuse_bias_act",
+  EXPECT_EQ(Names(), (std::vector<std::string>{"autocast_bf16", "autocast_fp16", "bucket_gradients", "fuse_weight_grad_update", "fuse_bias_act",
                                                "plan_layouts", "keep_weights_blocked", "test_count_relus",
                                                "test_counts_undeclared"}));
   int last = -1;
@@ -79,10 +79,11 @@ TEST(Passes, SwitchesDefaultToTheRegistrationAndRefuseUnknownNames) {
   EXPECT_TRUE(o.passes.On("plan_layouts"));
   EXPECT_FALSE(o.passes.On("test_count_relus"));
   EXPECT_FALSE(o.passes.On("autocast_bf16"));  // Note [Precision policy]: a model's precision turns it on
+  EXPECT_FALSE(o.passes.On("autocast_fp16"));
   o.passes.Set("fuse_bias_act", false);
   EXPECT_FALSE(o.passes.On("fuse_bias_act"));
   LOOM_EXPECT_THROW_MSG(o.passes.Set("fuse_bias_ac", false), ValueError,
-                        "no graph pass is called 'fuse_bias_ac' (passes: autocast_bf16, bucket_gradients, ");
+                        "no graph pass is called 'fuse_bias_ac' (passes: autocast_bf16, autocast_fp16, bucket_gradients, ");
   LOOM_EXPECT_THROW_MSG(o.passes.On("layouts"), ValueError, "plan_layouts");
   GraphStats s;
   EXPECT_EQ(s.counters.Get("blocked_layouts"), 0);

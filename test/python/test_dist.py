@@ -160,3 +160,39 @@ def test_seed_example_on_two_ranks_is_the_full_batch_training(root):
     assert "parameters: bitwise the same on all 2 ranks" in out
     assert two == pytest.approx(one, rel=1e-5)
     assert one < 0.3
+
+
+def test_dist_opt_puts_gradients_on_the_wire_in_the_models_precision(dev):
+    """Note [Gradients on the wire]: "auto" follows Model.compile's precision; "fp32" keeps
+    float32; fp16 also turns on the wrapped optimizer's loss scaling."""
+    from loom import autograd, layer, model, tensor
+
+    class Net(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc = layer.Linear(8, 3, device=dev)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def train_one_batch(self, x, y):
+            loss = autograd.softmax_cross_entropy(self.forward(x), y)
+            self.optimizer(loss)
+            return loss
+
+    x = tensor.from_numpy(np.zeros((4, 8), np.float32), dev)
+    for precision, wire in (("fp32", "none"), ("bf16", "bf16"), ("fp16", "fp16")):
+        dist = opt.DistOpt(opt.SGD(0.1), communicator=core.inproc_communicator_of_one())
+        m = Net()
+        m.set_optimizer(dist)
+        m.compile([x], precision=precision)
+        assert dist.compression == wire
+        assert loom.precision.scales_losses(dist) == (precision == "fp16")
+        assert loom.precision.scales_losses(dist.opt) == (precision == "fp16")  # the wrapped one keeps it
+    fixed = opt.DistOpt(opt.SGD(0.1), communicator=core.inproc_communicator_of_one(), compression="fp32")
+    m = Net()
+    m.set_optimizer(fixed)
+    m.compile([x], precision="bf16")
+    assert fixed.compression == "none"
+    y = tensor.from_numpy(np.arange(4, dtype=np.int32) % 3, dev)
+    m.train_one_batch(x, y)  # trains on one rank in bf16 with a float32 wire

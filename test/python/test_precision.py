@@ -60,7 +60,7 @@ def test_autocast_scope_lowers_products_and_restores():
     assert np.array_equal(tensor.to_numpy(autograd.matmul(a, b)), full)  # restored
 
 
-@pytest.mark.parametrize("bad", ["fp16", "BF16", "", None, 16])
+@pytest.mark.parametrize("bad", ["fp8", "BF16", "", None, 16])
 def test_bad_precisions_are_typed_errors(bad):
     dev = device.create_cpu_device()
     m = Mlp(dev)
@@ -71,3 +71,99 @@ def test_bad_precisions_are_typed_errors(bad):
     with pytest.raises(loom.ValueError, match="precision"):
         with loom.autocast(bad):
             pass
+
+
+# ---- fp16 and dynamic loss scaling (Note [Loss scaling] in src/nn/loss_scale.h) ----
+
+def test_fp16_graph_equals_fp16_eager_bitwise_and_turns_loss_scaling_on():
+    eager, graph = train("fp16", False), train("fp16", True)
+    for a, b in zip(eager, graph):
+        assert a.dtype == np.float32 and np.array_equal(a, b)
+    fp32, bf16 = train("fp32", False), train("bf16", False)
+    gap16 = max(float(np.abs(a - b).max()) for a, b in zip(eager, fp32))
+    gap_bf16 = max(float(np.abs(a - b).max()) for a, b in zip(bf16, fp32))
+    assert 0 < gap16 < gap_bf16  # float16 keeps 10 mantissa bits, bfloat16 7
+    dev = device.create_cpu_device()
+    m = Mlp(dev)
+    sgd = opt.SGD(lr=0.05)
+    m.set_optimizer(sgd)
+    m.compile([tensor.from_numpy(np.zeros((2, 24), np.float32), dev)], precision="fp16")
+    assert loom.precision.scales_losses(sgd)
+    assert loom.precision.loss_scale(sgd) == {"scale": 65536.0, "good_steps": 0, "skipped_steps": 0}
+    later = opt.Adam()
+    m.set_optimizer(later)  # an optimizer set after compile(precision="fp16") scales too
+    assert loom.precision.scales_losses(later)
+
+
+def test_fp16_with_a_python_optimizer_is_a_typed_error():
+    dev = device.create_cpu_device()
+    m = Mlp(dev)
+    m.set_optimizer(opt.AdaGrad(lr=0.1))
+    with pytest.raises(loom.ValueError, match="written in Python"):
+        m.compile([tensor.from_numpy(np.zeros((2, 24), np.float32), dev)], precision="fp16")
+    with pytest.raises(loom.ValueError, match="backoff"):
+        loom.precision.set_loss_scaling(opt.SGD(lr=0.1), backoff_factor=2.0)
+    with pytest.raises(loom.ValueError, match="no loss scaling"):
+        loom.precision.loss_scale(opt.SGD(lr=0.1))
+
+
+class DigitsMlp(model.Model):
+    def __init__(self, dev):
+        super().__init__()
+        self.l1 = layer.Linear(784, 64, device=dev)
+        self.l2 = layer.Linear(64, 10, device=dev)
+
+    def forward(self, x):
+        return self.l2(autograd.relu(self.l1(x)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = autograd.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def digits(batch=32):
+    """The real digits tools/setup.sh installs (test_digits.py): (x, y) batches, pixels in [0, 1]."""
+    import os
+    from conftest import ROOT
+    path = os.path.join(os.environ.get("LOOM_DATA_DIR") or os.path.join(ROOT, "data"), "digits")
+    if not os.path.isfile(os.path.join(path, "SOURCE")):
+        pytest.fail(f"the digits are not installed in {path}: run tools/setup.sh")
+    d = loom.io.load_mnist_dir(path, train=True)
+    x = d.images().reshape(d.n, 784).astype(np.float32) / 255
+    y = d.labels().astype(np.int32)
+    return [(x[i:i + batch], y[i:i + batch]) for i in range(0, d.n - batch + 1, batch)]
+
+
+def train_digits_fp16(use_graph, steps=150):
+    dev = device.create_cpu_device()
+    dev.SetRandSeed(11)
+    m = DigitsMlp(dev)
+    sgd = opt.SGD(lr=0.05, momentum=0.9)
+    loom.precision.set_loss_scaling(sgd, init_scale=2.0 ** 40)  # far too large for float16
+    m.set_optimizer(sgd)
+    batches = digits()
+    m.compile([tensor.from_numpy(batches[0][0], dev)], is_train=True, use_graph=use_graph, precision="fp16")
+    losses = []
+    for i in range(steps):
+        xb, yb = batches[i % len(batches)]
+        _, loss = m.train_one_batch(tensor.from_numpy(xb, dev), tensor.from_numpy(yb, dev))
+        losses.append(float(tensor.to_numpy(loss)))
+    return losses, [tensor.to_numpy(p) for p in m.get_params().values()], loom.precision.loss_scale(sgd)
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_fp16_digits_recover_from_a_huge_initial_scale(use_graph):
+    losses, params, scale = train_digits_fp16(use_graph)
+    # 2^40 overflows float16 in the backward products: the first steps are skipped, each halving
+    # the scale, until it fits; the weights never see a NaN or an infinity, and the net learns.
+    assert scale["skipped_steps"] > 10
+    assert scale["scale"] < 2.0 ** 30
+    assert all(np.isfinite(p).all() for p in params)
+    first, last = np.mean(losses[:10]), np.mean(losses[-20:])
+    assert np.isfinite(losses).all() and last < 0.5 * first, (first, last)
+    if use_graph:  # the same run eagerly: the same bits
+        e_losses, e_params, e_scale = train_digits_fp16(False)
+        assert e_scale == scale and e_losses == losses
+        assert all(np.array_equal(a, b) for a, b in zip(e_params, params))

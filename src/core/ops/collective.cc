@@ -22,10 +22,10 @@ const char* Name(Compression c) {
 }
 
 Compression ParseCompression(const std::string& s) {
-  if (s == "none" || s.empty()) return Compression::kNone;
+  if (s == "none" || s.empty() || s == "fp32" || s == "float32") return Compression::kNone;
   if (s == "fp16" || s == "float16") return Compression::kFloat16;
   if (s == "bf16" || s == "bfloat16") return Compression::kBFloat16;
-  throw ValueError(detail::Cat("[allreduce] compression '", s, "': expected none, fp16 or bf16"));
+  throw ValueError(detail::Cat("[allreduce] compression '", s, "': expected none (or fp32), fp16 or bf16"));
 }
 
 namespace {

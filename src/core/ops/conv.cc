@@ -87,28 +87,43 @@ void CheckGradShape(const char* op, const Shape& dy, const Shape& want) {
 }  // namespace
 
 std::vector<AttrDecl> opdecl::Conv2dAttrs() {
-  return Join(ConvGeometry(), {{"x_blocked", kInt}, {"y_blocked", kInt}, {"w_blocked", kInt}});
+  return Join(ConvGeometry(), {{"x_blocked", kInt}, {"y_blocked", kInt}, {"w_blocked", kInt}, {"out_dtype", kInt}});
 }
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
+// out_dtype (optional): float32 for bfloat16 x and w, the convolution computed in float32 with a
+// float32 bias (Note [Precision policy] in core/autocast.h: what the bf16 policy lowers a float32
+// conv2d to); otherwise the operands' own dtype.
 LOOM_OP(conv2d) {
   def.attrs = Conv2dAttrs();
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() == 2 || in.size() == 3, ValueError, "[conv2d] takes 2 or 3 inputs (x, w[, bias]), got ",
                in.size());
-    CheckFloat("conv2d", in[0], "input");
-    CheckFloat("conv2d", in[1], "weight");
+    const bool bf16 = in[0].dtype == DType::kBFloat16;
+    if (!bf16) {
+      CheckFloat("conv2d", in[0], "input");
+      CheckFloat("conv2d", in[1], "weight");
+    }
     CheckSameDType("conv2d", in[0], in[1]);
+    const int64_t o = a.Int("out_dtype", bf16 ? -1 : int64_t(in[0].dtype));
+    const DType out_dtype = bf16 ? DType::kFloat32 : in[0].dtype;
+    LOOM_CHECK(o == int64_t(out_dtype), DTypeError, "[conv2d] ", Name(in[0].dtype), " input and weight need out_dtype ",
+               Name(out_dtype), " (", int64_t(out_dtype), "), got ", o,
+               bf16 ? ": the convolution is computed and kept in float32" : ": only bfloat16 operands change dtype");
     Shape y = ConvOutShape("conv2d", in[0].shape, in[1].shape, ReadGeom(a, "conv2d"));
     if (in.size() == 3) {
-      CheckSameDType("conv2d", in[0], in[2]);
+      LOOM_CHECK(in[2].dtype == out_dtype, DTypeError, "[conv2d] bias is ", Name(in[2].dtype), ", expected ",
+                 Name(out_dtype), " (the output's dtype)");
       LOOM_CHECK(in[2].shape == Shape{y[1]}, ShapeError, "[conv2d] bias ", ToString(in[2].shape),
                  " must have shape (", y[1], ",) for weight ", ToString(in[1].shape));
     }
-    return std::vector<TensorMeta>{{y, in[0].dtype}};
+    return std::vector<TensorMeta>{{y, out_dtype}};
   };
   def.saved_inputs = {0, 1};  // x for the weight gradient, w for the input gradient
   def.backward = [](const BackwardArgs& a) {
+    // The policy lowers below autograd (Note [Precision policy]): a differentiated conv2d is float.
+    LOOM_CHECK(a.input_metas[0].dtype != DType::kBFloat16, DTypeError, "[conv2d] a convolution of bfloat16 operands ",
+               "is not differentiable: compute in float32 under loom's precision policy (autocast) instead");
     const Tensor& g = a.grad_outputs[0];
     std::vector<Tensor> grads(a.input_metas.size());
     if (a.needs_input_grad[0]) {

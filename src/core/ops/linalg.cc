@@ -77,28 +77,29 @@ Tensor OperandGrad(const Tensor& l, const Tensor& r, bool tl, bool tr, const Sha
 }  // namespace
 
 // a: (..., M, K), b: (..., K, N) -> (..., M, N), or (M, N) with sum_batch
-// out_dtype (optional): float32 for bfloat16 operands, the product computed in float32 (Note
-// [Precision policy] in core/autocast.h: what the policy lowers a float32 matmul to); otherwise
-// the operands' own dtype.
+// out_dtype (optional): float32 for bfloat16 or float16 operands, the product computed in float32
+// (Note [Precision policy] in core/autocast.h: what the policy lowers a float32 matmul to);
+// otherwise the operands' own dtype.
 LOOM_OP(matmul) {
   def.attrs = {{"ta", kInt}, {"tb", kInt}, {"sum_batch", kInt}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
     CheckArity("matmul", in, 2);
-    if (in[0].dtype != DType::kBFloat16) {
+    const bool half = in[0].dtype == DType::kBFloat16 || in[0].dtype == DType::kFloat16;
+    if (!half) {
       CheckFloat("matmul", in[0], "lhs");
       CheckFloat("matmul", in[1], "rhs");
     }
     CheckSameDType("matmul", in[0], in[1]);
     DType out_dtype = in[0].dtype;
-    if (in[0].dtype == DType::kBFloat16) {
+    if (half) {
       const int64_t o = attrs.Int("out_dtype", -1);
-      LOOM_CHECK(o == int64_t(DType::kFloat32), DTypeError, "[matmul] bfloat16 operands need out_dtype float32 (",
-                 int64_t(DType::kFloat32), "), got ", o, ": the product is computed and kept in float32");
+      LOOM_CHECK(o == int64_t(DType::kFloat32), DTypeError, "[matmul] ", Name(in[0].dtype), " operands need out_dtype ",
+                 "float32 (", int64_t(DType::kFloat32), "), got ", o, ": the product is computed and kept in float32");
       out_dtype = DType::kFloat32;
     } else {
       const int64_t o = attrs.Int("out_dtype", int64_t(in[0].dtype));
       LOOM_CHECK(o == int64_t(in[0].dtype), DTypeError, "[matmul] out_dtype ", o, " differs from the operands' ",
-                 Name(in[0].dtype), ": only bfloat16 operands change dtype");
+                 Name(in[0].dtype), ": only bfloat16 and float16 operands change dtype");
     }
     MatMulDims d = InferMatMulDims(in[0], in[1], attrs);
     Shape out = attrs.Int("sum_batch", 0) ? Shape{} : d.batch;
@@ -112,8 +113,9 @@ LOOM_OP(matmul) {
   def.backward = [](const BackwardArgs& a) {
     LOOM_ASSERT(a.attrs.Int("sum_batch", 0) == 0, "backward of a batch-summed matmul");
     // The policy lowers below autograd (Note [Precision policy]): a differentiated matmul is float.
-    LOOM_CHECK(a.input_metas[0].dtype != DType::kBFloat16, DTypeError, "[matmul] a product of bfloat16 operands is ",
-               "not differentiable: compute in float32 under loom's precision policy (autocast) instead");
+    LOOM_CHECK(a.input_metas[0].dtype != DType::kBFloat16 && a.input_metas[0].dtype != DType::kFloat16, DTypeError,
+               "[matmul] a product of ", Name(a.input_metas[0].dtype), " operands is not differentiable: compute in ",
+               "float32 under loom's precision policy (autocast) instead");
     bool ta = a.attrs.Int("ta", 0) != 0, tb = a.attrs.Int("tb", 0) != 0;
     const Tensor& g = a.grad_outputs[0];
     const Tensor& A = a.inputs[0];

@@ -23,6 +23,16 @@
 //                     with a clip value. Weight decay is added after, to the unscaled parameter.
 // So the reduced buffer is read once, by the update that needs it, instead of being rewritten
 // by a scaling pass; a 1-rank run (m = 1) runs the old loops bit for bit.
+//
+// Note [Skipped updates]
+// Dynamic loss scaling (Note [Loss scaling] in nn/loss_scale.h) skips a step whose gradients
+// hold a NaN or an infinity, without a host read. One more optional attribute says how:
+//   found_inf = 1     the last input (after a gradient scale) is a float32 scalar; when it is
+//                     nonzero the kernel writes nothing: the parameter and every state output
+//                     (momentum, Adam's moments) keep their bits. `increment` takes the same flag
+//                     as an optional second input, so the step counts (Adam's, a schedule's) do
+//                     not count a skipped step.
+// With the flag 0 the update runs exactly as without it.
 #include <cmath>
 
 #include "core/ops/common.h"
@@ -31,16 +41,30 @@ namespace loom {
 
 using namespace opdecl;
 
-// The gradient transform every update reads (the Notes above).
-const std::vector<AttrDecl> kGradTransform = {{"grad_scaled", kInt}, {"clip_value", kFloat}, {"grad_mult", kFloat}};
+// The gradient transform every update reads, and its skip flag (the Notes above).
+const std::vector<AttrDecl> kGradTransform = {
+    {"grad_scaled", kInt}, {"clip_value", kFloat}, {"grad_mult", kFloat}, {"found_inf", kInt}};
 // sgd_update's, and matmul_sgd_update's (graph/fuse_weight_grad.cc copies them from the sgd_update it replaces).
 const std::vector<AttrDecl> kSgdAttrs = Join(
     {{"momentum", kFloat}, {"weight_decay", kFloat}, {"nesterov", kInt}, {"dampening", kFloat}}, kGradTransform);
 
 namespace {
-// The inputs an update takes beyond its own: 1 when a gradient scale is appended. Checks the
-// clipping attributes (Note [Clipping folded into the update]) and the gradient multiplier.
-size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs& a) {
+void CheckFlag(const char* op, const TensorMeta& m) {
+  LOOM_CHECK(m.dtype == DType::kFloat32 && NumElements(m.shape) == 1, DTypeError, "[", op, "] the found_inf flag ",
+             "must be a float32 scalar, got ", Name(m.dtype), " ", ToString(m.shape), " (Note [Skipped updates])");
+}
+
+// The inputs an update takes beyond its own: 1 when a gradient scale is appended, 1 more with a
+// found_inf flag after it. Checks the clipping attributes (Note [Clipping folded into the
+// update]), the gradient multiplier and the flag (Note [Skipped updates]).
+size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in_all, const Attrs& a) {
+  const int64_t flag = a.Int("found_inf", 0);
+  LOOM_CHECK(flag == 0 || flag == 1, ValueError, "[", op, "] found_inf ", flag, ": 0 or 1 (Note [Skipped updates])");
+  if (flag) {
+    LOOM_CHECK(!in_all.empty(), ValueError, "[", op, "] found_inf = 1 but no inputs");
+    CheckFlag(op, in_all.back());
+  }
+  const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - flag);
   const bool scaled = a.Int("grad_scaled", 0) != 0;
   const double clip = a.Float("clip_value", 0);
   LOOM_CHECK(std::isfinite(clip) && clip >= 0, ValueError, "[", op, "] clip_value ", clip,
@@ -49,25 +73,26 @@ size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in, const Attrs
   const double mult = a.Float("grad_mult", 1.0);
   LOOM_CHECK(std::isfinite(mult) && mult > 0, ValueError, "[", op, "] grad_mult ", mult,
              ": must be a finite number > 0 (Note [Data parallelism folded into the update])");
-  if (!scaled) return 0;
+  if (!scaled) return size_t(flag);
   LOOM_CHECK(!in.empty() && in.back().dtype == DType::kFloat64 && NumElements(in.back().shape) == 1, DTypeError,
-             "[", op, "] gradient scale (the last input) must be a float64 scalar");
-  return 1;
+             "[", op, "] gradient scale (the last input", flag ? " before the found_inf flag" : "",
+             ") must be a float64 scalar");
+  return 1 + size_t(flag);
 }
 }  // namespace
 
-// inputs: param, grad, lr (float64 scalar) [, momentum buffer] [, grad scale] -> outputs: param
-// [, buffer]. attrs: momentum, weight_decay, nesterov (0/1), dampening, and grad_scaled,
-// clip_value (Note [Clipping folded into the update]), grad_mult (Note [Data parallelism folded
-// into the update])
+// inputs: param, grad, lr (float64 scalar) [, momentum buffer] [, grad scale] [, found_inf] ->
+// outputs: param [, buffer]. attrs: momentum, weight_decay, nesterov (0/1), dampening, and
+// grad_scaled, clip_value (Note [Clipping folded into the update]), grad_mult (Note [Data
+// parallelism folded into the update]), found_inf (Note [Skipped updates])
 LOOM_OP(sgd_update) {
   def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
   def.attrs = kSgdAttrs;
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& a) {
     const size_t extra = ClipInputs("sgd_update", in_all, a);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
-    LOOM_CHECK(in.size() == 3 || in.size() == 4, ValueError, "[sgd_update] takes 3 or 4 inputs", extra ? " and a scale" : "",
-               ", got ", in_all.size());
+    LOOM_CHECK(in.size() == 3 || in.size() == 4, ValueError, "[sgd_update] takes 3 or 4 inputs",
+               extra ? " and a scale or flag" : "", ", got ", in_all.size());
     CheckFloat("sgd_update", in[0], "parameter");
     CheckSameDType("sgd_update", in[0], in[1]);
     LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[sgd_update] parameter ", ToString(in[0].shape),
@@ -82,7 +107,7 @@ LOOM_OP(sgd_update) {
 
 // Note [Weight gradient into the update]: made only by the graph pass in graph/fuse_weight_grad.cc, never
 // by user code. inputs: param (M, N), a (K, M), b (K, N), lr [, momentum buffer] [, grad scale]
-// -> outputs: param [, buffer]; attrs as sgd_update. The same update as sgd_update with
+// [, found_inf] -> outputs: param [, buffer]; attrs as sgd_update. The same update as sgd_update with
 // grad = a^T b (the weight gradient of a linear layer, K = batch), computed a few rows at a time
 // and applied while the rows are in cache: the gradient is never stored.
 LOOM_OP(matmul_sgd_update) {
@@ -92,7 +117,7 @@ LOOM_OP(matmul_sgd_update) {
     const size_t extra = ClipInputs("matmul_sgd_update", in_all, at);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
     LOOM_CHECK(in.size() == 4 || in.size() == 5, ValueError, "[matmul_sgd_update] takes 4 or 5 inputs",
-               extra ? " and a scale" : "", ", got ", in_all.size());
+               extra ? " and a scale or flag" : "", ", got ", in_all.size());
     CheckFloat("matmul_sgd_update", in[0], "parameter");
     CheckSameDType("matmul_sgd_update", in[0], in[1]);
     CheckSameDType("matmul_sgd_update", in[0], in[2]);
@@ -109,8 +134,8 @@ LOOM_OP(matmul_sgd_update) {
 }
 
 // inputs: param, grad, lr, m, v, step (float64 scalar, the step count after this update)
-// [, grad scale] -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay, decoupled
-// (AdamW, 0/1), and grad_scaled, clip_value, grad_mult (the Notes above)
+// [, grad scale] [, found_inf] -> outputs: param, m, v.  attrs: beta1, beta2, eps, weight_decay,
+// decoupled (AdamW, 0/1), and grad_scaled, clip_value, grad_mult, found_inf (the Notes above)
 LOOM_OP(adam_update) {
   def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
   def.attrs = Join(
@@ -126,12 +151,15 @@ LOOM_OP(adam_update) {
   };
 }
 
-// inputs: counter (float64 scalar) -> outputs: counter + 1, in place. Keeps the optimizer's
-// step count on the device so that replays advance it.
+// inputs: counter (float64 scalar) [, found_inf (float32 scalar)] -> outputs: counter + 1, in
+// place; with the flag, counter unchanged when it is nonzero (Note [Skipped updates]). Keeps the
+// optimizer's step count on the device so that replays advance it.
 LOOM_OP(increment) {
   def.internal = "nn::Adam's step count, reached through loom.opt.Adam";
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
-    CheckArity("increment", in, 1);
+    LOOM_CHECK(in.size() == 1 || in.size() == 2, ValueError, "[increment] takes a counter and an optional found_inf ",
+               "flag, got ", in.size(), " inputs");
+    if (in.size() == 2) CheckFlag("increment", in[1]);
     return std::vector<TensorMeta>{in[0]};
   };
 }

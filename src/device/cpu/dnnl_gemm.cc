@@ -34,6 +34,10 @@ bool DnnlMatmulBf16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t
                     float, float*, int64_t) {
   return false;
 }
+bool DnnlMatmulF16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t, const uint16_t*, int64_t,
+                   float, float*, int64_t) {
+  return false;
+}
 std::string DnnlIsa() { return "none"; }
 
 #else  // LOOM_HAVE_DNNL
@@ -60,8 +64,10 @@ struct Matmul {
   std::string impl;
 };
 
-// ta, tb, accumulate (beta == 1), m, n, k, lda, ldb, ldc, bfloat16 operands
-using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+// The operands' type: float32, bfloat16 or float16 (C is float32 in all three).
+enum class In { kF32, kBf16, kF16 };
+// ta, tb, accumulate (beta == 1), m, n, k, lda, ldb, ldc, the operands' type
+using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, In>;
 std::mutex g_mu;
 std::map<Key, std::unique_ptr<Matmul>>& Cache() {
   static auto* m = new std::map<Key, std::unique_ptr<Matmul>>;  // lives to process exit
@@ -69,16 +75,18 @@ std::map<Key, std::unique_ptr<Matmul>>& Cache() {
 }
 
 // A row-major (rows, cols) operand, or the transpose of a row-major (cols, rows) one.
-md Operand(int64_t rows, int64_t cols, int64_t ld, bool transposed, bool bf16 = false) {
-  return md({rows, cols}, bf16 ? dn::memory::data_type::bf16 : dn::memory::data_type::f32,
-            transposed ? dn::memory::dims{1, ld} : dn::memory::dims{ld, 1});
+md Operand(int64_t rows, int64_t cols, int64_t ld, bool transposed, In type = In::kF32) {
+  const auto dt = type == In::kBf16  ? dn::memory::data_type::bf16
+                  : type == In::kF16 ? dn::memory::data_type::f16
+                                     : dn::memory::data_type::f32;
+  return md({rows, cols}, dt, transposed ? dn::memory::dims{1, ld} : dn::memory::dims{ld, 1});
 }
 
 std::unique_ptr<Matmul> Build(const Key& key) {
-  const auto [ta, tb, acc, m, n, k, lda, ldb, ldc, bf16] = key;
+  const auto [ta, tb, acc, m, n, k, lda, ldb, ldc, type] = key;
   auto mm = std::make_unique<Matmul>();
-  mm->a = Operand(m, k, lda, ta, bf16);
-  mm->b = Operand(k, n, ldb, tb, bf16);
+  mm->a = Operand(m, k, lda, ta, type);
+  mm->b = Operand(k, n, ldb, tb, type);
   mm->c = Operand(m, n, ldc, false);
   dn::primitive_attr attr;
   attr.set_scratchpad_mode(dn::scratchpad_mode::user);
@@ -92,7 +100,8 @@ std::unique_ptr<Matmul> Build(const Key& key) {
   mm->pad = pd.scratchpad_desc();
   mm->pad_bytes = mm->pad.get_size();
   mm->impl = pd.impl_info_str();
-  ReportKernel(bf16 ? "gemm bf16 -> f32" : "gemm f32", "oneDNN matmul " + mm->impl + " (ISA " + DnnlIsa() + ")");
+  ReportKernel(type == In::kBf16 ? "gemm bf16 -> f32" : type == In::kF16 ? "gemm f16 -> f32" : "gemm f32",
+               "oneDNN matmul " + mm->impl + " (ISA " + DnnlIsa() + ")");
   return mm;
 }
 
@@ -131,13 +140,19 @@ bool Run(const Key& key, const void* a, const void* b, float* c) {
 bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
-  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, false}, a, b, c);
+  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, In::kF32}, a, b, c);
 }
 
 bool DnnlMatmulBf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
-  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, true}, a, b, c);
+  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, In::kBf16}, a, b, c);
+}
+
+bool DnnlMatmulF16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, In::kF16}, a, b, c);
 }
 
 std::string DnnlIsa() {

@@ -31,6 +31,11 @@ bool DnnlMatmul(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, 
 // has no implementation or alpha/beta are other than above.
 bool DnnlMatmulBf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// The same with float16 operands. oneDNN implements f16 products only on CPUs with AVX512-FP16
+// (or AMX-FP16); elsewhere this returns false (cached per shape, so asked once) and the caller
+// widens the operands to float32 itself.
+bool DnnlMatmulF16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
+                   const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 // The most capable instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...),
 // or "none" without oneDNN.
 std::string DnnlIsa();

@@ -560,9 +560,15 @@ bool BatchNormSupportsCuda(const OpRecord& op) {
   return true;
 }
 
+// Note [What a kernel supports]: float operands. The bf16 policy's conv2d (bfloat16 x and w, a
+// float32 y: Note [Precision policy] in core/autocast.h) has no cuDNN path here yet, so on CUDA
+// the policy keeps convolutions in float32 (TF32 tensor cores by default).
+bool Conv2dSupportsCuda(const OpRecord& op) { return op.inputs[0].dtype() == op.outputs[0].dtype(); }
+
 }  // namespace
 
 LOOM_KERNEL(conv2d, kCUDA, Conv2dCuda);
+LOOM_KERNEL_SUPPORTS(conv2d, kCUDA, Conv2dSupportsCuda);
 LOOM_KERNEL(conv2d_relu, kCUDA, Conv2dReluCuda);
 LOOM_KERNEL(conv2d_grad_input, kCUDA, Conv2dGradInputCuda);
 LOOM_KERNEL(conv2d_grad_weight, kCUDA, Conv2dGradWeightCuda);

@@ -246,9 +246,12 @@ __device__ __forceinline__ T GradA(const double* scale, double mult) {
   return M == GradMode::kScaled && scale ? T(*scale * mult) : T(mult);
 }
 
+// skip: the found_inf flag (Note [Skipped updates] in core/ops/optimizer.cc), or null; read on the
+// device, so a recorded device graph sees every step's value.
 template <typename T, GradMode M>
 __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
-                          int nesterov, const double* scale, double mult, double clip) {
+                          int nesterov, const double* scale, double mult, double clip, const float* skip) {
+  if (skip && *skip != 0.0f) return;
   const T tlr = T(*lr);
   const T ga = GradA<M, T>(scale, mult), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
@@ -263,12 +266,19 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n,
   }
 }
 
-// The clip scale's device address (the last input) when the record has one, else null.
+// The clip scale's device address when the record has one, else null.
 const double* GradScale(const OpRecord& op) {
-  return op.attrs.Int("grad_scaled", 0) != 0 ? op.inputs.back().data<double>() : nullptr;
+  const Tensor* s = optim::GradScaleInput(op);
+  return s ? s->data<double>() : nullptr;
+}
+// The found_inf flag's device address when the record has one, else null.
+const float* SkipFlag(const OpRecord& op) {
+  const Tensor* f = optim::SkipFlag(op);
+  return f ? f->data<float>() : nullptr;
 }
 
-// param: (n), grad: (n), lr: () float64 [, buf: (n)] [, scale: ()] -> param, buf updated in place
+// param: (n), grad: (n), lr: () float64 [, buf: (n)] [, scale: ()] [, found_inf: ()] -> param, buf
+// updated in place
 void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
@@ -283,7 +293,7 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
       SgdKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
           op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov), GradScale(op),
-          optim::GradMultiplier(op), clip);
+          optim::GradMultiplier(op), clip, SkipFlag(op));
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
@@ -292,7 +302,8 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
 template <typename T, GradMode M>
 __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
                            double b1, double b2, double eps, double wd, int decoupled, const double* scale,
-                           double mult, double clip) {
+                           double mult, double clip, const float* skip) {
+  if (skip && *skip != 0.0f) return;  // every thread of every block alike: before __syncthreads
   // The bias corrections depend on the device-side step count: computed once per block, in
   // double, exactly as the CPU kernel computes them.
   __shared__ T step_size, inv_sqrt_c2, decay;
@@ -318,7 +329,8 @@ __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, con
   }
 }
 
-// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] -> param, m, v in place
+// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] [, found_inf: ()] -> param, m, v in
+// place
 void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double b1 = op.attrs.Float("beta1"), b2 = op.attrs.Float("beta2"), eps = op.attrs.Float("eps");
   const double wd = op.attrs.Float("weight_decay", 0);
@@ -332,17 +344,20 @@ void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
       AdamKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
           op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled),
-          GradScale(op), optim::GradMultiplier(op), clip);
+          GradScale(op), optim::GradMultiplier(op), clip, SkipFlag(op));
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
 
-__global__ void IncrementKernel(double* c) { *c += 1; }
+__global__ void IncrementKernel(double* c, const float* skip) {
+  if (!skip || *skip == 0.0f) *c += 1;
+}
 
-// counter: () float64 -> counter + 1
+// counter: () float64 [, found_inf: () float32] -> counter + 1 (unchanged when found_inf is set)
 void IncrementCuda(const OpRecord& op, const KernelContext& ctx) {
-  IncrementKernel<<<1, 1, 0, Dev(ctx).stream()>>>(op.outputs[0].data<double>());
+  IncrementKernel<<<1, 1, 0, Dev(ctx).stream()>>>(op.outputs[0].data<double>(),
+                                                  op.inputs.size() == 2 ? op.inputs[1].data<float>() : nullptr);
   LOOM_CUDA_CHECK_LAUNCH();
 }
 

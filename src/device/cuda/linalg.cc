@@ -108,18 +108,20 @@ struct Gemm {
   DType dt;  // the product's
   bool ta, tb;
   int64_t m, n, k, lda, ldb;
-  bool bf16 = false;  // bfloat16 operands, float32 product (Note [Precision policy] in core/autocast.h)
+  // bfloat16 or float16 operands (CUDA_R_16BF, CUDA_R_16F), float32 product (Note [Precision
+  // policy] in core/autocast.h); CUDA_R_32F: the operands are the product's dtype.
+  cudaDataType_t half = CUDA_R_32F;
 };
 
 // C_i = op(A_i) op(B_i) (+ C_i when accumulate) for i < batch, A_i = a + i * sa (elements) etc.
 void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, void* c, int64_t sc, int64_t batch,
          bool accumulate) {
   const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (g.bf16) {  // tensor cores, float32 products and sums
+  if (g.half != CUDA_R_32F) {  // tensor cores, float32 products and sums
     const float alpha = 1, beta = accumulate ? 1.f : 0.f;
     LOOM_CUDA_CHECK(cublasGemmStridedBatchedEx_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha, b,
-                                                  CUDA_R_16BF, g.ldb, sb, a, CUDA_R_16BF, g.lda, sa, &beta, c,
-                                                  CUDA_R_32F, g.n, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                                  g.half, g.ldb, sb, a, g.half, g.lda, sa, &beta, c, CUDA_R_32F, g.n,
+                                                  sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return;
   }
   if (g.dt == DType::kFloat32) {
@@ -164,7 +166,9 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& tb_t = op.inputs[1];
   const Tensor& tc_t = op.outputs[0];
   const DType dt = tc_t.dtype();
-  const bool bf16 = ta_t.dtype() == DType::kBFloat16;
+  const cudaDataType_t half = ta_t.dtype() == DType::kBFloat16  ? CUDA_R_16BF
+                             : ta_t.dtype() == DType::kFloat16 ? CUDA_R_16F
+                                                                : CUDA_R_32F;
   LOOM_CHECK(dt == DType::kFloat32 || dt == DType::kFloat64, DTypeError, "[matmul] no CUDA kernel for dtype ",
              Name(dt));
   const MatMulLayout l = MakeMatMulLayout(op.attrs, ta_t.shape(), tb_t.shape());
@@ -177,7 +181,7 @@ void MatMulCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(c, 0, tc_t.nbytes(), dev.stream()));
     return;
   }
-  Gemm g{dev, dt, l.ta, l.tb, l.m, l.n, l.k, l.lda, l.ldb, bf16};
+  Gemm g{dev, dt, l.ta, l.tb, l.m, l.n, l.k, l.lda, l.ldb, half};
   if (l.RowsOfOneGemm()) {
     Gemm one = g;
     one.m = l.nb * l.m;

@@ -112,7 +112,8 @@ def _graph_step(fn):
         if self._in_step:  # a nested call while capturing: part of the same step
             return fn(self, *args, **kwargs)
         # Note [Precision policy]: eager steps in compile's precision; graphs are lowered by the
-        # pass autocast_bf16 (compile switches it on), which casts each weight once per step.
+        # pass autocast_bf16 or autocast_fp16 (compile switches it on), which casts each weight
+        # once per step.
         with _precision.autocast("fp32" if self._use_graph else getattr(self, "_precision", "fp32")):
             if not self._use_graph:
                 return fn(self, *(self._as_tensor(a, self._device) if isinstance(a, np.ndarray) else a
@@ -135,6 +136,20 @@ def _with_budget(graph_options, memory_budget):
         raise errors.ValueError(f"[model] memory_budget must be a whole, non-negative number of bytes, got "
                                 f"{memory_budget!r}")
     return dict(graph_options or {}, memory_budget=int(memory_budget))
+
+
+def _hand_precision(optimizer, precision):
+    """What a precision asks of the optimizer (None: set_optimizer does it later). fp16 turns on
+    its loss scaling with GradScaler's defaults (Note [Loss scaling]), unless it scales losses
+    already (loom.precision.set_loss_scaling before compile); a DistOpt learns the precision its
+    gradients go on the wire in (Note [Gradients on the wire])."""
+    if optimizer is None:
+        return
+    if precision == "fp16" and not _precision.scales_losses(optimizer):
+        _precision.set_loss_scaling(optimizer)
+    from . import opt  # model imports opt's _check only
+    if isinstance(optimizer, opt.DistOpt):
+        optimizer._impl.set_model_precision_name(precision)
 
 
 class _NoOptimizer:
@@ -316,6 +331,7 @@ class Model(Layer, _Checkpoints):
         self.optimizer = _check_optimizer(optimizer)
         if getattr(self, "_steps", None):
             self._steps.clear()
+        _hand_precision(self.optimizer, getattr(self, "_precision", "fp32"))
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=False, graph_options=None,
                 memory_budget=None, precision="fp32"):
@@ -325,9 +341,11 @@ class Model(Layer, _Checkpoints):
         nothing, so shape errors surface here, naming the op. `graph_options`: a dict of
         loom.graph_option_fields() for this model's graphs, e.g. {"memory": "dynamic"}.
         `memory_budget`: bytes (graph option memory_budget) the graphs meet by recomputing.
-        `precision`: "fp32", or "bf16" (matrix products from bfloat16 operands, float32
-        elsewhere: loom.autocast, Note [Precision policy])."""
+        `precision`: "fp32", "bf16" (matrix products from bfloat16 operands, float32
+        elsewhere: loom.autocast, Note [Precision policy]) or "fp16" (from float16 operands, and
+        the optimizer's dynamic loss scaling on: loom.precision)."""
         self._precision = _precision.check(precision)
+        _hand_precision(_optimizer_of(self), self._precision)
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [self._as_tensor(x, None) for x in inputs]
         if not inputs:
@@ -341,8 +359,8 @@ class Model(Layer, _Checkpoints):
         self._last_step = None
         self._use_graph, self._sequential = bool(use_graph), bool(sequential)
         self._graph_options = None if graph_options is None else dict(graph_options)
-        if self._precision == "bf16" and use_graph:
-            self._graph_options = dict(self._graph_options or {}, autocast_bf16=True)
+        if self._precision != "fp32" and use_graph:
+            self._graph_options = dict(self._graph_options or {}, **{f"autocast_{self._precision}": True})
         self.train(is_train)
         if use_graph or uninitialized(self):
             # Placeholders (SINGA's Tensor(shape, dev), never written) stand for their shape: the
@@ -518,7 +536,8 @@ class NativeModel(_Checkpoints):
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None,
                 memory_budget=None, precision="fp32"):
-        """As Model.compile; C++'s nn::Model runs each step in `precision` (Note [Precision policy])."""
+        """As Model.compile; C++'s nn::Model runs each step in `precision` (Note [Precision policy];
+        fp16 turns on the optimizer's loss scaling, Note [Loss scaling])."""
         self._impl.set_precision_name(_precision.check(precision))
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]

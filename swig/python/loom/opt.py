@@ -392,16 +392,24 @@ class DistOpt(Optimizer):
     `communicator`: none gives loom.comm.communicator() (MPI's world, a 1-rank world when the
     script is started alone; loom.DeviceError saying what to install when loom was built without
     MPI).
-    `compression`: "none", "fp16" or "bf16" on the wire. `bucket_bytes`: the eager bucket size
-    (graphs take GraphOptions.bucket_bytes)."""
+    `compression`: what the gradients are all-reduced in. "auto" (the default) follows the
+    model's precision (Model.compile(precision=...)): bfloat16 for "bf16", float16 for "fp16",
+    float32 for "fp32" (Note [Gradients on the wire] in src/nn/dist_opt.h); "none" (or "fp32"),
+    "fp16" or "bf16" fix it. `bucket_bytes`: the eager bucket size (graphs take
+    GraphOptions.bucket_bytes)."""
 
-    def __init__(self, opt, communicator=None, compression="none", bucket_bytes=25 << 20):
+    def __init__(self, opt, communicator=None, compression="auto", bucket_bytes=25 << 20):
         self.opt = _check(opt)
         if communicator is None:
             from . import comm  # the default: loom.comm's, which also takes the job down on an uncaught error
             communicator = comm.communicator()
         self.communicator = communicator
         super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression), int(bucket_bytes)))
+
+    @property
+    def compression(self):
+        """What the next all-reduces use: "none" (float32), "bf16" or "fp16"."""
+        return self._impl.compression_name()
 
     @property
     def world_size(self):

@@ -103,8 +103,9 @@ struct Layouts {
   bool any() const { return y || x || w; }
 };
 
+// bf16: bfloat16 x and w, float32 bias and y (ConvDims::bf16; dtype is the output's).
 const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype, bool relu = false,
-                            Layouts blocked = {}) {
+                            Layouts blocked = {}, bool bf16 = false) {
   if (g.n == 0 || g.ohw() == 0 || g.c == 0 || g.o == 0) return nullptr;
   ConvDims d = g;
   d.bias = bias;
@@ -112,8 +113,12 @@ const DnnlConvPlan* DnnlFor(ConvPass pass, const Geom& g, bool bias, DType dtype
   d.blocked = blocked.y;
   d.x_blocked = blocked.x;
   d.w_blocked = blocked.w;
+  d.bf16 = bf16;
   return FindDnnlConv(pass, d, dtype);
 }
+
+// Whether a record's operands are bfloat16 (a conv2d the bf16 policy lowered).
+bool Bf16Operands(const OpRecord& op) { return op.inputs[0].dtype() == DType::kBFloat16; }
 
 // The record's layouts: y_blocked or dy_blocked, x_blocked or dx_blocked, w_blocked or
 // dw_blocked.
@@ -432,8 +437,28 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
   }
 }
 
-// x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
+// bfloat16 x, w; float32 [bias,] y (Note [Precision policy] in core/autocast.h): oneDNN's bf16
+// convolution, products and sums in float32. Conv2dSupports admits such a record only where
+// oneDNN has a plan, so the policy never lowers a convolution it cannot run.
+void Conv2dBf16(const OpRecord& op, const KernelContext& ctx) {
+  const Tensor &tx = op.inputs[0], &tw = op.inputs[1], &ty = op.outputs[0];
+  if (ty.numel() == 0) return;
+  const Geom g = MakeGeom(op.attrs, tx.shape(), tw.shape(), ty.shape());
+  const bool bias = op.inputs.size() == 3;
+  const DnnlConvPlan* plan = DnnlFor(ConvPass::kForward, g, bias, DType::kFloat32, false, Blocked(op, ConvPass::kForward),
+                                     /*bf16=*/true);
+  LOOM_CHECK(plan, DTypeError, "[conv2d] bfloat16 input ", tx.Describe(), " and weight ", tw.Describe(),
+             ": oneDNN has no bf16 convolution for them here (built without oneDNN, im2col selected, a blocked ",
+             "layout, or no kernel for the geometry); compute in float32");
+  Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
+  RunDnnlConv(*plan, tx.raw_data(), tw.raw_data(), bias ? op.inputs[2].data<float>() : nullptr, ty.data<float>(),
+              scratch.as<void>());
+}
+
+// x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW); x, w bfloat16 with a
+// float32 y (out_dtype) as well
 void Conv2dCpu(const OpRecord& op, const KernelContext& ctx) {
+  if (Bf16Operands(op)) return Conv2dBf16(op, ctx);
   FloatDispatch(op.outputs[0].dtype(), "conv2d", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx, false); });
 }
 
@@ -527,15 +552,21 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Geom g = GeomOf(op, kind);
   if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu, Blocked(op, kind)))
+  const bool bf16 = kind == ConvPass::kForward && Bf16Operands(op);
+  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu, Blocked(op, kind), bf16))
     return DnnlConvScratchBytes(*plan);
+  if (bf16) return 0;  // no plan: the kernel refuses the record
   return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
 }
 
-// Note [What a kernel supports]: every plain record; a blocked one (Note [Activation layouts]
-// in cpu/passes/layout.cc) when oneDNN has a plan for it.
-bool ConvSupports(const OpRecord& op, ConvPass kind) {
+// Note [What a kernel supports]: every plain float record; a blocked one (Note [Activation
+// layouts] in cpu/passes/layout.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d
+// only, plain, no ReLU) when oneDNN has a bf16 plan for them.
+bool ConvSupports(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Layouts l = Blocked(op, kind);
+  if (Bf16Operands(op))
+    return kind == ConvPass::kForward && !relu && !l.any() &&
+           DnnlFor(kind, GeomOf(op, kind), op.inputs.size() == 3, DType::kFloat32, false, l, /*bf16=*/true) != nullptr;
   if (!l.any()) return true;
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
@@ -545,6 +576,7 @@ bool ConvSupports(const OpRecord& op, ConvPass kind) {
          (!l.w || (g.o % 16 == 0 && g.c % 16 == 0)) && DnnlFor(kind, g, bias, DType::kFloat32, false, l) != nullptr;
 }
 bool Conv2dSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward); }
+bool Conv2dReluSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kForward, /*relu=*/true); }
 bool Conv2dGradInputSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradInput); }
 bool Conv2dGradWeightSupports(const OpRecord& op) { return ConvSupports(op, ConvPass::kGradWeight); }
 size_t Conv2dScratch(const OpRecord& op) { return ConvScratchBytes(op, ConvPass::kForward); }
@@ -564,7 +596,7 @@ LOOM_KERNEL(conv2d_grad_bias, kCPU, Conv2dGradBiasCpu);
 LOOM_KERNEL(conv_weight_layout, kCPU, ConvWeightLayoutCpu);
 LOOM_KERNEL_SCRATCH(conv_weight_layout, kCPU, ConvWeightLayoutScratch);
 LOOM_KERNEL_SUPPORTS(conv2d, kCPU, Conv2dSupports);
-LOOM_KERNEL_SUPPORTS(conv2d_relu, kCPU, Conv2dSupports);  // the same operands and layouts
+LOOM_KERNEL_SUPPORTS(conv2d_relu, kCPU, Conv2dReluSupports);  // conv2d's operands and layouts, float only
 LOOM_KERNEL_SUPPORTS(conv2d_grad_input, kCPU, Conv2dGradInputSupports);
 LOOM_KERNEL_SUPPORTS(conv2d_grad_weight, kCPU, Conv2dGradWeightSupports);
 

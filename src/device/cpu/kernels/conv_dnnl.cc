@@ -52,7 +52,7 @@ bool HaveDnnl() { return false; }
 class DnnlConvPlan {};
 const DnnlConvPlan* FindDnnlConv(ConvPass, const ConvDims&, DType) { return nullptr; }
 size_t DnnlConvScratchBytes(const DnnlConvPlan&) { return 0; }
-void RunDnnlConv(const DnnlConvPlan&, const float*, const float*, const float*, float*, void*) {
+void RunDnnlConv(const DnnlConvPlan&, const void*, const void*, const float*, float*, void*) {
   LOOM_ASSERT(false, "RunDnnlConv: loom was built without oneDNN");
 }
 
@@ -65,7 +65,7 @@ namespace {
 namespace dn = dnnl;
 using md = dn::memory::desc;
 using tag = dn::memory::format_tag;
-constexpr dn::memory::data_type kF32 = dn::memory::data_type::f32;
+constexpr dn::memory::data_type kF32 = dn::memory::data_type::f32, kBf16 = dn::memory::data_type::bf16;
 constexpr size_t kAlign = 64;
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -136,7 +136,9 @@ struct Operand {
   }
 };
 
-md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t) { return md({n, c, h, w}, kF32, t); }
+md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t, dn::memory::data_type dt = kF32) {
+  return md({n, c, h, w}, dt, t);
+}
 // Output channels [o0, o0 + oq) of (n, o, h, w) images stored in NCHW order: a strided view.
 md ActChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
   return md({n, oq, h, w}, kF32, dn::memory::dims{o * h * w, h * w, w, 1});
@@ -151,8 +153,9 @@ md BlockedChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
 // w_blocked), or any layout. Output channels [o0, o0 + o) of OIhw16i16o weights (o0 and o
 // multiples of 16) are o0 C KH KW elements in, as in OIHW, and laid out as o channels alone.
 md Weights(const ConvDims& d, int64_t o, bool any) {
-  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, kF32, any ? tag::any : d.w_blocked ? tag::OIhw16i16o : tag::oihw);
-  return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, kF32, any ? tag::any : tag::goihw);
+  const auto dt = d.bf16 ? kBf16 : kF32;
+  if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, dt, any ? tag::any : d.w_blocked ? tag::OIhw16i16o : tag::oihw);
+  return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, dt, any ? tag::any : tag::goihw);
 }
 
 // The primitive for one part's slice of the problem: nb images, oq output channels.
@@ -201,8 +204,9 @@ bool WinogradShape(const ConvDims& d) {
 std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const ConvDims& d, int64_t nb, int64_t oq) {
   const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
-  const md x_any = Act(nb, d.c, d.h, d.w, tag::any), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
-  const md x_plain = Act(nb, d.c, d.h, d.w, d.x_blocked ? tag::nChw16c : tag::nchw),
+  const auto x_dt = d.bf16 ? kBf16 : kF32;
+  const md x_any = Act(nb, d.c, d.h, d.w, tag::any, x_dt), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
+  const md x_plain = Act(nb, d.c, d.h, d.w, d.x_blocked ? tag::nChw16c : tag::nchw, x_dt),
            y_plain = d.blocked ? BlockedChannels(nb, d.o, oq, d.oh, d.ow) : ActChannels(nb, d.o, oq, d.oh, d.ow);
   const md w_any = Weights(d, oq, true), w_plain = Weights(d, oq, false);
   const md bias_md = d.bias && pass == ConvPass::kForward ? md({oq}, kF32, tag::x) : md();
@@ -222,7 +226,8 @@ std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const Con
       s->b = Operand::Make(w_plain, fpd.weights_desc(), true);
       s->out = Operand::Make(y_plain, fpd.dst_desc(), false);
       s->pad = fpd.scratchpad_desc();
-      ReportKernel("conv2d forward f32", std::string("oneDNN ") + fpd.impl_info_str());
+      ReportKernel(d.bf16 ? "conv2d forward bf16 -> f32" : "conv2d forward f32",
+                   std::string("oneDNN ") + fpd.impl_info_str());
       break;
     case ConvPass::kGradInput: {
       dn::convolution_backward_data::desc bd(alg, x_any, w_any, y_any, strides, dil, pl, pr);
@@ -296,7 +301,7 @@ std::unique_ptr<DnnlConvPlan> MakePlan(ConvPass pass, const ConvDims& d, int64_t
   if (pass != ConvPass::kGradWeight && nparts > 1)
     for (auto& s : p->shards)
       if (SharedWeights(pass, *s).inner != SharedWeights(pass, *p->shards[0]).inner) return MakePlan(pass, d, 1, winograd);
-  const size_t w_bytes = size_t(d.o * (d.c / d.groups) * d.kh * d.kw) * sizeof(float);
+  const size_t w_bytes = size_t(d.o * (d.c / d.groups) * d.kh * d.kw) * sizeof(float);  // a plain dw partial
   const bool partials = pass == ConvPass::kGradWeight && !p->by_channel && p->parts.size() > 1;
   for (auto& s : p->shards) {
     size_t b = AlignUp(s->scratchpad);
@@ -342,10 +347,12 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) 
   if (dtype != DType::kFloat32 || impl == CpuConvImpl::kIm2col || d.n <= 0 || (d.blocked && d.o % 16) ||
       (d.x_blocked && d.c % 16) || (d.w_blocked && (d.groups != 1 || d.o % 16 || d.c % 16)))
     return nullptr;
-  const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d);
+  // bfloat16 operands: the plain forward convolution only (ConvDims::bf16).
+  if (d.bf16 && (pass != ConvPass::kForward || d.relu || d.blocked || d.x_blocked || d.w_blocked)) return nullptr;
+  const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d) && !d.bf16;
   Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
-           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked, d.w_blocked, winograd}};
+           d.relu && pass == ConvPass::kForward, d.blocked, d.x_blocked, d.w_blocked, winograd, d.bf16}};
   std::lock_guard<std::mutex> l(g_mu);
   auto it = Cache().find(key);
   if (it != Cache().end()) return it->second.get();
@@ -361,13 +368,16 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) 
 
 size_t DnnlConvScratchBytes(const DnnlConvPlan& plan) { return plan.total_bytes; }
 
-void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const float* bias, float* out,
+void RunDnnlConv(const DnnlConvPlan& p, const void* a, const void* b, const float* bias, float* out,
                  void* scratch) {
   const ConvDims& d = p.d;
   const int64_t x_img = d.c * d.h * d.w, y_img = d.o * d.oh * d.ow, y_plane = d.oh * d.ow;
   const int64_t w_elems = d.o * (d.c / d.groups) * d.kh * d.kw, w_per_o = w_elems / d.o;
   const int64_t parts = int64_t(p.parts.size());
-  auto cp = [](const float* v) { return const_cast<float*>(v); };  // oneDNN takes void* handles
+  auto cp = [](const void* v) { return const_cast<void*>(v); };  // oneDNN takes void* handles
+  // Element k of an input operand (a or b): float32, or bfloat16 in a bf16 plan (x and w).
+  const size_t in_bytes = d.bf16 ? 2 : sizeof(float);
+  auto elem = [&](const void* base, int64_t k) { return At(cp(base), size_t(k) * in_bytes); };
   // The weights, shared by every part, are reordered once.
   void* w_inner = nullptr;
   if (p.pass != ConvPass::kGradWeight)
@@ -388,7 +398,7 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
       case ConvPass::kForward: {
         char* x_st = cur;
         char* y_st = x_st + AlignUp(s.a.bytes());
-        void* x = s.a.In(cp(a + x_at), x_st);
+        void* x = s.a.In(elem(a, x_at), x_st);
         void* y = s.out.same ? static_cast<void*>(out + y_at) : y_st;
         args = {{DNNL_ARG_SRC, dn::memory(s.a.inner, Engine(), x)},
                 {DNNL_ARG_WEIGHTS, dn::memory(s.b.inner, Engine(), w_inner)},
@@ -406,7 +416,7 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
       case ConvPass::kGradInput: {
         char* dy_st = cur;
         char* dx_st = dy_st + AlignUp(s.b.bytes());
-        void* dy = s.b.In(cp(b + y_at), dy_st);
+        void* dy = s.b.In(elem(b, y_at), dy_st);
         void* dx = s.out.same ? static_cast<void*>(out + x_at) : dx_st;
         args = {{DNNL_ARG_WEIGHTS, dn::memory(s.a.inner, Engine(), w_inner)},
                 {DNNL_ARG_DIFF_DST, dn::memory(s.b.inner, Engine(), dy)},
@@ -424,8 +434,8 @@ void RunDnnlConv(const DnnlConvPlan& p, const float* a, const float* b, const fl
         float* plain = p.by_channel || q == 0 ? out + part.o0 * w_per_o
                                               : reinterpret_cast<float*>(dw_st + AlignUp(s.out.bytes()));
         partial[size_t(q)] = plain;
-        void* x = s.a.In(cp(a + x_at), x_st);
-        void* dy = s.b.In(cp(b + y_at), dy_st);
+        void* x = s.a.In(elem(a, x_at), x_st);
+        void* dy = s.b.In(elem(b, y_at), dy_st);
         void* dw = s.out.same ? static_cast<void*>(plain) : dw_st;
         args = {{DNNL_ARG_SRC, dn::memory(s.a.inner, Engine(), x)},
                 {DNNL_ARG_DIFF_DST, dn::memory(s.b.inner, Engine(), dy)},

@@ -70,6 +70,10 @@ struct ConvDims {
   // are stored in oneDNN's OIhw16i16o layout instead of OIHW; groups is 1 and O and C are
   // multiples of 16 (Note [Weights kept blocked] in cpu/passes/weight_layout.cc).
   bool w_blocked = false;
+  // Forward only: x and w are bfloat16, the bias and y float32, the sums float32 (Note
+  // [Precision policy] in core/autocast.h). Plain layouts only, no ReLU, no Winograd: what the
+  // policy lowers (a plain conv2d), on oneDNN's bf16 kernels (AVX512-BF16 or AMX to be fast).
+  bool bf16 = false;
 };
 
 // Which implementation the CPU conv kernels use. kAuto: oneDNN's direct convolution where it
@@ -88,8 +92,9 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype);
 // Scratch bytes one call of the plan needs.
 size_t DnnlConvScratchBytes(const DnnlConvPlan& plan);
 // Runs the plan. kForward: a = x, b = w, bias (or null), out = y. kGradInput: a = w, b = dy,
-// out = dx. kGradWeight: a = x, b = dy, out = dw. scratch holds DnnlConvScratchBytes bytes.
-void RunDnnlConv(const DnnlConvPlan& plan, const float* a, const float* b, const float* bias, float* out,
+// out = dx. kGradWeight: a = x, b = dy, out = dw. a and b are float32, or bfloat16 bits in a
+// ConvDims::bf16 plan. scratch holds DnnlConvScratchBytes bytes.
+void RunDnnlConv(const DnnlConvPlan& plan, const void* a, const void* b, const float* bias, float* out,
                  void* scratch);
 
 }  // namespace cpu

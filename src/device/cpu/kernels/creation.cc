@@ -2,6 +2,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "device/cpu/kernels/common.h"
 #include "device/philox.h"
 
@@ -168,6 +172,35 @@ void CastCpu(const OpRecord& op, const KernelContext&) {
   DType tx = x.dtype(), ty = y.dtype();
   const void* px = x.raw_data();
   void* py = y.raw_data();
+  // The precision policy's casts (Note [Precision policy] in core/autocast.h), float32 to 16 bits,
+  // without the generic path's switch and double: the same bits (a float32 value rounds to odd
+  // as itself), several times faster on a weight matrix.
+  if (tx == DType::kFloat32 && (ty == DType::kFloat16 || ty == DType::kBFloat16)) {
+    const float* f = static_cast<const float*>(px);
+    uint16_t* h = static_cast<uint16_t*>(py);
+    ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      if (ty == DType::kBFloat16) {
+        for (int64_t i = b; i < e; ++i) h[i] = FloatToBFloat16(f[i]);
+        return;
+      }
+      int64_t i = b;
+#if defined(__F16C__)
+      // F16C rounds to nearest even as FloatToHalf does, subnormal results and infinities alike
+      // (a float32 subnormal input gives +-0 either way); only a NaN's payload may differ, so a
+      // group of 8 holding one takes the scalar path.
+      for (; i + 8 <= e; i += 8) {
+        const __m256 v = _mm256_loadu_ps(f + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+          for (int64_t k = i; k < i + 8; ++k) h[k] = FloatToHalf(f[k]);
+          continue;
+        }
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+      }
+#endif
+      for (; i < e; ++i) h[i] = FloatToHalf(f[i]);
+    });
+    return;
+  }
   ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) Store(ty, py, i, Load(tx, px, i));
   });

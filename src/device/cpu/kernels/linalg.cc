@@ -1,11 +1,17 @@
 // CPU kernels for matmul (OpenBLAS GEMM, one per batch), add_bias and its gradient.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <vector>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "device/cpu/blas.h"
 #include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/kernels/common.h"
+#include "device/kernel_report.h"
 
 namespace loom {
 namespace cpu {
@@ -16,24 +22,64 @@ namespace {
 // our threads instead. Larger GEMMs run one after another and OpenBLAS threads each of them.
 constexpr int64_t kSmallGemm = 65536 * 4;
 
-// bfloat16 operands (their bits), a float32 C: oneDNN's bf16 matmul, else both operands widened
-// to float32 (exactly) and the float32 GEMM: products of bfloat16 numbers are exact in float32,
-// so the two differ only in the order of the float32 sums.
+// 16-bit operands (their bits), a float32 C: oneDNN's bf16 or f16 matmul, else both operands
+// widened to float32 (exactly) and the float32 GEMM: products of bfloat16 or float16 numbers are
+// exact in float32, so the two differ only in the order of the float32 sums. oneDNN has no f16
+// matmul on a CPU without AVX512-FP16, where float16 products always take the widening path
+// (reported once as the "gemm f16 -> f32" kernel).
 struct Bf16 {
   uint16_t bits;
 };
-void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const Bf16* a, int64_t lda,
-             const Bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+struct F16 {
+  uint16_t bits;
+};
+
+// The float32 values of n float16 numbers, exactly (F16C's conversion where the build has it).
+void WidenHalves(const uint16_t* p, float* w, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(w + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i))));
+#endif
+  for (; i < n; ++i) w[i] = HalfToFloat(p[i]);
+}
+void WidenBf16(const uint16_t* p, float* w, size_t n) {
+  for (size_t i = 0; i < n; ++i) w[i] = BFloat16ToFloat(p[i]);
+}
+
+template <typename H>
+void HalfProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const H* a, int64_t lda, const H* b,
+                 int64_t ldb, float beta, float* c, int64_t ldc) {
+  constexpr bool kBf16 = std::is_same<H, Bf16>::value;
   const auto* a16 = reinterpret_cast<const uint16_t*>(a);
   const auto* b16 = reinterpret_cast<const uint16_t*>(b);
-  if (DnnlMatmulBf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc)) return;
-  auto widen = [](const uint16_t* p, int64_t rows, int64_t ld) {
-    std::vector<float> w(size_t(rows * ld));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = BFloat16ToFloat(p[i]);
+  if (kBf16 ? DnnlMatmulBf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc)
+            : DnnlMatmulF16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc))
+    return;
+  if (!kBf16) {
+    static const bool reported =
+        (ReportKernel("gemm f16 -> f32", "float16 operands widened to float32, then the float32 GEMM"), true);
+    (void)reported;
+  }
+  // A (rows, cols) operand with leading dimension ld: (rows - 1) ld + cols elements, widened by
+  // the pool in fixed chunks (a pure conversion: the split changes no bit).
+  auto widen = [](const uint16_t* p, int64_t rows, int64_t cols, int64_t ld) {
+    const int64_t n = (rows - 1) * ld + cols;
+    std::unique_ptr<float[]> w(new float[size_t(n)]);
+    float* out = w.get();
+    ParallelFor(n, kGrain, [&](int64_t b, int64_t e) { (kBf16 ? WidenBf16 : WidenHalves)(p + b, out + b, size_t(e - b)); });
     return w;
   };
-  const std::vector<float> fa = widen(a16, ta ? k : m, lda), fb = widen(b16, tb ? n : k, ldb);
-  Gemm(ta, tb, m, n, k, alpha, fa.data(), lda, fb.data(), ldb, beta, c, ldc);
+  const auto fa = widen(a16, ta ? k : m, ta ? m : k, lda), fb = widen(b16, tb ? n : k, tb ? k : n, ldb);
+  Gemm(ta, tb, m, n, k, alpha, fa.get(), lda, fb.get(), ldb, beta, c, ldc);
+}
+void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const Bf16* a, int64_t lda,
+             const Bf16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  HalfProduct(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const F16* a, int64_t lda,
+             const F16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  HalfProduct(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // Float operands: the GEMM of blas.h.
@@ -43,7 +89,7 @@ void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T
   Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// In: the operands' element type, T: the product's (float32 for bfloat16 operands).
+// In: the operands' element type, T: the product's (float32 for 16-bit operands).
 template <typename T, typename In = T>
 void MatMulTyped(const OpRecord& op) {
   const Tensor& tc_t = op.outputs[0];
@@ -89,9 +135,11 @@ void MatMulTyped(const OpRecord& op) {
 
 // a: (..., M, K) or (..., K, M) with ta, b: (..., K, N) or (..., N, K) with tb
 //   -> c: (broadcast(...), M, N), or (M, N) summed over the batch with sum_batch
-// bfloat16 operands give a float32 product (out_dtype, Note [Precision policy] in core/autocast.h).
+// bfloat16 and float16 operands give a float32 product (out_dtype, Note [Precision policy] in
+// core/autocast.h).
 void MatMulCpu(const OpRecord& op, const KernelContext&) {
   if (op.inputs[0].dtype() == DType::kBFloat16) return MatMulTyped<float, Bf16>(op);
+  if (op.inputs[0].dtype() == DType::kFloat16) return MatMulTyped<float, F16>(op);
   FloatDispatch(op.outputs[0].dtype(), "matmul", [&](auto tag) { MatMulTyped<decltype(tag)>(op); });
 }
 

@@ -41,16 +41,24 @@ void SgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, int64_t
 // clip_value (optimizer_formulas.h).
 std::pair<double, double> GradTransform(const OpRecord& op) {
   const double mult = optim::GradMultiplier(op);
+  const Tensor* scale = optim::GradScaleInput(op);
   switch (optim::GradModeOf(op)) {
-    case GradMode::kScaled:
-      return {op.attrs.Int("grad_scaled", 0) != 0 ? *op.inputs.back().data<double>() * mult : mult, 0.0};
+    case GradMode::kScaled: return {scale ? *scale->data<double>() * mult : mult, 0.0};
     case GradMode::kClamped: return {mult, op.attrs.Float("clip_value")};
     default: return {0.0, 0.0};
   }
 }
 
-// param: (n), grad: (n), lr: () [, buf: (n)] [, scale: ()] -> param, buf updated in place
+// Note [Skipped updates] (core/ops/optimizer.cc): the record's found_inf flag is set.
+bool Skipped(const OpRecord& op) {
+  const Tensor* flag = optim::SkipFlag(op);
+  return flag && *flag->data<float>() != 0;
+}
+
+// param: (n), grad: (n), lr: () [, buf: (n)] [, scale: ()] [, found_inf: ()] -> param, buf
+// updated in place (left as they are when found_inf is set)
 void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
+  if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
@@ -75,11 +83,12 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // Note [Weight gradient into the update] (core/ops/optimizer.cc, graph/fuse_weight_grad.cc): param (M, N),
-// a (K, M), b (K, N), lr [, buf] [, scale] -> param [, buf]. Rows of the gradient a^T b are computed a
+// a (K, M), b (K, N), lr [, buf] [, scale] [, found_inf] -> param [, buf]. Rows of the gradient a^T b are computed a
 // tile at a time (16 KB, in L1) by the same skinny kernel that the matmul op uses, then SgdRange
 // applies them: bitwise the update sgd_update makes from the stored gradient, with one pass
 // fewer over memory the size of the parameter (the gradient's write) and one read fewer.
 void MatmulSgdUpdateCpu(const OpRecord& op, const KernelContext&) {
+  if (Skipped(op)) return;
   LOOM_CHECK(op.inputs[0].dtype() == DType::kFloat32, DTypeError, "[matmul_sgd_update] runs on float32 only, got ",
              op.inputs[0].Describe());
   const double lr = *op.inputs[3].data<double>();
@@ -139,8 +148,10 @@ void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __res
   }
 }
 
-// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] -> param, m, v in place
+// param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] [, found_inf: ()] -> param, m, v in
+// place (left as they are when found_inf is set)
 void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
+  if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
   const double step = *op.inputs[5].data<double>();
   const double b1 = op.attrs.Float("beta1"), b2 = op.attrs.Float("beta2"), eps = op.attrs.Float("eps");
@@ -167,8 +178,11 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// counter: () float64 -> counter + 1
-void IncrementCpu(const OpRecord& op, const KernelContext&) { *op.outputs[0].data<double>() += 1; }
+// counter: () float64 [, found_inf: () float32] -> counter + 1 (unchanged when found_inf is set)
+void IncrementCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs.size() == 2 && *op.inputs[1].data<float>() != 0) return;
+  *op.outputs[0].data<double>() += 1;
+}
 
 }  // namespace
 
