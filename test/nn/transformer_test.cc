@@ -51,13 +51,15 @@ struct GptRun {
   std::shared_ptr<Graph> graph;
 };
 
-GptRun Train(bool graph, int steps, const GraphOptions& o = {}, int64_t micro = 1) {
+GptRun Train(bool graph, int steps, const GraphOptions& o = {}, int64_t micro = 1,
+             Precision precision = Precision::kFloat32) {
   CpuDevice()->SetRandSeed(11);
   auto gpt = std::make_shared<nn::Gpt>(Tiny());
   auto adam = std::make_shared<nn::Adam>(3e-3, 0.9, 0.95, 1e-8, 0.1, true);
   adam->set_decay_on(nn::Adam::DecayOn::kMatrices);
   nn::Model m(gpt, adam);
   m.set_micro_batches(micro);
+  m.set_precision(precision);
   auto first = Batch(4, 16, 40, 1);
   m.Compile({first.first}, true, graph, true, o);
   GptRun r;
@@ -113,6 +115,12 @@ TEST(Gpt, MicroBatchesGiveTheWholeBatchsUpdate) {
   for (size_t p = 0; p < whole.params.size(); ++p)
     for (size_t j = 0; j < whole.params[p].size(); ++j) ASSERT_NEAR(whole.params[p][j], halves.params[p][j], 2e-4);
   LOOM_EXPECT_THROW_MSG(Train(false, 1, {}, 3), ShapeError, "[Model] 3 micro-batches must divide the batch");
+  // fp16 with loss scaling (Note [Loss scaling]): each micro-batch backpropagates from the scaled
+  // loss, the sum is unscaled once; unscaled gradients would move nothing.
+  GptRun whole16 = Train(false, 4, {}, 1, Precision::kFloat16), halves16 = Train(true, 4, {}, 2, Precision::kFloat16);
+  for (size_t i = 0; i < whole16.losses.size(); ++i) EXPECT_NEAR(whole16.losses[i], halves16.losses[i], 2e-3);
+  for (size_t p = 0; p < whole16.params.size(); ++p)
+    for (size_t j = 0; j < whole16.params[p].size(); ++j) ASSERT_NEAR(whole16.params[p][j], halves16.params[p][j], 2e-3);
 }
 
 TEST(Gpt, RejectsBadSizes) {
