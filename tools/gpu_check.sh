@@ -151,9 +151,9 @@ part_tf32() {
 
 part_bench() {
   local rc=0 m
-  for m in "mlp 64" "cnn 32" "resnet18 16" "resnet50 32"; do
+  for m in "mlp 64" "cnn 32" "resnet18 16" "resnet50 32" "gpt 8 --optimizer adam"; do
     set -- $m
-    "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" --steps "$STEPS" --warmup 3 --rounds 2 \
+    "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --steps "$STEPS" --warmup 3 --rounds 2 \
       --mode eager,graph-planned,cuda-graph --json >>"$DEST/bench.jsonl" || rc=1
   done
   return "$rc"
