@@ -59,6 +59,7 @@ LOOM_HD float FloatFromBits(int32_t bits) {
 LOOM_HD float ExpOf(float x) {
   float xc = x < -87.3f ? -87.3f : x;
   xc = xc > 88.0f ? 88.0f : xc;
+  xc = x != x ? 0.f : xc;  // NaN: computed from 0 (n stays in range), NaN returned below
   const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -69,9 +70,10 @@ LOOM_HD float ExpOf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  float y = p * FloatFromBits((int32_t(n) + 127) << 23);
+  float y = p * FloatFromBits((int32_t(n) + 127) << 23);  // n in [-126, 127]: a normal power of 2
   y = x < -87.3f ? 0.f : y;
-  return x > 88.0f ? INFINITY : y;
+  y = x > 88.0f ? INFINITY : y;
+  return x != x ? x : y;
 }
 LOOM_HD double ExpOf(double x) { return std::exp(x); }
 
