@@ -8,7 +8,7 @@
 namespace loom {
 namespace nn {
 
-int Model::next_id_ = 0;
+std::atomic<int> Model::next_id_{0};
 
 Model::Model(std::shared_ptr<Layer> net, std::shared_ptr<Optimizer> optimizer, LossKind loss)
     : net_(std::move(net)), opt_(std::move(optimizer)), loss_(loss), id_(next_id_++) {

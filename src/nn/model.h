@@ -13,6 +13,7 @@
 // is an error that shows the difference.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -102,7 +103,7 @@ class Model {
   int64_t steps_ = 0;
   Precision precision_ = Precision::kFloat32;
   int64_t micro_batches_ = 1;
-  static int next_id_;
+  static std::atomic<int> next_id_;  // models are made on several threads (in-process ranks)
   int id_;
 };
 
