@@ -11,7 +11,7 @@
 #     replayed graphs (dynamic recycling, planned arena, parallel replay), on the CPU and, when a
 #     GPU is visible and loom was built with CUDA, on the GPU (with CUDA-graph replay too): the
 #     graph-vs-eager tables, the per-op trace and, last, the path of the memory-timeline plot.
-# About four minutes on a 2-core machine once built.
+# About a minute on a 2-core machine once built (46 s on 2026-11-28, a quiet AMD EPYC).
 #   LOOM_BUILD_DIR    build folder (default: build)
 #   LOOM_DATA_DIR     where the set-up put the data sets (default: <repo>/data)
 #   LOOM_DEMO_OUT     where the curves, timeline, trace and plots go (default: <build>/demo)
