@@ -2,6 +2,7 @@
 with `python3 -m loom.launch -n 2` on tiny scripts, healthy and failing. The only clock is an
 upper bound on a hang (the 30 s issue 15 allows), never a speed."""
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -56,16 +57,17 @@ def test_mistakes_are_loom_errors(dev):
     assert issubclass(loom.CommError, loom.Error) and issubclass(loom.CommError, RuntimeError)
 
 
-def _launch(tmp_path, script, *args, env=None):
-    """Runs `python3 -m loom.launch -n 2 script args` and returns (exit code, output, seconds)."""
+def _launch(tmp_path, script, *args, env=None, launcher=()):
+    """Runs `python3 -m loom.launch -n 2 [launcher options] script args` and returns (exit code,
+    output, seconds)."""
     path = tmp_path / "rank_script.py"
     path.write_text(textwrap.dedent(script))
     e = dict(os.environ)
     e["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(loom.__file__)))
     e.update(env or {})
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "loom.launch", "-n", "2", str(path), *args], capture_output=True,
-                       text=True, env=e, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "loom.launch", "-n", "2", *launcher, str(path), *args],
+                       capture_output=True, text=True, env=e, timeout=120)
     return r.returncode, r.stdout + r.stderr, time.monotonic() - start
 
 
@@ -134,6 +136,41 @@ def test_timeout_without_end_lets_a_healthy_job_wait(tmp_path, timeout):
     assert code == 0, out
     for r in (0, 1):
         assert f"rank {r} max [0.0, 3.0, 6.0, 9.0, 12.0]" in out, out
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["ok", "raise"])
+def test_launch_on_a_host_file_naming_this_machine_twice(tmp_path, mode):
+    # OpenMPI's host file, as a run on several machines gives it: here this machine on two lines
+    # (a slot each); a rank that fails still takes the job down within the bound.
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"# two slots on this machine\n{socket.gethostname()}\n{socket.gethostname()}\n")
+    code, out, seconds = _launch(tmp_path, SCRIPT, mode, launcher=("--hostfile", str(hosts)))
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    if mode == "ok":
+        assert code == 0, out
+        for r in (0, 1):
+            assert f"rank {r} of 2 (local {r}): sum [0.0, 3.0, 6.0, 9.0, 12.0] threads {threads}" in out, out
+    else:
+        assert code != 0 and seconds < HANG_BOUND_S, out
+        assert "[comm] rank 1 of 2: uncaught Python KeyError" in out and "[launch] the job failed" in out, out
+
+
+def test_launcher_refuses_bad_host_files(tmp_path):
+    host = socket.gethostname()
+    files = {"empty": "# nobody\n\n", "bad": f"{host} cores=4\n", "zero": f"{host} slots=0\n",
+             "mixed": f"{host} slots=1\n{host} slots=1\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    cases = [("missing", "cannot read it"), ("empty", "names no host"),
+             ("bad", "line 1: 'cores=4' is not slots=N or max_slots=N with N >= 1"),
+             ("zero", "line 1: 'slots=0' is not slots=N"),
+             ("mixed", f"host '{host}' is on several lines and has slots=")]
+    for name, message in cases:
+        r = subprocess.run([sys.executable, "-m", "loom.launch", "-n", "2", "--hostfile", str(tmp_path / name), "x.py"],
+                           capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.dirname(
+                               os.path.dirname(os.path.abspath(loom.__file__)))))
+        assert r.returncode == 2 and message in r.stderr, (name, r.stderr)
 
 
 def test_launcher_refuses_bad_command_lines():

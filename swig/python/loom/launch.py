@@ -1,4 +1,4 @@
-"""Starts N ranks of a program under OpenMPI's mpirun on this machine.
+"""Starts N ranks of a program under OpenMPI's mpirun, on this machine or the hosts of a host file.
 
     python3 -m loom.launch -n 2 train.py --epochs 3      a Python script: run by this Python
     tools/launch.sh -n 2 -- build/loom-mlp --dist        any program
@@ -10,6 +10,13 @@ Options (before the program):
     --timeout S         LOOM_COMM_TIMEOUT_S for the ranks: how long a collective waits for a
                         rank that does not arrive before it fails (default 25 s)
     --mpirun PATH       the mpirun to use (default: the one on PATH)
+    --hostfile FILE     OpenMPI's host file: one host per line, `host [slots=N]`, # comments;
+                        a host named on several lines has one slot per line (OpenMPI refuses
+                        that mixed with slots=, and so does this launcher, saying which host);
+                        the ranks go to its hosts in order (mpirun --hostfile). Each host needs
+                        loom at the same path and passwordless ssh from this one (OpenMPI's
+                        own requirements); a host named twice, or this machine, runs locally.
+                        Threads per rank: the cores here / the ranks on the busiest host.
 
 What it does around mpirun:
   - works as root in a container (OMPI_ALLOW_RUN_AS_ROOT=1 and its confirmation), starts more
@@ -49,7 +56,8 @@ fi
 exit "$rc"
 '''
 
-USAGE = "usage: python3 -m loom.launch -n N [--threads T] [--timeout S] [--mpirun PATH] [--] PROGRAM [ARGS...]"
+USAGE = ("usage: python3 -m loom.launch -n N [--threads T] [--timeout S] [--mpirun PATH] [--hostfile FILE] [--] "
+         "PROGRAM [ARGS...]")
 
 
 def _fail(msg):
@@ -69,8 +77,9 @@ def _positive_int(flag, text):
 
 def parse(argv):
     """(options dict, program argv) from the launcher's command line."""
-    opts = {"np": None, "threads": None, "timeout": None, "mpirun": None}
-    flags = {"-n": "np", "--np": "np", "--threads": "threads", "--timeout": "timeout", "--mpirun": "mpirun"}
+    opts = {"np": None, "threads": None, "timeout": None, "mpirun": None, "hostfile": None}
+    flags = {"-n": "np", "--np": "np", "--threads": "threads", "--timeout": "timeout", "--mpirun": "mpirun",
+             "--hostfile": "hostfile"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -105,11 +114,63 @@ def parse(argv):
             ok = False
         if not ok:
             _fail(f"--timeout takes a positive number of seconds, not '{opts['timeout']}'")
+    if opts["hostfile"] is not None:
+        opts["hosts"] = read_hostfile(opts["hostfile"])
     if not program:
         _fail("no program to run")
     if program[0].endswith(".py"):
         program = [sys.executable] + program
     return opts, program
+
+
+def read_hostfile(path):
+    """[(host, slots)] of an OpenMPI host file, checked: a missing or empty file, or a line that is
+    not `host [slots=N] [max_slots=N]`, is refused naming the file and the line."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        _fail(f"--hostfile {path}: cannot read it ({e.strerror})")
+    hosts, with_slots = [], set()
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        slots = 1
+        for w in words[1:]:
+            key, _, value = w.partition("=")
+            if key not in ("slots", "max_slots", "max-slots") or not value.isdigit() or int(value) < 1:
+                _fail(f"--hostfile {path} line {number}: '{w}' is not slots=N or max_slots=N with N >= 1 "
+                      f"(a line is `host [slots=N]`)")
+            if key == "slots":
+                slots = int(value)
+                with_slots.add(words[0])
+        hosts.append((words[0], slots))
+    if not hosts:
+        _fail(f"--hostfile {path}: names no host")
+    for host in sorted(with_slots):
+        if sum(1 for h, _ in hosts if h == host) > 1:
+            _fail(f"--hostfile {path}: host '{host}' is on several lines and has slots=: OpenMPI takes one line "
+                  f"per slot or one line with slots=N, not both")
+    return hosts
+
+
+def _ranks_on_busiest_host(n, hosts):
+    """The most ranks one host gets when mpirun fills the hosts' slots in order (repeated names
+    merged, as OpenMPI does), then round-robin over the hosts once the slots are full."""
+    slots = {}
+    for host, s in hosts:
+        slots[host] = slots.get(host, 0) + s
+    placed = {h: 0 for h in slots}
+    left = n
+    for h, s in slots.items():
+        take = min(s, left)
+        placed[h] += take
+        left -= take
+    names = list(slots)
+    for i in range(left):  # oversubscribed
+        placed[names[i % len(names)]] += 1
+    return max(placed.values())
 
 
 def _cores():
@@ -136,7 +197,8 @@ def command(opts, program, status_dir, env):
     if not mpirun:
         _fail("mpirun not found: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev, or tools/setup.sh)")
     n = opts["np"]
-    threads = opts["threads"] or max(1, _cores() // n)
+    busiest = _ranks_on_busiest_host(n, opts["hosts"]) if opts.get("hosts") else n
+    threads = opts["threads"] or max(1, _cores() // busiest)
     for var in ("LOOM_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         if opts["threads"] is not None or not env.get(var):
             env[var] = str(threads)
@@ -146,6 +208,8 @@ def command(opts, program, status_dir, env):
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     cmd = [mpirun, "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    if opts.get("hostfile"):
+        cmd += ["--hostfile", os.path.abspath(opts["hostfile"])]
     if _openmpi_major(mpirun) == 4:
         cmd += ["--mca", "orte_abort_on_non_zero_status", "1"]
     exported = sorted(v for v in env if v.startswith("LOOM_") or v.startswith("OMP_") or v.startswith("OPENBLAS_")
