@@ -3,7 +3,7 @@
 # stage runs even after another failed, and the summary names each one with its time.
 #
 #   tools/test.sh                 lint cpp python: the checks and the plain suites (what developers run)
-#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all seven:
+#   tools/test.sh STAGE...        the named stages, in that order; .ci/run runs all eight:
 #     lint     the shape of the code, no build needed: include layering (tools/layering.py), size
 #              budgets (tools/loc.sh --check), every cited Note defined once (tools/notes.py)
 #     cpp      C++ suites (GoogleTest through ctest) in the main build
@@ -17,6 +17,9 @@
 #              (tools/wheel.sh) for a Python other than Debian's (pyenv's 3.12), installed into a
 #              fresh virtualenv, runs examples/python/quickstart.py and own_data.py there; that
 #              half is skipped, saying so, without such a Python
+#     demo     README's first command, tools/demo.sh, into a temporary folder: it must finish and
+#              its models must learn (the digits' last held-out accuracy >= 90%, the GPT's
+#              held-out bits per byte at least 0.5 below the unigram baseline)
 #   LOOM_BUILD_DIR      main build folder, absolute or relative to the repository root (default: build)
 #   LOOM_FUZZ_SECONDS   seconds per fuzz target in the fuzz stage (default 5)
 #   LOOM_PACKAGE_PYTHON the Python of the package stage (default: the newest pyenv CPython 3.12)
@@ -27,7 +30,7 @@ cd "$ROOT"
 BUILD="${LOOM_BUILD_DIR:-build}"
 case "$BUILD" in /*) BUILD_ABS="$BUILD" ;; *) BUILD_ABS="$ROOT/$BUILD" ;; esac
 
-ALL_STAGES=(lint cpp python asan tsan fuzz package)
+ALL_STAGES=(lint cpp python asan tsan fuzz package demo)
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(lint cpp python)
 for s in "${stages[@]}"; do
@@ -261,6 +264,24 @@ stage_package() {
   (cd "$tmp" && "$venv/bin/python" -c 'import loom; print("test: package: loom", loom.__version__, "has", loom.clip.__name__, "and", loom.trainer.__name__, "after import loom")')
   (cd "$tmp" && "$venv/bin/python" -c 'import loom.clip, loom.onnx_import')
   echo "test: package: $(basename "$wheel") works in a fresh virtualenv of $("$py" --version)"
+}
+
+stage_demo() {
+  local out
+  out="$(mktemp -d)"
+  trap "rm -rf '$out'" EXIT
+  LOOM_DEMO_OUT="$out" LOOM_BUILD_DIR="$BUILD" bash tools/demo.sh
+  # What the demo claims, checked from what it wrote: the digits' curve and the GPT's JSON line.
+  /usr/bin/python3 - "$out" <<'PY'
+import csv, json, sys
+out = sys.argv[1]
+rows = [r for r in csv.DictReader(open(f"{out}/digits.csv")) if r["eval_top1"]]
+top1 = float(rows[-1]["eval_top1"])
+gpt = json.loads([l for l in open(f"{out}/gpt.out") if l.startswith("{")][-1])
+bpb, unigram = gpt["valid_bits_per_byte"], gpt["unigram_bits_per_byte"]
+print(f"test: demo: digits held-out top-1 {top1:.1%}; GPT held-out {bpb:.3f} bits/byte, unigram {unigram:.3f}")
+sys.exit(0 if top1 >= 0.90 and bpb < unigram - 0.5 else 1)
+PY
 }
 
 # ---- run ----
