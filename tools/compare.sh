@@ -6,7 +6,7 @@
 #
 #   tools/compare.sh [--peers LIST] [--only MODELS] [--reps N] [--quick] [--with-resnet50]
 #                    [--threads N] [--device cpu|cuda] [--out FILE.jsonl] [--install-only]
-#                    [--torch-python PY]
+#                    [--torch-python PY] [--precision fp32|bf16]
 #
 #   --peers LIST     comma-separated, default all: torch113 (Debian's python3-torch),
 #                    torch2 (PyTorch 2.x eager), compile (torch.compile of forward, backward and
@@ -21,6 +21,9 @@
 #   --with-resnet50  add ResNet-50 (224x224) at batch 8 (on cuda ResNet-50 is always in, at 32 and 64)
 #   --threads N      CPU threads for every framework (default: the core count)
 #   --install-only   set up the peers' virtual environments and stop
+#   --precision P    fp32 (default) or bf16: loom-bench --precision bf16 against PyTorch AMP
+#                    (bench_torch.py --autocast bf16, eager and compiled); JAX and PyTorch 1.13
+#                    sit such runs out (no bf16 step written for them), saying so
 #
 # Configurations (the CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
 # CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16, the small GPT (4 layers, width 256, 4 heads,
@@ -60,6 +63,7 @@ ONLY=""
 REPS=""
 INSTALL_ONLY=0
 TORCH_PY=""
+PRECISION=fp32
 die() { echo "compare: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -80,11 +84,14 @@ while [ $# -gt 0 ]; do
     --install-only) INSTALL_ONLY=1; shift ;;
     --torch-python) TORCH_PY="$2"; shift 2 ;;
     --torch-python=*) TORCH_PY="${1#*=}"; shift ;;
+    --precision) PRECISION="$2"; shift 2 ;;
+    --precision=*) PRECISION="${1#*=}"; shift ;;
     -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "compare: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$REPS" ] || { [ "$QUICK" = 1 ] && REPS=1 || REPS=2; }
+case "$PRECISION" in fp32|bf16) ;; *) echo "compare: --precision must be fp32 or bf16, got '$PRECISION'" >&2; exit 2 ;; esac
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --reps must be a positive integer, got '$REPS'" >&2; exit 2; }
 [[ "$THREADS" =~ ^[1-9][0-9]*$ ]] || { echo "compare: --threads must be a positive integer, got '$THREADS'" >&2; exit 2; }
 [ "$PEERS" = none ] && PEERS=""
@@ -219,13 +226,19 @@ fi
 # peer that fails is reported and left out of the table; the run goes on.
 run_one() {
   local who="$1"; shift
-  local cmd=()
+  local cmd=() amp=()
+  if [ "$PRECISION" = bf16 ]; then
+    case "$who" in
+      torch113|jax) echo "compare:   $who: no bf16 step written for it: sits --precision bf16 out" >&2; return 0 ;;
+    esac
+    amp=(--autocast bf16)
+  fi
   case "$who" in
-    loom) cmd=("$BENCH" --mode "$MODES" --rounds "$rounds") ;;
+    loom) cmd=("$BENCH" --mode "$MODES" --rounds "$rounds" --precision "$PRECISION") ;;
     torch113) cmd=("$DEBIAN_PY" tools/bench_torch.py) ;;
-    torch2) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}") ;;
-    compile) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" --compile) ;;
-    compile-ro) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" --compile --compile-mode reduce-overhead) ;;
+    torch2) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}") ;;
+    compile) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}" --compile) ;;
+    compile-ro) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}" --compile --compile-mode reduce-overhead) ;;
     jax) cmd=("$JAX_PY" tools/bench_jax.py) ;;
   esac
   local t0=$SECONDS rc=0 lines

@@ -38,7 +38,8 @@ def ms_cell(rs):
 
 threads = sorted({r["threads"] for r in rows})
 print(f"\n## Time per training step: median ms ({reps} rep(s) in alternating order; a range is the reps' medians), "
-      f"{'/'.join(map(str, threads))} thread(s)\n")
+      f"{'/'.join(map(str, threads))} thread(s), precision {'/'.join(sorted({r.get('precision') or 'fp32' for r in rows}))}"
+      " (bf16: loom's --precision bf16, PyTorch's torch.autocast bf16)\n")
 print("| model | batch | " + " | ".join(cols) + " | loom best graph / best peer | loom eager / best graph |")
 print("|---|---:|" + "---:|" * len(cols) + "---|---:|")
 

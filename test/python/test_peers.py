@@ -85,6 +85,7 @@ def check_trained(out, model, batch, mode, steps, tokens=None):
     (["--reps", "0"], "--reps must be a positive integer"),
     (["--threads", "x"], "--threads must be a positive integer"),
     (["--bogus"], "unknown argument '--bogus'"),
+    (["--precision", "fp8"], "--precision must be fp32 or bf16, got 'fp8'"),
 ])
 def test_compare_rejects_bad_flags_before_installing_anything(args, message, tmp_path):
     r = run(["bash", "tools/compare.sh", *args], env={**os.environ, "LOOM_CACHE_DIR": str(tmp_path)})
