@@ -225,8 +225,26 @@ package_cpp() {
   quiet "$tmp/pkg-config.log" "${launcher[@]}" c++ "$tmp/all_headers.cc" -o "$tmp/all_headers" \
     $(PKG_CONFIG_PATH="$pc" pkg-config --cflags --libs loom)
   "$tmp/all_headers"
+  # Components: the backends this build has are found, a made-up one is refused naming it.
+  local have=() probe="$tmp/components"
+  mkdir -p "$probe"
+  local config c
+  config="$(find "$prefix" -name loomConfig.cmake)"
+  for c in cuda dnnl mpi; do grep -qi "set(loom_WITH_$c ON)" "$config" && have+=("$c"); done
+  printf 'cmake_minimum_required(VERSION 3.20)\nproject(probe CXX)\nfind_package(loom REQUIRED COMPONENTS %s)\n' \
+    "${have[*]:-dnnl}" >"$probe/CMakeLists.txt"
+  quiet "$tmp/components.log" cmake -S "$probe" -B "$probe/build" -DCMAKE_PREFIX_PATH="$prefix"
+  printf 'cmake_minimum_required(VERSION 3.20)\nproject(probe CXX)\nfind_package(loom REQUIRED COMPONENTS warp)\n' \
+    >"$probe/CMakeLists.txt"
+  if cmake -S "$probe" -B "$probe/build2" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/components2.log" 2>&1 ||
+     ! grep -q "loom has no component 'warp'" "$tmp/components2.log"; then
+    cat "$tmp/components2.log" >&2
+    echo "test: package: find_package(loom COMPONENTS warp) did not fail naming the component" >&2
+    return 1
+  fi
   echo "test: package: the C++ package: examples/consumer built with find_package(loom) and run, and" \
-       "$(grep -c '^#include' "$tmp/all_headers.cc") installed headers built with pkg-config, from $prefix"
+       "$(grep -c '^#include' "$tmp/all_headers.cc") installed headers built with pkg-config, from $prefix;" \
+       "components found: ${have[*]:-none}, a made-up one refused"
 }
 
 stage_package() {
