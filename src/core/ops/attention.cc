@@ -49,6 +49,15 @@ void CheckAttentionAttrs(const char* op, const Attrs& a) {
 
 Shape Lead(const Shape& s, size_t drop) { return Shape(s.begin(), s.end() - drop); }
 
+// (y, lse, dy, dlse) for the gradient ops: the forward's outputs and their gradients, zeros for
+// an output no gradient reached (the usual lse).
+std::vector<Tensor> OutputsAndGrads(const BackwardArgs& a) {
+  std::vector<Tensor> o{a.outputs[0], a.outputs[1], a.grad_outputs[0], a.grad_outputs[1]};
+  for (size_t i = 0; i < 2; ++i)
+    if (!o[2 + i].defined()) o[2 + i] = ops::ZerosLike(o[i]);
+  return o;
+}
+
 // qkv: (B, T, 3 D) of a float dtype, D a positive multiple of heads. Returns D.
 int64_t CheckQkv(const char* op, const TensorMeta& qkv, const Attrs& a) {
   CheckFloat(op, qkv, "qkv");
@@ -78,11 +87,9 @@ LOOM_OP(attention) {
   def.saved_inputs = {0, 1, 2};
   def.saved_outputs = {0, 1};
   def.backward = [](const BackwardArgs& a) {
-    const Tensor& y = a.outputs[0];
-    const Tensor& lse = a.outputs[1];
-    Tensor dy = a.grad_outputs[0].defined() ? a.grad_outputs[0] : ops::ZerosLike(y);
-    Tensor dlse = a.grad_outputs[1].defined() ? a.grad_outputs[1] : ops::ZerosLike(lse);
-    std::vector<Tensor> g = Call(op_kind::attention_grad, {a.inputs[0], a.inputs[1], a.inputs[2], y, lse, dy, dlse}, a.attrs);
+    const std::vector<Tensor> o = OutputsAndGrads(a);
+    std::vector<Tensor> g =
+        Call(op_kind::attention_grad, {a.inputs[0], a.inputs[1], a.inputs[2], o[0], o[1], o[2], o[3]}, a.attrs);
     for (size_t i = 0; i < 3; ++i)
       if (!a.needs_input_grad[i]) g[i] = Tensor();
     return g;
@@ -124,11 +131,8 @@ LOOM_OP(attention_qkv) {
   def.saved_inputs = {0};
   def.saved_outputs = {0, 1};
   def.backward = [](const BackwardArgs& a) {
-    const Tensor& y = a.outputs[0];
-    const Tensor& lse = a.outputs[1];
-    Tensor dy = a.grad_outputs[0].defined() ? a.grad_outputs[0] : ops::ZerosLike(y);
-    Tensor dlse = a.grad_outputs[1].defined() ? a.grad_outputs[1] : ops::ZerosLike(lse);
-    return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], y, lse, dy, dlse}, a.attrs)};
+    const std::vector<Tensor> o = OutputsAndGrads(a);
+    return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], o[0], o[1], o[2], o[3]}, a.attrs)};
   };
 }
 
