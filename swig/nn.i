@@ -62,6 +62,11 @@ class PyStep {
 
  private:
   static std::vector<loom::Tensor> Invoke(PyObject* fn, const std::vector<loom::Tensor>& in) {
+    // Note [Steps run without the interpreter lock]: run() let go of it; the capture takes it back.
+    struct WithGil {
+      PyGILState_STATE s = PyGILState_Ensure();
+      ~WithGil() { PyGILState_Release(s); }
+    } gil;
     PyObject* args = FromTensorVector(in);
     if (!args) throw PythonError();
     PyObject* r = PyObject_CallOneArg(fn, args);
@@ -191,6 +196,32 @@ class PyStep {
 }
 %include "nn/dist_opt.h"
 %include "nn/sync_batch_norm.h"
+
+// Note [Steps run without the interpreter lock]
+// A training step (a C++ Model's TrainOneBatch or Forward, a PyStep's run) runs without the
+// interpreter lock, so that Python threads run meanwhile: loom.data's reading thread (Note
+// [Reading ahead on a thread] in loom/data.py) prepares the next batches while a step replays. It
+// is safe because nothing in a step touches Python without taking the lock back first: the
+// arguments are converted before and the results wrapped after (SWIG's code around $action), a
+// capture calls the Python step function through PyStep::Invoke, which takes the lock
+// (PyGILState_Ensure), as Note [External ops]'s backward dispatcher does; tensors hold no Python
+// objects. Another thread's loom calls meanwhile wait for the device (Note [One user at a time]),
+// and a capture stays its own thread's. The guard takes the lock back also while an exception
+// unwinds, before the handler makes it a Python error.
+%define LOOM_STEP_WITHOUT_GIL(fn)
+%exception fn {
+  try {
+    loom_py::WithoutGil step;
+    $action
+  } catch (...) {
+    loom_py::SetPythonErrorFromCurrent();
+    SWIG_fail;
+  }
+}
+%enddef
+LOOM_STEP_WITHOUT_GIL(loom::nn::Model::TrainOneBatch)
+LOOM_STEP_WITHOUT_GIL(loom::nn::Model::Forward)
+LOOM_STEP_WITHOUT_GIL(loom_py::PyStep::run)
 
 // ---- nn/model.h, nn/models.h ----
 // TrainOneBatch's result, (output, loss): tensors the graph rewrites on every replay; read them
