@@ -170,9 +170,23 @@ def _bar(total, initial, enabled):
     return bar
 
 
+def _loader(loader, what):
+    """A loader as given; batches you make (loom.data.Batches, a generator function, an iterable of
+    batches without __getitem__) in a loom.data.DataLoader."""
+    if loader is None or isinstance(loader, (_io.DataLoader, _data.DataLoader)):
+        return loader
+    if isinstance(loader, _data.Batches) or (not hasattr(loader, "__getitem__") and
+                                             (callable(loader) or hasattr(loader, "__iter__"))):
+        return _data.DataLoader(loader)
+    raise errors.TypeError(f"[trainer] {what} must be a loom.io.DataLoader, a loom.data.DataLoader or batches you make "
+                           f"(loom.data.Batches, a generator function, an iterable of (x, y) batches), got "
+                           f"{type(loader).__name__}")
+
+
 class Trainer:
-    """Epochs of `train` (a loom.io.DataLoader or a loom.data.DataLoader) through `model`, evaluated on
-    `held_out`.
+    """Epochs of `train` (a loom.io.DataLoader, a loom.data.DataLoader, or batches you make:
+    loom.data.Batches, a generator function, an iterable of (x, y) batches) through `model`,
+    evaluated on `held_out` (the same kinds).
 
     epochs, max_steps   how long (max_steps > 0 stops earlier, even mid-epoch)
     log_every           steps between reads of the loss and the non-finite flag
@@ -200,11 +214,7 @@ class Trainer:
             raise errors.ValueError("[trainer] resume needs a checkpoint_dir")
         if plot and not csv:
             raise errors.ValueError("[trainer] plot draws the CSV log: give csv too")
-        for what, loader in (("train", train), ("held_out", held_out)):
-            if loader is not None and not isinstance(loader, (_io.DataLoader, _data.DataLoader)):
-                raise errors.TypeError(f"[trainer] {what} must be a loom.io.DataLoader or a loom.data.DataLoader (its "
-                                       f"position and seeds are saved with each checkpoint), got "
-                                       f"{type(loader).__name__}")
+        train, held_out = _loader(train, "train"), _loader(held_out, "held_out")
         self.model, self.train, self.held_out = model, train, held_out
         self.epochs, self.max_steps, self.log_every = int(epochs), int(max_steps), int(log_every)
         self.eval_every, self.eval_at_start = int(eval_every), bool(eval_at_start)
@@ -358,6 +368,10 @@ class Trainer:
                                     + (" but no step checkpoint to resume from" if self.resume else "")
                                     + ": resume it, or give a new checkpoint_dir")
         bpe = self.train.batches_per_epoch
+        if bpe is None:
+            raise errors.ValueError(f"[trainer] the training batches '{self.train.name}' come from a one-shot "
+                                    "iterator of unknown length: give loom.data.Batches(it, batches_per_epoch=N), or "
+                                    "a generator function (its epochs are counted)")
         if bpe < 1:
             raise errors.ValueError("[trainer] the training loader gives no batch")
         total = self.epochs * bpe
