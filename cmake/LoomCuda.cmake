@@ -1,7 +1,7 @@
 # The CUDA backend (included by the top-level CMakeLists.txt when LOOM_CUDA is on).
 #   - enables the CUDA language for src/device/cuda/*.cu, Hopper (sm_90) by default:
 #     -DCMAKE_CUDA_ARCHITECTURES="90;100" (or any list CMake accepts) builds for more;
-#   - appends src/device/cuda/*.cc|*.cu to LOOM_SOURCES (the stub is then left out);
+#   - lists src/device/cuda/*.cc|*.cu in LOOM_CUDA_SOURCES (libloom_cuda.so's: CMakeLists.txt);
 #   - defines loom_link_cuda(target): cudart, cuBLAS, cuBLASLt, cuDNN 9, LOOM_WITH_CUDA=1.
 # NCCL is looked up too (for the communicators in src/io); nothing links it here.
 
@@ -36,8 +36,6 @@ file(GLOB LOOM_CUDA_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/src/device/cuda/*.cc
   ${CMAKE_CURRENT_SOURCE_DIR}/src/device/cuda/*.cu)
 list(FILTER LOOM_CUDA_SOURCES EXCLUDE REGEX "/nccl\\.cc$")  # with NCCL and MPI only (CMakeLists.txt)
-list(FILTER LOOM_SOURCES EXCLUDE REGEX "/src/device/cuda_stub/")  # the glob of src/device/*.cc caught it
-list(APPEND LOOM_SOURCES ${LOOM_CUDA_SOURCES})
 
 function(loom_link_cuda target)
   target_link_libraries(${target} PRIVATE CUDA::cudart CUDA::cublas CUDA::cublasLt CUDNN::CUDNN)

@@ -74,6 +74,11 @@ add_library(loom::loom ALIAS loom)
 
 install(TARGETS loom EXPORT loomTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+# Note [Backends loaded on first use]: libloom.so opens these beside itself; nothing links them.
+if(LOOM_BACKEND_LIBRARIES)
+  set_target_properties(${LOOM_BACKEND_LIBRARIES} PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS ${LOOM_BACKEND_LIBRARIES} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
 install(DIRECTORY ${LOOM_STAGED_INCLUDE}/loom DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
   FILES_MATCHING PATTERN "*.h")
 set(_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/loom)

@@ -93,7 +93,7 @@ bins=()
 for f in "$BUILD"/test_* "$BUILD"/loom-* "$BUILD"/demo; do
   [ -f "$f" ] && [ -x "$f" ] && case "$f" in *.cmake) ;; *) bins+=("$f") ;; esac
 done
-cp "${bins[@]}" "$BUILD/libloom.so" "$B/build/"
+cp "${bins[@]}" "$BUILD"/libloom.so "$BUILD"/libloom_*.so "$B/build/"  # the backends, opened beside libloom.so
 mkdir -p "$B/build/python"
 cp -r "$BUILD/python/loom" "$B/build/python/"
 find "$B/build/python" -name __pycache__ -prune -exec rm -rf {} +

@@ -206,8 +206,13 @@ package_cpp() {
   local tmp="$1" prefix="$1/prefix" consumer="$1/consumer" launcher=()
   command -v ccache >/dev/null 2>&1 && launcher=(ccache)
   quiet "$tmp/install.log" cmake --install "$BUILD" --prefix "$prefix"
-  if readelf -d "$prefix"/lib*/libloom.so | grep -E 'R(UN)?PATH' | grep -F "$ROOT"; then
-    echo "test: package: the installed libloom.so has a RUNPATH into $ROOT (above)" >&2
+  if readelf -d "$prefix"/lib*/libloom*.so | grep -E 'R(UN)?PATH' | grep -F "$ROOT"; then
+    echo "test: package: an installed libloom library has a RUNPATH into $ROOT (above)" >&2
+    return 1
+  fi
+  # Note [Backends loaded on first use]: libloom.so links no CUDA, cuDNN, NCCL or MPI library.
+  if readelf -d "$prefix"/lib*/libloom.so | grep NEEDED | grep -E 'lib(cudart|cublas|cudnn|nccl|mpi)'; then
+    echo "test: package: the installed libloom.so links a backend's library (above)" >&2
     return 1
   fi
   quiet "$tmp/consumer.log" cmake -G Ninja -S examples/consumer -B "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
@@ -231,6 +236,12 @@ package_cpp() {
   local config c
   config="$(find "$prefix" -name loomConfig.cmake)"
   for c in cuda dnnl mpi; do grep -qi "set(loom_WITH_$c ON)" "$config" && have+=("$c"); done
+  for c in cuda mpi; do  # a backend found is a library installed beside libloom.so
+    if [[ " ${have[*]} " == *" $c "* ]] && ! ls "$prefix"/lib*/libloom_$c.so >/dev/null 2>&1; then
+      echo "test: package: component $c is found but $prefix/lib*/libloom_$c.so was not installed" >&2
+      return 1
+    fi
+  done
   printf 'cmake_minimum_required(VERSION 3.20)\nproject(probe CXX)\nfind_package(loom REQUIRED COMPONENTS %s)\n' \
     "${have[*]:-dnnl}" >"$probe/CMakeLists.txt"
   quiet "$tmp/components.log" cmake -S "$probe" -B "$probe/build" -DCMAKE_PREFIX_PATH="$prefix"

@@ -13,6 +13,7 @@
 #include "common/harness.h"
 #include "common/conv_params.h"
 #include "common/mlp.h"
+#include "core/backend_library.h"
 #include "core/ops_cnn.h"
 #include "device/cpu/kernels/conv_dnnl.h"
 #include "graph/graph.h"
@@ -362,6 +363,7 @@ TEST(LayoutOnCuda, CudaBatchNormRefusesTheLayoutAttributes) {
 #ifndef LOOM_WITH_CUDA
   GTEST_SKIP() << "loom was built without the CUDA backend";
 #endif
+  LoadCudaBackend();  // its kernels register as it opens (Note [Backends loaded on first use])
   for (const char* name : {"batch_norm_train", "batch_norm_grad"}) {
     bool (*supports)(const OpRecord&) = GetOp(name).supports[int(DeviceType::kCUDA)];
     ASSERT_NE(supports, nullptr) << name << ": without a predicate every record is supported";

@@ -9,6 +9,7 @@
 
 #include "common/harness.h"
 #include "common/op_check.h"
+#include "core/backend_library.h"
 
 namespace loom {
 namespace test {
@@ -32,6 +33,7 @@ TEST(CudaKernels, EveryCpuOpHasACudaKernelAndACase) {
 #ifndef LOOM_WITH_CUDA
   GTEST_SKIP() << "loom built without CUDA: no CUDA kernels are registered";
 #endif
+  LoadCudaBackend();  // its kernels register as it opens (Note [Backends loaded on first use])
   std::vector<std::string> with = OpsWithCases();
   std::set<std::string> covered(with.begin(), with.end());
   int cuda_kernels = 0;

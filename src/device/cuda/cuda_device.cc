@@ -1,5 +1,5 @@
-// The CUDA device (cuda_device.h) and the CUDA entry points CudaDevice / CudaAvailable, which
-// replace src/device/cuda_stub when the backend is built.
+// The CUDA device (cuda_device.h) and libloom_cuda.so's table, through which libloom.so's
+// CudaDevice / CudaAvailable / CudaSetupError reach it (device/cuda_entry.cc).
 #include "device/cuda/cuda_device.h"
 
 #include <dlfcn.h>
@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/backend_library.h"
+#include "core/communicator.h"
 
 namespace loom {
 namespace cuda {
@@ -303,13 +305,13 @@ const Probe& GetProbe() {
   static const Probe probe = ProbeOnce();
   return probe;
 }
-}  // namespace
 
-bool CudaAvailable() { return GetProbe().devices > 0; }
+// The table's entries (libloom.so's CudaAvailable, CudaSetupError and CudaDevice).
+bool Available() { return GetProbe().devices > 0; }
 
-std::string CudaSetupError() { return GetProbe().error; }
+std::string SetupError() { return GetProbe().error; }
 
-std::shared_ptr<Device> CudaDevice(int id) {
+std::shared_ptr<Device> MakeDevice(int id) {
   // One device object per GPU, for the life of the process: never destroyed, because at exit
   // the CUDA runtime may be torn down before static destructors run.
   static std::mutex mu;
@@ -331,4 +333,18 @@ std::shared_ptr<Device> CudaDevice(int id) {
   return dev;
 }
 
+}  // namespace
+
 }  // namespace loom
+
+// Note [Backends loaded on first use]: libloom.so's CudaDevice, CudaAvailable, CudaSetupError and
+// the NCCL communicator reach this library through this table.
+extern "C" const void* loom_cuda_backend() {
+#ifdef LOOM_WITH_NCCL
+  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::SetupError,
+                                         loom::MakeNcclCommunicator};
+#else
+  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::SetupError, nullptr};
+#endif
+  return &backend;
+}

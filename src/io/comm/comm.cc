@@ -2,15 +2,20 @@
 
 #include <cstdlib>
 
+#include "core/backend_library.h"
 #include "core/error.h"
-#ifdef LOOM_WITH_MPI
-#include "io/comm/mpi.h"
-#endif
-#ifdef LOOM_WITH_NCCL
-#include "core/communicator.h"
-#endif
 
 namespace loom {
+
+#ifdef LOOM_WITH_MPI
+namespace {
+// Note [Backends loaded on first use]: the MPI communicator is libloom_mpi.so's (io/comm/mpi.cc).
+const char kMpiLibrary[] = "libloom_mpi.so";
+const MpiBackend& Mpi() {
+  return *static_cast<const MpiBackend*>(OpenBackendLibrary(kMpiLibrary, "loom_mpi_backend", "comm"));
+}
+}  // namespace
+#endif
 
 int LocalRank() {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
@@ -48,9 +53,10 @@ std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend, std::
   if (b == "auto") b = device && device->type() == DeviceType::kCUDA && NcclBuilt() ? "nccl" : "mpi";
   if (b == "nccl") {
 #ifdef LOOM_WITH_NCCL
-    auto mpi = std::make_shared<MpiCommunicator>();
-    const int local = mpi->LocalRank();  // collective: every rank calls it, GPU or not
-    return MakeNcclCommunicator(std::move(device), mpi, local, mpi->timeout_s(), MarkCollectiveFailed);
+    const MpiBackend& m = Mpi();
+    std::shared_ptr<Communicator> mpi = m.make();
+    const int local = m.local_rank(*mpi);  // collective: every rank calls it, GPU or not
+    return LoadCudaBackend().make_nccl(std::move(device), mpi, local, m.timeout_s(*mpi), m.mark_collective_failed);
 #else
     throw DeviceError(
         "[comm] the NCCL communicator is not built: it needs the CUDA backend (nvcc), NCCL (nccl.h and libnccl, "
@@ -59,7 +65,7 @@ std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend, std::
 #endif
   }
 #ifdef LOOM_WITH_MPI
-  return std::make_shared<MpiCommunicator>();
+  return Mpi().make();
 #else
   throw DeviceError(
       "[comm] the MPI communicator is not built: install OpenMPI (apt-get install libopenmpi-dev openmpi-bin, or "
@@ -69,7 +75,8 @@ std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend, std::
 
 bool AbortAllRanks(const std::string& message, int code) {
 #ifdef LOOM_WITH_MPI
-  return MpiAbortAllRanks(message, code);
+  // No communicator made, no library loaded: no MPI world of loom's to abort.
+  return BackendLibraryOpen(kMpiLibrary) && Mpi().abort_all_ranks(message, code);
 #else
   return false;
 #endif

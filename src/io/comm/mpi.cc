@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/backend_library.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "io/comm/comm.h"
@@ -503,3 +504,13 @@ bool MpiAbortAllRanks(const std::string& message, int code) {
 }
 
 }  // namespace loom
+
+// Note [Backends loaded on first use]: comm.cc in libloom.so reaches this library through this table.
+extern "C" const void* loom_mpi_backend() {
+  static const loom::MpiBackend backend{
+      [] { return std::shared_ptr<loom::Communicator>(std::make_shared<loom::MpiCommunicator>()); },
+      [](loom::Communicator& c) { return static_cast<loom::MpiCommunicator&>(c).LocalRank(); },
+      [](const loom::Communicator& c) { return static_cast<const loom::MpiCommunicator&>(c).timeout_s(); },
+      loom::MpiAbortAllRanks, loom::MarkCollectiveFailed};
+  return &backend;
+}

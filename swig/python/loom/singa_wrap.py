@@ -15,9 +15,18 @@ import numpy as np
 from . import autograd, core, errors
 from .core import Tensor
 
-USE_CUDA = bool(core.cuda_available())
 USE_DNNL = False  # SINGA's oneDNN code paths: loom chooses its CPU kernels itself
 USE_DIST = bool(core.mpi_built())
+
+
+
+def __getattr__(name):
+    """USE_CUDA is asked when read, not at import: asking opens the CUDA backend (Note [Backends
+    loaded on first use] in core/backend_library.h), which a CPU-only program never maps."""
+    if name == "USE_CUDA":
+        return bool(core.cuda_available())
+    raise AttributeError(f"module 'loom.singa_wrap' has no attribute '{name}'")
+
 
 kFloat16 = core.DType_kFloat16
 kFloat32 = core.DType_kFloat32
