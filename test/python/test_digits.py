@@ -100,3 +100,25 @@ def test_loom_cnn_learns_the_digits(mode):
     assert epoch0 and float(epoch0[0][3].rstrip("%")) < 40, "the untrained network should be near chance"
     assert res["heldout_top1"] > 0.85, r.stdout
     assert res["heldout_loss"] < 0.6 and res["train_loss"] < 2.0, r.stdout
+
+
+def test_loom_cnn_checkpoints_and_resumes_as_the_guide_shows(tmp_path):
+    """docs/guide.md's commands, shortened: a run stopped after epoch 1 and resumed with --resume
+    trains epoch 2 only and ends with bitwise the parameters of an uninterrupted 2-epoch run
+    (--augment: the loader's flips and crops resume too)."""
+    def run(*args):
+        r = subprocess.run([loom_cnn(), "--data", digits_dir(), "--augment", "--checkpoint-every", "100", "--json",
+                            *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.strip().splitlines()
+        epochs = [line.split()[0] for line in lines[:-1] if line.split()[:1] and line.split()[0].isdigit()]
+        return json.loads(lines[-1]), epochs
+
+    whole, whole_epochs = run("--epochs", "2", "--checkpoint-dir", str(tmp_path / "whole"))
+    run("--epochs", "1", "--checkpoint-dir", str(tmp_path / "split"))
+    resumed, resumed_epochs = run("--epochs", "2", "--checkpoint-dir", str(tmp_path / "split"), "--resume")
+    assert whole_epochs == ["0", "1", "2"] and resumed_epochs == ["2"]  # it trained the second epoch only
+    assert resumed["steps"] == whole["steps"] == 250
+    assert resumed["param_hash"] == whole["param_hash"], (resumed, whole)
+    for k in ("heldout_loss", "heldout_top1", "train_loss"):
+        assert resumed[k] == whole[k], (k, resumed, whole)
