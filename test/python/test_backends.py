@@ -4,6 +4,7 @@ CUDA query or MPI communicator opens the backend's library (so the check sees th
 there). libloom.so itself does not link them (readelf)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -86,3 +87,39 @@ def test_the_first_mpi_communicator_opens_the_mpi_library():
     assert r["size"] == 1 and foreign(r["cpu"]) == []
     names = {os.path.basename(p).split(".so")[0] for p in r["after"]}
     assert {"libloom_mpi", "libmpi"} <= names, sorted(names)
+
+
+MISSING = r"""
+import sys
+import loom
+from loom import comm, device
+print("cuda_available", device.cuda_available())
+for what, make in (("cuda", lambda: device.create_cuda_device(0)), ("mpi", lambda: comm.communicator("mpi"))):
+    try:
+        make()
+        print(what, "made")
+    except loom.DeviceError as e:
+        print(what, "DeviceError", e)
+"""
+
+
+def test_a_backend_library_that_is_missing_is_a_device_error_naming_it(tmp_path):
+    """libloom.so alone in a folder (the dynamic loader's search path puts it first): a CUDA device
+    and an MPI communicator are loom.DeviceErrors naming the library that is missing."""
+    from loom import comm
+    r = run("cpu")
+    libloom = next(p for p in r["cpu"] if os.path.basename(p) == "libloom.so")
+    if not r["cuda_built"] and not comm.mpi_built():
+        pytest.skip("loom built without CUDA and MPI: no backend library to miss")
+    shutil.copy(libloom, tmp_path / "libloom.so")
+    env = python_env()
+    env["LD_LIBRARY_PATH"] = str(tmp_path) + (os.pathsep + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH")
+                                              else "")
+    out = subprocess.run([sys.executable, "-c", MISSING], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "cuda_available False" in lines
+    if r["cuda_built"]:
+        assert any(line.startswith("cuda DeviceError [cuda] cannot load libloom_cuda.so: ") for line in lines), lines
+    if comm.mpi_built():
+        assert any(line.startswith("mpi DeviceError [comm] cannot load libloom_mpi.so: ") for line in lines), lines
