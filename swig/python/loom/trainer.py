@@ -1,7 +1,9 @@
 """loom.trainer: epochs of a data loader through a model, with a progress bar, evaluation,
 checkpoints, a resume that continues bitwise, a CSV log and a PNG of the curves. The loader is a
 loom.io.DataLoader (MNIST, CIFAR-10) or a loom.data.DataLoader (your own data: numpy arrays or any
-dataset with __len__ and __getitem__; a loader whose device is None gets the model's).
+dataset with __len__ and __getitem__; a loader whose device is None gets the model's), or batches
+you make (a generator function called with the epoch, any iterable of (x, y) batches, or a
+loom.data.Batches), which the trainer puts in a loom.data.DataLoader.
 
     train = io.DataLoader(data, batch_size=64, seed=1, drop_last=True, crop_padding=4, hflip=True,
                           augment_seed=1, device=dev)
