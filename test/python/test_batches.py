@@ -5,6 +5,7 @@ ends bitwise equal to an uninterrupted one, and a one-shot iterator refuses to b
 The reading thread (prefetch): batches come in the order of prefetch=0, are read ahead while the
 caller holds one, errors arrive at their batch; and a step lets other Python threads run (Note
 [Steps run without the interpreter lock])."""
+import gc
 import sys
 import threading
 import time
@@ -221,6 +222,28 @@ def test_prefetch_reads_ahead_in_order_and_gives_the_batches_of_prefetch_0():
     b.next()
     b.seek(3, 4)
     assert same(as_numpy(b), as_numpy(a))
+
+
+def test_a_loader_dropped_while_its_thread_reads_stops_the_thread_cleanly():
+    """The reading thread holds the loader while it reads a batch: dropped meanwhile, the loader's
+    __del__ runs on that thread when the batch is read, and stops it there without joining itself."""
+    x, y = circle(12, 3)
+    ds = Recorded(x, y, block_at=4)
+    loader = data.DataLoader(ds, batch_size=3, shuffle=False, prefetch=1)
+    loader.next()  # batch 0; the thread reads batch 1 and blocks in item 4
+    assert ds.reached.wait(60)
+    thread = loader._reader._thread
+    unraisable, hook = [], sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        del loader
+        gc.collect()
+        ds.release.set()
+        thread.join(60)  # a hang guard: the thread ends after the batch
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not thread.is_alive() and [u.exc_value for u in unraisable] == []
 
 
 def test_an_error_on_the_reading_thread_arrives_at_its_batch():

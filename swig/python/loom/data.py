@@ -361,9 +361,11 @@ class _Ahead:
         return value
 
     def close(self):
-        """Stops the thread (after the item it is reading) and waits for it."""
+        """Stops the thread (after the item it is reading) and waits for it; on the thread itself
+        (the loader's last reference dropped there, so its __del__ runs there) only stops it."""
         self._stop.set()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 class DataLoader:
