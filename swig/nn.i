@@ -7,6 +7,9 @@
 // loom/layer.py that gives it SINGA's name and argument conventions.
 
 %{
+#include <map>
+#include <mutex>
+
 #include "graph/graph.h"
 #include "graph/step.h"
 #include "nn/cnn_layers.h"
@@ -24,6 +27,44 @@
 
 namespace loom_py {
 
+// Note [Steps run without the interpreter lock] (below, where it is applied).
+inline std::recursive_mutex& StepMutex(const loom::Device* device) {
+  static std::mutex mu;
+  static auto* mutexes = new std::map<const loom::Device*, std::unique_ptr<std::recursive_mutex>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& m = (*mutexes)[device];
+  if (!m) m = std::make_unique<std::recursive_mutex>();
+  return *m;
+}
+class StepScope {
+ public:
+  // Waits for the device's step lock without the interpreter lock, then takes the interpreter
+  // lock back unless `replays()` (asked under the step lock) says the step will not capture.
+  template <typename Replays>
+  StepScope(const loom::Device* device, Replays replays) : mu_(StepMutex(device)), state_(PyEval_SaveThread()) {
+    mu_.lock();
+    bool keep_released = false;
+    try {
+      keep_released = replays();
+    } catch (...) {  // the step itself reports it, with the lock taken back
+    }
+    if (!keep_released) {
+      PyEval_RestoreThread(state_);
+      state_ = nullptr;
+    }
+  }
+  ~StepScope() {
+    mu_.unlock();
+    if (state_) PyEval_RestoreThread(state_);
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  std::recursive_mutex& mu_;
+  PyThreadState* state_;
+};
+
 // PyStep: CapturedStep around a Python callable fn(list of Tensors) -> sequence of Tensors.
 // The first call per input signature captures fn once (Python runs, C++ records ops); later
 // calls copy the inputs into the captured placeholders and replay from C++, with no Python
@@ -33,7 +74,7 @@ class PyStep {
  public:
   PyStep(std::shared_ptr<loom::Device> device, PyObject* fn, const std::string& name, bool recapture,
          bool sequential, const loom::GraphOptions& options = loom::GraphOptions())
-      : fn_(fn) {
+      : fn_(fn), device_(device.get()) {
     LOOM_CHECK(PyCallable_Check(fn), ValueError, "[PyStep] the step function is not callable");
     Py_INCREF(fn_);
     PyObject* f = fn_;
@@ -54,7 +95,15 @@ class PyStep {
   PyStep(const PyStep&) = delete;
   PyStep& operator=(const PyStep&) = delete;
 
-  std::vector<loom::Tensor> run(const std::vector<loom::Tensor>& inputs) { return (*step_)(inputs); }
+  // Note [Steps run without the interpreter lock]: a replay runs without it.
+  std::vector<loom::Tensor> run(const std::vector<loom::Tensor>& inputs) {
+    StepScope scope(device_, [&] {
+      for (const loom::Tensor& t : inputs)
+        if (!t.defined()) return false;
+      return !step_->Placeholders(inputs).empty();
+    });
+    return (*step_)(inputs);
+  }
   void set_sequential(bool s) { step_->set_sequential(s); }
   size_t num_graphs() const { return step_->num_graphs(); }
   // The graph the last call ran (summary, stats, dumps).
@@ -62,7 +111,7 @@ class PyStep {
 
  private:
   static std::vector<loom::Tensor> Invoke(PyObject* fn, const std::vector<loom::Tensor>& in) {
-    // Note [Steps run without the interpreter lock]: run() let go of it; the capture takes it back.
+    // Note [Steps run without the interpreter lock]: run() keeps it for a capture; taken again anyway.
     struct WithGil {
       PyGILState_STATE s = PyGILState_Ensure();
       ~WithGil() { PyGILState_Release(s); }
@@ -79,6 +128,7 @@ class PyStep {
     return out;
   }
   PyObject* fn_;
+  const loom::Device* device_;
   std::unique_ptr<loom::CapturedStep> step_;
 };
 
@@ -198,30 +248,44 @@ class PyStep {
 %include "nn/sync_batch_norm.h"
 
 // Note [Steps run without the interpreter lock]
-// A training step (a C++ Model's TrainOneBatch or Forward, a PyStep's run) runs without the
-// interpreter lock, so that Python threads run meanwhile: loom.data's reading thread (Note
-// [Reading ahead on a thread] in loom/data.py) prepares the next batches while a step replays. It
-// is safe because nothing in a step touches Python without taking the lock back first: the
-// arguments are converted before and the results wrapped after (SWIG's code around $action), a
-// capture calls the Python step function through PyStep::Invoke, which takes the lock
-// (PyGILState_Ensure), as Note [External ops]'s backward dispatcher does; tensors hold no Python
-// objects. Another thread's loom calls meanwhile wait for the device (Note [One user at a time]),
-// and a capture stays its own thread's. The guard takes the lock back also while an exception
-// unwinds, before the handler makes it a Python error.
-%define LOOM_STEP_WITHOUT_GIL(fn)
-%exception fn {
+// A step that replays a captured graph or runs eagerly (a C++ Model's TrainOneBatch, or its
+// Forward when it runs eagerly; a PyStep's run that finds its graph) runs without the interpreter
+// lock, so that Python threads run meanwhile: loom.data's reading thread (Note [Reading ahead on a
+// thread] in loom/data.py) prepares the next batches while a step replays. A step that captures
+// keeps the lock, as before: Python's own threads then cannot submit ops into the middle of it
+// (Note [Capture sink] refuses another thread's op during a capture). Steps on one device take
+// turns through a step lock per device (StepScope), which is waited for without the interpreter
+// lock and taken before it, never the other way round, so no thread holds one while waiting for
+// the other: two Python threads training one model (or two models on one device) run their
+// steps one after the other, as the interpreter lock made them before, and a capture never starts
+// while another thread's replay copies its inputs. Nothing in a step touches Python without the
+// interpreter lock: arguments are converted before and results wrapped after (SWIG's code around
+// $action), a capture calls the Python step function through PyStep::Invoke, which takes the lock
+// (PyGILState_Ensure), as Note [External ops]'s backward dispatcher does, and tensors hold no
+// Python objects. Other Python threads' own ops meanwhile wait for the device (Note [One user at a
+// time]). The scope takes the interpreter lock back also while an exception unwinds, before the
+// handler makes it a Python error.
+%exception loom::nn::Model::TrainOneBatch {
   try {
-    loom_py::WithoutGil step;
+    loom_py::StepScope step(arg2->defined() ? arg2->device() : nullptr, [&] {
+      return !arg1->use_graph() ||
+             (arg2->defined() && arg3->defined() && !arg1->GraphInputs(*arg2, *arg3).empty());
+    });
     $action
   } catch (...) {
     loom_py::SetPythonErrorFromCurrent();
     SWIG_fail;
   }
 }
-%enddef
-LOOM_STEP_WITHOUT_GIL(loom::nn::Model::TrainOneBatch)
-LOOM_STEP_WITHOUT_GIL(loom::nn::Model::Forward)
-LOOM_STEP_WITHOUT_GIL(loom_py::PyStep::run)
+%exception loom::nn::Model::Forward {
+  try {
+    loom_py::StepScope step(arg2->defined() ? arg2->device() : nullptr, [&] { return !arg1->use_graph(); });
+    $action
+  } catch (...) {
+    loom_py::SetPythonErrorFromCurrent();
+    SWIG_fail;
+  }
+}
 
 // ---- nn/model.h, nn/models.h ----
 // TrainOneBatch's result, (output, loss): tensors the graph rewrites on every replay; read them

@@ -323,3 +323,33 @@ def test_a_step_lets_other_python_threads_run():
             stop.set()
             t.join()
         assert ran, f"native={native} use_graph={use_graph}: no other thread ran during {steps} steps"
+
+
+def test_two_threads_capturing_and_replaying_two_models_on_one_device_take_turns():
+    """Note [Steps run without the interpreter lock]: replays run without it, captures keep it,
+    and steps on one device take turns, so a thread's capture never meets another thread's replay
+    (whose input copies would land in it: Note [Capture sink])."""
+    from loom import device, layer, model, opt
+    dev = device.create_cpu_device()
+    models = [model.NativeModel(layer.Sequential(layer.Linear(8, 16, device=dev), layer.ReLU(),
+                                                 layer.Linear(16, 2, device=dev)), opt.SGD(lr=0.01))
+              for _ in range(2)]
+    rng = np.random.default_rng(0)
+    for m in models:
+        m.compile([rng.standard_normal((4, 8)).astype(np.float32)], is_train=True, use_graph=True)
+    failures = []
+
+    def train(m, sizes):
+        try:
+            for n in sizes:  # a new batch size captures, a seen one replays
+                m.train_one_batch(rng.standard_normal((n, 8)).astype(np.float32), np.zeros(n, np.int32))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(e)
+
+    ts = [threading.Thread(target=train, args=(models[0], [4] * 60)),
+          threading.Thread(target=train, args=(models[1], [2, 3, 5, 6, 7, 2, 3, 5, 6, 7] * 6))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert failures == [] and [m._impl.steps() for m in models] == [60, 60]

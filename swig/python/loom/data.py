@@ -43,9 +43,9 @@ A Python dataset cannot be read on C++'s loader thread (its __getitem__ needs th
 lock), so loom.data reads ahead on a Python thread: one thread per loader, running the epoch's
 reads (items, checks, stacking into numpy arrays) in order, at most `prefetch` batches ahead, into
 a queue the calling thread takes batches from; the loom tensors are made on the calling thread.
-The reads overlap the model's step because the step runs without the interpreter lock
-(Note [Steps run without the interpreter lock] in swig/nn.i), and file reads, sleeps and most of
-numpy's work release it too; pure Python work in __getitem__ still takes turns with the step's
+The reads overlap the model's step because a step that replays its graph (or a C++ model's eager
+step) runs without the interpreter lock (Note [Steps run without the interpreter lock] in
+swig/nn.i; a capture keeps it), and file reads, sleeps and most of numpy's work release it too; pure Python work in __getitem__ still takes turns with the step's
 Python parts. A dataset is read by that one thread only, item after item, as without it; an
 exception raised there is raised by the call that reaches its batch. Seeking to another position,
 an epoch's end, or the loader's end stops the thread (after the item it is reading) and drops what
