@@ -116,6 +116,19 @@ class NcclCommunicator : public Communicator {
             [&] { return ncclAllGather(send, recv, size_t(count), t.type, comm_, dev_->stream()); });
   }
 
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    CheckBuffer("reduce_scatter", data, count);
+    const NcclType t = TypeOf(dtype);
+    // In place: NCCL's in-place form writes this rank's slot, recv = send + rank * count.
+    char* slot = static_cast<char*>(data) + size_t(rank_) * size_t(count) * SizeOf(dtype);
+    Enqueue(detail::Cat("reduce_scatter (", op == ReduceOp::kSum ? "sum" : "max", " of ", count, " ", Name(dtype),
+                        " per rank)"),
+            [&] {
+              return ncclReduceScatter(data, slot, size_t(count), t.type, op == ReduceOp::kSum ? t.sum : t.max, comm_,
+                                       dev_->stream());
+            });
+  }
+
   void Broadcast(void* data, int64_t count, DType dtype, int root) override {
     CheckBuffer("broadcast", data, count);
     LOOM_CHECK(root >= 0 && root < size_, ValueError, "[nccl] broadcast from rank ", root, ": the world has ranks 0 to ",

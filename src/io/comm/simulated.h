@@ -10,6 +10,7 @@
 // Rabenseifner and Gropp, "Optimization of collective communication operations in MPICH", 2005):
 //   all-reduce, ring (reduce-scatter then all-gather):  2 (N-1) alpha + 2 (N-1)/N bytes / beta
 //   all-gather, ring:                                     (N-1) alpha +   (N-1) bytes_each / beta
+//   reduce-scatter, ring:                                 (N-1) alpha + (N-1)/N bytes / beta
 //   broadcast, binomial tree:                ceil(log2 N) (alpha + bytes / beta)
 //   barrier, dissemination:                  ceil(log2 N) alpha
 // The collective waits that long, for real: it sleeps until its modelled end on the thread that
@@ -19,7 +20,9 @@
 // of a network link, not of a reduction's arithmetic.
 // The values are those of N ranks holding this rank's data: a sum is N times the data (so the
 // 1/N of DistOpt gives back this rank's gradient: training goes on as on one rank, bitwise for N
-// a power of two), a max is the data, an all-gather N copies, a broadcast changes nothing.
+// a power of two), a max is the data, an all-gather N copies, a broadcast changes nothing, a
+// reduce-scatter reduces this rank's slot (the first). Sharded optimizer state cannot be
+// simulated so: the other ranks' shards would never be updated (DistOpt refuses it).
 // stats() counts the collectives, their bytes, the modelled seconds and the seconds really
 // waited (sleeping overshoots by the scheduler's wake-up latency, tens of microseconds).
 #pragma once
@@ -42,6 +45,7 @@ struct SimulatedLink {
 // all-gather, one rank's part). 0 for one rank.
 double RingAllReduceSeconds(double bytes, const SimulatedLink& link);
 double RingAllGatherSeconds(double bytes_each, const SimulatedLink& link);
+double RingReduceScatterSeconds(double bytes, const SimulatedLink& link);  // bytes: the whole buffer
 double TreeBroadcastSeconds(double bytes, const SimulatedLink& link);
 double BarrierSeconds(const SimulatedLink& link);
 
@@ -80,6 +84,7 @@ class SimulatedCommunicator final : public Communicator {
   const char* backend() const override { return "simulated"; }
   void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void AllGather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void Broadcast(void* data, int64_t count, DType dtype, int root) override;
   void Barrier() override;
 
