@@ -50,7 +50,8 @@
 //   --dist            the ranks of tools/launch.sh -n N train data-parallel over MPI (DistOpt),
 //                     --batch being the global batch; each mode also runs "compute only" (the
 //                     same per-rank batch, no communicator) so exposed communication = step time
-//                     - compute-only step time. Rank 0 reports.
+//                     - compute-only step time. Rank 0 reports. --shard adds a third variant,
+//                     DistOpt with sharded optimizer state (optimizer_state_bytes: this rank's).
 //   --simulate-ranks  this process plays rank 0 of N on a modelled network (io/comm/simulated.h,
 //                     ring all-reduce, alpha-beta: --link-gbps, --latency-us); --batch is per rank
 //                     (weak scaling, as data-parallel figures are usually quoted); N = 1 runs
@@ -228,6 +229,7 @@ struct Flags {
   std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
+  bool shard = false;             // --shard: also a sharded-state variant (Note [Sharded optimizer state])
   std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
   double link_gbps = 25, latency_us = 10;
   double bucket_mb = 0, first_bucket_mb = -1;  // GraphOptions::bucket_bytes, first_bucket_bytes (0/-1: defaults)
@@ -285,6 +287,7 @@ const char* kUsage =
     "                 more scratch; Note [Winograd] in device/cpu/kernels/conv_dnnl.h); default LOOM_CPU_CONV\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
+    "  --shard        with --dist, a third variant: DistOpt with sharded optimizer state (ZeRO stage 1)\n"
     "  --dist         data-parallel over the ranks of tools/launch.sh -n N (MPI, DistOpt): --batch is the\n"
     "                 global batch; each mode also runs compute-only (same per-rank batch, no communicator)\n"
     "                 to measure the exposed communication; rank 0 reports\n"
@@ -423,6 +426,8 @@ Flags ParseFlags(int argc, char** argv) {
       else if (f.cpu_conv == "im2col") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kIm2col);
       else if (f.cpu_conv == "winograd") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kWinograd);
       else throw UsageError("--cpu-conv must be auto, im2col or winograd, got '" + f.cpu_conv + "'");
+    } else if (a.Switch("--shard")) {
+      f.shard = true;
     } else if (a.Switch("--dist")) {
       f.dist = true;
     } else if (a.Is("--simulate-ranks")) {
@@ -458,6 +463,7 @@ Flags ParseFlags(int argc, char** argv) {
     if (m == Mode::kCudaGraph && f.device != "cuda")
       throw UsageError("--mode cuda-graph needs --device cuda: the CPU has no device graphs");
   if (f.dist && !f.simulate_ranks.empty()) throw UsageError("--dist and --simulate-ranks exclude each other");
+  if (f.shard && !f.dist) throw UsageError("--shard needs --dist (a simulated rank cannot shard: Note [Sharded optimizer state])");
   if (!f.timeline_dir.empty() && (f.dist || !f.simulate_ranks.empty()))
     throw UsageError("--timeline is for one process without a communicator");
   return f;
@@ -632,6 +638,7 @@ struct Variant {
   Mode mode;
   int ranks = 1;      // the ranks whose items a step counts
   bool comm = false;  // gradients all-reduced over a communicator (DistOpt)
+  bool sharded = false;  // --shard: DistOpt keeps 1/N of the optimizer state (Note [Sharded optimizer state])
 };
 
 struct RunResult {
@@ -648,6 +655,7 @@ struct RunResult {
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
   size_t peak_bytes = 0, state_bytes = 0, rss_delta = 0, param_bytes = 0;
+  size_t optimizer_state_bytes = 0;  // momentum, Adam's moments: this rank's
   size_t fused_param_bytes = 0;  // parameters whose gradient the graph computes into the update
   uint64_t final_checksum = 0;   // parameters and BatchNorm statistics after the last step
   bool rss_exact = true;
@@ -684,8 +692,7 @@ size_t StateBytes(nn::Model& m, const Tensor& x, const Tensor& y) {
   size_t bytes = x.nbytes() + y.nbytes();
   for (auto& p : m.Params()) bytes += p.second.nbytes();
   for (auto& s : m.States()) bytes += s.second.nbytes();
-  for (auto& s : m.optimizer().states()) bytes += s.second.nbytes();
-  return bytes;
+  return bytes + m.optimizer().state_bytes();  // a DistOpt's are those of the optimizer it wraps
 }
 
 // Parameter traffic of one SGD-momentum step, unfused: the forward reads W (1 pass), the backward
@@ -739,7 +746,7 @@ struct Session {
 
 Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
                    const std::shared_ptr<loom::Device>& dev, const Data& data, bool fuse = true,
-                   const std::shared_ptr<loom::Communicator>& comm = nullptr, Shard shard = {}) {
+                   const std::shared_ptr<loom::Communicator>& comm = nullptr, Shard shard = {}, bool sharded = false) {
   dev->SetRandSeed(kSeed);
   nn::LayerOptions lo;
   lo.device = dev;
@@ -752,7 +759,9 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
     opt = std::make_shared<nn::SGD>(f.lr, f.momentum);
   std::shared_ptr<nn::Layer> net = spec.make(lo);
   if (comm) {
-    auto d = std::make_shared<nn::DistOpt>(opt, comm);
+    // Sharded buckets take the graph's bucket size (--bucket-bytes), in every mode.
+    const size_t bucket = sharded ? size_t(GraphOptionsFor(mode, f).bucket_bytes) : size_t(25 << 20);
+    auto d = std::make_shared<nn::DistOpt>(opt, comm, std::nullopt, bucket, sharded);
     std::vector<Tensor> params;
     for (auto& p : net->Params()) params.push_back(p.second);
     d->BroadcastParameters(params);  // the same seed on every rank already; rank 0's, to be sure
@@ -773,7 +782,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
     // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)
     Flags plain = f;
     plain.budget_fraction = 0;
-    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse, comm, shard);
+    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse, comm, shard, sharded);
     probe.model->TrainOneBatch(probe.x, probe.y);
     const loom::GraphStats& st = probe.model->train_graph()->stats();
     o.memory_budget = st.persistent_bytes + size_t(f.budget_fraction * double(st.arena_bytes));
@@ -824,6 +833,7 @@ std::vector<Variant> Variants(const Flags& f, int world) {
     if (f.dist) {
       v.push_back({m, world, false});
       v.push_back({m, world, true});
+      if (f.shard) v.push_back({m, world, true, true});
     } else if (!f.simulate_ranks.empty()) {
       for (int n : f.simulate_ranks) v.push_back({m, n, n > 1});
     } else {
@@ -835,7 +845,9 @@ std::vector<Variant> Variants(const Flags& f, int world) {
 
 std::string Label(const Flags& f, const RunResult& r) {
   std::string s = Name(r.mode);
-  if (f.dist) s += r.variant.comm ? loom::detail::Cat(", ", r.variant.ranks, " ranks (MPI)") : ", compute only";
+  if (f.dist)
+    s += r.variant.comm ? loom::detail::Cat(", ", r.variant.ranks, " ranks (MPI", r.variant.sharded ? ", sharded" : "", ")")
+                        : ", compute only";
   else if (!f.simulate_ranks.empty())
     s += loom::detail::Cat(", ", r.variant.ranks, r.variant.ranks > 1 ? " ranks (simulated)" : " rank");
   return s;
@@ -905,7 +917,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
             loom::SimulatedLink{variants[i].ranks, f.link_gbps, f.latency_us});
         comm = run->sim;
       }
-      run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard);
+      run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard, variants[i].sharded);
       run->r.rows = run->s.shard.rows;
       run->sum0 = ParamChecksum(*run->s.model);
       for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, hb);
@@ -927,6 +939,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     RunResult& r = run->r;
     nn::Model& model = *run->s.model;
     r.state_bytes = StateBytes(model, run->s.x, run->s.y);
+    r.optimizer_state_bytes = model.optimizer().state_bytes();
     r.param_bytes = ParamBytes(model);
     r.optimizer_steps = model.steps();
     if (model.optimizer().scales_losses()) {
@@ -1138,12 +1151,14 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 ", \"ranks\": %d, \"communicator\": \"%s\", \"batch_per_rank\": %lld, \"global_batch\": %lld, "
-                "\"exposed_comm_ms\": %s, \"exposed_comm_fraction\": %s, \"scaling_efficiency\": %s",
+                "\"exposed_comm_ms\": %s, \"exposed_comm_fraction\": %s, \"scaling_efficiency\": %s, "
+                "\"sharded_optimizer_state\": %s, \"optimizer_state_bytes\": %zu",
                 r.variant.ranks, !r.variant.comm ? "none" : f.dist ? "mpi" : "simulated", (long long)r.rows,
                 (long long)(r.rows * r.variant.ranks),
                 base ? std::to_string(r.median - base->median).c_str() : "null",
                 base ? std::to_string((r.median - base->median) / r.median).c_str() : "null",
-                base ? std::to_string(base->median / r.median).c_str() : "null");
+                base ? std::to_string(base->median / r.median).c_str() : "null", r.variant.sharded ? "true" : "false",
+                r.optimizer_state_bytes);
   std::string out = buf;
   if (!f.simulate_ranks.empty()) {
     std::snprintf(buf, sizeof buf,
@@ -1268,7 +1283,10 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
     }
     else
       std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f |\n", Name(r.mode),
-                    r.variant.comm ? std::to_string(r.variant.ranks).c_str() : "compute only", r.median,
+                    !r.variant.comm ? "compute only"
+                    : r.variant.sharded ? (std::to_string(r.variant.ranks) + ", sharded").c_str()
+                                        : std::to_string(r.variant.ranks).c_str(),
+                    r.median,
                     ItemsPerSecond(r), exposed, base ? 100 * exposed / r.median : 0.0,
                     base ? base->median / r.median : 0.0);
     o << buf;
@@ -1441,7 +1459,8 @@ int Main(const Flags& f) {
     if (f.json) out << json << std::endl;
     json_lines += json + "\n";
   }
-  if (!f.json_file.empty()) loom::WriteFileAtomic(f.json_file, {json_lines}, "loom-bench");
+  // Rank 0 reports (Note [Scaling runs]): the other ranks' file would replace its own.
+  if (!f.json_file.empty() && dist.rank() == 0) loom::WriteFileAtomic(f.json_file, {json_lines}, "loom-bench");
   (f.json ? err : out) << Table(f, spec, batch, dev->name(), runs, sp) << std::flush;
   if (!f.timeline_dir.empty()) {
     WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);
