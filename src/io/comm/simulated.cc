@@ -73,6 +73,18 @@ double TreeBroadcastSeconds(double bytes, const SimulatedLink& l) {
 
 double BarrierSeconds(const SimulatedLink& l) { return l.ranks <= 1 ? 0 : Log2Ceil(l.ranks) * Alpha(l); }
 
+double TreeAllReduceSeconds(double bytes, const SimulatedLink& l) { return 2 * TreeBroadcastSeconds(bytes, l); }
+
+double CollectiveSeconds(const std::string& name, double bytes, const SimulatedLink& l, bool tree) {
+  if (name == "allreduce") return tree ? TreeAllReduceSeconds(bytes, l) : RingAllReduceSeconds(bytes, l);
+  if (name == "allgather") return RingAllGatherSeconds(bytes, l);
+  if (name == "broadcast") return TreeBroadcastSeconds(bytes, l);
+  if (name == "reducescatter") return RingReduceScatterSeconds(bytes, l);
+  if (name == "allgather_shards") return RingAllGatherSeconds(bytes / l.ranks, l);
+  if (name == "barrier") return BarrierSeconds(l);
+  throw ValueError(detail::Cat("[simulated comm] no model for the collective '", name, "'"));
+}
+
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
                            const std::vector<double>& costs) {
   const size_t n = costs.size();
