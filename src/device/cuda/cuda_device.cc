@@ -307,6 +307,8 @@ const Probe& GetProbe() {
 
 bool CudaAvailable() { return GetProbe().devices > 0; }
 
+int CudaDeviceCount() { return GetProbe().devices; }
+
 std::string CudaSetupError() { return GetProbe().error; }
 
 std::shared_ptr<Device> CudaDevice(int id) {

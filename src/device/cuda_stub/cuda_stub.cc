@@ -10,6 +10,7 @@ std::shared_ptr<Device> CudaDevice(int id) {
 }
 
 bool CudaAvailable() { return false; }
+int CudaDeviceCount() { return 0; }
 
 std::string CudaSetupError() { return ""; }
 
