@@ -116,6 +116,8 @@ struct OptSpec {
   bool adam = false;
   bool shard = false;
   size_t bucket_bytes = 25 << 20;  // DistOpt's (the sharded buckets')
+  std::optional<Compression> wire;  // DistOpt's (Note [Gradients on the wire])
+  std::optional<nn::LossScaling> scaling;  // on the wrapped optimizer (Note [Loss scaling])
 };
 
 inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>& comm, Mode mode, DType dtype,
@@ -134,8 +136,9 @@ inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>
   } else {
     inner = std::make_shared<nn::SGD>(0.05, 0.9);
   }
+  if (spec.scaling) inner->SetLossScaling(*spec.scaling);
   run.opt = inner;
-  if (comm) run.opt = std::make_shared<nn::DistOpt>(inner, comm, std::nullopt, spec.bucket_bytes, spec.shard);
+  if (comm) run.opt = std::make_shared<nn::DistOpt>(inner, comm, spec.wire, spec.bucket_bytes, spec.shard);
   nn::Optimizer* opt = run.opt.get();
   opt->SetGradClip(clip);
   const int64_t rows = kGlobalBatch / world;
