@@ -254,12 +254,17 @@ class DataLoader:
         impl = data._impl if isinstance(data, ImageData) else data
         self.data = data
         try:
-            rank, world = (int(v) for v in shard)
-        except (TypeError, ValueError):
+            rank, world = (errors._whole("DataLoader", "shard", v) for v in shard)
+        except (TypeError, ValueError):  # loom's are both too
             raise errors.ValueError(f"[DataLoader] shard must be (rank, world), got {shard!r}") from None
-        self._impl = core.DataLoader(impl, int(batch_size), bool(shuffle), int(seed), bool(drop_last), bool(flat),
-                                     list(mean or []), list(std or []), int(prefetch), device, rank, world,
-                                     int(crop_padding), bool(hflip), int(augment_seed))
+        w = errors._whole
+        self._impl = core.DataLoader(impl, w("DataLoader", "batch_size", batch_size), bool(shuffle),
+                                     w("DataLoader", "seed", seed), bool(drop_last), bool(flat),
+                                     [errors._real("DataLoader", "mean", m) for m in (mean or [])],
+                                     [errors._real("DataLoader", "std", v) for v in (std or [])],
+                                     w("DataLoader", "prefetch", prefetch), device, rank, world,
+                                     w("DataLoader", "crop_padding", crop_padding), bool(hflip),
+                                     w("DataLoader", "augment_seed", augment_seed))
 
     def position(self):
         return self._impl.position()

@@ -158,7 +158,10 @@ def _numpy_dtype(self, what):
 
 def to_numpy(self):
     """A numpy copy of the values (synchronises the device)."""
-    out = np.empty(_c.Tensor_shape(self), dtype=_numpy_dtype(self, "to_numpy"))
+    try:
+        out = np.empty(_c.Tensor_shape(self), dtype=_numpy_dtype(self, "to_numpy"))
+    except MemoryError:  # numpy's own; the device's allocator says the same as a loom.DeviceError
+        raise errors.DeviceError(f"[to_numpy] out of memory allocating the numpy copy of {self.describe()}") from None
     self._copy_to_buffer(out)
     return out
 
