@@ -170,7 +170,7 @@ def copy_from_numpy(self, arr):
     """Writes `arr` into this tensor: the same number of elements, read in C order (SINGA's rule:
     a (N, 1, 28, 28) batch fills an (N, 784) tensor); its dtype is converted when it is of the
     same kind (float64 -> float32, int64 -> int32), refused otherwise (float -> int)."""
-    if type(arr) is np.ndarray and self._copy_from_exact(arr):  # the usual batch: one call
+    if type(arr) is np.ndarray and _c.Tensor__copy_from_exact(self, arr):  # the usual batch: one call
         return self
     arr = np.asarray(arr)
     shape = _c.Tensor_shape(self)
