@@ -420,3 +420,17 @@ def test_loader_options_of_the_wrong_type_are_loom_type_errors(tmp_path, kwargs,
     _, _, ipath, lpath = _write_mnist(tmp_path)
     with pytest.raises(loom.TypeError, match=needle):
         io.DataLoader(io.load_mnist(ipath, lpath), **kwargs)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: io.load_checkpoint(3), "[io] path must be a str or an os.PathLike, got int 3"),
+    (lambda: io.save_checkpoint(None, {}), "[io] path must be a str or an os.PathLike, got NoneType"),
+    (lambda: io.load_mnist_dir(["a"]), "got list"),
+    (lambda: io.load_cifar10(3), "[io] load_cifar10 takes a path or a list of them, got int"),
+    (lambda: io.load_cifar10([1.5]), "[io] a batch file must be a str or an os.PathLike, got float 1.5"),
+])
+def test_paths_of_the_wrong_type_are_loom_type_errors(call, needle):
+    # Found by a sweep of the public API (issue 36): os.fspath's own TypeError.
+    with pytest.raises(loom.TypeError) as e:
+        call()
+    assert needle in str(e.value)

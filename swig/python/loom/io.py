@@ -32,7 +32,11 @@ CIFAR10_MEAN, CIFAR10_STD = _STATS["cifar10"]
 OPTIMIZER_PREFIX = "optimizer/"
 
 
-def _path(p):
+def _path(p, what="path"):
+    """A str or os.PathLike as a str path; anything else is a loom.TypeError (os.fspath's own is
+    Python's TypeError)."""
+    if not isinstance(p, (str, os.PathLike)):
+        raise errors.TypeError(f"[io] {what} must be a str or an os.PathLike, got {type(p).__name__} {p!r}"[:300])
     return os.fspath(p)
 
 
@@ -224,7 +228,9 @@ def load_cifar10(batch_files):
     """CIFAR-10 binary batch files."""
     if isinstance(batch_files, (str, os.PathLike)):
         batch_files = [batch_files]
-    return ImageData(core.load_cifar10([_path(f) for f in batch_files]))
+    if not hasattr(batch_files, "__iter__"):
+        raise errors.TypeError(f"[io] load_cifar10 takes a path or a list of them, got {type(batch_files).__name__}")
+    return ImageData(core.load_cifar10([_path(f, "a batch file") for f in batch_files]))
 
 
 def load_cifar10_dir(directory, train=True):
