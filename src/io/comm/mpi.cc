@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/ranks_agree.h"
 #include "io/comm/comm.h"
 
 namespace loom {
@@ -327,8 +328,7 @@ struct MpiCommunicator::Impl {
 MpiCommunicator::MpiCommunicator() : impl_(std::make_unique<Impl>()) {
   std::call_once(g_init_once, InitRuntime);
   impl_->timeout_s = TimeoutFromEnv();
-  const char* check = std::getenv("LOOM_COMM_CHECK");
-  impl_->check = check && std::string(check) == "1";
+  impl_->check = CommCheckFromEnv();
   MPI_Comm dup = MPI_COMM_NULL;
   impl_->rank = g_rt.world_rank;
   impl_->size = g_rt.world_size;
@@ -400,13 +400,9 @@ void MpiCommunicator::Agree(int64_t kind, DType dtype, int64_t count, int64_t ex
   impl_->Run(call, [&](MPI_Request* q) {  // named as the collective: a rank that never comes says so
     return MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, impl_->comm, q);
   });
-  std::string differ;
-  for (int r = 1; r < impl_->size; ++r)
-    if (!std::equal(all.begin() + 4 * r, all.begin() + 4 * r + 4, all.begin()))
-      differ += detail::Cat(differ.empty() ? "" : ", ", "rank ", r, " calls ", DescribeCollective(&all[size_t(4 * r)]));
-  LOOM_CHECK(differ.empty(), CommError, "[mpi] the ranks disagree on a collective: rank 0 calls ",
-             DescribeCollective(all.data()), ", ", differ,
-             " (every rank must issue the same collectives in the same order; Note [Ranks agree on each collective])");
+  std::vector<std::string> calls;
+  for (int r = 0; r < impl_->size; ++r) calls.push_back(DescribeCollective(&all[size_t(4 * r)]));
+  CheckRanksAgree("mpi", calls);
 }
 
 void MpiCommunicator::set_check(bool on) { impl_->check = on; }

@@ -314,7 +314,9 @@ class Adam(Optimizer):
         if decay_on not in self._DECAY_ON:
             raise errors.ValueError(f"[Adam] decay_on must be 'all' or 'matrices', got {decay_on!r}")
         lr, scheduler = _rate_and_scheduler(lr)
-        super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
+        n = _number
+        super().__init__(core.Adam(n("Adam", "lr", lr), n("Adam", "beta_1", beta_1), n("Adam", "beta_2", beta_2),
+                                   n("Adam", "epsilon", epsilon), n("Adam", "weight_decay", weight_decay),
                                    bool(decoupled)))
         self._impl.set_decay_on(getattr(core.Adam, self._DECAY_ON[decay_on]))
         if scheduler is not None:
@@ -417,15 +419,14 @@ class DistOpt(Optimizer):
             communicator = comm.communicator()
         self.communicator = communicator
         if not isinstance(shard, bool):
-            raise errors.ValueError(f"[DistOpt] shard must be True or False, got {shard!r}")
-        super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression), int(bucket_bytes),
-                                            shard))
+            raise errors.TypeError(f"[DistOpt] shard must be True or False, got {shard!r}")
+        super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression),
+                                            errors._whole("DistOpt", "bucket_bytes", bucket_bytes), shard))
 
     @property
     def sharded(self):
         """Whether each rank keeps 1/world_size of the optimizer state (shard=True)."""
         return self._impl.sharded()
-
 
 
     @property
@@ -459,7 +460,7 @@ class DistOpt(Optimizer):
 
     def broadcast_parameters(self, params, root=0):
         """Every rank ends with rank `root`'s values of `params`."""
-        core.broadcast_parameters(self._impl, list(params), int(root))
+        core.broadcast_parameters(self._impl, list(params), errors._whole("DistOpt", "root", root))
 
     def __repr__(self):
         return f"DistOpt({self.opt!r}, world_size={self.world_size}, global_rank={self.global_rank})"
