@@ -109,6 +109,24 @@ TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
   EXPECT_LE(std::abs(a - b), 1e-4 * std::abs(a)) << eager.out << graph.out;
 }
 
+// --shard (Note [Sharded optimizer state]): the same training as without it, in both modes.
+TEST(DistPrograms, CnnTwoShardedRanksTrainAsUnsharded) {
+  SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-cnn");
+  for (const char* mode : {" --eager", " --graph"}) {
+    const std::string args = std::string("--dist --batch 16 --steps 4 --lr 0.01 --json") + mode;
+    const ProgramRun plain = LaunchTwo("loom-cnn", args);
+    const ProgramRun sharded = LaunchTwo("loom-cnn", args + " --shard");
+    ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
+    EXPECT_TRUE(Has(sharded.out, "parameters: bitwise the same on all 2 ranks")) << sharded.out;
+    const double a = JsonNumber(plain.out, "train_loss"), b = JsonNumber(sharded.out, "train_loss");
+    EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(a)) << mode << plain.out << sharded.out;
+  }
+  const ProgramRun alone = RunProgram(ProgramPath("loom-cnn"), "--shard --steps 1");
+  EXPECT_EQ(alone.exit_code, 2) << alone.out;
+  EXPECT_TRUE(Has(alone.out, "--shard needs --dist")) << alone.out;
+}
+
 // A global batch that does not divide between the ranks is refused, naming both.
 TEST(DistPrograms, IndivisibleBatchIsRefused) {
   SKIP_WITHOUT_MPI();
