@@ -172,6 +172,18 @@ class WithoutGil {
   }
 }
 
+// Note [None is not self]
+// SWIG converts None to a null pointer for a method's `self`, so a method reached through its
+// class with None (loom.tensor.copy_from_numpy(None, a), core.Device.name(None)) called a member
+// function on a null object: SIGSEGV. Every wrapped method checks its `self` first; None there
+// is a loom.TypeError naming the method.
+%typemap(check) SWIGTYPE *self %{
+  if (!$1) {
+    PyErr_SetString(loom_py::g_errors[loom_py::kType], "[$symname] called on None, not on a $*1_ltype");
+    SWIG_fail;
+  }
+%}
+
 %init %{
   if (loom_py::CreateErrors(d) < 0) return NULL;
 %}

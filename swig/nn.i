@@ -198,6 +198,12 @@ class PyStep {
 %ignore loom::nn::Optimizer::grad_clip;
 %ignore loom::nn::Optimizer::last_grad_norm;
 %ignore loom::nn::Optimizer::loss_scaling;
+%ignore loom::nn::Optimizer::SetCrossRankReduce;  // DistOpt's, in C++ (Note [Sharded optimizer state])
+%ignore loom::nn::Optimizer::SetParameterDims;
+%ignore loom::nn::Optimizer::FinishStep;
+%ignore loom::nn::Optimizer::AbandonStep;
+%ignore loom::nn::DistOpt::FinishStep;
+%ignore loom::nn::DistOpt::AbandonStep;
 %include "nn/optimizer.h"
 
 %extend loom::nn::Optimizer {
@@ -347,14 +353,15 @@ loom::nn::Schedule schedule_then(const loom::nn::Schedule& first, const loom::nn
   return loom::nn::Schedule::Sequential({first, next}, {at});
 }
 // opt.DistOpt: compression "auto" (the model's precision: Note [Gradients on the wire]), "none"
-// or "fp32", "fp16" or "bf16".
+// or "fp32", "fp16" or "bf16"; shard: Note [Sharded optimizer state].
 std::shared_ptr<loom::nn::DistOpt> make_dist_opt(std::shared_ptr<loom::nn::Optimizer> opt,
                                                  std::shared_ptr<loom::Communicator> comm,
-                                                 const std::string& compression, int64_t bucket_bytes) {
+                                                 const std::string& compression, int64_t bucket_bytes,
+                                                 bool shard) {
   LOOM_CHECK(bucket_bytes > 0, ValueError, "[DistOpt] bucket_bytes ", bucket_bytes, " must be positive");
   std::optional<loom::Compression> c;
   if (compression != "auto") c = loom::ParseCompression(compression);
-  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), c, size_t(bucket_bytes));
+  return std::make_shared<loom::nn::DistOpt>(std::move(opt), std::move(comm), c, size_t(bucket_bytes), shard);
 }
 // A 1-rank in-process communicator (io/comm/inproc.h): DistOpt without MPI, for tests.
 std::shared_ptr<loom::Communicator> inproc_communicator_of_one() { return loom::MakeInProcGroup(1)[0]; }

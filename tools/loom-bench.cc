@@ -50,7 +50,8 @@
 //   --dist            the ranks of tools/launch.sh -n N train data-parallel over MPI (DistOpt),
 //                     --batch being the global batch; each mode also runs "compute only" (the
 //                     same per-rank batch, no communicator) so exposed communication = step time
-//                     - compute-only step time. Rank 0 reports.
+//                     - compute-only step time. Rank 0 reports. --shard adds a third variant,
+//                     DistOpt with sharded optimizer state (optimizer_state_bytes: this rank's).
 //   --simulate-ranks  this process plays rank 0 of N on a modelled network (io/comm/simulated.h,
 //                     ring all-reduce, alpha-beta: --link-gbps, --latency-us); --batch is per rank
 //                     (weak scaling, as data-parallel figures are usually quoted); N = 1 runs
@@ -228,7 +229,9 @@ struct Flags {
   std::string cpu_conv;  // "": LOOM_CPU_CONV or auto; else auto, im2col or winograd (Note [Winograd])
   double budget_fraction = 0;  // GraphOptions::memory_budget = persistent + this x unbudgeted arena
   bool dist = false;              // data-parallel over MPI's world
+  bool shard = false;             // --shard: also a sharded-state variant (Note [Sharded optimizer state])
   std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
+  std::vector<int> predict_ranks;   // Note [Predicting a data-parallel step] for these rank counts too
   double link_gbps = 25, latency_us = 10;
   double bucket_mb = 0, first_bucket_mb = -1;  // GraphOptions::bucket_bytes, first_bucket_bytes (0/-1: defaults)
   bool overlap = true;                         // GraphOptions::overlap_collectives
@@ -285,13 +288,17 @@ const char* kUsage =
     "                 more scratch; Note [Winograd] in device/cpu/kernels/conv_dnnl.h); default LOOM_CPU_CONV\n"
     "  --memory-budget-fraction F  planned graphs get memory_budget = persistent bytes + F x the arena\n"
     "                 of the same graph without a budget (captured first, in one untimed step)\n"
+    "  --shard        with --dist, a third variant: DistOpt with sharded optimizer state (ZeRO stage 1)\n"
     "  --dist         data-parallel over the ranks of tools/launch.sh -n N (MPI, DistOpt): --batch is the\n"
     "                 global batch; each mode also runs compute-only (same per-rank batch, no communicator)\n"
     "                 to measure the exposed communication; rank 0 reports\n"
     "  --simulate-ranks LIST  e.g. 1,2,4,8: this process is rank 0 of N on a modelled network (ring\n"
     "                 all-reduce, alpha-beta model, the modelled time really waited on the collective\n"
     "                 lane); --batch is per rank; N = 1 runs without a communicator (the baseline)\n"
-    "  --link-gbps G, --latency-us L  the simulated link (default 25 Gbit/s, 10 us per message)\n"
+    "  --link-gbps G, --latency-us L  the simulated link (default 25 Gbit/s, 10 us per message), also the\n"
+    "                 model of the predictions (tools/comm_bench measures them)\n"
+    "  --predict-ranks LIST  e.g. 1,2,4,...,512: with --dist or --simulate-ranks, predict the step at these\n"
+    "                 rank counts from each graph run's profiled replay (Note [Predicting a data-parallel step])\n"
     "  --bucket-mb X, --first-bucket-mb X  gradient bucket sizes of data-parallel graphs (default 25, 1)\n"
     "  --no-overlap   data-parallel graphs all-reduce after the whole backward (no overlap)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
@@ -423,8 +430,13 @@ Flags ParseFlags(int argc, char** argv) {
       else if (f.cpu_conv == "im2col") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kIm2col);
       else if (f.cpu_conv == "winograd") loom::cpu::SetCpuConvImpl(loom::cpu::CpuConvImpl::kWinograd);
       else throw UsageError("--cpu-conv must be auto, im2col or winograd, got '" + f.cpu_conv + "'");
+    } else if (a.Switch("--shard")) {
+      f.shard = true;
     } else if (a.Switch("--dist")) {
       f.dist = true;
+    } else if (a.Is("--predict-ranks")) {
+      f.predict_ranks.clear();
+      for (const std::string& n : Split(a.Value(), ',')) f.predict_ranks.push_back(int(loom::flags::ParseInt("--predict-ranks", n, 1)));
     } else if (a.Is("--simulate-ranks")) {
       f.simulate_ranks.clear();
       for (const std::string& n : Split(a.Value(), ',')) f.simulate_ranks.push_back(int(loom::flags::ParseInt("--simulate-ranks", n, 1)));
@@ -458,6 +470,9 @@ Flags ParseFlags(int argc, char** argv) {
     if (m == Mode::kCudaGraph && f.device != "cuda")
       throw UsageError("--mode cuda-graph needs --device cuda: the CPU has no device graphs");
   if (f.dist && !f.simulate_ranks.empty()) throw UsageError("--dist and --simulate-ranks exclude each other");
+  if (!f.predict_ranks.empty() && !f.dist && f.simulate_ranks.empty())
+    throw UsageError("--predict-ranks needs --dist or --simulate-ranks (a graph with collectives to profile)");
+  if (f.shard && !f.dist) throw UsageError("--shard needs --dist (a simulated rank cannot shard: Note [Sharded optimizer state])");
   if (!f.timeline_dir.empty() && (f.dist || !f.simulate_ranks.empty()))
     throw UsageError("--timeline is for one process without a communicator");
   return f;
@@ -632,6 +647,7 @@ struct Variant {
   Mode mode;
   int ranks = 1;      // the ranks whose items a step counts
   bool comm = false;  // gradients all-reduced over a communicator (DistOpt)
+  bool sharded = false;  // --shard: DistOpt keeps 1/N of the optimizer state (Note [Sharded optimizer state])
 };
 
 struct RunResult {
@@ -643,11 +659,17 @@ struct RunResult {
   double comm_modelled_ms = 0, comm_waited_ms = 0, collectives_per_step = 0, comm_bytes_per_step = 0;
   // Note [Predicting a data-parallel step], from one profiled serial replay after the timed steps.
   bool predicted = false;
-  loom::StepPrediction prediction;
+  loom::StepPrediction prediction, prediction_tree;  // for this run's ranks: all-reduces by ring, by tree
+  struct AtRanks {
+    int ranks;
+    loom::StepPrediction ring, tree;
+  };
+  std::vector<AtRanks> predictions;  // --predict-ranks
   std::vector<double> ms;  // timed steps
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
   size_t peak_bytes = 0, state_bytes = 0, rss_delta = 0, param_bytes = 0;
+  size_t optimizer_state_bytes = 0;  // momentum, Adam's moments: this rank's
   size_t fused_param_bytes = 0;  // parameters whose gradient the graph computes into the update
   uint64_t final_checksum = 0;   // parameters and BatchNorm statistics after the last step
   bool rss_exact = true;
@@ -684,8 +706,7 @@ size_t StateBytes(nn::Model& m, const Tensor& x, const Tensor& y) {
   size_t bytes = x.nbytes() + y.nbytes();
   for (auto& p : m.Params()) bytes += p.second.nbytes();
   for (auto& s : m.States()) bytes += s.second.nbytes();
-  for (auto& s : m.optimizer().states()) bytes += s.second.nbytes();
-  return bytes;
+  return bytes + m.optimizer().state_bytes();  // a DistOpt's are those of the optimizer it wraps
 }
 
 // Parameter traffic of one SGD-momentum step, unfused: the forward reads W (1 pass), the backward
@@ -739,7 +760,7 @@ struct Session {
 
 Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mode,
                    const std::shared_ptr<loom::Device>& dev, const Data& data, bool fuse = true,
-                   const std::shared_ptr<loom::Communicator>& comm = nullptr, Shard shard = {}) {
+                   const std::shared_ptr<loom::Communicator>& comm = nullptr, Shard shard = {}, bool sharded = false) {
   dev->SetRandSeed(kSeed);
   nn::LayerOptions lo;
   lo.device = dev;
@@ -752,7 +773,9 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
     opt = std::make_shared<nn::SGD>(f.lr, f.momentum);
   std::shared_ptr<nn::Layer> net = spec.make(lo);
   if (comm) {
-    auto d = std::make_shared<nn::DistOpt>(opt, comm);
+    // Sharded buckets take the graph's bucket size (--bucket-bytes), in every mode.
+    const size_t bucket = sharded ? size_t(GraphOptionsFor(mode, f).bucket_bytes) : size_t(25 << 20);
+    auto d = std::make_shared<nn::DistOpt>(opt, comm, std::nullopt, bucket, sharded);
     std::vector<Tensor> params;
     for (auto& p : net->Params()) params.push_back(p.second);
     d->BroadcastParameters(params);  // the same seed on every rank already; rank 0's, to be sure
@@ -773,7 +796,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
     // FLOP-count capture, fuse = false: flops_per_step stays the model's, without recomputation.)
     Flags plain = f;
     plain.budget_fraction = 0;
-    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse, comm, shard);
+    Session probe = NewSession(plain, spec, batch, mode, dev, data, fuse, comm, shard, sharded);
     probe.model->TrainOneBatch(probe.x, probe.y);
     const loom::GraphStats& st = probe.model->train_graph()->stats();
     o.memory_budget = st.persistent_bytes + size_t(f.budget_fraction * double(st.arena_bytes));
@@ -794,27 +817,56 @@ struct ModeRun {
 };
 
 // Note [Predicting a data-parallel step]: one serial replay, profiled (a training step more, after
-// the checks above), its compute ops' times and the model's time for each collective. A serial
-// replay (every mode but graph-parallel) runs collectives in line: no lane.
-loom::StepPrediction PredictFromOneReplay(loom::Graph& g, const loom::SimulatedLink& link, bool lane_overlaps) {
+// the checks above): its compute ops' times, and each collective's name and bytes on the wire,
+// whose time the model gives for any number of ranks and link (Predict). A serial replay (every
+// mode but graph-parallel) runs collectives in line: no lane.
+struct ReplayProfile {
+  std::vector<double> seconds;  // compute ops: measured
+  std::vector<std::string> collective;  // "" for compute ops
+  std::vector<double> wire_bytes;
+  std::vector<std::vector<int>> succs;
+};
+
+ReplayProfile ProfileOneReplay(loom::Graph& g) {
   g.set_profile(true);
   g.Run(/*sequential=*/true);
   g.set_profile(false);
   const std::vector<loom::OpTiming>& prof = g.last_profile();
   const std::vector<loom::OpRecord>& ops = g.ops().ops;
   const loom::Schedule& sched = g.schedule();
-  std::vector<double> costs(ops.size());
-  std::vector<bool> lane(ops.size());
+  ReplayProfile p;
+  p.succs = sched.succs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const bool collective = sched.lane[i] == loom::Lane::kCollective;
-    lane[i] = collective && lane_overlaps;
-    const double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
-    if (!collective) costs[i] = (prof[i].end_us - prof[i].start_us) * 1e-6;
-    else if (ops[i].name() == "allreduce") costs[i] = loom::RingAllReduceSeconds(bytes, link);
-    else if (ops[i].name() == "allgather") costs[i] = loom::RingAllGatherSeconds(bytes, link);
-    else costs[i] = loom::TreeBroadcastSeconds(bytes, link);
+    p.seconds.push_back(collective ? 0.0 : (prof[i].end_us - prof[i].start_us) * 1e-6);
+    p.collective.push_back(collective ? ops[i].name() : "");
+    double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
+    const std::string name = ops[i].name();
+    if ((name == "allreduce" || name == "reducescatter") && ops[i].attrs.Int("compress", 0) != 0)
+      bytes = double(ops[i].inputs[0].numel()) * 2;  // Note [Gradients on the wire]: 16 bits
+    p.wire_bytes.push_back(bytes);
   }
-  return loom::PredictStep(sched.succs, lane, costs);
+  return p;
+}
+
+// The step on `link` (its ranks), all-reduces by the ring or the tree.
+loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& link, bool lane_overlaps, bool tree) {
+  std::vector<double> costs(p.seconds.size());
+  std::vector<bool> lane(p.seconds.size());
+  for (size_t i = 0; i < costs.size(); ++i) {
+    lane[i] = !p.collective[i].empty() && lane_overlaps;
+    costs[i] = p.collective[i].empty() ? p.seconds[i] : loom::CollectiveSeconds(p.collective[i], p.wire_bytes[i], link, tree);
+  }
+  loom::StepPrediction r = loom::PredictStep(p.succs, lane, costs);
+  // Collectives in line (no lane) count as exposed communication, not compute.
+  r.compute_s = 0;
+  for (size_t i = 0; i < costs.size(); ++i)
+    if (p.collective[i].empty()) r.compute_s += costs[i];
+  r.comm_s = 0;
+  for (size_t i = 0; i < costs.size(); ++i)
+    if (!p.collective[i].empty()) r.comm_s += costs[i];
+  r.exposed_s = r.step_s - r.compute_s;
+  return r;
 }
 
 // The runs of Note [Scaling runs]: each mode without a communicator, then with one.
@@ -824,6 +876,7 @@ std::vector<Variant> Variants(const Flags& f, int world) {
     if (f.dist) {
       v.push_back({m, world, false});
       v.push_back({m, world, true});
+      if (f.shard) v.push_back({m, world, true, true});
     } else if (!f.simulate_ranks.empty()) {
       for (int n : f.simulate_ranks) v.push_back({m, n, n > 1});
     } else {
@@ -835,7 +888,9 @@ std::vector<Variant> Variants(const Flags& f, int world) {
 
 std::string Label(const Flags& f, const RunResult& r) {
   std::string s = Name(r.mode);
-  if (f.dist) s += r.variant.comm ? loom::detail::Cat(", ", r.variant.ranks, " ranks (MPI)") : ", compute only";
+  if (f.dist)
+    s += r.variant.comm ? loom::detail::Cat(", ", r.variant.ranks, " ranks (MPI", r.variant.sharded ? ", sharded" : "", ")")
+                        : ", compute only";
   else if (!f.simulate_ranks.empty())
     s += loom::detail::Cat(", ", r.variant.ranks, r.variant.ranks > 1 ? " ranks (simulated)" : " rank");
   return s;
@@ -905,7 +960,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
             loom::SimulatedLink{variants[i].ranks, f.link_gbps, f.latency_us});
         comm = run->sim;
       }
-      run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard);
+      run->s = NewSession(f, spec, batch, run->r.mode, dev, data, true, comm, shard, variants[i].sharded);
       run->r.rows = run->s.shard.rows;
       run->sum0 = ParamChecksum(*run->s.model);
       for (int64_t w = 0; w < f.warmup; ++w) Step(*run, data, batch, *dev, hb);
@@ -927,6 +982,7 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
     RunResult& r = run->r;
     nn::Model& model = *run->s.model;
     r.state_bytes = StateBytes(model, run->s.x, run->s.y);
+    r.optimizer_state_bytes = model.optimizer().state_bytes();
     r.param_bytes = ParamBytes(model);
     r.optimizer_steps = model.steps();
     if (model.optimizer().scales_losses()) {
@@ -961,9 +1017,17 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       r.comm_waited_ms = st.waited_s * 1e3 / steps;
       r.collectives_per_step = double(st.collectives) / steps;
       r.comm_bytes_per_step = st.bytes / steps;
-      if (r.has_graph) {
-        r.predicted = true;
-        r.prediction = PredictFromOneReplay(*model.train_graph(), run->sim->link(), r.mode == Mode::kGraphParallel);
+    }
+    if (r.has_graph && r.variant.comm) {  // Note [Predicting a data-parallel step]
+      const ReplayProfile prof = ProfileOneReplay(*model.train_graph());
+      const bool lane = r.mode == Mode::kGraphParallel;
+      const loom::SimulatedLink link{r.variant.ranks, f.link_gbps, f.latency_us};
+      r.predicted = true;
+      r.prediction = Predict(prof, link, lane, false);
+      r.prediction_tree = Predict(prof, link, lane, true);
+      for (int n : f.predict_ranks) {
+        const loom::SimulatedLink l{n, f.link_gbps, f.latency_us};
+        r.predictions.push_back({n, Predict(prof, l, lane, false), Predict(prof, l, lane, true)});
       }
     }
     r.median = Percentile(r.ms, 0.5);
@@ -1138,12 +1202,14 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
   char buf[1024];
   std::snprintf(buf, sizeof buf,
                 ", \"ranks\": %d, \"communicator\": \"%s\", \"batch_per_rank\": %lld, \"global_batch\": %lld, "
-                "\"exposed_comm_ms\": %s, \"exposed_comm_fraction\": %s, \"scaling_efficiency\": %s",
+                "\"exposed_comm_ms\": %s, \"exposed_comm_fraction\": %s, \"scaling_efficiency\": %s, "
+                "\"sharded_optimizer_state\": %s, \"optimizer_state_bytes\": %zu",
                 r.variant.ranks, !r.variant.comm ? "none" : f.dist ? "mpi" : "simulated", (long long)r.rows,
                 (long long)(r.rows * r.variant.ranks),
                 base ? std::to_string(r.median - base->median).c_str() : "null",
                 base ? std::to_string((r.median - base->median) / r.median).c_str() : "null",
-                base ? std::to_string(base->median / r.median).c_str() : "null");
+                base ? std::to_string(base->median / r.median).c_str() : "null", r.variant.sharded ? "true" : "false",
+                r.optimizer_state_bytes);
   std::string out = buf;
   if (!f.simulate_ranks.empty()) {
     std::snprintf(buf, sizeof buf,
@@ -1156,15 +1222,36 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
                   GraphOptionsFor(r.mode, f).first_bucket_bytes, r.collectives_per_step, r.comm_bytes_per_step,
                   r.comm_modelled_ms, r.comm_waited_ms);
     out += buf;
-    if (r.predicted) {
-      const loom::StepPrediction& p = r.prediction;
-      std::snprintf(buf, sizeof buf,
-                    ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
-                    "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, \"prediction_is\": "
-                    "\"one profiled serial replay: compute ops at their measured times in issue order, collectives at the "
-                    "model's times on their lane, dependencies from the schedule\"",
-                    p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0);
+  }
+  if (r.predicted) {
+    const loom::StepPrediction &p = r.prediction, &t = r.prediction_tree;
+    std::snprintf(buf, sizeof buf,
+                  ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
+                  "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, "
+                  "\"predicted_ms_per_step_tree\": %.4f, \"prediction_link_gbps\": %g, \"prediction_latency_us\": %g, "
+                  "\"prediction_is\": \"one profiled serial replay: compute ops at their measured times in issue order, "
+                  "collectives at the alpha-beta model's times (all-reduce by ring; _tree: by binomial tree) on their lane, "
+                  "dependencies from the schedule\"",
+                  p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0,
+                  t.step_s * 1e3, f.link_gbps, f.latency_us);
+    out += buf;
+    if (f.dist) {  // against this run's measurement
+      std::snprintf(buf, sizeof buf, ", \"prediction_error\": %.4f, \"prediction_error_tree\": %.4f",
+                    p.step_s * 1e3 / r.median - 1, t.step_s * 1e3 / r.median - 1);
       out += buf;
+    }
+    if (!r.predictions.empty()) {
+      out += ", \"predictions\": [";
+      for (size_t i = 0; i < r.predictions.size(); ++i) {
+        const auto& q = r.predictions[i];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"ranks\": %d, \"ms_per_step\": %.4f, \"ms_per_step_tree\": %.4f, \"compute_ms\": %.4f, "
+                      "\"scaling_efficiency\": %.4f, \"scaling_efficiency_tree\": %.4f}",
+                      i ? ", " : "", q.ranks, q.ring.step_s * 1e3, q.tree.step_s * 1e3, q.ring.compute_s * 1e3,
+                      q.ring.compute_s / q.ring.step_s, q.tree.compute_s / q.tree.step_s);
+        out += buf;
+      }
+      out += "]";
     }
   }
   return out;
@@ -1247,9 +1334,16 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
          "| measured exposed ms | measured efficiency | predicted ms/step | predicted exposed ms | predicted efficiency "
          "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   } else {
-    o << "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator.\n\n"
-         "| mode | ranks | ms/step median | items/s (all ranks) | exposed comm ms | exposed comm fraction | "
-         "efficiency vs compute only |\n|---|---:|---:|---:|---:|---:|---:|\n";
+    std::snprintf(buf, sizeof buf,
+                  "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator. "
+                  "Predicted (graph modes): Note [Predicting a data-parallel step] from this run's own profiled replay, "
+                  "collectives by the alpha-beta model at %g Gbit/s and %g us per message (tools/comm_bench's fit: "
+                  "--link-gbps, --latency-us), all-reduce by ring / tree; error = predicted / measured - 1.\n\n",
+                  f.link_gbps, f.latency_us);
+    o << buf
+      << "| mode | ranks | ms/step median | items/s (all ranks) | exposed comm ms | exposed comm fraction | "
+         "efficiency vs compute only | predicted ms/step ring / tree | error ring / tree |\n"
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   }
   for (const RunResult& r : runs) {
     const RunResult* base = Baseline(runs, r);
@@ -1266,12 +1360,38 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
                     r.variant.ranks, r.collectives_per_step, r.comm_bytes_per_step / 1e6, r.comm_modelled_ms, r.median,
                     ItemsPerSecond(r), exposed, base ? base->median / r.median : 0.0, pred.c_str());
     }
-    else
-      std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f |\n", Name(r.mode),
-                    r.variant.comm ? std::to_string(r.variant.ranks).c_str() : "compute only", r.median,
-                    ItemsPerSecond(r), exposed, base ? 100 * exposed / r.median : 0.0,
-                    base ? base->median / r.median : 0.0);
+    else {
+      std::string pred = "| - | - |";
+      if (r.predicted) {
+        char p[128];
+        const double ring = r.prediction.step_s * 1e3, tree = r.prediction_tree.step_s * 1e3;
+        std::snprintf(p, sizeof p, "| %.2f / %.2f | %+.1f%% / %+.1f%% |", ring, tree, 100 * (ring / r.median - 1),
+                      100 * (tree / r.median - 1));
+        pred = p;
+      }
+      std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f %s\n", Name(r.mode),
+                    !r.variant.comm ? "compute only"
+                    : r.variant.sharded ? (std::to_string(r.variant.ranks) + ", sharded").c_str()
+                                        : std::to_string(r.variant.ranks).c_str(),
+                    r.median, ItemsPerSecond(r), exposed, base ? 100 * exposed / r.median : 0.0,
+                    base ? base->median / r.median : 0.0, pred.c_str());
+    }
     o << buf;
+  }
+  for (const RunResult& r : runs) {
+    if (r.predictions.empty()) continue;
+    std::snprintf(buf, sizeof buf,
+                  "\nPredicted scaling of %s (%s), from its profiled replay: per-rank batch %lld, a %g Gbit/s link "
+                  "with %g us per message.\n\n| ranks | ms/step ring | ms/step tree | compute ms | efficiency ring | "
+                  "efficiency tree |\n|---:|---:|---:|---:|---:|---:|\n",
+                  Name(r.mode), Label(f, r).c_str(), (long long)r.rows, f.link_gbps, f.latency_us);
+    o << buf;
+    for (const auto& q : r.predictions) {
+      std::snprintf(buf, sizeof buf, "| %d | %.2f | %.2f | %.2f | %.3f | %.3f |\n", q.ranks, q.ring.step_s * 1e3,
+                    q.tree.step_s * 1e3, q.ring.compute_s * 1e3, q.ring.compute_s / q.ring.step_s,
+                    q.tree.compute_s / q.tree.step_s);
+      o << buf;
+    }
   }
   return o.str();
 }
@@ -1441,7 +1561,8 @@ int Main(const Flags& f) {
     if (f.json) out << json << std::endl;
     json_lines += json + "\n";
   }
-  if (!f.json_file.empty()) loom::WriteFileAtomic(f.json_file, {json_lines}, "loom-bench");
+  // Rank 0 reports (Note [Scaling runs]): the other ranks' file would replace its own.
+  if (!f.json_file.empty() && dist.rank() == 0) loom::WriteFileAtomic(f.json_file, {json_lines}, "loom-bench");
   (f.json ? err : out) << Table(f, spec, batch, dev->name(), runs, sp) << std::flush;
   if (!f.timeline_dir.empty()) {
     WriteTimeline(f, f.timeline_dir, spec, batch, dev, data);

@@ -35,6 +35,8 @@
 // statistics and rank 0 prints and logs; --checkpoint-dir works as on one rank (Note [Checkpoints
 // across ranks] in nn/trainer.h: rank 0 writes the checkpoint, every other rank a file of its
 // own statistics beside it; the folder must be one all ranks see; --resume with as many ranks).
+// --shard (with --dist): each rank keeps the momentum of 1/N of the parameters (Note [Sharded
+// optimizer state] in nn/dist_opt.h); its checkpoint file holds its own.
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags.
 #include <sys/stat.h>
 
@@ -80,12 +82,13 @@ struct Flags {
   int64_t checkpoint_every = 0, keep = 3, eval_every = 0, log_every = 0;
   bool resume = false, augment = false;
   bool dist = false;  // data-parallel over MPI's world (Note [--dist in the programs])
+  bool shard = false;  // --shard: each rank keeps 1/N of the momentum (Note [Sharded optimizer state])
 };
 
 int Usage(const std::string& why) {
   std::cerr << "loom-cnn: " << why
             << "\nusage: loom-cnn [--model cnn|resnet18] [--graph|--eager] [--batch N] [--steps N] [--lr X]"
-               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--dist] [--json]\n"
+               " [--data DIR [--epochs N] [--lr-drop N] [--eval-batch N] [--csv FILE]] [--seed N] [--print-every N] [--dist [--shard]] [--json]\n"
                "  with --epochs: [--checkpoint-dir DIR [--checkpoint-every N] [--keep K] [--resume]] [--eval-every N]"
                " [--log-every N] [--augment]\n";
   return 2;
@@ -190,7 +193,7 @@ int Run(const Flags& f) {
   for (const auto& p : net->Params()) params.push_back(p.second);
   std::shared_ptr<loom::nn::DistOpt> dist_opt;
   if (dist.on()) {
-    dist_opt = std::make_shared<loom::nn::DistOpt>(sgd, dist.comm());
+    dist_opt = std::make_shared<loom::nn::DistOpt>(sgd, dist.comm(), std::nullopt, size_t(25) << 20, f.shard);
     dist_opt->BroadcastParameters(params);
     opt = dist_opt;
   }
@@ -355,6 +358,7 @@ int main(int argc, char** argv) {
       else if (a.Is("--log-every")) f.log_every = a.Int(0);
       else if (a.Switch("--augment")) f.augment = true;
       else if (a.Switch("--dist")) f.dist = true;
+      else if (a.Switch("--shard")) f.shard = true;
       else a.Unknown();
     }
     if (f.model != "cnn" && f.model != "resnet18") throw std::invalid_argument("--model is cnn or resnet18");
@@ -364,6 +368,7 @@ int main(int argc, char** argv) {
     if ((!f.checkpoint_dir.empty() || f.resume || f.augment || f.eval_every > 0 || f.log_every > 0) && f.epochs == 0)
       throw std::invalid_argument("--checkpoint-dir, --resume, --augment, --eval-every and --log-every need --epochs");
     if (f.resume && f.checkpoint_dir.empty()) throw std::invalid_argument("--resume needs --checkpoint-dir");
+    if (f.shard && !f.dist) throw std::invalid_argument("--shard needs --dist");
   } catch (const std::exception& e) {
     return Usage(e.what());
   }

@@ -67,12 +67,14 @@ class Ranks:
     `python3 -m loom.launch -n N`), rank 0's parameters broadcast, --batch the global batch of
     which each rank trains its rows, losses averaged over ranks, rank 0 printing, and a check at
     the end that every rank holds bitwise the same parameters. Without --dist: one rank, nothing
-    wrapped."""
+    wrapped. shard (--shard): each rank keeps 1/N of the optimizer state (opt.DistOpt(shard=True))."""
 
-    def __init__(self, optimizer, dist, dev):
+    def __init__(self, optimizer, dist, dev, shard=False):
         from loom import opt
+        if shard and not dist:
+            raise SystemExit("--shard needs --dist (it shards the optimizer state over the ranks)")
         self.dev = dev
-        self.optimizer = opt.DistOpt(optimizer) if dist else optimizer
+        self.optimizer = opt.DistOpt(optimizer, shard=shard) if dist else optimizer
         self.dist = dist
         self.rank = self.optimizer.global_rank if dist else 0
         self.world = self.optimizer.world_size if dist else 1

@@ -5,10 +5,11 @@ train_one_batch is captured and every later one is replayed from C++; --eager ru
 Python. Prints a progress bar, then the loss and the median time per step.
 
     /usr/bin/python3 examples/python/mlp.py [--graph | --eager] [--batch 64] [--steps 100]
-        [--lr 0.01] [--momentum 0.9] [--parallel] [--dist] [--json]
+        [--lr 0.01] [--momentum 0.9] [--parallel] [--dist [--shard]] [--json]
 
 --dist trains data-parallel over the ranks of `python3 -m loom.launch -n N` (opt.DistOpt;
---batch is the global batch, each rank trains its rows; rank 0 prints).
+--batch is the global batch, each rank trains its rows; rank 0 prints). --shard keeps 1/N of the
+optimizer state on each rank (ZeRO stage 1: opt.DistOpt(shard=True)).
 """
 import argparse
 import json
@@ -50,6 +51,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--parallel", action="store_true", help="replay independent ops on worker threads")
     ap.add_argument("--dist", action="store_true", help="data-parallel over the ranks of python3 -m loom.launch")
+    ap.add_argument("--shard", action="store_true", help="with --dist: each rank keeps 1/N of the optimizer state")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of results")
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1:
@@ -59,7 +61,7 @@ def main():
     dev.SetRandSeed(42)
     xs, ys = mnist_like(max(4096, args.batch))
     m = MLP([784, 1024, 1024, 10], dev)
-    ranks = Ranks(opt.SGD(lr=args.lr, momentum=args.momentum), args.dist, dev)
+    ranks = Ranks(opt.SGD(lr=args.lr, momentum=args.momentum), args.dist, dev, shard=args.shard)
     mine = ranks.rows(args.batch)  # this rank's rows of each global batch
     ranks.broadcast(m.get_params().values())
     m.set_optimizer(ranks.optimizer)
@@ -92,7 +94,7 @@ def main():
         ranks.print(json.dumps({"model": "mlp-784-1024-1024-10", "mode": "graph" if args.graph else "eager",
                                 "batch": args.batch, "ranks": ranks.world, "steps": args.steps,
                                 "ms_per_step_median": median(timed), "first_loss": losses[0],
-                                "last_loss": losses[-1]}))
+                                "last_loss": losses[-1], "optimizer_state_bytes": ranks.optimizer.state_bytes}))
 
 
 if __name__ == "__main__":

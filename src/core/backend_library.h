@@ -5,7 +5,7 @@
 // Note [Backends loaded on first use]
 // A CPU-only program never maps CUDA's or MPI's libraries: libloom.so does not link them, and
 // opens libloom_cuda.so the first time a CUDA device is asked for (CudaDevice, CudaAvailable,
-// CudaSetupError: core/device.h; the NCCL communicator), libloom_mpi.so the first time an MPI or
+// CudaDeviceCount, CudaSetupError: core/device.h; the NCCL communicator), libloom_mpi.so the first time an MPI or
 // NCCL communicator is made (io/comm/comm.h). Each is looked for in libloom.so's own folder (the
 // build folder, an install's lib/, a wheel's loom/), then by the dynamic loader's search path. A
 // library that is missing or cannot load (a CUDA runtime or cuDNN that is not installed, say) is
@@ -37,6 +37,7 @@ std::string LibraryFolder();
 struct CudaBackend {
   std::shared_ptr<Device> (*device)(int id);
   bool (*available)();
+  int (*device_count)();
   std::string (*setup_error)();
   // Null without NCCL: communicator.h's MakeNcclCommunicator.
   std::shared_ptr<Communicator> (*make_nccl)(std::shared_ptr<Device> device, std::shared_ptr<Communicator> bootstrap,

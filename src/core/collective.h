@@ -1,5 +1,5 @@
-// Collectives as ops (issue 15; docs/design.md invariant 11): `allreduce`, `allgather` and
-// `broadcast` are op records like any other, submitted to the tensor's device, so they run now
+// Collectives as ops (issue 15; docs/design.md invariant 11): `allreduce`, `allgather`,
+// `broadcast`, `reducescatter` and `allgather_shards` are op records like any other, submitted to the tensor's device, so they run now
 // (eager, blocking) or are captured, analysed, planned and replayed with the rest of a step.
 // The communicator is named by its registry id (core/comm_registry.h); every collective
 // also reads and writes the communicator's token (Note [The collective token]).
@@ -33,6 +33,14 @@ Tensor AllReduced(int comm, const Tensor& t, double scale = 1.0);
 Tensor AllGather(int comm, const Tensor& t);
 // In place: every rank ends with root's t.
 void Broadcast(int comm, const Tensor& t, int root);
+// In place over t's N equal slots (t one-dimensional, N the communicator's size): this rank's slot
+// ends as the reduction over ranks of that slot (with compression, sent in 16 bits as
+// AllReduce's); the other slots are left unspecified (Communicator::ReduceScatter).
+void ReduceScatter(int comm, const Tensor& t, ReduceOp op = ReduceOp::kSum,
+                   Compression compression = Compression::kNone);
+// In place over t's N equal slots: every rank ends with rank r's slot r. `members`: tensors on
+// blocks whose memory lies inside t's, recorded as read and written (as AllReduce's).
+void AllGatherShards(int comm, const Tensor& t, const std::vector<Tensor>& members = {});
 
 }  // namespace ops
 }  // namespace loom

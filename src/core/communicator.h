@@ -53,6 +53,10 @@ class Communicator {
   virtual void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
   // recv[r * count, (r + 1) * count) = rank r's send[0, count); recv holds size() * count.
   virtual void AllGather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // In place, over size() slots of `count` elements: data holds size() * count elements, and this
+  // rank ends with the element-wise reduction over ranks of its own slot, data[rank() * count,
+  // (rank() + 1) * count); the other slots are left unspecified (Note [Sharded optimizer state]).
+  virtual void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
   // Every rank ends with root's data[0, count).
   virtual void Broadcast(void* data, int64_t count, DType dtype, int root) = 0;
   virtual void Barrier() = 0;

@@ -189,6 +189,7 @@ std::shared_ptr<Device> NewCpuDevice(int id);
 // CUDA device `id`; throws DeviceError when the CUDA backend is not built or no GPU is visible.
 std::shared_ptr<Device> CudaDevice(int id = 0);
 bool CudaAvailable();  // built with CUDA and at least one GPU visible
+int CudaDeviceCount();  // the GPUs visible (0 without the CUDA backend)
 // Note [No GPU, or a broken one]
 // A machine without an NVIDIA driver, or whose driver sees no device, has no GPU: GPU tests skip
 // (unless LOOM_REQUIRE_GPU=1). A driver that is installed but fails (too old for this CUDA, fabric

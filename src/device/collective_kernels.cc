@@ -53,6 +53,34 @@ void RunElementwise(const OpDef& op, const Tensor& x, const Tensor& y, Attrs att
 
 DType WireType(Compression c) { return c == Compression::kFloat16 ? DType::kFloat16 : DType::kBFloat16; }
 
+// The 16-bit wire copy of a compressed collective: planned scratch in a graph, the device pool in
+// eager mode; freed with this object.
+class WireBuffer {
+ public:
+  WireBuffer(const KernelContext& ctx, const Tensor& t, Compression c) : dev_(*ctx.device) {
+    const size_t bytes = size_t(t.numel()) * 2;
+    void* scratch = ctx.scratch && ctx.scratch_bytes >= bytes ? ctx.scratch : nullptr;
+    owned_ = scratch ? nullptr : dev_.Malloc(bytes);
+    auto block = std::make_shared<Block>(bytes, dev_.shared_from_this());
+    block->Bind(scratch ? scratch : owned_);
+    wire_ = Tensor(block, t.shape(), ContiguousStrides(t.shape()), 0, WireType(c));
+  }
+  ~WireBuffer() {
+    if (owned_) dev_.Free(owned_);
+  }
+  const Tensor& tensor() const { return wire_; }
+
+ private:
+  Device& dev_;
+  void* owned_ = nullptr;
+  Tensor wire_;
+};
+
+// Element `at`, `n` long, of the one-dimensional t.
+Tensor Part(const Tensor& t, int64_t at, int64_t n) {
+  return Tensor(t.block_ptr(), {n}, {1}, t.offset() + at, t.dtype());
+}
+
 }  // namespace
 
 size_t AllReduceScratchBytes(const OpRecord& op) {
@@ -63,7 +91,6 @@ size_t AllReduceScratchBytes(const OpRecord& op) {
 // data: (n...) in place or into a fresh output, token, members... -> the same
 void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
   std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
-  Device& dev = *ctx.device;
   const Tensor& t = op.outputs[0];
   const int64_t n = t.numel();
   if (op.inputs[0].raw_data() != t.raw_data())  // out of place (ops::AllReduced)
@@ -73,21 +100,11 @@ void AllReduceKernel(const OpRecord& op, const KernelContext& ctx) {
   if (compress == Compression::kNone) {
     OnWire(ctx, *comm, t.raw_data(), t.nbytes(), true, [&](void* p) { comm->AllReduce(p, n, t.dtype(), rop); });
   } else {
-    // The wire copy: planned scratch in a graph, the device pool in eager mode.
-    const size_t bytes = size_t(n) * 2;
-    void* scratch = ctx.scratch && ctx.scratch_bytes >= bytes ? ctx.scratch : nullptr;
-    void* owned = scratch ? nullptr : dev.Malloc(bytes);
-    struct Free {
-      Device& d;
-      void* p;
-      ~Free() { if (p) d.Free(p); }
-    } free_owned{dev, owned};
-    auto block = std::make_shared<Block>(bytes, dev.shared_from_this());
-    block->Bind(scratch ? scratch : owned);
-    const DType w = WireType(compress);
-    Tensor wire(block, t.shape(), ContiguousStrides(t.shape()), 0, w);
+    WireBuffer buffer(ctx, t, compress);
+    const Tensor& wire = buffer.tensor();
+    const DType w = wire.dtype();
     RunElementwise(op_kind::cast, t, wire, Attrs{{"dtype", int64_t(w)}}, ctx);
-    OnWire(ctx, *comm, wire.raw_data(), bytes, true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
+    OnWire(ctx, *comm, wire.raw_data(), wire.nbytes(), true, [&](void* p) { comm->AllReduce(p, n, w, rop); });
     RunElementwise(op_kind::cast, wire, t, Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
   }
   const double scale = op.attrs.Float("scale", 1.0);
@@ -103,6 +120,41 @@ void AllGatherKernel(const OpRecord& op, const KernelContext& ctx) {
   OnWire(ctx, *comm, x.raw_data(), x.nbytes(), false, [&](void* send) {
     OnWire(ctx, *comm, y.raw_data(), y.nbytes(), true,
            [&](void* recv) { comm->AllGather(send, recv, x.numel(), x.dtype()); });
+  });
+}
+
+// buffer: (size * count) in place, token -> the same (Note [Sharded optimizer state])
+void ReduceScatterKernel(const OpRecord& op, const KernelContext& ctx) {
+  std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
+  LOOM_CHECK(op.attrs.Int("size") == comm->size(), CommError, "[reducescatter] captured for ", op.attrs.Int("size"),
+             " ranks, the communicator has ", comm->size());
+  const Tensor& t = op.outputs[0];
+  const int64_t count = t.numel() / comm->size();
+  const ReduceOp rop = op.attrs.Int("reduce", 0) ? ReduceOp::kMax : ReduceOp::kSum;
+  const auto compress = Compression(op.attrs.Int("compress", 0));
+  if (compress == Compression::kNone) {
+    OnWire(ctx, *comm, t.raw_data(), t.nbytes(), true,
+           [&](void* p) { comm->ReduceScatter(p, count, t.dtype(), rop); });
+    return;
+  }
+  WireBuffer wire(ctx, t, compress);
+  const Tensor& w = wire.tensor();
+  RunElementwise(op_kind::cast, t, w, Attrs{{"dtype", int64_t(w.dtype())}}, ctx);
+  OnWire(ctx, *comm, w.raw_data(), w.nbytes(), true, [&](void* p) { comm->ReduceScatter(p, count, w.dtype(), rop); });
+  const int64_t at = comm->rank() * count;  // only this rank's slot holds a sum
+  RunElementwise(op_kind::cast, Part(w, at, count), Part(t, at, count), Attrs{{"dtype", int64_t(t.dtype())}}, ctx);
+}
+
+// buffer: (size * count) in place, token, members... -> the same (Note [Sharded optimizer state])
+void AllGatherShardsKernel(const OpRecord& op, const KernelContext& ctx) {
+  std::shared_ptr<Communicator> comm = FindCommunicator(int(op.attrs.Int("comm")));
+  LOOM_CHECK(op.attrs.Int("size") == comm->size(), CommError, "[allgather_shards] captured for ",
+             op.attrs.Int("size"), " ranks, the communicator has ", comm->size());
+  const Tensor& t = op.outputs[0];
+  const int64_t count = t.numel() / comm->size();
+  const size_t slot = size_t(comm->rank()) * size_t(count) * SizeOf(t.dtype());
+  OnWire(ctx, *comm, t.raw_data(), t.nbytes(), true, [&](void* p) {
+    comm->AllGather(static_cast<char*>(p) + slot, p, count, t.dtype());
   });
 }
 

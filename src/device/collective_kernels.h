@@ -16,6 +16,8 @@ namespace loom {
 void AllReduceKernel(const OpRecord& op, const KernelContext& ctx);
 // x: (n...), token -> y: (size, n...), token. attrs: comm, size.
 void AllGatherKernel(const OpRecord& op, const KernelContext& ctx);
+void ReduceScatterKernel(const OpRecord& op, const KernelContext& ctx);  // scratch: AllReduceScratchBytes
+void AllGatherShardsKernel(const OpRecord& op, const KernelContext& ctx);
 // x: (n...) in place, token -> the same. attrs: comm, root.
 void BroadcastKernel(const OpRecord& op, const KernelContext& ctx);
 // Note [Planned scratch]: the 16-bit wire copy of a compressed all-reduce.

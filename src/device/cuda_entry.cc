@@ -25,6 +25,14 @@ bool CudaAvailable() {
   }
 }
 
+int CudaDeviceCount() {
+  try {
+    return LoadCudaBackend().device_count();
+  } catch (const DeviceError&) {  // as CudaAvailable
+    return 0;
+  }
+}
+
 std::string CudaSetupError() {
   try {
     return LoadCudaBackend().setup_error();
@@ -50,6 +58,8 @@ std::shared_ptr<Device> CudaDevice(int id) {
 }
 
 bool CudaAvailable() { return false; }
+
+int CudaDeviceCount() { return 0; }
 
 std::string CudaSetupError() { return ""; }
 

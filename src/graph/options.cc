@@ -20,6 +20,8 @@ void CheckGraphOptions(const GraphOptions& o) {
              ", expected a positive number of bytes");
   LOOM_CHECK(o.first_bucket_bytes >= 0, ValueError, "[graph] option first_bucket_bytes is ", o.first_bucket_bytes,
              ", expected a number of bytes (0: bucket_bytes)");
+  LOOM_CHECK(o.max_step_graphs >= 0, ValueError, "[graph] option max_step_graphs is ", o.max_step_graphs,
+             ", expected a number of graphs (0: no bound)");
 }
 
 namespace {

@@ -8,7 +8,7 @@ namespace loom {
 
 class Device;
 
-bool IsCollective(const OpRecord& op);  // allreduce, allgather, broadcast
+bool IsCollective(const OpRecord& op);  // allreduce, allgather, broadcast, reducescatter, allgather_shards
 
 // Note [Ranks capture the same graph] (ranks.cc): GraphError on every rank when they differ.
 void CheckRanksCapturedTheSame(const OpList& ops, Device& device);

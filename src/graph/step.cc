@@ -14,8 +14,6 @@ CapturedStep::CapturedStep(std::shared_ptr<Device> device, Fn fn, std::string na
       sequential_(sequential), options_(options) {
   LOOM_CHECK(device_, DeviceError, "[captured_step] no device");
   CheckGraphOptions(options_);
-  LOOM_CHECK(options_.max_step_graphs >= 0, ValueError, "[captured_step '", name_, "'] max_step_graphs ",
-             options_.max_step_graphs, " must be >= 0 (0: no bound)");
 }
 
 // Drops the least recently used graph (Note [Bounded recapture] in step.h).

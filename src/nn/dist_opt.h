@@ -39,6 +39,40 @@
 //     the update applies 1/N as it reads it (Note [Data parallelism folded into the update]).
 // So the ranks stay identical, and under loss scaling an overflow anywhere (in a rank's rounding
 // or in the sum) is an infinity on every rank: all of them skip the step together.
+//
+// Note [Sharded optimizer state]
+// With `shard` (ZeRO stage 1; Rajbhandari et al., "ZeRO: memory optimizations toward training
+// trillion parameter models", 2020; PyTorch's ZeroRedundancyOptimizer), each of N ranks keeps
+// the optimizer state (momentum, Adam's moments) of 1/N of the parameters. The parameters are
+// grouped into buckets of about `bucket_bytes`, in the order their gradients become final in the
+// first step (backward's order, so the first bucket fills while backward still runs; a parameter
+// first seen later opens a new bucket); each bucket is cut into N equal slots, rank r owning slot
+// r (slots start on a cache line, the padding is zero). A bucket owns two persistent buffers: its
+// gradients and its parameters. Each parameter's memory moves into the parameter buffer (the
+// value copied, the block bound at its offset: no copy per step, GradientShards in
+// nn/shards.h), and back into memory of its own when the DistOpt goes. A step, per bucket:
+//   1. each gradient, when final, is copied into the gradient buffer (a copy op);
+//   2. when the bucket's last gradient is in: `reducescatter` in place: slot r holds the sums;
+//   3. rank r's update ops run on the pieces of the parameters that lie in slot r (views of the
+//      parameters' own blocks and of slot r), with state of the pieces' size: 1/N of the state;
+//   4. `allgather_shards` in place over the parameter buffer: every rank has every updated slot.
+// Eager mode runs these as they come; a capture records the same ops, and since 1-4 are issued
+// while backward still runs (BackwardAndUpdate hands each gradient over as it becomes final),
+// the replay's collective lane overlaps them with the rest of backward, as the bucket pass does
+// for all-reduces (Note [Gradient buckets] in graph/buckets.cc, which finds nothing to do here).
+// Arithmetic: the reduce-scatter adds the same values in the same order as the all-reduce, and
+// the update is element-wise, so N sharded ranks compute what N unsharded ranks do (the tests
+// compare with 1 rank, in float64). Clipping by global norm and loss scaling need every
+// gradient first: BackwardAndUpdate then collects them, 2 runs per bucket, and the updates come
+// after the norm, which is the square root of the all-reduced sum of each rank's squared piece
+// norms (Optimizer::SetCrossRankReduce); loss scaling's non-finite flag is all-reduced (max), so
+// every rank skips the same steps. A parameter that got no gradient in a step is not updated,
+// as without sharding. Rules that depend on a parameter's shape (Adam's decay on matrices only)
+// see the whole parameter's. Checkpoints: every rank saves its own state (the trainer's rank
+// files, Note [Checkpoints across ranks]), so a sharded run resumes on the same number of ranks
+// only. Refused: Apply one parameter at a time (a bucket would never know the step ended), a
+// simulated communicator (this process would have to update every rank's slot), and parameters
+// that cannot move (a zero-copy numpy view, a graph's layout guard).
 #pragma once
 
 #include <memory>
@@ -51,6 +85,7 @@
 #include "core/collective.h"
 #include "core/comm_registry.h"
 #include "nn/optimizer.h"
+#include "nn/shards.h"
 
 namespace loom {
 namespace nn {
@@ -65,8 +100,11 @@ std::shared_ptr<Communicator> DefaultCommunicator();
 class DistOpt : public Optimizer {
  public:
   // compression: the wire type (Note [Gradients on the wire]); none: the model's precision's.
+  // shard: each rank keeps 1/N of the optimizer state (Note [Sharded optimizer state]).
   DistOpt(std::shared_ptr<Optimizer> optimizer, std::shared_ptr<Communicator> comm,
-          std::optional<Compression> compression = std::nullopt, size_t bucket_bytes = 25 << 20);
+          std::optional<Compression> compression = std::nullopt, size_t bucket_bytes = 25 << 20,
+          bool shard = false);
+  ~DistOpt() override;
 
   // All-reduces `grad` in place (blocking in eager mode), then the wrapped update.
   void Apply(const Tensor& grad, const Tensor& param, const std::string& name = "") override;
@@ -75,6 +113,14 @@ class DistOpt : public Optimizer {
   void StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name) override;
   void StepBucketed(const std::vector<std::pair<Tensor, Tensor>>& param_grads);  // StepKeyed(pg, true)
   bool HasSlot(const std::string& slot) const override { return optimizer_->HasSlot(slot); }
+  void FinishStep() override;
+  void AbandonStep() override;
+  // Note [Sharded optimizer state]: whether this rank keeps 1/N of the state, and (sharded) the
+  // bytes of this rank's slots over all buckets and of all buckets.
+  bool sharded() const { return shards_ != nullptr; }
+  size_t state_bytes() const override { return optimizer_->state_bytes(); }
+  size_t shard_slot_bytes() const;
+  size_t shard_bucket_bytes() const;
   // The wrapped optimizer computes the rate and clips, after the all-reduce (Note [Clipping
   // under DistOpt]).
   void SetSchedule(const Schedule& schedule) override { optimizer_->SetSchedule(schedule); }
@@ -118,12 +164,16 @@ class DistOpt : public Optimizer {
  private:
   // The pairs with their gradients summed over the ranks (eager: slices of the buckets).
   std::vector<std::pair<Tensor, Tensor>> AllReduceGradients(const std::vector<std::pair<Tensor, Tensor>>& param_grads);
+  // Note [Sharded optimizer state]: bucket b's updates of this rank's pieces, then its gather.
+  void UpdateAndGather(int b);
+  void StepSharded(const std::vector<std::pair<Tensor, Tensor>>& param_grads, bool key_by_name);
 
   std::shared_ptr<Optimizer> optimizer_;
   CommunicatorId comm_;
   std::optional<Compression> compression_;
   Precision precision_ = Precision::kFloat32;
   size_t bucket_bytes_;
+  std::unique_ptr<GradientShards> shards_;  // sharded only
 };
 
 }  // namespace nn

@@ -21,8 +21,17 @@ Optimizer::Optimizer(double lr) : lr_(lr) {
 void Optimizer::Step(const std::vector<std::pair<Tensor, Tensor>>& param_grads) { StepKeyed(param_grads, true); }
 
 void Optimizer::BackwardAndUpdate(const Tensor& loss, bool key_by_name) {
-  if (!clips_by_norm() && !scales_losses()) {
-    Backward(loss, [&](const Tensor& p, const Tensor& g) { Apply(g, p, key_by_name ? p.name() : ""); });
+  if (!needs_every_gradient()) {
+    applying_from_backward_ = true;
+    try {
+      Backward(loss, [&](const Tensor& p, const Tensor& g) { Apply(g, p, key_by_name ? p.name() : ""); });
+    } catch (...) {
+      applying_from_backward_ = false;
+      AbandonStep();
+      throw;
+    }
+    applying_from_backward_ = false;
+    FinishStep();
     return;
   }
   std::vector<std::pair<Tensor, Tensor>> pairs;
@@ -38,16 +47,20 @@ void Optimizer::StepKeyed(const std::vector<std::pair<Tensor, Tensor>>& param_gr
     for (const auto& pg : param_grads) grads.push_back(pg.second);
     scaling = &LossScaleOn(param_grads[0].second.device_ptr());
     UnscaleGradients(grads, *scaling);
+    if (cross_rank_) cross_rank_(scaling->found_inf, ReduceOp::kMax);  // Note [Sharded optimizer state]
     found_inf_ = scaling->found_inf;
   }
   if (clips_by_norm() && !param_grads.empty()) {
     std::vector<Tensor> grads;
     for (const auto& pg : param_grads) grads.push_back(pg.second);
     last_grad_norm_ = GlobalGradNorm(grads);
-    if (grad_mult_ != 1) {  // the norm of what the updates read
-      NoGradGuard no_grad;
-      last_grad_norm_ = ops::MulScalar(last_grad_norm_, grad_mult_);
+    NoGradGuard no_grad;
+    if (cross_rank_) {  // Note [Sharded optimizer state]: the norm over every rank's pieces
+      Tensor squares = ops::Mul(last_grad_norm_, last_grad_norm_);
+      cross_rank_(squares, ReduceOp::kSum);
+      last_grad_norm_ = ops::Sqrt(squares);
     }
+    if (grad_mult_ != 1) last_grad_norm_ = ops::MulScalar(last_grad_norm_, grad_mult_);  // the norm of what the updates read
     grad_scale_ = ClipScale(last_grad_norm_, clip_.max_norm, clip_.eps);
   }
   struct Reset {
@@ -102,6 +115,11 @@ void Optimizer::SetLossScale(const std::shared_ptr<Device>& dev, const LossScale
 void Optimizer::CountStep(const Tensor& counter) const {
   if (found_inf_.defined()) CallInto(op_kind::increment, {counter, found_inf_}, {counter});
   else CallInto(op_kind::increment, {counter}, {counter});
+}
+
+int Optimizer::ParameterDims(const Tensor& param) const {
+  auto it = param_dims_.find(param.block());
+  return it == param_dims_.end() ? int(param.ndim()) : it->second;
 }
 
 bool Optimizer::OpensStep(const Tensor& param) {
@@ -198,6 +216,12 @@ const Tensor& Optimizer::LearningRateTensor(const std::shared_ptr<Device>& dev) 
   return it->second;
 }
 
+size_t Optimizer::state_bytes() const {
+  size_t n = 0;
+  for (const auto& kv : states_) n += kv.second.nbytes();
+  return n;
+}
+
 Tensor& Optimizer::EnsureState(const std::string& key, const Shape& shape, DType dtype,
                                const std::shared_ptr<Device>& dev) {
   auto it = states_.find(key);
@@ -271,7 +295,7 @@ void Adam::Apply(const Tensor& grad, const Tensor& param, const std::string& nam
   Tensor& m = State(param, name, "m");
   Tensor& v = State(param, name, "v");
   const Tensor& lr = RateForUpdate(param);
-  const bool decays = decay_on_ == DecayOn::kAll || param.ndim() >= 2;
+  const bool decays = decay_on_ == DecayOn::kAll || ParameterDims(param) >= 2;
   Attrs a{{"beta1", beta1_}, {"beta2", beta2_}, {"eps", eps_}, {"weight_decay", decays ? weight_decay_ : 0.0},
           {"decoupled", int64_t(decoupled_)}};
   std::vector<Tensor> in{param, grad, lr, m, v, it->second};

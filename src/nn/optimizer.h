@@ -15,12 +15,14 @@
 // Without any of them, the ops submitted are exactly those of a plain optimizer.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/tensor.h"
 #include "nn/clip.h"
 #include "nn/loss_scale.h"
@@ -71,6 +73,22 @@ class Optimizer {
   // when several have.
   int64_t schedule_step();
 
+  // ---- hooks for a wrapper (DistOpt) ----
+  // Whether BackwardAndUpdate must collect every gradient and Step them together (clipping by
+  // global norm and loss scaling need them all); else each is applied as it becomes final.
+  virtual bool needs_every_gradient() const { return clips_by_norm() || scales_losses(); }
+  // Called by BackwardAndUpdate after its backward handed every gradient to Apply one by one.
+  virtual void FinishStep() {}
+  // Called instead when that backward or an update threw: a step half handed over is dropped.
+  virtual void AbandonStep() {}
+  // Note [Sharded optimizer state] (nn/dist_opt.h): the gradients Step is handed are this rank's
+  // pieces of every gradient, so the global norm (clipping) and the non-finite flag (loss
+  // scaling) are reduced over the ranks with `reduce` (in place, on a device scalar) before use.
+  void SetCrossRankReduce(std::function<void(const Tensor&, ReduceOp)> reduce) { cross_rank_ = std::move(reduce); }
+  // A piece of a parameter's storage stands for a parameter of `ndim` dimensions in rules that
+  // depend on its shape (Adam's DecayOn::kMatrices).
+  void SetParameterDims(const Block* storage, int ndim) { param_dims_[storage] = ndim; }
+
   // ---- clipping (nn/clip.h) ----
   virtual void SetGradClip(const GradClip& clip);
   const GradClip& grad_clip() const { return clip_; }
@@ -109,6 +127,8 @@ class Optimizer {
 
   // Named state tensors, for checkpoints: "<param key>/<slot>" -> tensor.
   const std::map<std::string, Tensor>& states() const { return states_; }
+  // Their bytes; a wrapper (DistOpt) answers with the optimizer it wraps.
+  virtual size_t state_bytes() const;
   // The state tensor `key` ("<param key>/<slot>"), created as zeros (in setup) when missing:
   // what a checkpoint restores into before the first update.
   Tensor& EnsureState(const std::string& key, const Shape& shape, DType dtype, const std::shared_ptr<Device>& dev);
@@ -127,6 +147,10 @@ class Optimizer {
   // The rate tensor of param's device for this update; at the step's first update, the
   // schedule's ops come first (Note [Schedules on the device]).
   const Tensor& RateForUpdate(const Tensor& param);
+  // The dimensions of the parameter `param` is (a piece of): SetParameterDims's, else its own.
+  int ParameterDims(const Tensor& param) const;
+  // Whether Apply is being called by BackwardAndUpdate's backward, one gradient at a time.
+  bool applying_from_backward() const { return applying_from_backward_; }
   // Appends the clip scale input and the clipping attributes of an update op (Note [Clipping
   // folded into the update]), the gradient multiplier, and the found_inf flag of loss scaling
   // (Note [Skipped updates]); `op` names the update in errors.
@@ -148,6 +172,9 @@ class Optimizer {
   std::optional<LossScaling> loss_scaling_;
   std::map<Device*, LossScaleState> loss_scales_;
   Tensor found_inf_;  // set by Step for its updates when scaling the loss
+  std::function<void(const Tensor&, ReduceOp)> cross_rank_;
+  std::map<const Block*, int> param_dims_;
+  bool applying_from_backward_ = false;
   LossScaleState& LossScaleOn(const std::shared_ptr<Device>& dev);  // created at the first use
 };
 

@@ -227,6 +227,7 @@ Trainer::Trainer(Model& model, io::DataLoader& train, io::DataLoader* held_out, 
     comm_ = &dist->communicator();
     rank_ = comm_->rank();
     world_ = comm_->size();
+    sharded_ = dist->sharded();
   }
   if (held_out_) evaluator_ = std::make_unique<Evaluator>(model_);
   batch_ = train_.options().batch_size;
@@ -274,14 +275,16 @@ void Trainer::Restore(const std::string& path) {
   // Note [Check everything, then copy] in io/checkpoint.h: every check before the first write.
   io::NamedTensors targets = StateTensors();
   io::CheckRestoreInto(ck, targets);
-  nn::CheckOptimizerState(ck, model_.optimizer());
+  // Sharded, rank 0's optimizer state is rank 0's alone: the others take theirs from their files.
+  const bool own_optimizer_state = !sharded_ || rank_ == 0;
+  if (own_optimizer_state) nn::CheckOptimizerState(ck, model_.optimizer());
   RunState s = RunState::FromMeta(ck.meta, path);
   LOOM_CHECK(s.world == world_, IOError, "[trainer] '", path, "' was written by a run of ", s.world, " rank(s); this ",
              "run has ", world_, ": resume it with ", s.world, " (each rank's BatchNorm statistics and run state ",
              "cannot be redistributed)");
   CheckRunState(s, train_, path);
   io::RestoreInto(ck, targets);
-  nn::RestoreOptimizerState(ck, model_.optimizer(), dev_);
+  if (own_optimizer_state) nn::RestoreOptimizerState(ck, model_.optimizer(), dev_);
   ApplyRunState(s, train_, *dev_, path);
   monitor_->SetSteps(s.step, s.loss_sum, s.losses);
   step_ = last_log_step_ = s.step;
@@ -295,7 +298,10 @@ void Trainer::Restore(const std::string& path) {
 void Trainer::SaveRankFile(const std::string& path) {
   StepMonitor::Reading r = monitor_->Read(/*restart_loss_sum=*/false);
   ThrowIfBad(r);
-  io::SaveCheckpoint(path, model_.States(), CurrentRunState(r).ToMeta());
+  io::NamedTensors tensors = model_.States();
+  std::map<std::string, double> meta = CurrentRunState(r).ToMeta();
+  if (sharded_) nn::AddOptimizerState(model_.optimizer(), &tensors, &meta);
+  io::SaveCheckpoint(path, tensors, meta);
 }
 
 // Over what Restore put there from rank 0's checkpoint: this rank's states and run state.
@@ -303,11 +309,13 @@ void Trainer::RestoreRankFile(const std::string& path) {
   io::Checkpoint ck = io::LoadCheckpoint(path);
   io::NamedTensors targets = model_.States();
   io::CheckRestoreInto(ck, targets);
+  if (sharded_) nn::CheckOptimizerState(ck, model_.optimizer());
   RunState s = RunState::FromMeta(ck.meta, path);
   LOOM_CHECK(s.rank == rank_ && s.world == world_ && s.step == step_, IOError, "[trainer] '", path, "' holds rank ",
              s.rank, " of ", s.world, " at step ", s.step, "; expected rank ", rank_, " of ", world_, " at step ", step_);
   CheckRunState(s, train_, path);
   io::RestoreInto(ck, targets);
+  if (sharded_) nn::RestoreOptimizerState(ck, model_.optimizer(), dev_);
   ApplyRunState(s, train_, *dev_, path);
   monitor_->SetSteps(s.step, s.loss_sum, s.losses);
 }

@@ -37,6 +37,9 @@
 //     still takes part, so none waits for it; all throw IOError naming the failed ranks);
 //  3. rank 0 writes step-k.ckpt, the whole checkpoint, with the world size in its run state,
 //     then all agree again and rank 0 prunes (the rank files of pruned steps go too).
+// With sharded optimizer state (Note [Sharded optimizer state] in nn/dist_opt.h) each rank's
+// optimizer state is its own too: every rank's file holds it (rank 0's in step-k.ckpt), and each
+// rank restores it from its own file only.
 // step-k.ckpt exists only once every rank file of step k does, so the newest step-k.ckpt is a
 // complete checkpoint (and loads alone as a one-rank checkpoint would). Resuming, the ranks
 // agree on that step (each lists the folder, which they must share), check its world size
@@ -198,6 +201,7 @@ class Trainer {
   TrainerOptions opt_;
   Communicator* comm_ = nullptr;  // a DistOpt's: Note [Checkpoints across ranks]
   int rank_ = 0, world_ = 1;
+  bool sharded_ = false;  // the DistOpt keeps 1/N of the optimizer state per rank
   std::unique_ptr<StepMonitor> monitor_;
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<io::CheckpointDir> dir_;

@@ -1,4 +1,4 @@
-// Op-case rows of the collectives (all-reduce, all-gather, broadcast) (Note [The op-case table] in op_cases.h). On a 1-rank
+// Op-case rows of the collectives (all-reduce, all-gather, broadcast, reduce-scatter, gather of shards) (Note [The op-case table] in op_cases.h). On a 1-rank
 // in-process communicator an all-reduce is `scale` times its input, so the table's checks apply
 // as to any op: forward against that, backward (Note [A differentiable all-reduce]) against
 // finite differences, graph replay, another device. Several ranks: test/dist.
@@ -38,6 +38,25 @@ void AddCollectiveCases(Table& t) {
         .In(Values({1}, {0}, DType::kInt64))
         .Attr("comm", int64_t(kOneRank))
         .Attr("size", int64_t(1))
+        .Exact();
+    // One rank: a reduce-scatter's one slot is the sum of one rank (the buffer), and gathering
+    // one slot leaves the buffer as it was (Note [Sharded optimizer state]).
+    auto same = [](const RefArgs& a) { return std::vector<HostTensor>{a.in[0], a.in[1]}; };
+    t.Add("reducescatter", "sum, 1 rank", dt, same)
+        .In(Uniform({12}))
+        .In(Values({1}, {0}, DType::kInt64))
+        .Attr("comm", int64_t(kOneRank))
+        .Attr("size", int64_t(1))
+        .Attr("reduce", int64_t(0))
+        .Attr("compress", int64_t(0))
+        .Into({0, 1})
+        .Exact();
+    t.Add("allgather_shards", "1 rank", dt, same)
+        .In(Uniform({12}))
+        .In(Values({1}, {0}, DType::kInt64))
+        .Attr("comm", int64_t(kOneRank))
+        .Attr("size", int64_t(1))
+        .Into({0, 1})
         .Exact();
     t.Add("broadcast", "1 rank, root 0", dt, [](const RefArgs& a) { return std::vector<HostTensor>{a.in[0], a.in[1]}; })
         .In(Uniform({2, 5}))

@@ -9,6 +9,7 @@
 
 #include "dist_common.h"
 #include "core/collective.h"
+#include "core/ranks_agree.h"
 
 namespace loom {
 namespace test {
@@ -45,6 +46,29 @@ TEST(InProc, MismatchedCollectivesRaiseCommErrorOnEveryRank) {
     ASSERT_TRUE(e);
     LOOM_EXPECT_THROW_MSG(std::rethrow_exception(e), CommError, "ranks called different collectives");
   }
+}
+
+// The agreement check the NCCL communicator runs over its host bootstrap (core/ranks_agree.h),
+// here over in-process ranks: the NCCL side can only be compiled without a GPU, and
+// test/cuda/nccl_test.cc runs it where there are GPUs.
+TEST(RanksAgree, DescriptionsGatheredOverAHostCommunicator) {
+  auto disagree = RunInProcRanks(3, [](int rank, const std::shared_ptr<Communicator>& c) {
+    AgreeOverHost(*c, "nccl", "all_reduce (sum of 4 float32)");  // the same call: nothing happens
+    AgreeOverHost(*c, "nccl", rank == 1 ? "all_reduce (sum of 4 int32)" : "all_reduce (sum of 4 float32)");
+  });
+  for (auto& e : disagree) {  // every rank throws the same error, naming each rank's call
+    ASSERT_TRUE(e);
+    LOOM_EXPECT_THROW_MSG(std::rethrow_exception(e), CommError,
+                          "[nccl] the ranks disagree on a collective: rank 0 calls all_reduce (sum of 4 float32), "
+                          "rank 1 calls all_reduce (sum of 4 int32) (every rank must issue");
+  }
+  auto root = RunInProcRanks(2, [](int rank, const std::shared_ptr<Communicator>& c) {
+    AgreeOverHost(*c, "nccl", detail::Cat("broadcast (4 float32 from rank ", rank, ")"));
+  });
+  for (auto& e : root) LOOM_EXPECT_THROW_MSG(std::rethrow_exception(e), CommError, "rank 1 calls broadcast (4 float32 from rank 1)");
+  LOOM_EXPECT_THROW_MSG(CheckRanksAgree("mpi", {"barrier", "barrier", "all_gather (1 int64 per rank)"}), CommError,
+                        "[mpi] the ranks disagree on a collective: rank 0 calls barrier, rank 2 calls all_gather");
+  CheckRanksAgree("mpi", {"barrier"});
 }
 
 TEST(InProc, BadGroups) {

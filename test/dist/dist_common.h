@@ -110,16 +110,35 @@ enum class Updates { kAfterBackward, kDuringBackward, kBackwardAndUpdate };
 // `steps` steps of SGD with momentum on the MLP, on rank's shard with DistOpt over comm, or
 // (comm null) on the whole global batch without one. With clipping by global norm, kAfterBackward
 // is one Step over all the gradients.
+// The optimizer of TrainMlp: SGD with momentum or AdamW (decay on matrices only, and a
+// schedule), with or without sharded state under DistOpt (Note [Sharded optimizer state]).
+struct OptSpec {
+  bool adam = false;
+  bool shard = false;
+  size_t bucket_bytes = 25 << 20;  // DistOpt's (the sharded buckets')
+  std::optional<Compression> wire;  // DistOpt's (Note [Gradients on the wire])
+  std::optional<nn::LossScaling> scaling;  // on the wrapped optimizer (Note [Loss scaling])
+};
+
 inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>& comm, Mode mode, DType dtype,
                         int steps, GraphOptions options = {}, Updates updates = Updates::kAfterBackward,
-                        nn::GradClip clip = {}) {
+                        nn::GradClip clip = {}, OptSpec spec = {}) {
   DistRun run;
   run.device = NewCpuDevice(rank);
   const auto& dev = run.device;
   Mlp m(kDims, 7, dev, dtype);
-  auto sgd = std::make_shared<nn::SGD>(0.05, 0.9);
-  run.opt = sgd;
-  if (comm) run.opt = std::make_shared<nn::DistOpt>(sgd, comm);
+  std::shared_ptr<nn::Optimizer> inner;
+  if (spec.adam) {
+    auto adam = std::make_shared<nn::Adam>(0.01, 0.9, 0.999, 1e-8, 0.1, /*decoupled=*/true);
+    adam->set_decay_on(nn::Adam::DecayOn::kMatrices);
+    adam->SetSchedule(nn::Schedule::Cosine(0.01, steps + 1));
+    inner = adam;
+  } else {
+    inner = std::make_shared<nn::SGD>(0.05, 0.9);
+  }
+  if (spec.scaling) inner->SetLossScaling(*spec.scaling);
+  run.opt = inner;
+  if (comm) run.opt = std::make_shared<nn::DistOpt>(inner, comm, spec.wire, spec.bucket_bytes, spec.shard);
   nn::Optimizer* opt = run.opt.get();
   opt->SetGradClip(clip);
   const int64_t rows = kGlobalBatch / world;
@@ -127,7 +146,7 @@ inline DistRun TrainMlp(int rank, int world, const std::shared_ptr<Communicator>
   x.block()->set_persistent(true);
   y.block()->set_persistent(true);
   auto step = [&] {
-    if (updates == Updates::kAfterBackward && !opt->clips_by_norm()) {
+    if (updates == Updates::kAfterBackward && !opt->clips_by_norm() && !spec.shard) {
       m.Step(x, y, *opt);
       return;
     }

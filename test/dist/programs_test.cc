@@ -109,6 +109,24 @@ TEST(DistPrograms, CnnTwoRanksEagerAndGraphAgree) {
   EXPECT_LE(std::abs(a - b), 1e-4 * std::abs(a)) << eager.out << graph.out;
 }
 
+// --shard (Note [Sharded optimizer state]): the same training as without it, in both modes.
+TEST(DistPrograms, CnnTwoShardedRanksTrainAsUnsharded) {
+  SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-cnn");
+  for (const char* mode : {" --eager", " --graph"}) {
+    const std::string args = std::string("--dist --batch 16 --steps 4 --lr 0.01 --json") + mode;
+    const ProgramRun plain = LaunchTwo("loom-cnn", args);
+    const ProgramRun sharded = LaunchTwo("loom-cnn", args + " --shard");
+    ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
+    EXPECT_TRUE(Has(sharded.out, "parameters: bitwise the same on all 2 ranks")) << sharded.out;
+    const double a = JsonNumber(plain.out, "train_loss"), b = JsonNumber(sharded.out, "train_loss");
+    EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(a)) << mode << plain.out << sharded.out;
+  }
+  const ProgramRun alone = RunProgram(ProgramPath("loom-cnn"), "--shard --steps 1");
+  EXPECT_EQ(alone.exit_code, 2) << alone.out;
+  EXPECT_TRUE(Has(alone.out, "--shard needs --dist")) << alone.out;
+}
+
 // A global batch that does not divide between the ranks is refused, naming both.
 TEST(DistPrograms, IndivisibleBatchIsRefused) {
   SKIP_WITHOUT_MPI();
@@ -182,6 +200,40 @@ TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
     EXPECT_EQ(JsonNumber(runs[i], "threads"), 1) << "the launcher's share of the cores: " << runs[i];
   }
   EXPECT_TRUE(Has(r.out, "Data-parallel over MPI (measured)")) << r.out;
+}
+
+// loom-bench --dist --shard --predict-ranks: a third variant per mode keeps half the optimizer
+// state (Note [Sharded optimizer state]), and the graph runs predict their step from their own
+// profiled replay, with the error against their measurement and the predictions at other rank
+// counts (Note [Predicting a data-parallel step]).
+TEST(DistPrograms, BenchShardsAndPredictsOnTwoRanks) {
+  SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("loom-bench");
+  const ProgramRun r = LaunchTwo("loom-bench", "--model mlp --mode eager,graph-planned --dist --shard --batch 32 "
+                                               "--steps 3 --warmup 1 --peak-gflops 1 --predict-ranks 1,4,512 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const std::vector<std::string> runs = JsonLines(r.out);
+  ASSERT_EQ(runs.size(), 6u) << r.out;  // per mode: compute only, 2 ranks, 2 ranks sharded
+  for (size_t m = 0; m < 2; ++m) {
+    const std::string &plain = runs[3 * m + 1], &sharded = runs[3 * m + 2];
+    EXPECT_EQ(JsonText(sharded, "communicator"), "mpi");
+    EXPECT_TRUE(Has(sharded, "\"sharded_optimizer_state\": true")) << sharded;
+    EXPECT_TRUE(Has(plain, "\"sharded_optimizer_state\": false")) << plain;
+    const double ratio = JsonNumber(sharded, "optimizer_state_bytes") / JsonNumber(plain, "optimizer_state_bytes");
+    EXPECT_GT(ratio, 0.45);
+    EXPECT_LE(ratio, 0.55);
+  }
+  for (size_t i : {4, 5}) {  // graph-planned over MPI: predicted, with the error and other rank counts
+    const std::string& run = runs[i];
+    EXPECT_GT(JsonNumber(run, "predicted_ms_per_step"), JsonNumber(run, "predicted_compute_ms_per_step")) << run;
+    EXPECT_NEAR(JsonNumber(run, "prediction_error"),
+                JsonNumber(run, "predicted_ms_per_step") / JsonNumber(run, "ms_per_step_median") - 1, 1e-3)
+        << run;
+    EXPECT_TRUE(Has(run, "\"predictions\": [{\"ranks\": 1, ")) << run;
+    EXPECT_TRUE(Has(run, "{\"ranks\": 512, ")) << run;
+  }
+  EXPECT_FALSE(Has(runs[0], "predicted_ms_per_step")) << "eager runs have no graph to profile";
+  EXPECT_TRUE(Has(r.out, "Predicted scaling of graph-planned")) << r.out;
 }
 
 }  // namespace

@@ -19,6 +19,20 @@ TEST(SimulatedComm, CostsFollowTheAlphaBetaModel) {
   EXPECT_NEAR(RingAllGatherSeconds(1e6, l), 35e-6 + 7 * 0.8e-3, 1e-12);
   EXPECT_NEAR(TreeBroadcastSeconds(1e6, l), 3 * (5e-6 + 0.8e-3), 1e-12);
   EXPECT_NEAR(BarrierSeconds(l), 15e-6, 1e-15);
+  // reduce-scatter, ring, of a 1 MB buffer: 7 * 5 us + 7/8 * 1e6 / 1.25e9 s; tree all-reduce:
+  // reduce and broadcast, 2 * 3 * (5 us + 1e6 / 1.25e9 s)
+  EXPECT_NEAR(RingReduceScatterSeconds(1e6, l), 35e-6 + 0.7e-3, 1e-12);
+  EXPECT_NEAR(TreeAllReduceSeconds(1e6, l), 6 * (5e-6 + 0.8e-3), 1e-12);
+  // The ops' models: the in-place gather of sharding moves 1/N of its buffer from each rank.
+  EXPECT_EQ(CollectiveSeconds("allreduce", 1e8, l), RingAllReduceSeconds(1e8, l));
+  EXPECT_EQ(CollectiveSeconds("allreduce", 1e8, l, /*tree=*/true), TreeAllReduceSeconds(1e8, l));
+  EXPECT_EQ(CollectiveSeconds("reducescatter", 1e6, l), RingReduceScatterSeconds(1e6, l));
+  EXPECT_EQ(CollectiveSeconds("allgather_shards", 8e6, l), RingAllGatherSeconds(1e6, l));
+  EXPECT_THROW(CollectiveSeconds("alltoall", 1, l), ValueError);
+  // A small buffer over many ranks: the tree's fewer messages win; a large one over few: the ring.
+  const SimulatedLink many{512, 10, 5}, few{4, 10, 5};
+  EXPECT_LT(TreeAllReduceSeconds(1e3, many), RingAllReduceSeconds(1e3, many));
+  EXPECT_LT(RingAllReduceSeconds(1e8, few), TreeAllReduceSeconds(1e8, few));
   l.ranks = 5;  // ceil(log2 5) = 3 rounds
   EXPECT_NEAR(BarrierSeconds(l), 15e-6, 1e-15);
   l.ranks = 1;  // nothing to exchange
@@ -39,10 +53,15 @@ TEST(SimulatedComm, ValuesAreThoseOfRanksHoldingTheSameData) {
   c.Broadcast(x.data(), 3, DType::kFloat32, 3);
   EXPECT_EQ(x, (std::vector<float>{6, -8, 12}));
   EXPECT_THROW(c.Broadcast(x.data(), 3, DType::kFloat32, 4), ValueError);
+  // A reduce-scatter sums this rank's slot (the first) over 4 ranks holding the same values.
+  std::vector<double> slots{1, 2, 5, 5, 5, 5, 5, 5};
+  c.ReduceScatter(slots.data(), 2, DType::kFloat64, ReduceOp::kSum);
+  EXPECT_EQ(slots[0], 4);
+  EXPECT_EQ(slots[1], 8);
   EXPECT_THROW(SimulatedCommunicator({0, 10, 1}), ValueError);
   EXPECT_THROW(SimulatedCommunicator({2, 0, 1}), ValueError);
   EXPECT_THROW(SimulatedCommunicator({2, 10, -1}), ValueError);
-  EXPECT_EQ(c.stats().collectives, 4);
+  EXPECT_EQ(c.stats().collectives, 5);
 }
 
 // Issue order A, X, B, C, D: X (a collective) follows A, D (an update) follows X and C.

@@ -358,7 +358,7 @@ TEST_F(GraphTest, CapturedStepKeepsABoundedNumberOfGraphsLeastRecentlyUsedFirst)
   }
   EXPECT_EQ(unbounded.num_graphs(), 12u);
   o.max_step_graphs = -1;
-  LOOM_EXPECT_THROW_MSG(CapturedStep(dev_, fn, "bad", true, true, o), ValueError, "max_step_graphs -1 must be >= 0");
+  LOOM_EXPECT_THROW_MSG(CapturedStep(dev_, fn, "bad", true, true, o), ValueError, "[graph] option max_step_graphs is -1");
 }
 
 TEST_F(GraphTest, RandomOpsDrawFreshNumbersOnEveryReplayAndMatchEager) {

@@ -75,6 +75,8 @@ TEST(GraphOptionChecks, OutOfRangeValuesAreValueErrorsWhereTheyAreSet) {
       {[](GraphOptions& o) { o.bucket_bytes = -1; }, "[graph] option bucket_bytes is -1, expected a positive"},
       {[](GraphOptions& o) { o.bucket_bytes = 0; }, "[graph] option bucket_bytes is 0"},
       {[](GraphOptions& o) { o.first_bucket_bytes = -5; }, "[graph] option first_bucket_bytes is -5"},
+      // A device's options took -1 (only a CapturedStep checked it), refused later by each step.
+      {[](GraphOptions& o) { o.max_step_graphs = -1; }, "[graph] option max_step_graphs is -1, expected a number"},
   };
   for (const Case& c : cases) {
     GraphOptions o;

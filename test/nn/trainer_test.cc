@@ -107,11 +107,13 @@ io::DataLoaderOptions HeldOutOptions() {
 struct TrainRun {
   std::shared_ptr<Device> dev;
   std::shared_ptr<nn::Model> model;
-  explicit TrainRun(bool graph, const std::shared_ptr<Communicator>& comm = nullptr)
+  // shard: each rank keeps the Adam moments of its slot (Note [Sharded optimizer state]), in
+  // small buckets (several of them).
+  explicit TrainRun(bool graph, const std::shared_ptr<Communicator>& comm = nullptr, bool shard = false)
       : dev(comm ? NewCpuDevice(comm->rank()) : CpuDevice()) {
     dev->SetRandSeed(3);
     std::shared_ptr<nn::Optimizer> opt = std::make_shared<nn::Adam>(0.01);
-    if (comm) opt = std::make_shared<nn::DistOpt>(opt, comm);
+    if (comm) opt = std::make_shared<nn::DistOpt>(opt, comm, std::nullopt, shard ? 512 : 25 << 20, shard);
     model = std::make_shared<nn::Model>(Net(dev), opt);
     model->Compile({ops::Zeros({kBatch, 1, 8, 8}, DType::kFloat32, dev)}, true, graph);
   }
@@ -121,8 +123,9 @@ struct TrainRun {
 int64_t StepsFor(int world) { return kEpochs * (kSamples / world) / kBatch; }
 
 // One rank of the child's run (the only one when comm is null).
-void TrainRank(bool graph, const std::string& dir, int delay_ms, const std::shared_ptr<Communicator>& comm) {
-  TrainRun run(graph, comm);
+void TrainRank(bool graph, const std::string& dir, int delay_ms, const std::shared_ptr<Communicator>& comm,
+               bool shard = false) {
+  TrainRun run(graph, comm, shard);
   io::DataLoaderOptions o = TrainOptions();
   o.device = run.dev;
   if (comm) {
@@ -150,10 +153,10 @@ void TrainRank(bool graph, const std::string& dir, int delay_ms, const std::shar
 // The child: trains to the end in `dir` with `world` ranks (in-process ones: killing the child
 // kills them all at once), resuming from its newest checkpoint; each batch takes at least
 // `delay_ms` to prepare, so that the parent can kill it mid-run.
-void TrainChild(bool graph, const std::string& dir, int delay_ms, int world) {
+void TrainChild(bool graph, const std::string& dir, int delay_ms, int world, bool shard) {
   if (world == 1) return TrainRank(graph, dir, delay_ms, nullptr);
   for (const std::exception_ptr& e : RunInProcRanks(world, [&](int, const std::shared_ptr<Communicator>& comm) {
-         TrainRank(graph, dir, delay_ms, comm);
+         TrainRank(graph, dir, delay_ms, comm, shard);
        }))
     if (e) std::rethrow_exception(e);
 }
@@ -161,12 +164,13 @@ void TrainChild(bool graph, const std::string& dir, int delay_ms, int world) {
 void RunChildIfAsked() {
   const char* cfg = std::getenv(kChildVar);
   if (!cfg) return;
-  // "<graph|eager> <delay ms> <world> <dir>"
+  // "<graph|eager> <delay ms> <world>[s] <dir>": s, sharded optimizer state
   std::string s(cfg);
   size_t a = s.find(' '), b = s.find(' ', a + 1), c = s.find(' ', b + 1);
   try {
-    TrainChild(s.substr(0, a) == "graph", s.substr(c + 1), std::stoi(s.substr(a + 1, b - a - 1)),
-               std::stoi(s.substr(b + 1, c - b - 1)));
+    const std::string world = s.substr(b + 1, c - b - 1);
+    TrainChild(s.substr(0, a) == "graph", s.substr(c + 1), std::stoi(s.substr(a + 1, b - a - 1)), std::stoi(world),
+               world.back() == 's');
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trainer child: %s\n", e.what());
     std::fflush(nullptr);
@@ -192,9 +196,9 @@ std::string SelfPath() {
 }
 
 // Starts the child; its output goes to dir.log.
-pid_t Spawn(bool graph, const std::string& dir, int delay_ms, int world) {
+pid_t Spawn(bool graph, const std::string& dir, int delay_ms, int world, bool shard) {
   std::string var = std::string(kChildVar) + "=" + (graph ? "graph " : "eager ") + std::to_string(delay_ms) + " " +
-                    std::to_string(world) + " " + dir;
+                    std::to_string(world) + (shard ? "s " : " ") + dir;
   std::vector<char*> env;
   for (char** e = environ; *e; ++e)
     if (std::strncmp(*e, kChildVar, sizeof(kChildVar) - 1) != 0) env.push_back(*e);
@@ -218,8 +222,8 @@ std::string ReadText(const std::string& path) {
 }
 
 // Runs the child to its end; its exit status.
-int RunToEnd(bool graph, const std::string& dir, int world) {
-  pid_t pid = Spawn(graph, dir, 0, world);
+int RunToEnd(bool graph, const std::string& dir, int world, bool shard) {
+  pid_t pid = Spawn(graph, dir, 0, world, shard);
   if (pid < 0) return -1;
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -242,24 +246,26 @@ int ExpectSameTensors(const io::Checkpoint& a, const io::Checkpoint& b) {
   return optimizer_slots;
 }
 
-// (graph mode, ranks): one rank, or two in-process ranks of a data-parallel run (Note
-// [Checkpoints across ranks] in nn/trainer.h), killed together.
-class TrainerResume : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+// (graph mode, ranks, sharded): one rank, or two in-process ranks of a data-parallel run (Note
+// [Checkpoints across ranks] in nn/trainer.h), killed together; sharded, each rank's file holds
+// its own optimizer state (Note [Sharded optimizer state] in nn/dist_opt.h).
+class TrainerResume : public ::testing::TestWithParam<std::tuple<bool, int, bool>> {};
 
 TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitwise) {
   const bool graph = std::get<0>(GetParam());
   const int world = std::get<1>(GetParam());
+  const bool shard = std::get<2>(GetParam());
   const int64_t steps = StepsFor(world);
   TempDir tmp;
   const std::string ref = tmp / "ref", run = tmp / "run";
-  ASSERT_EQ(RunToEnd(graph, ref, world), 0) << ReadText(ref + ".log");
+  ASSERT_EQ(RunToEnd(graph, ref, world, shard), 0) << ReadText(ref + ".log");
 
   std::mt19937 gen(std::random_device{}());
   const int64_t kill_after = 3 + int64_t(gen() % (steps - 12));  // a checkpoint at or after this step, then a random delay
   const int jitter_ms = int(gen() % 25);
   SCOPED_TRACE("killed after the checkpoint of step >= " + std::to_string(kill_after) + " and " +
                std::to_string(jitter_ms) + " ms more");
-  pid_t pid = Spawn(graph, run, /*delay_ms=*/8, world);
+  pid_t pid = Spawn(graph, run, /*delay_ms=*/8, world, shard);
   ASSERT_GT(pid, 0);
   int status = 0;
   bool exited = false;
@@ -284,7 +290,7 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
   ASSERT_FALSE(FileExists(run + final_name)) << "killed after the last step: nothing left to resume";
   const int64_t resumed_at = io::CheckpointDir(run).Steps().back();
 
-  ASSERT_EQ(RunToEnd(graph, run, world), 0) << ReadText(run + ".log");
+  ASSERT_EQ(RunToEnd(graph, run, world, shard), 0) << ReadText(run + ".log");
   EXPECT_NE(ReadText(run + ".log").find("resumed at step " + std::to_string(resumed_at)), std::string::npos)
       << ReadText(run + ".log");
 
@@ -294,7 +300,9 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
     const std::string rank_file = io::CheckpointDir(ref).RankPathFor(steps, r).substr(ref.size());
     io::Checkpoint ra = io::LoadCheckpoint(ref + rank_file), rb = io::LoadCheckpoint(run + rank_file);
     EXPECT_GT(ra.tensors.size(), 0u);
-    ExpectSameTensors(ra, rb);
+    const int slots = ExpectSameTensors(ra, rb);
+    if (shard) EXPECT_GT(slots, 0) << "rank " << r << "'s file holds its optimizer state";
+    else EXPECT_EQ(slots, 0);
     EXPECT_EQ(ra.Meta("run/rank"), double(r));
     EXPECT_EQ(ra.Meta("run/rng_counter_lo"), rb.Meta("run/rng_counter_lo"));
   }
@@ -323,12 +331,17 @@ TEST_P(TrainerResume, KilledAtARandomStepThenResumedEqualsAnUninterruptedRunBitw
   EXPECT_EQ(rows(ref + "/log.csv"), rows(run + "/log.csv"));
 }
 
+std::string ResumeName(const ::testing::TestParamInfo<std::tuple<bool, int, bool>>& p) {
+  return std::string(std::get<0>(p.param) ? "Graph" : "Eager") + (std::get<1>(p.param) == 1 ? "" : "TwoRanks") +
+         (std::get<2>(p.param) ? "Sharded" : "");
+}
 INSTANTIATE_TEST_SUITE_P(Modes, TrainerResume,
-                         ::testing::Combine(::testing::Values(false, true), ::testing::Values(1, 2)),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& p) {
-                           return std::string(std::get<0>(p.param) ? "Graph" : "Eager") +
-                                  (std::get<1>(p.param) == 1 ? "" : "TwoRanks");
-                         });
+                         ::testing::Combine(::testing::Values(false, true), ::testing::Values(1, 2),
+                                            ::testing::Values(false)),
+                         ResumeName);
+INSTANTIATE_TEST_SUITE_P(Sharded, TrainerResume,
+                         ::testing::Combine(::testing::Values(false, true), ::testing::Values(2), ::testing::Values(true)),
+                         ResumeName);
 
 // ---- a NaN at step k ----
 

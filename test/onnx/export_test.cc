@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -219,6 +220,48 @@ TEST(OnnxExport, DynamicBatchMakesDimensionZeroSymbolic) {
   ModelProto fixed = Parse(nn::ExportOnnxBytes(*net, x));
   EXPECT_EQ(Dims(fixed.graph().input(0)), (std::vector<int64_t>{2, 3, 32, 32}));
   EXPECT_EQ(Int64Init(fixed, FindNode(fixed, "Reshape")->input(1))[0], 2);
+}
+
+// Issue 36: a (4, 6) -> (2, 12) reshape was exported as Reshape(-1, 12) under an output declared
+// (batch, 12), which at batch 8 computed (4, 12); a transpose or a sum over the batch declared a
+// batch dimension that was not one (Note [A symbolic batch is the leading dimension]).
+TEST(OnnxExport, DynamicBatchRefusesValuesWhoseFirstDimensionIsNotTheBatch) {
+  Tensor x = RandomTensor({4, 6}, DType::kFloat32, 18), other = RandomTensor({3, 6}, DType::kFloat32, 19);
+  io::OnnxExportOptions opt;
+  opt.dynamic_batch = true;
+  struct Case {
+    std::function<Tensor()> fn;
+    const char* message;
+  };
+  const Case cases[] = {
+      // Inside the graph, back to (4, 6) before the output.
+      {[&] { return ops::Reshape(ops::Neg(ops::Reshape(ops::Exp(x), {2, 12})), {4, 6}); },
+       "reshapes (4, 6) to (2, 12), mixing the batch dimension (4) with others"},
+      {[&] { return ops::Reshape(ops::Neg(ops::Reshape(ops::Exp(x), {24})), {4, 6}); },
+       "reshapes (4, 6) to (24,), mixing the batch"},
+      {[&] { return ops::Neg(ops::Permute(ops::Neg(ops::Permute(ops::Exp(x), {1, 0})), {1, 0})); },
+       "a permutation that moves the batch axis"},
+      // At the output.
+      {[&] { return ops::Neg(ops::Reshape(ops::Exp(x), {2, 12})); }, "output 0 is float32 (2, 12)"},
+      {[&] { return ops::Neg(ops::Permute(ops::Exp(x), {1, 0})); }, "output 0 is float32 (6, 4)"},
+      {[&] { return ops::Sum(ops::Exp(x), {0}, true); }, "output 0 is float32 (1, 6)"},
+  };
+  for (const Case& c : cases) {
+    CapturedGraph g(Cpu(), "dyn");
+    Tensor y = g.Capture(c.fn);
+    LOOM_EXPECT_THROW_MSG(io::ExportOnnxBytes(g.graph(), {x}, {y}, opt), OnnxError, c.message);
+    io::ExportOnnxBytes(g.graph(), {x}, {y});  // a fixed batch exports them all
+  }
+  CapturedGraph g(Cpu(), "two");
+  Tensor y = g.Capture([&] { return ops::Add(ops::Exp(x), ops::Sum(other, {0}, true)); });
+  LOOM_EXPECT_THROW_MSG(io::ExportOnnxBytes(g.graph(), {x, other}, {y}, opt), OnnxError,
+                        "input 1 is float32 (3, 6) on cpu:0: with dynamic_batch its first dimension is declared the batch");
+  // Keeping the batch leading still exports: (4, 6) -> (4, 2, 3) -> permuted behind it.
+  CapturedGraph ok(Cpu(), "ok");
+  Tensor z = ok.Capture([&] { return ops::Neg(ops::Permute(ops::Reshape(ops::Exp(x), {4, 2, 3}), {0, 2, 1})); });
+  ModelProto m = Parse(io::ExportOnnxBytes(ok.graph(), {x}, {z}, opt));
+  EXPECT_EQ(Int64Init(m, FindNode(m, "Reshape")->input(1)), (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(Ints(*FindNode(m, "Transpose"), "perm"), (std::vector<int64_t>{0, 2, 1}));
 }
 
 TEST(OnnxExport, ResNetBlocksExportEveryOp) {

@@ -239,3 +239,19 @@ def test_a_run_stopped_mid_epoch_and_resumed_reads_the_same_batches_and_ends_bit
     assert ref.keys() == resumed.keys()
     for k in ref:
         assert ref[k].tobytes() == resumed[k].tobytes(), k
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"batch_size": "8"}, "batch_size must be an int, got str"),
+    ({"batch_size": 2.5}, "batch_size must be an int, got float 2.5"),
+    ({"batch_size": float("nan")}, "batch_size must be an int, got float nan"),
+    ({"seed": float("nan")}, "seed must be an int"),
+    ({"shard": (0.5, 2)}, "shard must be (rank, world)"),
+])
+def test_loader_options_of_the_wrong_type_are_loom_errors(kwargs, needle):
+    # Found by tools/probe.py: int() took "8" and 2.5 as 8 and 2, and raised Python's ValueError
+    # for NaN.
+    ds = data.ArrayDataset(np.zeros((4, 2)), np.zeros(4, np.int64))
+    with pytest.raises(loom.Error) as e:
+        data.DataLoader(ds, **kwargs)
+    assert needle in str(e.value)

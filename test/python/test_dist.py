@@ -133,6 +133,30 @@ def test_mlp_example_on_two_ranks_trains_like_one_rank(root, mode):
 
 
 @needs_mpi
+@pytest.mark.parametrize("mode", ["--graph", "--eager"])
+def test_mlp_example_with_sharded_state_on_two_ranks_trains_like_one_rank(root, mode):
+    """opt.DistOpt(shard=True) (Note [Sharded optimizer state]): each rank keeps half the
+    momentum, and training is that of one rank on the global batch, to float32 rounding."""
+    args = ["--steps", "8", "--batch", "32", "--lr", "0.05", mode]
+    one, _ = _example(root, "mlp.py", *args)
+    two, out = _example(root, "mlp.py", *args, "--dist", "--shard", ranks=2)
+    assert "parameters: bitwise the same on all 2 ranks" in out
+    for key in ("first_loss", "last_loss"):
+        assert two[key] == pytest.approx(one[key], rel=1e-5), key
+    assert one["last_loss"] < one["first_loss"] - 0.1  # it trained
+    assert 0.45 < two["optimizer_state_bytes"] / one["optimizer_state_bytes"] <= 0.55
+
+
+def test_sharded_dist_opt_refuses_update_one_parameter_at_a_time(dev):
+    d = opt.DistOpt(opt.SGD(0.1, momentum=0.9), communicator=core.inproc_communicator_of_one(), shard=True)
+    assert d.sharded and d.state_bytes == 0
+    with pytest.raises(loom.ValueError, match="BackwardAndUpdate or Step"):
+        mlp_run(dev, d, buffered=False)
+    with pytest.raises(loom.TypeError, match="shard must be True or False"):
+        opt.DistOpt(opt.SGD(0.1), communicator=core.inproc_communicator_of_one(), shard="yes")
+
+
+@needs_mpi
 def test_cnn_example_on_two_ranks_eager_equals_graph(root):
     args = ["--steps", "4", "--batch", "16", "--dist"]
     eager, out_e = _example(root, "cnn.py", *args, "--eager", ranks=2)

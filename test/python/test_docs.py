@@ -69,8 +69,14 @@ def shell_blocks(text):
             continue
         if transcript or lang == "console":
             lines = [line[2:] for line in lines if line.startswith("$ ")]
-        cmds = []
+        joined = []  # a line ending in a backslash goes on in the next one
         for line in lines:
+            if joined and joined[-1].endswith("\\"):
+                joined[-1] = joined[-1][:-1].rstrip() + " " + line.strip()
+            else:
+                joined.append(line)
+        cmds = []
+        for line in joined:
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line and not line.startswith("#"):
                 cmds += [c.strip() for c in line.split("&&") if c.strip()]
@@ -140,12 +146,14 @@ SHELL_CASES = [(doc, line, marker, cmds) for doc in SHELL_DOCS
 
 def test_the_checker_finds_blocks_and_refuses_an_unmarked_or_unnamed_one():
     text = ("```sh\nbuild/loom-new --fast\n```\n\n<!-- covered: tools/test.sh demo -->\n```sh\ntools/demo.sh\n"
-            "build/loom-new\n```\n\n```\n$ tools/test.sh lint\nsetup: ...\n```\n\n```python\nprint(1)\n```\n")
+            "build/loom-new\n```\n\n```\n$ tools/test.sh lint\nsetup: ...\n```\n\n```python\nprint(1)\n```\n\n"
+            "```sh\ntools/launch.sh -n 2 -- build/loom-new \\\n    --fast\n```\n")
     blocks = shell_blocks(text)
     assert [(b[0], b[1], b[2]) for b in blocks] == [
         (1, None, ["build/loom-new --fast"]),
         (6, "<!-- covered: tools/test.sh demo -->", ["tools/demo.sh", "build/loom-new"]),
-        (11, None, ["tools/test.sh lint"])]
+        (11, None, ["tools/test.sh lint"]),
+        (20, None, ["tools/launch.sh -n 2 -- build/loom-new --fast"])]
     assert uncovered(blocks[1][1], blocks[1][2]) == [("build/loom-new", ["loom-new"])]
     assert command_keys("LOOM_SETUP_APT=0 tools/demo.sh") == ["LOOM_SETUP_APT=0", "demo.sh"]
     assert command_keys("tools/launch.sh -n 2 -- build/test_comm --gtest_filter=X") == ["launch.sh", "test_comm"]

@@ -270,6 +270,15 @@ USER_MISTAKES = [
     ("leaky_relu nan slope", lambda: autograd.leaky_relu(_f32(), NAN), loom.ValueError, "slope must be a finite number"),
     ("cross-entropy zero rows", lambda: autograd.softmax_cross_entropy(tensor.zeros((0, 3)), tensor.zeros((0,), dtype="int32")),
      loom.ShapeError, "have no rows"),
+    # Found by tools/probe.py: Python's ValueError from int() and float(), numpy's MemoryError.
+    ("set_num_threads str", lambda: device.set_num_threads("x"), loom.TypeError, "[set_num_threads] n must be an int"),
+    ("Adam epsilon str", lambda: opt.Adam(epsilon="x"), loom.TypeError, "[Adam] epsilon must be a number, got str"),
+    # Note [None is not self]: SIGSEGV before (found by a sweep of the public API for issue 36).
+    ("method on None", lambda: tensor.copy_from_numpy(None, np.ones(2)), loom.TypeError,
+     "[Tensor__copy_from_exact] called on None, not on a loom::Tensor"),
+    ("Device method on None", lambda: core.Device.name(None), loom.TypeError, "[Device_name] called on None"),
+    ("to_numpy 256 TiB", lambda: tensor.Tensor((2 ** 26, 2 ** 20)).to_numpy(), loom.DeviceError,
+     "[to_numpy] out of memory allocating the numpy copy of float32 (67108864, 1048576)"),
 ]
 
 

@@ -403,3 +403,34 @@ def test_load_optimizer_refuses_a_model_checkpoint_naming_what_is_missing(dev, t
     io.save_optimizer(tmp_path / "opt.ckpt", m.optimizer)  # what load_optimizer reads
     io.load_optimizer(tmp_path / "opt.ckpt", fresh, dev)
     assert fresh.lr == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"batch_size": "8"}, "batch_size must be an int, got str"),
+    ({"batch_size": 2.5}, "batch_size must be an int, got float 2.5"),
+    ({"batch_size": float("nan")}, "batch_size must be an int, got float nan"),
+    ({"batch_size": True}, "batch_size must be an int, got bool"),
+    ({"seed": "x"}, "seed must be an int, got str"),
+    ({"mean": ["a"], "std": [1.0]}, "mean must be a number, got str 'a'"),
+    ({"prefetch": 1.5}, "prefetch must be an int"),
+])
+def test_loader_options_of_the_wrong_type_are_loom_type_errors(tmp_path, kwargs, needle):
+    # Found by tools/probe.py: int() took "8" and 2.5 as 8 and 2, and raised Python's ValueError
+    # for NaN and "x"; a string mean was Python's TypeError from the binding.
+    _, _, ipath, lpath = _write_mnist(tmp_path)
+    with pytest.raises(loom.TypeError, match=needle):
+        io.DataLoader(io.load_mnist(ipath, lpath), **kwargs)
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda: io.load_checkpoint(3), "[io] path must be a str or an os.PathLike, got int 3"),
+    (lambda: io.save_checkpoint(None, {}), "[io] path must be a str or an os.PathLike, got NoneType"),
+    (lambda: io.load_mnist_dir(["a"]), "got list"),
+    (lambda: io.load_cifar10(3), "[io] load_cifar10 takes a path or a list of them, got int"),
+    (lambda: io.load_cifar10([1.5]), "[io] a batch file must be a str or an os.PathLike, got float 1.5"),
+])
+def test_paths_of_the_wrong_type_are_loom_type_errors(call, needle):
+    # Found by a sweep of the public API (issue 36): os.fspath's own TypeError.
+    with pytest.raises(loom.TypeError) as e:
+        call()
+    assert needle in str(e.value)

@@ -210,3 +210,33 @@ def test_depth_to_space_with_a_huge_block_size_is_an_error(dev):
     rep = sonnx.prepare(tiny_model_bytes("DepthToSpace", {"blocksize": 2 ** 32}))
     with pytest.raises(loom.OnnxError, match=r"node 'the_node' \(DepthToSpace\): blocksize 4294967296 times"):
         rep.run([np.zeros((2, 3), np.float32).reshape(1, 6, 1, 1)])
+
+
+def test_paths_that_are_not_model_files_are_loom_errors(tmp_path, dev):
+    # Found by tools/probe.py: a directory raised Python's IsADirectoryError (the file object was
+    # opened before the check), a NUL byte Python's ValueError, and a sparse 3 GiB file was read
+    # whole before protobuf's 2 GiB limit refused it (over 20 s).
+    folder = tmp_path / "folder.onnx"
+    folder.mkdir()
+    huge = tmp_path / "huge.onnx"
+    with open(huge, "wb") as f:
+        f.truncate(3 << 30)
+    for path, error, needle in [(str(folder), loom.IOError, r"not a regular file \(a directory\)"),
+                                (str(tmp_path / "a\0b.onnx"), loom.ValueError, "contains a NUL byte"),
+                                (str(huge), loom.IOError, "it is 3221225472 bytes, more than the 2147483647")]:
+        for call in (sonnx.prepare, onnx_import.import_model, onnx_import.import_problem):
+            with pytest.raises(error, match=needle):
+                call(path)
+
+
+def test_backend_arguments_are_loom_errors(dev):
+    # Found by tools/probe.py: Python's ValueError from int() and np.asarray.
+    rep = sonnx.prepare(two_input_model())
+    a = np.array([5, 7], np.float32)
+    with pytest.raises(loom.ValueError, match="unknown device 'CUDA:x'"):
+        sonnx.prepare(two_input_model(), "CUDA:x")
+    with pytest.raises(loom.TypeError, match="last_layers must be a node index"):
+        rep.run([a, a], last_layers="x")
+    with pytest.raises(loom.TypeError, match="input 0 'a' is not an array"):
+        rep.run([[1, [2]], a])
+    np.testing.assert_array_equal(rep.run([a, a], last_layers=-1)[0], a - a)

@@ -429,3 +429,25 @@ if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "child":
     child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
 elif __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "bar":
     bar_child(sys.argv[2], sys.argv[3] == "plain")
+
+
+@pytest.mark.parametrize("kwargs, error, needle", [
+    ({"epochs": "x"}, "TypeError", "epochs must be an int, got str"),
+    ({"epochs": float("nan")}, "TypeError", "epochs must be an int, got float nan"),
+    ({"max_steps": -3}, "ValueError", "max_steps -3 must be at least 0"),
+    ({"max_steps": "5"}, "TypeError", "max_steps must be an int"),
+    ({"log_every": float("inf")}, "TypeError", "log_every must be an int"),
+    ({"keep_last": -2}, "ValueError", "keep_last -2 must be at least 1"),
+    ({"keep_last": "x"}, "TypeError", "keep_last must be an int"),
+    ({"checkpoint_dir": 3}, "TypeError", "checkpoint_dir must be a path, got int 3"),
+])
+def test_options_of_the_wrong_type_or_range_are_loom_errors(kwargs, error, needle, data_dir, tmp_path, monkeypatch):
+    # Found by tools/probe.py: Python's TypeError, ValueError or OverflowError, or taken as they
+    # came (max_steps -3, keep_last -2; checkpoint_dir 3 made a folder named '3').
+    from loom import device, errors, trainer
+    monkeypatch.chdir(tmp_path)
+    dev = device.create_cpu_device()
+    train, _ = loaders(data_dir, dev)
+    with pytest.raises(getattr(errors, error), match=needle):
+        trainer.Trainer(make_net(dev, False), train, **dict(dict(max_steps=2, progress=False), **kwargs))
+    assert os.listdir(tmp_path) == []

@@ -2,7 +2,8 @@
 // (Note [The collective token]), then, for allreduce, member tensors aliasing the buffer.
 // Outputs list the same tensors (in place), except allgather's gathered result.
 // attrs: comm (registry id); allreduce: reduce (0 sum, 1 max), scale, compress (Compression);
-// allgather: size (ranks); broadcast: root.
+// allgather: size (ranks); broadcast: root; reducescatter: size, reduce, compress;
+// allgather_shards: size.
 #include "core/collective.h"
 
 #include "core/ops/common.h"
@@ -32,6 +33,12 @@ namespace {
 void CheckToken(const char* op, const std::vector<TensorMeta>& in) {
   LOOM_CHECK(in.size() >= 2 && in[1].dtype == DType::kInt64 && NumElements(in[1].shape) == 1, ValueError, "[", op,
              "] input 1 must be the communicator's token (int64, one element)");
+}
+// A buffer of `size` equal slots, one per rank.
+void CheckSlots(const char* op, const TensorMeta& buf, int64_t size) {
+  LOOM_CHECK(size >= 1, ValueError, "[", op, "] size ", size, " must be >= 1");
+  LOOM_CHECK(buf.shape.size() == 1 && buf.shape[0] % size == 0, ShapeError, "[", op, "] buffer ", ToString(buf.shape),
+             ": expected one dimension holding ", size, " equal slots (one per rank)");
 }
 }  // namespace
 
@@ -76,6 +83,39 @@ LOOM_OP(allgather) {
     Shape s{n};
     s.insert(s.end(), in[0].shape.begin(), in[0].shape.end());
     return std::vector<TensorMeta>{{s, in[0].dtype}, in[1]};
+  };
+}
+
+// Note [Sharded optimizer state] (nn/dist_opt.h): the two collectives of a sharded step, both
+// in place over a buffer of `size` equal slots, one per rank. Inputs: the buffer, the token,
+// then (allgather_shards) member tensors whose blocks alias the buffer, as allreduce's.
+LOOM_OP(reducescatter) {
+  def.internal = "reached through DistOpt with sharded optimizer state";
+  def.attrs = {{"comm", kInt}, {"size", kInt}, {"reduce", kInt}, {"compress", kInt}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    CheckArity("reducescatter", in, 2);
+    CheckToken("reducescatter", in);
+    CheckSlots("reducescatter", in[0], a.Int("size"));
+    LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[reducescatter] buffer must be floating, got ", Name(in[0].dtype));
+    const auto c = Compression(a.Int("compress", 0));
+    LOOM_CHECK(c == Compression::kNone || in[0].dtype == DType::kFloat32 || in[0].dtype == DType::kFloat64,
+               DTypeError, "[reducescatter] ", Name(c), " compression needs float32 or float64 data, got ",
+               Name(in[0].dtype));
+    const int64_t r = a.Int("reduce", 0);
+    LOOM_CHECK(r == 0 || r == 1, ValueError, "[reducescatter] reduce ", r, ": 0 (sum) or 1 (max)");
+    return in;
+  };
+}
+
+LOOM_OP(allgather_shards) {
+  def.internal = "reached through DistOpt with sharded optimizer state";
+  def.attrs = {{"comm", kInt}, {"size", kInt}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    LOOM_CHECK(in.size() >= 2, ValueError, "[allgather_shards] expected the buffer, the token and members, got ",
+               in.size(), " inputs");
+    CheckToken("allgather_shards", in);
+    CheckSlots("allgather_shards", in[0], a.Int("size"));
+    return in;
   };
 }
 
@@ -128,6 +168,26 @@ Tensor AllGather(int comm, const Tensor& t) {
   Tensor out(s, t.dtype(), t.device_ptr());
   CallInto(op_kind::allgather, {t, token}, {out, token}, Attrs{{"comm", int64_t(comm)}, {"size", n}});
   return out;
+}
+
+void ReduceScatter(int comm, const Tensor& t, ReduceOp op, Compression compression) {
+  CheckBuffer("reducescatter", t);
+  NoGradGuard no_grad;
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  const int64_t n = FindCommunicator(comm)->size();
+  CallInto(op_kind::reducescatter, {t, token}, {t, token},
+           Attrs{{"comm", int64_t(comm)}, {"size", n}, {"reduce", int64_t(op == ReduceOp::kMax)},
+                 {"compress", int64_t(compression)}});
+}
+
+void AllGatherShards(int comm, const Tensor& t, const std::vector<Tensor>& members) {
+  CheckBuffer("allgather_shards", t);
+  NoGradGuard no_grad;
+  Tensor token = CommunicatorToken(comm, t.device_ptr());
+  const int64_t n = FindCommunicator(comm)->size();
+  std::vector<Tensor> io{t, token};
+  io.insert(io.end(), members.begin(), members.end());
+  CallInto(op_kind::allgather_shards, io, io, Attrs{{"comm", int64_t(comm)}, {"size", n}});
 }
 
 void Broadcast(int comm, const Tensor& t, int root) {

@@ -8,6 +8,9 @@ namespace loom {
 LOOM_KERNEL(allreduce, kCUDA, AllReduceKernel);
 LOOM_KERNEL_SCRATCH(allreduce, kCUDA, AllReduceScratchBytes);
 LOOM_KERNEL(allgather, kCUDA, AllGatherKernel);
+LOOM_KERNEL(reducescatter, kCUDA, ReduceScatterKernel);
+LOOM_KERNEL_SCRATCH(reducescatter, kCUDA, AllReduceScratchBytes);
+LOOM_KERNEL(allgather_shards, kCUDA, AllGatherShardsKernel);
 LOOM_KERNEL(broadcast, kCUDA, BroadcastKernel);
 
 }  // namespace loom

@@ -306,8 +306,10 @@ const Probe& GetProbe() {
   return probe;
 }
 
-// The table's entries (libloom.so's CudaAvailable, CudaSetupError and CudaDevice).
+// The table's entries (libloom.so's CudaAvailable, CudaDeviceCount, CudaSetupError and CudaDevice).
 bool Available() { return GetProbe().devices > 0; }
+
+int DeviceCount() { return GetProbe().devices; }
 
 std::string SetupError() { return GetProbe().error; }
 
@@ -341,10 +343,11 @@ std::shared_ptr<Device> MakeDevice(int id) {
 // the NCCL communicator reach this library through this table.
 extern "C" const void* loom_cuda_backend() {
 #ifdef LOOM_WITH_NCCL
-  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::SetupError,
+  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::DeviceCount, loom::SetupError,
                                          loom::MakeNcclCommunicator};
 #else
-  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::SetupError, nullptr};
+  static const loom::CudaBackend backend{loom::MakeDevice, loom::Available, loom::DeviceCount, loom::SetupError,
+                                         nullptr};
 #endif
   return &backend;
 }

@@ -11,6 +11,7 @@
 
 #include "core/communicator.h"
 #include "core/error.h"
+#include "core/ranks_agree.h"
 #include "device/cuda/cuda_device.h"
 
 namespace loom {
@@ -55,6 +56,11 @@ NcclType TypeOf(DType t) {
 // while the collective runs; it is what keeps a dead peer from hanging the device's stream, and
 // so every later host read, for ever. While the stream is being recorded into a device graph
 // nothing runs, so nothing is waited for: the collective is recorded like any kernel.
+//
+// With LOOM_COMM_CHECK=1 each collective is first agreed on over the bootstrap (Note [Ranks agree
+// on each collective]): the ranks' call descriptions are all-gathered on the host and compared, so
+// a mismatch is the same CommError on every rank before anything is enqueued. A collective
+// recorded into a device graph is checked when it is recorded, not at each relaunch.
 class NcclCommunicator : public Communicator {
  public:
   // `bootstrap`: a host communicator of the same ranks, which hands out NCCL's unique id.
@@ -65,6 +71,7 @@ class NcclCommunicator : public Communicator {
     rank_ = mpi_->rank();
     size_ = mpi_->size();
     timeout_s_ = timeout_s;
+    check_ = CommCheckFromEnv();
     dev_->MakeCurrent();
     ncclUniqueId id{};
     if (rank_ == 0) Check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -116,6 +123,19 @@ class NcclCommunicator : public Communicator {
             [&] { return ncclAllGather(send, recv, size_t(count), t.type, comm_, dev_->stream()); });
   }
 
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override {
+    CheckBuffer("reduce_scatter", data, count);
+    const NcclType t = TypeOf(dtype);
+    // In place: NCCL's in-place form writes this rank's slot, recv = send + rank * count.
+    char* slot = static_cast<char*>(data) + size_t(rank_) * size_t(count) * SizeOf(dtype);
+    Enqueue(detail::Cat("reduce_scatter (", op == ReduceOp::kSum ? "sum" : "max", " of ", count, " ", Name(dtype),
+                        " per rank)"),
+            [&] {
+              return ncclReduceScatter(data, slot, size_t(count), t.type, op == ReduceOp::kSum ? t.sum : t.max, comm_,
+                                       dev_->stream());
+            });
+  }
+
   void Broadcast(void* data, int64_t count, DType dtype, int root) override {
     CheckBuffer("broadcast", data, count);
     LOOM_CHECK(root >= 0 && root < size_, ValueError, "[nccl] broadcast from rank ", root, ": the world has ranks 0 to ",
@@ -128,6 +148,7 @@ class NcclCommunicator : public Communicator {
   // NCCL has no barrier: this rank's queued work completes, then the ranks meet over MPI.
   void Barrier() override {
     CheckUsable("barrier");
+    if (check_) AgreeOverHost(*mpi_, "nccl", "barrier");
     dev_->MakeCurrent();
     WaitStream("barrier");
     mpi_->Barrier();
@@ -162,6 +183,7 @@ class NcclCommunicator : public Communicator {
   template <typename Call>
   void Enqueue(const std::string& call, Call issue) {
     CheckUsable(call);
+    if (check_) AgreeOverHost(*mpi_, "nccl", call);
     dev_->MakeCurrent();
     const ncclResult_t r = issue();
     if (r == ncclInProgress) WaitComm(call);
@@ -216,6 +238,7 @@ class NcclCommunicator : public Communicator {
   std::function<void()> on_failure_;
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 25.0;
+  bool check_ = false;  // Note [Ranks agree on each collective]
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;
   bool broken_ = false;

@@ -46,6 +46,19 @@ bool NcclBuilt() {
 #endif
 }
 
+std::shared_ptr<Communicator> MakeNcclOver(std::shared_ptr<Device> device, std::shared_ptr<Communicator> bootstrap,
+                                           double timeout_s) {
+  LOOM_CHECK(bootstrap && !bootstrap->on_device(), ValueError, "[comm] NCCL bootstraps over a host communicator");
+#ifdef LOOM_WITH_NCCL
+  const int rank = bootstrap->rank();
+  return LoadCudaBackend().make_nccl(std::move(device), std::move(bootstrap), rank, timeout_s, [] {});
+#else
+  (void)device;
+  (void)timeout_s;
+  throw DeviceError("[comm] the NCCL communicator is not built (the CUDA backend, NCCL and MPI are needed)");
+#endif
+}
+
 std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend, std::shared_ptr<Device> device) {
   LOOM_CHECK(backend == "mpi" || backend == "nccl" || backend == "auto", ValueError, "[comm] unknown backend '", backend,
              "': expected \"mpi\", \"nccl\" or \"auto\"");

@@ -33,6 +33,12 @@ std::shared_ptr<Communicator> MakeCommunicator(const std::string& backend = "aut
 // alone. For choosing a GPU per rank (SINGA's local_rank).
 int LocalRank();
 
+// An NCCL communicator on `device` whose ranks are those of `bootstrap`, any host communicator
+// (MPI's, or in-process ranks: one thread per GPU of this machine), which hands out NCCL's id; no
+// wait is longer than timeout_s. DeviceError when NCCL is not built.
+std::shared_ptr<Communicator> MakeNcclOver(std::shared_ptr<Device> device, std::shared_ptr<Communicator> bootstrap,
+                                           double timeout_s);
+
 bool MpiBuilt();   // loom was configured with MPI found (LOOM_WITH_MPI)
 bool NcclBuilt();  // ... and with the CUDA backend and NCCL (LOOM_WITH_NCCL)
 

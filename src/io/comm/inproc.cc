@@ -14,9 +14,9 @@ namespace loom {
 
 namespace {
 
-enum class Kind : uint8_t { kAllReduce, kAllGather, kBroadcast, kBarrier };
+enum class Kind : uint8_t { kAllReduce, kAllGather, kBroadcast, kBarrier, kReduceScatter };
 const char* Name(Kind k) {
-  static const char* names[] = {"allreduce", "allgather", "broadcast", "barrier"};
+  static const char* names[] = {"allreduce", "allgather", "broadcast", "barrier", "reducescatter"};
   return names[int(k)];
 }
 
@@ -32,7 +32,7 @@ struct Call {
     return kind == o.kind && count == o.count && dtype == o.dtype && op == o.op && root == o.root;
   }
   std::string Describe() const {
-    return detail::Cat(Name(kind), "(", count, " x ", loom::Name(dtype), kind == Kind::kAllReduce ?
+    return detail::Cat(Name(kind), "(", count, " x ", loom::Name(dtype), kind == Kind::kAllReduce || kind == Kind::kReduceScatter ?
                        (op == ReduceOp::kSum ? ", sum" : ", max") : "",
                        kind == Kind::kBroadcast ? detail::Cat(", root ", root) : "", ")");
   }
@@ -95,16 +95,19 @@ struct InProcGroup {
     const size_t bytes = size_t(c.count) * SizeOf(c.dtype);
     switch (c.kind) {
       case Kind::kAllReduce:
+      case Kind::kReduceScatter: {  // a reduce-scatter reduces every slot; each rank copies out its own
+        const int64_t n = c.kind == Kind::kAllReduce ? c.count : c.count * size;
         switch (c.dtype) {
-          case DType::kFloat32: Reduce<float>(c.count, c.op); break;
-          case DType::kFloat64: Reduce<double>(c.count, c.op); break;
-          case DType::kInt32: Reduce<int32_t>(c.count, c.op); break;
-          case DType::kInt64: Reduce<int64_t>(c.count, c.op); break;
+          case DType::kFloat32: Reduce<float>(n, c.op); break;
+          case DType::kFloat64: Reduce<double>(n, c.op); break;
+          case DType::kInt32: Reduce<int32_t>(n, c.op); break;
+          case DType::kInt64: Reduce<int64_t>(n, c.op); break;
           case DType::kFloat16:
-          case DType::kBFloat16: ReduceSixteen(c.count, c.dtype, c.op); break;
-          default: failure = detail::Cat("allreduce of ", loom::Name(c.dtype), " is not supported"); return;
+          case DType::kBFloat16: ReduceSixteen(n, c.dtype, c.op); break;
+          default: failure = detail::Cat(Name(c.kind), " of ", loom::Name(c.dtype), " is not supported"); return;
         }
         break;
+      }
       case Kind::kAllGather:
         result.resize(bytes * size_t(size));
         for (int r = 0; r < size; ++r)
@@ -161,6 +164,8 @@ struct InProcGroup {
     const size_t bytes = size_t(c.count) * SizeOf(c.dtype);
     if (c.kind == Kind::kAllGather) {
       if (!result.empty()) std::memcpy(c.recv, result.data(), result.size());
+    } else if (c.kind == Kind::kReduceScatter) {
+      if (bytes) std::memcpy(static_cast<char*>(c.recv) + bytes * size_t(rank), result.data() + bytes * size_t(rank), bytes);
     } else if (c.kind != Kind::kBarrier && bytes) {
       std::memcpy(c.recv, result.data(), bytes);
     }
@@ -189,6 +194,10 @@ int InProcCommunicator::size() const { return group_->size; }
 
 void InProcCommunicator::AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) {
   group_->Run(rank_, Call{Kind::kAllReduce, data, data, count, dtype, op, 0});
+}
+
+void InProcCommunicator::ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) {
+  group_->Run(rank_, Call{Kind::kReduceScatter, data, data, count, dtype, op, 0});
 }
 
 void InProcCommunicator::AllGather(const void* send, void* recv, int64_t count, DType dtype) {

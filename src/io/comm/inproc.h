@@ -39,6 +39,7 @@ class InProcCommunicator final : public Communicator {
   const char* backend() const override { return "inproc"; }
   void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void AllGather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void Broadcast(void* data, int64_t count, DType dtype, int root) override;
   void Barrier() override;
   // Marks this rank failed: every rank's current and later collectives throw CommError naming

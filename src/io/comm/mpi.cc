@@ -21,6 +21,7 @@
 #include "core/backend_library.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/ranks_agree.h"
 #include "io/comm/comm.h"
 
 namespace loom {
@@ -328,8 +329,7 @@ struct MpiCommunicator::Impl {
 MpiCommunicator::MpiCommunicator() : impl_(std::make_unique<Impl>()) {
   std::call_once(g_init_once, InitRuntime);
   impl_->timeout_s = TimeoutFromEnv();
-  const char* check = std::getenv("LOOM_COMM_CHECK");
-  impl_->check = check && std::string(check) == "1";
+  impl_->check = CommCheckFromEnv();
   MPI_Comm dup = MPI_COMM_NULL;
   impl_->rank = g_rt.world_rank;
   impl_->size = g_rt.world_size;
@@ -371,7 +371,7 @@ constexpr int64_t kMaxPiece = int64_t(1) << 30;
 // reduction or root), and when the descriptions differ every rank throws the same CommError,
 // naming each rank's call, before the collective itself is issued (so the communicator stays
 // usable). It costs one small all-gather per collective, which is why it is off by default.
-enum class CollectiveKind : int64_t { kAllReduce, kAllGather, kBroadcast, kBarrier };
+enum class CollectiveKind : int64_t { kAllReduce, kAllGather, kBroadcast, kBarrier, kReduceScatter };
 
 std::string DescribeCollective(const int64_t* d) {
   const DType t = DType(d[1]);
@@ -381,6 +381,8 @@ std::string DescribeCollective(const int64_t* d) {
     case CollectiveKind::kAllGather: return detail::Cat("all_gather (", d[2], " ", Name(t), " per rank)");
     case CollectiveKind::kBroadcast: return detail::Cat("broadcast (", d[2], " ", Name(t), " from rank ", d[3], ")");
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kReduceScatter:
+      return detail::Cat("reduce_scatter (", d[3] ? "max" : "sum", " of ", d[2], " ", Name(t), " per rank)");
   }
   return "an unknown collective";
 }
@@ -399,13 +401,9 @@ void MpiCommunicator::Agree(int64_t kind, DType dtype, int64_t count, int64_t ex
   impl_->Run(call, [&](MPI_Request* q) {  // named as the collective: a rank that never comes says so
     return MPI_Iallgather(mine, 4, MPI_INT64_T, all.data(), 4, MPI_INT64_T, impl_->comm, q);
   });
-  std::string differ;
-  for (int r = 1; r < impl_->size; ++r)
-    if (!std::equal(all.begin() + 4 * r, all.begin() + 4 * r + 4, all.begin()))
-      differ += detail::Cat(differ.empty() ? "" : ", ", "rank ", r, " calls ", DescribeCollective(&all[size_t(4 * r)]));
-  LOOM_CHECK(differ.empty(), CommError, "[mpi] the ranks disagree on a collective: rank 0 calls ",
-             DescribeCollective(all.data()), ", ", differ,
-             " (every rank must issue the same collectives in the same order; Note [Ranks agree on each collective])");
+  std::vector<std::string> calls;
+  for (int r = 0; r < impl_->size; ++r) calls.push_back(DescribeCollective(&all[size_t(4 * r)]));
+  CheckRanksAgree("mpi", calls);
 }
 
 void MpiCommunicator::set_check(bool on) { impl_->check = on; }
@@ -444,6 +442,23 @@ void MpiCommunicator::AllGather(const void* send, void* recv, int64_t count, DTy
   impl_->Run(call, [&](MPI_Request* q) {
     return MPI_Iallgather(in_place ? MPI_IN_PLACE : s, int(count), t.type, r, int(count), t.type, impl_->comm, q);
   });
+}
+
+void MpiCommunicator::ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) {
+  CheckBuffer("reduce_scatter", data, count);
+  LOOM_CHECK(count <= INT_MAX, ValueError, "[mpi] reduce_scatter of ", count, " elements per rank: at most ", INT_MAX,
+             " (MPI counts are ints)");
+  Agree(int64_t(CollectiveKind::kReduceScatter), dtype, count, op == ReduceOp::kMax);
+  const MpiType t = TypeOf(dtype);
+  const MPI_Op mop = op == ReduceOp::kSum ? t.sum : t.max;
+  const std::string call = detail::Cat("reduce_scatter (", OpName(op), " of ", count, " ", Name(dtype), " per rank)");
+  // In place, MPI leaves this rank's reduced slot at the start of the buffer; it moves to the
+  // rank's own slot (Communicator::ReduceScatter).
+  impl_->Run(call, [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, int(count), t.type, mop, impl_->comm, r);
+  });
+  const size_t bytes = size_t(count) * SizeOf(dtype);
+  if (impl_->rank > 0 && bytes > 0) std::memmove(static_cast<char*>(data) + size_t(impl_->rank) * bytes, data, bytes);
 }
 
 void MpiCommunicator::Broadcast(void* data, int64_t count, DType dtype, int root) {

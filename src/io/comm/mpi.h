@@ -33,6 +33,7 @@ class MpiCommunicator : public Communicator {
   const char* backend() const override { return "mpi"; }
   void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void AllGather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void Broadcast(void* data, int64_t count, DType dtype, int root) override;
   void Barrier() override;
 

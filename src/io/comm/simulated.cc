@@ -61,11 +61,29 @@ double RingAllGatherSeconds(double bytes_each, const SimulatedLink& l) {
   return (n - 1) * Alpha(l) + (n - 1) * bytes_each / Beta(l);
 }
 
+double RingReduceScatterSeconds(double bytes, const SimulatedLink& l) {
+  if (l.ranks <= 1) return 0;
+  const double n = l.ranks;
+  return (n - 1) * Alpha(l) + (n - 1) / n * bytes / Beta(l);
+}
+
 double TreeBroadcastSeconds(double bytes, const SimulatedLink& l) {
   return l.ranks <= 1 ? 0 : Log2Ceil(l.ranks) * (Alpha(l) + bytes / Beta(l));
 }
 
 double BarrierSeconds(const SimulatedLink& l) { return l.ranks <= 1 ? 0 : Log2Ceil(l.ranks) * Alpha(l); }
+
+double TreeAllReduceSeconds(double bytes, const SimulatedLink& l) { return 2 * TreeBroadcastSeconds(bytes, l); }
+
+double CollectiveSeconds(const std::string& name, double bytes, const SimulatedLink& l, bool tree) {
+  if (name == "allreduce") return tree ? TreeAllReduceSeconds(bytes, l) : RingAllReduceSeconds(bytes, l);
+  if (name == "allgather") return RingAllGatherSeconds(bytes, l);
+  if (name == "broadcast") return TreeBroadcastSeconds(bytes, l);
+  if (name == "reducescatter") return RingReduceScatterSeconds(bytes, l);
+  if (name == "allgather_shards") return RingAllGatherSeconds(bytes / l.ranks, l);
+  if (name == "barrier") return BarrierSeconds(l);
+  throw ValueError(detail::Cat("[simulated comm] no model for the collective '", name, "'"));
+}
 
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
                            const std::vector<double>& costs) {
@@ -144,6 +162,13 @@ void SimulatedCommunicator::AllGather(const void* send, void* recv, int64_t coun
   if (bytes > 0 && recv != send) std::memmove(recv, send, bytes);
   for (int r = 1; r < link_.ranks; ++r) std::memcpy(static_cast<char*>(recv) + size_t(r) * bytes, recv, bytes);
   Wait(RingAllGatherSeconds(double(bytes), link_), double(bytes));
+}
+
+void SimulatedCommunicator::ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) {
+  LOOM_CHECK(count >= 0, ValueError, "[simulated comm] reduce_scatter of ", count, " elements per rank");
+  if (op == ReduceOp::kSum) TimesRanks(data, count, dtype, link_.ranks);  // this rank's slot is the first
+  const double bytes = double(count) * double(SizeOf(dtype)) * link_.ranks;
+  Wait(RingReduceScatterSeconds(bytes, link_), bytes);
 }
 
 void SimulatedCommunicator::Broadcast(void* data, int64_t count, DType dtype, int root) {

@@ -10,7 +10,9 @@
 // Rabenseifner and Gropp, "Optimization of collective communication operations in MPICH", 2005):
 //   all-reduce, ring (reduce-scatter then all-gather):  2 (N-1) alpha + 2 (N-1)/N bytes / beta
 //   all-gather, ring:                                     (N-1) alpha +   (N-1) bytes_each / beta
+//   reduce-scatter, ring:                                 (N-1) alpha + (N-1)/N bytes / beta
 //   broadcast, binomial tree:                ceil(log2 N) (alpha + bytes / beta)
+//   all-reduce, tree (reduce, then broadcast):  2 ceil(log2 N) (alpha + bytes / beta) (predictions)
 //   barrier, dissemination:                  ceil(log2 N) alpha
 // The collective waits that long, for real: it sleeps until its modelled end on the thread that
 // issued it (the replay's collective lane), so compute on other threads goes on meanwhile and the
@@ -19,13 +21,16 @@
 // of a network link, not of a reduction's arithmetic.
 // The values are those of N ranks holding this rank's data: a sum is N times the data (so the
 // 1/N of DistOpt gives back this rank's gradient: training goes on as on one rank, bitwise for N
-// a power of two), a max is the data, an all-gather N copies, a broadcast changes nothing.
+// a power of two), a max is the data, an all-gather N copies, a broadcast changes nothing, a
+// reduce-scatter reduces this rank's slot (the first). Sharded optimizer state cannot be
+// simulated so: the other ranks' shards would never be updated (DistOpt refuses it).
 // stats() counts the collectives, their bytes, the modelled seconds and the seconds really
 // waited (sleeping overshoots by the scheduler's wake-up latency, tens of microseconds).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/communicator.h"
@@ -42,7 +47,16 @@ struct SimulatedLink {
 // all-gather, one rank's part). 0 for one rank.
 double RingAllReduceSeconds(double bytes, const SimulatedLink& link);
 double RingAllGatherSeconds(double bytes_each, const SimulatedLink& link);
+double RingReduceScatterSeconds(double bytes, const SimulatedLink& link);  // bytes: the whole buffer
 double TreeBroadcastSeconds(double bytes, const SimulatedLink& link);
+// All-reduce as a binomial-tree reduce then broadcast: 2 ceil(log2 N) (alpha + bytes / beta);
+// fewer messages than the ring, so it wins on small buffers and many ranks.
+double TreeAllReduceSeconds(double bytes, const SimulatedLink& link);
+// The modelled seconds of the collective op `name` ("allreduce", "allgather", "broadcast",
+// "reducescatter", "allgather_shards", "barrier") on a buffer of `bytes` on the wire (for the
+// in-place collectives of sharding, the whole buffer; for "allgather", one rank's part);
+// all-reduces by the ring, or by the tree when `tree`. ValueError for another name.
+double CollectiveSeconds(const std::string& name, double bytes, const SimulatedLink& link, bool tree = false);
 double BarrierSeconds(const SimulatedLink& link);
 
 struct SimulatedStats {
@@ -62,7 +76,10 @@ struct SimulatedStats {
 // depends on (the schedule's edges, which point forward in issue order) has finished. The
 // prediction is conservative where independent compute ops would run side by side. step_s is
 // the last finish; compute_s the compute ops' sum (the step without communication);
-// exposed_s = step_s - compute_s.
+// exposed_s = step_s - compute_s. loom-bench predicts so for its own runs: under --simulate-ranks,
+// under --dist against the measured step of the same run (prediction_error), and with
+// --predict-ranks at any rank counts from the one profile; the link's alpha and beta come from
+// --latency-us and --link-gbps, which tools/comm_bench measures on this machine's transport.
 struct StepPrediction {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
 };
@@ -80,6 +97,7 @@ class SimulatedCommunicator final : public Communicator {
   const char* backend() const override { return "simulated"; }
   void AllReduce(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void AllGather(const void* send, void* recv, int64_t count, DType dtype) override;
+  void ReduceScatter(void* data, int64_t count, DType dtype, ReduceOp op) override;
   void Broadcast(void* data, int64_t count, DType dtype, int root) override;
   void Barrier() override;
 

@@ -12,6 +12,16 @@
 // ops the outputs depend on are written, each through its row of the table in export_ops.cc,
 // and every refusal (an op without a row, a view ONNX cannot express) is raised while the model
 // is built in memory: nothing is written before the whole model exists.
+//
+// Note [A symbolic batch is the leading dimension]
+// With dynamic_batch every graph input and output declares its first dimension "batch", and a
+// runtime may feed any size there. That is only true of a value whose first dimension is the
+// batch and holds nothing else: each input and output must have input 0's first size, a reshape
+// of a batch-leading value must keep that dimension (Reshape's 0, copy the input's) and a
+// permutation must leave it first. Mixing it with other dimensions (a (4, 6) -> (2, 12) reshape),
+// moving it (a transpose) or reducing over it would compute another shape at another batch size
+// than the one declared, so the export refuses such a graph. The check goes by sizes: a dimension
+// that happens to equal the batch is taken for it, which can refuse a graph that would export.
 #include "io/onnx/export.h"
 
 #include <algorithm>
@@ -225,6 +235,13 @@ class Exporter final : public Emitter {
       if (t.defined() && t.is_contiguous() && t.offset() == 0 && !input_of_block_.count(t.block()))
         named_.emplace(t.block(), std::make_pair(name, t));  // the first name of a block wins
     batch_ = !inputs_.empty() && inputs_[0].ndim() >= 1 ? inputs_[0].shape()[0] : 1;
+    // Every input and output declares its first dimension "batch", so each must have the batch's
+    // size (Note [A symbolic batch is the leading dimension]).
+    for (const auto* list : {&inputs_, &outputs_})
+      for (size_t i = 0; opt_.dynamic_batch && i < list->size(); ++i)
+        LOOM_CHECK((*list)[i].shape()[0] == batch_, OnnxError, "[onnx] ", list == &inputs_ ? "input " : "output ", i,
+                   " is ", (*list)[i].Describe(), ": with dynamic_batch its first dimension is declared the batch, but "
+                   "the batch (input 0's first dimension) is ", batch_);
   }
 
   // Which value every op input reads (Note [What an exported graph holds]).
@@ -368,6 +385,9 @@ class Exporter final : public Emitter {
     if (permuted) {
       std::vector<int64_t> perm(q.size());
       for (size_t i = 0; i < q.size(); ++i) perm[size_t(q[i])] = int64_t(i);
+      if (opt_.dynamic_batch && dense[0] == batch_ && perm[0] != 0)
+        FailView(detail::Cat("reads ", what, " as ", view.Describe(), ", a permutation that moves the batch axis of ",
+                             base.Describe(), " (dynamic_batch keeps it leading)"));
       const std::string p = Unique(stem + "transposed");
       SetAttr(Node("Transpose", {v}, {p}), "perm", perm);
       v = p;
@@ -376,12 +396,25 @@ class Exporter final : public Emitter {
     return views_[key] = v;
   }
 
-  // Reshape's shape input. With dynamic_batch a leading batch dimension stays symbolic: 0
-  // (copy the input's) when it is kept, -1 (whatever remains) when it merges with others.
+  // Reshape's shape input. With dynamic_batch a leading batch dimension stays symbolic: 0 (copy
+  // the input's) when it is kept; a reshape that merges it with other dimensions or splits it
+  // computes a batch of another size, so it is refused (Note [A symbolic batch is the leading
+  // dimension]).
   std::vector<int64_t> ReshapeTarget(const Shape& from, const Shape& to) const {
     std::vector<int64_t> s(to.begin(), to.end());
-    if (opt_.dynamic_batch && !from.empty() && !s.empty() && from[0] == batch_) s[0] = s[0] == batch_ ? 0 : -1;
+    if (opt_.dynamic_batch && !from.empty() && from[0] == batch_) {
+      if (s.empty() || s[0] != batch_)
+        FailView(detail::Cat("reshapes ", ToString(from), " to ", ToString(to), ", mixing the batch dimension (",
+                             batch_, ") with others (dynamic_batch keeps it leading)"));
+      s[0] = 0;
+    }
     return s;
+  }
+
+  // A view that cannot be exported: the current op's error, or the output's outside any op.
+  [[noreturn]] void FailView(const std::string& why) const {
+    if (cur_ >= 0) Fail(why);
+    throw OnnxError("[onnx] output " + why);
   }
 
   void AddValueInfo(pb::ValueInfoProto* v, const std::string& name, const Tensor& t, bool io) {

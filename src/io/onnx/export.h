@@ -35,7 +35,8 @@ struct OnnxExportOptions {
   std::string model_name = "loom";      // the ONNX graph's name
   // Dimension 0 of every graph input and output becomes the symbolic "batch", and reshapes keep
   // the batch dimension symbolic; an op that bakes the batch size into an attribute (a fill or a
-  // broadcast to a shape that starts with it) is then an OnnxError.
+  // broadcast to a shape that starts with it), and a view that mixes the batch with other
+  // dimensions or moves it, are then OnnxErrors (Note [A symbolic batch is the leading dimension]).
   bool dynamic_batch = false;
   std::vector<std::string> input_names;   // one per input, or empty
   std::vector<std::string> output_names;  // one per output, or empty

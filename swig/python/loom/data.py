@@ -393,9 +393,9 @@ class DataLoader:
         if not isinstance(dataset, Batches) and not hasattr(dataset, "__getitem__") and (
                 callable(dataset) or hasattr(dataset, "__iter__")):
             dataset = Batches(dataset)
-        if int(prefetch) < 0:
+        if errors._whole("data", "prefetch", prefetch) < 0:
             raise errors.ValueError(f"[data] prefetch {prefetch} must be >= 0 (0: no reading ahead)")
-        if not 0 <= int(seed) < 2 ** 64:
+        if not 0 <= errors._whole("data", "seed", seed) < 2 ** 64:
             raise errors.ValueError(f"[data] seed {seed} must lie in [0, 2**64)")
         self.dataset, self.name, self.device, self.prefetch = dataset, _name_of(dataset), device, int(prefetch)
         self.seed, self._epoch, self._index = int(seed), 0, 0
@@ -420,10 +420,10 @@ class DataLoader:
         if n < 1:
             raise errors.ValueError(f"[data] dataset '{self.name}' is empty: len() is {n}")
         try:
-            rank, world = (int(v) for v in shard)
-        except (TypeError, ValueError):
+            rank, world = (errors._whole("data", "shard", v) for v in shard)
+        except (TypeError, ValueError):  # loom's are both too
             raise errors.ValueError(f"[data] shard must be (rank, world), got {shard!r}") from None
-        if int(batch_size) < 1:
+        if errors._whole("data", "batch_size", batch_size) < 1:
             raise errors.ValueError(f"[data] batch_size {batch_size} must be positive")
         if world < 1 or not 0 <= rank < world or n < world:
             raise errors.ValueError(f"[data] shard ({rank}, {world}) of {n} samples: the rank must lie in [0, world) "

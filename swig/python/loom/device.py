@@ -95,7 +95,7 @@ def max_threads():
 def set_num_threads(n):
     """CPU kernel threads: an integer from 1 to max_threads(), else loom.ValueError. The
     LOOM_NUM_THREADS environment variable sets the first count (checked the same way)."""
-    core.set_num_threads(int(n))
+    core.set_num_threads(errors._whole("set_num_threads", "n", n))
 
 
 # ---- methods added to core.Device ----

@@ -30,3 +30,21 @@ from .core import (  # noqa: F401  (re-exported)
     TypeError,
     ValueError,
 )
+
+
+def _whole(component, name, value):
+    """`value` as an int when it is a whole number (a Python or numpy integer, not a bool), else a
+    loom.TypeError naming the argument: int() would take 2.5, "8" and True, and raise Python's own
+    ValueError or OverflowError for NaN and infinity."""
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"[{component}] {name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _real(component, name, value):
+    """`value` as a float when it is a real number (not a bool or a string), else a loom.TypeError."""
+    import numbers
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"[{component}] {name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)

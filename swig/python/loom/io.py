@@ -32,7 +32,11 @@ CIFAR10_MEAN, CIFAR10_STD = _STATS["cifar10"]
 OPTIMIZER_PREFIX = "optimizer/"
 
 
-def _path(p):
+def _path(p, what="path"):
+    """A str or os.PathLike as a str path; anything else is a loom.TypeError (os.fspath's own is
+    Python's TypeError)."""
+    if not isinstance(p, (str, os.PathLike)):
+        raise errors.TypeError(f"[io] {what} must be a str or an os.PathLike, got {type(p).__name__} {p!r}"[:300])
     return os.fspath(p)
 
 
@@ -224,7 +228,9 @@ def load_cifar10(batch_files):
     """CIFAR-10 binary batch files."""
     if isinstance(batch_files, (str, os.PathLike)):
         batch_files = [batch_files]
-    return ImageData(core.load_cifar10([_path(f) for f in batch_files]))
+    if not hasattr(batch_files, "__iter__"):
+        raise errors.TypeError(f"[io] load_cifar10 takes a path or a list of them, got {type(batch_files).__name__}")
+    return ImageData(core.load_cifar10([_path(f, "a batch file") for f in batch_files]))
 
 
 def load_cifar10_dir(directory, train=True):
@@ -254,12 +260,17 @@ class DataLoader:
         impl = data._impl if isinstance(data, ImageData) else data
         self.data = data
         try:
-            rank, world = (int(v) for v in shard)
-        except (TypeError, ValueError):
+            rank, world = (errors._whole("DataLoader", "shard", v) for v in shard)
+        except (TypeError, ValueError):  # loom's are both too
             raise errors.ValueError(f"[DataLoader] shard must be (rank, world), got {shard!r}") from None
-        self._impl = core.DataLoader(impl, int(batch_size), bool(shuffle), int(seed), bool(drop_last), bool(flat),
-                                     list(mean or []), list(std or []), int(prefetch), device, rank, world,
-                                     int(crop_padding), bool(hflip), int(augment_seed))
+        w = errors._whole
+        self._impl = core.DataLoader(impl, w("DataLoader", "batch_size", batch_size), bool(shuffle),
+                                     w("DataLoader", "seed", seed), bool(drop_last), bool(flat),
+                                     [errors._real("DataLoader", "mean", m) for m in (mean or [])],
+                                     [errors._real("DataLoader", "std", v) for v in (std or [])],
+                                     w("DataLoader", "prefetch", prefetch), device, rank, world,
+                                     w("DataLoader", "crop_padding", crop_padding), bool(hflip),
+                                     w("DataLoader", "augment_seed", augment_seed))
 
     def position(self):
         return self._impl.position()

@@ -30,21 +30,36 @@ def model_bytes(model):
     raise errors.TypeError(f"[onnx] expected a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
 
 
+# A serialized protobuf message is at most 2 GiB (C++'s ImportOnnx reads up to the same limit).
+_MAX_MODEL_BYTES = (1 << 31) - 1
+
+
 def _read_model_file(path):
     """The bytes of the regular file at `path`. A FIFO, a device or a directory is a loom.IOError
-    before anything is read (reading a FIFO waits for a writer, for ever); the open does not wait
-    either, in case the path changes kind in between."""
+    before anything is read (reading a FIFO waits for a writer, for ever), and so is a file over
+    protobuf's 2 GiB (a sparse file of many GiB would be read whole first); the open does not
+    wait either, in case the path changes kind in between."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise errors.IOError(f"[onnx] cannot open '{path}': {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = " (a FIFO)" if stat.S_ISFIFO(mode) else " (a directory)" if stat.S_ISDIR(mode) else ""
+    except ValueError:  # a NUL byte in the path
+        raise errors.ValueError(f"[onnx] the path {path!r} contains a NUL byte") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = " (a FIFO)" if stat.S_ISFIFO(st.st_mode) else " (a directory)" if stat.S_ISDIR(st.st_mode) else ""
             raise errors.IOError(f"[onnx] cannot read '{path}': not a regular file{kind}")
+        if st.st_size > _MAX_MODEL_BYTES:
+            raise errors.IOError(f"[onnx] cannot read '{path}': it is {st.st_size} bytes, more than the "
+                                 f"{_MAX_MODEL_BYTES} an ONNX model (a protobuf message) can hold")
         os.set_blocking(fd, True)
-        return f.read()
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # closed by f
+            return f.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def supported_op_ranges():

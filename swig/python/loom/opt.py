@@ -67,6 +67,13 @@ class Optimizer:
         rate = scheduler.value_at(self.step_count) if scheduler is not None else self.lr
         return core.full((1,), float(rate), core.dtype_from_name("float32"), core.cpu_device())
 
+    @property
+    def state_bytes(self):
+        """Bytes of optimizer state this optimizer keeps (momentum, Adam's moments)."""
+        if self._impl is None:
+            return sum(int(t.memsize()) for slot in self._slots.values() for t in slot.values())
+        return int(self._impl.state_bytes())
+
     def backward_and_update(self, loss):
         """SINGA 3.0's name for optimizer(loss): backward from loss, each parameter updated as
         its gradient is ready, then step()."""
@@ -307,7 +314,9 @@ class Adam(Optimizer):
         if decay_on not in self._DECAY_ON:
             raise errors.ValueError(f"[Adam] decay_on must be 'all' or 'matrices', got {decay_on!r}")
         lr, scheduler = _rate_and_scheduler(lr)
-        super().__init__(core.Adam(float(lr), float(beta_1), float(beta_2), float(epsilon), float(weight_decay),
+        n = _number
+        super().__init__(core.Adam(n("Adam", "lr", lr), n("Adam", "beta_1", beta_1), n("Adam", "beta_2", beta_2),
+                                   n("Adam", "epsilon", epsilon), n("Adam", "weight_decay", weight_decay),
                                    bool(decoupled)))
         self._impl.set_decay_on(getattr(core.Adam, self._DECAY_ON[decay_on]))
         if scheduler is not None:
@@ -396,15 +405,29 @@ class DistOpt(Optimizer):
     model's precision (Model.compile(precision=...)): bfloat16 for "bf16", float16 for "fp16",
     float32 for "fp32" (Note [Gradients on the wire] in src/nn/dist_opt.h); "none" (or "fp32"),
     "fp16" or "bf16" fix it. `bucket_bytes`: the eager bucket size (graphs take
-    GraphOptions.bucket_bytes)."""
+    GraphOptions.bucket_bytes; with `shard`, the size of the sharded buckets in both modes).
+    `shard=True` (ZeRO stage 1): each rank keeps the optimizer state of 1/world_size of the
+    parameters; gradients are reduce-scattered by bucket, each rank updates its slot and the
+    parameters are all-gathered, overlapped with backward in a captured step (Note [Sharded
+    optimizer state] in src/nn/dist_opt.h). Updates then go through backward_and_update or
+    step, not update() one parameter at a time."""
 
-    def __init__(self, opt, communicator=None, compression="auto", bucket_bytes=25 << 20):
+    def __init__(self, opt, communicator=None, compression="auto", bucket_bytes=25 << 20, shard=False):
         self.opt = _check(opt)
         if communicator is None:
             from . import comm  # the default: loom.comm's, which also takes the job down on an uncaught error
             communicator = comm.communicator()
         self.communicator = communicator
-        super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression), int(bucket_bytes)))
+        if not isinstance(shard, bool):
+            raise errors.TypeError(f"[DistOpt] shard must be True or False, got {shard!r}")
+        super().__init__(core.make_dist_opt(opt._impl, self.communicator, str(compression),
+                                            errors._whole("DistOpt", "bucket_bytes", bucket_bytes), shard))
+
+    @property
+    def sharded(self):
+        """Whether each rank keeps 1/world_size of the optimizer state (shard=True)."""
+        return self._impl.sharded()
+
 
     @property
     def compression(self):
@@ -437,7 +460,7 @@ class DistOpt(Optimizer):
 
     def broadcast_parameters(self, params, root=0):
         """Every rank ends with rank `root`'s values of `params`."""
-        core.broadcast_parameters(self._impl, list(params), int(root))
+        core.broadcast_parameters(self._impl, list(params), errors._whole("DistOpt", "root", root))
 
     def __repr__(self):
         return f"DistOpt({self.opt!r}, world_size={self.world_size}, global_rank={self.global_rank})"

@@ -48,9 +48,9 @@ def _loom_device(device):
     if not isinstance(device, str):
         return device
     kind, _, index = device.upper().partition(":")
-    if kind == "CPU":
+    if kind == "CPU" and index in ("", "0"):
         return _device.create_cpu_device()
-    if kind == "CUDA":
+    if kind == "CUDA" and (not index or index.isdigit()):
         return _device.create_cuda_device(int(index or 0))
     raise errors.ValueError(f"[sonnx] unknown device '{device}' (CPU or CUDA[:i])")
 
@@ -72,6 +72,23 @@ def _to_numpy(t):
     return t.to_numpy()
 
 
+def _node_index(last_layers):
+    if isinstance(last_layers, bool) or not isinstance(last_layers, (int, np.integer)):
+        raise errors.TypeError(f"[sonnx] last_layers must be a node index (an int), got "
+                               f"{type(last_layers).__name__} {last_layers!r}")
+    return int(last_layers)
+
+
+def _array(x, i, infos):
+    """Input i as a numpy array; something numpy cannot make one array of is a loom.TypeError
+    naming the input."""
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        name = f" '{infos[i][0]}'" if i < len(infos) else ""
+        raise errors.TypeError(f"[onnx] run: input {i}{name} is not an array ({type(x).__name__}: {e})") from None
+
+
 class LoomBackendRep(_BackendRepBase):
     """A prepared model: run(inputs) takes numpy arrays or loom Tensors in the order of the
     graph's inputs and returns, in the order of its outputs, numpy arrays (ONNX's backend
@@ -84,13 +101,13 @@ class LoomBackendRep(_BackendRepBase):
         """last_layers (SINGA's): run the nodes up to this index only (negative k: (k + 1) mod the
         node count, as SINGA counts) and return that node's outputs. With loom tensors in, the
         run records autograd history, so the initializers (parameters) train (SINGA's retraining)."""
-        graph = self.graph if last_layers is None else self._graph_until(int(last_layers))
+        graph = self.graph if last_layers is None else self._graph_until(_node_index(last_layers))
         if isinstance(inputs, dict):
             inputs = self._inputs_from_dict(inputs)
         elif not isinstance(inputs, (list, tuple)):
             inputs = [inputs]
         infos = graph.input_infos
-        xs = [x if isinstance(x, Tensor) else _from_numpy(np.asarray(x), infos[i][1] if i < len(infos) else None,
+        xs = [x if isinstance(x, Tensor) else _from_numpy(_array(x, i, infos), infos[i][1] if i < len(infos) else None,
                                                           graph.device)
               for i, x in enumerate(inputs)]
         if inputs and all(isinstance(x, Tensor) for x in inputs):

@@ -158,7 +158,10 @@ def _numpy_dtype(self, what):
 
 def to_numpy(self):
     """A numpy copy of the values (synchronises the device)."""
-    out = np.empty(_c.Tensor_shape(self), dtype=_numpy_dtype(self, "to_numpy"))
+    try:
+        out = np.empty(_c.Tensor_shape(self), dtype=_numpy_dtype(self, "to_numpy"))
+    except MemoryError:  # numpy's own; the device's allocator says the same as a loom.DeviceError
+        raise errors.DeviceError(f"[to_numpy] out of memory allocating the numpy copy of {self.describe()}") from None
     self._copy_to_buffer(out)
     return out
 
@@ -167,7 +170,7 @@ def copy_from_numpy(self, arr):
     """Writes `arr` into this tensor: the same number of elements, read in C order (SINGA's rule:
     a (N, 1, 28, 28) batch fills an (N, 784) tensor); its dtype is converted when it is of the
     same kind (float64 -> float32, int64 -> int32), refused otherwise (float -> int)."""
-    if type(arr) is np.ndarray and self._copy_from_exact(arr):  # the usual batch: one call
+    if type(arr) is np.ndarray and _c.Tensor__copy_from_exact(self, arr):  # the usual batch: one call
         return self
     arr = np.asarray(arr)
     shape = _c.Tensor_shape(self)

@@ -27,6 +27,7 @@ next log or checkpoint point; no checkpoint is written at or after k, and
 NonFiniteError.last_good_checkpoint names the newest one before it.
 """
 import math
+import os
 import sys
 import time
 
@@ -55,6 +56,12 @@ class NonFiniteError(errors.ValueError):
         where = (f"; the last good checkpoint is '{self.last_good_checkpoint}'" if self.last_good_checkpoint
                  else "; no checkpoint was written before it")
         super().__init__(f"[trainer] the loss or a gradient was not finite (NaN or infinite) at step {step}{where}")
+
+
+def _check_count(name, value, least):
+    """A whole number of at least `least` (a bool, a float or a string is not a count)."""
+    if errors._whole("trainer", name, value) < least:
+        raise errors.ValueError(f"[trainer] {name} {value} must be at least {least}")
 
 
 def _result(r):
@@ -206,6 +213,13 @@ class Trainer:
     def __init__(self, model, train, held_out=None, *, epochs=1, max_steps=0, log_every=50, eval_every=0,
                  eval_at_start=False, checkpoint_dir=None, checkpoint_every=0, keep_last=3, resume=False, csv=None,
                  plot=None, progress=True, verbose=True, on_batch=None, on_eval=None, on_epoch_end=None):
+        for name, value, least in (("epochs", epochs, 0), ("max_steps", max_steps, 0), ("log_every", log_every, 1),
+                                   ("eval_every", eval_every, 0), ("checkpoint_every", checkpoint_every, 0),
+                                   ("keep_last", keep_last, 1)):
+            _check_count(name, value, least)
+        if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
+            raise errors.TypeError(f"[trainer] checkpoint_dir must be a path, got {type(checkpoint_dir).__name__} "
+                                   f"{checkpoint_dir!r}")
         if epochs < 1 and max_steps < 1:
             raise errors.ValueError(f"[trainer] epochs {epochs} and max_steps {max_steps}: one must be positive")
         if log_every < 1:
