@@ -311,7 +311,7 @@ class Adam(Optimizer):
     def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, dtype="float32",
                  decoupled=False, decay_on="all"):
         _check_float_dtype("Adam", dtype)
-        if decay_on not in self._DECAY_ON:
+        if not isinstance(decay_on, str) or decay_on not in self._DECAY_ON:
             raise errors.ValueError(f"[Adam] decay_on must be 'all' or 'matrices', got {decay_on!r}")
         lr, scheduler = _rate_and_scheduler(lr)
         n = _number
