@@ -557,7 +557,7 @@ def _full_like(x, value, shape=None):
 
 
 def identity(x):
-    return x
+    return errors._tensor("identity", "x", x)
 
 
 def negative(x):
@@ -618,7 +618,7 @@ def squeeze(x, axis=None):
 
 def unsqueeze(x, axis):
     """Inserts axes of size 1 at the positions `axis` (an int or a list) of the output."""
-    axes = _axes(axis, "unsqueeze")
+    axes = errors._ints("unsqueeze", "axis", axis, one=True)
     ndim = errors._tensor("unsqueeze", "x", x).ndim + len(axes)
     axes = sorted(a % ndim for a in axes)
     if len(set(axes)) != len(axes):
@@ -692,6 +692,8 @@ def gather(x, axis, indices):
     axis = errors._whole("gather", "axis", axis, lo=-x.ndim, hi=x.ndim - 1) % x.ndim
     if isinstance(indices, (list, tuple, np.ndarray)):
         arr = np.asarray(indices)
+        if arr.dtype.kind not in "iu":
+            raise errors.TypeError(f"[gather] indices must be ints, got {errors._show(indices)}")
         if arr.size and (arr.min() < -x.shape[axis] or arr.max() >= x.shape[axis]):
             raise errors.ValueError(f"[gather] an index of {arr.tolist()} is out of range for axis {axis} of "
                                     f"{x.describe()}")
@@ -721,6 +723,8 @@ def onehot(axis, indices, depth, values=(0.0, 1.0)):
     from .tensor import from_numpy
     table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
     y = core.embedding(table, idx)  # (..., depth)
+    if not -y.ndim <= axis < y.ndim:
+        raise errors.ValueError(f"[onehot] axis {axis} is out of range for the {y.ndim}-D output")
     axis = axis % y.ndim
     if axis == y.ndim - 1:
         return y
@@ -830,8 +834,10 @@ def upsample(x, mode="nearest", scales=None):
     if mode != "nearest":
         raise errors.ValueError(f"[upsample] mode '{mode}' is not supported; loom has 'nearest'")
     x = errors._tensor("upsample", "x", x)
-    scales = [] if scales is None else errors._ints("upsample", "scales", scales)
-    if len(scales) != x.ndim or builtins.min(scales, default=1) < 1:
+    if scales is None or isinstance(scales, (str, bytes)) or not hasattr(scales, "__iter__"):
+        raise errors.TypeError(f"[upsample] scales must be a sequence of numbers, got {errors._show(scales)}")
+    scales = [errors._real("upsample", "scales", s) for s in scales]
+    if len(scales) != x.ndim or any(not s.is_integer() or s < 1 for s in scales):
         raise errors.ValueError(f"[upsample] scales {scales} must be one positive integer per axis of {x.describe()}")
     shape = x.shape
     inter = tuple(v for d in shape for v in (d, 1))
@@ -905,11 +911,11 @@ def scatter_elements(x, indices, updates, axis=0):
     updates may be arrays (copied to x's device)."""
     from .tensor import from_numpy
     x = errors._tensor("scatter_elements", "x", x)
-    axis = errors._whole("scatter_elements", "axis", axis, lo=-x.ndim, hi=x.ndim - 1)
+    axis = errors._whole("scatter_elements", "axis", axis, *errors._INT64)  # its range: the op's check
     if not isinstance(indices, Tensor):
-        indices = from_numpy(np.asarray(indices, np.int64), x.device)
+        indices = from_numpy(errors._array("scatter_elements", "indices", indices, np.int64), x.device)
     if not isinstance(updates, Tensor):
-        updates = from_numpy(np.asarray(updates, np.dtype(x.dtype)), x.device)
+        updates = from_numpy(errors._array("scatter_elements", "updates", updates, np.dtype(x.dtype)), x.device)
     return core.call_op("scatter_elements", [x, indices, updates], {"axis": axis})[0]
 
 

@@ -43,9 +43,13 @@ from .core import (  # noqa: F401  (re-exported)
 # a Tensor) takes one type test: they run on every eager op call. Arguments SWIG converts itself
 # are already checked there (Note [Every user mistake is a loom.Error]
 # in swig/errors.i).
+import builtins as _builtins
 import numbers as _numbers
 
 from .core import Tensor as _Tensor
+
+
+_INT64 = (-2 ** 63, 2 ** 63 - 1)  # (lo, hi) of an int that C++ takes as int64_t (an axis, a size)
 
 
 def _show(value):
@@ -117,6 +121,19 @@ def _ints(component, name, value, lo=None, hi=None, one=False):
             raise _out_of_range(component, f"each of {name}", v, lo, hi, "an int")
         out.append(v)
     return tuple(out)
+
+
+def _array(component, name, value, dtype):
+    """`value` (an array, a nested list, a number) as a numpy array of `dtype`, else a
+    loom.TypeError naming the argument (numpy's own ValueError or TypeError for 'x' or None)."""
+    import numpy as np
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"[{component}] {name} must be an array of numbers, got {_show(value)}")
+    try:
+        return np.asarray(value, dtype)
+    except (_builtins.ValueError, _builtins.TypeError, OverflowError) as e:  # numpy's (these names are loom's here)
+        raise TypeError(f"[{component}] {name} must be an array of {np.dtype(dtype).name}, got {_show(value)} "
+                        f"({e})") from None
 
 
 def _tensor(component, name, value):

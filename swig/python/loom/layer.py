@@ -375,6 +375,8 @@ class Linear(NativeLayer):
 def _size(op, n):
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise errors.ValueError(f"[{op}] size must be a positive int, got {n!r}")
+    if n > errors._INT64[1]:
+        raise errors.ValueError(f"[{op}] size {n} is beyond int64")
     return n
 
 
@@ -421,11 +423,11 @@ class Flatten(NativeLayer):
 
     def __init__(self, axis=1, start_axis=None):
         if start_axis is not None or axis == 1:
-            super().__init__(core.Flatten(1 if start_axis is None else errors._whole("Flatten", "start_axis", start_axis)))
+            super().__init__(core.Flatten(1 if start_axis is None else errors._whole("Flatten", "start_axis", start_axis, *errors._INT64)))
             return
         Layer.__init__(self)
         self._impl = None
-        self.axis = errors._whole("Flatten", "axis", axis)
+        self.axis = errors._whole("Flatten", "axis", axis, *errors._INT64)
 
     def forward(self, x):  # SINGA's axis other than 1
         return autograd.flatten(x, self.axis)
@@ -866,7 +868,7 @@ class Gemm(Layer, _PythonParams):
         self.nb_kernels = _size("Gemm", nb_kernels)
         self.alpha, self.beta = errors._real("Gemm", "alpha", alpha), errors._real("Gemm", "beta", beta)
         self.transA, self.transB, self.bias = bool(transA), bool(transB), bool(bias)
-        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else errors._ints("Gemm", "bias_shape", bias_shape)
+        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else errors._ints("Gemm", "bias_shape", bias_shape, 1, 2 ** 63 - 1)
         self._py_params = OrderedDict()
         self.W = self.b = None
 
@@ -950,7 +952,7 @@ class Cat(Layer):
 
     def __init__(self, axis=0):
         super().__init__()
-        self.axis = errors._whole("Cat", "axis", axis)
+        self.axis = errors._whole("Cat", "axis", axis, *errors._INT64)
 
     def forward(self, xs):
         return core.cat(errors._tensors("Cat", "xs", xs), self.axis)

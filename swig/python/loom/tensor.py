@@ -641,9 +641,9 @@ _METHODS = {
     "memsize": lambda self: _c.Tensor_nbytes(self),
     "is_empty": lambda self: _c.Tensor_numel(self) == 0,
     "flatten": lambda self, start_axis=1: core.flatten(self, start_axis),
-    "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis), keepdims),
-    "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis), keepdims),
-    "max": lambda self, axis=None, keepdims=False: core.max(self, _axes(axis), keepdims),
+    "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis, "sum"), keepdims),
+    "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis, "mean"), keepdims),
+    "max": lambda self, axis=None, keepdims=False: core.max(self, _axes(axis, "max"), keepdims),
     "__add__": _binary(core.add, core.add_scalar),
     "__radd__": _rbinary(core.add, core.add_scalar),
     "__sub__": _binary(core.sub, core.sub_scalar),
@@ -811,7 +811,7 @@ def sum(t, axis=None, out=None):
     every element into a one-element tensor (float(result) is the number). `out`, when given,
     receives the result and is returned."""
     _check_tensor("sum", t)
-    r = core.sum(t, _axes(axis), False)
+    r = core.sum(t, _axes(axis, "tensor.sum"), False)
     if out is not None:
         return _copy_data(_check_tensor("sum", out), r)
     return r
@@ -823,7 +823,7 @@ def average(t, axis=None):
     _check_tensor("average", t)
     if axis is None:
         return float(core.mean(t, (), False).item())
-    return core.mean(t, _axes(axis), False)
+    return core.mean(t, _axes(axis, "tensor.average"), False)
 
 
 def transpose(t, axes=None):

@@ -80,11 +80,8 @@ def axpy(alpha, x, y):
     return _into("axpy", core.add(y, core.mul_scalar(x, errors._real("tensor.axpy", "alpha", alpha))), y)
 
 
-def _matrix(name, M, alpha, v, beta):
+def _matrix(name, M):
     _check_tensor(name, M, "M")
-    _check_tensor(name, v, "v")
-    errors._real(f"tensor.{name}", "alpha", alpha)
-    errors._real(f"tensor.{name}", "beta", beta)
     if M.ndim != 2:
         raise errors.ShapeError(f"[tensor.{name}] expects a matrix, got {M.describe()}")
     return M
@@ -92,14 +89,18 @@ def _matrix(name, M, alpha, v, beta):
 
 def add_column(alpha, v, beta, M):
     """M = alpha * v (a column, added to every column) + beta * M, in place; returns M."""
-    _matrix("add_column", M, alpha, v, beta)
+    _matrix("add_column", M)
+    alpha, beta = errors._real("tensor.add_column", "alpha", alpha), errors._real("tensor.add_column", "beta", beta)
+    _check_tensor("add_column", v, "v")
     column = core.reshape(v, (M.shape[0], 1))
     return _into("add_column", core.add(core.mul_scalar(M, float(beta)), core.mul_scalar(column, float(alpha))), M)
 
 
 def add_row(alpha, v, beta, M):
     """M = alpha * v (a row, added to every row) + beta * M, in place; returns M."""
-    _matrix("add_row", M, alpha, v, beta)
+    _matrix("add_row", M)
+    alpha, beta = errors._real("tensor.add_row", "alpha", alpha), errors._real("tensor.add_row", "beta", beta)
+    _check_tensor("add_row", v, "v")
     row = core.reshape(v, (1, M.shape[1]))
     return _into("add_row", core.add(core.mul_scalar(M, float(beta)), core.mul_scalar(row, float(alpha))), M)
 
