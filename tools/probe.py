@@ -91,7 +91,7 @@ PRELUDE = r'''
 import math, os, stat, sys
 import numpy as np
 import loom
-from loom import autograd, device, layer, model, opt, tensor
+from loom import autograd, clip, device, initializer, io, layer, model, opt, schedule, tensor
 
 class Wrong(Exception):
     """The answer differs from the reference (or no error came where one was due)."""
@@ -118,6 +118,23 @@ TMP = os.environ["LOOM_PROBE_TMP"]
 
 def T(a, dtype=np.float32):
     return tensor.from_numpy(np.asarray(a, dtype), dev)
+
+# ---- the API sweep's healthy arguments (tools/probe_api.py) ----
+def X(*shape):
+    return T(np.full(shape or (2, 3), 0.5))
+
+def P(*shape):
+    p = X(*(shape or (3, 4)))
+    p.requires_grad = p.stores_grad = True
+    return p
+
+def SAVED(path=False):
+    p = os.path.join(TMP, "saved.ckpt")
+    io.save_checkpoint(p, {"w": X()})
+    if path:
+        return p
+    with open(p, "rb") as f:
+        return f.read()
 
 # ---- ONNX models built with the onnx package ----
 def onnx_model(nodes, inputs, outputs, inits=(), opset=13):
@@ -908,8 +925,13 @@ def planted_cases():
                           planted=outcome))
 
 
+def api_cases():
+    from probe_api import api_cases as sweep
+    sweep(add)
+
+
 for _make in (planted_cases, onnx_cases, onnx_deep_chain_cases, onnx_file_cases, onnx_export_cases, autograd_cases, graph_cases, trainer_cases, data_cases,
-              numeric_cases, graph_dump_cases, comm_cases):
+              numeric_cases, graph_dump_cases, comm_cases, api_cases):
     _make()
 assert len({c.name for c in CASES}) == len(CASES), [c.name for c in CASES if sum(d.name == c.name for d in CASES) > 1]
 
