@@ -24,7 +24,9 @@ numpy or by hand). Outcomes:
     lost      a file the run did not write was changed or removed           bad
 
 The exit status is 0 when no case is bad, 1 otherwise. The tables of cases are below, one per
-class of issue 36's probe: each row is an op or call crossed with its bad values.
+class of issue 36's probe: each row is an op or call crossed with its bad values. Group `api`,
+the sweep of the public Python API (every public function x argument x bad value of its kind),
+is generated from the table in tools/probe_api.py.
 """
 import argparse
 import concurrent.futures
@@ -965,8 +967,23 @@ def child(name):
     print(MARK + json.dumps({"outcome": outcome, "detail": detail[:500], "rank": rank}), flush=True)
 
 
+def _results(out):
+    """The children's result lines in `out`. mpirun interleaves the ranks' output, so one rank's
+    line may begin or end in the middle of another's: each MARK is decoded where it starts."""
+    decoder, results, i = json.JSONDecoder(), [], out.find(MARK)
+    while i >= 0:
+        end = i + len(MARK)
+        try:
+            result, end = decoder.raw_decode(out, end)
+            results.append(result)
+        except ValueError:  # cut off (a child killed while printing): not a result
+            pass
+        i = out.find(MARK, end)
+    return results
+
+
 def classify(case, rc, out, timed_out):
-    results = [json.loads(line[len(MARK):]) for line in out.splitlines() if line.startswith(MARK)]
+    results = _results(out)
     if timed_out:
         return "hang", "ran past the timeout"
     want = max(case.mpi, 1)

@@ -131,6 +131,8 @@ CALLS = [  # (name, call(dev), loom error, message)
      "[onehot] depth must be an int, got str 'x'"),
     ("autograd.onehot huge depth", lambda d: autograd.onehot(-1, [0, 1], 2 ** 70), loom.ValueError,
      "[onehot] depth must be an int in [1, 2147483647], got 1180591620717411303424"),
+    ("autograd.onehot table", lambda d: autograd.onehot(-1, [0, 1], 2 ** 30), loom.DeviceError,
+     "[onehot] out of memory for the (1073741824, 1073741824) table"),
     ("autograd.onehot values", lambda d: autograd.onehot(-1, [0, 1], 3, "x"), loom.TypeError,
      "[onehot] values must be a pair (off, on) of numbers, got str 'x'"),
     ("autograd.leakyrelu a", lambda d: autograd.leakyrelu(_t(d), "x"), loom.TypeError,

@@ -721,7 +721,10 @@ def onehot(axis, indices, depth, values=(0.0, 1.0)):
     off, on = (errors._real("onehot", "values", v) for v in values)
     axis = errors._whole("onehot", "axis", axis)
     from .tensor import from_numpy
-    table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
+    try:
+        table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
+    except MemoryError:  # numpy's own, as to_numpy's
+        raise errors.DeviceError(f"[onehot] out of memory for the ({depth}, {depth}) table of depth {depth}") from None
     y = core.embedding(table, idx)  # (..., depth)
     if not -y.ndim <= axis < y.ndim:
         raise errors.ValueError(f"[onehot] axis {axis} is out of range for the {y.ndim}-D output")

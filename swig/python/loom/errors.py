@@ -41,8 +41,9 @@ from .core import (  # noqa: F401  (re-exported)
 # loom.ValueError (the right kind, out of range: NaN, negative, too large), whose message names
 # the function, the argument, the value and what was expected. The common value (a float, an int,
 # a Tensor) takes one type test: they run on every eager op call. Arguments SWIG converts itself
-# are already checked there (Note [Every user mistake is a loom.Error]
-# in swig/errors.i).
+# are checked there (Note [Every user mistake is a loom.Error] in swig/errors.i), and ranges that
+# C++ checks (a learning rate, a std, an axis of a given tensor) are left to it: one message each.
+# A bool argument is read by its truth value, as Python's own are.
 import builtins as _builtins
 import numbers as _numbers
 
