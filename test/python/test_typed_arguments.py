@@ -139,7 +139,7 @@ CALLS = [  # (name, call(dev), loom error, message)
      "[leakyrelu] a must be a number, got str 'x'"),
     ("autograd.dropout ratio", lambda d: autograd.dropout(_t(d), NAN), loom.ValueError,
      "[dropout] ratio must be a finite number, got nan"),
-    ("autograd.clip min", lambda d: autograd.clip(_t(d), NAN), loom.ValueError, "[clip] min must be a number in"),
+    ("autograd.clip min", lambda d: autograd.clip(_t(d), NAN), loom.ValueError, "[clip] min and max must not be NaN, got nan and None"),
     ("autograd.attention scale", lambda d: autograd.attention(_t(d, 1, 2, 4), _t(d, 1, 2, 4), _t(d, 1, 2, 4), False, "x"),
      loom.TypeError, "[attention] scale must be a number, got str 'x'"),
     ("autograd.max_pool_2d kernel_size", lambda d: autograd.max_pool_2d(_x4(d), None), loom.TypeError,

@@ -570,8 +570,10 @@ def reciprocal(x):
 
 def clip(x, min=None, max=None):
     """Elements limited to [min, max] (None: unbounded on that side)."""
-    lo = -math.inf if min is None else errors._real("clip", "min", min, lo=-math.inf, hi=math.inf)  # not NaN
-    hi = math.inf if max is None else errors._real("clip", "max", max, lo=-math.inf, hi=math.inf)
+    lo = -math.inf if min is None else errors._real("clip", "min", min)
+    hi = math.inf if max is None else errors._real("clip", "max", max)
+    if lo != lo or hi != hi:  # infinities are bounds, NaN is none
+        raise errors.ValueError(f"[clip] min and max must not be NaN, got {min!r} and {max!r}")
     return core.clamp(x, lo, hi)
 
 

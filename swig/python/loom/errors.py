@@ -83,6 +83,8 @@ def _real(component, name, value, finite=False, lo=None, hi=None):
     within [lo, hi] (either bound optional; NaN is never within bounds), else a loom.TypeError or
     loom.ValueError naming the argument. Note [Typed argument conversions]."""
     t = type(value)
+    if t is float and lo is None and hi is None and (not finite or value - value == 0.0):
+        return value  # the common case, first: this runs on every call of an op with a number
     if t is not float:
         if t is bool or not isinstance(value, _numbers.Real):
             raise TypeError(f"[{component}] {name} must be a number, got {_show(value)}")
