@@ -72,6 +72,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -232,6 +233,8 @@ struct Flags {
   bool shard = false;             // --shard: also a sharded-state variant (Note [Sharded optimizer state])
   std::vector<int> simulate_ranks;  // data-parallel over simulated ranks (Note [Simulated ranks])
   std::vector<int> predict_ranks;   // Note [Predicting a data-parallel step] for these rank counts too
+  std::string link_table;           // --link-table: comm_bench's JSON lines
+  int profile_replays = 5;          // ... from the per-op medians of this many profiled replays
   double link_gbps = 25, latency_us = 10;
   double bucket_mb = 0, first_bucket_mb = -1;  // GraphOptions::bucket_bytes, first_bucket_bytes (0/-1: defaults)
   bool overlap = true;                         // GraphOptions::overlap_collectives
@@ -299,6 +302,9 @@ const char* kUsage =
     "                 model of the predictions (tools/comm_bench measures them)\n"
     "  --predict-ranks LIST  e.g. 1,2,4,...,512: with --dist or --simulate-ranks, predict the step at these\n"
     "                 rank counts from each graph run's profiled replay (Note [Predicting a data-parallel step])\n"
+    "  --profile-replays K  the predictions take each op's median time over K profiled replays (default 5)\n"
+    "  --link-table F  also predict with tools/comm_bench's measured times (its --json-file F) where it has\n"
+    "                 the collective and rank count (predicted_ms_per_step_table)\n"
     "  --bucket-mb X, --first-bucket-mb X  gradient bucket sizes of data-parallel graphs (default 25, 1)\n"
     "  --no-overlap   data-parallel graphs all-reduce after the whole backward (no overlap)\n"
     "Training: SGD, softmax cross-entropy, synthetic class-pattern data (fixed seed).\n"
@@ -434,6 +440,10 @@ Flags ParseFlags(int argc, char** argv) {
       f.shard = true;
     } else if (a.Switch("--dist")) {
       f.dist = true;
+    } else if (a.Is("--link-table")) {
+      f.link_table = a.Value();
+    } else if (a.Is("--profile-replays")) {
+      f.profile_replays = int(a.Int(1));
     } else if (a.Is("--predict-ranks")) {
       f.predict_ranks.clear();
       for (const std::string& n : Split(a.Value(), ',')) f.predict_ranks.push_back(int(loom::flags::ParseInt("--predict-ranks", n, 1)));
@@ -660,6 +670,8 @@ struct RunResult {
   // Note [Predicting a data-parallel step], from one profiled serial replay after the timed steps.
   bool predicted = false;
   loom::StepPrediction prediction, prediction_tree;  // for this run's ranks: all-reduces by ring, by tree
+  loom::StepPrediction prediction_table;              // --link-table: measured collective times
+  bool has_table_prediction = false;
   struct AtRanks {
     int ranks;
     loom::StepPrediction ring, tree;
@@ -816,8 +828,8 @@ struct ModeRun {
   std::shared_ptr<loom::SimulatedCommunicator> sim;  // --simulate-ranks with N > 1
 };
 
-// Note [Predicting a data-parallel step]: one serial replay, profiled (a training step more, after
-// the checks above): its compute ops' times, and each collective's name and bytes on the wire,
+// Note [Predicting a data-parallel step]: serial replays, profiled (--profile-replays training
+// steps more, after the checks above): their compute ops' median times, and each collective's name and bytes on the wire,
 // whose time the model gives for any number of ranks and link (Predict). A serial replay (every
 // mode but graph-parallel) runs collectives in line: no lane.
 struct ReplayProfile {
@@ -827,18 +839,24 @@ struct ReplayProfile {
   std::vector<std::vector<int>> succs;
 };
 
-ReplayProfile ProfileOneReplay(loom::Graph& g) {
-  g.set_profile(true);
-  g.Run(/*sequential=*/true);
-  g.set_profile(false);
-  const std::vector<loom::OpTiming>& prof = g.last_profile();
+// `replays` profiled serial replays; each compute op's time is its median over them (one replay
+// on a shared machine catches some ops descheduled).
+ReplayProfile ProfileReplays(loom::Graph& g, int replays) {
   const std::vector<loom::OpRecord>& ops = g.ops().ops;
+  std::vector<std::vector<double>> times(ops.size());
+  g.set_profile(true);
+  for (int k = 0; k < replays; ++k) {
+    g.Run(/*sequential=*/true);
+    const std::vector<loom::OpTiming>& prof = g.last_profile();
+    for (size_t i = 0; i < ops.size(); ++i) times[i].push_back((prof[i].end_us - prof[i].start_us) * 1e-6);
+  }
+  g.set_profile(false);
   const loom::Schedule& sched = g.schedule();
   ReplayProfile p;
   p.succs = sched.succs;
   for (size_t i = 0; i < ops.size(); ++i) {
     const bool collective = sched.lane[i] == loom::Lane::kCollective;
-    p.seconds.push_back(collective ? 0.0 : (prof[i].end_us - prof[i].start_us) * 1e-6);
+    p.seconds.push_back(collective ? 0.0 : Percentile(times[i], 0.5));
     p.collective.push_back(collective ? ops[i].name() : "");
     double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
     const std::string name = ops[i].name();
@@ -849,13 +867,61 @@ ReplayProfile ProfileOneReplay(loom::Graph& g) {
   return p;
 }
 
-// The step on `link` (its ranks), all-reduces by the ring or the tree.
-loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& link, bool lane_overlaps, bool tree) {
+// --link-table FILE: tools/comm_bench's measured medians. A collective of a measured kind and
+// rank count takes the time interpolated (log-log) between the measured sizes around its bytes;
+// any other, the alpha-beta model. It separates the simulator's structure (profile, schedule,
+// lane) from the model's fit when a prediction is checked against a measured run.
+struct LinkTable {
+  std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>> rows;  // -> (bytes, s)
+  bool Lookup(const std::string& op, int ranks, double bytes, double* seconds) const {
+    // allgather_shards' bytes are its whole buffer, as comm_bench's all-gather rows are.
+    const std::string kind = op == "allgather_shards" ? "allgather" : op == "allgather" ? "" : op;
+    auto it = rows.find({kind, ranks});
+    if (it == rows.end() || it->second.size() < 2) return false;
+    const auto& v = it->second;
+    size_t k = 1;
+    while (k + 1 < v.size() && v[k].first < bytes) ++k;
+    const double x0 = std::log(v[k - 1].first), x1 = std::log(v[k].first);
+    const double y0 = std::log(v[k - 1].second), y1 = std::log(v[k].second);
+    const double t = (std::log(std::max(bytes, 1.0)) - x0) / (x1 - x0);
+    *seconds = std::exp(y0 + t * (y1 - y0));
+    return true;
+  }
+};
+
+double JsonField(const std::string& line, const std::string& key) {
+  const size_t at = line.find("\"" + key + "\": ");
+  return at == std::string::npos ? std::nan("") : std::atof(line.c_str() + at + key.size() + 4);
+}
+
+LinkTable LoadLinkTable(const std::string& path) {
+  LinkTable t;
+  std::istringstream in(loom::ReadFile(path, "loom-bench --link-table", 1 << 24));
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"collective\": \"");
+    if (at == std::string::npos) continue;
+    const size_t from = at + 15, to = line.find('"', from);
+    const double ranks = JsonField(line, "ranks"), bytes = JsonField(line, "bytes"), us = JsonField(line, "median_us");
+    if (to == std::string::npos || !(ranks >= 2) || !(bytes > 0) || !(us > 0))
+      throw UsageError(loom::detail::Cat("--link-table ", path, ": not a comm_bench line: ", line.substr(0, 120)));
+    t.rows[{line.substr(from, to - from), int(ranks)}].emplace_back(bytes, us * 1e-6);
+  }
+  if (t.rows.empty()) throw UsageError(loom::detail::Cat("--link-table ", path, ": no comm_bench lines in it"));
+  for (auto& kv : t.rows) std::sort(kv.second.begin(), kv.second.end());
+  return t;
+}
+
+// The step on `link` (its ranks), all-reduces by the ring or the tree; with `table`, measured
+// times where it has them.
+loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& link, bool lane_overlaps, bool tree,
+                             const LinkTable* table = nullptr) {
   std::vector<double> costs(p.seconds.size());
   std::vector<bool> lane(p.seconds.size());
   for (size_t i = 0; i < costs.size(); ++i) {
     lane[i] = !p.collective[i].empty() && lane_overlaps;
-    costs[i] = p.collective[i].empty() ? p.seconds[i] : loom::CollectiveSeconds(p.collective[i], p.wire_bytes[i], link, tree);
+    if (p.collective[i].empty()) costs[i] = p.seconds[i];
+    else if (!table || !table->Lookup(p.collective[i], link.ranks, p.wire_bytes[i], &costs[i]))
+      costs[i] = loom::CollectiveSeconds(p.collective[i], p.wire_bytes[i], link, tree);
   }
   loom::StepPrediction r = loom::PredictStep(p.succs, lane, costs);
   // Collectives in line (no lane) count as exposed communication, not compute.
@@ -1019,12 +1085,17 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       r.comm_bytes_per_step = st.bytes / steps;
     }
     if (r.has_graph && r.variant.comm) {  // Note [Predicting a data-parallel step]
-      const ReplayProfile prof = ProfileOneReplay(*model.train_graph());
+      const ReplayProfile prof = ProfileReplays(*model.train_graph(), f.profile_replays);
       const bool lane = r.mode == Mode::kGraphParallel;
       const loom::SimulatedLink link{r.variant.ranks, f.link_gbps, f.latency_us};
       r.predicted = true;
       r.prediction = Predict(prof, link, lane, false);
       r.prediction_tree = Predict(prof, link, lane, true);
+      if (!f.link_table.empty()) {
+        const LinkTable table = LoadLinkTable(f.link_table);
+        r.prediction_table = Predict(prof, link, lane, false, &table);
+        r.has_table_prediction = true;
+      }
       for (int n : f.predict_ranks) {
         const loom::SimulatedLink l{n, f.link_gbps, f.latency_us};
         r.predictions.push_back({n, Predict(prof, l, lane, false), Predict(prof, l, lane, true)});
@@ -1240,6 +1311,15 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
                     p.step_s * 1e3 / r.median - 1, t.step_s * 1e3 / r.median - 1);
       out += buf;
     }
+    if (r.has_table_prediction) {
+      const double ms = r.prediction_table.step_s * 1e3;
+      std::snprintf(buf, sizeof buf, ", \"predicted_ms_per_step_table\": %.4f", ms);
+      out += buf;
+      if (f.dist) {
+        std::snprintf(buf, sizeof buf, ", \"prediction_error_table\": %.4f", ms / r.median - 1);
+        out += buf;
+      }
+    }
     if (!r.predictions.empty()) {
       out += ", \"predictions\": [";
       for (size_t i = 0; i < r.predictions.size(); ++i) {
@@ -1338,7 +1418,8 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
                   "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator. "
                   "Predicted (graph modes): Note [Predicting a data-parallel step] from this run's own profiled replay, "
                   "collectives by the alpha-beta model at %g Gbit/s and %g us per message (tools/comm_bench's fit: "
-                  "--link-gbps, --latency-us), all-reduce by ring / tree; error = predicted / measured - 1.\n\n",
+                  "--link-gbps, --latency-us), all-reduce by ring / tree (/ comm_bench's measured times with "
+                  "--link-table); error = predicted / measured - 1.\n\n",
                   f.link_gbps, f.latency_us);
     o << buf
       << "| mode | ranks | ms/step median | items/s (all ranks) | exposed comm ms | exposed comm fraction | "
@@ -1368,6 +1449,12 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
         std::snprintf(p, sizeof p, "| %.2f / %.2f | %+.1f%% / %+.1f%% |", ring, tree, 100 * (ring / r.median - 1),
                       100 * (tree / r.median - 1));
         pred = p;
+        if (r.has_table_prediction) {  // --link-table: measured collective times
+          const double table = r.prediction_table.step_s * 1e3;
+          std::snprintf(p, sizeof p, "| %.2f / %.2f / %.2f | %+.1f%% / %+.1f%% / %+.1f%% |", ring, tree, table,
+                        100 * (ring / r.median - 1), 100 * (tree / r.median - 1), 100 * (table / r.median - 1));
+          pred = p;
+        }
       }
       std::snprintf(buf, sizeof buf, "| %s | %s | %.2f | %.1f | %.2f | %.1f%% | %.2f %s\n", Name(r.mode),
                     !r.variant.comm ? "compute only"

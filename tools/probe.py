@@ -24,7 +24,9 @@ numpy or by hand). Outcomes:
     lost      a file the run did not write was changed or removed           bad
 
 The exit status is 0 when no case is bad, 1 otherwise. The tables of cases are below, one per
-class of issue 36's probe: each row is an op or call crossed with its bad values.
+class of issue 36's probe: each row is an op or call crossed with its bad values. Group `api`,
+the sweep of the public Python API (every public function x argument x bad value of its kind),
+is generated from the table in tools/probe_api.py.
 """
 import argparse
 import concurrent.futures
@@ -91,7 +93,7 @@ PRELUDE = r'''
 import math, os, stat, sys
 import numpy as np
 import loom
-from loom import autograd, device, layer, model, opt, tensor
+from loom import autograd, clip, device, initializer, io, layer, model, opt, schedule, tensor
 
 class Wrong(Exception):
     """The answer differs from the reference (or no error came where one was due)."""
@@ -118,6 +120,23 @@ TMP = os.environ["LOOM_PROBE_TMP"]
 
 def T(a, dtype=np.float32):
     return tensor.from_numpy(np.asarray(a, dtype), dev)
+
+# ---- the API sweep's healthy arguments (tools/probe_api.py) ----
+def X(*shape):
+    return T(np.full(shape or (2, 3), 0.5))
+
+def P(*shape):
+    p = X(*(shape or (3, 4)))
+    p.requires_grad = p.stores_grad = True
+    return p
+
+def SAVED(path=False):
+    p = os.path.join(TMP, "saved.ckpt")
+    io.save_checkpoint(p, {"w": X()})
+    if path:
+        return p
+    with open(p, "rb") as f:
+        return f.read()
 
 # ---- ONNX models built with the onnx package ----
 def onnx_model(nodes, inputs, outputs, inits=(), opset=13):
@@ -908,8 +927,13 @@ def planted_cases():
                           planted=outcome))
 
 
+def api_cases():
+    from probe_api import api_cases as sweep
+    sweep(add)
+
+
 for _make in (planted_cases, onnx_cases, onnx_deep_chain_cases, onnx_file_cases, onnx_export_cases, autograd_cases, graph_cases, trainer_cases, data_cases,
-              numeric_cases, graph_dump_cases, comm_cases):
+              numeric_cases, graph_dump_cases, comm_cases, api_cases):
     _make()
 assert len({c.name for c in CASES}) == len(CASES), [c.name for c in CASES if sum(d.name == c.name for d in CASES) > 1]
 
@@ -943,8 +967,23 @@ def child(name):
     print(MARK + json.dumps({"outcome": outcome, "detail": detail[:500], "rank": rank}), flush=True)
 
 
+def _results(out):
+    """The children's result lines in `out`. mpirun interleaves the ranks' output, so one rank's
+    line may begin or end in the middle of another's: each MARK is decoded where it starts."""
+    decoder, results, i = json.JSONDecoder(), [], out.find(MARK)
+    while i >= 0:
+        end = i + len(MARK)
+        try:
+            result, end = decoder.raw_decode(out, end)
+            results.append(result)
+        except ValueError:  # cut off (a child killed while printing): not a result
+            pass
+        i = out.find(MARK, end)
+    return results
+
+
 def classify(case, rc, out, timed_out):
-    results = [json.loads(line[len(MARK):]) for line in out.splitlines() if line.startswith(MARK)]
+    results = _results(out)
     if timed_out:
         return "hang", "ran past the timeout"
     want = max(case.mpi, 1)

@@ -209,8 +209,19 @@ TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
 TEST(DistPrograms, BenchShardsAndPredictsOnTwoRanks) {
   SKIP_WITHOUT_MPI();
   SKIP_WITHOUT_PROGRAMS("loom-bench");
+  // A measured table (tools/comm_bench's lines) in which a 2-rank all-reduce, reduce-scatter or
+  // gather of any size takes 0.1 s: the table's prediction holds 0.1 s per collective.
+  const std::string table = ::testing::TempDir() + "loom_link_table_" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream t(table);
+    for (const char* kind : {"allreduce", "reducescatter", "allgather"})
+      for (double bytes : {8.0, 1e9})
+        t << "{\"collective\": \"" << kind << "\", \"ranks\": 2, \"bytes\": " << bytes << ", \"median_us\": 100000}\n";
+  }
   const ProgramRun r = LaunchTwo("loom-bench", "--model mlp --mode eager,graph-planned --dist --shard --batch 32 "
-                                               "--steps 3 --warmup 1 --peak-gflops 1 --predict-ranks 1,4,512 --json");
+                                               "--steps 3 --warmup 1 --peak-gflops 1 --predict-ranks 1,4,512 --json "
+                                               "--link-table " + table);
+  std::remove(table.c_str());
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const std::vector<std::string> runs = JsonLines(r.out);
   ASSERT_EQ(runs.size(), 6u) << r.out;  // per mode: compute only, 2 ranks, 2 ranks sharded
@@ -230,6 +241,12 @@ TEST(DistPrograms, BenchShardsAndPredictsOnTwoRanks) {
                 JsonNumber(run, "predicted_ms_per_step") / JsonNumber(run, "ms_per_step_median") - 1, 1e-3)
         << run;
     EXPECT_TRUE(Has(run, "\"predictions\": [{\"ranks\": 1, ")) << run;
+    // The plain run all-reduces its buckets, the sharded one reduce-scatters and gathers each:
+    // at least 0.1 s per collective more than the computation.
+    const double per = i == 4 ? 100 : 200;
+    EXPECT_GT(JsonNumber(run, "predicted_ms_per_step_table"), per) << run;
+    EXPECT_NEAR(JsonNumber(run, "prediction_error_table"),
+                JsonNumber(run, "predicted_ms_per_step_table") / JsonNumber(run, "ms_per_step_median") - 1, 1e-3);
     EXPECT_TRUE(Has(run, "{\"ranks\": 512, ")) << run;
   }
   EXPECT_FALSE(Has(runs[0], "predicted_ms_per_step")) << "eager runs have no graph to profile";

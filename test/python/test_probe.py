@@ -36,5 +36,15 @@ def test_the_default_subset_finds_no_crash_hang_silent_answer_untyped_error_or_l
     assert r.returncode == 0, r.stdout[-2000:]
     groups = {x["group"] for x in report["results"]}
     assert {"onnx", "onnx-file", "onnx-export", "autograd", "graph", "trainer", "data", "numerics", "graph_dump",
-            "comm"} <= groups
+            "comm", "api"} <= groups
     assert report["cases"] >= 300
+    assert sum(x["group"] == "api" for x in report["results"]) >= 100  # one call of each public function swept
+
+
+def test_results_interleaved_by_mpirun_are_each_read():
+    """mpirun may print one rank's result line in the middle of another's (the --all run of the
+    API sweep met it): each result is decoded where its mark starts, a cut-off one skipped."""
+    a = probe.MARK + json.dumps({"outcome": "ok", "detail": "{x}", "rank": "0"})
+    b = probe.MARK + json.dumps({"outcome": "typed", "detail": "", "rank": "1"})
+    got = probe._results(f"noise\n{a}{b}\n{probe.MARK}" + '{"outcome": "o')
+    assert [r["rank"] for r in got] == ["0", "1"]

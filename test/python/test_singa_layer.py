@@ -270,7 +270,7 @@ def test_add_and_cat(dev):
     b, z = images(dev, (2, 3))
     np.testing.assert_allclose(layer.Add()(x, z).to_numpy(), a + b, rtol=1e-6)
     np.testing.assert_array_equal(layer.Cat(1)([x, z]).to_numpy(), np.concatenate([a, b], 1))
-    with pytest.raises(loom.TypeError, match=r"\[Cat\] forward takes a list"):
+    with pytest.raises(loom.TypeError, match=r"\[Cat\] xs must be a list of loom Tensors"):
         layer.Cat()(x)
 
 

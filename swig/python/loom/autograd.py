@@ -196,7 +196,7 @@ def _variadic_or_reduction(name, combine, reduction, doc, finish=None):
                 out = combine(out, t)
             return finish(out, len(xs)) if finish else out
         axis, keepdims = (rest + (axis, keepdims)[len(rest):])[:2]
-        return reduction(x, _axes(axis), bool(keepdims))
+        return reduction(x, _axes(axis, name), bool(keepdims))
     f.__name__, f.__doc__ = name, doc
     return f
 
@@ -234,8 +234,8 @@ def reshape(x, shape):
 def flatten(x, axis=1):
     """SINGA's (and ONNX's) flatten: (d0, ..., dn) -> (d0 * ... * d(axis-1), d(axis) * ... * dn),
     always a matrix; axis may be negative, 0 gives (1, size)."""
-    shape = x.shape
-    if not isinstance(axis, int) or not -len(shape) <= axis <= len(shape):
+    shape = errors._tensor("flatten", "x", x).shape
+    if not -len(shape) <= errors._whole("flatten", "axis", axis) <= len(shape):
         raise errors.ValueError(f"[flatten] axis {axis!r} is out of range for {x.describe()}")
     if axis < 0:
         axis += len(shape)
@@ -245,7 +245,7 @@ def flatten(x, axis=1):
 
 
 def cat(xs, axis=0):
-    return core.cat(list(xs), axis)
+    return core.cat(errors._tensors("cat", "xs", xs), axis)
 
 
 concat = cat
@@ -255,11 +255,13 @@ def slice(x, starts, ends, axes=None, steps=None):
     """SINGA's (ONNX's) slice(x, starts, ends, axes=None, steps=None): per listed axis the
     elements [start, end) every step (negative indices count from the end; steps may be
     negative). loom's older slice(x, axis, start, end), with ints, is [start, end) of one axis."""
+    x = errors._tensor("slice", "x", x)
     if not isinstance(starts, (list, tuple)):
         return core.slice(x, starts, ends, axes)  # slice(x, axis, start, end)
     n = len(starts)
-    axes = list(range(n)) if axes is None else list(axes)
-    steps = [1] * n if steps is None else list(steps)
+    starts, ends = errors._ints("slice", "starts", starts), errors._ints("slice", "ends", ends)
+    axes = list(range(n)) if axes is None else errors._ints("slice", "axes", axes)
+    steps = [1] * n if steps is None else errors._ints("slice", "steps", steps)
     if not len(ends) == len(axes) == len(steps) == n:
         raise errors.ValueError(f"[slice] starts, ends, axes and steps differ in length: {starts}, {ends}, {axes}, "
                                 f"{steps}")
@@ -283,17 +285,17 @@ def cast(x, dtype):
 def dropout(x, ratio=0.5, training=None):
     """Zeroes elements with probability `ratio` and scales the rest by 1/(1-ratio) in training;
     identity otherwise. Fresh numbers on every run and every replay."""
-    return core.dropout(x, float(ratio), globals()["training"] if training is None else bool(training))
+    return core.dropout(x, errors._real("dropout", "ratio", ratio, finite=True), globals()["training"] if training is None else bool(training))
 
 
 # ---- convolutional networks ----
 
-def _pair(v, what):
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(v)
+def _pair(v, op, name):
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return (int(v), int(v))
+    v = errors._ints(op, name, v)
     if len(v) != 2:
-        raise errors.ValueError(f"[{what}] expects an int or a pair (height, width), got {v!r}")
+        raise errors.ValueError(f"[{op}] {name} must be an int or a pair (height, width), got {v!r}")
     return v
 
 
@@ -302,8 +304,8 @@ def _pads(op, padding, padding_end, odd_padding):
     in core/ops_cnn.h): `padding` at the beginning (top, left), `padding_end` (default: padding)
     at the end (bottom, right), plus SINGA's odd_padding (top, bottom, left, right): extra rows and
     columns at one end."""
-    begin = _pair(padding, f"{op} padding")
-    end = begin if padding_end is None else _pair(padding_end, f"{op} padding_end")
+    begin = _pair(padding, op, "padding")
+    end = begin if padding_end is None else _pair(padding_end, op, "padding_end")
     try:
         odd = tuple(int(v) for v in odd_padding)
     except (TypeError, ValueError):
@@ -331,15 +333,15 @@ def _conv2d_of_handle(handle, x, W, b=None, odd_padding=(0, 0, 0, 0)):
 
 def _conv2d(x, W, b=None, stride=1, padding=0, dilation=1, groups=1, padding_end=None, odd_padding=(0, 0, 0, 0)):
     begin, end = _pads("conv2d", padding, padding_end, odd_padding)
-    return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d stride"), begin,
-                       _pair(dilation, "conv2d dilation"), groups, end)
+    return core.conv2d(x, W, _UNDEFINED if b is None else b, _pair(stride, "conv2d", "stride"), begin,
+                       _pair(dilation, "conv2d", "dilation"), groups, end)
 
 
 def max_pool_2d(x, kernel_size, stride=None, padding=0, padding_end=None, odd_padding=(0, 0, 0, 0)):
     """Max pooling; padding as conv2d's, and never the maximum."""
     begin, end = _pads("max_pool_2d", padding, padding_end, odd_padding)
-    return core.max_pool2d(x, _pair(kernel_size, "max_pool_2d kernel"),
-                           () if stride is None else _pair(stride, "max_pool_2d stride"), begin, end)
+    return core.max_pool2d(x, _pair(kernel_size, "max_pool_2d", "kernel_size"),
+                           () if stride is None else _pair(stride, "max_pool_2d", "stride"), begin, end)
 
 
 def avg_pool_2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, padding_end=None,
@@ -347,8 +349,8 @@ def avg_pool_2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, 
     """Average pooling; padding as conv2d's. count_include_pad: divide by the window's size (the
     padded positions count as zeros), else by its pixels inside the image."""
     begin, end = _pads("avg_pool_2d", padding, padding_end, odd_padding)
-    return core.avg_pool2d(x, _pair(kernel_size, "avg_pool_2d kernel"),
-                           () if stride is None else _pair(stride, "avg_pool_2d stride"), begin,
+    return core.avg_pool2d(x, _pair(kernel_size, "avg_pool_2d", "kernel_size"),
+                           () if stride is None else _pair(stride, "avg_pool_2d", "stride"), begin,
                            count_include_pad, end)
 
 
@@ -375,7 +377,8 @@ def batchnorm(x, scale, bias, running_mean, running_var, training=None, momentum
     """x: (N, C, ...); scale, bias, running_mean, running_var: (C). Training: batch statistics,
     running statistics updated in place; otherwise the running statistics."""
     t = globals()["training"] if training is None else bool(training)
-    return core.batch_norm(x, scale, bias, running_mean, running_var, t, float(momentum), float(eps))
+    return core.batch_norm(x, scale, bias, running_mean, running_var, t, errors._real("batchnorm", "momentum", momentum, finite=True),
+                           errors._real("batchnorm", "eps", eps, finite=True))
 
 
 def batchnorm_2d(x, *args, **kwargs):
@@ -388,7 +391,7 @@ def batchnorm_2d(x, *args, **kwargs):
 
 
 def layernorm(x, gamma, beta, eps=1e-5):
-    return core.layer_norm(x, gamma, beta, float(eps))
+    return core.layer_norm(x, gamma, beta, errors._real("layernorm", "eps", eps, finite=True))
 
 
 def embedding(table, indices):
@@ -399,7 +402,7 @@ def attention(q, k, v, causal=False, scale=0.0):
     """softmax(scale q k^T) v without keeping the score matrix (Note [Attention keeps no score
     matrix] in core/ops_transformer.h). q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv);
     causal: query i sees keys j <= i; scale 0: 1 / sqrt(D)."""
-    return core.attention(q, k, v, bool(causal), float(scale))
+    return core.attention(q, k, v, bool(causal), errors._real("attention", "scale", scale))
 
 
 def call(op, inputs, **attrs):
@@ -549,11 +552,12 @@ Tensor.creator = None  # the Operator that made a tensor (set on Operator output
 # ---- SINGA's other autograd functions, made of loom's ops (differentiable through them) ----
 
 def _full_like(x, value, shape=None):
-    return core.full(x.shape if shape is None else tuple(shape), float(value), core._core.Tensor_dtype(x), x.device)
+    shape = x.shape if shape is None else errors._ints("full", "shape", shape)
+    return core.full(shape, errors._real("full", "value", value), core._core.Tensor_dtype(x), x.device)
 
 
 def identity(x):
-    return x
+    return errors._tensor("identity", "x", x)
 
 
 def negative(x):
@@ -566,13 +570,15 @@ def reciprocal(x):
 
 def clip(x, min=None, max=None):
     """Elements limited to [min, max] (None: unbounded on that side)."""
-    lo = -math.inf if min is None else float(min)
-    hi = math.inf if max is None else float(max)
+    lo = -math.inf if min is None else errors._real("clip", "min", min)
+    hi = math.inf if max is None else errors._real("clip", "max", max)
+    if lo != lo or hi != hi:  # infinities are bounds, NaN is none
+        raise errors.ValueError(f"[clip] min and max must not be NaN, got {min!r} and {max!r}")
     return core.clamp(x, lo, hi)
 
 
 def leakyrelu(x, a=0.01):
-    return core.leaky_relu(x, float(a))
+    return core.leaky_relu(x, errors._real("leakyrelu", "a", a, finite=True))
 
 
 def softsign(x):
@@ -582,18 +588,19 @@ def softsign(x):
 
 def hardsigmoid(x, alpha=0.2, gamma=0.5):
     """max(0, min(1, alpha x + gamma))."""
-    return core.clamp(core.add_scalar(core.mul_scalar(x, float(alpha)), float(gamma)), 0.0, 1.0)
+    return core.clamp(core.add_scalar(core.mul_scalar(x, errors._real("hardsigmoid", "alpha", alpha, finite=True)),
+                                      errors._real("hardsigmoid", "gamma", gamma, finite=True)), 0.0, 1.0)
 
 
 def elu(x, alpha=1.0):
     """x where x > 0, alpha (exp(x) - 1) elsewhere."""
-    neg = core.mul_scalar(core.add_scalar(core.exp(core.clamp(x, -math.inf, 0.0)), -1.0), float(alpha))
+    neg = core.mul_scalar(core.add_scalar(core.exp(core.clamp(x, -math.inf, 0.0)), -1.0), errors._real("elu", "alpha", alpha, finite=True))
     return core.where(core.greater(x, _full_like(x, 0.0, ())), x, neg)
 
 
 def selu(x, alpha=1.67326, gamma=1.0507):
     """gamma * (x where x > 0, alpha (exp(x) - 1) elsewhere)."""
-    return core.mul_scalar(elu(x, alpha), float(gamma))
+    return core.mul_scalar(elu(x, alpha), errors._real("selu", "gamma", gamma, finite=True))
 
 
 def prelu(x, slope):
@@ -603,8 +610,8 @@ def prelu(x, slope):
 
 def squeeze(x, axis=None):
     """Drops the axes of size 1 listed in `axis` (an int or a list; None: every one)."""
-    shape = x.shape
-    axes = [i for i, d in enumerate(shape) if d == 1] if axis is None else [a % x.ndim for a in _axes(axis)]
+    shape = errors._tensor("squeeze", "x", x).shape
+    axes = [i for i, d in enumerate(shape) if d == 1] if axis is None else [a % x.ndim for a in _axes(axis, "squeeze")]
     for a in axes:
         if shape[a] != 1:
             raise errors.ShapeError(f"[squeeze] axis {a} of {x.describe()} has size {shape[a]}, not 1")
@@ -613,8 +620,8 @@ def squeeze(x, axis=None):
 
 def unsqueeze(x, axis):
     """Inserts axes of size 1 at the positions `axis` (an int or a list) of the output."""
-    axes = _axes(axis)
-    ndim = x.ndim + len(axes)
+    axes = errors._ints("unsqueeze", "axis", axis, one=True)
+    ndim = errors._tensor("unsqueeze", "x", x).ndim + len(axes)
     axes = sorted(a % ndim for a in axes)
     if len(set(axes)) != len(axes):
         raise errors.ValueError(f"[unsqueeze] repeated axes {axis!r}")
@@ -627,15 +634,17 @@ def unsqueeze(x, axis):
 def transpose(x, shape=None, b=None):
     """transpose(x, perm): the axes permuted (SINGA's and ONNX's; perm None reverses them);
     transpose(x, a, b) swaps two axes (loom's)."""
+    x = errors._tensor("transpose", "x", x)
     if b is not None:
-        return core.transpose(x, int(shape), int(b))
-    perm = tuple(reversed(range(x.ndim))) if shape is None else tuple(int(p) for p in shape)
+        return core.transpose(x, errors._whole("transpose", "a", shape), errors._whole("transpose", "b", b))
+    perm = tuple(reversed(range(x.ndim))) if shape is None else errors._ints("transpose", "perm", shape)
     return core.permute(x, perm)
 
 
 def tile(x, repeats):
     """numpy's tile: x repeated repeats[i] times along axis i (an int: the last axis)."""
-    reps = (int(repeats),) if isinstance(repeats, int) else tuple(int(r) for r in repeats)
+    x = errors._tensor("tile", "x", x)
+    reps = errors._ints("tile", "repeats", repeats, one=True)
     if builtins.min(reps, default=1) < 1:
         raise errors.ValueError(f"[tile] repeats must be positive, got {repeats!r}")
     shape = (1,) * (len(reps) - x.ndim) + x.shape
@@ -649,11 +658,14 @@ def tile(x, repeats):
 def split(x, axis, parts, num_output=None):
     """x cut along `axis` into pieces of the sizes in `parts`, or into num_output equal pieces
     when parts is None. Returns a tuple."""
-    size = x.shape[axis]
+    x = errors._tensor("split", "x", x)
+    size = x.shape[errors._whole("split", "axis", axis, lo=-x.ndim, hi=x.ndim - 1)]
     if parts is None:
-        if not num_output or size % num_output:
+        num_output = errors._whole("split", "num_output", num_output, lo=1)
+        if size % num_output or size % num_output:
             raise errors.ValueError(f"[split] axis {axis} of {x.describe()} does not split into {num_output} parts")
         parts = [size // num_output] * num_output
+    parts = errors._ints("split", "parts", parts)
     if builtins.sum(parts) != size or builtins.min(parts) < 0:
         raise errors.ValueError(f"[split] parts {list(parts)} do not add up to {size}, axis {axis} of {x.describe()}")
     out, start = [], 0
@@ -678,9 +690,12 @@ def _index_tensor(op, indices, device):
 def gather(x, axis, indices):
     """ONNX's Gather: out = x.shape[:axis] + indices.shape + x.shape[axis+1:], taking along `axis`
     the entries `indices` (ints, or an int tensor; non-negative). Differentiable in x."""
-    axis = axis % x.ndim
+    x = errors._tensor("gather", "x", x)
+    axis = errors._whole("gather", "axis", axis, lo=-x.ndim, hi=x.ndim - 1) % x.ndim
     if isinstance(indices, (list, tuple, np.ndarray)):
         arr = np.asarray(indices)
+        if arr.dtype.kind not in "iu":
+            raise errors.TypeError(f"[gather] indices must be ints, got {errors._show(indices)}")
         if arr.size and (arr.min() < -x.shape[axis] or arr.max() >= x.shape[axis]):
             raise errors.ValueError(f"[gather] an index of {arr.tolist()} is out of range for axis {axis} of "
                                     f"{x.describe()}")
@@ -702,11 +717,19 @@ def onehot(axis, indices, depth, values=(0.0, 1.0)):
     if isinstance(indices, Tensor) and core.is_floating(_c_dtype(indices)):
         indices = core.cast(indices, core.dtype_from_name("int64"))  # SINGA's scripts pass float indices
     idx = _index_tensor("onehot", indices, device)
-    depth = int(depth)
-    off, on = float(values[0]), float(values[1])
+    depth = errors._whole("onehot", "depth", depth, lo=1, hi=2 ** 31 - 1)
+    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) != 2:
+        raise errors.TypeError(f"[onehot] values must be a pair (off, on) of numbers, got {errors._show(values)}")
+    off, on = (errors._real("onehot", "values", v) for v in values)
+    axis = errors._whole("onehot", "axis", axis)
     from .tensor import from_numpy
-    table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
+    try:
+        table = from_numpy(np.eye(depth, dtype=np.float32) * (on - off) + off, idx.device)
+    except MemoryError:  # numpy's own, as to_numpy's
+        raise errors.DeviceError(f"[onehot] out of memory for the ({depth}, {depth}) table of depth {depth}") from None
     y = core.embedding(table, idx)  # (..., depth)
+    if not -y.ndim <= axis < y.ndim:
+        raise errors.ValueError(f"[onehot] axis {axis} is out of range for the {y.ndim}-D output")
     axis = axis % y.ndim
     if axis == y.ndim - 1:
         return y
@@ -737,6 +760,7 @@ def _condition(cond, like):
 
 def cossim(a, b):
     """Row-wise cosine similarity of a, b (N, D) -> (N,)."""
+    a, b = errors._tensor("cossim", "a", a), errors._tensor("cossim", "b", b)
     if a.ndim != 2 or a.shape != b.shape:
         raise errors.ShapeError(f"[cossim] expects two (N, D) tensors of one shape, got {a.describe()} and "
                                 f"{b.describe()}")
@@ -784,7 +808,7 @@ def shape(x):
     also remembers it on the host: constant_of_shape reads it from there, which lets the pair
     run inside a capture (Note [ConstantOfShape in a graph], src/core/ops/scatter.cc)."""
     from .tensor import from_numpy
-    out = from_numpy(np.asarray(x.shape, np.int64), x.device)
+    out = from_numpy(np.asarray(errors._tensor("shape", "x", x).shape, np.int64), x.device)
     out._static_shape = tuple(int(d) for d in x.shape)
     return out
 
@@ -806,15 +830,19 @@ def constant_of_shape(x, value=0.0):
         if x.ndim != 1:
             raise errors.ShapeError(f"[constant_of_shape] the shape tensor must be 1-D, got {x.describe()}")
         dims = tuple(int(d) for d in x.to_numpy())
-    return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32), "value": float(value)})[0]
+    return core.call_op("constant_of_shape", [x], {"shape": list(dims), "dtype": int(_F32),
+                                                      "value": errors._real("constant_of_shape", "value", value)})[0]
 
 
 def upsample(x, mode="nearest", scales=None):
     """ONNX's Upsample, nearest, integer scales (one per axis): each element repeated."""
     if mode != "nearest":
         raise errors.ValueError(f"[upsample] mode '{mode}' is not supported; loom has 'nearest'")
-    scales = [] if scales is None else list(scales)
-    if len(scales) != x.ndim or any(float(s) != int(s) or s < 1 for s in scales):
+    x = errors._tensor("upsample", "x", x)
+    if scales is None or isinstance(scales, (str, bytes)) or not hasattr(scales, "__iter__"):
+        raise errors.TypeError(f"[upsample] scales must be a sequence of numbers, got {errors._show(scales)}")
+    scales = [errors._real("upsample", "scales", s) for s in scales]
+    if len(scales) != x.ndim or any(not s.is_integer() or s < 1 for s in scales):
         raise errors.ValueError(f"[upsample] scales {scales} must be one positive integer per axis of {x.describe()}")
     shape = x.shape
     inter = tuple(v for d in shape for v in (d, 1))
@@ -826,6 +854,7 @@ def upsample(x, mode="nearest", scales=None):
 def globalaveragepool(x, data_format="channels_first"):
     """ONNX's GlobalAveragePool: (N, C, H, W) -> (N, C, 1, 1); SINGA's data_format other than
     "channels_first" reads x as (N, H, W, C) -> (N, 1, 1, C)."""
+    x = errors._tensor("globalaveragepool", "x", x)
     if data_format == "channels_first":
         n, c, _, _ = _nchw("globalaveragepool", x)
         return core.reshape(core.global_avg_pool(x), (n, c, 1, 1))
@@ -835,19 +864,21 @@ def globalaveragepool(x, data_format="channels_first"):
 
 def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
     """alpha A' B' + beta C, A' = A^T when transA, B' = B^T when transB; C broadcasts."""
+    alpha, beta = errors._real("gemm", "alpha", alpha), errors._real("gemm", "beta", beta)
     a = core.transpose(A, 0, 1) if transA else A
     b = core.transpose(B, 0, 1) if transB else B
     y = core.matmul(a, b)
     if alpha != 1.0:
-        y = core.mul_scalar(y, float(alpha))
+        y = core.mul_scalar(y, alpha)
     if C is not None:
-        y = core.add(y, C if beta == 1.0 else core.mul_scalar(C, float(beta)))
+        y = core.add(y, C if beta == 1.0 else core.mul_scalar(C, beta))
     return y
 
 
 def cross_entropy(y, t):
     """SINGA's cross_entropy: -sum(t * log(y)) / N for probabilities y (N, C) (a softmax's output)
     and targets t of the same shape; shape (1,) (Note [Loss shape])."""
+    y, t = errors._tensor("cross_entropy", "y", y), errors._tensor("cross_entropy", "t", t)
     if y.ndim != 2 or y.shape != t.shape:
         raise errors.ShapeError(f"[cross_entropy] expects probabilities (N, C) and targets of the same shape, got "
                                 f"{y.describe()} and {t.describe()}")
@@ -859,11 +890,13 @@ def binary_cross_entropy(x, t, eps=1e-4):
     """SINGA's binary_cross_entropy: -sum(t log(x + eps) + (1 - t) log(1 - x + eps)) / N for
     probabilities x (N, ...) (a sigmoid's output) and targets t of the same shape, N = x.shape[0];
     eps keeps log finite at 0 and 1 as SINGA's does. Shape (1,) (Note [Loss shape])."""
+    x, t = errors._tensor("binary_cross_entropy", "x", x), errors._tensor("binary_cross_entropy", "t", t)
+    eps = errors._real("binary_cross_entropy", "eps", eps, finite=True)
     if x.ndim < 1 or x.shape != t.shape:
         raise errors.ShapeError(f"[binary_cross_entropy] expects probabilities (N, ...) and targets of the same "
                                 f"shape, got {x.describe()} and {t.describe()}")
-    pos = core.mul(t, core.log(core.add_scalar(x, float(eps))))
-    neg = core.mul(core.rsub_scalar(t, 1.0), core.log(core.rsub_scalar(x, 1.0 + float(eps))))
+    pos = core.mul(t, core.log(core.add_scalar(x, eps)))
+    neg = core.mul(core.rsub_scalar(t, 1.0), core.log(core.rsub_scalar(x, 1.0 + eps)))
     total = core.sum(core.add(pos, neg), (), False)
     return _loss(core.div_scalar(core.neg(total), float(x.shape[0])))
 
@@ -872,6 +905,7 @@ def nonzero(x):
     """ONNX's NonZero: the indices of the nonzero elements, int64 (rank, count). Its size depends
     on the values, so it reads them on the host (a loom.GraphError inside a capture)."""
     from .tensor import from_numpy
+    x = errors._tensor("nonzero", "x", x)
     return from_numpy(np.array(np.nonzero(x.to_numpy()), dtype=np.int64).reshape(x.ndim, -1), x.device)
 
 
@@ -881,13 +915,13 @@ def scatter_elements(x, indices, updates, axis=0):
     capture, and its gradient reaches x (zero where overwritten) and updates. indices and
     updates may be arrays (copied to x's device)."""
     from .tensor import from_numpy
-    if not isinstance(x, Tensor):
-        raise errors.TypeError(f"[scatter_elements] x must be a loom Tensor, got {type(x).__name__}")
+    x = errors._tensor("scatter_elements", "x", x)
+    axis = errors._whole("scatter_elements", "axis", axis, *errors._INT64)  # its range: the op's check
     if not isinstance(indices, Tensor):
-        indices = from_numpy(np.asarray(indices, np.int64), x.device)
+        indices = from_numpy(errors._array("scatter_elements", "indices", indices, np.int64), x.device)
     if not isinstance(updates, Tensor):
-        updates = from_numpy(np.asarray(updates, np.dtype(x.dtype)), x.device)
-    return core.call_op("scatter_elements", [x, indices, updates], {"axis": int(axis)})[0]
+        updates = from_numpy(errors._array("scatter_elements", "updates", updates, np.dtype(x.dtype)), x.device)
+    return core.call_op("scatter_elements", [x, indices, updates], {"axis": axis})[0]
 
 
 _F32 = core.dtype_from_name("float32")
@@ -936,7 +970,7 @@ def _add_bias_axis(x, b, axis=0):
 
 def _concat(*args):
     if args and not isinstance(args[-1], Tensor):
-        return core.cat(list(args[:-1]), int(args[-1]))
+        return core.cat(errors._tensors("Concat", "inputs", args[:-1]), errors._whole("Concat", "axis", args[-1]))
     return core.cat(list(args), 0)
 
 
@@ -958,8 +992,8 @@ _CLASS_FORMS = {
     "SoftMaxCrossEntropy": softmax_cross_entropy, "MeanSquareError": _mse_broadcast, "CrossEntropy": cross_entropy,
     "BinaryCrossEntropy": binary_cross_entropy,
     "AddBias": _add_bias_axis, "Concat": _concat,
-    "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes), bool(keepdims)),
-    "ReduceMean": lambda x, axes=None, keepdims=1: core.mean(x, _axes(axes), bool(keepdims)),
+    "ReduceSum": lambda x, axes=None, keepdims=1: core.sum(x, _axes(axes, "ReduceSum"), bool(keepdims)),
+    "ReduceMean": lambda x, axes=None, keepdims=1: core.mean(x, _axes(axes, "ReduceMean"), bool(keepdims)),
     "OneHot": lambda idx, axis, depth, values=(0.0, 1.0): onehot(axis, idx, depth, values),
 }
 for _name, _fn in _CLASS_FORMS.items():

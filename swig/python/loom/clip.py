@@ -71,7 +71,7 @@ def step(optimizer, params, grads):
 
 def global_grad_norm(grads):
     """The 2-norm of all elements of `grads` together: a float64 scalar Tensor (one device op)."""
-    return core.global_grad_norm(list(grads))
+    return core.global_grad_norm(errors._tensors("clip.global_grad_norm", "grads", grads))
 
 
 def clip_scale(norm, max_norm, eps=1e-6):

@@ -30,7 +30,7 @@ def _check(op, t):
 
 def fans(shape):
     """(fan_in, fan_out) of a parameter of `shape` (see the module's docstring)."""
-    shape = tuple(shape)
+    shape = errors._ints("initializer.fans", "shape", shape)
     if not shape:
         raise errors.ShapeError("[initializer] a scalar has no fans")
     if len(shape) == 1:
@@ -42,7 +42,7 @@ def fans(shape):
 
 
 def _fans(op, t):
-    fan_in, fan_out = fans(t.shape)
+    fan_in, fan_out = fans(_check(op, t).shape)
     if fan_in <= 0 or fan_out <= 0:
         raise errors.ShapeError(f"[initializer.{op}] {t.describe()} has an empty axis: no fans")
     return fan_in, fan_out

@@ -45,6 +45,9 @@ def _named(tensors):
         return []
     if isinstance(tensors, dict):
         return list(tensors.items())
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+        raise errors.TypeError(f"[io] tensors must be a dict name -> Tensor or (name, Tensor) pairs, got "
+                               f"{errors._show(tensors)}")
     return list(tensors)
 
 
@@ -86,6 +89,8 @@ def load_checkpoint(path):
 
 def decode_checkpoint(data, source="<bytes>"):
     """The same from bytes in memory; `source` is named in errors."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise errors.TypeError(f"[decode_checkpoint] data must be bytes, got {errors._show(data)}")
     return Checkpoint(core.decode_checkpoint_bytes(data, str(source)))
 
 

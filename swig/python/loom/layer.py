@@ -375,6 +375,8 @@ class Linear(NativeLayer):
 def _size(op, n):
     if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         raise errors.ValueError(f"[{op}] size must be a positive int, got {n!r}")
+    if n > errors._INT64[1]:
+        raise errors.ValueError(f"[{op}] size {n} is beyond int64")
     return n
 
 
@@ -401,7 +403,7 @@ Softplus = _activation("Softplus", core.Act_kSoftplus, "log(1 + exp(x))")
 
 class LeakyReLU(NativeLayer):
     def __init__(self, slope=0.01):
-        super().__init__(core.Activation(core.Act_kLeakyReLU, float(slope)))
+        super().__init__(core.Activation(core.Act_kLeakyReLU, errors._real("LeakyReLU", "slope", slope, finite=True)))
 
 
 class Dropout(NativeLayer):
@@ -411,7 +413,7 @@ class Dropout(NativeLayer):
     _draws_random = True  # Note [Creators of layer results]
 
     def __init__(self, ratio=0.5, p=None):
-        super().__init__(core.Dropout(float(ratio if p is None else p)))
+        super().__init__(core.Dropout(errors._real("Dropout", "ratio" if p is None else "p", ratio if p is None else p, finite=True)))
 
 
 class Flatten(NativeLayer):
@@ -421,11 +423,11 @@ class Flatten(NativeLayer):
 
     def __init__(self, axis=1, start_axis=None):
         if start_axis is not None or axis == 1:
-            super().__init__(core.Flatten(int(1 if start_axis is None else start_axis)))
+            super().__init__(core.Flatten(1 if start_axis is None else errors._whole("Flatten", "start_axis", start_axis, *errors._INT64)))
             return
         Layer.__init__(self)
         self._impl = None
-        self.axis = int(axis)
+        self.axis = errors._whole("Flatten", "axis", axis, *errors._INT64)
 
     def forward(self, x):  # SINGA's axis other than 1
         return autograd.flatten(x, self.axis)
@@ -478,11 +480,8 @@ class Sequential(Layer):
 def _pair(op, what, v):
     if isinstance(v, int) and not isinstance(v, bool):
         v = (v, v)
-    try:
-        v = tuple(int(e) for e in v) if not isinstance(v, (str, bytes)) else None
-    except TypeError:
-        v = None
-    if v is None or len(v) != 2:
+    v = errors._ints(op, what, v)
+    if len(v) != 2:
         raise errors.TypeError(f"[{op}] {what} must be an int or a pair of ints (height, width)")
     return v
 
@@ -656,7 +655,7 @@ class BatchNorm2d(NativeLayer):
         if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
             raise errors.ValueError(f"[BatchNorm2d] momentum must be a number in [0, 1] (SINGA's: the weight of "
                                     f"the running statistics), got {momentum!r}")
-        self.momentum, self.eps = float(momentum), float(eps)
+        self.momentum, self.eps = float(momentum), errors._real("BatchNorm2d", "eps", eps, finite=True)
         self._lazy_options = (device, dtype)
         if num_features is None:
             Layer.__init__(self)
@@ -742,13 +741,14 @@ class SyncBatchNorm2d(NativeLayer):
         if communicator is None:
             from . import comm
             communicator = comm.communicator()
-        super().__init__(core.SyncBatchNorm2d(num_features, communicator, float(momentum), float(eps),
+        super().__init__(core.SyncBatchNorm2d(num_features, communicator, errors._real("SyncBatchNorm2d", "momentum", momentum, finite=True),
+                                              errors._real("SyncBatchNorm2d", "eps", eps, finite=True),
                                               _options(device, dtype)))
 
 
 class LayerNorm(NativeLayer):
     def __init__(self, normalized_shape, eps=1e-5, device=None, dtype=None):
-        super().__init__(core.LayerNorm(_shape(normalized_shape), float(eps), _options(device, dtype)))
+        super().__init__(core.LayerNorm(_shape(normalized_shape), errors._real("LayerNorm", "eps", eps, finite=True), _options(device, dtype)))
 
 
 class GlobalAvgPool(NativeLayer):
@@ -773,7 +773,8 @@ class MultiHeadAttention(NativeLayer):
     def __init__(self, dim, num_heads, causal=True, dropout=0.0, device=None, dtype=None):
         super().__init__(core.MultiHeadAttention(_size("MultiHeadAttention", dim),
                                                  _size("MultiHeadAttention", num_heads), bool(causal),
-                                                 float(dropout), _options(device, dtype)))
+                                                 errors._real("MultiHeadAttention", "dropout", dropout, finite=True),
+                                                 _options(device, dtype)))
         self._draws_random = dropout > 0
 
 
@@ -789,7 +790,8 @@ class TransformerBlock(NativeLayer):
             raise errors.ValueError(f"[TransformerBlock] activation must be one of {sorted(self._ACTS)}, "
                                     f"got {activation!r}")
         super().__init__(core.TransformerBlock(_size("TransformerBlock", dim), _size("TransformerBlock", num_heads),
-                                               _size("TransformerBlock", mlp_ratio), bool(causal), float(dropout),
+                                               _size("TransformerBlock", mlp_ratio), bool(causal),
+                                               errors._real("TransformerBlock", "dropout", dropout, finite=True),
                                                getattr(core, "Act_" + self._ACTS[activation]),
                                                _options(device, dtype)))
         self._draws_random = dropout > 0
@@ -806,7 +808,7 @@ class GPT(NativeLayer):
         c = core.GptConfig()
         c.vocab, c.context, c.layers = (_size("GPT", vocab_size), _size("GPT", context), _size("GPT", num_layers))
         c.dim, c.heads, c.mlp_ratio = _size("GPT", dim), _size("GPT", num_heads), _size("GPT", mlp_ratio)
-        c.dropout, c.tie_weights = float(dropout), bool(tie_weights)
+        c.dropout, c.tie_weights = errors._real("GPT", "dropout", dropout, finite=True), bool(tie_weights)
         self.config = c
         super().__init__(core.Gpt(c, _options(device, dtype)))
         self._draws_random = c.dropout > 0
@@ -864,9 +866,9 @@ class Gemm(Layer, _PythonParams):
     def __init__(self, nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True, bias_shape=None):
         super().__init__()
         self.nb_kernels = _size("Gemm", nb_kernels)
-        self.alpha, self.beta = float(alpha), float(beta)
+        self.alpha, self.beta = errors._real("Gemm", "alpha", alpha), errors._real("Gemm", "beta", beta)
         self.transA, self.transB, self.bias = bool(transA), bool(transB), bool(bias)
-        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else tuple(bias_shape)
+        self.bias_shape = (1, self.nb_kernels) if bias_shape is None else errors._ints("Gemm", "bias_shape", bias_shape, 1, 2 ** 63 - 1)
         self._py_params = OrderedDict()
         self.W = self.b = None
 
@@ -950,12 +952,10 @@ class Cat(Layer):
 
     def __init__(self, axis=0):
         super().__init__()
-        self.axis = int(axis)
+        self.axis = errors._whole("Cat", "axis", axis, *errors._INT64)
 
     def forward(self, xs):
-        if isinstance(xs, core.Tensor) or not all(isinstance(x, core.Tensor) for x in xs):
-            raise errors.TypeError("[Cat] forward takes a list of loom Tensors")
-        return core.cat(list(xs), self.axis)
+        return core.cat(errors._tensors("Cat", "xs", xs), self.axis)
 
 
 # ---- recurrent layers (SINGA's RNN and LSTM), made of loom ops: backward through time comes

@@ -291,7 +291,7 @@ class SGD(Optimizer):
         lr, scheduler = _rate_and_scheduler(lr)
         super().__init__(core.SGD(_number("SGD", "lr", lr), _number("SGD", "momentum", momentum),
                                   _number("SGD", "weight_decay", weight_decay), bool(nesterov),
-                                  _number("SGD", "dampening", dampening)))
+                                  _number("SGD", "dampening", dampening, finite=True)))
         if scheduler is not None:
             _set_schedule(self, scheduler)
 
@@ -311,12 +311,12 @@ class Adam(Optimizer):
     def __init__(self, lr=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8, weight_decay=0.0, dtype="float32",
                  decoupled=False, decay_on="all"):
         _check_float_dtype("Adam", dtype)
-        if decay_on not in self._DECAY_ON:
+        if not isinstance(decay_on, str) or decay_on not in self._DECAY_ON:
             raise errors.ValueError(f"[Adam] decay_on must be 'all' or 'matrices', got {decay_on!r}")
         lr, scheduler = _rate_and_scheduler(lr)
         n = _number
         super().__init__(core.Adam(n("Adam", "lr", lr), n("Adam", "beta_1", beta_1), n("Adam", "beta_2", beta_2),
-                                   n("Adam", "epsilon", epsilon), n("Adam", "weight_decay", weight_decay),
+                                   n("Adam", "epsilon", epsilon), n("Adam", "weight_decay", weight_decay, finite=True),
                                    bool(decoupled)))
         self._impl.set_decay_on(getattr(core.Adam, self._DECAY_ON[decay_on]))
         if scheduler is not None:
@@ -496,10 +496,8 @@ def _no_grad():
         del guard
 
 
-def _number(op, what, v):
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise errors.TypeError(f"[{op}] {what} must be a number, got {type(v).__name__}")
-    return float(v)
+def _number(op, what, v, finite=False):
+    return errors._real(op, what, v, finite=finite)  # C++ checks lr, momentum and eps; the others here
 
 
 def _check_float_dtype(op, dtype):

@@ -11,33 +11,32 @@ from .tensor import Tensor, _axes
 
 
 def _check(op, x):
-    if not isinstance(x, Tensor):
-        raise errors.TypeError(f"[{op}] expects a loom Tensor, got {type(x).__name__}")
-    return x
+    return errors._tensor(op, "x", x)
 
 
 def reduce_sum(x, axes=None, keepdims=1):
     """ONNX's ReduceSum: the sum over `axes` (all when None), keeping them as size 1 when keepdims."""
-    return core.sum(_check("reduce_sum", x), _axes(axes), bool(keepdims))
+    return core.sum(_check("reduce_sum", x), _axes(axes, "reduce_sum"), bool(keepdims))
 
 
 def reduce_mean(x, axes=None, keepdims=1):
     """ONNX's ReduceMean: the mean over `axes` (all when None), keeping them as size 1 when keepdims."""
-    return core.mean(_check("reduce_mean", x), _axes(axes), bool(keepdims))
+    return core.mean(_check("reduce_mean", x), _axes(axes, "reduce_mean"), bool(keepdims))
 
 
 def expand(x, shape):
     """ONNX's Expand: x broadcast with `shape` (numpy's rule, both ways: a 1 in `shape` keeps x's size)."""
     _check("expand", x)
+    shape = errors._ints("expand", "shape", shape)
     try:
-        out = np.broadcast_shapes(tuple(x.shape), tuple(int(d) for d in shape))
+        out = np.broadcast_shapes(tuple(x.shape), shape)
     except ValueError:
         raise errors.ShapeError(f"[expand] {x.describe()} does not broadcast with {tuple(shape)}") from None
     return core.broadcast_to(x, out)
 
 
 def _nchw(op, x):
-    if x.ndim != 4:
+    if errors._tensor(op, "x", x).ndim != 4:
         raise errors.ShapeError(f"[{op}] expects (N, C, H, W), got {x.describe()}")
     return x.shape
 
@@ -58,7 +57,9 @@ def pad(x, mode="constant", pads=None, constant=0.0):
     or mode 'reflect' (mirrored about the edge) or 'edge' (the edge repeated), as ONNX's."""
     if mode not in ("constant", "reflect", "edge"):
         raise errors.ValueError(f"[pad] mode must be 'constant', 'reflect' or 'edge', got {mode!r}")
-    pads = list(pads or [])
+    _check("pad", x)
+    pads = list(errors._ints("pad", "pads", pads or []))
+    constant = errors._real("pad", "constant", constant)
     if len(pads) != 2 * x.ndim or builtins.min(pads, default=0) < 0:
         raise errors.ValueError(f"[pad] pads {pads} must be 2 x {x.ndim} non-negative sizes for {x.describe()}")
     for axis in range(x.ndim):
@@ -74,7 +75,7 @@ def pad(x, mode="constant", pads=None, constant=0.0):
             elif n:
                 s = list(x.shape)
                 s[axis] = n
-                parts.append(core.full(tuple(s), float(constant), core._core.Tensor_dtype(x), x.device))
+                parts.append(core.full(tuple(s), constant, core._core.Tensor_dtype(x), x.device))
         x = core.cat(parts, axis) if len(parts) > 1 else x
     return x
 
@@ -82,7 +83,7 @@ def pad(x, mode="constant", pads=None, constant=0.0):
 def depth_to_space(x, blocksize, mode="DCR"):
     """(N, C, H, W) -> (N, C / b^2, H b, W b); mode DCR (depth, column, row) or CRD, as ONNX."""
     n, c, h, w = _nchw("depth_to_space", x)
-    b = int(blocksize)
+    b = errors._whole("depth_to_space", "blocksize", blocksize, lo=1)
     if c % (b * b):
         raise errors.ShapeError(f"[depth_to_space] {c} channels of {x.describe()} do not divide by {b}^2")
     if mode == "DCR":
@@ -97,7 +98,7 @@ def depth_to_space(x, blocksize, mode="DCR"):
 def space_to_depth(x, blocksize, mode="DCR"):
     """(N, C, H, W) -> (N, C b^2, H / b, W / b), the inverse of depth_to_space in the same mode."""
     n, c, h, w = _nchw("space_to_depth", x)
-    b = int(blocksize)
+    b = errors._whole("space_to_depth", "blocksize", blocksize, lo=1)
     if h % b or w % b:
         raise errors.ShapeError(f"[space_to_depth] {x.describe()}'s height and width do not divide by {b}")
     if mode not in ("DCR", "CRD"):

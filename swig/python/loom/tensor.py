@@ -191,7 +191,7 @@ def is_host_viewable(self):
     """True when np.asarray(self) aliases the tensor's memory instead of copying it: a CPU tensor
     with memory of its own (not a slot in a graph's planned arena), on a device not capturing.
     See Note [Zero-copy views from Python] in swig/tensor.i."""
-    return self._host_address() != 0
+    return errors._tensor("is_host_viewable", "self", self)._host_address() != 0
 
 
 def _array_interface(self):
@@ -560,10 +560,10 @@ def _reshape(self, *shape):
     return core.reshape(self, _shape(shape))
 
 
-def _axes(axis):
+def _axes(axis, op="reduce"):
     if axis is None:
         return ()
-    return (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return (axis,) if type(axis) is int else errors._ints(op, "axis", axis, one=True)
 
 
 def _astype(self, dtype):
@@ -574,7 +574,7 @@ def _transpose_method(self, a=-2, b=-1):
     """t.transpose(a, b) swaps two axes (the last two by default); t.transpose(axes), with a
     sequence, permutes them as numpy and SINGA do. Views."""
     if isinstance(a, (list, tuple)):
-        return core.permute(self, tuple(int(x) for x in a))
+        return core.permute(self, errors._ints("tensor.transpose", "axes", a))
     return core.transpose(self, a, b)
 
 
@@ -585,17 +585,19 @@ def _copy(self):
 
 
 def _gaussian(self, mean=0.0, std=1.0):
-    core.normal_into(self, float(mean), float(std))
+    core.normal_into(errors._tensor("tensor.gaussian", "t", self), errors._real("tensor.gaussian", "mean", mean),
+                     errors._real("tensor.gaussian", "std", std))
     return self
 
 
 def _uniform(self, low=0.0, high=1.0):
-    core.uniform_into(self, float(low), float(high))
+    core.uniform_into(errors._tensor("tensor.uniform", "t", self), errors._real("tensor.uniform", "low", low),
+                      errors._real("tensor.uniform", "high", high))
     return self
 
 
 def _set_value(self, value):
-    core.fill(self, float(value))
+    core.fill(self, errors._real("tensor.set_value", "value", value))
     return self
 
 
@@ -639,9 +641,9 @@ _METHODS = {
     "memsize": lambda self: _c.Tensor_nbytes(self),
     "is_empty": lambda self: _c.Tensor_numel(self) == 0,
     "flatten": lambda self, start_axis=1: core.flatten(self, start_axis),
-    "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis), keepdims),
-    "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis), keepdims),
-    "max": lambda self, axis=None, keepdims=False: core.max(self, _axes(axis), keepdims),
+    "sum": lambda self, axis=None, keepdims=False: core.sum(self, _axes(axis, "sum"), keepdims),
+    "mean": lambda self, axis=None, keepdims=False: core.mean(self, _axes(axis, "mean"), keepdims),
+    "max": lambda self, axis=None, keepdims=False: core.max(self, _axes(axis, "max"), keepdims),
     "__add__": _binary(core.add, core.add_scalar),
     "__radd__": _rbinary(core.add, core.add_scalar),
     "__sub__": _binary(core.sub, core.sub_scalar),
@@ -738,7 +740,7 @@ def from_numpy(arr, device=None, requires_grad=False):
 
 def to_numpy(t):
     """SINGA's tensor.to_numpy(t): a copy of t's values."""
-    return t.to_numpy()
+    return _check_tensor("to_numpy", t).to_numpy()
 
 
 def empty(shape, device=None, dtype=None):
@@ -755,7 +757,7 @@ def ones(shape, device=None, dtype=None):
 
 
 def full(shape, value, device=None, dtype=None):
-    return core.full(_shape(shape), float(value), _enum(dtype), _check_device(device))
+    return core.full(_shape(shape), errors._real("tensor.full", "value", value), _enum(dtype), _check_device(device))
 
 
 def gaussian(shape, mean=0.0, std=1.0, device=None, dtype=None):
@@ -764,7 +766,8 @@ def gaussian(shape, mean=0.0, std=1.0, device=None, dtype=None):
     and returns it."""
     if isinstance(std, Tensor):
         return _gaussian(std, shape, mean)
-    return core.normal(_shape(shape), float(mean), float(std), _enum(dtype), _check_device(device))
+    return core.normal(_shape(shape), errors._real("tensor.gaussian", "mean", mean),
+                       errors._real("tensor.gaussian", "std", std), _enum(dtype), _check_device(device))
 
 
 def uniform(shape, low=0.0, high=1.0, device=None, dtype=None):
@@ -772,7 +775,8 @@ def uniform(shape, low=0.0, high=1.0, device=None, dtype=None):
     uniform(low, high, t), a Tensor third, fills t instead and returns it."""
     if isinstance(high, Tensor):
         return _uniform(high, shape, low)
-    return core.uniform(_shape(shape), float(low), float(high), _enum(dtype), _check_device(device))
+    return core.uniform(_shape(shape), errors._real("tensor.uniform", "low", low),
+                        errors._real("tensor.uniform", "high", high), _enum(dtype), _check_device(device))
 
 
 def bernoulli(p, t):
@@ -791,10 +795,15 @@ def ones_like(t):
 # ---------------------------------------------------------------------------------------------
 # SINGA's module functions
 
-def _check_tensor(op, t):
-    if not isinstance(t, Tensor):
-        raise errors.TypeError(f"[tensor.{op}] expected a loom Tensor, got {type(t).__name__}")
-    return t
+def _check_tensor(op, t, name="t"):
+    return errors._tensor(f"tensor.{op}", name, t)
+
+
+def _compared(op, x):
+    """The right side of a comparison function (lt, le, gt, ge, eq): a Tensor, an array or a number."""
+    if isinstance(x, (Tensor, np.ndarray)):
+        return x
+    return errors._real(f"tensor.{op}", "x", x)
 
 
 def sum(t, axis=None, out=None):
@@ -802,7 +811,7 @@ def sum(t, axis=None, out=None):
     every element into a one-element tensor (float(result) is the number). `out`, when given,
     receives the result and is returned."""
     _check_tensor("sum", t)
-    r = core.sum(t, _axes(axis), False)
+    r = core.sum(t, _axes(axis, "tensor.sum"), False)
     if out is not None:
         return _copy_data(_check_tensor("sum", out), r)
     return r
@@ -814,7 +823,7 @@ def average(t, axis=None):
     _check_tensor("average", t)
     if axis is None:
         return float(core.mean(t, (), False).item())
-    return core.mean(t, _axes(axis), False)
+    return core.mean(t, _axes(axis, "tensor.average"), False)
 
 
 def transpose(t, axes=None):
@@ -822,7 +831,7 @@ def transpose(t, axes=None):
     _check_tensor("transpose", t)
     if axes is None:
         axes = tuple(range(t.ndim))[::-1]
-    return core.permute(t, tuple(int(a) for a in axes))
+    return core.permute(t, errors._ints("tensor.transpose", "axes", axes))
 
 
 def product(shape):
@@ -856,9 +865,10 @@ def sizeof(dtype):
 def copy_data_to_from(dst, src, size, dst_offset=0, src_offset=0):
     """Copies `size` elements of src (flattened, from src_offset) into dst (flattened, from
     dst_offset), in place. The two have one dtype and one device; dst is contiguous."""
-    _check_tensor("copy_data_to_from", dst)
-    _check_tensor("copy_data_to_from", src)
-    size, dst_offset, src_offset = int(size), int(dst_offset), int(src_offset)
+    _check_tensor("copy_data_to_from", dst, "dst")
+    _check_tensor("copy_data_to_from", src, "src")
+    size, dst_offset, src_offset = (errors._whole("tensor.copy_data_to_from", n, v)
+                                    for n, v in (("size", size), ("dst_offset", dst_offset), ("src_offset", src_offset)))
     nd, ns = _c.Tensor_numel(dst), _c.Tensor_numel(src)
     if size < 0 or dst_offset < 0 or src_offset < 0 or dst_offset + size > nd or src_offset + size > ns:
         raise errors.ValueError(f"[tensor.copy_data_to_from] {size} elements from offset {src_offset} of "
@@ -886,30 +896,30 @@ def repeat(t, repeats, axis=None):
 
 
 def lt(t, x):
-    return _check_tensor("lt", t) < x
+    return _check_tensor("lt", t) < _compared("lt", x)
 
 
 def le(t, x):
-    return _check_tensor("le", t) <= x
+    return _check_tensor("le", t) <= _compared("le", x)
 
 
 def gt(t, x):
-    return _check_tensor("gt", t) > x
+    return _check_tensor("gt", t) > _compared("gt", x)
 
 
 def ge(t, x):
-    return _check_tensor("ge", t) >= x
+    return _check_tensor("ge", t) >= _compared("ge", x)
 
 
 def eq(t, x):
-    return _check_tensor("eq", t) == x
+    return _check_tensor("eq", t) == _compared("eq", x)
 
 
 def tensordot(a, b, axes=2):
     """numpy's tensordot: sums the products over `axes` (an int k: the last k axes of a with the
     first k of b; or a pair of axis lists), as one matmul between reshaped operands."""
-    _check_tensor("tensordot", a)
-    _check_tensor("tensordot", b)
+    _check_tensor("tensordot", a, "a")
+    _check_tensor("tensordot", b, "b")
     sa, sb = _c.Tensor_shape(a), _c.Tensor_shape(b)
     if isinstance(axes, (int, np.integer)):
         k = int(axes)
@@ -1011,10 +1021,8 @@ del _n
 
 def concatenate(tensors, axis):
     """SINGA's tensor.concatenate(tensors, axis): the tensors joined along `axis`."""
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor("concatenate", t)
-    return core.cat(tensors, int(axis))
+    tensors = errors._tensors("tensor.concatenate", "tensors", tensors)
+    return core.cat(tensors, errors._whole("tensor.concatenate", "axis", axis))
 
 
 def PlaceHolder(shape, device=None, dtype=float32):

@@ -27,7 +27,7 @@ def _call_singa_func(fn, *args):
 
 
 def from_raw_tensors(tensors):
-    return [_check_tensor("from_raw_tensors", t) for t in tensors]
+    return errors._tensors("tensor.from_raw_tensors", "tensors", tensors)
 
 
 def square(t):
@@ -37,7 +37,7 @@ def square(t):
 
 def pow(t, x, out=None):
     _check_tensor("pow", t)
-    return _into("pow", core.pow(t, x) if isinstance(x, Tensor) else core.pow_scalar(t, float(x)), out)
+    return _into("pow", core.pow(t, x) if isinstance(x, Tensor) else core.pow_scalar(t, errors._real("tensor.pow", "x", x)), out)
 
 
 def softmax(t, out=None):
@@ -62,24 +62,26 @@ div = _arith("div", "__truediv__")
 
 def mult(A, B, C=None, alpha=1.0, beta=0.0):
     """A @ B; with C: C = alpha * A @ B + beta * C, in place."""
-    _check_tensor("mult", A)
-    _check_tensor("mult", B)
+    _check_tensor("mult", A, "A")
+    _check_tensor("mult", B, "B")
     if C is None:
         return core.matmul(A, B)
-    value = core.mul_scalar(core.matmul(A, B), float(alpha))
+    alpha, beta = errors._real("tensor.mult", "alpha", alpha), errors._real("tensor.mult", "beta", beta)
+    value = core.mul_scalar(core.matmul(A, B), alpha)
     if beta != 0.0:
-        value = core.add(value, core.mul_scalar(C, float(beta)))
+        value = core.add(value, core.mul_scalar(_check_tensor("mult", C, "C"), beta))
     return _into("mult", value, C)
 
 
 def axpy(alpha, x, y):
     """y += alpha * x, in place; returns y."""
-    _check_tensor("axpy", x)
-    return _into("axpy", core.add(y, core.mul_scalar(x, float(alpha))), y)
+    _check_tensor("axpy", x, "x")
+    _check_tensor("axpy", y, "y")
+    return _into("axpy", core.add(y, core.mul_scalar(x, errors._real("tensor.axpy", "alpha", alpha))), y)
 
 
 def _matrix(name, M):
-    _check_tensor(name, M)
+    _check_tensor(name, M, "M")
     if M.ndim != 2:
         raise errors.ShapeError(f"[tensor.{name}] expects a matrix, got {M.describe()}")
     return M
@@ -88,6 +90,8 @@ def _matrix(name, M):
 def add_column(alpha, v, beta, M):
     """M = alpha * v (a column, added to every column) + beta * M, in place; returns M."""
     _matrix("add_column", M)
+    alpha, beta = errors._real("tensor.add_column", "alpha", alpha), errors._real("tensor.add_column", "beta", beta)
+    _check_tensor("add_column", v, "v")
     column = core.reshape(v, (M.shape[0], 1))
     return _into("add_column", core.add(core.mul_scalar(M, float(beta)), core.mul_scalar(column, float(alpha))), M)
 
@@ -95,6 +99,8 @@ def add_column(alpha, v, beta, M):
 def add_row(alpha, v, beta, M):
     """M = alpha * v (a row, added to every row) + beta * M, in place; returns M."""
     _matrix("add_row", M)
+    alpha, beta = errors._real("tensor.add_row", "alpha", alpha), errors._real("tensor.add_row", "beta", beta)
+    _check_tensor("add_row", v, "v")
     row = core.reshape(v, (1, M.shape[1]))
     return _into("add_row", core.add(core.mul_scalar(M, float(beta)), core.mul_scalar(row, float(alpha))), M)
 
