@@ -34,6 +34,17 @@ void CheckToken(const char* op, const std::vector<TensorMeta>& in) {
   LOOM_CHECK(in.size() >= 2 && in[1].dtype == DType::kInt64 && NumElements(in[1].shape) == 1, ValueError, "[", op,
              "] input 1 must be the communicator's token (int64, one element)");
 }
+// A reducing collective's buffer and attributes: floating data, a 16-bit wire only from float32
+// or float64, a sum or a max.
+void CheckReduction(const char* op, const TensorMeta& buf, const Attrs& a) {
+  LOOM_CHECK(IsFloating(buf.dtype), DTypeError, "[", op, "] buffer must be floating, got ", Name(buf.dtype));
+  const auto c = Compression(a.Int("compress", 0));
+  LOOM_CHECK(c == Compression::kNone || buf.dtype == DType::kFloat32 || buf.dtype == DType::kFloat64, DTypeError,
+             "[", op, "] ", Name(c), " compression needs float32 or float64 data, got ", Name(buf.dtype));
+  const int64_t r = a.Int("reduce", 0);
+  LOOM_CHECK(r == 0 || r == 1, ValueError, "[", op, "] reduce ", r, ": 0 (sum) or 1 (max)");
+}
+
 // A buffer of `size` equal slots, one per rank.
 void CheckSlots(const char* op, const TensorMeta& buf, int64_t size) {
   LOOM_CHECK(size >= 1, ValueError, "[", op, "] size ", size, " must be >= 1");
@@ -47,13 +58,7 @@ LOOM_OP(allreduce) {
   def.attrs = {{"comm", kInt}, {"reduce", kInt}, {"scale", kFloat}, {"compress", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckToken("allreduce", in);
-    LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[allreduce] buffer must be floating, got ", Name(in[0].dtype));
-    const auto c = Compression(a.Int("compress", 0));
-    LOOM_CHECK(c == Compression::kNone || in[0].dtype == DType::kFloat32 || in[0].dtype == DType::kFloat64,
-               DTypeError, "[allreduce] ", Name(c), " compression needs float32 or float64 data, got ",
-               Name(in[0].dtype));
-    const int64_t r = a.Int("reduce", 0);
-    LOOM_CHECK(r == 0 || r == 1, ValueError, "[allreduce] reduce ", r, ": 0 (sum) or 1 (max)");
+    CheckReduction("allreduce", in[0], a);
     return in;
   };
   // Note [A differentiable all-reduce]
@@ -96,13 +101,7 @@ LOOM_OP(reducescatter) {
     CheckArity("reducescatter", in, 2);
     CheckToken("reducescatter", in);
     CheckSlots("reducescatter", in[0], a.Int("size"));
-    LOOM_CHECK(IsFloating(in[0].dtype), DTypeError, "[reducescatter] buffer must be floating, got ", Name(in[0].dtype));
-    const auto c = Compression(a.Int("compress", 0));
-    LOOM_CHECK(c == Compression::kNone || in[0].dtype == DType::kFloat32 || in[0].dtype == DType::kFloat64,
-               DTypeError, "[reducescatter] ", Name(c), " compression needs float32 or float64 data, got ",
-               Name(in[0].dtype));
-    const int64_t r = a.Int("reduce", 0);
-    LOOM_CHECK(r == 0 || r == 1, ValueError, "[reducescatter] reduce ", r, ": 0 (sum) or 1 (max)");
+    CheckReduction("reducescatter", in[0], a);
     return in;
   };
 }
