@@ -677,6 +677,11 @@ struct RunResult {
     loom::StepPrediction ring, tree;
   };
   std::vector<AtRanks> predictions;  // --predict-ranks
+  struct CollectiveCost {
+    std::string op;
+    double wire_bytes, ring_s, tree_s, table_s, wait_s, in_replay_s;  // table_s < 0: no table
+  };
+  std::vector<CollectiveCost> collectives;  // each collective of the profiled replay
   std::vector<double> ms;  // timed steps
   double median = 0, p10 = 0, p90 = 0;
   double first_loss = 0, last_loss = 0;
@@ -834,6 +839,10 @@ struct ModeRun {
 // mode but graph-parallel) runs collectives in line: no lane.
 struct ReplayProfile {
   std::vector<double> seconds;  // compute ops: measured
+  std::vector<double> in_replay;  // collectives: measured in the replay (with the wait for the other ranks)
+  // collectives: each replay's compute time since the previous collective (for the first, since
+  // the last one of the step before); Note [Waiting for the slowest rank]
+  std::vector<std::vector<double>> before;
   std::vector<std::string> collective;  // "" for compute ops
   std::vector<double> wire_bytes;
   std::vector<std::vector<int>> succs;
@@ -854,9 +863,23 @@ ReplayProfile ProfileReplays(loom::Graph& g, int replays) {
   const loom::Schedule& sched = g.schedule();
   ReplayProfile p;
   p.succs = sched.succs;
+  p.before.resize(ops.size());
+  for (int k = 0; k < replays; ++k) {
+    double since = 0;  // the ops after the step's last collective come before its first
+    for (size_t i = ops.size(); i-- > 0 && sched.lane[i] != loom::Lane::kCollective;) since += times[i][size_t(k)];
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (sched.lane[i] != loom::Lane::kCollective) {
+        since += times[i][size_t(k)];
+      } else {
+        p.before[i].push_back(since);
+        since = 0;
+      }
+    }
+  }
   for (size_t i = 0; i < ops.size(); ++i) {
     const bool collective = sched.lane[i] == loom::Lane::kCollective;
     p.seconds.push_back(collective ? 0.0 : Percentile(times[i], 0.5));
+    p.in_replay.push_back(collective ? Percentile(times[i], 0.5) : 0.0);
     p.collective.push_back(collective ? ops[i].name() : "");
     double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
     const std::string name = ops[i].name();
@@ -917,13 +940,21 @@ loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& 
                              const LinkTable* table = nullptr) {
   std::vector<double> costs(p.seconds.size());
   std::vector<bool> lane(p.seconds.size());
+  double wait = 0;
   for (size_t i = 0; i < costs.size(); ++i) {
     lane[i] = !p.collective[i].empty() && lane_overlaps;
-    if (p.collective[i].empty()) costs[i] = p.seconds[i];
-    else if (!table || !table->Lookup(p.collective[i], link.ranks, p.wire_bytes[i], &costs[i]))
+    if (p.collective[i].empty()) {
+      costs[i] = p.seconds[i];
+      continue;
+    }
+    if (!table || !table->Lookup(p.collective[i], link.ranks, p.wire_bytes[i], &costs[i]))
       costs[i] = loom::CollectiveSeconds(p.collective[i], p.wire_bytes[i], link, tree);
+    const double w = loom::StragglerSeconds(p.before[i], link.ranks);  // Note [Waiting for the slowest rank]
+    costs[i] += w;
+    wait += w;
   }
   loom::StepPrediction r = loom::PredictStep(p.succs, lane, costs);
+  r.wait_s = wait;
   // Collectives in line (no lane) count as exposed communication, not compute.
   r.compute_s = 0;
   for (size_t i = 0; i < costs.size(); ++i)
@@ -1091,10 +1122,20 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       r.predicted = true;
       r.prediction = Predict(prof, link, lane, false);
       r.prediction_tree = Predict(prof, link, lane, true);
+      std::unique_ptr<LinkTable> table;
       if (!f.link_table.empty()) {
-        const LinkTable table = LoadLinkTable(f.link_table);
-        r.prediction_table = Predict(prof, link, lane, false, &table);
+        table = std::make_unique<LinkTable>(LoadLinkTable(f.link_table));
+        r.prediction_table = Predict(prof, link, lane, false, table.get());
         r.has_table_prediction = true;
+      }
+      for (size_t i = 0; i < prof.collective.size(); ++i) {  // each collective's costs, for the JSON
+        if (prof.collective[i].empty()) continue;
+        const std::string& op = prof.collective[i];
+        double t = -1;
+        if (!table || !table->Lookup(op, link.ranks, prof.wire_bytes[i], &t)) t = -1;
+        r.collectives.push_back({op, prof.wire_bytes[i], loom::CollectiveSeconds(op, prof.wire_bytes[i], link, false),
+                                 loom::CollectiveSeconds(op, prof.wire_bytes[i], link, true), t,
+                                 loom::StragglerSeconds(prof.before[i], link.ranks), prof.in_replay[i]});
       }
       for (int n : f.predict_ranks) {
         const loom::SimulatedLink l{n, f.link_gbps, f.latency_us};
@@ -1299,12 +1340,13 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
     std::snprintf(buf, sizeof buf,
                   ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
                   "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, "
-                  "\"predicted_ms_per_step_tree\": %.4f, \"prediction_link_gbps\": %g, \"prediction_latency_us\": %g, "
-                  "\"prediction_is\": \"one profiled serial replay: compute ops at their measured times in issue order, "
-                  "collectives at the alpha-beta model's times (all-reduce by ring; _tree: by binomial tree) on their lane, "
-                  "dependencies from the schedule\"",
+                  "\"predicted_ms_per_step_tree\": %.4f, \"predicted_wait_ms\": %.4f, \"prediction_link_gbps\": %g, "
+                  "\"prediction_latency_us\": %g, "
+                  "\"prediction_is\": \"profiled serial replays: compute ops at their median times in issue order, "
+                  "collectives at the alpha-beta model's times (all-reduce by ring; _tree: by binomial tree) plus the wait "
+                  "for the slowest rank (from the replays' spread) on their lane, dependencies from the schedule\"",
                   p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0,
-                  t.step_s * 1e3, f.link_gbps, f.latency_us);
+                  t.step_s * 1e3, p.wait_s * 1e3, f.link_gbps, f.latency_us);
     out += buf;
     if (f.dist) {  // against this run's measurement
       std::snprintf(buf, sizeof buf, ", \"prediction_error\": %.4f, \"prediction_error_tree\": %.4f",
@@ -1319,6 +1361,19 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
         std::snprintf(buf, sizeof buf, ", \"prediction_error_table\": %.4f", ms / r.median - 1);
         out += buf;
       }
+    }
+    if (!r.collectives.empty()) {
+      out += ", \"collectives\": [";
+      for (size_t i = 0; i < r.collectives.size(); ++i) {
+        const auto& c = r.collectives[i];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"op\": \"%s\", \"wire_bytes\": %.0f, \"ring_ms\": %.4f, \"tree_ms\": %.4f, "
+                      "\"table_ms\": %.4f, \"wait_ms\": %.4f, \"in_replay_ms\": %.4f}",
+                      i ? ", " : "", c.op.c_str(), c.wire_bytes, c.ring_s * 1e3, c.tree_s * 1e3,
+                      c.table_s < 0 ? -1.0 : c.table_s * 1e3, c.wait_s * 1e3, c.in_replay_s * 1e3);
+        out += buf;
+      }
+      out += "]";
     }
     if (!r.predictions.empty()) {
       out += ", \"predictions\": [";
@@ -1408,16 +1463,16 @@ std::string ScalingTable(const Flags& f, const std::vector<RunResult>& runs) {
                   (long long)(runs.empty() ? 0 : runs[0].rows));
     o << buf;
     o << "Measured: step times with the modelled waits (exposed = minus the same mode's 1-rank time; noisy on a "
-         "shared machine). Predicted: Note [Predicting a data-parallel step] (one profiled replay's compute times, "
-         "the model's all-reduce times, the schedule's dependencies).\n\n";
+         "shared machine). Predicted: Note [Predicting a data-parallel step] (profiled replays' compute times, "
+         "the model's all-reduce times plus the wait for the slowest rank, the schedule's dependencies).\n\n";
     o << "| mode | ranks | all-reduces/step | MB/step | modelled comm ms/step | measured ms/step | items/s (all ranks) "
          "| measured exposed ms | measured efficiency | predicted ms/step | predicted exposed ms | predicted efficiency "
          "|\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   } else {
     std::snprintf(buf, sizeof buf,
                   "\nData-parallel over MPI (measured): compute only = the same per-rank batch without a communicator. "
-                  "Predicted (graph modes): Note [Predicting a data-parallel step] from this run's own profiled replay, "
-                  "collectives by the alpha-beta model at %g Gbit/s and %g us per message (tools/comm_bench's fit: "
+                  "Predicted (graph modes): Note [Predicting a data-parallel step] from this run's own profiled replays, "
+                  "collectives (plus the wait for the slowest rank) by the alpha-beta model at %g Gbit/s and %g us per message (tools/comm_bench's fit: "
                   "--link-gbps, --latency-us), all-reduce by ring / tree (/ comm_bench's measured times with "
                   "--link-table); error = predicted / measured - 1.\n\n",
                   f.link_gbps, f.latency_us);

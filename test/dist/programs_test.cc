@@ -202,6 +202,46 @@ TEST(DistPrograms, BenchOnTwoRanksReportsFromRankZero) {
   EXPECT_TRUE(Has(r.out, "Data-parallel over MPI (measured)")) << r.out;
 }
 
+// tools/comm_bench on 2 ranks: a line per collective and size, sizes growing by --factor in
+// multiples of the ranks' slots, each repetition from cold caches unless --warm, and the ring
+// model's fit last, with the flags loom-bench takes; bad flags exit 2.
+TEST(DistPrograms, CommBenchTimesEachCollectiveAndFitsTheRing) {
+  SKIP_WITHOUT_MPI();
+  SKIP_WITHOUT_PROGRAMS("comm_bench");
+  for (const std::string caches : {"cold", "warm"}) {
+    const ProgramRun r = LaunchTwo("comm_bench", "--max-mib 0.0625 --factor 2 --reps 3" +
+                                                     std::string(caches == "warm" ? " --warm" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    std::vector<std::string> lines;  // rank 0's JSON lines
+    std::istringstream in(r.out.substr(0, r.out.find("---- stderr ----")));
+    for (std::string l; std::getline(in, l);)
+      if (l.rfind("{\"", 0) == 0) lines.push_back(l);
+    ASSERT_EQ(lines.size(), 3u * 14 + 1) << r.out;  // 8 B to 64 KiB: 14 sizes, 3 collectives each
+    double last = 0;
+    for (size_t i = 0; i + 1 < lines.size(); ++i) {
+      const std::string& l = lines[i];
+      EXPECT_EQ(JsonText(l, "collective"), i % 3 == 0 ? "allreduce" : i % 3 == 1 ? "reducescatter" : "allgather");
+      EXPECT_EQ(JsonText(l, "caches"), caches) << l;
+      const double bytes = JsonNumber(l, "bytes");
+      EXPECT_EQ(std::fmod(bytes, 8), 0) << l;  // 2 float32 slots
+      if (i % 3 == 0) {
+        EXPECT_EQ(bytes, last ? 2 * last : 8) << l;
+        last = bytes;
+      }
+      EXPECT_GT(JsonNumber(l, "median_us"), 0) << l;
+    }
+    EXPECT_EQ(last, 65536);
+    const std::string& fit = lines.back();
+    EXPECT_TRUE(Has(fit, "\"fit\": \"ring all-reduce")) << fit;
+    EXPECT_GT(JsonNumber(fit, "link_gbps"), 0) << fit;
+    EXPECT_GE(JsonNumber(fit, "latency_us"), 0) << fit;
+    EXPECT_TRUE(Has(fit, "\"loom_bench_flags\": \"--link-gbps ")) << fit;
+  }
+  const ProgramRun bad = RunProgram(ProgramPath("comm_bench"), "--factor 1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_TRUE(Has(bad.out, "--factor must lie in [1.1, 16]")) << bad.out;
+}
+
 // loom-bench --dist --shard --predict-ranks: a third variant per mode keeps half the optimizer
 // state (Note [Sharded optimizer state]), and the graph runs predict their step from their own
 // profiled replay, with the error against their measurement and the predictions at other rank
@@ -248,6 +288,13 @@ TEST(DistPrograms, BenchShardsAndPredictsOnTwoRanks) {
     EXPECT_NEAR(JsonNumber(run, "prediction_error_table"),
                 JsonNumber(run, "predicted_ms_per_step_table") / JsonNumber(run, "ms_per_step_median") - 1, 1e-3);
     EXPECT_TRUE(Has(run, "{\"ranks\": 512, ")) << run;
+    // Each collective of the profiled replay, with the table's time, the wait for the slowest
+    // rank (Note [Waiting for the slowest rank]) and its time as measured in the replay.
+    EXPECT_TRUE(Has(run, i == 4 ? "\"collectives\": [{\"op\": \"allreduce\", " : "\"collectives\": [{\"op\": \"reducescatter\", "))
+        << run;
+    EXPECT_TRUE(Has(run, "\"table_ms\": 100.0000, \"wait_ms\": ")) << run;
+    EXPECT_GE(JsonNumber(run, "predicted_wait_ms"), 0) << run;
+    EXPECT_GT(JsonNumber(run, "in_replay_ms"), 0) << run;
   }
   EXPECT_FALSE(Has(runs[0], "predicted_ms_per_step")) << "eager runs have no graph to profile";
   EXPECT_TRUE(Has(r.out, "Predicted scaling of graph-planned")) << r.out;

@@ -89,6 +89,28 @@ TEST(SimulatedComm, PredictedStepOverlapsTheLaneWithCompute) {
   EXPECT_DOUBLE_EQ(p.exposed_s, 2);
 }
 
+// Note [Waiting for the slowest rank]: the expected largest of N draws from the samples, less
+// their mean.
+TEST(SimulatedComm, WaitForTheSlowestRankGrowsWithRanksAndSpread) {
+  EXPECT_DOUBLE_EQ(StragglerSeconds({1, 2, 3, 10}, 1), 0);  // one rank waits for no one
+  EXPECT_DOUBLE_EQ(StragglerSeconds({2, 2, 2}, 64), 0);     // ranks that never vary
+  // Two samples {1, 3}: the larger of two draws is 3 unless both draw 1 (1/4): 2.5, mean 2.
+  EXPECT_DOUBLE_EQ(StragglerSeconds({3, 1}, 2), 0.5);
+  // Four samples, one slow (a descheduled step): 4 ranks meet it with 1 - (3/4)^4.
+  const std::vector<double> s{1, 1, 1, 5};
+  EXPECT_NEAR(StragglerSeconds(s, 4), 1 + 4 * (1 - std::pow(0.75, 4)) - 2, 1e-12);
+  double last = 0;
+  for (int n : {2, 4, 8, 64, 512}) {
+    const double w = StragglerSeconds(s, n);
+    EXPECT_GT(w, last) << n << " ranks";
+    last = w;
+  }
+  EXPECT_LE(last, 5 - 2);  // saturates at the slowest sample less the mean
+  EXPECT_NEAR(last, 3, 1e-9);
+  EXPECT_THROW(StragglerSeconds({}, 2), ValueError);
+  EXPECT_THROW(StragglerSeconds({1}, 0), ValueError);
+}
+
 // DistOpt over 4 simulated ranks (the sum is 4 x the gradient, the scale 1/4) trains bitwise as
 // plain SGD on the same batch, eagerly and replayed; the statistics count every bucket all-reduce
 // of every replay and the model's seconds for their bytes.

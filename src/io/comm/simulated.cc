@@ -85,6 +85,21 @@ double CollectiveSeconds(const std::string& name, double bytes, const SimulatedL
   throw ValueError(detail::Cat("[simulated comm] no model for the collective '", name, "'"));
 }
 
+double StragglerSeconds(const std::vector<double>& samples, int ranks) {
+  LOOM_CHECK(!samples.empty(), ValueError, "[predict step] no samples of the time before a collective");
+  LOOM_CHECK(ranks >= 1, ValueError, "[predict step] ranks must be at least 1, got ", ranks);
+  std::vector<double> x = samples;
+  std::sort(x.begin(), x.end());
+  const double m = double(x.size());
+  double mean = 0, largest = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    mean += x[k] / m;
+    // P(the largest of N draws is the k-th smallest sample) = (k/M)^N - ((k-1)/M)^N
+    largest += x[k] * (std::pow(double(k + 1) / m, ranks) - std::pow(double(k) / m, ranks));
+  }
+  return std::max(0.0, largest - mean);
+}
+
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
                            const std::vector<double>& costs) {
   const size_t n = costs.size();

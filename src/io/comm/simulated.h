@@ -68,8 +68,9 @@ struct SimulatedStats {
 
 // Note [Predicting a data-parallel step]
 // The measured step time of a simulated run is honest but noisy on a shared machine, and the
-// wait overshoots. So the step is also predicted from numbers: one replay's op times (measured),
-// with each collective's time replaced by the model's. As the parallel replay does, each of two
+// wait overshoots. So the step is also predicted from numbers: profiled replays' op times
+// (measured; each op's median), with each collective's time replaced by the model's plus the wait
+// for the slowest rank (Note [Waiting for the slowest rank]). As the parallel replay does, each of two
 // resources runs, whenever it is free, the ready op that comes first in issue order: compute ops
 // one at a time (each with the whole thread pool, as timed in a serial replay), collectives one
 // at a time on their lane (Note [A lane for collectives]); an op is ready when every op it
@@ -79,10 +80,26 @@ struct SimulatedStats {
 // exposed_s = step_s - compute_s. loom-bench predicts so for its own runs: under --simulate-ranks,
 // under --dist against the measured step of the same run (prediction_error), and with
 // --predict-ranks at any rank counts from the one profile; the link's alpha and beta come from
-// --latency-us and --link-gbps, which tools/comm_bench measures on this machine's transport.
+// --latency-us and --link-gbps, which tools/comm_bench measures on this machine's transport
+// (from cold caches: a bucket sent over and over from the caches takes half the time of one in a
+// step), or with --link-table from comm_bench's measured times at each size.
 struct StepPrediction {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
+  double wait_s = 0;  // Note [Waiting for the slowest rank], within comm_s
 };
+
+// Note [Waiting for the slowest rank]
+// A collective starts when the last rank arrives. Each rank's compute since the previous
+// collective varies from step to step (a descheduled op, a cache miss, another process; with
+// more ranks than cores, whole time slices), so the slowest of N ranks arrives later than the
+// typical one, and the more ranks, the later. The model draws the N ranks' times independently
+// from one rank's measured samples (its profiled replays' time between the previous collective
+// and this one) and charges the collective with E[the largest of N draws] - E[one draw]: zero
+// for one rank, zero for a rank that never varies, growing with N. From M samples the estimate
+// is exact for their empirical distribution, so beyond N ~ M it saturates at the slowest sample
+// seen: read large-N predictions as the wait of a machine this noisy, not worse.
+// ValueError if `samples` is empty or ranks < 1.
+double StragglerSeconds(const std::vector<double>& samples, int ranks);
 // succs[i]: the ops that wait for op i (all > i); on_lane[i]: op i is a collective; costs[i]:
 // seconds.
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
