@@ -7,7 +7,7 @@ accuracy of the trained model in eval mode.
 
     /usr/bin/python3 examples/python/cnn.py [--graph | --eager] [--batch 32] [--steps 50]
         [--lr 0.005] [--momentum 0.9] [--parallel] [--dist] [--json]
-        [--device cpu|cuda] [--cuda-float32-math tf32|full]
+        [--device cpu|cuda] [--cuda-float32-math tf32|full] [--precision fp32|bf16|fp16]
 
 With --data DIR (MNIST idx files, such as the digits tools/setup.sh installs in data/digits, or
 CIFAR-10 binary batches) it trains --epochs N through loom.trainer.Trainer instead: a progress
@@ -71,9 +71,9 @@ def train_on_data(args, dev):
     m = CNN(dev, in_channels=train_data.channels, side=train_data.height)
     m.set_optimizer(opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=5e-4))
     m.compile([tensor.zeros((args.batch,) + train.x_shape(1)[1:], device=dev)], is_train=True,
-              use_graph=args.graph, sequential=not args.parallel)
+              use_graph=args.graph, sequential=not args.parallel, precision=args.precision)
     print(f"cnn: {'MNIST' if mnist else 'CIFAR-10'} ({len(train_data)} train, {len(test_data)} held out), batch "
-          f"{args.batch}, {args.epochs} epochs, {'graph' if args.graph else 'eager'}")
+          f"{args.batch}, {args.epochs} epochs, {'graph' if args.graph else 'eager'}, {args.precision}")
     r = trainer.Trainer(m, train, held_out, epochs=args.epochs, log_every=10, eval_at_start=True,
                         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                         resume=args.resume, csv=args.csv, plot=args.plot).fit()
@@ -81,7 +81,8 @@ def train_on_data(args, dev):
           f"steps ({r['seconds']:.1f}s)")
     if args.json:
         print(json.dumps({"model": "small-cnn", "mode": "graph" if args.graph else "eager", "batch": args.batch,
-                          "steps": r["steps"], "train_loss": r["train_loss"], "heldout_loss": r["eval"]["loss"],
+                          "precision": args.precision, "seed": args.seed, "steps": r["steps"],
+                          "train_loss": r["train_loss"], "heldout_loss": r["eval"]["loss"],
                           "heldout_top1": r["eval"]["top1"], "heldout_top5": r["eval"]["top5"]}))
 
 
@@ -110,6 +111,8 @@ def main():
     ap.add_argument("--cuda-float32-math", choices=["tf32", "full"],
                     help="float32 matrix products and convolutions on the GPU (default tf32; "
                          "loom.device.set_cuda_float32_math)")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="Note [Precision policy]: products from 16-bit operands (fp16 scales the loss)")
     args = ap.parse_args()
     if args.batch < 1 or args.steps < 1:
         ap.error("--batch and --steps must be positive")
@@ -133,7 +136,7 @@ def main():
     m.set_optimizer(ranks.optimizer)
     x = tensor.from_numpy(xs[:args.batch][mine], dev)
     y = tensor.from_numpy(ys[:args.batch][mine], dev)
-    m.compile([x], is_train=True, use_graph=args.graph, sequential=not args.parallel)
+    m.compile([x], is_train=True, use_graph=args.graph, sequential=not args.parallel, precision=args.precision)
     ranks.print(f"cnn: conv32-bn-relu-pool, conv64-bn-relu-pool, linear; SGD lr {args.lr} momentum {args.momentum}, "
           f"batch {args.batch}, {args.steps} steps, {'graph' if args.graph else 'eager'}"
                 + (f", {ranks.world} ranks" if args.dist else ""))
