@@ -4,6 +4,7 @@
 // gathering or broadcast over all ranks. The values are small integers and halves, exact in
 // every dtype, float16 and bfloat16 included, so every check is exact.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -236,6 +237,35 @@ TEST(MpiCollectives, RanksThatDisagreeRaiseCommErrorOnEveryRankWhenChecked) {
   c->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(x, float(c->size()));
   mpi->set_check(false);
+}
+#endif
+
+#ifdef LOOM_TEST_WITH_MPI
+// Note [Waiting without taking a core]: busy polling only where each rank has a core; the
+// environment's value checked whole.
+TEST(MpiCollectives, WaitsPollBusilyOnlyWhereEachRankHasACore) {
+  EXPECT_EQ(WaitSpinMicros(nullptr, 2, 2), 1000);
+  EXPECT_EQ(WaitSpinMicros("", 1, 16), 1000);
+  EXPECT_EQ(WaitSpinMicros(nullptr, 4, 2), 0);  // two ranks per core
+  EXPECT_EQ(WaitSpinMicros("250", 4, 2), 250);
+  EXPECT_EQ(WaitSpinMicros("0", 1, 8), 0);
+  for (const char* bad : {"-1", "1e3", "12us", "1000001", "99999999999999999999"}) {
+    try {
+      WaitSpinMicros(bad, 2, 2);
+      ADD_FAILURE() << "no error for LOOM_COMM_SPIN_US=" << bad;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("[LOOM_COMM_SPIN_US] '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+  auto c = World();
+  auto* mpi = dynamic_cast<MpiCommunicator*>(c.get());
+  ASSERT_NE(mpi, nullptr);
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  if (!std::getenv("LOOM_COMM_SPIN_US"))
+    EXPECT_EQ(mpi->spin_us(), (local ? std::atoi(local) : 1) > CPU_COUNT(&cpus) ? 0 : 1000);
 }
 #endif
 

@@ -45,6 +45,8 @@ class MpiCommunicator : public Communicator {
   // Note [Ranks agree on each collective] (mpi.cc): on, every collective first checks that all
   // ranks issue the same one (LOOM_COMM_CHECK=1 turns it on for new communicators).
   void set_check(bool on);
+  // Note [Waiting without taking a core]: how long a wait polls busily, in microseconds.
+  int64_t spin_us() const;
 
   struct Impl;
 
@@ -52,6 +54,12 @@ class MpiCommunicator : public Communicator {
   void Agree(int64_t kind, DType dtype, int64_t count, int64_t extra);
   std::unique_ptr<Impl> impl_;  // keeps <mpi.h> out of the headers that include this one
 };
+
+// Note [Waiting without taking a core]: microseconds of busy polling for a rank on a host that
+// runs `ranks_on_host` ranks over `cores` cores (0 when they outnumber the cores, else 1000);
+// `env` (LOOM_COMM_SPIN_US, may be null or empty) overrides it. ValueError for a value that is
+// not a whole number of microseconds from 0 to 10^6.
+int64_t WaitSpinMicros(const char* env, int ranks_on_host, int cores);
 
 // Used by comm.cc's AbortAllRanks (Note [A failing rank takes the job down]).
 bool MpiAbortAllRanks(const std::string& message, int code);
