@@ -3,7 +3,7 @@
 whole training step under one jax.jit.
 
     python3 tools/bench_jax.py --model mlp|cnn|resnet18|resnet50|gpt [--batch N] [--steps N]
-        [--warmup N] [--threads N] [--lr X] [--momentum X] [--json]
+        [--warmup N] [--threads N] [--lr X] [--momentum X] [--precision fp32|bf16] [--json]
 
 Needs jax and jaxlib (the CPU build; tools/compare.sh installs them into their own environment).
 Trains a fresh model (SGD lr 0.01, momentum 0.9, softmax cross-entropy) on loom-bench's synthetic
@@ -11,7 +11,8 @@ data (bit for bit: compare data_checksum) and prints one JSON line with loom-ben
 "jax-jit") and a one-row table.
 
 The models are tools/bench_torch.py's (loom's src/nn/models.cc), written with jax.numpy and
-jax.lax: Note [The JAX models]. The step: Note [One jit for the whole step].
+jax.lax: Note [The JAX models]. The step: Note [One jit for the whole step]. --precision bf16:
+Note [bf16 in the JAX models].
 
 Memory: peak_bytes is the process's resident-set growth (VmHWM at the end minus VmRSS before the
 model was built), the same measurement as loom-bench's rss_peak_delta_bytes; it includes XLA's
@@ -43,6 +44,27 @@ import bench_common as bc  # noqa: E402
 # BatchNorm gamma 1 and beta 0, running mean 0 and variance 1, drawn from numpy's generator.
 # BatchNorm trains as PyTorch's and loom's: batch statistics (biased variance) normalise, the
 # running statistics move by momentum 0.1 with the unbiased variance, eps 1e-5.
+
+
+# Note [bf16 in the JAX models]
+# --precision bf16 is loom's policy (Note [Precision policy], src/core/autocast.h) as a JAX user
+# writes it: every matrix product (the dense and attention projections, the tied logits) and
+# every convolution takes bfloat16 operands (the float32 parameters and activations cast in the
+# step: the parameters stay float32, the master copy the update writes) and gives float32
+# results (preferred_element_type), and everything else (BatchNorm, LayerNorm, softmax, the
+# attention's score products, the loss, the update) stays float32. Differences from loom's
+# policy: jax.grad transposes the lowered products, so the convolutions' gradients are computed
+# from bfloat16 operands too (loom computes them in float32 on the CPU), and attention stays
+# float32 (as loom's, whose attention op is not lowered).
+BF16 = False  # --precision bf16
+
+
+def product(x, w):
+    """x @ w; under --precision bf16 from bfloat16 operands with a float32 result."""
+    import jax.numpy as jnp
+    if not BF16:
+        return x @ w
+    return jnp.matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
 
 
 class Ctx:
@@ -78,7 +100,7 @@ class Ctx:
 
 
 def dense(ctx, name, x, cout):
-    return x @ ctx.weight(name + ".w", (x.shape[-1], cout)) + ctx.const(ctx.params, name + ".b", (cout,), 0.0)
+    return product(x, ctx.weight(name + ".w", (x.shape[-1], cout))) + ctx.const(ctx.params, name + ".b", (cout,), 0.0)
 
 
 def conv_bn(ctx, name, x, cout, k, stride, pad):
@@ -86,8 +108,13 @@ def conv_bn(ctx, name, x, cout, k, stride, pad):
     import jax.lax as lax
     import jax.numpy as jnp
     w = ctx.weight(name + ".w", (k, k, x.shape[-1], cout))
-    y = lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad), (pad, pad)],
-                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    if BF16:  # Note [bf16 in the JAX models]
+        y = lax.conv_general_dilated(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), (stride, stride),
+                                     [(pad, pad), (pad, pad)], dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                     preferred_element_type=jnp.float32)
+    else:
+        y = lax.conv_general_dilated(x, w, (stride, stride), [(pad, pad), (pad, pad)],
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
     mean = jnp.mean(y, axis=(0, 1, 2))
     var = jnp.mean(jnp.square(y - mean), axis=(0, 1, 2))
     m = y.size // cout
@@ -170,7 +197,8 @@ def gpt(layers, dim, heads):
         return (x - mean) / jnp.sqrt(var + 1e-5) * g + b
 
     def linear(ctx, name, x, cout, std):
-        return x @ ctx.normal(name + ".w", (x.shape[-1], cout), std) + ctx.const(ctx.params, name + ".b", (cout,), 0.0)
+        return product(x, ctx.normal(name + ".w", (x.shape[-1], cout), std)) + ctx.const(ctx.params, name + ".b",
+                                                                                           (cout,), 0.0)
 
     def forward(ctx, tokens):
         import jax
@@ -187,7 +215,7 @@ def gpt(layers, dim, heads):
             h = h + linear(ctx, n + ".proj", y, dim, resid)
             m = jax.nn.gelu(linear(ctx, n + ".fc1", layer_norm(ctx, n + ".ln2", h), 4 * dim, 0.02), approximate=True)
             h = h + linear(ctx, n + ".fc2", m, dim, resid)
-        return layer_norm(ctx, "ln_f", h).reshape(b * t, dim) @ wte.T
+        return product(layer_norm(ctx, "ln_f", h).reshape(b * t, dim), wte.T)
     return forward
 
 
@@ -262,8 +290,12 @@ def nhwc(sample):
 
 def main():
     ap = bc.parser(__doc__)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: products and convolutions from bfloat16 operands (Note [bf16 in the JAX models])")
     a = ap.parse_args()
     bc.check_flags(ap, a)
+    global BF16
+    BF16 = a.precision == "bf16"
     if a.device != "cpu":
         ap.error("--device cuda: this is the CPU build of jaxlib")
     cpus = sorted(os.sched_getaffinity(0))
@@ -282,7 +314,7 @@ def main():
     arch, sample, classes, default_batch = bc.model_spec(a)
     lm = a.model == "gpt"
     batch = a.batch or default_batch
-    print(f"bench_jax: jax {jax.__version__} (jaxlib {jaxlib.__version__}) jit, {arch}, batch {batch}, cpu, "
+    print(f"bench_jax: jax {jax.__version__} (jaxlib {jaxlib.__version__}) jit, {arch}, {a.precision}, batch {batch}, cpu, "
           f"{a.threads} threads, {a.warmup} warm-up + {a.steps} timed steps", file=sys.stderr)
 
     xs, ys = bc.make_tokens(a.context, a.vocab, batch) if lm else bc.make_data(sample, classes, batch)
@@ -337,7 +369,7 @@ def main():
         "rss_peak_delta_bytes": rss_delta, "rss_peak_delta_exact": exact,
         "arena_bytes": None, "lower_bound_bytes": None,
         "param_bytes": param_bytes, "param_traffic_bytes_per_step": 8 * param_bytes,
-        "init": "loom (kaiming normal)", "framework": "jax", "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+        "init": "loom (kaiming normal)", "framework": "jax", "precision": a.precision, "jax": jax.__version__, "jaxlib": jaxlib.__version__,
         "version": jax.__version__, "layout": "NHWC" if len(sample) == 3 else "NC",
         "jit": f"whole step: forward, backward, BatchNorm statistics, {a.optimizer} update; state donated",
         "data_checksum": checksum, "peak_bytes_is": bc.RSS_IS + " (includes XLA compilation)",

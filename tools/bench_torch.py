@@ -278,6 +278,9 @@ def main():
                     help="torch.compile's mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
     ap.add_argument("--autocast", choices=["none", "bf16"], default="none",
                     help="torch.autocast to bfloat16 around forward and loss (PyTorch AMP; loom's --precision bf16)")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="the convolutional models' weights and input batches in torch.channels_last (NHWC), "
+                         "PyTorch's advice for AMP on tensor cores and oneDNN")
     ap.add_argument("--tf32", choices=["default", "on", "off"], default="default",
                     help="CUDA float32 math: PyTorch's defaults (TF32 convolutions, full-float32 matmuls), TF32 for "
                          "both (loom's default), or neither (loom's full float32); the JSON says which ran")
@@ -318,6 +321,9 @@ def main():
     if not a.torch_init:
         loom_init(model)
     model = model.to(dev)
+    fmt = torch.channels_last if a.channels_last and len(sample) == 3 else torch.contiguous_format
+    if a.channels_last and len(sample) == 3:
+        model = model.to(memory_format=fmt)
     model.train()
     if a.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=1e-8)
@@ -325,7 +331,8 @@ def main():
         opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     step, info = make_step(model, opt, a.compile_mode if a.compile else None,
                            torch.bfloat16 if a.autocast == "bf16" else None)
-    x = torch.empty((batch,) + tuple(sample), dtype=torch.int64 if lm else torch.float32, device=dev)
+    x = torch.empty((batch,) + tuple(sample), dtype=torch.int64 if lm else torch.float32, device=dev,
+                    memory_format=fmt)
     y = torch.empty((batch * sample[0] if lm else batch,), dtype=torch.int64, device=dev)
     before = [p.detach().clone() for p in model.parameters()]
 
@@ -396,6 +403,7 @@ def main():
         "data_checksum": checksum, "peak_bytes_is": peak_is, "rss_peak_delta_is": bc.RSS_IS,
         "compile_warmup_ms": [round(w, 1) for w in warm] if a.compile else None,
         "precision": "bf16" if a.autocast == "bf16" else "fp32",
+        "memory_format": "channels_last" if fmt == torch.channels_last else "contiguous",
         "cuda_tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if dev.type == "cuda" else None,
         "cuda_tf32_conv": torch.backends.cudnn.allow_tf32 if dev.type == "cuda" else None,
     }

@@ -22,8 +22,9 @@
 #   --threads N      CPU threads for every framework (default: the core count)
 #   --install-only   set up the peers' virtual environments and stop
 #   --precision P    fp32 (default) or bf16: loom-bench --precision bf16 against PyTorch AMP
-#                    (bench_torch.py --autocast bf16, eager and compiled); JAX and PyTorch 1.13
-#                    sit such runs out (no bf16 step written for them), saying so
+#                    (bench_torch.py --autocast bf16 --channels-last, eager and compiled, both
+#                    PyTorch versions) and JAX with bfloat16 products (bench_jax.py --precision
+#                    bf16: Note [bf16 in the JAX models])
 #
 # Configurations (the CPU targets): MLP 784-1024-1024-10 at batch 1, 8 and 64, the small
 # CNN at batch 32, ResNet-18 (CIFAR stem) at batch 16, the small GPT (4 layers, width 256, 4 heads,
@@ -228,18 +229,15 @@ run_one() {
   local who="$1"; shift
   local cmd=() amp=()
   if [ "$PRECISION" = bf16 ]; then
-    case "$who" in
-      torch113|jax) echo "compare:   $who: no bf16 step written for it: sits --precision bf16 out" >&2; return 0 ;;
-    esac
-    amp=(--autocast bf16)
+    amp=(--autocast bf16 --channels-last)  # PyTorch AMP as its docs advise (channels_last: convolutions only)
   fi
   case "$who" in
     loom) cmd=("$BENCH" --mode "$MODES" --rounds "$rounds" --precision "$PRECISION") ;;
-    torch113) cmd=("$DEBIAN_PY" tools/bench_torch.py) ;;
+    torch113) cmd=("$DEBIAN_PY" tools/bench_torch.py "${amp[@]}") ;;
     torch2) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}") ;;
     compile) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}" --compile) ;;
     compile-ro) cmd=("$TORCH2_PY" tools/bench_torch.py "${TORCH_MATH[@]}" "${amp[@]}" --compile --compile-mode reduce-overhead) ;;
-    jax) cmd=("$JAX_PY" tools/bench_jax.py) ;;
+    jax) cmd=("$JAX_PY" tools/bench_jax.py --precision "$PRECISION") ;;
   esac
   local t0=$SECONDS rc=0 lines
   echo "=== $who: ${cmd[*]} $*" >>"$LOG"

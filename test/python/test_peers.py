@@ -244,6 +244,21 @@ def test_bench_jax_trains_the_whole_step(model, batch):
     assert out["threads"] == 1 and out["framework"] == "jax" and len(out["compile_warmup_ms"]) == 1
 
 
+def test_bench_jax_bf16_lowers_the_products():
+    # Note [bf16 in the JAX models]: the same model and data from the same weights, products from
+    # bfloat16 operands: the losses move off float32's, a little.
+    py = peer_python("jax", "jax")
+    runs = {}
+    for prec in ("fp32", "bf16"):
+        out = one_json_line(run([py, "tools/bench_jax.py", "--model", "cnn", "--batch", "4", "--steps", "3",
+                                 "--warmup", "1", "--threads", "1", "--precision", prec, "--json"]))
+        check_trained(out, "cnn", 4, "jax-jit", 4)
+        assert out["precision"] == prec
+        runs[prec] = out
+    a, b = runs["fp32"]["last_loss"], runs["bf16"]["last_loss"]
+    assert a != b and abs(a - b) < 0.05 * abs(a), (a, b)
+
+
 # ---------------------------------------------------------------- PyTorch
 
 
@@ -267,6 +282,17 @@ def test_bench_torch_eager_trains():
                              "--warmup", "1", "--threads", "1", "--json"]))
     check_trained(out, "cnn", 4, "torch-eager", 4)
     assert out["framework"] == "torch" and out["compile_warmup_ms"] is None
+
+
+def test_bench_torch_amp_in_channels_last_trains():
+    # PyTorch AMP as compare.sh --precision bf16 runs it: autocast to bfloat16, NHWC weights and
+    # batches for the convolutional models (the MLP stays as it is).
+    py = peer_python("torch", "torch2")
+    for model, fmt in (("cnn", "channels_last"), ("mlp", "contiguous")):
+        out = one_json_line(run([py, "tools/bench_torch.py", "--model", model, "--batch", "4", "--steps", "3",
+                                 "--warmup", "1", "--threads", "1", "--autocast", "bf16", "--channels-last", "--json"]))
+        check_trained(out, model, 4, "torch-eager", 4)
+        assert out["precision"] == "bf16" and out["memory_format"] == fmt, out
 
 
 def test_bench_torch_gpt_trains_with_adam():
