@@ -23,6 +23,12 @@
 #                machine's own PyTorch), alternating; LOOM_GPU_COMPARE gives compare.sh other
 #                flags (e.g. "--peers torch2,compile,compile-ro --only resnet50" in a second call
 #                with LOOM_GPU_PARTS=compare: each torch.compile of ResNet-50 takes a minute)
+# Not in the default set (a second call, LOOM_GPU_PARTS=precision,compare-bf16, about 5 minutes):
+#   precision    loom-bench on cuda in bf16 and fp16 (ResNet-50 b32, the GPT), planned and CUDA-graph
+#                replay; tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
+#                bf16 and fp16: held-out top-1 and loss curves; issue 31's accuracy target)
+#   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
+#                (channels_last), eager and torch.compile, ResNet-50 and the GPT
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check. The exit status is non-zero when any part failed.
 #   LOOM_BUILD_DIR     build folder (default: build)
@@ -38,7 +44,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -164,8 +170,26 @@ part_compare() {  # LOOM_GPU_COMPARE: compare.sh's selection (default: what fits
     ${LOOM_GPU_COMPARE:---peers torch2,compile --only mlp,cnn,resnet18,resnet50}
 }
 
+part_precision() {
+  local rc=0 m p
+  for m in "resnet50 32" "gpt 8 --optimizer adam"; do
+    set -- $m
+    for p in bf16 fp16; do
+      "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --precision "$p" --steps "$STEPS" \
+        --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
+    done
+  done
+  "$PY" tools/precision_digits.py --device cuda --seeds 1,2,3 --epochs 2 --json "$DEST/precision-digits.json" || rc=1
+  return "$rc"
+}
+
+part_compare_bf16() {
+  bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --precision bf16 \
+    --out "$DEST/compare-bf16.jsonl" --peers torch2,compile --only resnet50,gpt
+}
+
 export BUILD DEST STEPS PY LOOM_GPU_COMPARE
-export -f part_env part_cpp part_python part_tf32 part_bench part_compare
+export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_compare_bf16
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
   PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
   T0=$SECONDS
@@ -176,6 +200,8 @@ part python-gpu 60 part_python
 part tf32-digits 60 part_tf32
 part bench 90 part_bench
 part compare 180 part_compare
+part precision 150 part_precision
+part compare-bf16 180 part_compare_bf16
 
 echo
 echo "gpu_check summary ($DEST, $(( SECONDS - T0 )) s):"
