@@ -1362,32 +1362,31 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
         out += buf;
       }
     }
-    if (!r.collectives.empty()) {
-      out += ", \"collectives\": [";
-      for (size_t i = 0; i < r.collectives.size(); ++i) {
-        const auto& c = r.collectives[i];
-        std::snprintf(buf, sizeof buf,
-                      "%s{\"op\": \"%s\", \"wire_bytes\": %.0f, \"ring_ms\": %.4f, \"tree_ms\": %.4f, "
-                      "\"table_ms\": %.4f, \"wait_ms\": %.4f, \"in_replay_ms\": %.4f}",
-                      i ? ", " : "", c.op.c_str(), c.wire_bytes, c.ring_s * 1e3, c.tree_s * 1e3,
-                      c.table_s < 0 ? -1.0 : c.table_s * 1e3, c.wait_s * 1e3, c.in_replay_s * 1e3);
-        out += buf;
+    // A JSON array of `v`, each element written by `item` into a buffer.
+    auto array = [&buf](const auto& v, const auto& item) {
+      std::string a = "[";
+      for (size_t i = 0; i < v.size(); ++i) {
+        item(v[i]);
+        a += (i ? ", " : "") + std::string(buf);
       }
-      out += "]";
-    }
-    if (!r.predictions.empty()) {
-      out += ", \"predictions\": [";
-      for (size_t i = 0; i < r.predictions.size(); ++i) {
-        const auto& q = r.predictions[i];
-        std::snprintf(buf, sizeof buf,
-                      "%s{\"ranks\": %d, \"ms_per_step\": %.4f, \"ms_per_step_tree\": %.4f, \"compute_ms\": %.4f, "
-                      "\"scaling_efficiency\": %.4f, \"scaling_efficiency_tree\": %.4f}",
-                      i ? ", " : "", q.ranks, q.ring.step_s * 1e3, q.tree.step_s * 1e3, q.ring.compute_s * 1e3,
-                      q.ring.compute_s / q.ring.step_s, q.tree.compute_s / q.tree.step_s);
-        out += buf;
-      }
-      out += "]";
-    }
+      return a + "]";
+    };
+    if (!r.collectives.empty())
+      out += ", \"collectives\": " + array(r.collectives, [&buf](const RunResult::CollectiveCost& c) {
+               std::snprintf(buf, sizeof buf,
+                             "{\"op\": \"%s\", \"wire_bytes\": %.0f, \"ring_ms\": %.4f, \"tree_ms\": %.4f, "
+                             "\"table_ms\": %.4f, \"wait_ms\": %.4f, \"in_replay_ms\": %.4f}",
+                             c.op.c_str(), c.wire_bytes, c.ring_s * 1e3, c.tree_s * 1e3,
+                             c.table_s < 0 ? -1.0 : c.table_s * 1e3, c.wait_s * 1e3, c.in_replay_s * 1e3);
+             });
+    if (!r.predictions.empty())
+      out += ", \"predictions\": " + array(r.predictions, [&buf](const RunResult::AtRanks& q) {
+               std::snprintf(buf, sizeof buf,
+                             "{\"ranks\": %d, \"ms_per_step\": %.4f, \"ms_per_step_tree\": %.4f, \"compute_ms\": %.4f, "
+                             "\"scaling_efficiency\": %.4f, \"scaling_efficiency_tree\": %.4f}",
+                             q.ranks, q.ring.step_s * 1e3, q.tree.step_s * 1e3, q.ring.compute_s * 1e3,
+                             q.ring.compute_s / q.ring.step_s, q.tree.compute_s / q.tree.step_s);
+             });
   }
   return out;
 }
