@@ -1,11 +1,15 @@
 // Note [Precision policy] (autocast.h).
 #include "core/autocast.h"
 
+#include <vector>
+
 #include "core/device.h"
 #include "core/error.h"
 
 LOOM_OP_KIND(cast);
 LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(matmul);
 
 namespace loom {
@@ -62,10 +66,16 @@ bool Lowers(const OpRecord& op, Precision p) {
   for (const Tensor& t : op.inputs)
     if (!t.defined() || t.dtype() != DType::kFloat32 || !t.device()) return false;
   if (op.def == &op_kind::matmul) return op.inputs.size() == 2 && op.inputs[0].device()->HasKernel(op_kind::matmul);
-  // A plain conv2d (no layout attributes: the layout passes run later), at bf16, where the device
-  // has a kernel for bfloat16 operands (the CPU: oneDNN's, for this geometry).
-  if (op.def != &op_kind::conv2d || p != Precision::kBFloat16 || op.inputs.size() < 2) return false;
-  for (const char* a : {"x_blocked", "y_blocked", "w_blocked"})
+  // A plain conv2d or gradient of one (no layout attributes: the layout passes run later), at
+  // bf16, where the device has a kernel for bfloat16 operands (the CPU: oneDNN's, for this
+  // geometry).
+  using Names = std::vector<const char*>;
+  const Names layouts = op.def == &op_kind::conv2d               ? Names{"x_blocked", "y_blocked", "w_blocked"}
+                        : op.def == &op_kind::conv2d_grad_input  ? Names{"dy_blocked", "dx_blocked", "w_blocked"}
+                        : op.def == &op_kind::conv2d_grad_weight ? Names{"x_blocked", "dy_blocked", "dw_blocked"}
+                                                                 : Names{};
+  if (layouts.empty() || p != Precision::kBFloat16 || op.inputs.size() < 2) return false;
+  for (const char* a : layouts)
     if (op.attrs.Int(a, 0) != 0) return false;
   return op.inputs[0].device()->Supports(LoweredRecord(op, p));
 }

@@ -5,10 +5,10 @@
 // (bfloat16 for bf16, float16 for fp16), with float32 products, sums and results. The policy
 // lowers a float32 `matmul` record (the forward products and the backward ones alike) to `cast`
 // records of its operands to the 16-bit type and a matmul of those with out_dtype float32; at
-// bf16 also a plain float32 `conv2d` (the forward convolution: x and w cast, the bias and the
-// result float32) where the device has a kernel for it (Device::Supports: on the CPU, oneDNN's
-// bf16 convolution; not yet on CUDA, nor at fp16). Convolution gradients stay float32.
-// Everything else stays float32: the
+// bf16 also a plain float32 `conv2d` (x and w cast, the bias and the result float32) and its
+// gradients `conv2d_grad_input` (w and dy cast) and `conv2d_grad_weight` (x and dy cast, dw
+// float32) where the device has a kernel for them (Device::Supports: on the CPU, oneDNN's bf16
+// convolutions; not yet on CUDA, nor at fp16). Everything else stays float32: the
 // element-wise ops, reductions, softmax, the loss, normalisation statistics, the optimizer update
 // and the weights themselves (the master copy; their bfloat16 copy is made by the cast each step,
 // so it follows every update). Where it applies:

@@ -145,6 +145,22 @@ void AddConv(Table& t) {
         c.attrs.Set("out_dtype", int64_t(kF32));
         c.Tol(set == &large ? 2e-5 : 1e-5, set == &large ? 2e-5 : 1e-5);
       }
+      // Its gradients as the bf16 policy lowers them: bfloat16 w and dy -> float32 dx, bfloat16 x
+      // and dy -> float32 dw, against the float64 gradients of the same values.
+      const Shape y = k.y(kF32);
+      const double tol = set == &large ? 2e-5 : 1e-5;
+      OpCase& dx = t.Add("conv2d_grad_input", k.Name() + " -> float32", DType::kBFloat16, ref::Conv2dGradInput)
+                       .In(Uniform(k.w))
+                       .In(Uniform(y))
+                       .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps the gradients float32");
+      dx.attrs = Attrs(k.attrs()).Set("x_shape", k.x).Set("out_dtype", int64_t(kF32));
+      dx.Tol(tol, tol);
+      OpCase& dw = t.Add("conv2d_grad_weight", k.Name() + " -> float32", DType::kBFloat16, ref::Conv2dGradWeight)
+                       .In(Uniform(k.x))
+                       .In(Uniform(y))
+                       .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps the gradients float32");
+      dw.attrs = Attrs(k.attrs()).Set("w_shape", k.w).Set("out_dtype", int64_t(kF32));
+      dw.Tol(tol, tol);
     }
   // The fused convolution (Note [Fusing bias and activation] in graph/fuse_bias_act.cc):
   // relu(conv2d(...)), through oneDNN (float32) or the im2col kernels (float64),

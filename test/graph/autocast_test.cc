@@ -4,6 +4,8 @@
 // weights' master copies float32.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <cstring>
 
@@ -18,6 +20,8 @@
 
 LOOM_OP_KIND(cast);
 LOOM_OP_KIND(conv2d);
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(dense_bias_act);
 
@@ -245,11 +249,13 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
   return v;
 }
 
-// At bf16 the forward convolutions are lowered too, where the device has a bf16 convolution (the
-// CPU: oneDNN's): the small CNN (conv-BN-ReLU-pool twice, a linear layer) trains to the same bits
-// eagerly and in a graph with every default pass on (the layout passes leave the bf16 convolutions
-// plain), and differently from float32. Their gradients stay float32.
-std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* stats = nullptr, int* bf16_convs = nullptr) {
+// At bf16 the convolutions and their gradients are lowered too, where the device has bf16
+// convolutions (the CPU: oneDNN's): the small CNN (conv-BN-ReLU-pool twice, a linear layer)
+// trains to the same bits eagerly and in a graph with every default pass on (the layout passes
+// leave the bf16 convolutions plain), and differently from float32. bf16_convs counts the
+// lowered conv2d, conv2d_grad_input and conv2d_grad_weight records of the graph.
+std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* stats = nullptr,
+                                         std::map<std::string, int>* bf16_convs = nullptr) {
   auto dev = CpuDevice();
   dev->SetRandSeed(8);
   nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
@@ -262,7 +268,7 @@ std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* st
     if (stats) *stats = m.train_graph()->stats();
     if (bf16_convs)
       for (const OpRecord& op : m.train_graph()->ops().ops)
-        *bf16_convs += op.name() == "conv2d" && op.inputs[0].dtype() == DType::kBFloat16;
+        if (op.name().rfind("conv2d", 0) == 0 && op.inputs[0].dtype() == DType::kBFloat16) ++(*bf16_convs)[op.name()];
   }
   std::vector<std::vector<float>> v;
   for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
@@ -271,7 +277,7 @@ std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* st
 
 TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
   GraphStats stats;
-  int convs = 0;
+  std::map<std::string, int> convs;
   const auto eager = TrainCnn(false, Precision::kBFloat16), graph = TrainCnn(true, Precision::kBFloat16, &stats, &convs);
   const auto f32 = TrainCnn(true, Precision::kFloat32);
   bool differs = false;
@@ -280,8 +286,10 @@ TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
     differs |= std::memcmp(eager[i].data(), f32[i].data(), eager[i].size() * sizeof(float)) != 0;
   }
   EXPECT_TRUE(differs);
-  EXPECT_EQ(convs, 2);  // both forward convolutions; their gradients stay float32
-  EXPECT_EQ(stats.counters.Get("lowered_products"), 2 + 3);  // and the linear layer's forward, input and weight gradients
+  // Both forward convolutions, both weight gradients, the second one's input gradient (the
+  // first has no input to differentiate), all from bfloat16 operands with float32 results.
+  EXPECT_EQ(convs, (std::map<std::string, int>{{"conv2d", 2}, {"conv2d_grad_input", 1}, {"conv2d_grad_weight", 2}}));
+  EXPECT_EQ(stats.counters.Get("lowered_products"), 5 + 3);  // and the linear layer's forward, input and weight gradients
   // In the scope, an eager convolution is the one of the operands rounded to bfloat16.
   auto dev = CpuDevice();
   Tensor xx = RandomTensor({2, 3, 9, 9}, DType::kFloat32, 3, -1, 1, dev), w = RandomTensor({8, 3, 3, 3}, DType::kFloat32, 4, -1, 1, dev);
@@ -309,7 +317,29 @@ TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
   const Attrs no_out{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
                      {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
   LOOM_EXPECT_THROW_MSG(Call1(op_kind::conv2d, {rx.Detach(), ops::Cast(w, DType::kBFloat16)}, no_out), DTypeError,
-                        "[conv2d] bfloat16 input and weight need out_dtype float32");
+                        "[conv2d] bfloat16 operands need out_dtype float32");
+  // So do the gradients; in the scope they are the ones of the operands rounded to bfloat16.
+  Tensor dy = RandomTensor({2, 8, 9, 9}, DType::kFloat32, 6, -1, 1, dev);
+  const Attrs gw = Attrs(no_out).Set("w_shape", w.shape()), gx = Attrs(no_out).Set("x_shape", xx.shape());
+  const Attrs gw16 = Attrs(gw).Set("out_dtype", int64_t(DType::kFloat32)),
+              gx16 = Attrs(gx).Set("out_dtype", int64_t(DType::kFloat32));
+  Tensor dw_low, dx_low;
+  {
+    AutocastScope s(Precision::kBFloat16);
+    dw_low = Call1(op_kind::conv2d_grad_weight, {xx, dy}, gw);
+    dx_low = Call1(op_kind::conv2d_grad_input, {w, dy}, gx);
+  }
+  const Tensor dyb = ops::Cast(dy, DType::kBFloat16);
+  const Tensor dw_explicit = Call1(op_kind::conv2d_grad_weight, {ops::Cast(xx, DType::kBFloat16), dyb}, gw16);
+  const Tensor dx_explicit = Call1(op_kind::conv2d_grad_input, {ops::Cast(w, DType::kBFloat16), dyb}, gx16);
+  EXPECT_EQ(dw_low.dtype(), DType::kFloat32);
+  EXPECT_EQ(dw_low.ToVector<float>(), dw_explicit.ToVector<float>());
+  EXPECT_EQ(dx_low.ToVector<float>(), dx_explicit.ToVector<float>());
+  EXPECT_NE(dw_low.ToVector<float>(), Call1(op_kind::conv2d_grad_weight, {xx, dy}, gw).ToVector<float>());
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::conv2d_grad_weight, {ops::Cast(xx, DType::kBFloat16), dyb}, gw), DTypeError,
+                        "[conv2d_grad_weight] bfloat16 operands need out_dtype float32");
+  LOOM_EXPECT_THROW_MSG(Call1(op_kind::conv2d_grad_input, {ops::Cast(w, DType::kBFloat16), dy}, gx16), DTypeError,
+                        "[conv2d_grad_input]");
 }
 
 TEST(Precision, AModelsPrecisionGivesTheSameBitsEagerAndInAGraph) {

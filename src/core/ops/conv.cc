@@ -84,6 +84,20 @@ void CheckGradShape(const char* op, const Shape& dy, const Shape& want) {
   LOOM_CHECK(dy == want, ShapeError, "[", op, "] dy is ", ToString(dy), ", the convolution produces ", ToString(want));
 }
 
+// The result's dtype of a convolution pass over operands a and b: theirs, or float32 for
+// bfloat16 operands, which need out_dtype float32 (Note [Precision policy] in core/autocast.h:
+// what the bf16 policy lowers a float32 convolution or gradient to).
+DType ConvResultDType(const char* op, const TensorMeta& a, const TensorMeta& b, const Attrs& attrs) {
+  const bool bf16 = a.dtype == DType::kBFloat16;
+  CheckSameDType(op, a, b);
+  const int64_t o = attrs.Int("out_dtype", bf16 ? -1 : int64_t(a.dtype));
+  const DType out_dtype = bf16 ? DType::kFloat32 : a.dtype;
+  LOOM_CHECK(o == int64_t(out_dtype), DTypeError, "[", op, "] ", Name(a.dtype), " operands need out_dtype ",
+             Name(out_dtype), " (", int64_t(out_dtype), "), got ", o,
+             bf16 ? ": the convolution is computed and kept in float32" : ": only bfloat16 operands change dtype");
+  return out_dtype;
+}
+
 }  // namespace
 
 std::vector<AttrDecl> opdecl::Conv2dAttrs() {
@@ -99,17 +113,11 @@ LOOM_OP(conv2d) {
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     LOOM_CHECK(in.size() == 2 || in.size() == 3, ValueError, "[conv2d] takes 2 or 3 inputs (x, w[, bias]), got ",
                in.size());
-    const bool bf16 = in[0].dtype == DType::kBFloat16;
-    if (!bf16) {
+    if (in[0].dtype != DType::kBFloat16) {
       CheckFloat("conv2d", in[0], "input");
       CheckFloat("conv2d", in[1], "weight");
     }
-    CheckSameDType("conv2d", in[0], in[1]);
-    const int64_t o = a.Int("out_dtype", bf16 ? -1 : int64_t(in[0].dtype));
-    const DType out_dtype = bf16 ? DType::kFloat32 : in[0].dtype;
-    LOOM_CHECK(o == int64_t(out_dtype), DTypeError, "[conv2d] ", Name(in[0].dtype), " input and weight need out_dtype ",
-               Name(out_dtype), " (", int64_t(out_dtype), "), got ", o,
-               bf16 ? ": the convolution is computed and kept in float32" : ": only bfloat16 operands change dtype");
+    const DType out_dtype = ConvResultDType("conv2d", in[0], in[1], a);
     Shape y = ConvOutShape("conv2d", in[0].shape, in[1].shape, ReadGeom(a, "conv2d"));
     if (in.size() == 3) {
       LOOM_CHECK(in[2].dtype == out_dtype, DTypeError, "[conv2d] bias is ", Name(in[2].dtype), ", expected ",
@@ -141,35 +149,39 @@ LOOM_OP(conv2d) {
   };
 }
 
-// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: x_shape (N, C, H, W)
+// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: x_shape (N, C, H, W); bfloat16 w and dy with
+// out_dtype float32 give a float32 dx (ConvResultDType)
 LOOM_OP(conv2d_grad_input) {
   def.internal = "backward of conv2d";
   def.attrs =
-      Join(ConvGeometry(), {{"x_shape", kInts}, {"dy_blocked", kInt}, {"dx_blocked", kInt}, {"w_blocked", kInt}});
+      Join(ConvGeometry(), {{"x_shape", kInts}, {"dy_blocked", kInt}, {"dx_blocked", kInt}, {"w_blocked", kInt},
+                            {"out_dtype", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_input";
     CheckArity(op, in, 2);
-    CheckFloat(op, in[0], "weight");
-    CheckSameDType(op, in[0], in[1]);
+    if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0], "weight");
+    const DType out_dtype = ConvResultDType(op, in[0], in[1], a);
     Shape x = ShapeAttr(a, "x_shape", op);
     CheckGradShape(op, in[1].shape, ConvOutShape(op, x, in[0].shape, ReadGeom(a, op)));
-    return std::vector<TensorMeta>{{x, in[0].dtype}};
+    return std::vector<TensorMeta>{{x, out_dtype}};
   };
 }
 
-// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: w_shape (O, C/g, KH, KW)
+// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: w_shape (O, C/g, KH, KW); bfloat16 x and dy with
+// out_dtype float32 give a float32 dw (ConvResultDType)
 LOOM_OP(conv2d_grad_weight) {
   def.internal = "backward of conv2d";
   def.attrs =
-      Join(ConvGeometry(), {{"w_shape", kInts}, {"x_blocked", kInt}, {"dy_blocked", kInt}, {"dw_blocked", kInt}});
+      Join(ConvGeometry(), {{"w_shape", kInts}, {"x_blocked", kInt}, {"dy_blocked", kInt}, {"dw_blocked", kInt},
+                            {"out_dtype", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "conv2d_grad_weight";
     CheckArity(op, in, 2);
-    CheckFloat(op, in[0], "input");
-    CheckSameDType(op, in[0], in[1]);
+    if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0], "input");
+    const DType out_dtype = ConvResultDType(op, in[0], in[1], a);
     Shape w = ShapeAttr(a, "w_shape", op);
     CheckGradShape(op, in[1].shape, ConvOutShape(op, in[0].shape, w, ReadGeom(a, op)));
-    return std::vector<TensorMeta>{{w, in[0].dtype}};
+    return std::vector<TensorMeta>{{w, out_dtype}};
   };
 }
 

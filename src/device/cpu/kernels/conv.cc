@@ -437,28 +437,37 @@ void Conv2dGradWeightTyped(const OpRecord& op, const KernelContext& ctx) {
   }
 }
 
-// bfloat16 x, w; float32 [bias,] y (Note [Precision policy] in core/autocast.h): oneDNN's bf16
-// convolution, products and sums in float32. Conv2dSupports admits such a record only where
-// oneDNN has a plan, so the policy never lowers a convolution it cannot run.
-void Conv2dBf16(const OpRecord& op, const KernelContext& ctx) {
-  const Tensor &tx = op.inputs[0], &tw = op.inputs[1], &ty = op.outputs[0];
-  if (ty.numel() == 0) return;
-  const Geom g = MakeGeom(op.attrs, tx.shape(), tw.shape(), ty.shape());
-  const bool bias = op.inputs.size() == 3;
-  const DnnlConvPlan* plan = DnnlFor(ConvPass::kForward, g, bias, DType::kFloat32, false, Blocked(op, ConvPass::kForward),
-                                     /*bf16=*/true);
-  LOOM_CHECK(plan, DTypeError, "[conv2d] bfloat16 input ", tx.Describe(), " and weight ", tw.Describe(),
+}  // namespace
+Geom GeomOf(const OpRecord& op, ConvPass kind);  // the pass's geometry from a record (below)
+namespace {
+
+// Two bfloat16 inputs, a float32 result (Note [Precision policy] in core/autocast.h): the
+// forward convolution (x, w [, float32 bias] -> y), its input gradient (w, dy -> dx) or its
+// weight gradient (x, dy -> dw) on oneDNN's bf16 kernels, products and sums in float32.
+// ConvSupports admits such a record only where oneDNN has a plan, so the policy never lowers a
+// convolution it cannot run.
+void ConvBf16(const OpRecord& op, const KernelContext& ctx, ConvPass kind) {
+  const Tensor &ta = op.inputs[0], &tb = op.inputs[1], &out = op.outputs[0];
+  if (out.numel() == 0) return;
+  const Geom g = GeomOf(op, kind);
+  if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) {
+    std::memset(out.raw_data(), 0, out.nbytes());  // no positions: a zero gradient
+    return;
+  }
+  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
+  const DnnlConvPlan* plan = DnnlFor(kind, g, bias, DType::kFloat32, false, Blocked(op, kind), /*bf16=*/true);
+  LOOM_CHECK(plan, DTypeError, "[", op.name(), "] bfloat16 inputs ", ta.Describe(), " and ", tb.Describe(),
              ": oneDNN has no bf16 convolution for them here (built without oneDNN, im2col selected, a blocked ",
              "layout, or no kernel for the geometry); compute in float32");
   Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
-  RunDnnlConv(*plan, tx.raw_data(), tw.raw_data(), bias ? op.inputs[2].data<float>() : nullptr, ty.data<float>(),
+  RunDnnlConv(*plan, ta.raw_data(), tb.raw_data(), bias ? op.inputs[2].data<float>() : nullptr, out.data<float>(),
               scratch.as<void>());
 }
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW); x, w bfloat16 with a
 // float32 y (out_dtype) as well
 void Conv2dCpu(const OpRecord& op, const KernelContext& ctx) {
-  if (Bf16Operands(op)) return Conv2dBf16(op, ctx);
+  if (Bf16Operands(op)) return ConvBf16(op, ctx, ConvPass::kForward);
   FloatDispatch(op.outputs[0].dtype(), "conv2d", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx, false); });
 }
 
@@ -467,14 +476,18 @@ void Conv2dReluCpu(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "conv2d_relu", [&](auto tag) { Conv2dTyped<decltype(tag)>(op, ctx, true); });
 }
 
-// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: (N, C, H, W)
+// w: (O, C/g, KH, KW), dy: (N, O, OH, OW) -> dx: (N, C, H, W); w, dy bfloat16 with a float32 dx
+// as well
 void Conv2dGradInputCpu(const OpRecord& op, const KernelContext& ctx) {
+  if (Bf16Operands(op)) return ConvBf16(op, ctx, ConvPass::kGradInput);
   FloatDispatch(op.outputs[0].dtype(), "conv2d_grad_input",
                 [&](auto tag) { Conv2dGradInputTyped<decltype(tag)>(op, ctx); });
 }
 
-// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW)
+// x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW); x, dy bfloat16 with a float32 dw
+// as well
 void Conv2dGradWeightCpu(const OpRecord& op, const KernelContext& ctx) {
+  if (Bf16Operands(op)) return ConvBf16(op, ctx, ConvPass::kGradWeight);
   FloatDispatch(op.outputs[0].dtype(), "conv2d_grad_weight",
                 [&](auto tag) { Conv2dGradWeightTyped<decltype(tag)>(op, ctx); });
 }
@@ -552,7 +565,7 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Geom g = GeomOf(op, kind);
   if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  const bool bf16 = kind == ConvPass::kForward && Bf16Operands(op);
+  const bool bf16 = Bf16Operands(op);
   if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu, Blocked(op, kind), bf16))
     return DnnlConvScratchBytes(*plan);
   if (bf16) return 0;  // no plan: the kernel refuses the record
@@ -560,13 +573,15 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
 }
 
 // Note [What a kernel supports]: every plain float record; a blocked one (Note [Activation
-// layouts] in cpu/passes/layout.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d
-// only, plain, no ReLU) when oneDNN has a bf16 plan for them.
+// layouts] in cpu/passes/layout.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d and
+// its gradients, plain, no ReLU, a float32 result) when oneDNN has a bf16 plan for them.
 bool ConvSupports(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Layouts l = Blocked(op, kind);
   if (Bf16Operands(op))
-    return kind == ConvPass::kForward && !relu && !l.any() &&
-           DnnlFor(kind, GeomOf(op, kind), op.inputs.size() == 3, DType::kFloat32, false, l, /*bf16=*/true) != nullptr;
+    return !relu && !l.any() && op.inputs[1].dtype() == DType::kBFloat16 &&
+           op.outputs[0].dtype() == DType::kFloat32 &&
+           DnnlFor(kind, GeomOf(op, kind), kind == ConvPass::kForward && op.inputs.size() == 3, DType::kFloat32, false,
+                   l, /*bf16=*/true) != nullptr;
   if (!l.any()) return true;
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;

@@ -140,8 +140,8 @@ md Act(int64_t n, int64_t c, int64_t h, int64_t w, tag t, dn::memory::data_type 
   return md({n, c, h, w}, dt, t);
 }
 // Output channels [o0, o0 + oq) of (n, o, h, w) images stored in NCHW order: a strided view.
-md ActChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
-  return md({n, oq, h, w}, kF32, dn::memory::dims{o * h * w, h * w, w, 1});
+md ActChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w, dn::memory::data_type dt = kF32) {
+  return md({n, oq, h, w}, dt, dn::memory::dims{o * h * w, h * w, w, 1});
 }
 // Output channels [o0, o0 + oq) of (n, o, h, w) images stored nChw16c (o0 and o multiples of
 // 16): the start of channel o0 is o0 h w elements in, as in NCHW, and an image is o h w apart.
@@ -152,8 +152,7 @@ md BlockedChannels(int64_t n, int64_t o, int64_t oq, int64_t h, int64_t w) {
 // o output channels of the weights: loom's layout (OIHW, GOIHW with groups, OIhw16i16o when
 // w_blocked), or any layout. Output channels [o0, o0 + o) of OIhw16i16o weights (o0 and o
 // multiples of 16) are o0 C KH KW elements in, as in OIHW, and laid out as o channels alone.
-md Weights(const ConvDims& d, int64_t o, bool any) {
-  const auto dt = d.bf16 ? kBf16 : kF32;
+md Weights(const ConvDims& d, int64_t o, bool any, dn::memory::data_type dt) {
   if (d.groups == 1) return md({o, d.c, d.kh, d.kw}, dt, any ? tag::any : d.w_blocked ? tag::OIhw16i16o : tag::oihw);
   return md({d.groups, o / d.groups, d.c / d.groups, d.kh, d.kw}, dt, any ? tag::any : tag::goihw);
 }
@@ -204,17 +203,24 @@ bool WinogradShape(const ConvDims& d) {
 std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const ConvDims& d, int64_t nb, int64_t oq) {
   const dn::memory::dims strides{d.sh, d.sw}, dil{d.dh - 1, d.dw - 1}, pl{d.ph, d.pw},
       pr{(d.oh - 1) * d.sh + (d.kh - 1) * d.dh + 1 - d.h - d.ph, (d.ow - 1) * d.sw + (d.kw - 1) * d.dw + 1 - d.w - d.pw};
-  const auto x_dt = d.bf16 ? kBf16 : kF32;
-  const md x_any = Act(nb, d.c, d.h, d.w, tag::any, x_dt), y_any = Act(nb, oq, d.oh, d.ow, tag::any);
+  // A bf16 plan (ConvDims::bf16): its two operands bfloat16, its result float32 (forward: x, w ->
+  // y; grad input: w, dy -> dx; grad weight: x, dy -> dw).
+  const bool bf16 = d.bf16;
+  const auto x_dt = bf16 && pass != ConvPass::kGradInput ? kBf16 : kF32;
+  const auto y_dt = bf16 && pass != ConvPass::kForward ? kBf16 : kF32;
+  const auto w_dt = bf16 && pass != ConvPass::kGradWeight ? kBf16 : kF32;
+  const md x_any = Act(nb, d.c, d.h, d.w, tag::any, x_dt), y_any = Act(nb, oq, d.oh, d.ow, tag::any, y_dt);
   const md x_plain = Act(nb, d.c, d.h, d.w, d.x_blocked ? tag::nChw16c : tag::nchw, x_dt),
-           y_plain = d.blocked ? BlockedChannels(nb, d.o, oq, d.oh, d.ow) : ActChannels(nb, d.o, oq, d.oh, d.ow);
-  const md w_any = Weights(d, oq, true), w_plain = Weights(d, oq, false);
+           y_plain = d.blocked ? BlockedChannels(nb, d.o, oq, d.oh, d.ow) : ActChannels(nb, d.o, oq, d.oh, d.ow, y_dt);
+  const md w_any = Weights(d, oq, true, w_dt), w_plain = Weights(d, oq, false, w_dt);
   const md bias_md = d.bias && pass == ConvPass::kForward ? md({oq}, kF32, tag::x) : md();
   dn::primitive_attr attr;
   attr.set_scratchpad_mode(dn::scratchpad_mode::user);
-  // Backward primitives need the forward one as a hint.
-  dn::convolution_forward::desc fd(dn::prop_kind::forward_training, alg, x_any, w_any, bias_md, y_any, strides, dil,
-                                   pl, pr);
+  // Backward primitives need the forward one as a hint: for a bf16 gradient, the bf16 forward
+  // of training (x, w and y bfloat16), as oneDNN's bf16 training example makes it.
+  const md hx = bf16 ? Act(nb, d.c, d.h, d.w, tag::any, kBf16) : x_any, hw = bf16 ? Weights(d, oq, true, kBf16) : w_any,
+           hy = bf16 && pass != ConvPass::kForward ? Act(nb, oq, d.oh, d.ow, tag::any, kBf16) : y_any;
+  dn::convolution_forward::desc fd(dn::prop_kind::forward_training, alg, hx, hw, bias_md, hy, strides, dil, pl, pr);
   dn::convolution_forward::primitive_desc fpd(fd, attr, Engine());
   auto s = std::make_unique<Shard>();
   s->nb = nb;
@@ -237,7 +243,8 @@ std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const Con
       s->b = Operand::Make(y_plain, bpd.diff_dst_desc(), true);
       s->out = Operand::Make(x_plain, bpd.diff_src_desc(), false);
       s->pad = bpd.scratchpad_desc();
-      ReportKernel("conv2d grad input f32", std::string("oneDNN ") + bpd.impl_info_str());
+      ReportKernel(bf16 ? "conv2d grad input bf16 -> f32" : "conv2d grad input f32",
+                   std::string("oneDNN ") + bpd.impl_info_str());
       break;
     }
     case ConvPass::kGradWeight: {
@@ -248,7 +255,8 @@ std::unique_ptr<Shard> MakeShardWith(dn::algorithm alg, ConvPass pass, const Con
       s->b = Operand::Make(y_plain, wpd.diff_dst_desc(), true);
       s->out = Operand::Make(w_plain, wpd.diff_weights_desc(), false);
       s->pad = wpd.scratchpad_desc();
-      ReportKernel("conv2d grad weight f32", std::string("oneDNN ") + wpd.impl_info_str());
+      ReportKernel(bf16 ? "conv2d grad weight bf16 -> f32" : "conv2d grad weight f32",
+                   std::string("oneDNN ") + wpd.impl_info_str());
       break;
     }
   }
@@ -347,8 +355,8 @@ const DnnlConvPlan* FindDnnlConv(ConvPass pass, const ConvDims& d, DType dtype) 
   if (dtype != DType::kFloat32 || impl == CpuConvImpl::kIm2col || d.n <= 0 || (d.blocked && d.o % 16) ||
       (d.x_blocked && d.c % 16) || (d.w_blocked && (d.groups != 1 || d.o % 16 || d.c % 16)))
     return nullptr;
-  // bfloat16 operands: the plain forward convolution only (ConvDims::bf16).
-  if (d.bf16 && (pass != ConvPass::kForward || d.relu || d.blocked || d.x_blocked || d.w_blocked)) return nullptr;
+  // bfloat16 operands: plain convolutions and their gradients, without a fused ReLU (ConvDims::bf16).
+  if (d.bf16 && (d.relu || d.blocked || d.x_blocked || d.w_blocked)) return nullptr;
   const bool winograd = impl == CpuConvImpl::kWinograd && WinogradShape(d) && !d.bf16;
   Key key{int(pass), NumThreads(),
           {d.n, d.c, d.h, d.w, d.o, d.kh, d.kw, d.oh, d.ow, d.sh, d.sw, d.ph, d.pw, d.dh, d.dw, d.groups, d.bias,
@@ -375,7 +383,7 @@ void RunDnnlConv(const DnnlConvPlan& p, const void* a, const void* b, const floa
   const int64_t w_elems = d.o * (d.c / d.groups) * d.kh * d.kw, w_per_o = w_elems / d.o;
   const int64_t parts = int64_t(p.parts.size());
   auto cp = [](const void* v) { return const_cast<void*>(v); };  // oneDNN takes void* handles
-  // Element k of an input operand (a or b): float32, or bfloat16 in a bf16 plan (x and w).
+  // Element k of an input operand (a or b): float32, or bfloat16 in a bf16 plan (both inputs).
   const size_t in_bytes = d.bf16 ? 2 : sizeof(float);
   auto elem = [&](const void* base, int64_t k) { return At(cp(base), size_t(k) * in_bytes); };
   // The weights, shared by every part, are reordered once.

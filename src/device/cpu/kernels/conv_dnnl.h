@@ -70,9 +70,10 @@ struct ConvDims {
   // are stored in oneDNN's OIhw16i16o layout instead of OIHW; groups is 1 and O and C are
   // multiples of 16 (Note [Weights kept blocked] in cpu/passes/weight_layout.cc).
   bool w_blocked = false;
-  // Forward only: x and w are bfloat16, the bias and y float32, the sums float32 (Note
-  // [Precision policy] in core/autocast.h). Plain layouts only, no ReLU, no Winograd: what the
-  // policy lowers (a plain conv2d), on oneDNN's bf16 kernels (AVX512-BF16 or AMX to be fast).
+  // The pass's two inputs are bfloat16 (forward: x and w; grad input: w and dy; grad weight: x
+  // and dy), its result, the bias and the sums float32 (Note [Precision policy] in
+  // core/autocast.h). Plain layouts only, no ReLU, no Winograd: what the policy lowers (a plain
+  // conv2d and its gradients), on oneDNN's bf16 kernels (AVX512-BF16 or AMX to be fast).
   bool bf16 = false;
 };
 
