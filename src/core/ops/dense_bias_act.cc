@@ -80,8 +80,9 @@ LOOM_OP(bias_act_grad) {
     CheckArity("bias_act_grad", in, 2);
     // y may be a bfloat16 or float16 copy of a float32 output (Note [ReLU masks from the bfloat16
     // copy] in graph/bf16_relu_mask.cc): dz and db are then float32 as dy.
-    const bool half_y = (in[0].dtype == DType::kBFloat16 || in[0].dtype == DType::kFloat16) &&
-                        in[1].dtype == DType::kFloat32;
+    const bool half_y = in[0].dtype == DType::kBFloat16 || in[0].dtype == DType::kFloat16;
+    LOOM_CHECK(!half_y || in[1].dtype == DType::kFloat32, DTypeError, "[bias_act_grad] a ", Name(in[0].dtype),
+               " y needs a float32 dy, got ", Name(in[1].dtype));
     std::vector<TensorMeta> out =
         half_y ? SameShapePair("bias_act_grad", {{in[0].shape, in[1].dtype}, in[1]}) : SameShapePair("bias_act_grad", in);
     CheckAct("bias_act_grad", attrs);
