@@ -244,6 +244,34 @@ TEST(Precision, Bf16ReluMasksReadTheBfloat16CopySoTheArenaShrinksByTheFloat32Act
       << "arena " << off.stats.arena_bytes << " -> " << on.stats.arena_bytes;
 }
 
+// The pass reads a copy only while neither y nor the copy was written after the cast.
+TEST(Precision, AReluMaskReadsTheBfloat16CopyOnlyWhileBothAreUnwritten) {
+  enum class Write { kNone, kY, kCopy };
+  for (Write w : {Write::kNone, Write::kY, Write::kCopy}) {
+    auto dev = CpuDevice();
+    Tensor x = RandomTensor({6, 10}, DType::kFloat32, 41, -1, 1, dev), dy = RandomTensor({6, 10}, DType::kFloat32, 42, -1, 1, dev);
+    x.block()->set_persistent(true);
+    dy.block()->set_persistent(true);
+    GraphOptions o;
+    o.passes.Set("autocast_bf16", true);
+    CapturedGraph g(dev, "mask", o);
+    std::vector<Tensor> out;
+    g.Capture([&] {
+      Tensor y = ops::Relu(x), c = ops::Cast(y, DType::kBFloat16);
+      if (w == Write::kY) ops::CopyInto(y, dy);
+      if (w == Write::kCopy) ops::CopyInto(c, ops::Cast(dy, DType::kBFloat16));
+      out = Call(op_kind::bias_act_grad, {y, dy}, Attrs{{"act", int64_t(1)}});
+      out.push_back(c);
+    });
+    g.Replay();
+    DType read = DType::kFloat64;
+    for (const OpRecord& op : g.graph().ops().ops)
+      if (op.def == &op_kind::bias_act_grad) read = op.inputs[0].dtype();
+    EXPECT_EQ(g.graph().stats().counters.Get("bf16_relu_masks"), w == Write::kNone ? 1 : 0) << int(w);
+    EXPECT_EQ(read, w == Write::kNone ? DType::kBFloat16 : DType::kFloat32) << int(w);
+  }
+}
+
 // What the rewrite rests on: bias_act_grad(relu) from the bfloat16 copy of y gives dz and db
 // bitwise those from y itself for every float32 y but positive subnormals at or below 2^-134,
 // NaN and the infinities included; a float16 copy changes the mask of normal float32 values.
