@@ -25,22 +25,17 @@
 // (a model's bf16 precision): a float32 graph keeps its arithmetic whatever it casts itself, and
 // `bf16_relu_mask=off` keeps the float32 masks at bf16. Order 35: after autocast_bf16 (5), which makes the casts, and fuse_bias_act
 // (30), which makes the bias_act_grad records; before the layout passes.
-#include <limits>
 #include <map>
-#include <tuple>
 
 #include "core/bias_act_formulas.h"
 #include "core/device.h"
-#include "graph/passes.h"
+#include "graph/op_uses.h"
 
 LOOM_OP_KIND(cast);
 LOOM_OP_KIND(bias_act_grad);
 
 namespace loom {
 namespace {
-
-using View = std::tuple<const Block*, int64_t, Shape, Shape>;
-View ViewOf(const Tensor& t) { return View{t.block(), t.offset(), t.shape(), t.strides()}; }
 
 bool IsBf16Copy(const OpRecord& op) {
   return op.def == &op_kind::cast && op.inputs[0].dtype() == DType::kFloat32 &&
@@ -49,7 +44,7 @@ bool IsBf16Copy(const OpRecord& op) {
 
 PassResult ReluMasksFromBf16(OpList list, const PassContext& ctx) {
   if (!ctx.options.passes.On("autocast_bf16")) return PassResult{std::move(list)};  // counter 0
-  std::map<View, Tensor> copies;  // a float32 view -> its bfloat16 copy, while both are unwritten
+  std::map<ViewKey, Tensor> copies;  // a float32 view -> its bfloat16 copy, while both are unwritten
   int64_t rewritten = 0;
   auto written = [&](const OpRecord& r) {
     for (const Tensor& t : r.outputs)
