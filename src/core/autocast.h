@@ -19,7 +19,11 @@
 //    (graph/autocast_pass.cc; off by default, a model's precision switches one on) lower the
 //    captured list the same way, and cast each operand block once while it is unwritten (a
 //    weight's 16-bit copy serves the forward product and the input gradient).
-// Products and activations keep float32 storage, so the planned arena does not shrink yet.
+// Products and activations keep float32 storage; what a graph's backward reads across the
+// forward-backward gap is the 16-bit copy where that is bitwise the same: a ReLU gradient reads
+// the bfloat16 copy its activation's product already made, so the float32 activation dies in the
+// forward and the planned arena shrinks by it (the pass bf16_relu_mask, Note [ReLU masks from the
+// bfloat16 copy] in graph/bf16_relu_mask.cc; bf16 only). Other saved activations stay float32.
 // Lowering needs a kernel for 16-bit operands (the CPU: oneDNN's bf16 matmul, fast with
 // AVX512-BF16 or AMX, and its f16 matmul where the CPU has AVX512-FP16, else float16 operands
 // widened exactly to float32 for the float32 GEMM; CUDA: cuBLAS on tensor cores); a device

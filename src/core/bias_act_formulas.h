@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/host_device.h"
+#include "core/dtype.h"
 #include "core/elementwise_formulas.h"
+#include "core/half.h"
+#include "core/host_device.h"
 
 namespace loom {
 
@@ -28,6 +30,27 @@ void WithAct(BiasAct act, F&& f) {
     case BiasAct::kSigmoid: return f(std::integral_constant<BiasAct, BiasAct::kSigmoid>{});
     default: return f(std::integral_constant<BiasAct, BiasAct::kNone>{});
   }
+}
+
+// bias_act_grad's saved output y: of dy's dtype, or a bfloat16 or float16 copy of a float32 y
+// (Note [ReLU masks from the bfloat16 copy] in graph/bf16_relu_mask.cc), read widened to float.
+struct SavedBFloat16 {
+  const uint16_t* p;
+  LOOM_HD float operator[](int64_t i) const { return BFloat16ToFloat(p[i]); }
+};
+struct SavedFloat16 {
+  const uint16_t* p;
+  LOOM_HD float operator[](int64_t i) const { return HalfToFloat(p[i]); }
+};
+// Calls f(y) (host code) with a reader of the saved output's elements as T: y's own pointer, or
+// at T = float a widening reader of its 16-bit copy.
+template <typename T, typename F>
+void WithSavedOutput(DType saved, const void* y, F&& f) {
+  if constexpr (std::is_same<T, float>::value) {
+    if (saved == DType::kBFloat16) return f(SavedBFloat16{static_cast<const uint16_t*>(y)});
+    if (saved == DType::kFloat16) return f(SavedFloat16{static_cast<const uint16_t*>(y)});
+  }
+  f(static_cast<const T*>(y));
 }
 
 namespace ew {

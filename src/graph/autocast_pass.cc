@@ -5,26 +5,24 @@
 #include <tuple>
 
 #include "core/autocast.h"
-#include "graph/passes.h"
+#include "graph/op_uses.h"
 
 namespace loom {
 
 namespace {
 
-// A lowered copy is reused while its source view is unwritten: keyed by the view.
-using View = std::tuple<const Block*, int64_t, Shape, Shape>;
-View ViewOf(const Tensor& t) { return View{t.block(), t.offset(), t.shape(), t.strides()}; }
+// A lowered copy is reused while its source view is unwritten: keyed by the view (ViewOf).
 
 // casts: the counter of the casts the pass made ("bf16_casts", "fp16_casts"); products: of the
 // products it lowered.
 PassResult LowerProducts(OpList list, Precision p, const char* products_counter, const char* casts_counter) {
   std::vector<OpRecord> out;
   out.reserve(list.size());
-  std::map<View, Tensor> lowered;
+  std::map<ViewKey, Tensor> lowered;
   int64_t products = 0, casts = 0;
   auto written = [&](const OpRecord& r) {  // a copy of a block written since is stale
     for (const Tensor& t : r.outputs) {  // the views of one block are adjacent in the map
-      auto it = lowered.lower_bound(View{t.block(), std::numeric_limits<int64_t>::min(), Shape{}, Shape{}});
+      auto it = lowered.lower_bound(ViewKey{t.block(), std::numeric_limits<int64_t>::min(), Shape{}, Shape{}});
       while (it != lowered.end() && std::get<0>(it->first) == t.block()) it = lowered.erase(it);
     }
   };

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,11 @@
 #include "graph/passes.h"
 
 namespace loom {
+
+// A tensor's view of its block (block, offset, shape, strides): the key under which the autocast
+// passes remember a 16-bit copy of it (graph/autocast_pass.cc, graph/bf16_relu_mask.cc).
+using ViewKey = std::tuple<const Block*, int64_t, Shape, Shape>;
+inline ViewKey ViewOf(const Tensor& t) { return ViewKey{t.block(), t.offset(), t.shape(), t.strides()}; }
 
 struct OpUses {
   explicit OpUses(const OpList& list) : list(list) {}

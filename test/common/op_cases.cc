@@ -446,6 +446,23 @@ void AddLinalg(Table& t) {
             .In(Uniform(y))
             .Attr("act", act)
             .Attr("channels", int64_t(1));
+  // y a bfloat16 or float16 copy of a float32 output, dy float32 (Note [ReLU masks from the
+  // bfloat16 copy] in graph/bf16_relu_mask.cc): dz and db float32, against the float64 reference
+  // on the same (16-bit) y values.
+  for (DType half : {DType::kBFloat16, DType::kFloat16}) {
+    for (const BiasGrad& b : {BiasGrad{{6, 50}, -1}, BiasGrad{{2, 3, 5}, -1}, BiasGrad{{3, 40000}, -1}})
+      for (int64_t act : {int64_t(1), int64_t(2)})
+        t.Add("bias_act_grad", S(b.dy) + " " + kActs[act] + " from a 16-bit y", half, ref::BiasActGrad)
+            .In(Uniform(b.dy, act == 2 ? 0.0 : b.lo, 1))
+            .In(Uniform(b.dy, b.lo, 1).As(kF32))
+            .Attr("act", act);
+    for (const Shape& y : {Shape{2, 3, 4, 5}, Shape{3, 16, 8, 8}})
+      t.Add("bias_act_grad", S(y) + " channels relu from a 16-bit y", half, ref::BiasActGrad)
+          .In(Uniform(y, -1, 1))
+          .In(Uniform(y).As(kF32))
+          .Attr("act", int64_t(1))
+          .Attr("channels", int64_t(1));
+  }
 }
 
 // ---------------------------------------------------------------- reductions

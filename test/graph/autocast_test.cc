@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/harness.h"
 #include "common/mlp.h"
@@ -24,6 +25,7 @@ LOOM_OP_KIND(conv2d_grad_input);
 LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(dense_bias_act);
+LOOM_OP_KIND(bias_act_grad);
 
 namespace loom {
 namespace test {
@@ -132,6 +134,8 @@ TEST(Precision, GraphsEqualEagerBitwiseWhetherCapturedInTheScopeOrLoweredByThePa
   // input gradient.
   EXPECT_EQ(passed.counters.Get("lowered_products"), 8);
   EXPECT_LT(passed.counters.Get("bf16_casts"), 2 * 8);
+  // Both hidden ReLUs' gradients read their bfloat16 copies (Note [ReLU masks from the bfloat16 copy]).
+  EXPECT_EQ(passed.counters.Get("bf16_relu_masks"), 2);
   // And the float32 run differs: the policy changed the arithmetic.
   auto dev = CpuDevice();
   Mlp m(kDims, 7, dev);
@@ -162,6 +166,7 @@ TEST(Precision, Fp16GraphsEqualEagerBitwiseAndTrackFloat32CloserThanBf16) {
   EXPECT_EQ(passed.counters.Get("fp16_lowered_products"), 8);
   EXPECT_GT(passed.counters.Get("fp16_casts"), 0);
   EXPECT_EQ(passed.counters.Get("lowered_products"), 0);  // the bf16 pass stayed off
+  EXPECT_EQ(passed.counters.Get("bf16_relu_masks"), 0);   // float16 copies would change masks
   const auto bf16 = Train(How::kEagerInScope);
   auto dev = CpuDevice();
   Mlp m(kDims, 7, dev);
@@ -177,6 +182,135 @@ TEST(Precision, Fp16GraphsEqualEagerBitwiseAndTrackFloat32CloserThanBf16) {
     }
   EXPECT_GT(fp16_gap, 0);
   EXPECT_LT(fp16_gap, bf16_gap);
+}
+
+// Note [ReLU masks from the bfloat16 copy]: with wide hidden layers the bf16 step's ReLU
+// gradients read the forward's bfloat16 copies, the float32 activations die in the forward, and
+// the planned arena shrinks by at least their bytes; the trained weights are bitwise those of the
+// step without the pass, and of eager execution in the scope.
+struct MaskRun {
+  std::vector<std::vector<float>> weights;
+  GraphStats stats;
+  int half_masks = 0, float_masks = 0;  // bias_act_grad(relu) records reading a bfloat16 / float32 y
+};
+const std::vector<int64_t> kWide = {24, 256, 256, 5};
+constexpr int64_t kWideBatch = 64;
+MaskRun TrainWide(bool graph, bool masks) {
+  auto dev = CpuDevice();
+  Mlp m(kWide, 11, dev);
+  nn::SGD opt(0.05, 0.9);
+  Tensor x = RandomTensor({kWideBatch, kWide[0]}, DType::kFloat32, 23, -1, 1, dev);
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < kWideBatch; ++i) labels.push_back(int32_t((i * 7) % kWide.back()));
+  Tensor y = ops::FromVector(labels, {kWideBatch}, dev);
+  MaskRun r;
+  if (!graph) {
+    AutocastScope s(Precision::kBFloat16);
+    for (int i = 0; i < 3; ++i) m.Step(x, y, opt);
+    r.weights = Values(m);
+    return r;
+  }
+  GraphOptions o;
+  o.passes.Set("autocast_bf16", true);
+  if (!masks) o.passes.Set("bf16_relu_mask", false);
+  CapturedGraph g(dev, "masks", o);
+  g.Capture([&] { m.Step(x, y, opt); });
+  for (int i = 0; i < 3; ++i) g.Replay();
+  r.weights = Values(m);
+  r.stats = g.graph().stats();
+  for (const OpRecord& op : g.graph().ops().ops)
+    if (op.def == &op_kind::bias_act_grad && op.attrs.Int("act", 0) == 1)
+      (op.inputs[0].dtype() == DType::kBFloat16 ? r.half_masks : r.float_masks) += 1;
+  return r;
+}
+
+TEST(Precision, Bf16ReluMasksReadTheBfloat16CopySoTheArenaShrinksByTheFloat32Activations) {
+  const MaskRun on = TrainWide(true, true), off = TrainWide(true, false), eager = TrainWide(false, true);
+  EXPECT_EQ(on.stats.counters.Get("bf16_relu_masks"), 2);
+  EXPECT_EQ(off.stats.counters.Get("bf16_relu_masks"), 0);
+  EXPECT_EQ(on.half_masks, 2);
+  EXPECT_EQ(on.float_masks, 0);
+  EXPECT_EQ(off.float_masks, 2);
+  ASSERT_EQ(on.weights.size(), off.weights.size());
+  for (size_t i = 0; i < on.weights.size(); ++i) {
+    EXPECT_EQ(std::memcmp(on.weights[i].data(), off.weights[i].data(), on.weights[i].size() * sizeof(float)), 0)
+        << "param " << i;
+    EXPECT_EQ(std::memcmp(on.weights[i].data(), eager.weights[i].data(), on.weights[i].size() * sizeof(float)), 0)
+        << "param " << i;
+  }
+  // The float32 outputs of the two hidden ReLUs, y1 and y2 (64, 256), now die at their
+  // casts in the forward. The step's peak is in the second layer's backward, where dy1 is made
+  // while y1 waits for its mask and y2 has had its own: that peak, and the arena packed around it,
+  // shrink by y1's float32 bytes. A y1 kept alive (no rewrite, or the wrong one) keeps both.
+  const size_t y1 = size_t(kWideBatch * kWide[1]) * sizeof(float);
+  EXPECT_GE(off.stats.lower_bound_bytes, on.stats.lower_bound_bytes + y1);
+  EXPECT_GE(off.stats.arena_bytes, on.stats.arena_bytes + y1)
+      << "arena " << off.stats.arena_bytes << " -> " << on.stats.arena_bytes;
+}
+
+// The pass reads a copy only while neither y nor the copy was written after the cast.
+TEST(Precision, AReluMaskReadsTheBfloat16CopyOnlyWhileBothAreUnwritten) {
+  enum class Write { kNone, kY, kCopy };
+  for (Write w : {Write::kNone, Write::kY, Write::kCopy}) {
+    auto dev = CpuDevice();
+    Tensor x = RandomTensor({6, 10}, DType::kFloat32, 41, -1, 1, dev), dy = RandomTensor({6, 10}, DType::kFloat32, 42, -1, 1, dev);
+    x.block()->set_persistent(true);
+    dy.block()->set_persistent(true);
+    GraphOptions o;
+    o.passes.Set("autocast_bf16", true);
+    CapturedGraph g(dev, "mask", o);
+    std::vector<Tensor> out;
+    g.Capture([&] {
+      Tensor y = ops::Relu(x), c = ops::Cast(y, DType::kBFloat16);
+      if (w == Write::kY) ops::CopyInto(y, dy);
+      if (w == Write::kCopy) ops::CopyInto(c, ops::Cast(dy, DType::kBFloat16));
+      out = Call(op_kind::bias_act_grad, {y, dy}, Attrs{{"act", int64_t(1)}});
+      out.push_back(c);
+    });
+    g.Replay();
+    DType read = DType::kFloat64;
+    for (const OpRecord& op : g.graph().ops().ops)
+      if (op.def == &op_kind::bias_act_grad) read = op.inputs[0].dtype();
+    EXPECT_EQ(g.graph().stats().counters.Get("bf16_relu_masks"), w == Write::kNone ? 1 : 0) << int(w);
+    EXPECT_EQ(read, w == Write::kNone ? DType::kBFloat16 : DType::kFloat32) << int(w);
+  }
+}
+
+// What the rewrite rests on: bias_act_grad(relu) from the bfloat16 copy of y gives dz and db
+// bitwise those from y itself for every float32 y but positive subnormals at or below 2^-134,
+// NaN and the infinities included; a float16 copy changes the mask of normal float32 values.
+TEST(Precision, AReluMaskFromTheBfloat16CopyIsTheFloat32OnesBitForBit) {
+  auto dev = CpuDevice();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> kept = {0.0f, -0.0f, 1.0f, 3e38f, inf, nan, 0x1p-126f, 0x1p-133f, 1e-30f, 0.5f, 2.0f, 7.0f};
+  std::vector<float> dy;
+  for (size_t i = 0; i < kept.size(); ++i) dy.push_back(0.25f + float(i));
+  const Attrs relu{{"act", int64_t(1)}};
+  auto masks = [&](const std::vector<float>& v, DType copy) {
+    Tensor y = ops::FromVector(v, {2, int64_t(v.size()) / 2}, dev), d = ops::FromVector(dy, {2, int64_t(v.size()) / 2}, dev);
+    std::vector<Tensor> from_f32 = Call(op_kind::bias_act_grad, {y, d}, relu);
+    std::vector<Tensor> from_copy = Call(op_kind::bias_act_grad, {ops::Cast(y, copy), d}, relu);
+    EXPECT_EQ(from_copy[0].dtype(), DType::kFloat32);
+    EXPECT_EQ(from_copy[1].dtype(), DType::kFloat32);
+    bool same = true;
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<float> a = from_f32[size_t(k)].ToVector<float>(), b = from_copy[size_t(k)].ToVector<float>();
+      same &= std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    }
+    return same;
+  };
+  EXPECT_TRUE(masks(kept, DType::kBFloat16));
+  std::vector<float> deep = kept;
+  deep[3] = 0x1p-140f;  // a positive subnormal that bfloat16 rounds to zero: the stated exception
+  EXPECT_FALSE(masks(deep, DType::kBFloat16));
+  std::vector<float> small = kept;
+  small[3] = 1e-8f;  // a normal float32 below float16's range: why fp16 keeps the float32 masks
+  EXPECT_TRUE(masks(small, DType::kBFloat16));
+  EXPECT_FALSE(masks(small, DType::kFloat16));
+  // The 16-bit y must come with a float32 dy.
+  Tensor yh = ops::Cast(ops::FromVector(kept, {12}, dev), DType::kBFloat16);
+  LOOM_EXPECT_THROW_MSG(Call(op_kind::bias_act_grad, {yh, ops::Cast(yh, DType::kFloat64)}, relu), DTypeError,
+                        "[bias_act_grad] a bfloat16 y needs a float32 dy, got float64");
 }
 
 // An eager product at fp16 is the product of the operands rounded to float16, kept in float32.
@@ -244,8 +378,10 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
   for (int i = 0; i < 4; ++i) m.TrainOneBatch(b.x, b.y);
   std::vector<std::vector<float>> v;
   for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
-  if (graph && p == Precision::kBFloat16)
+  if (graph && p == Precision::kBFloat16) {
     EXPECT_EQ(m.train_graph()->stats().counters.Get("lowered_products"), 5);  // 2 forward, 1 + 2 backward
+    EXPECT_EQ(m.train_graph()->stats().counters.Get("bf16_relu_masks"), 1);  // the ReLU between them
+  }
   return v;
 }
 

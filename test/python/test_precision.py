@@ -23,7 +23,7 @@ class Mlp(model.Model):
         return out, loss
 
 
-def train(precision, use_graph, steps=4):
+def train(precision, use_graph, steps=4, graph_options=None, stats=None):
     dev = device.create_cpu_device()
     dev.SetRandSeed(3)
     m = Mlp(dev)
@@ -31,9 +31,11 @@ def train(precision, use_graph, steps=4):
     rng = np.random.default_rng(0)
     x = tensor.from_numpy(rng.uniform(-1, 1, (8, 24)).astype(np.float32), dev)
     y = tensor.from_numpy(np.arange(8, dtype=np.int32) % 5, dev)
-    m.compile([x], is_train=True, use_graph=use_graph, precision=precision)
+    m.compile([x], is_train=True, use_graph=use_graph, precision=precision, graph_options=graph_options)
     for _ in range(steps):
         m.train_one_batch(x, y)
+    if stats is not None:
+        stats.update(m.graph().stats())
     return [tensor.to_numpy(p) for p in m.get_params().values()]
 
 
@@ -44,6 +46,16 @@ def test_bf16_graph_equals_bf16_eager_bitwise_and_differs_from_fp32():
     fp32 = train("fp32", False)
     gap = max(float(np.abs(a - b).max()) for a, b in zip(eager, fp32))
     assert 0 < gap < 0.05
+
+
+def test_bf16_relu_masks_from_the_bfloat16_copy_keep_the_bits_and_can_be_switched_off():
+    # Note [ReLU masks from the bfloat16 copy]: on by default at bf16, switched off by its name.
+    on, off = {}, {}
+    with_masks = train("bf16", True, stats=on)
+    without = train("bf16", True, graph_options={"bf16_relu_mask": False}, stats=off)
+    assert on["bf16_relu_masks"] == 1 and off["bf16_relu_masks"] == 0
+    for a, b in zip(with_masks, without):
+        assert np.array_equal(a, b)  # the same masks; the arena test is autocast_test.cc's (wide layers)
 
 
 def test_autocast_scope_lowers_products_and_restores():

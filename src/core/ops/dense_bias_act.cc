@@ -68,7 +68,8 @@ LOOM_OP(dense_bias_act) {
 }
 
 // y: (..., N) the output of the activation, dy: (..., N) -> dz: (..., N) = dy act'(z) computed
-// from y, db: (N) the sum of dz over the leading dimensions; attrs: act.
+// from y, db: (N) the sum of dz over the leading dimensions; attrs: act. y is of dy's dtype, or a
+// bfloat16 or float16 copy of it when dy is float32.
 // With attribute channels = 1, the layout of a convolution's output: y, dy: (N, C, ...) -> dz,
 // db: (C) the sum over N and the trailing dimensions (conv2d_grad_bias's sum).
 LOOM_OP(bias_act_grad) {
@@ -76,17 +77,24 @@ LOOM_OP(bias_act_grad) {
   def.attrs = {{"act", kInt}, {"channels", kInt}};
   def.shareable_inputs = {0, 1};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& attrs) {
-    std::vector<TensorMeta> out = SameShapePair("bias_act_grad", in);
+    CheckArity("bias_act_grad", in, 2);
+    // y may be a bfloat16 or float16 copy of a float32 output (Note [ReLU masks from the bfloat16
+    // copy] in graph/bf16_relu_mask.cc): dz and db are then float32 as dy.
+    const bool half_y = in[0].dtype == DType::kBFloat16 || in[0].dtype == DType::kFloat16;
+    LOOM_CHECK(!half_y || in[1].dtype == DType::kFloat32, DTypeError, "[bias_act_grad] a ", Name(in[0].dtype),
+               " y needs a float32 dy, got ", Name(in[1].dtype));
+    std::vector<TensorMeta> out =
+        half_y ? SameShapePair("bias_act_grad", {{in[0].shape, in[1].dtype}, in[1]}) : SameShapePair("bias_act_grad", in);
     CheckAct("bias_act_grad", attrs);
     if (attrs.Int("channels", 0)) {
       LOOM_CHECK(in[0].shape.size() >= 2, ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
                  " must have at least 2 dimensions (N, C, ...) with channels = 1");
-      out.push_back({{in[0].shape[1]}, in[0].dtype});
+      out.push_back({{in[0].shape[1]}, out[0].dtype});
       return out;
     }
     LOOM_CHECK(!in[0].shape.empty(), ShapeError, "[bias_act_grad] y ", ToString(in[0].shape),
                " must have at least 1 dimension (..., N)");
-    out.push_back({{in[0].shape.back()}, in[0].dtype});
+    out.push_back({{in[0].shape.back()}, out[0].dtype});
     return out;
   };
 }

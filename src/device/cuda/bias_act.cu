@@ -21,15 +21,16 @@ __global__ void BiasActKernel(const T* b, T* y, int64_t total, int64_t n) {
 }
 
 // y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns, thread row ty takes every 8th row.
-template <typename T, BiasAct A>
-__global__ void BiasActGradKernel(const T* y, const T* dy, T* dz, T* db, int64_t r, int64_t n) {
+// Y: y's pointer, or a widening reader of its 16-bit copy (WithSavedOutput, core/bias_act_formulas.h).
+template <typename T, typename Y, BiasAct A>
+__global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t r, int64_t n) {
   __shared__ double part[kColY][kColX + 1];
   const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
   double acc = 0;
   if (j < n)
     for (int64_t k = threadIdx.y; k < r; k += kColY) {
       const int64_t at = k * n + j;
-      const T v = ew::ActGradFromOutput(A, y[at], dy[at]);
+      const T v = ew::ActGradFromOutput(A, T(y[at]), dy[at]);
       dz[at] = v;
       acc += double(v);
     }
@@ -44,13 +45,13 @@ __global__ void BiasActGradKernel(const T* y, const T* dy, T* dz, T* db, int64_t
 
 // channels = 1: y, dy, dz: (n, c, s), db: (c). One block per channel (grid-stride over channels);
 // its threads stride over (image, position), sum in double, and BlockSum combines them.
-template <typename T, BiasAct A>
-__global__ void ChannelBiasActGradKernel(const T* y, const T* dy, T* dz, T* db, int64_t n, int64_t c, int64_t s) {
+template <typename T, typename Y, BiasAct A>
+__global__ void ChannelBiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t n, int64_t c, int64_t s) {
   for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double acc = 0;
     for (int64_t q = threadIdx.x; q < n * s; q += blockDim.x) {
       const int64_t at = ((q / s) * c + ch) * s + q % s;
-      const T v = ew::ActGradFromOutput(A, y[at], dy[at]);
+      const T v = ew::ActGradFromOutput(A, T(y[at]), dy[at]);
       dz[at] = v;
       acc += double(v);
     }
@@ -59,27 +60,30 @@ __global__ void ChannelBiasActGradKernel(const T* y, const T* dy, T* dz, T* db, 
   }
 }
 
-// y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N)
+// y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N); y float32 or a 16-bit copy
+// of it with dy float32
 void BiasActGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "bias_act_grad", [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = op.outputs[1].numel();
     if (n == 0) return;
-    if (op.attrs.Int("channels", 0)) {
-      const int64_t images = op.inputs[0].dim(0), s = op.inputs[0].numel() / std::max<int64_t>(images * n, 1);
+    WithSavedOutput<T>(op.inputs[0].dtype(), op.inputs[0].raw_data(), [&](auto y) {
+      using Y = decltype(y);
+      if (op.attrs.Int("channels", 0)) {
+        const int64_t images = op.inputs[0].dim(0), s = op.inputs[0].numel() / std::max<int64_t>(images * n, 1);
+        WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
+          ChannelBiasActGradKernel<T, Y, decltype(a)::value><<<RowBlocks(n), RowThreads(images * s), 0,
+                                                              Dev(ctx).stream()>>>(
+              y, op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), images, n, s);
+        });
+        return;
+      }
+      const int64_t r = op.outputs[0].numel() / n;
       WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
-        ChannelBiasActGradKernel<T, decltype(a)::value><<<RowBlocks(n), RowThreads(images * s), 0, Dev(ctx).stream()>>>(
-            op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), images,
-            n, s);
+        BiasActGradKernel<T, Y, decltype(a)::value><<<unsigned((n + kColX - 1) / kColX), dim3(kColX, kColY), 0,
+                                                      Dev(ctx).stream()>>>(
+            y, op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), r, n);
       });
-      LOOM_CUDA_CHECK_LAUNCH();
-      return;
-    }
-    const int64_t r = op.outputs[0].numel() / n;
-    WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
-      BiasActGradKernel<T, decltype(a)::value><<<unsigned((n + kColX - 1) / kColX), dim3(kColX, kColY), 0,
-                                                 Dev(ctx).stream()>>>(
-          op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), r, n);
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });

@@ -47,8 +47,8 @@ void DenseBiasActCpu(const OpRecord& op, const KernelContext&) {
 // channels = 1: y, dy: (N, C, S...) -> dz, db: (C). Split by channel, each summed in double, per
 // image then over the images: conv2d_grad_bias's order (cpu/kernels/conv.cc), so db is bitwise
 // what it makes from the stored dz.
-template <typename T>
-void ChannelsFirst(BiasAct act, const Shape& s, const T* y, const T* dy, T* dz, T* db) {
+template <typename T, typename Y>
+void ChannelsFirst(BiasAct act, const Shape& s, Y y, const T* dy, T* dz, T* db) {
   const int64_t n = s[0], c = s[1], hw = NumElements(s) / std::max<int64_t>(n * c, 1);
   WithAct(act, [&](auto a) {
     ParallelFor(c, std::max<int64_t>(1, kGrain / std::max<int64_t>(n * hw, 1)), [=](int64_t c0, int64_t c1) {
@@ -58,7 +58,7 @@ void ChannelsFirst(BiasAct act, const Shape& s, const T* y, const T* dy, T* dz, 
           const int64_t at = (i * c + ch) * hw;
           double part = 0;
           for (int64_t k = 0; k < hw; ++k) {
-            const T v = ew::ActGradFromOutput(decltype(a)::value, y[at + k], dy[at + k]);
+            const T v = ew::ActGradFromOutput(decltype(a)::value, T(y[at + k]), dy[at + k]);
             dz[at + k] = v;
             part += double(v);
           }
@@ -70,7 +70,8 @@ void ChannelsFirst(BiasAct act, const Shape& s, const T* y, const T* dy, T* dz, 
   });
 }
 
-// y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N) = sum over R of dz.
+// y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N) = sum over R of dz; y
+// float32 or a 16-bit copy of it with dy float32 (WithSavedOutput, core/bias_act_formulas.h).
 // Split by columns, each summed in row order: bias_grad's order (cpu/kernels/linalg.cc), so db is
 // bitwise what bias_grad makes from the stored dz. dz may share y's or dy's memory (Note [In-place
 // reuse]): element k of both is read before dz's element k is written.
@@ -78,25 +79,26 @@ void BiasActGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.outputs[0].dtype(), "bias_act_grad", [&](auto tag) {
     using T = decltype(tag);
     const BiasAct act = BiasAct(op.attrs.Int("act", 0));
-    const T* y = op.inputs[0].data<T>();
     const T* dy = op.inputs[1].data<T>();
     T* dz = op.outputs[0].data<T>();
     T* db = op.outputs[1].data<T>();
     const int64_t n = op.outputs[1].numel();
     if (n == 0) return;
-    if (op.attrs.Int("channels", 0)) return ChannelsFirst<T>(act, op.inputs[0].shape(), y, dy, dz, db);
-    const int64_t rows = op.outputs[0].numel() / n;
-    WithAct(act, [&](auto a) {
-      ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [=](int64_t c0, int64_t c1) {
-        std::fill(db + c0, db + c1, T(0));
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t at = r * n;
-          for (int64_t j = c0; j < c1; ++j) {
-            const T v = ew::ActGradFromOutput(decltype(a)::value, y[at + j], dy[at + j]);
-            dz[at + j] = v;
-            db[j] += v;
+    WithSavedOutput<T>(op.inputs[0].dtype(), op.inputs[0].raw_data(), [&](auto y) {
+      if (op.attrs.Int("channels", 0)) return ChannelsFirst<T>(act, op.inputs[0].shape(), y, dy, dz, db);
+      const int64_t rows = op.outputs[0].numel() / n;
+      WithAct(act, [&](auto a) {
+        ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [=](int64_t c0, int64_t c1) {
+          std::fill(db + c0, db + c1, T(0));
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t at = r * n;
+            for (int64_t j = c0; j < c1; ++j) {
+              const T v = ew::ActGradFromOutput(decltype(a)::value, T(y[at + j]), dy[at + j]);
+              dz[at + j] = v;
+              db[j] += v;
+            }
           }
-        }
+        });
       });
     });
   });
