@@ -149,18 +149,17 @@ void AddConv(Table& t) {
       // and dy -> float32 dw, against the float64 gradients of the same values.
       const Shape y = k.y(kF32);
       const double tol = set == &large ? 2e-5 : 1e-5;
-      OpCase& dx = t.Add("conv2d_grad_input", k.Name() + " -> float32", DType::kBFloat16, ref::Conv2dGradInput)
-                       .In(Uniform(k.w))
-                       .In(Uniform(y))
-                       .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps the gradients float32");
-      dx.attrs = Attrs(k.attrs()).Set("x_shape", k.x).Set("out_dtype", int64_t(kF32));
-      dx.Tol(tol, tol);
-      OpCase& dw = t.Add("conv2d_grad_weight", k.Name() + " -> float32", DType::kBFloat16, ref::Conv2dGradWeight)
-                       .In(Uniform(k.x))
-                       .In(Uniform(y))
-                       .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps the gradients float32");
-      dw.attrs = Attrs(k.attrs()).Set("w_shape", k.w).Set("out_dtype", int64_t(kF32));
-      dw.Tol(tol, tol);
+      for (const bool input : {true, false}) {  // dx from w and dy, dw from x and dy
+        OpCase& c = t.Add(input ? "conv2d_grad_input" : "conv2d_grad_weight", k.Name() + " -> float32",
+                          DType::kBFloat16, input ? ref::Conv2dGradInput : ref::Conv2dGradWeight)
+                        .In(Uniform(input ? k.w : k.x))
+                        .In(Uniform(y))
+                        .CpuOnly("no cuDNN bf16 convolution yet: on CUDA the policy keeps the gradients float32");
+        c.attrs = Attrs(k.attrs())
+                      .Set(input ? "x_shape" : "w_shape", input ? k.x : k.w)
+                      .Set("out_dtype", int64_t(kF32));
+        c.Tol(tol, tol);
+      }
     }
   // The fused convolution (Note [Fusing bias and activation] in graph/fuse_bias_act.cc):
   // relu(conv2d(...)), through oneDNN (float32) or the im2col kernels (float64),
