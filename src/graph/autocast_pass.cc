@@ -62,7 +62,7 @@ PassResult LowerToFp16(OpList list, const PassContext&) {
 }  // namespace
 
 LOOM_PASS(PassDef{"autocast_bf16", 5, kAllDevices, false, LowerToBf16,
-                  "float32 matmuls, and forward convolutions where the device has a bf16 one, computed from "
+                  "float32 matmuls, and convolutions and their gradients where the device has bf16 ones, computed from "
                   "bfloat16 operands with float32 results, each operand cast once while unwritten (Note [Precision "
                   "policy]); off unless the precision is bf16",
                   {{"lowered_products", "the matmuls and convolutions computed from bfloat16 operands"},
