@@ -1,8 +1,6 @@
 // Note [Precision policy] (autocast.h).
 #include "core/autocast.h"
 
-#include <vector>
-
 #include "core/device.h"
 #include "core/error.h"
 
@@ -69,14 +67,16 @@ bool Lowers(const OpRecord& op, Precision p) {
   // A plain conv2d or gradient of one (no layout attributes: the layout passes run later), at
   // bf16, where the device has a kernel for bfloat16 operands (the CPU: oneDNN's, for this
   // geometry).
-  using Names = std::vector<const char*>;
-  const Names layouts = op.def == &op_kind::conv2d               ? Names{"x_blocked", "y_blocked", "w_blocked"}
-                        : op.def == &op_kind::conv2d_grad_input  ? Names{"dy_blocked", "dx_blocked", "w_blocked"}
-                        : op.def == &op_kind::conv2d_grad_weight ? Names{"x_blocked", "dy_blocked", "dw_blocked"}
-                                                                 : Names{};
-  if (layouts.empty() || p != Precision::kBFloat16 || op.inputs.size() < 2) return false;
-  for (const char* a : layouts)
-    if (op.attrs.Int(a, 0) != 0) return false;
+  static const char* const kForward[] = {"x_blocked", "y_blocked", "w_blocked"};
+  static const char* const kGradInput[] = {"dy_blocked", "dx_blocked", "w_blocked"};
+  static const char* const kGradWeight[] = {"x_blocked", "dy_blocked", "dw_blocked"};
+  const char* const* layouts = op.def == &op_kind::conv2d               ? kForward
+                               : op.def == &op_kind::conv2d_grad_input  ? kGradInput
+                               : op.def == &op_kind::conv2d_grad_weight ? kGradWeight
+                                                                        : nullptr;
+  if (!layouts || p != Precision::kBFloat16 || op.inputs.size() < 2) return false;
+  for (int i = 0; i < 3; ++i)
+    if (op.attrs.Int(layouts[i], 0) != 0) return false;
   return op.inputs[0].device()->Supports(LoweredRecord(op, p));
 }
 
