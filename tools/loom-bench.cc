@@ -59,6 +59,7 @@
 //
 // Exit codes: 0 ok, 1 a loom error (printed), 2 bad flags, 3 a run that did not train.
 #include <malloc.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -660,6 +661,11 @@ struct Variant {
   bool sharded = false;  // --shard: DistOpt keeps 1/N of the optimizer state (Note [Sharded optimizer state])
 };
 
+// The ranks on one host and its cores, for Note [Ranks sharing cores].
+struct HostCores {
+  int ranks = 1, cores = 1;
+};
+
 struct RunResult {
   Mode mode;
   Variant variant;
@@ -671,6 +677,7 @@ struct RunResult {
   bool predicted = false;
   loom::StepPrediction prediction, prediction_tree;  // for this run's ranks: all-reduces by ring, by tree
   loom::StepPrediction prediction_table;              // --link-table: measured collective times
+  HostCores host;  // the run's ranks on this host and its cores (Note [Ranks sharing cores]; 1, 1: not applied)
   bool has_table_prediction = false;
   struct AtRanks {
     int ranks;
@@ -839,6 +846,7 @@ struct ModeRun {
 // mode but graph-parallel) runs collectives in line: no lane.
 struct ReplayProfile {
   std::vector<double> seconds;  // compute ops: measured
+  std::vector<double> cpu_seconds;  // compute ops: the process's CPU time (Note [Ranks sharing cores])
   std::vector<double> in_replay;  // collectives: measured in the replay (with the wait for the other ranks)
   // collectives: each replay's compute time since the previous collective (for the first, since
   // the last one of the step before); Note [Waiting for the slowest rank]
@@ -852,12 +860,15 @@ struct ReplayProfile {
 // on a shared machine catches some ops descheduled).
 ReplayProfile ProfileReplays(loom::Graph& g, int replays) {
   const std::vector<loom::OpRecord>& ops = g.ops().ops;
-  std::vector<std::vector<double>> times(ops.size());
+  std::vector<std::vector<double>> times(ops.size()), cpu(ops.size());
   g.set_profile(true);
   for (int k = 0; k < replays; ++k) {
     g.Run(/*sequential=*/true);
     const std::vector<loom::OpTiming>& prof = g.last_profile();
-    for (size_t i = 0; i < ops.size(); ++i) times[i].push_back((prof[i].end_us - prof[i].start_us) * 1e-6);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      times[i].push_back((prof[i].end_us - prof[i].start_us) * 1e-6);
+      cpu[i].push_back(prof[i].cpu_us * 1e-6);
+    }
   }
   g.set_profile(false);
   const loom::Schedule& sched = g.schedule();
@@ -879,6 +890,7 @@ ReplayProfile ProfileReplays(loom::Graph& g, int replays) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const bool collective = sched.lane[i] == loom::Lane::kCollective;
     p.seconds.push_back(collective ? 0.0 : Percentile(times[i], 0.5));
+    p.cpu_seconds.push_back(collective ? 0.0 : Percentile(cpu[i], 0.5));
     p.in_replay.push_back(collective ? Percentile(times[i], 0.5) : 0.0);
     p.collective.push_back(collective ? ops[i].name() : "");
     double bytes = ops[i].inputs.empty() ? 0 : double(ops[i].inputs[0].nbytes());
@@ -934,17 +946,53 @@ LinkTable LoadLinkTable(const std::string& path) {
   return t;
 }
 
+// The ranks on this host and its cores (HostCores) from OpenMPI's local size and this process's
+// affinity (tools/launch.sh pins no rank, so it is the host's cores).
+HostCores ThisHost() {
+  HostCores h;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  h.ranks = local && std::atoi(local) > 0 ? std::atoi(local) : 1;
+  cpu_set_t cpus;
+  h.cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;
+  return h;
+}
+
 // The step on `link` (its ranks), all-reduces by the ring or the tree; with `table`, measured
-// times where it has them.
+// times where it has them; with `host`, the compute ops' cores shared by its ranks (Note [Ranks
+// sharing cores]; null: each rank has its cores to itself).
 loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& link, bool lane_overlaps, bool tree,
-                             const LinkTable* table = nullptr) {
-  std::vector<double> costs(p.seconds.size());
-  std::vector<bool> lane(p.seconds.size());
-  double wait = 0;
-  for (size_t i = 0; i < costs.size(); ++i) {
+                             const LinkTable* table = nullptr, const HostCores* host = nullptr) {
+  const size_t n = p.seconds.size();
+  std::vector<double> costs(n);
+  std::vector<bool> lane(n);
+  // Note [Ranks sharing cores], per stretch of compute between two collectives in issue order
+  // (the ops after the step's last collective join those before its first, as in `before`):
+  // each op's time stretched by max(wall, cpu x ranks / cores) / wall of its stretch.
+  std::vector<int> stretch(n, 0);
+  std::vector<double> wall_of(1, 0.0), cpu_of(1, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    if (!p.collective[i].empty()) {
+      wall_of.push_back(0), cpu_of.push_back(0);
+      continue;
+    }
+    stretch[i] = int(wall_of.size()) - 1;
+    wall_of.back() += p.seconds[i];
+    cpu_of.back() += p.cpu_seconds[i];
+  }
+  if (wall_of.size() > 1) {  // the last stretch wraps around to the first
+    for (size_t i = 0; i < n; ++i)
+      if (stretch[i] == int(wall_of.size()) - 1) stretch[i] = 0;
+    wall_of[0] += wall_of.back(), cpu_of[0] += cpu_of.back();
+  }
+  std::vector<double> factor(wall_of.size(), 1.0);
+  for (size_t k = 0; host && k < factor.size(); ++k)
+    if (wall_of[k] > 0) factor[k] = loom::SharedCoresSeconds(wall_of[k], cpu_of[k], host->ranks, host->cores) / wall_of[k];
+  double wait = 0, shared = 0;
+  for (size_t i = 0; i < n; ++i) {
     lane[i] = !p.collective[i].empty() && lane_overlaps;
     if (p.collective[i].empty()) {
-      costs[i] = p.seconds[i];
+      costs[i] = p.seconds[i] * factor[size_t(stretch[i])];
+      shared += costs[i] - p.seconds[i];
       continue;
     }
     if (!table || !table->Lookup(p.collective[i], link.ranks, p.wire_bytes[i], &costs[i]))
@@ -955,6 +1003,7 @@ loom::StepPrediction Predict(const ReplayProfile& p, const loom::SimulatedLink& 
   }
   loom::StepPrediction r = loom::PredictStep(p.succs, lane, costs);
   r.wait_s = wait;
+  r.shared_cores_s = shared;
   // Collectives in line (no lane) count as exposed communication, not compute.
   r.compute_s = 0;
   for (size_t i = 0; i < costs.size(); ++i)
@@ -1119,13 +1168,18 @@ std::vector<RunResult> RunModes(const Flags& f, const ModelSpec& spec, int64_t b
       const ReplayProfile prof = ProfileReplays(*model.train_graph(), f.profile_replays);
       const bool lane = r.mode == Mode::kGraphParallel;
       const loom::SimulatedLink link{r.variant.ranks, f.link_gbps, f.latency_us};
+      // MPI ranks on the CPU share this host's cores (Note [Ranks sharing cores]); simulated
+      // ranks and GPUs do not.
+      r.host = ThisHost();
+      const HostCores* host = f.dist && dev->type() == loom::DeviceType::kCPU ? &r.host : nullptr;
+      if (!host) r.host = HostCores{};
       r.predicted = true;
-      r.prediction = Predict(prof, link, lane, false);
-      r.prediction_tree = Predict(prof, link, lane, true);
+      r.prediction = Predict(prof, link, lane, false, nullptr, host);
+      r.prediction_tree = Predict(prof, link, lane, true, nullptr, host);
       std::unique_ptr<LinkTable> table;
       if (!f.link_table.empty()) {
         table = std::make_unique<LinkTable>(LoadLinkTable(f.link_table));
-        r.prediction_table = Predict(prof, link, lane, false, table.get());
+        r.prediction_table = Predict(prof, link, lane, false, table.get(), host);
         r.has_table_prediction = true;
       }
       for (size_t i = 0; i < prof.collective.size(); ++i) {  // each collective's costs, for the JSON
@@ -1341,12 +1395,15 @@ std::string ScalingJson(const Flags& f, const RunResult& r, const RunResult* bas
                   ", \"predicted_ms_per_step\": %.4f, \"predicted_compute_ms_per_step\": %.4f, "
                   "\"predicted_exposed_comm_ms\": %.4f, \"predicted_scaling_efficiency\": %.4f, "
                   "\"predicted_ms_per_step_tree\": %.4f, \"predicted_wait_ms\": %.4f, \"prediction_link_gbps\": %g, "
-                  "\"prediction_latency_us\": %g, "
+                  "\"prediction_latency_us\": %g, \"predicted_shared_cores_ms\": %.4f, \"host_ranks\": %d, "
+                  "\"host_cores\": %d, "
                   "\"prediction_is\": \"profiled serial replays: compute ops at their median times in issue order, "
                   "collectives at the alpha-beta model's times (all-reduce by ring; _tree: by binomial tree) plus the wait "
-                  "for the slowest rank (from the replays' spread) on their lane, dependencies from the schedule\"",
+                  "for the slowest rank (from the replays' spread) on their lane, dependencies from the schedule; compute ops no "
+                  "faster than the host's cores allow its ranks (max(wall, cpu x host_ranks / host_cores))\"",
                   p.step_s * 1e3, p.compute_s * 1e3, p.exposed_s * 1e3, p.step_s > 0 ? p.compute_s / p.step_s : 0.0,
-                  t.step_s * 1e3, p.wait_s * 1e3, f.link_gbps, f.latency_us);
+                  t.step_s * 1e3, p.wait_s * 1e3, f.link_gbps, f.latency_us, p.shared_cores_s * 1e3, r.host.ranks,
+                  r.host.cores);
     out += buf;
     if (f.dist) {  // against this run's measurement
       std::snprintf(buf, sizeof buf, ", \"prediction_error\": %.4f, \"prediction_error_tree\": %.4f",

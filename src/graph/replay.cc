@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <mutex>
 
+#include <time.h>
+
 #include "core/debug.h"
 #include "core/device.h"
 #include "graph/replay_workers.h"
@@ -16,6 +18,11 @@ namespace loom {
 namespace {
 double NowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double ProcessCpuUs() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) * 1e-3;
 }
 }  // namespace
 
@@ -30,6 +37,7 @@ void Replayer::ReleaseDeviceGraph() noexcept {
 void Replayer::RunOp(const ReplayInputs& g, int i, const KernelContext& ctx, int thread) {
   const OpRecord& op = g.ops.ops[size_t(i)];
   const double t0 = profiling_ ? NowUs() : 0;
+  const double c0 = profiling_ ? ProcessCpuUs() : 0;
   if (void* scratch = g.binding.Scratch(g.layout, i)) {
     KernelContext with_scratch = ctx;  // Note [Planned scratch]
     with_scratch.scratch = scratch;
@@ -41,7 +49,8 @@ void Replayer::RunOp(const ReplayInputs& g, int i, const KernelContext& ctx, int
   if (profiling_) {
     // Note [Profiling an asynchronous device]: the end stamp waits for the kernel, not its launch.
     g.device.Synchronize();
-    profile_[size_t(i)] = OpTiming{i, thread, t0 - profile_t0_, NowUs() - profile_t0_};
+    const double c1 = ProcessCpuUs();
+    profile_[size_t(i)] = OpTiming{i, thread, t0 - profile_t0_, NowUs() - profile_t0_, c1 - c0};
   }
 }
 
@@ -107,7 +116,7 @@ void Replayer::MeasureParallelism(const ReplayInputs& g, const KernelContext& ct
   const bool was_profiling = profiling_;
   if (!was_profiling) {
     profiling_ = true;
-    profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0});
+    profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0, 0});
     g.device.Synchronize();
     profile_t0_ = NowUs();
   }
@@ -187,7 +196,7 @@ void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
   // on the CPU), so each op's interval covers its kernels. Profiling costs that serialisation;
   // it is a diagnostic mode (GraphOptions::profile), never on by default.
   if (profiling_) {
-    profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0});
+    profile_.assign(g.ops.size(), OpTiming{0, 0, 0, 0, 0});
     g.device.Synchronize();
     profile_t0_ = NowUs();
   }

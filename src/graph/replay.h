@@ -30,6 +30,10 @@ struct OpTiming {
   int thread;
   double start_us;
   double end_us;
+  // The process's CPU time (every thread's) while the op ran: the op's own in a serial replay
+  // (its pool threads included), more than its own where ops overlap (Note [Ranks sharing cores]
+  // in io/comm/simulated.h reads it from serial replays).
+  double cpu_us = 0;
 };
 
 // What a replay reads: the products of steps 1-5, owned by the Graph.

@@ -294,6 +294,10 @@ TEST(DistPrograms, BenchShardsAndPredictsOnTwoRanks) {
         << run;
     EXPECT_TRUE(Has(run, "\"table_ms\": 100.0000, \"wait_ms\": ")) << run;
     EXPECT_GE(JsonNumber(run, "predicted_wait_ms"), 0) << run;
+    // Note [Ranks sharing cores]: the two ranks on this host, its cores, what sharing them added.
+    EXPECT_EQ(JsonNumber(run, "host_ranks"), 2) << run;
+    EXPECT_GE(JsonNumber(run, "host_cores"), 1) << run;
+    EXPECT_GE(JsonNumber(run, "predicted_shared_cores_ms"), 0) << run;
     EXPECT_GT(JsonNumber(run, "in_replay_ms"), 0) << run;
   }
   EXPECT_FALSE(Has(runs[0], "predicted_ms_per_step")) << "eager runs have no graph to profile";

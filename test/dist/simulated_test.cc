@@ -111,6 +111,19 @@ TEST(SimulatedComm, WaitForTheSlowestRankGrowsWithRanksAndSpread) {
   EXPECT_THROW(StragglerSeconds({1}, 0), ValueError);
 }
 
+// Note [Ranks sharing cores]: a stretch of compute costs its wall time unless the host's ranks need
+// more of its cores than it has.
+TEST(SimulatedComm, RanksSharingCoresTakeTheirCoresTurns) {
+  EXPECT_DOUBLE_EQ(SharedCoresSeconds(1.0, 1.0, 2, 2), 1.0);  // a core per rank
+  EXPECT_DOUBLE_EQ(SharedCoresSeconds(1.0, 2.0, 1, 2), 1.0);  // one rank's two threads on two cores
+  EXPECT_DOUBLE_EQ(SharedCoresSeconds(1.0, 1.0, 4, 2), 2.0);  // two ranks per core, short ops run whole
+  EXPECT_DOUBLE_EQ(SharedCoresSeconds(2.1, 1.0, 4, 2), 2.1);  // long ops the scheduler sliced itself
+  EXPECT_DOUBLE_EQ(SharedCoresSeconds(0.5, 0.0, 8, 1), 0.5);  // a stretch that waited (no CPU)
+  EXPECT_THROW(SharedCoresSeconds(-1, 1, 1, 1), ValueError);
+  EXPECT_THROW(SharedCoresSeconds(1, 1, 0, 1), ValueError);
+  EXPECT_THROW(SharedCoresSeconds(1, 1, 1, 0), ValueError);
+}
+
 // DistOpt over 4 simulated ranks (the sum is 4 x the gradient, the scale 1/4) trains bitwise as
 // plain SGD on the same batch, eagerly and replayed; the statistics count every bucket all-reduce
 // of every replay and the model's seconds for their bytes.

@@ -100,6 +100,14 @@ double StragglerSeconds(const std::vector<double>& samples, int ranks) {
   return std::max(0.0, largest - mean);
 }
 
+double SharedCoresSeconds(double wall_s, double cpu_s, int ranks_on_host, int cores) {
+  LOOM_CHECK(wall_s >= 0 && cpu_s >= 0, ValueError, "[predict step] an op's wall time (", wall_s, " s) and CPU time (",
+             cpu_s, " s) must be non-negative");
+  LOOM_CHECK(ranks_on_host >= 1 && cores >= 1, ValueError, "[predict step] ", ranks_on_host, " ranks on ", cores,
+             " cores: both must be at least 1");
+  return std::max(wall_s, cpu_s * double(ranks_on_host) / double(cores));
+}
+
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
                            const std::vector<double>& costs) {
   const size_t n = costs.size();

@@ -86,6 +86,7 @@ struct SimulatedStats {
 struct StepPrediction {
   double step_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0;
   double wait_s = 0;  // Note [Waiting for the slowest rank], within comm_s
+  double shared_cores_s = 0;  // Note [Ranks sharing cores], within compute_s
 };
 
 // Note [Waiting for the slowest rank]
@@ -100,6 +101,25 @@ struct StepPrediction {
 // seen: read large-N predictions as the wait of a machine this noisy, not worse.
 // ValueError if `samples` is empty or ranks < 1.
 double StragglerSeconds(const std::vector<double>& samples, int ranks);
+
+// Note [Ranks sharing cores]
+// The profile is one rank's, and a rank runs an op on its own cores as far as it can tell. A
+// host that runs more ranks than it has cores (ranks x threads > cores: tools/launch.sh -n 4 on a
+// 2-core machine) time-slices them, and since every rank computes the same step between the same
+// collectives, the host does all of its ranks' compute of that stretch before the collective can
+// start. A stretch of compute between two collectives that burnt c seconds of CPU (the process's
+// CPU time in a serial replay, its pool threads included) while each of R ranks on the host burnt
+// as much, on C cores, takes at least c R / C, however the scheduler placed the slices. Where the
+// scheduler sliced the stretch itself (long ops), its measured wall time already says so; where
+// it ran short ops whole and made the rank wait at the collective instead, the wall time does
+// not, and the collective's measured time swallows the others' compute. The predicted cost of a
+// stretch is therefore max(wall, c R / C), its ops' times stretched in proportion (per stretch,
+// not per op: within a stretch an op the scheduler interrupted makes up for one it ran whole).
+// Unchanged wherever R x threads <= C (c <= threads x wall), so it only speaks on an
+// oversubscribed host. It is applied to the measured run's own configuration; predictions at
+// other rank counts assume each rank has its cores to itself.
+// ValueError unless wall_s >= 0, cpu_s >= 0, ranks_on_host >= 1 and cores >= 1.
+double SharedCoresSeconds(double wall_s, double cpu_s, int ranks_on_host, int cores);
 // succs[i]: the ops that wait for op i (all > i); on_lane[i]: op i is a collective; costs[i]:
 // seconds.
 StepPrediction PredictStep(const std::vector<std::vector<int>>& succs, const std::vector<bool>& on_lane,
