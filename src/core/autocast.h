@@ -8,10 +8,10 @@
 // bf16 also a plain float32 `conv2d` (x and w cast, the bias and the result float32) and its
 // gradients `conv2d_grad_input` (w and dy cast) and `conv2d_grad_weight` (x and dy cast, dw
 // float32) where the device has a kernel for them (Device::Supports: on the CPU, oneDNN's bf16
-// convolutions; not yet on CUDA, nor at fp16). Everything else stays float32: the
-// element-wise ops, reductions, softmax, the loss, normalisation statistics, the optimizer update
-// and the weights themselves (the master copy; their bfloat16 copy is made by the cast each step,
-// so it follows every update). Where it applies:
+// convolutions; on CUDA, cuDNN's, Note [bfloat16 convolutions on cuDNN]; not at fp16). Everything
+// else stays float32: the element-wise ops, reductions, softmax, the loss, normalisation
+// statistics, the optimizer update and the weights themselves (the master copy; their bfloat16
+// copy is made by the cast each step, so it follows every update). Where it applies:
 //  - eager, and while capturing: inside an AutocastScope on the submitting thread, Device::Submit
 //    lowers each such record as it arrives, so a graph captured in the scope replays exactly the
 //    records eager execution ran (graph == eager, bitwise);

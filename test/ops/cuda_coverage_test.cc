@@ -57,6 +57,36 @@ TEST(CudaKernels, EveryCpuOpHasACudaKernelAndACase) {
   }
 }
 
+// Note [What a kernel supports]: CUDA's convolution passes take the bf16 policy's records
+// (bfloat16 operands, a float32 result: Note [bfloat16 convolutions on cuDNN]) and refuse any
+// other mix of dtypes, which their kernels would read as the result's. The gradients once had no
+// predicate, so on CUDA the policy lowered them to records their kernels read as float32.
+TEST(CudaKernels, ConvolutionsTakeTheBf16PolicysRecordsAndNoOtherMix) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "loom built without CUDA: no CUDA kernels are registered";
+#endif
+  LoadCudaBackend();
+  const DType f32 = DType::kFloat32, f64 = DType::kFloat64, bf16 = DType::kBFloat16, f16 = DType::kFloat16;
+  auto record = [](const std::string& op, DType a, DType b, DType out) {
+    OpRecord r;
+    r.def = &GetOp(op);
+    r.inputs = {Tensor({1, 1, 3, 3}, a, CpuDevice()), Tensor({1, 1, 3, 3}, b, CpuDevice())};
+    r.outputs = {Tensor({1, 1, 1, 1}, out, CpuDevice())};
+    return r;
+  };
+  for (const char* op : {"conv2d", "conv2d_grad_input", "conv2d_grad_weight", "conv2d_relu"}) {
+    const auto supports = GetOp(op).supports[int(DeviceType::kCUDA)];
+    ASSERT_NE(supports, nullptr) << op << " on CUDA has no predicate: it would take any record";
+    EXPECT_TRUE(supports(record(op, f32, f32, f32))) << op;
+    EXPECT_TRUE(supports(record(op, f64, f64, f64))) << op;
+    const bool fused = std::string(op) == "conv2d_relu";  // one dtype only, as on the CPU
+    EXPECT_EQ(supports(record(op, bf16, bf16, f32)), !fused) << op << ": the bf16 policy's record";
+    EXPECT_FALSE(supports(record(op, bf16, f32, f32))) << op;
+    EXPECT_FALSE(supports(record(op, f16, f16, f32))) << op << ": no float16 convolution on cuDNN here";
+    EXPECT_FALSE(supports(record(op, f32, f32, f64))) << op;
+  }
+}
+
 // Note: fill's element bytes come from one function for both backends (core/dtype.h); the GPU
 // once wrote fill(3) into bool as the byte 3.
 TEST(FillBits, BoolIsOneForAnyNonZeroValue) {

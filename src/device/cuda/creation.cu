@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "device/cuda/cast.h"
 #include "device/cuda/common.cuh"
 #include "device/philox.h"
 
@@ -263,11 +264,8 @@ __global__ void CastKernel(const void* x, int tx, void* y, int ty, int64_t n) {
 
 // x: (...) any dtype -> y: (...) dtype attr
 void CastCuda(const OpRecord& op, const KernelContext& ctx) {
-  const int64_t n = op.inputs[0].numel();
-  if (n == 0) return;
-  CastKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].raw_data(), int(op.inputs[0].dtype()),
-                                                             op.outputs[0].raw_data(), int(op.outputs[0].dtype()), n);
-  LOOM_CUDA_CHECK_LAUNCH();
+  LaunchCast(op.inputs[0].dtype(), op.inputs[0].raw_data(), op.outputs[0].dtype(), op.outputs[0].raw_data(),
+             op.inputs[0].numel(), Dev(ctx).stream());
 }
 
 // ---------------------------------------------------------------- shape ops that copy
@@ -370,6 +368,12 @@ void BroadcastToCuda(const OpRecord& op, const KernelContext& ctx) {
 }
 
 }  // namespace
+
+void LaunchCast(DType from, const void* x, DType to, void* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  CastKernel<<<Blocks(n), kThreads, 0, stream>>>(x, int(from), y, int(to), n);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
 
 LOOM_KERNEL(fill, kCUDA, FillCuda);
 LOOM_KERNEL(constant_of_shape, kCUDA, ConstantOfShapeCuda);

@@ -24,6 +24,19 @@
 // pool, freed at once, so it never shows in the device's peak. LOOM_CUDNN_FIND=0 keeps the
 // heuristic choice. Each choice is reported (device/kernel_report.h: loom-bench's "kernels").
 //
+// Note [bfloat16 convolutions on cuDNN]
+// The bf16 policy (Note [Precision policy] in core/autocast.h) lowers conv2d and its gradients to
+// bfloat16 operands with a float32 result. cuDNN's convolutions take x, w and y of one type
+// (BFLOAT16 with FLOAT compute: products and sums in float32, on tensor cores), so the pass
+// writes its result in bfloat16 to the device's workspace and widens it into the float32 output
+// with the cast op's kernel (cast.h). That rounds each result element to bfloat16 once (relative
+// 2^-9), which the CPU's oneDNN kernel, writing float32, does not: the op-table's bf16 tolerance
+// covers it, and PyTorch's autocast keeps the same bfloat16 results. A forward bias is added in
+// float32 after the widening. The workspace holds, in order: the explicitly padded input (Note
+// [Explicit padding], in bfloat16), the bfloat16 result, cuDNN's own workspace. Tensor-op
+// algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
+// measurement (Note [Measured algorithms]) writes into a temporary bfloat16 buffer.
+//
 // These are cuDNN's long-standing convolution and batch-norm entry points, which cuDNN 9 marks
 // deprecated in favour of its graph API; they are present and supported in every 9.x release.
 #include <climits>
@@ -34,6 +47,7 @@
 
 #include "core/ops_cnn.h"
 #include "device/cuda/bias_act.h"
+#include "device/cuda/cast.h"
 #include "device/cuda/cuda_device.h"
 #include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
@@ -49,6 +63,7 @@ constexpr size_t kMaxConvWorkspace = size_t(1) << 30;
 cudnnDataType_t CudnnType(DType t, const char* op) {
   if (t == DType::kFloat32) return CUDNN_DATA_FLOAT;
   if (t == DType::kFloat64) return CUDNN_DATA_DOUBLE;
+  if (t == DType::kBFloat16) return CUDNN_DATA_BFLOAT16;  // Note [bfloat16 convolutions on cuDNN]
   throw DTypeError(detail::Cat("[", op, "] no CUDA kernel for dtype ", Name(t)));
 }
 
@@ -76,7 +91,7 @@ struct ConvPlan {
   cudnnConvolutionDescriptor_t conv = nullptr;
   int algo = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;
-  bool full_fp32 = true;  // float32 in full precision: no tensor-op algorithm (Note [Float32 math on the GPU])
+  bool full_fp32 = true;  // no tensor-op algorithm: float64, or float32 in full precision (Note [Float32 math on the GPU])
   bool measured = false;  // Note [Measured algorithms]
   float ms = 0;           // the measured time, when measured
 };
@@ -104,10 +119,13 @@ void ReportPlan(ConvKind kind, DType t, const ConvPlan& p) {
   std::string impl = std::string("cuDNN ") + AlgoName(kind, p.algo) + (TensorOpMath(m) ? ", tensor ops" : "") +
                      (t == DType::kFloat32 ? (p.full_fp32 ? ", full float32" : ", TF32 allowed") : "") +
                      (p.measured ? ", measured" : ", heuristic");
-  ReportKernel(std::string("conv2d ") + kConvKindName[int(kind)] + (t == DType::kFloat64 ? " f64" : " f32"), impl);
+  ReportKernel(std::string("conv2d ") + kConvKindName[int(kind)] +
+                   (t == DType::kFloat64 ? " f64" : t == DType::kBFloat16 ? " bf16" : " f32"),
+               impl);
 }
 
-// x: (N, C, H, W), w: (O, C/g, KH, KW), y: (N, O, OH, OW), all of dtype t.
+// x: (N, C, H, W), w: (O, C/g, KH, KW), y: (N, O, OH, OW), all of dtype t (the operands' type:
+// bfloat16 for the bf16 policy's passes, whose float32 result cuDNN writes as bfloat16).
 // padded: x is the explicitly padded input and cuDNN pads nothing (Note [Explicit padding]).
 std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a,
                     bool padded, bool full_fp32) {
@@ -222,6 +240,45 @@ bool MeasuringAllowed() {
   return allowed;
 }
 
+// A cudaMalloc outside loom's pool, freed at scope exit (Note [Measured algorithms]); p is null
+// when `bytes` is 0 or the allocation fails.
+struct TempDeviceBuffer {
+  void* p = nullptr;
+  explicit TempDeviceBuffer(size_t bytes) {
+    if (bytes && cudaMalloc(&p, bytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the failed allocation
+      p = nullptr;
+    }
+  }
+  ~TempDeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  TempDeviceBuffer(const TempDeviceBuffer&) = delete;
+  TempDeviceBuffer& operator=(const TempDeviceBuffer&) = delete;
+};
+
+// Note [bfloat16 convolutions on cuDNN]: the bytes of a pass's bfloat16 result in the workspace
+// (0 when the result is the operands' type and cuDNN writes it in place).
+size_t LowResultBytes(DType operands, const Tensor& out) {
+  return operands == out.dtype() ? 0 : (size_t(out.numel()) * SizeOf(operands) + 255) / 256 * 256;
+}
+
+// Measures p unless padded, measured or not allowed (Note [Measured algorithms]); `out` is the
+// pass's output, replaced by a temporary buffer of `low_bytes` when cuDNN writes a bfloat16 copy
+// of it (Note [bfloat16 convolutions on cuDNN]). in0 and in1: the pass's inputs as cuDNN's find
+// call takes them, in the order of the kind (x, w, y with `out` among them).
+void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, const void* x, const void* w,
+                     const void* y);
+void MaybeMeasure(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, bool padded, size_t low_bytes,
+                  const void* x, const void* w, const void* y) {
+  if (padded || p.measured || !MeasuringAllowed()) return;
+  TempDeviceBuffer low(low_bytes);
+  if (low_bytes && !low.p) return;  // no room for the bfloat16 result: keep the heuristic choice
+  // The output's place among (x, w, y): y forward, x for the input gradient, w for the weight's.
+  if (low.p) (kind == ConvKind::kForward ? y : kind == ConvKind::kBackwardData ? x : w) = low.p;
+  MeasureConvPlan(dev, kind, t, p, x, w, y);
+}
+
 // Note [Measured algorithms]: times every algorithm for p on these buffers (x, w and y as cuDNN
 // sees them; the output's contents are overwritten, as the op is about to do anyway) and keeps
 // the best usable one. Leaves the heuristic choice when nothing measured is usable.
@@ -232,16 +289,9 @@ void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, c
   LOOM_CUDA_CHECK(cudaStreamSynchronize(dev.stream()));
   LOOM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   size_t ws_bytes = std::min(kMaxConvWorkspace, free_bytes / 2);
-  void* ws = nullptr;
-  if (ws_bytes && cudaMalloc(&ws, ws_bytes) != cudaSuccess) {
-    cudaGetLastError();  // clear the failed allocation; measure without workspace
-    ws = nullptr;
-    ws_bytes = 0;
-  }
-  struct FreeWs {
-    void* p;
-    ~FreeWs() { if (p) cudaFree(p); }
-  } free_ws{ws};
+  TempDeviceBuffer scratch(ws_bytes);  // none if the allocation fails: measure without workspace
+  void* ws = scratch.p;
+  if (!ws) ws_bytes = 0;
   constexpr int kMax = 16;
   int found = 0;
   const ConvPlan before = p;  // the guess
@@ -285,7 +335,8 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
                             const Shape& ys, const Attrs& a, const char* op, bool padded = false) {
   static std::mutex mu;
   static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
-  const bool full_fp32 = t != DType::kFloat32 || CudaFloat32Math() == Float32Math::kFull;
+  const bool full_fp32 =
+      t == DType::kFloat64 || (t == DType::kFloat32 && CudaFloat32Math() == Float32Math::kFull);
   const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded, full_fp32);
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
@@ -311,7 +362,8 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
                                              Dim(ws[2], op), Dim(ws[3], op)));
   LOOM_CUDA_CHECK(cudnnSetConvolution2dDescriptor(p.conv, Dim(pd[0], op), Dim(pd[1], op), Dim(s[0], op),
                                                   Dim(s[1], op), Dim(dl[0], op), Dim(dl[1], op),
-                                                  CUDNN_CROSS_CORRELATION, dt));
+                                                  CUDNN_CROSS_CORRELATION,
+                                                  t == DType::kBFloat16 ? CUDNN_DATA_FLOAT : dt));
   LOOM_CUDA_CHECK(cudnnSetConvolutionGroupCount(p.conv, Dim(a.Int("groups"), op)));
   // Note [Float32 math on the GPU]: full float32 is FMA arithmetic; TF32 mode allows tensor ops.
   LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, t == DType::kFloat32 && full_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
@@ -371,23 +423,26 @@ void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
   const Tensor& w = op.inputs[1];
   const Tensor& y = op.outputs[0];
-  const DType t = y.dtype();
+  const DType t = y.dtype(), ti = x.dtype();  // ti: bfloat16 for the bf16 policy's records
   if (y.numel() == 0) return;
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   if (x.numel() == 0) {  // no input channels: only the bias (if any) remains
     LOOM_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev.stream()));
   } else {
-    const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
-    ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, t, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
+    const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), ti);
+    ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, ti, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
                               op.attrs, name, e.on);
-    if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
-      MeasureConvPlan(dev, ConvKind::kForward, t, p, x.raw_data(), w.raw_data(), y.raw_data());
-    char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
+    const size_t low = LowResultBytes(ti, y);  // Note [bfloat16 convolutions on cuDNN]
+    MaybeMeasure(dev, ConvKind::kForward, ti, p, e.on, low, x.raw_data(), w.raw_data(), y.raw_data());
+    const size_t total = e.bytes + low + p.workspace;
+    char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
     const void* xin = ConvInput(e, x, base, dev.stream());
-    void* ws = p.workspace ? base + e.bytes : nullptr;
-    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(t), p.x, xin, p.w, w.raw_data(), p.conv,
-                                            cudnnConvolutionFwdAlgo_t(p.algo), ws, p.workspace, kScalars.zero(t), p.y,
-                                            y.raw_data()));
+    void* out = low ? base + e.bytes : y.raw_data();
+    void* ws = p.workspace ? base + e.bytes + low : nullptr;
+    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(ti), p.x, xin, p.w, w.raw_data(), p.conv,
+                                            cudnnConvolutionFwdAlgo_t(p.algo), ws, p.workspace, kScalars.zero(ti),
+                                            p.y, out));
+    if (low) LaunchCast(ti, out, t, y.raw_data(), y.numel(), dev.stream());
   }
   if (op.inputs.size() == 3) {  // y += bias, broadcast over N, OH, OW
     TensorDesc yd, bd;
@@ -414,25 +469,28 @@ void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& w = op.inputs[0];
   const Tensor& dy = op.inputs[1];
   const Tensor& dx = op.outputs[0];
-  const DType t = dx.dtype();
+  const DType t = dx.dtype(), ti = w.dtype();  // ti: bfloat16 for the bf16 policy's records
   if (dx.numel() == 0) return;
   if (dy.numel() == 0 || w.numel() == 0) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), dev.stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
-  const ExplicitPad e = ExplicitPadOf(op.attrs, dx.shape(), t);
-  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, t, e.on ? e.padded : dx.shape(), w.shape(), dy.shape(),
+  const ExplicitPad e = ExplicitPadOf(op.attrs, dx.shape(), ti);
+  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, ti, e.on ? e.padded : dx.shape(), w.shape(), dy.shape(),
                             op.attrs, name, e.on);
-  if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
-    MeasureConvPlan(dev, ConvKind::kBackwardData, t, p, dx.raw_data(), w.raw_data(), dy.raw_data());
-  char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
-  void* ws = p.workspace ? base + e.bytes : nullptr;
+  const size_t low = LowResultBytes(ti, dx);  // Note [bfloat16 convolutions on cuDNN]
+  MaybeMeasure(dev, ConvKind::kBackwardData, ti, p, e.on, low, dx.raw_data(), w.raw_data(), dy.raw_data());
+  const size_t total = e.bytes + low + p.workspace;
+  char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
+  void* out = low ? base + e.bytes : dx.raw_data();
+  void* ws = p.workspace ? base + e.bytes + low : nullptr;
   // Note [Explicit padding]: the padded input's gradient, then its interior
-  LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(t), p.w, w.raw_data(), p.y, dy.raw_data(),
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(ti), p.w, w.raw_data(), p.y, dy.raw_data(),
                                                p.conv, cudnnConvolutionBwdDataAlgo_t(p.algo), ws, p.workspace,
-                                               kScalars.zero(t), p.x, e.on ? base : dx.raw_data()));
-  if (e.on) CopyInterior(e, dx.shape(), SizeOf(t), base, dx.raw_data(), false, dev.stream());
+                                               kScalars.zero(ti), p.x, e.on ? base : out));
+  if (e.on) CopyInterior(e, dx.shape(), SizeOf(ti), base, out, false, dev.stream());
+  if (low) LaunchCast(ti, out, t, dx.raw_data(), dx.numel(), dev.stream());
 }
 
 // x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW)
@@ -442,24 +500,27 @@ void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
   const Tensor& dy = op.inputs[1];
   const Tensor& dw = op.outputs[0];
-  const DType t = dw.dtype();
+  const DType t = dw.dtype(), ti = x.dtype();  // ti: bfloat16 for the bf16 policy's records
   if (dw.numel() == 0) return;
   if (x.numel() == 0 || dy.numel() == 0) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(dw.raw_data(), 0, dw.nbytes(), dev.stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
-  const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), t);
-  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, t, e.on ? e.padded : x.shape(), dw.shape(), dy.shape(),
+  const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), ti);
+  ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, ti, e.on ? e.padded : x.shape(), dw.shape(), dy.shape(),
                             op.attrs, name, e.on);
-  if (!e.on && !p.measured && MeasuringAllowed())  // Note [Measured algorithms]
-    MeasureConvPlan(dev, ConvKind::kBackwardFilter, t, p, x.raw_data(), dw.raw_data(), dy.raw_data());
-  char* base = (e.bytes + p.workspace) ? static_cast<char*>(dev.Workspace(e.bytes + p.workspace)) : nullptr;
+  const size_t low = LowResultBytes(ti, dw);  // Note [bfloat16 convolutions on cuDNN]
+  MaybeMeasure(dev, ConvKind::kBackwardFilter, ti, p, e.on, low, x.raw_data(), dw.raw_data(), dy.raw_data());
+  const size_t total = e.bytes + low + p.workspace;
+  char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
   const void* xin = ConvInput(e, x, base, dev.stream());
-  void* ws = p.workspace ? base + e.bytes : nullptr;
-  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(t), p.x, xin, p.y, dy.raw_data(),
+  void* out = low ? base + e.bytes : dw.raw_data();
+  void* ws = p.workspace ? base + e.bytes + low : nullptr;
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(ti), p.x, xin, p.y, dy.raw_data(),
                                                  p.conv, cudnnConvolutionBwdFilterAlgo_t(p.algo), ws, p.workspace,
-                                                 kScalars.zero(t), p.w, dw.raw_data()));
+                                                 kScalars.zero(ti), p.w, out));
+  if (low) LaunchCast(ti, out, t, dw.raw_data(), dw.numel(), dev.stream());
 }
 
 // dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
@@ -560,15 +621,28 @@ bool BatchNormSupportsCuda(const OpRecord& op) {
   return true;
 }
 
-// Note [What a kernel supports]: float operands. The bf16 policy's conv2d (bfloat16 x and w, a
-// float32 y: Note [Precision policy] in core/autocast.h) has no cuDNN path here yet, so on CUDA
-// the policy keeps convolutions in float32 (TF32 tensor cores by default).
-bool Conv2dSupportsCuda(const OpRecord& op) { return op.inputs[0].dtype() == op.outputs[0].dtype(); }
+// Note [What a kernel supports]: a convolution pass (conv2d and its two gradients) whose operands
+// and result share one dtype (cuDNN refuses the non-float ones by name), or the bf16 policy's
+// records: bfloat16 operands, a float32 result (Note [bfloat16 convolutions on cuDNN]). Nothing
+// else: a record mixing other dtypes would be read as the result's (the gradients once had no
+// predicate, so on CUDA the policy lowered them to records their kernels read as float32). The
+// fused conv2d_relu takes one dtype only, as on the CPU.
+bool ConvSupportsCuda(const OpRecord& op) {
+  const DType a = op.inputs[0].dtype(), b = op.inputs[1].dtype(), out = op.outputs[0].dtype();
+  if (a != b) return false;
+  return a == out || (a == DType::kBFloat16 && out == DType::kFloat32);
+}
+bool Conv2dReluSupportsCuda(const OpRecord& op) {
+  return op.inputs[0].dtype() == op.outputs[0].dtype() && op.inputs[1].dtype() == op.outputs[0].dtype();
+}
 
 }  // namespace
 
 LOOM_KERNEL(conv2d, kCUDA, Conv2dCuda);
-LOOM_KERNEL_SUPPORTS(conv2d, kCUDA, Conv2dSupportsCuda);
+LOOM_KERNEL_SUPPORTS(conv2d, kCUDA, ConvSupportsCuda);
+LOOM_KERNEL_SUPPORTS(conv2d_relu, kCUDA, Conv2dReluSupportsCuda);
+LOOM_KERNEL_SUPPORTS(conv2d_grad_input, kCUDA, ConvSupportsCuda);
+LOOM_KERNEL_SUPPORTS(conv2d_grad_weight, kCUDA, ConvSupportsCuda);
 LOOM_KERNEL(conv2d_relu, kCUDA, Conv2dReluCuda);
 LOOM_KERNEL(conv2d_grad_input, kCUDA, Conv2dGradInputCuda);
 LOOM_KERNEL(conv2d_grad_weight, kCUDA, Conv2dGradWeightCuda);
