@@ -6,13 +6,11 @@
 #include <cstring>
 #include <map>
 
+#include "common/cnn.h"
 #include "common/graph_capture.h"
 #include "common/harness.h"
 #include "common/mlp.h"
-#include "core/autocast.h"
 #include "graph/graph.h"
-#include "nn/model.h"
-#include "nn/models.h"
 
 namespace loom {
 namespace test {
@@ -163,36 +161,16 @@ TEST_F(CudaGraphTest, DeviceGraphNeedsPlannedMemory) {
 }
 
 // No GPU needed: the CPU refuses device graphs before running anything.
-// The small CNN (conv-BN-ReLU-pool twice, a linear layer) at precision p on dev, 3 SGD steps from
-// seed 8; bf16_convs counts the graph's conv2d passes computed from bfloat16 operands.
-std::vector<std::vector<float>> TrainCnnAt(const std::shared_ptr<Device>& dev, bool graph, Precision p,
-                                           std::map<std::string, int>* bf16_convs = nullptr) {
-  dev->SetRandSeed(8);
-  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
-  m.set_precision(p);
-  Tensor x = ToDevice(RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, CpuDevice()), dev);
-  Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);
-  m.Compile({x}, true, graph);
-  for (int i = 0; i < 3; ++i) m.TrainOneBatch(x, y);
-  if (graph && bf16_convs)
-    for (const OpRecord& op : m.train_graph()->ops().ops)
-      if (op.name().rfind("conv2d", 0) == 0 && op.inputs[0].dtype() == DType::kBFloat16) ++(*bf16_convs)[op.name()];
-  std::vector<std::vector<float>> v;
-  for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
-  return v;
-}
-
 // Note [bfloat16 convolutions on cuDNN]: at bf16 the policy lowers the convolutions and their
 // gradients on CUDA too; the CNN trains to the same bits eagerly and in a graph, differently
 // from float32, and close to the CPU's bf16 run (oneDNN's, which keeps the results in float32
 // where cuDNN rounds them to bfloat16 first).
 TEST_F(CudaGraphTest, Bf16ConvolutionsOnCudnnGraphEqualsEagerAndTracksTheCpu) {
-  std::map<std::string, int> convs;
-  const auto eager = TrainCnnAt(dev_, false, Precision::kBFloat16);
-  const auto graph = TrainCnnAt(dev_, true, Precision::kBFloat16, &convs);
-  const auto f32 = TrainCnnAt(dev_, true, Precision::kFloat32);
-  const auto cpu = TrainCnnAt(CpuDevice(), true, Precision::kBFloat16);
-  EXPECT_EQ(convs, (std::map<std::string, int>{{"conv2d", 2}, {"conv2d_grad_input", 1}, {"conv2d_grad_weight", 2}}));
+  const CnnRun g = TrainSmallCnn(dev_, true, Precision::kBFloat16);
+  const auto eager = TrainSmallCnn(dev_, false, Precision::kBFloat16).params, graph = g.params;
+  const auto f32 = TrainSmallCnn(dev_, true, Precision::kFloat32).params;
+  const auto cpu = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16).params;
+  EXPECT_EQ(g.bf16_convs, (std::map<std::string, int>{{"conv2d", 2}, {"conv2d_grad_input", 1}, {"conv2d_grad_weight", 2}}));
   ASSERT_EQ(eager.size(), graph.size());
   ASSERT_EQ(eager.size(), cpu.size());
   bool differs = false;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/cnn.h"
 #include "common/harness.h"
 #include "common/mlp.h"
 #include "core/autocast.h"
@@ -386,36 +387,15 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
 }
 
 // At bf16 the convolutions and their gradients are lowered too, where the device has bf16
-// convolutions (the CPU: oneDNN's): the small CNN (conv-BN-ReLU-pool twice, a linear layer)
-// trains to the same bits eagerly and in a graph with every default pass on (the layout passes
-// leave the bf16 convolutions plain), and differently from float32. bf16_convs counts the
-// lowered conv2d, conv2d_grad_input and conv2d_grad_weight records of the graph.
-std::vector<std::vector<float>> TrainCnn(bool graph, Precision p, GraphStats* stats = nullptr,
-                                         std::map<std::string, int>* bf16_convs = nullptr) {
-  auto dev = CpuDevice();
-  dev->SetRandSeed(8);
-  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
-  m.set_precision(p);
-  Tensor x = RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, dev);
-  Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);
-  m.Compile({x}, true, graph);
-  for (int i = 0; i < 3; ++i) m.TrainOneBatch(x, y);
-  if (graph) {
-    if (stats) *stats = m.train_graph()->stats();
-    if (bf16_convs)
-      for (const OpRecord& op : m.train_graph()->ops().ops)
-        if (op.name().rfind("conv2d", 0) == 0 && op.inputs[0].dtype() == DType::kBFloat16) ++(*bf16_convs)[op.name()];
-  }
-  std::vector<std::vector<float>> v;
-  for (const auto& kv : m.Params()) v.push_back(kv.second.ToVector<float>());
-  return v;
-}
-
+// convolutions (the CPU: oneDNN's): the small CNN (common/cnn.h) trains to the same bits eagerly
+// and in a graph with every default pass on (the layout passes leave the bf16 convolutions
+// plain), and differently from float32.
 TEST(Precision, Bf16LowersConvolutionsTooAndTheirGraphsEqualEagerBitwise) {
-  GraphStats stats;
-  std::map<std::string, int> convs;
-  const auto eager = TrainCnn(false, Precision::kBFloat16), graph = TrainCnn(true, Precision::kBFloat16, &stats, &convs);
-  const auto f32 = TrainCnn(true, Precision::kFloat32);
+  const CnnRun g = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16);
+  const auto eager = TrainSmallCnn(CpuDevice(), false, Precision::kBFloat16).params, graph = g.params;
+  const auto f32 = TrainSmallCnn(CpuDevice(), true, Precision::kFloat32).params;
+  const GraphStats& stats = g.stats;
+  const std::map<std::string, int>& convs = g.bf16_convs;
   bool differs = false;
   for (size_t i = 0; i < eager.size(); ++i) {
     EXPECT_EQ(std::memcmp(eager[i].data(), graph[i].data(), eager[i].size() * sizeof(float)), 0) << "param " << i;
