@@ -18,7 +18,9 @@
 #                accuracies within 0.5 point (Note [Float32 math on the GPU])
 #   bench        loom-bench on cuda: MLP b64, small CNN b32, ResNet-18 b16, ResNet-50 b32, in eager,
 #                planned and CUDA-graph replay; one JSON line per run, with the kernels cuDNN and
-#                cuBLAS ran
+#                cuBLAS ran; then ResNet-50 b32 planned under a memory budget of 0.6 x its arena
+#                (recomputing batch norm, ReLU and adds, no convolution: docs/benchmarks.md,
+#                "ResNet-50's memory plan"), for its peak and time against the run without
 #   compare      tools/compare.sh --device cuda: loom against PyTorch eager and torch.compile (the
 #                machine's own PyTorch), alternating; LOOM_GPU_COMPARE gives compare.sh other
 #                flags (e.g. "--peers torch2,compile,compile-ro --only resnet50" in a second call
@@ -162,6 +164,8 @@ part_bench() {
     "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --steps "$STEPS" --warmup 3 --rounds 2 \
       --mode eager,graph-planned,cuda-graph --json >>"$DEST/bench.jsonl" || rc=1
   done
+  "$BUILD/loom-bench" --device cuda --model resnet50 --batch 32 --memory-budget-fraction 0.6 --steps "$STEPS" \
+    --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/bench.jsonl" || rc=1
   return "$rc"
 }
 
