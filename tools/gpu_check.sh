@@ -27,7 +27,8 @@
 #                with LOOM_GPU_PARTS=compare: each torch.compile of ResNet-50 takes a minute)
 # Not in the default set (a second call, LOOM_GPU_PARTS=precision,compare-bf16, about 5 minutes):
 #   precision    loom-bench on cuda in bf16 and fp16 (ResNet-50 b32, the GPT), planned and CUDA-graph
-#                replay; tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
+#                replay; a per-op trace of one bf16 replay of each (timeline-*-bf16/trace.json);
+#                tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
 #                bf16 and fp16: held-out top-1 and loss curves; issue 31's accuracy target)
 #   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
 #                (channels_last), eager and torch.compile, ResNet-50 and the GPT
@@ -182,6 +183,12 @@ part_precision() {
       "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --precision "$p" --steps "$STEPS" \
         --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
     done
+  done
+  # Where a bf16 step's time goes, op by op (a Chrome trace of one planned replay, trace.json).
+  for m in "resnet50 32" "gpt 8 --optimizer adam"; do
+    set -- $m
+    "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --precision bf16 --steps 2 --warmup 1 \
+      --rounds 1 --mode graph-planned --timeline "$DEST/timeline-$1-bf16" >/dev/null || rc=1
   done
   "$PY" tools/precision_digits.py --device cuda --seeds 1,2,3 --epochs 2 --json "$DEST/precision-digits.json" || rc=1
   return "$rc"
