@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/harness.h"
+#include "core/half.h"
 #include "device/cpu/blas.h"
 #include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/parallel.h"
@@ -141,6 +142,58 @@ TEST(Gemm, EmptySumScalesC) {
   std::vector<double> cd(4, NAN);
   Gemm(false, false, 2, 2, 0, 1.0, nullptr, 1, nullptr, 2, 0.0, cd.data(), 2);
   EXPECT_EQ(cd, std::vector<double>(4, 0.0));
+}
+
+// bfloat16 operands, a float32 C (GemmHalf), on one thread and split across two, in every
+// layout, on shapes the pool splits by rows and by columns with a remainder block: against the
+// float64 sums of the same bfloat16 values (their products are exact in float32), C's padding
+// untouched, beta 1 accumulating. What oneDNN does not take is refused before anything is
+// written (alpha other than 1).
+TEST(Gemm, Bfloat16OperandsOnThePoolAgainstFloat64) {
+  if (!cpu::HaveDnnlGemm()) GTEST_SKIP() << "loom built without oneDNN: 16-bit operands are widened by the caller";
+  const int threads = NumThreads();
+  std::mt19937 rng(77);
+  for (int t : {1, 2}) {
+    SetNumThreads(t);
+    for (const Layout& l : kLayouts)
+      for (auto mnk : {std::vector<int64_t>{301, 40, 90}, {37, 300, 90}, {64, 64, 64}, {5, 3, 7}}) {
+        GemmCase<float> g = MakeCase<float>(l.ta, l.tb, mnk[0], mnk[1], mnk[2], rng);
+        std::vector<uint16_t> a(g.a.size()), b(g.b.size());
+        for (size_t i = 0; i < a.size(); ++i) a[i] = FloatToBFloat16(g.a[i]), g.a[i] = BFloat16ToFloat(a[i]);
+        for (size_t i = 0; i < b.size(); ++i) b[i] = FloatToBFloat16(g.b[i]), g.b[i] = BFloat16ToFloat(b[i]);
+        for (float beta : {0.0f, 1.0f}) {
+          std::vector<float> c = g.c0;
+          if (beta == 0) c.assign(c.size(), NAN);
+          const std::vector<float> before = c;
+          const std::string what = std::to_string(t) + " threads, ta=" + std::to_string(l.ta) +
+                                   " tb=" + std::to_string(l.tb) + " m=" + std::to_string(g.m) +
+                                   " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
+                                   " beta=" + std::to_string(beta);
+          ASSERT_TRUE(GemmHalf(true, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.lda, b.data(), g.ldb, beta, c.data(),
+                               g.ldc))
+              << what;
+          for (int64_t i = 0; i < g.m; ++i) {
+            for (int64_t j = 0; j < g.n; ++j) {
+              double s = 0;
+              for (int64_t q = 0; q < g.k; ++q)
+                s += double(g.ta ? g.a[size_t(q * g.lda + i)] : g.a[size_t(i * g.lda + q)]) *
+                     double(g.tb ? g.b[size_t(j * g.ldb + q)] : g.b[size_t(q * g.ldb + j)]);
+              if (beta != 0) s += double(g.c0[size_t(i * g.ldc + j)]);
+              ASSERT_NEAR(double(c[size_t(i * g.ldc + j)]), s, 2e-6 * (4 + double(g.k))) << what << " at " << i << ", " << j;
+            }
+            for (int64_t j = g.n; j < g.ldc; ++j)
+              ASSERT_TRUE(std::isnan(before[size_t(i * g.ldc + j)]) ? std::isnan(c[size_t(i * g.ldc + j)])
+                                                                     : c[size_t(i * g.ldc + j)] == before[size_t(i * g.ldc + j)])
+                  << what << ": padding changed";
+          }
+        }
+        std::vector<float> c = g.c0;
+        EXPECT_FALSE(GemmHalf(true, g.ta, g.tb, g.m, g.n, g.k, 2.0f, a.data(), g.lda, b.data(), g.ldb, 0.0f, c.data(),
+                              g.ldc));
+        EXPECT_EQ(c, g.c0) << "a refused product wrote C";
+      }
+  }
+  SetNumThreads(threads);
 }
 
 // The routing itself (Note [Which GEMM kernel]), so that the thresholds above are the ones used.

@@ -32,9 +32,9 @@ constexpr int64_t kSplitFlops = int64_t(1) << 18;
 
 // by_rows: blocks of rows whenever there are enough (oneDNN's matmul primitive: a block of
 // columns leaves C with rows longer than the block, which its fast kernels do not take).
-template <typename T, typename Fn>
+template <typename T, typename TC = T, typename Fn>
 void SplitGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-               T* c, int64_t ldc, Fn gemm, bool by_rows = false) {
+               TC* c, int64_t ldc, Fn gemm, bool by_rows = false) {
   const int threads = NumThreads();
   if (threads <= 1 || m * n * k < kSplitFlops) return gemm(m, n, a, b, c);
   // Each block packs its share of one operand and all of the other: split the larger side.
@@ -215,6 +215,30 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
                               });
     }
   }
+}
+
+bool GemmHalf(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0) return false;
+  // Every block's primitive first (a block that fell back after others had written C would
+  // leave it half summed when beta is 1); then the blocks, on the pool.
+  std::atomic<bool> takes{true};
+  SplitGemm<uint16_t, float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+                             [&](int64_t mm, int64_t nn, const uint16_t*, const uint16_t*, float*) {
+                               if (!cpu::DnnlMatmulHalfTakes(bf16, ta, tb, mm, nn, k, alpha, lda, ldb, beta, ldc))
+                                 takes = false;
+                             },
+                             /*by_rows=*/true);
+  if (!takes) return false;
+  SplitGemm<uint16_t, float>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc,
+                             [&](int64_t mm, int64_t nn, const uint16_t* aa, const uint16_t* bb, float* cc) {
+                               const bool ran =
+                                   bf16 ? cpu::DnnlMatmulBf16(ta, tb, mm, nn, k, alpha, aa, lda, bb, ldb, beta, cc, ldc)
+                                        : cpu::DnnlMatmulF16(ta, tb, mm, nn, k, alpha, aa, lda, bb, ldb, beta, cc, ldc);
+                               LOOM_ASSERT(ran, "GemmHalf: a block oneDNN took a moment ago was refused");
+                             },
+                             /*by_rows=*/true);
+  return true;
 }
 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

@@ -66,6 +66,15 @@ void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
 void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
           const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 
+// The same with 16-bit operands (their bits: bfloat16 when bf16, else float16) and a float32 C
+// (Note [Precision policy] in core/autocast.h), on oneDNN's matmul primitive, split across
+// loom's pool by blocks of rows like the float32 GEMM (Note [One thread pool]; one oneDNN call
+// on the calling thread alone ran a 2-core machine's bf16 products on one core, no faster than
+// float32 on two). Returns false, touching nothing, when oneDNN does not take every block
+// (alpha other than 1, beta other than 0 or 1, no implementation: the caller widens instead).
+bool GemmHalf(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // Which float32 implementations Gemm may use. kAuto: Note [Which GEMM kernel]; kOpenBlas:
 // skinny kernels and OpenBLAS only (the choice without oneDNN).
 enum class CpuGemmImpl { kAuto, kOpenBlas };

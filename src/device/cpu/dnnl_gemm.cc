@@ -38,6 +38,9 @@ bool DnnlMatmulF16(bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*
                    float, float*, int64_t) {
   return false;
 }
+bool DnnlMatmulHalfTakes(bool, bool, bool, int64_t, int64_t, int64_t, float, int64_t, int64_t, float, int64_t) {
+  return false;
+}
 std::string DnnlIsa() { return "none"; }
 
 #else  // LOOM_HAVE_DNNL
@@ -108,23 +111,26 @@ std::unique_ptr<Matmul> Build(const Key& key) {
 }  // namespace
 
 namespace {
+// The cached primitive for key, built at its first use (under one OpenMP thread: a primitive
+// plans its split from the count it sees when built); null when oneDNN has none for it.
+const Matmul* Get(const Key& key) {
+  std::lock_guard<std::mutex> l(g_mu);
+  auto it = Cache().find(key);
+  if (it == Cache().end()) {
+    std::unique_ptr<Matmul> built;
+    try {
+      built = Build(key);
+    } catch (const dn::error&) {
+      built.reset();  // no implementation for this shape: the caller's fallback runs it (cached as such)
+    }
+    it = Cache().emplace(key, std::move(built)).first;
+  }
+  return it->second.get();
+}
+
 bool Run(const Key& key, const void* a, const void* b, float* c) {
   OneOmpThread one;
-  const Matmul* mm = nullptr;
-  {
-    std::lock_guard<std::mutex> l(g_mu);
-    auto it = Cache().find(key);
-    if (it == Cache().end()) {
-      std::unique_ptr<Matmul> built;
-      try {
-        built = Build(key);
-      } catch (const dn::error&) {
-        built.reset();  // no implementation for this shape: the caller's fallback runs it (cached as such)
-      }
-      it = Cache().emplace(key, std::move(built)).first;
-    }
-    mm = it->second.get();
-  }
+  const Matmul* mm = Get(key);
   if (!mm) return false;
   thread_local std::vector<char> pad;  // the per-thread scratchpad (dnnl_gemm.h)
   if (pad.size() < mm->pad_bytes) pad.resize(mm->pad_bytes);
@@ -153,6 +159,13 @@ bool DnnlMatmulF16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alph
                    const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
   return Run(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, In::kF16}, a, b, c);
+}
+
+bool DnnlMatmulHalfTakes(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                         int64_t ldb, float beta, int64_t ldc) {
+  if (alpha != 1.0f || (beta != 0.0f && beta != 1.0f)) return false;
+  OneOmpThread one;
+  return Get(Key{ta, tb, beta == 1.0f, m, n, k, lda, ldb, ldc, bf16 ? In::kBf16 : In::kF16}) != nullptr;
 }
 
 std::string DnnlIsa() {

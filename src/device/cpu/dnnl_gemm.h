@@ -36,6 +36,11 @@ bool DnnlMatmulBf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alp
 // widens the operands to float32 itself.
 bool DnnlMatmulF16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a, int64_t lda,
                    const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Whether DnnlMatmulBf16 (bf16) or DnnlMatmulF16 would run this product: alpha 1, beta 0 or 1,
+// and a primitive for the shape (built and cached here; nothing runs). A caller splitting one
+// product into blocks asks for every block before it writes any.
+bool DnnlMatmulHalfTakes(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                         int64_t ldb, float beta, int64_t ldc);
 // The most capable instruction set oneDNN dispatches to on this CPU ("avx512_core_bf16", ...),
 // or "none" without oneDNN.
 std::string DnnlIsa();

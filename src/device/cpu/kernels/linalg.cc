@@ -53,9 +53,7 @@ void HalfProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
   constexpr bool kBf16 = std::is_same<H, Bf16>::value;
   const auto* a16 = reinterpret_cast<const uint16_t*>(a);
   const auto* b16 = reinterpret_cast<const uint16_t*>(b);
-  if (kBf16 ? DnnlMatmulBf16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc)
-            : DnnlMatmulF16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc))
-    return;
+  if (GemmHalf(kBf16, ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, c, ldc)) return;
   if (!kBf16) {
     static const bool reported =
         (ReportKernel("gemm f16 -> f32", "float16 operands widened to float32, then the float32 GEMM"), true);
