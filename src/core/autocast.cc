@@ -9,6 +9,8 @@ LOOM_OP_KIND(conv2d);
 LOOM_OP_KIND(conv2d_grad_input);
 LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(matmul);
+LOOM_OP_KIND(attention_qkv);
+LOOM_OP_KIND(attention_qkv_grad);
 
 namespace loom {
 
@@ -47,11 +49,17 @@ AutocastScope::AutocastScope(Precision p) : previous_(t_precision) { t_precision
 AutocastScope::~AutocastScope() { t_precision = previous_; }
 
 namespace {
-// op with its operands (inputs 0 and 1) replaced by `low` tensors of the 16-bit type and a float32
-// result: the record Lower makes, without its casts.
+bool IsAttention(const OpRecord& op) {
+  return op.def == &op_kind::attention_qkv || op.def == &op_kind::attention_qkv_grad;
+}
+// The inputs a lowered op reads in 16 bits: a product's two operands, attention's packed qkv.
+size_t LoweredOperands(const OpRecord& op) { return IsAttention(op) ? 1 : 2; }
+
+// op with its operands (LoweredOperands) replaced by `low` tensors of the 16-bit type and float32
+// results: the record Lower makes, without its casts.
 OpRecord LoweredRecord(const OpRecord& op, Precision p, const Tensor* low = nullptr) {
   OpRecord r = op;
-  for (size_t i = 0; i < 2; ++i)
+  for (size_t i = 0; i < LoweredOperands(op); ++i)
     r.inputs[i] = low ? low[i] : Tensor(op.inputs[i].shape(), OperandType(p), op.inputs[i].device_ptr());
   r.attrs.Set("out_dtype", int64_t(DType::kFloat32));
   r.BindAttrs();
@@ -60,9 +68,15 @@ OpRecord LoweredRecord(const OpRecord& op, Precision p, const Tensor* low = null
 }  // namespace
 
 bool Lowers(const OpRecord& op, Precision p) {
-  if (p == Precision::kFloat32 || op.outputs.size() != 1 || op.outputs[0].dtype() != DType::kFloat32) return false;
+  if (p == Precision::kFloat32 || op.outputs.empty() || op.inputs.empty()) return false;
+  for (const Tensor& t : op.outputs)
+    if (t.dtype() != DType::kFloat32) return false;
   for (const Tensor& t : op.inputs)
     if (!t.defined() || t.dtype() != DType::kFloat32 || !t.device()) return false;
+  // Attention over a packed qkv, forward and gradient, at bf16 where the device has the kernel
+  // for a bfloat16 qkv (the CPU: blocks of oneDNN's bf16 products; not yet CUDA).
+  if (IsAttention(op)) return p == Precision::kBFloat16 && op.inputs[0].device()->Supports(LoweredRecord(op, p));
+  if (op.outputs.size() != 1) return false;
   if (op.def == &op_kind::matmul) return op.inputs.size() == 2 && op.inputs[0].device()->HasKernel(op_kind::matmul);
   // A plain conv2d or gradient of one (no layout attributes: the layout passes run later), at
   // bf16, where the device has a kernel for bfloat16 operands (the CPU: oneDNN's, for this
@@ -84,7 +98,7 @@ std::vector<OpRecord> Lower(const OpRecord& op, Precision p, const std::function
   LOOM_ASSERT(Lowers(op, p), "Lower: ", op.name(), " is not lowered at ", Name(p));
   std::vector<OpRecord> out;
   Tensor lows[2];
-  for (size_t i = 0; i < 2; ++i) {  // the operands; a convolution's bias stays float32
+  for (size_t i = 0; i < LoweredOperands(op); ++i) {  // a convolution's bias stays float32
     const Tensor& in = op.inputs[i];
     Tensor low = reuse ? reuse(in) : Tensor();
     if (!low.defined()) {

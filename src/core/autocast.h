@@ -8,7 +8,11 @@
 // bf16 also a plain float32 `conv2d` (x and w cast, the bias and the result float32) and its
 // gradients `conv2d_grad_input` (w and dy cast) and `conv2d_grad_weight` (x and dy cast, dw
 // float32) where the device has a kernel for them (Device::Supports: on the CPU, oneDNN's bf16
-// convolutions; on CUDA, cuDNN's, Note [bfloat16 convolutions on cuDNN]; not at fp16). Everything
+// convolutions; on CUDA, cuDNN's, Note [bfloat16 convolutions on cuDNN]; not at fp16); and at bf16
+// attention over a packed qkv, forward and gradient (`attention_qkv`, `attention_qkv_grad`: qkv
+// cast, everything else float32; the CPU's kernels, Note [Attention from a bfloat16 qkv] in
+// device/cpu/kernels/attention.cc; not yet on CUDA). In a graph the gradient reads the
+// forward's bfloat16 qkv, so the float32 qkv dies in the forward. Everything
 // else stays float32: the element-wise ops, reductions, softmax, the loss, normalisation
 // statistics, the optimizer update and the weights themselves (the master copy; their bfloat16
 // copy is made by the cast each step, so it follows every update). Where it applies:

@@ -74,6 +74,28 @@ void AddAttentionQkv(Table& t) {
       g.In(Uniform(y)).In(Uniform(lse, -0.5, 0.5));
       g.attrs = a;
     }
+  // A bfloat16 qkv with float32 results, forward and gradient: what the bf16 policy lowers them
+  // to (Note [Attention from a bfloat16 qkv] in device/cpu/kernels/attention.cc), against the
+  // float64 attention of the same bfloat16 values. The kernels round the probabilities, dy and
+  // dS to bfloat16 before their products (relative 2^-9 each): 5e-3 relative and absolute on
+  // the forward, 1e-2 on the gradient (measured: the gradient's worst elements are about 4e-3
+  // off, the forward's within 2e-3).
+  for (const Packed& s : {Packed{{2, 5, 12}, 2, 1, false}, Packed{{1, 70, 6}, 2, 1, false},
+                          Packed{{1, 66, 12}, 4, 0, false}, Packed{{2, 130, 48}, 2, 1, false}}) {
+    const Attrs a = Attrs{{"heads", s.heads}, {"causal", s.causal}, {"scale", 0.0}}.Set("out_dtype", int64_t(kF32));
+    const std::string variant = WithAttrs("qkv " + S(s.qkv), a) + " -> float32";
+    const char* why = "no bfloat16 attention on CUDA yet: the policy keeps attention float32 there";
+    OpCase& c = t.Add("attention_qkv", variant, DType::kBFloat16, ref::AttentionQkv).In(Uniform(s.qkv, -2, 2));
+    c.NoGrad("an attention of a bfloat16 qkv is not differentiated (Note [Precision policy])").CpuOnly(why);
+    c.attrs = a;
+    c.Tol(5e-3, 5e-3);
+    const Shape y{s.qkv[0], s.qkv[1], s.qkv[2] / 3}, lse{s.qkv[0], s.heads, s.qkv[1]};
+    OpCase& g = t.Add("attention_qkv_grad", variant, DType::kBFloat16, ref::AttentionQkvGrad).In(Uniform(s.qkv, -2, 2));
+    g.In(OutputOf("attention_qkv", {0}, a, 0)).In(OutputOf("attention_qkv", {0}, a, 1));
+    g.In(Uniform(y).As(kF32)).In(Uniform(lse, -0.5, 0.5).As(kF32)).CpuOnly(why);
+    g.attrs = a;
+    g.Tol(1e-2, 1e-2);
+  }
 }
 
 }  // namespace

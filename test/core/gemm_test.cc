@@ -52,14 +52,15 @@ GemmCase<T> MakeCase(bool ta, bool tb, int64_t m, int64_t n, int64_t k, std::mt1
   return g;
 }
 
-// Runs Gemm on the case and checks every element of C against float64 sums, and that the
-// padding between C's rows is untouched. beta == 0 starts from NaN in C (it must be ignored).
-template <typename T>
-void CheckGemm(const GemmCase<T>& g, T alpha, T beta, const std::string& label) {
+// Runs `product` (C = alpha op(A) op(B) + beta C into the pointer it is given) on the case and
+// checks every element of C against float64 sums, and that the padding between C's rows is
+// untouched. beta == 0 starts from NaN in C (it must be ignored).
+template <typename T, typename Product>
+void CheckProduct(const GemmCase<T>& g, T alpha, T beta, const std::string& label, Product product) {
   std::vector<T> c = g.c0;
   if (beta == T(0)) c.assign(c.size(), T(NAN));
   const std::vector<T> before = c;
-  Gemm(g.ta, g.tb, g.m, g.n, g.k, alpha, g.a.data(), g.lda, g.b.data(), g.ldb, beta, c.data(), g.ldc);
+  product(c.data());
   const std::string what = label + " ta=" + std::to_string(g.ta) + " tb=" + std::to_string(g.tb) +
                            " m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
                            " alpha=" + std::to_string(double(alpha)) + " beta=" + std::to_string(double(beta));
@@ -78,6 +79,12 @@ void CheckGemm(const GemmCase<T>& g, T alpha, T beta, const std::string& label) 
       ASSERT_TRUE(std::isnan(double(was)) ? std::isnan(double(got)) : got == was) << what << ": padding changed";
     }
   }
+}
+template <typename T>
+void CheckGemm(const GemmCase<T>& g, T alpha, T beta, const std::string& label) {
+  CheckProduct(g, alpha, beta, label, [&](T* c) {
+    Gemm(g.ta, g.tb, g.m, g.n, g.k, alpha, g.a.data(), g.lda, g.b.data(), g.ldb, beta, c, g.ldc);
+  });
 }
 
 struct Layout {
@@ -161,32 +168,11 @@ TEST(Gemm, Bfloat16OperandsOnThePoolAgainstFloat64) {
         std::vector<uint16_t> a(g.a.size()), b(g.b.size());
         for (size_t i = 0; i < a.size(); ++i) a[i] = FloatToBFloat16(g.a[i]), g.a[i] = BFloat16ToFloat(a[i]);
         for (size_t i = 0; i < b.size(); ++i) b[i] = FloatToBFloat16(g.b[i]), g.b[i] = BFloat16ToFloat(b[i]);
-        for (float beta : {0.0f, 1.0f}) {
-          std::vector<float> c = g.c0;
-          if (beta == 0) c.assign(c.size(), NAN);
-          const std::vector<float> before = c;
-          const std::string what = std::to_string(t) + " threads, ta=" + std::to_string(l.ta) +
-                                   " tb=" + std::to_string(l.tb) + " m=" + std::to_string(g.m) +
-                                   " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                                   " beta=" + std::to_string(beta);
-          ASSERT_TRUE(GemmHalf(true, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.lda, b.data(), g.ldb, beta, c.data(),
-                               g.ldc))
-              << what;
-          for (int64_t i = 0; i < g.m; ++i) {
-            for (int64_t j = 0; j < g.n; ++j) {
-              double s = 0;
-              for (int64_t q = 0; q < g.k; ++q)
-                s += double(g.ta ? g.a[size_t(q * g.lda + i)] : g.a[size_t(i * g.lda + q)]) *
-                     double(g.tb ? g.b[size_t(j * g.ldb + q)] : g.b[size_t(q * g.ldb + j)]);
-              if (beta != 0) s += double(g.c0[size_t(i * g.ldc + j)]);
-              ASSERT_NEAR(double(c[size_t(i * g.ldc + j)]), s, 2e-6 * (4 + double(g.k))) << what << " at " << i << ", " << j;
-            }
-            for (int64_t j = g.n; j < g.ldc; ++j)
-              ASSERT_TRUE(std::isnan(before[size_t(i * g.ldc + j)]) ? std::isnan(c[size_t(i * g.ldc + j)])
-                                                                     : c[size_t(i * g.ldc + j)] == before[size_t(i * g.ldc + j)])
-                  << what << ": padding changed";
-          }
-        }
+        for (float beta : {0.0f, 1.0f})
+          CheckProduct<float>(g, 1.0f, beta, std::to_string(t) + " threads, bf16", [&](float* c) {
+            EXPECT_TRUE(GemmHalf(true, g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), g.lda, b.data(), g.ldb, beta, c, g.ldc));
+          });
+        if (::testing::Test::HasFatalFailure()) break;
         std::vector<float> c = g.c0;
         EXPECT_FALSE(GemmHalf(true, g.ta, g.tb, g.m, g.n, g.k, 2.0f, a.data(), g.lda, b.data(), g.ldb, 0.0f, c.data(),
                               g.ldc));

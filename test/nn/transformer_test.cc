@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "core/autocast.h"
 #include "common/harness.h"
 #include "graph/graph.h"
 #include "nn/model.h"
@@ -121,6 +122,33 @@ TEST(Gpt, MicroBatchesGiveTheWholeBatchsUpdate) {
   for (size_t i = 0; i < whole16.losses.size(); ++i) EXPECT_NEAR(whole16.losses[i], halves16.losses[i], 2e-3);
   for (size_t p = 0; p < whole16.params.size(); ++p)
     for (size_t j = 0; j < whole16.params[p].size(); ++j) ASSERT_NEAR(whole16.params[p][j], halves16.params[p][j], 2e-3);
+}
+
+// Note [Attention from a bfloat16 qkv]: at bf16 the attention of every block is lowered with the
+// products (forward and gradient, on the CPU), its bfloat16 qkv is the copy the backward keeps
+// (the float32 qkv dies in the forward: the arena shrinks by it), the graph equals eager bitwise,
+// and the run tracks float32's closely and learns.
+TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
+  GptRun eager = Train(false, 25, {}, 1, Precision::kBFloat16), graph = Train(true, 25, {}, 1, Precision::kBFloat16);
+  ASSERT_EQ(eager.losses, graph.losses);
+  ASSERT_EQ(eager.params, graph.params);
+  GptRun f32 = Train(true, 25);
+  EXPECT_NE(graph.params, f32.params);
+  for (size_t i = 0; i < f32.losses.size(); ++i) EXPECT_NEAR(graph.losses[i], f32.losses[i], 0.02 * f32.losses[i]);
+  EXPECT_LT(graph.losses.back(), graph.losses.front() - 0.5);
+  std::vector<const void*> forward_qkv, grad_qkv;
+  for (const OpRecord& op : graph.graph->ops().ops) {
+    if (op.name() == "attention_qkv" && op.inputs[0].dtype() == DType::kBFloat16)
+      forward_qkv.push_back(op.inputs[0].block());
+    if (op.name() == "attention_qkv_grad" && op.inputs[0].dtype() == DType::kBFloat16)
+      grad_qkv.insert(grad_qkv.begin(), op.inputs[0].block());  // backward runs the layers in reverse
+  }
+  EXPECT_EQ(forward_qkv.size(), 2u);  // one per layer
+  // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the
+  // float32 qkv is not kept for the backward.
+  EXPECT_EQ(grad_qkv, forward_qkv);
+  GptRun bf16_one = Train(true, 1, {}, 1, Precision::kBFloat16), f32_one = Train(true, 1);
+  EXPECT_LT(bf16_one.graph->stats().arena_bytes, f32_one.graph->stats().arena_bytes);
 }
 
 TEST(Gpt, RejectsBadSizes) {

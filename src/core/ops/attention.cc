@@ -58,9 +58,10 @@ std::vector<Tensor> OutputsAndGrads(const BackwardArgs& a) {
   return o;
 }
 
-// qkv: (B, T, 3 D) of a float dtype, D a positive multiple of heads. Returns D.
+// qkv: (B, T, 3 D) of a float dtype (or bfloat16: QkvResultDType), D a positive multiple of
+// heads. Returns D.
 int64_t CheckQkv(const char* op, const TensorMeta& qkv, const Attrs& a) {
-  CheckFloat(op, qkv, "qkv");
+  if (qkv.dtype != DType::kBFloat16) CheckFloat(op, qkv, "qkv");
   const Shape& s = qkv.shape;
   const int64_t heads = a.Int("heads");
   LOOM_CHECK(heads > 0, ValueError, "[", op, "] heads must be positive, got ", heads);
@@ -69,6 +70,19 @@ int64_t CheckQkv(const char* op, const TensorMeta& qkv, const Attrs& a) {
   LOOM_CHECK(s[1] > 0, ShapeError, "[", op, "] qkv ", ToString(s), " has no positions");
   CheckAttentionAttrs(op, a);
   return s[2] / 3;
+}
+
+// The dtype of attention_qkv's results (and of its gradient's inputs other than qkv, and of the
+// gradient): qkv's, or float32 for a bfloat16 qkv, which needs out_dtype float32 (Note [Precision
+// policy] in core/autocast.h: what the bf16 policy lowers a float32 attention_qkv to).
+DType QkvResultDType(const char* op, const TensorMeta& qkv, const Attrs& a) {
+  const bool bf16 = qkv.dtype == DType::kBFloat16;
+  const DType out = bf16 ? DType::kFloat32 : qkv.dtype;
+  const int64_t o = a.Int("out_dtype", bf16 ? -1 : int64_t(qkv.dtype));
+  LOOM_CHECK(o == int64_t(out), DTypeError, "[", op, "] ", Name(qkv.dtype), " qkv needs out_dtype ", Name(out), " (",
+             int64_t(out), "), got ", o,
+             bf16 ? ": attention is computed and kept in float32" : ": only a bfloat16 qkv changes dtype");
+  return out;
 }
 
 }  // namespace
@@ -120,38 +134,49 @@ LOOM_OP(attention_grad) {
 
 // qkv: (B, T, 3 D), each row q | k | v with head h in columns [h D / heads, (h + 1) D / heads)
 // of each third -> y: (B, T, D) (heads side by side), lse: (B, heads, T)
+// out_dtype (optional): float32 for a bfloat16 qkv, the products from bfloat16 operands and
+// everything else in float32 (Note [Precision policy]: what the bf16 policy lowers a float32
+// attention_qkv to); otherwise qkv's own dtype.
 LOOM_OP(attention_qkv) {
-  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}};
+  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("attention_qkv", in, 1);
     const int64_t dim = CheckQkv("attention_qkv", in[0], a);
+    const DType out = QkvResultDType("attention_qkv", in[0], a);
     const Shape& s = in[0].shape;
-    return std::vector<TensorMeta>{{{s[0], s[1], dim}, in[0].dtype}, {{s[0], a.Int("heads"), s[1]}, in[0].dtype}};
+    return std::vector<TensorMeta>{{{s[0], s[1], dim}, out}, {{s[0], a.Int("heads"), s[1]}, out}};
   };
   def.saved_inputs = {0};
   def.saved_outputs = {0, 1};
   def.backward = [](const BackwardArgs& a) {
+    LOOM_CHECK(a.inputs[0].dtype() != DType::kBFloat16, DTypeError,
+               "[attention_qkv] an attention of a bfloat16 qkv is not differentiated (Note [Precision policy]: the "
+               "policy lowers the float32 op and its gradient, never differentiates the lowered one)");
     const std::vector<Tensor> o = OutputsAndGrads(a);
     return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], o[0], o[1], o[2], o[3]}, a.attrs)};
   };
 }
 
-// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D), laid out as qkv
+// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D), laid out as qkv. With a bfloat16 qkv and
+// out_dtype float32 (the bf16 policy's record): y, lse, dy, dlse and dqkv float32.
 LOOM_OP(attention_qkv_grad) {
   def.internal = "backward of attention_qkv";
-  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}};
+  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "attention_qkv_grad";
     CheckArity(op, in, 5);
     const int64_t dim = CheckQkv(op, in[0], a);
+    const DType out = QkvResultDType(op, in[0], a);
     const Shape& s = in[0].shape;
     const Shape y{s[0], s[1], dim}, lse{s[0], a.Int("heads"), s[1]};
     LOOM_CHECK(in[1].shape == y && in[3].shape == y, ShapeError, "[", op, "] y ", ToString(in[1].shape), " and dy ",
                ToString(in[3].shape), " must be ", ToString(y));
     LOOM_CHECK(in[2].shape == lse && in[4].shape == lse, ShapeError, "[", op, "] lse ", ToString(in[2].shape),
                " and dlse ", ToString(in[4].shape), " must be ", ToString(lse));
-    for (size_t i = 1; i < 5; ++i) CheckSameDType(op, in[0], in[i]);
-    return std::vector<TensorMeta>{in[0]};
+    for (size_t i = 1; i < 5; ++i)
+      LOOM_CHECK(in[i].dtype == out, DTypeError, "[", op, "] input ", i, " is ", Name(in[i].dtype), ", expected ",
+                 Name(out), " (qkv is ", Name(in[0].dtype), ")");
+    return std::vector<TensorMeta>{{s, out}};
   };
 }
 

@@ -3,13 +3,26 @@
 // GEMM, an online softmax across blocks, the probabilities times v a second GEMM. Backward
 // recomputes each block's probabilities from the saved log-sum-exp. attention and attention_qkv
 // differ only in where the rows are (AttentionDims in device/kernel_shapes.h).
+//
+// Note [Attention from a bfloat16 qkv]
+// The bf16 policy (Note [Precision policy] in core/autocast.h) lowers attention_qkv and its
+// gradient to a bfloat16 qkv with float32 results. The kernels below run every block product
+// on oneDNN's bf16 matmul (two bfloat16 operands, float32 sums; blocks of 64 query rows, so the
+// pool splits the work by blocks as in float32) and everything else in float32: the scores,
+// the online softmax and its row sums, lse, D = rowsum(dy y). What enters a product is rounded to
+// bfloat16 as FlashAttention's bf16 kernels round it: the probabilities before P v and P^T dy, dy
+// before dy v^T and P^T dy, and scale dS before dS k and dS^T q. A block product oneDNN does not
+// take runs on its operands widened to float32 (exact), so only the sums' order differs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "core/elementwise_formulas.h"
+#include "core/half.h"
 #include "device/cpu/blas.h"
+#include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/kernels/common.h"
 
 namespace loom {
@@ -38,6 +51,40 @@ inline int64_t Visible(const AttentionDims& g, int64_t i0, int64_t i, int64_t j0
   return std::max<int64_t>(0, std::min(nk, g.KeyEnd(i0 + i) - j0));
 }
 
+// One row of a block of scores sr (nk of them, the first lim visible) into the online softmax:
+// the row's running maximum m and sum l, its output row yr (dv wide) rescaled to the new
+// maximum, sr replaced by the exponentials (0 beyond lim) for the block's product with v.
+template <typename T>
+void OnlineSoftmaxRow(T* sr, int64_t lim, int64_t nk, T& m, T& l, T* yr, int64_t dv) {
+  if (lim == 0) {
+    std::fill(sr, sr + nk, T(0));
+    return;
+  }
+  T mx = sr[0];
+  for (int64_t j = 1; j < lim; ++j) mx = std::max(mx, sr[j]);
+  const T mnew = std::max(m, mx);
+  for (int64_t j = 0; j < lim; ++j) sr[j] = ew::ExpOf(sr[j] - mnew);  // vectorised
+  T sum = 0;
+  for (int64_t j = 0; j < lim; ++j) sum += sr[j];
+  std::fill(sr + lim, sr + nk, T(0));
+  const T alpha = m == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m - mnew);
+  if (alpha != T(1))
+    for (int64_t c = 0; c < dv; ++c) yr[c] *= alpha;
+  l = l * alpha + sum;
+  m = mnew;
+}
+
+// The block's rows divided by their sums; lse = m + log l.
+template <typename T>
+void FinishRows(T* yb, int64_t ldy, int64_t dv, int64_t nq, const T* m, const T* l, T* lse) {
+  for (int64_t i = 0; i < nq; ++i) {
+    T* yr = yb + i * ldy;
+    const T inv = T(1) / l[i];
+    for (int64_t c = 0; c < dv; ++c) yr[c] *= inv;
+    lse[i] = m[i] + std::log(l[i]);
+  }
+}
+
 // Rows [i0, i0 + nq) of one problem: y = softmax(scale q k^T) v (rows ldy apart), lse = log of
 // each row's sum of exponentials (plus the row's maximum).
 template <typename T>
@@ -52,36 +99,11 @@ void ForwardRows(const AttentionDims& g, const Rows<T>& r, T* y, int64_t ldy, T*
   for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
     const int64_t nk = std::min(kBk, kend - j0);
     Gemm(false, true, nq, nk, g.d, T(g.scale), r.q + i0 * r.ldq, r.ldq, r.k + j0 * r.ldk, r.ldk, T(0), s, kBk);
-    for (int64_t i = 0; i < nq; ++i) {
-      T* sr = s + i * kBk;
-      const int64_t lim = Visible(g, i0, i, j0, nk);
-      if (lim == 0) {
-        std::fill(sr, sr + nk, T(0));
-        continue;
-      }
-      T mx = sr[0];
-      for (int64_t j = 1; j < lim; ++j) mx = std::max(mx, sr[j]);
-      const T mnew = std::max(m[i], mx);
-      for (int64_t j = 0; j < lim; ++j) sr[j] = ew::ExpOf(sr[j] - mnew);  // vectorised
-      T sum = 0;
-      for (int64_t j = 0; j < lim; ++j) sum += sr[j];
-      std::fill(sr + lim, sr + nk, T(0));
-      const T alpha = m[i] == -std::numeric_limits<T>::infinity() ? T(0) : std::exp(m[i] - mnew);
-      if (alpha != T(1)) {
-        T* yr = yb + i * ldy;
-        for (int64_t c = 0; c < g.dv; ++c) yr[c] *= alpha;
-      }
-      l[i] = l[i] * alpha + sum;
-      m[i] = mnew;
-    }
+    for (int64_t i = 0; i < nq; ++i)
+      OnlineSoftmaxRow(s + i * kBk, Visible(g, i0, i, j0, nk), nk, m[i], l[i], yb + i * ldy, g.dv);
     Gemm(false, false, nq, g.dv, nk, T(1), s, kBk, r.v + j0 * r.ldv, r.ldv, T(1), yb, ldy);
   }
-  for (int64_t i = 0; i < nq; ++i) {
-    T* yr = yb + i * ldy;
-    const T inv = T(1) / l[i];
-    for (int64_t c = 0; c < g.dv; ++c) yr[c] *= inv;
-    lse[i0 + i] = m[i] + std::log(l[i]);
-  }
+  FinishRows(yb, ldy, g.dv, nq, m, l, lse + i0);
 }
 
 template <typename T>
@@ -97,10 +119,34 @@ void Forward(const AttentionDims& g, const T* q, const T* k, const T* v, T* y, T
   });
 }
 
+// A row of recomputed scores (times `scale` here when the product did not apply it) into
+// probabilities exp(s - lse), 0 beyond the lim visible keys. A recomputed score minus its row's
+// log-sum-exp is at most 0 but for rounding.
+template <typename T>
+void ProbabilityRow(T* pr, int64_t lim, int64_t nk, T scale, T lse) {
+  for (int64_t j = 0; j < lim; ++j) pr[j] = ew::ExpOf(std::min(pr[j] * scale - lse, T(0)));
+  std::fill(pr + lim, pr + nk, T(0));
+}
+
 // Zeroes n rows of w elements, ld apart.
 template <typename T>
 void ZeroRows(T* p, int64_t n, int64_t w, int64_t ld) {
   for (int64_t i = 0; i < n; ++i) std::fill(p + i * ld, p + i * ld + w, T(0));
+}
+
+// The start of one problem's backward: dq, dk, dv zeroed (rows ldq, ldk, ldv apart) and
+// drow_i = D_i = rowsum(dy y) - dlse_i.
+template <typename T>
+void StartBackward(const AttentionDims& g, int64_t ldq, int64_t ldk, int64_t ldv, const T* y, const T* dy,
+                   int64_t ldy, const T* dlse, T* dq, T* dk, T* dv, T* drow) {
+  ZeroRows(dq, g.tq, g.d, ldq);
+  ZeroRows(dk, g.tk, g.d, ldk);
+  ZeroRows(dv, g.tk, g.dv, ldv);
+  for (int64_t i = 0; i < g.tq; ++i) {
+    T acc = 0;
+    for (int64_t c = 0; c < g.dv; ++c) acc += dy[i * ldy + c] * y[i * ldy + c];
+    drow[i] = acc - dlse[i];
+  }
 }
 
 // One problem's gradients into dq, dk, dv (rows as q, k and v), blocks in a fixed order
@@ -109,14 +155,7 @@ void ZeroRows(T* p, int64_t n, int64_t w, int64_t ld) {
 template <typename T>
 void BackwardProblem(const AttentionDims& g, const Rows<T>& r, const T* y, const T* dy, int64_t ldy, const T* lse,
                      const T* dlse, T* dq, T* dk, T* dv, T* p, T* ds, T* drow) {
-  ZeroRows(dq, g.tq, g.d, r.ldq);
-  ZeroRows(dk, g.tk, g.d, r.ldk);
-  ZeroRows(dv, g.tk, g.dv, r.ldv);
-  for (int64_t i = 0; i < g.tq; ++i) {  // D_i = rowsum(dy y) - dlse_i
-    T acc = 0;
-    for (int64_t c = 0; c < g.dv; ++c) acc += dy[i * ldy + c] * y[i * ldy + c];
-    drow[i] = acc - dlse[i];
-  }
+  StartBackward(g, r.ldq, r.ldk, r.ldv, y, dy, ldy, dlse, dq, dk, dv, drow);
   const T scale = T(g.scale);
   for (int64_t i0 = 0; i0 < g.tq; i0 += kBq) {
     const int64_t nq = std::min(kBq, g.tq - i0);
@@ -125,13 +164,7 @@ void BackwardProblem(const AttentionDims& g, const Rows<T>& r, const T* y, const
     for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
       const int64_t nk = std::min(kBk, kend - j0);
       Gemm(false, true, nq, nk, g.d, scale, qi, r.ldq, r.k + j0 * r.ldk, r.ldk, T(0), p, kBk);
-      for (int64_t i = 0; i < nq; ++i) {
-        T* pr = p + i * kBk;
-        const int64_t lim = Visible(g, i0, i, j0, nk);
-        const T l = lse[i0 + i];
-        for (int64_t j = 0; j < lim; ++j) pr[j] = ew::ExpOf(std::min(pr[j] - l, T(0)));
-        std::fill(pr + lim, pr + nk, T(0));
-      }
+      for (int64_t i = 0; i < nq; ++i) ProbabilityRow(p + i * kBk, Visible(g, i0, i, j0, nk), nk, T(1), lse[i0 + i]);
       Gemm(true, false, nk, g.dv, nq, T(1), p, kBk, dyi, ldy, T(1), dv + j0 * r.ldv, r.ldv);
       Gemm(false, true, nq, nk, g.dv, T(1), dyi, ldy, r.v + j0 * r.ldv, r.ldv, T(0), ds, kBk);
       for (int64_t i = 0; i < nq; ++i) {
@@ -161,6 +194,119 @@ void Backward(const AttentionDims& g, const T* q, const T* k, const T* v, const 
   });
 }
 
+// ---------------------------------------------------------------- Note [Attention from a bfloat16 qkv]
+
+using Bf16 = uint16_t;  // a bfloat16's bits
+
+// C (m x n, float32, beta 0 or 1) = op(A) op(B) of bfloat16 blocks on the calling thread.
+void BlockProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Bf16* a, int64_t lda, const Bf16* b,
+                  int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (DnnlMatmulBf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc)) return;
+  auto widen = [](const Bf16* p, int64_t rows, int64_t cols, int64_t ld) {
+    std::vector<float> w(size_t(rows * cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) w[size_t(i * cols + j)] = BFloat16ToFloat(p[i * ld + j]);
+    return w;
+  };
+  const std::vector<float> wa = widen(a, ta ? k : m, ta ? m : k, lda), wb = widen(b, tb ? n : k, tb ? k : n, ldb);
+  Gemm(ta, tb, m, n, k, 1.0f, wa.data(), ta ? m : k, wb.data(), tb ? k : n, beta, c, ldc);
+}
+
+// rows x cols of float32 (ld apart) rounded to bfloat16 (ldo apart), each times `scale`:
+// FloatToBFloat16's rounding (core/half.h) written without a branch, so that the compiler
+// vectorises the loop (the scalar conversion took as long as the block's products).
+void RoundRows(const float* x, int64_t ld, int64_t rows, int64_t cols, float scale, Bf16* o, int64_t ldo) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* xr = x + i * ld;
+    Bf16* orow = o + i * ldo;
+    for (int64_t j = 0; j < cols; ++j) {
+      uint32_t u;
+      const float f = xr[j] * scale;
+      std::memcpy(&u, &f, 4);
+      const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+      orow[j] = Bf16((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+    }
+  }
+}
+
+// Per-thread blocks: scores or probabilities (float32) and their bfloat16 copy.
+struct Bf16Scratch {
+  std::vector<float> s = std::vector<float>(size_t(kBq * kBk)), ds = std::vector<float>(size_t(kBq * kBk));
+  std::vector<Bf16> s16 = std::vector<Bf16>(size_t(kBq * kBk)), ds16 = std::vector<Bf16>(size_t(kBq * kBk));
+  std::vector<Bf16> dy16;
+};
+
+void ForwardRowsBf16(const AttentionDims& g, const Rows<Bf16>& r, float* y, int64_t ldy, float* lse, int64_t i0,
+                     Bf16Scratch& w) {
+  const int64_t nq = std::min(kBq, g.tq - i0);
+  const int64_t kend = g.KeyEnd(i0 + nq - 1);
+  const float scale = float(g.scale);
+  float m[kBq], l[kBq];
+  std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + nq, 0.0f);
+  float* yb = y + i0 * ldy;
+  ZeroRows(yb, nq, g.dv, ldy);
+  for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
+    const int64_t nk = std::min(kBk, kend - j0);
+    BlockProduct(false, true, nq, nk, g.d, r.q + i0 * r.ldq, r.ldq, r.k + j0 * r.ldk, r.ldk, 0.0f, w.s.data(), kBk);
+    for (int64_t i = 0; i < nq; ++i) {
+      float* sr = w.s.data() + i * kBk;
+      for (int64_t j = 0; j < nk; ++j) sr[j] *= scale;
+      OnlineSoftmaxRow(sr, Visible(g, i0, i, j0, nk), nk, m[i], l[i], yb + i * ldy, g.dv);
+    }
+    RoundRows(w.s.data(), kBk, nq, nk, 1.0f, w.s16.data(), kBk);
+    BlockProduct(false, false, nq, g.dv, nk, w.s16.data(), kBk, r.v + j0 * r.ldv, r.ldv, 1.0f, yb, ldy);
+  }
+  FinishRows(yb, ldy, g.dv, nq, m, l, lse + i0);
+}
+
+void ForwardBf16(const AttentionDims& g, const Bf16* q, const Bf16* k, const Bf16* v, float* y, float* lse) {
+  const int64_t blocks = (g.tq + kBq - 1) / kBq;
+  ParallelFor(g.bh * blocks, 1, [&](int64_t t0, int64_t t1) {
+    Bf16Scratch w;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p = t / blocks;
+      ForwardRowsBf16(g, RowsOf(g, p, q, k, v), y + g.y.Offset(p, g.heads), g.y.ld, lse + p * g.tq,
+                      (t % blocks) * kBq, w);
+    }
+  });
+}
+
+// BackwardProblem with a bfloat16 q, k and v (Note [Attention from a bfloat16 qkv]); dq, dk and
+// dv float32, laid out as q, k and v.
+void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const float* y, const float* dy, int64_t ldy,
+                         const float* lse, const float* dlse, float* dq, float* dk, float* dv, Bf16Scratch& w,
+                         float* drow) {
+  StartBackward(g, r.ldq, r.ldk, r.ldv, y, dy, ldy, dlse, dq, dk, dv, drow);
+  const float scale = float(g.scale);
+  w.dy16.resize(size_t(kBq * g.dv));
+  float *p = w.s.data(), *ds = w.ds.data();
+  Bf16 *p16 = w.s16.data(), *ds16 = w.ds16.data(), *dy16 = w.dy16.data();
+  for (int64_t i0 = 0; i0 < g.tq; i0 += kBq) {
+    const int64_t nq = std::min(kBq, g.tq - i0);
+    const int64_t kend = g.KeyEnd(i0 + nq - 1);
+    const Bf16* qi = r.q + i0 * r.ldq;
+    RoundRows(dy + i0 * ldy, ldy, nq, g.dv, 1.0f, dy16, g.dv);
+    for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
+      const int64_t nk = std::min(kBk, kend - j0);
+      BlockProduct(false, true, nq, nk, g.d, qi, r.ldq, r.k + j0 * r.ldk, r.ldk, 0.0f, p, kBk);
+      for (int64_t i = 0; i < nq; ++i) ProbabilityRow(p + i * kBk, Visible(g, i0, i, j0, nk), nk, scale, lse[i0 + i]);
+      RoundRows(p, kBk, nq, nk, 1.0f, p16, kBk);
+      BlockProduct(true, false, nk, g.dv, nq, p16, kBk, dy16, g.dv, 1.0f, dv + j0 * r.ldv, r.ldv);
+      BlockProduct(false, true, nq, nk, g.dv, dy16, g.dv, r.v + j0 * r.ldv, r.ldv, 0.0f, ds, kBk);
+      for (int64_t i = 0; i < nq; ++i) {
+        const float di = drow[i0 + i];
+        float* dr = ds + i * kBk;
+        const float* pr = p + i * kBk;
+        for (int64_t j = 0; j < nk; ++j) dr[j] = pr[j] * (dr[j] - di);
+      }
+      RoundRows(ds, kBk, nq, nk, scale, ds16, kBk);
+      BlockProduct(false, false, nq, g.d, nk, ds16, kBk, r.k + j0 * r.ldk, r.ldk, 1.0f, dq + i0 * r.ldq, r.ldq);
+      BlockProduct(true, false, nk, g.d, nq, ds16, kBk, qi, r.ldq, 1.0f, dk + j0 * r.ldk, r.ldk);
+    }
+  }
+}
+
 // q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv), lse: (..., Tq)
 void AttentionCpu(const OpRecord& op, const KernelContext&) {
   const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
@@ -183,9 +329,16 @@ void AttentionGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T)
+// qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T); a bfloat16 qkv gives float32 results
+// (Note [Attention from a bfloat16 qkv]).
 void AttentionQkvCpu(const OpRecord& op, const KernelContext&) {
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  if (op.inputs[0].dtype() == DType::kBFloat16) {
+    const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
+    const int64_t dim = g.d * g.heads;
+    ForwardBf16(g, qkv, qkv + dim, qkv + 2 * dim, op.outputs[0].data<float>(), op.outputs[1].data<float>());
+    return;
+  }
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv", [&](auto tag) {
     using T = decltype(tag);
     const T* qkv = op.inputs[0].data<T>();
@@ -194,9 +347,28 @@ void AttentionQkvCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D)
+// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D); a bfloat16 qkv with everything else float32
+// (Note [Attention from a bfloat16 qkv]).
 void AttentionQkvGradCpu(const OpRecord& op, const KernelContext&) {
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
+  if (op.inputs[0].dtype() == DType::kBFloat16) {
+    const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
+    float* d = op.outputs[0].data<float>();
+    const int64_t dim = g.d * g.heads;
+    const float *y = op.inputs[1].data<float>(), *lse = op.inputs[2].data<float>(), *dy = op.inputs[3].data<float>(),
+                *dlse = op.inputs[4].data<float>();
+    ParallelFor(g.bh, 1, [&](int64_t p0, int64_t p1) {
+      Bf16Scratch w;
+      std::vector<float> drow(size_t(g.tq));
+      for (int64_t b = p0; b < p1; ++b) {
+        const int64_t oq = g.q.Offset(b, g.heads), ok = g.k.Offset(b, g.heads), ov = g.v.Offset(b, g.heads);
+        const int64_t oy = g.y.Offset(b, g.heads);
+        BackwardProblemBf16(g, RowsOf(g, b, qkv, qkv + dim, qkv + 2 * dim), y + oy, dy + oy, g.y.ld, lse + b * g.tq,
+                            dlse + b * g.tq, d + oq, d + dim + ok, d + 2 * dim + ov, w, drow.data());
+      }
+    });
+    return;
+  }
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv_grad", [&](auto tag) {
     using T = decltype(tag);
     const T* qkv = op.inputs[0].data<T>();
@@ -213,6 +385,16 @@ LOOM_KERNEL(attention, kCPU, AttentionCpu);
 LOOM_KERNEL(attention_grad, kCPU, AttentionGradCpu);
 LOOM_KERNEL(attention_qkv, kCPU, AttentionQkvCpu);
 LOOM_KERNEL(attention_qkv_grad, kCPU, AttentionQkvGradCpu);
+// Note [What a kernel supports]: a float qkv with results of its dtype, or a bfloat16 qkv with
+// float32 results where oneDNN is built in (the bf16 policy lowers attention only where its
+// products have oneDNN's bf16 kernels; without them it would widen every block).
+bool AttentionQkvSupports(const OpRecord& op) {
+  const DType q = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  if (q == DType::kBFloat16) return out == DType::kFloat32 && HaveDnnlGemm();
+  return q == out;
+}
+LOOM_KERNEL_SUPPORTS(attention_qkv, kCPU, AttentionQkvSupports);
+LOOM_KERNEL_SUPPORTS(attention_qkv_grad, kCPU, AttentionQkvSupports);
 
 }  // namespace cpu
 }  // namespace loom
