@@ -62,10 +62,10 @@ PassResult LowerToFp16(OpList list, const PassContext&) {
 }  // namespace
 
 LOOM_PASS(PassDef{"autocast_bf16", 5, kAllDevices, false, LowerToBf16,
-                  "float32 matmuls, and convolutions and their gradients where the device has bf16 ones, computed from "
-                  "bfloat16 operands with float32 results, each operand cast once while unwritten (Note [Precision "
-                  "policy]); off unless the precision is bf16",
-                  {{"lowered_products", "the matmuls and convolutions computed from bfloat16 operands"},
+                  "float32 matmuls, and convolutions, their gradients and attention over a packed qkv where the device "
+                  "has bf16 ones, computed from bfloat16 operands with float32 results, each operand cast once while "
+                  "unwritten (Note [Precision policy]); off unless the precision is bf16",
+                  {{"lowered_products", "the matmuls, convolutions and attentions computed from bfloat16 operands"},
                    {"bf16_casts", "the casts to bfloat16 the pass made"}}});
 // After autocast_bf16: with both on, bf16 has lowered every product and this one finds none.
 LOOM_PASS(PassDef{"autocast_fp16", 6, kAllDevices, false, LowerToFp16,

@@ -7,7 +7,8 @@
 
 Inside the scope (per thread) every float32 matmul, forward and backward, runs on its operands
 rounded to bfloat16 ("bf16") or float16 ("fp16"), with float32 products, sums and result (at
-bf16 the convolutions and their gradients too, where the device has bf16 ones: the CPU's oneDNN);
+bf16 the convolutions and their gradients too, where the device has bf16 ones: the CPU's oneDNN,
+cuDNN on CUDA; and attention over a packed qkv, forward and gradient, on the CPU);
 everything else (element-wise ops, reductions, softmax, the loss, normalisation, the optimizer
 and the float32 master weights) stays float32. A graph captured inside the scope replays exactly
 what eager execution runs.
