@@ -76,13 +76,7 @@ int64_t CheckQkv(const char* op, const TensorMeta& qkv, const Attrs& a) {
 // gradient): qkv's, or float32 for a bfloat16 qkv, which needs out_dtype float32 (Note [Precision
 // policy] in core/autocast.h: what the bf16 policy lowers a float32 attention_qkv to).
 DType QkvResultDType(const char* op, const TensorMeta& qkv, const Attrs& a) {
-  const bool bf16 = qkv.dtype == DType::kBFloat16;
-  const DType out = bf16 ? DType::kFloat32 : qkv.dtype;
-  const int64_t o = a.Int("out_dtype", bf16 ? -1 : int64_t(qkv.dtype));
-  LOOM_CHECK(o == int64_t(out), DTypeError, "[", op, "] ", Name(qkv.dtype), " qkv needs out_dtype ", Name(out), " (",
-             int64_t(out), "), got ", o,
-             bf16 ? ": attention is computed and kept in float32" : ": only a bfloat16 qkv changes dtype");
-  return out;
+  return LoweredResultDType(op, qkv.dtype, a, {DType::kBFloat16}, "attention");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Helpers for op declarations (shape inference and checks shared by several ops).
 #pragma once
 
+#include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,24 @@ inline void CheckFloat(const std::string& op, const TensorMeta& m, const char* w
 
 inline void CheckSameDType(const std::string& op, const TensorMeta& a, const TensorMeta& b) {
   LOOM_CHECK(a.dtype == b.dtype, DTypeError, "[", op, "] dtypes differ: ", Name(a.dtype), " and ", Name(b.dtype));
+}
+
+// The result dtype of an op whose 16-bit operands give float32 results (Note [Precision policy]
+// in core/autocast.h: what the policy lowers a float32 op to): for operands of a dtype in
+// `lowered` (bfloat16, and float16 for the matmul) out_dtype must say float32; for any other it
+// is absent or the operands' own dtype. `what` names what is computed, for the message.
+inline DType LoweredResultDType(const std::string& op, DType operands, const Attrs& a,
+                                std::initializer_list<DType> lowered, const char* what) {
+  const bool half = std::find(lowered.begin(), lowered.end(), operands) != lowered.end();
+  const int64_t o = a.Int("out_dtype", half ? -1 : int64_t(operands));
+  if (half) {
+    LOOM_CHECK(o == int64_t(DType::kFloat32), DTypeError, "[", op, "] ", Name(operands), " operands need out_dtype ",
+               "float32 (", int64_t(DType::kFloat32), "), got ", o, ": ", what, " is computed and kept in float32");
+    return DType::kFloat32;
+  }
+  LOOM_CHECK(o == int64_t(operands), DTypeError, "[", op, "] out_dtype ", o, " differs from the operands' ",
+             Name(operands), ": only 16-bit operands lowered by the precision policy change dtype");
+  return operands;
 }
 
 // One float input, one output of the same shape and dtype.

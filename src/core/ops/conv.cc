@@ -88,14 +88,8 @@ void CheckGradShape(const char* op, const Shape& dy, const Shape& want) {
 // bfloat16 operands, which need out_dtype float32 (Note [Precision policy] in core/autocast.h:
 // what the bf16 policy lowers a float32 convolution or gradient to).
 DType ConvResultDType(const char* op, const TensorMeta& a, const TensorMeta& b, const Attrs& attrs) {
-  const bool bf16 = a.dtype == DType::kBFloat16;
   CheckSameDType(op, a, b);
-  const int64_t o = attrs.Int("out_dtype", bf16 ? -1 : int64_t(a.dtype));
-  const DType out_dtype = bf16 ? DType::kFloat32 : a.dtype;
-  LOOM_CHECK(o == int64_t(out_dtype), DTypeError, "[", op, "] ", Name(a.dtype), " operands need out_dtype ",
-             Name(out_dtype), " (", int64_t(out_dtype), "), got ", o,
-             bf16 ? ": the convolution is computed and kept in float32" : ": only bfloat16 operands change dtype");
-  return out_dtype;
+  return LoweredResultDType(op, a.dtype, attrs, {DType::kBFloat16}, "the convolution");
 }
 
 }  // namespace

@@ -90,17 +90,8 @@ LOOM_OP(matmul) {
       CheckFloat("matmul", in[1], "rhs");
     }
     CheckSameDType("matmul", in[0], in[1]);
-    DType out_dtype = in[0].dtype;
-    if (half) {
-      const int64_t o = attrs.Int("out_dtype", -1);
-      LOOM_CHECK(o == int64_t(DType::kFloat32), DTypeError, "[matmul] ", Name(in[0].dtype), " operands need out_dtype ",
-                 "float32 (", int64_t(DType::kFloat32), "), got ", o, ": the product is computed and kept in float32");
-      out_dtype = DType::kFloat32;
-    } else {
-      const int64_t o = attrs.Int("out_dtype", int64_t(in[0].dtype));
-      LOOM_CHECK(o == int64_t(in[0].dtype), DTypeError, "[matmul] out_dtype ", o, " differs from the operands' ",
-                 Name(in[0].dtype), ": only bfloat16 and float16 operands change dtype");
-    }
+    const DType out_dtype =
+        LoweredResultDType("matmul", in[0].dtype, attrs, {DType::kBFloat16, DType::kFloat16}, "the product");
     MatMulDims d = InferMatMulDims(in[0], in[1], attrs);
     Shape out = attrs.Int("sum_batch", 0) ? Shape{} : d.batch;
     out.push_back(d.m);

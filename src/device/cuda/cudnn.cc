@@ -263,10 +263,10 @@ size_t LowResultBytes(DType operands, const Tensor& out) {
   return operands == out.dtype() ? 0 : (size_t(out.numel()) * SizeOf(operands) + 255) / 256 * 256;
 }
 
-// Measures p unless padded, measured or not allowed (Note [Measured algorithms]); `out` is the
-// pass's output, replaced by a temporary buffer of `low_bytes` when cuDNN writes a bfloat16 copy
-// of it (Note [bfloat16 convolutions on cuDNN]). in0 and in1: the pass's inputs as cuDNN's find
-// call takes them, in the order of the kind (x, w, y with `out` among them).
+// Measures p unless padded, measured or not allowed (Note [Measured algorithms]) on x, w and y
+// as cuDNN sees them; the pass's output among them (y forward, x for the input gradient, w for
+// the weight's) is replaced by a temporary buffer of `low_bytes` when cuDNN writes a bfloat16
+// copy of it (Note [bfloat16 convolutions on cuDNN]).
 void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, const void* x, const void* w,
                      const void* y);
 void MaybeMeasure(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, bool padded, size_t low_bytes,
