@@ -3,9 +3,8 @@
 // the checks on sizes, and cross-entropy's one copy of the logits in the plan.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "core/autocast.h"
+#include "common/gpt.h"
 #include "common/harness.h"
 #include "graph/graph.h"
 #include "nn/model.h"
@@ -15,62 +14,11 @@ namespace loom {
 namespace test {
 namespace {
 
-nn::GptConfig Tiny() {
-  nn::GptConfig c;
-  c.vocab = 40;
-  c.context = 16;
-  c.layers = 2;
-  c.dim = 32;
-  c.heads = 4;
-  return c;
-}
-
-// Sequences where the next token is (3 t + 1) mod vocab three times in four: (tokens (B, T),
-// targets (B T)).
-std::pair<Tensor, Tensor> Batch(int64_t b, int64_t t, int64_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int32_t> seq(size_t(b * (t + 1)));
-  for (int64_t i = 0; i < b; ++i) {
-    seq[size_t(i * (t + 1))] = int32_t(gen() % uint32_t(vocab));
-    for (int64_t j = 1; j <= t; ++j) {
-      const int32_t prev = seq[size_t(i * (t + 1) + j - 1)];
-      seq[size_t(i * (t + 1) + j)] = gen() % 4 ? int32_t((3 * prev + 1) % vocab) : int32_t(gen() % uint32_t(vocab));
-    }
-  }
-  std::vector<int32_t> x, y;
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t j = 0; j < t; ++j) {
-      x.push_back(seq[size_t(i * (t + 1) + j)]);
-      y.push_back(seq[size_t(i * (t + 1) + j + 1)]);
-    }
-  return {ops::FromVector(x, {b, t}, CpuDevice()), ops::FromVector(y, {b * t}, CpuDevice())};
-}
-
-struct GptRun {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> params;
-  std::shared_ptr<Graph> graph;
-};
-
+nn::GptConfig Tiny() { return TinyGpt(); }
+std::pair<Tensor, Tensor> Batch(int64_t b, int64_t t, int64_t vocab, uint32_t seed) { return GptBatch(b, t, vocab, seed); }
 GptRun Train(bool graph, int steps, const GraphOptions& o = {}, int64_t micro = 1,
              Precision precision = Precision::kFloat32) {
-  CpuDevice()->SetRandSeed(11);
-  auto gpt = std::make_shared<nn::Gpt>(Tiny());
-  auto adam = std::make_shared<nn::Adam>(3e-3, 0.9, 0.95, 1e-8, 0.1, true);
-  adam->set_decay_on(nn::Adam::DecayOn::kMatrices);
-  nn::Model m(gpt, adam);
-  m.set_micro_batches(micro);
-  m.set_precision(precision);
-  auto first = Batch(4, 16, 40, 1);
-  m.Compile({first.first}, true, graph, true, o);
-  GptRun r;
-  for (int s = 0; s < steps; ++s) {
-    auto b = Batch(4, 16, 40, uint32_t(s + 1));
-    r.losses.push_back(m.TrainOneBatch(b.first, b.second).loss.Item());
-  }
-  for (auto& p : m.Params()) r.params.push_back(p.second.ToVector<float>());
-  if (graph) r.graph = m.train_graph();
-  return r;
+  return TrainTinyGpt(CpuDevice(), graph, steps, o, micro, precision);
 }
 
 TEST(Gpt, GraphStepEqualsEagerBitwiseAndLearns) {
