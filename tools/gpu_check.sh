@@ -27,7 +27,8 @@
 #                with LOOM_GPU_PARTS=compare: each torch.compile of ResNet-50 takes a minute)
 # Not in the default set (a second call, LOOM_GPU_PARTS=precision,compare-bf16, about 5 minutes):
 #   precision    loom-bench on cuda in bf16 and fp16 (ResNet-50 b32, the GPT), planned and CUDA-graph
-#                replay; a per-op trace of one bf16 replay of each (timeline-*-bf16/trace.json);
+#                replay; GPT-2 124M (b8 x 1024) in bf16, and the small GPT with LOOM_CUDNN_ATTENTION=0;
+#                a per-op trace of one bf16 replay of each (timeline-*-bf16/trace.json);
 #                tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
 #                bf16 and fp16: held-out top-1 and loss curves; issue 31's accuracy target)
 #   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +83,7 @@ cuda_lib_dirs() {  # the folders holding CUDA's libraries: the toolkit, /opt, Py
   site="$("$PY" -c 'import nvidia, os; print(" ".join(os.path.dirname(p) for p in nvidia.__path__))' 2>/dev/null)" &&
     roots+=($site)
   local lib
-  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2 libnvrtc.so.13; do
     find "${roots[@]}" -name "$lib" \( -type f -o -type l \) 2>/dev/null | head -n 1 | xargs -r dirname
   done | awk '!seen[$0]++' | paste -sd: -
 }
@@ -184,6 +185,14 @@ part_precision() {
         --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
     done
   done
+  # Issue 32's GPU model, GPT-2 124M at batch 8 x 1024 in bf16 (attention on cuDNN, Note
+  # [Attention on cuDNN]), and the small GPT's bf16 step with cuDNN's attention refused, for the
+  # difference it makes (one JSON line each).
+  "$BUILD/loom-bench" --device cuda --model gpt --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 \
+    --vocab 50304 --batch 8 --optimizer adam --precision bf16 --steps 10 --warmup 3 --rounds 1 --mode cuda-graph \
+    --json >>"$DEST/precision.jsonl" || rc=1
+  LOOM_CUDNN_ATTENTION=0 "$BUILD/loom-bench" --device cuda --model gpt --batch 8 --optimizer adam --precision bf16 \
+    --steps "$STEPS" --warmup 3 --rounds 2 --mode cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
   # Where a bf16 step's time goes, op by op (a Chrome trace of one planned replay, trace.json).
   for m in "resnet50 32" "gpt 8 --optimizer adam"; do
     set -- $m

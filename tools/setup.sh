@@ -210,6 +210,37 @@ setup_onnxruntime() {
 }
 [ "$MODE" = full ] && setup_onnxruntime
 
+# ---- cudnn-frontend: the headers of cuDNN's graph API, for CUDA builds ----
+# NVIDIA's header-only C++ library (MIT), which cuDNN's fused attention is built through (Note
+# [Attention on cuDNN] in src/device/cuda/cudnn_attention.h). Not in Debian: its pinned PyPI wheel
+# (cached in LOOM_CACHE_DIR like the others) ships the headers; only include/ is unpacked, into
+# $CACHE/cudnn-frontend-VERSION/include, where cmake/LoomCuda.cmake looks. Only where a CUDA
+# toolkit is (nvcc on PATH or in /usr/local/cuda): nothing else uses it.
+CUDNN_FE_VERSION=1.32.0  # the same in cmake/LoomCuda.cmake
+CUDNN_FE_WHEEL=nvidia_cudnn_frontend-1.32.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+CUDNN_FE_WHEEL_SHA256=c6006556017a4d1c914c52a556c71b1267f2d6a0500f742e7b4edef539878df0
+setup_cudnn_frontend() {
+  local out="$CACHE/cudnn-frontend-$CUDNN_FE_VERSION"
+  if [ -f "$out/include/cudnn_frontend.h" ]; then
+    say "cudnn-frontend: $CUDNN_FE_VERSION headers ready ($out/include)"
+    return 0
+  fi
+  if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    say "cudnn-frontend: skipped (no CUDA toolkit: the CPU build does not use it)"
+    return 0
+  fi
+  fetch_pypi "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" "$CUDNN_FE_WHEEL" "$CUDNN_FE_WHEEL_SHA256" cudnn-frontend
+  rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+  /usr/bin/python3 - "$CACHE/$CUDNN_FE_WHEEL" "$out.tmp" <<'PY' || die "could not unpack the headers of $CUDNN_FE_WHEEL"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/")])
+PY
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  say "cudnn-frontend: $CUDNN_FE_VERSION headers unpacked into $out/include"
+}
+setup_cudnn_frontend
+
 # ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
 # again after packages were installed, so that CMake finds them: MPI, say) ----
 # The demo's configuration leaves out the tests and the Python module; a full set-up after it

@@ -11,7 +11,8 @@
 // convolutions; on CUDA, cuDNN's, Note [bfloat16 convolutions on cuDNN]; not at fp16); and at bf16
 // attention over a packed qkv, forward and gradient (`attention_qkv`, `attention_qkv_grad`: qkv
 // cast, everything else float32; the CPU's kernels, Note [Attention from a bfloat16 qkv] in
-// device/cpu/kernels/attention.cc; not yet on CUDA). In a graph the gradient reads the
+// device/cpu/kernels/attention.cc; CUDA's, cuDNN's fused attention where cuDNN takes the shape,
+// Note [Attention on cuDNN] in device/cuda/cudnn_attention.h). In a graph the gradient reads the
 // forward's bfloat16 qkv, so the float32 qkv dies in the forward. Everything
 // else stays float32: the element-wise ops, reductions, softmax, the loss, normalisation
 // statistics, the optimizer update and the weights themselves (the master copy; their bfloat16

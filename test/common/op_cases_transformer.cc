@@ -81,10 +81,11 @@ void AddAttentionQkv(Table& t) {
   // the forward, 1e-2 on the gradient (measured: the gradient's worst elements are about 4e-3
   // off, the forward's within 2e-3).
   for (const Packed& s : {Packed{{2, 5, 12}, 2, 1, false}, Packed{{1, 70, 6}, 2, 1, false},
-                          Packed{{1, 66, 12}, 4, 0, false}, Packed{{2, 130, 48}, 2, 1, false}}) {
+                          Packed{{1, 66, 12}, 4, 0, false}}) {
     const Attrs a = Attrs{{"heads", s.heads}, {"causal", s.causal}, {"scale", 0.0}}.Set("out_dtype", int64_t(kF32));
     const std::string variant = WithAttrs("qkv " + S(s.qkv), a) + " -> float32";
-    const char* why = "no bfloat16 attention on CUDA yet: the policy keeps attention float32 there";
+    const char* why = "head widths cuDNN's fused attention does not take (a multiple of 8) or a nonzero dlse: "
+                      "the policy keeps attention float32 on CUDA for them";
     OpCase& c = t.Add("attention_qkv", variant, DType::kBFloat16, ref::AttentionQkv).In(Uniform(s.qkv, -2, 2));
     c.NoGrad("an attention of a bfloat16 qkv is not differentiated (Note [Precision policy])").CpuOnly(why);
     c.attrs = a;
@@ -94,6 +95,26 @@ void AddAttentionQkv(Table& t) {
     g.In(OutputOf("attention_qkv", {0}, a, 0)).In(OutputOf("attention_qkv", {0}, a, 1));
     g.In(Uniform(y).As(kF32)).In(Uniform(lse, -0.5, 0.5).As(kF32)).CpuOnly(why);
     g.attrs = a;
+    g.Tol(1e-2, 1e-2);
+  }
+  // The records cuDNN's fused attention takes (Note [Attention on cuDNN]): head widths that are
+  // multiples of 8, and the gradient's dlse zeros that it knows are zeros (zero_dlse, as
+  // attention_qkv's backward makes them). Also run on CUDA, against the CPU within twice these
+  // tolerances: cuDNN rounds y and dqkv to bfloat16 once more (relative 2^-9).
+  for (const Packed& s : {Packed{{2, 130, 48}, 2, 1, false}, Packed{{2, 64, 384}, 2, 0, false},
+                          Packed{{1, 100, 192}, 1, 1, false}}) {
+    const Attrs a = Attrs{{"heads", s.heads}, {"causal", s.causal}, {"scale", 0.0}}.Set("out_dtype", int64_t(kF32));
+    const std::string variant = WithAttrs("qkv " + S(s.qkv), a) + " -> float32";
+    OpCase& c = t.Add("attention_qkv", variant, DType::kBFloat16, ref::AttentionQkv).In(Uniform(s.qkv, -2, 2));
+    c.NoGrad("an attention of a bfloat16 qkv is not differentiated (Note [Precision policy])");
+    c.attrs = a;
+    c.Tol(5e-3, 5e-3);
+    const Shape y{s.qkv[0], s.qkv[1], s.qkv[2] / 3}, lse{s.qkv[0], s.heads, s.qkv[1]};
+    OpCase& g = t.Add("attention_qkv_grad", variant + " zero_dlse", DType::kBFloat16, ref::AttentionQkvGrad)
+                    .In(Uniform(s.qkv, -2, 2));
+    g.In(OutputOf("attention_qkv", {0}, a, 0)).In(OutputOf("attention_qkv", {0}, a, 1));
+    g.In(Uniform(y).As(kF32)).In(Values(lse, std::vector<double>(size_t(NumElements(lse)), 0.0), kF32));
+    g.attrs = Attrs(a).Set("zero_dlse", int64_t(1));
     g.Tol(1e-2, 1e-2);
   }
 }

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "common/cnn.h"
+#include "common/gpt.h"
 #include "common/graph_capture.h"
 #include "common/harness.h"
 #include "common/mlp.h"
@@ -182,6 +183,33 @@ TEST_F(CudaGraphTest, Bf16ConvolutionsOnCudnnGraphEqualsEagerAndTracksTheCpu) {
       ASSERT_NEAR(graph[i][k], cpu[i][k], 0.05 * std::abs(cpu[i][k]) + 2e-3) << "param " << i << " element " << k;
   }
   EXPECT_TRUE(differs) << "bf16 trained to float32's bits: nothing was lowered";
+}
+
+// Note [Attention on cuDNN]: at bf16 the policy lowers the GPT's attention on CUDA too, to
+// cuDNN's fused attention (forward and gradient of every layer, the gradient reading the
+// forward's bfloat16 qkv); eager steps and the graph (serial and device-graph replay) give the
+// same bits, and the run tracks the CPU's bf16 run (whose kernel keeps y and dqkv in float32).
+TEST_F(CudaGraphTest, Bf16AttentionOnCudnnGraphEqualsEagerAndTracksTheCpu) {
+  GraphOptions device_graph;
+  device_graph.device_graph = true;
+  const GptRun eager = TrainTinyGpt(dev_, false, 12, {}, 1, Precision::kBFloat16);
+  const GptRun graph = TrainTinyGpt(dev_, true, 12, {}, 1, Precision::kBFloat16);
+  const GptRun replayed = TrainTinyGpt(dev_, true, 12, device_graph, 1, Precision::kBFloat16);
+  const GptRun cpu = TrainTinyGpt(CpuDevice(), true, 12, {}, 1, Precision::kBFloat16);
+  int forward = 0, backward = 0;
+  for (const OpRecord& op : graph.graph->ops().ops) {
+    if (op.name() == "attention_qkv") forward += op.inputs[0].dtype() == DType::kBFloat16;
+    if (op.name() == "attention_qkv_grad") backward += op.inputs[0].dtype() == DType::kBFloat16;
+  }
+  EXPECT_EQ(forward, 2) << "cuDNN refused the tiny GPT's attention (LOOM_DEBUG=1 prints why)";
+  EXPECT_EQ(backward, 2);
+  EXPECT_EQ(eager.losses, graph.losses);
+  EXPECT_EQ(eager.params, graph.params);
+  EXPECT_EQ(graph.losses, replayed.losses);
+  EXPECT_EQ(graph.params, replayed.params);
+  ASSERT_EQ(graph.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i) EXPECT_NEAR(graph.losses[i], cpu.losses[i], 0.02 * cpu.losses[i]);
+  EXPECT_LT(graph.losses.back(), graph.losses.front() - 0.3) << "the chain is learnable";
 }
 
 TEST(DeviceGraphContract, CpuRefusesDeviceGraphs) {

@@ -5,10 +5,14 @@
 
 #include "core/autocast.h"
 #include "common/gpt.h"
+#include "common/graph_capture.h"
 #include "common/harness.h"
 #include "graph/graph.h"
 #include "nn/model.h"
 #include "nn/transformer.h"
+
+LOOM_OP_KIND(attention_qkv);
+LOOM_OP_KIND(attention_qkv_grad);
 
 namespace loom {
 namespace test {
@@ -97,6 +101,43 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
   EXPECT_EQ(grad_qkv, forward_qkv);
   GptRun bf16_one = Train(true, 1, {}, 1, Precision::kBFloat16), f32_one = Train(true, 1);
   EXPECT_LT(bf16_one.graph->stats().arena_bytes, f32_one.graph->stats().arena_bytes);
+}
+
+// Note [Attention on cuDNN]: attention_qkv's backward tells its gradient op when dlse holds the
+// zeros it made (no gradient reached lse), which a kernel without a dlse term relies on; with a
+// gradient through lse it does not, and the CPU's gradient then differs by lse's term.
+TEST(Attention, TheGradientSaysWhenItsDlseIsZeros) {
+  auto dev = CpuDevice();
+  std::vector<std::vector<float>> grads;
+  for (bool through_lse : {false, true}) {
+    Tensor qkv = RandomTensor({2, 5, 48}, DType::kFloat32, 3, -1, 1, dev);
+    qkv.set_requires_grad(true);
+    CapturedGraph g(dev, "attention");
+    Tensor dqkv = g.Capture([&] {
+      std::vector<Tensor> o =
+          Call(op_kind::attention_qkv, {qkv}, Attrs{{"heads", int64_t(2)}, {"causal", int64_t(1)}, {"scale", 0.0}});
+      Tensor loss = ops::Sum(o[0]);
+      if (through_lse) loss = ops::Add(loss, ops::Sum(o[1]));
+      return Backward(loss).at(0).second;
+    });
+    g.Replay();
+    int seen = 0;
+    int64_t zero_dlse = -1;
+    for (const OpRecord& op : g.graph().ops().ops)
+      if (op.def == &op_kind::attention_qkv_grad) {
+        ++seen;
+        zero_dlse = op.attrs.Int("zero_dlse", 0);
+      }
+    EXPECT_EQ(seen, 1) << through_lse;
+    EXPECT_EQ(zero_dlse, through_lse ? 0 : 1) << through_lse;
+    grads.push_back(dqkv.ToVector<float>());
+  }
+  EXPECT_NE(grads[0], grads[1]) << "lse's gradient term changed nothing";
+  Tensor qkv = RandomTensor({2, 5, 48}, DType::kFloat32, 3, -1, 1, dev);
+  std::vector<Tensor> o = Call(op_kind::attention_qkv, {qkv}, Attrs{{"heads", int64_t(2)}});
+  LOOM_EXPECT_THROW_MSG(Call(op_kind::attention_qkv_grad, {qkv, o[0], o[1], o[0], o[1]},
+                             Attrs{{"heads", int64_t(2)}, {"zero_dlse", int64_t(2)}}),
+                        ValueError, "[attention_qkv_grad] zero_dlse must be 0 or 1, got 2");
 }
 
 TEST(Gpt, RejectsBadSizes) {

@@ -85,8 +85,10 @@ TEST(CudaKernels, ConvolutionsTakeTheBf16PolicysRecordsAndNoOtherMix) {
     EXPECT_FALSE(supports(record(op, f16, f16, f32))) << op << ": no float16 convolution on cuDNN here";
     EXPECT_FALSE(supports(record(op, f32, f32, f64))) << op;
   }
-  // Attention over a packed qkv: no bfloat16 qkv on CUDA yet, so the policy keeps it float32 there
-  // (Note [Attention from a bfloat16 qkv] is the CPU's).
+  // Attention over a packed qkv: a bfloat16 qkv runs on cuDNN's fused attention only where cuDNN
+  // itself accepts the problem, asked on the record's CUDA device (Note [Attention on cuDNN]); a
+  // record whose tensors are on no CUDA device, as here, is refused, and the policy keeps the
+  // attention float32. cuda_graph_test.cc checks the accepted records on a GPU.
   for (const char* op : {"attention_qkv", "attention_qkv_grad"}) {
     const auto supports = GetOp(op).supports[int(DeviceType::kCUDA)];
     ASSERT_NE(supports, nullptr) << op;

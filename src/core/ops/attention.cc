@@ -147,18 +147,26 @@ LOOM_OP(attention_qkv) {
                "[attention_qkv] an attention of a bfloat16 qkv is not differentiated (Note [Precision policy]: the "
                "policy lowers the float32 op and its gradient, never differentiates the lowered one)");
     const std::vector<Tensor> o = OutputsAndGrads(a);
-    return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], o[0], o[1], o[2], o[3]}, a.attrs)};
+    Attrs attrs = a.attrs;
+    attrs.Bind(op_kind::attention_qkv_grad);
+    if (!a.grad_outputs[1].defined()) attrs.Set("zero_dlse", int64_t(1));  // dlse: the zeros OutputsAndGrads made
+    return std::vector<Tensor>{Call1(op_kind::attention_qkv_grad, {a.inputs[0], o[0], o[1], o[2], o[3]}, attrs)};
   };
 }
 
 // (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D), laid out as qkv. With a bfloat16 qkv and
 // out_dtype float32 (the bf16 policy's record): y, lse, dy, dlse and dqkv float32.
+// zero_dlse (optional, 0 or 1): 1 says dlse holds zeros (no gradient reached lse, the usual case:
+// attention_qkv's backward sets it when it made those zeros), so a kernel may leave the dlse term
+// out (cuDNN's fused attention has none: Note [Attention on cuDNN] in device/cuda/cudnn_attention.h).
 LOOM_OP(attention_qkv_grad) {
   def.internal = "backward of attention_qkv";
-  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}, {"out_dtype", kInt}};
+  def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}, {"out_dtype", kInt}, {"zero_dlse", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "attention_qkv_grad";
     CheckArity(op, in, 5);
+    const int64_t zero_dlse = a.Int("zero_dlse", 0);
+    LOOM_CHECK(zero_dlse == 0 || zero_dlse == 1, ValueError, "[", op, "] zero_dlse must be 0 or 1, got ", zero_dlse);
     const int64_t dim = CheckQkv(op, in[0], a);
     const DType out = QkvResultDType(op, in[0], a);
     const Shape& s = in[0].shape;

@@ -4,9 +4,11 @@
 // softmax (forward) or the probabilities recomputed from the saved log-sum-exp (backward).
 // Every sum runs in a fixed order, so results do not vary from run to run, and no kernel needs
 // atomics. A lane holds the row's elements lane, lane + 32, ... (head widths up to
-// 32 * kChunks). These are straightforward kernels, not tensor-core ones (FlashAttention's tiles
-// or cuDNN's fused attention are the fast path still to come).
+// 32 * kChunks). These are straightforward kernels, not tensor-core ones: they run the float32
+// and float64 records. The bf16 policy's records (a bfloat16 qkv) run on cuDNN's fused attention
+// (Note [Attention on cuDNN] in cudnn_attention.h).
 #include "device/cuda/common.cuh"
+#include "device/cuda/cudnn_attention.h"
 
 namespace loom {
 namespace cuda {
@@ -199,13 +201,16 @@ bool AttentionCudaSupports(const OpRecord& op) {
   const AttentionDims g = MakeAttentionDims(op.attrs, op.inputs[0].shape(), op.inputs[2].shape());
   return g.d <= 32 * kChunks && g.dv <= 32 * kChunks;
 }
-// Note [What a kernel supports]: head widths the lanes hold, and a qkv of the results' dtype: no
-// bfloat16 qkv (the bf16 policy's record, Note [Precision policy]) on CUDA yet, so the policy
-// keeps attention float32 here.
-bool AttentionQkvCudaSupports(const OpRecord& op) {
+// Note [What a kernel supports]: head widths the lanes hold, and a qkv of the results' dtype; a
+// bfloat16 qkv (the bf16 policy's record, Note [Precision policy]) where cuDNN's fused attention
+// takes it (Note [Attention on cuDNN]), else the policy keeps attention float32 here.
+bool QkvSupports(const OpRecord& op, bool grad) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return CudnnAttentionSupports(op, grad);
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
   return g.d <= 32 * kChunks && op.inputs[0].dtype() == op.outputs[0].dtype();
 }
+bool AttentionQkvCudaSupports(const OpRecord& op) { return QkvSupports(op, false); }
+bool AttentionQkvGradCudaSupports(const OpRecord& op) { return QkvSupports(op, true); }
 
 // q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv), lse: (..., Tq)
 void AttentionCuda(const OpRecord& op, const KernelContext& ctx) {
@@ -233,6 +238,7 @@ void AttentionGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T)
 void AttentionQkvCuda(const OpRecord& op, const KernelContext& ctx) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return CudnnAttentionQkv(op, ctx);
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
   CheckWidths(g, "attention_qkv");
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv", [&](auto tag) {
@@ -245,6 +251,7 @@ void AttentionQkvCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D)
 void AttentionQkvGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return CudnnAttentionQkvGrad(op, ctx);
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
   CheckWidths(g, "attention_qkv_grad");
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv_grad", [&](auto tag) {
@@ -262,6 +269,7 @@ size_t AttentionGradScratch(const OpRecord& op) {
   return size_t(g.bh * g.tq) * SizeOf(op.inputs[0].dtype());
 }
 size_t AttentionQkvGradScratch(const OpRecord& op) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return 0;  // cuDNN's: the device's workspace
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
   return size_t(g.bh * g.tq) * SizeOf(op.inputs[0].dtype());
 }
@@ -276,7 +284,7 @@ LOOM_KERNEL_SCRATCH(attention_grad, kCUDA, AttentionGradScratch);
 LOOM_KERNEL(attention_qkv, kCUDA, AttentionQkvCuda);
 LOOM_KERNEL_SUPPORTS(attention_qkv, kCUDA, AttentionQkvCudaSupports);
 LOOM_KERNEL(attention_qkv_grad, kCUDA, AttentionQkvGradCuda);
-LOOM_KERNEL_SUPPORTS(attention_qkv_grad, kCUDA, AttentionQkvCudaSupports);
+LOOM_KERNEL_SUPPORTS(attention_qkv_grad, kCUDA, AttentionQkvGradCudaSupports);
 LOOM_KERNEL_SCRATCH(attention_qkv_grad, kCUDA, AttentionQkvGradScratch);
 
 }  // namespace cuda
