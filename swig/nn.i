@@ -298,7 +298,8 @@ class PyStep {
 // before the next call.
 %ignore loom::nn::Model::StepResult;
 %typemap(out) loom::nn::Model::StepResult {
-  PyObject* out = loom_py::WrapTensor($1.output);
+  // None for the output of a model that keeps none (Note [A step that keeps no output]).
+  PyObject* out = $1.output.defined() ? loom_py::WrapTensor($1.output) : (Py_INCREF(Py_None), Py_None);
   PyObject* loss = loom_py::WrapTensor($1.loss);
   $result = out && loss ? PyTuple_Pack(2, out, loss) : nullptr;
   Py_XDECREF(out);

@@ -807,6 +807,9 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   }
   s.model = std::make_unique<nn::Model>(net, opt);
   s.model->set_precision(f.precision);
+  // A loop that reads only the loss, as the peers' steps: the output (a language model's
+  // logits) stays in the plan (Note [A step that keeps no output]).
+  s.model->set_keep_output(false);
   Shape xs = {s.shard.rows};
   xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
   s.x = ops::Empty(xs, spec.lm ? DType::kInt32 : DType::kFloat32, dev);

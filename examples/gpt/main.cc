@@ -173,6 +173,7 @@ int Train(const Flags& f) {
   }
   nn::Model model(gpt, adamw);
   model.set_precision(loom::PrecisionFromName(f.precision));
+  model.set_keep_output(false);  // the loop reads only the loss: the logits stay in the memory plan
   auto [x0, y0] = corpus.Batch(io::TextSplit::kTrain, f.batch, f.context, uint64_t(f.seed), 0, dev);
   model.Compile({x0}, /*is_train=*/true, /*use_graph=*/f.graph);
   int64_t params = 0;

@@ -79,6 +79,12 @@ void Model::set_micro_batches(int64_t n) {
   micro_batches_ = n;
 }
 
+void Model::set_keep_output(bool on) {
+  LOOM_CHECK(!train_step_ || on == keep_output_, GraphError, "[Model] set_keep_output(", on ? "true" : "false",
+             ") after the first graph step: the graph keeps what it captured (Note [A step that keeps no output])");
+  keep_output_ = on;
+}
+
 // Note [Micro-batches in one step] (model.h)
 std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
   const int64_t n = micro_batches_, bx = in[0].dim(0), by = in[1].dim(0);
@@ -109,7 +115,9 @@ std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
   }
   opt_->StepKeyed(sums, /*key_by_name=*/true);
   NoGradGuard no_grad;
-  return {out.Detach(), ops::MulScalar(loss, 1.0 / double(n))};
+  Tensor mean = ops::MulScalar(loss, 1.0 / double(n));
+  if (!keep_output_) return {mean};  // Note [A step that keeps no output]
+  return {out.Detach(), mean};
 }
 
 std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
@@ -120,6 +128,7 @@ std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
   // step's peak is the activations plus one layer's gradients, not all of them (unless the
   // optimizer clips by global norm, which needs them all: Optimizer::BackwardAndUpdate).
   opt_->BackwardAndUpdate(loss);
+  if (!keep_output_) return {loss.Detach()};  // Note [A step that keeps no output]
   return {out.Detach(), loss.Detach()};
 }
 
@@ -146,6 +155,7 @@ Model::StepResult Model::TrainOneBatch(const Tensor& x, const Tensor& y) {
     r = Step({x, y});
   }
   ++steps_;
+  if (r.size() == 1) return {Tensor(), r[0]};
   return {r[0], r[1]};
 }
 

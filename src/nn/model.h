@@ -40,7 +40,8 @@ class Model {
                bool sequential = true, const GraphOptions& options = {});
 
   struct StepResult {
-    Tensor output;  // the network's output for the batch (with micro-batches: the last one's)
+    Tensor output;  // the network's output for the batch (with micro-batches: the last one's);
+                    // undefined with set_keep_output(false)
     Tensor loss;    // shape (); with micro-batches their mean
   };
   StepResult TrainOneBatch(const Tensor& x, const Tensor& y);
@@ -66,6 +67,16 @@ class Model {
   // Set before the first step of a graph model (its graph keeps what it captured).
   void set_micro_batches(int64_t n);
   int64_t micro_batches() const { return micro_batches_; }
+  // Note [A step that keeps no output]
+  // Whether TrainOneBatch hands back the network's output (on by default: SINGA's
+  // train_one_batch returns (out, loss)). Off, StepResult::output is undefined, and in a graph
+  // the output is an intermediate like any other: a language model's logits ((B T, V) float32,
+  // 1.65 GB for GPT-2 at batch 8 x 1024 tokens) go back to the memory plan once the loss's
+  // backward has read them, instead of staying outside it for the whole step (a tensor the user
+  // still holds at the end of a capture is persistent: BlockFacts::held_outside). A training loop
+  // that reads only the loss loses nothing. Set before the first step of a graph model.
+  void set_keep_output(bool on);
+  bool keep_output() const { return keep_output_; }
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
   // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
   // same arithmetic). kFloat16 also turns on the optimizer's dynamic loss scaling with
@@ -103,6 +114,7 @@ class Model {
   int64_t steps_ = 0;
   Precision precision_ = Precision::kFloat32;
   int64_t micro_batches_ = 1;
+  bool keep_output_ = true;
   static std::atomic<int> next_id_;  // models are made on several threads (in-process ranks)
   int id_;
 };

@@ -140,6 +140,35 @@ TEST(Attention, TheGradientSaysWhenItsDlseIsZeros) {
                         ValueError, "[attention_qkv_grad] zero_dlse must be 0 or 1, got 2");
 }
 
+// Note [A step that keeps no output]: the same training without handing the logits back; in a
+// graph they are then an intermediate of the plan instead of persistent (the user held them).
+TEST(Gpt, AStepThatKeepsNoOutputLeavesTheLogitsToThePlan) {
+  std::vector<float> losses[2];
+  std::vector<std::vector<float>> params[2];
+  size_t persistent[2];
+  for (bool keep : {true, false}) {
+    CpuDevice()->SetRandSeed(11);
+    nn::Model m(std::make_shared<nn::Gpt>(Tiny()), std::make_shared<nn::Adam>(3e-3));
+    m.set_keep_output(keep);
+    auto first = Batch(4, 16, 40, 1);
+    m.Compile({first.first}, true, true);
+    for (int s = 0; s < 4; ++s) {
+      auto b = Batch(4, 16, 40, uint32_t(s + 1));
+      nn::Model::StepResult r = m.TrainOneBatch(b.first, b.second);
+      EXPECT_EQ(r.output.defined(), keep);
+      if (keep) EXPECT_EQ(r.output.shape(), (Shape{64, 40}));
+      losses[keep].push_back(r.loss.Item());
+    }
+    for (auto& p : m.Params()) params[keep].push_back(p.second.ToVector<float>());
+    persistent[keep] = m.train_graph()->stats().persistent_bytes;
+    LOOM_EXPECT_THROW_MSG(m.set_keep_output(!keep), GraphError, "after the first graph step");
+    m.set_keep_output(keep);  // unchanged: allowed
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(params[0], params[1]);
+  EXPECT_EQ(persistent[1] - persistent[0], size_t(64 * 40 * 4)) << "the (B T, V) float32 logits";
+}
+
 TEST(Gpt, RejectsBadSizes) {
   nn::GptConfig c = Tiny();
   c.heads = 5;

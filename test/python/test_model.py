@@ -394,6 +394,23 @@ def test_native_model_mlp_graph_equals_eager(dev):
     assert results[True][-1] < results[True][0]
 
 
+def test_native_model_that_keeps_no_output_returns_none_and_the_same_losses(dev):
+    # Note [A step that keeps no output]: (None, loss), the same training, and the graph's output
+    # is no longer persistent (the plan holds it instead).
+    losses, persistent = {}, {}
+    for keep in (True, False):
+        dev.SetRandSeed(3)
+        m = model.NativeModel(model.mlp([20, 32, 4], device=dev), opt.SGD(0.1, momentum=0.9))
+        data = list(batches(4))
+        m.compile([tensor.from_numpy(data[0][0], dev)], is_train=True, use_graph=True, keep_output=keep)
+        results = [m.train_one_batch(x, y) for x, y in data]
+        assert all((out is None) == (not keep) for out, _ in results)
+        losses[keep] = [loss.item() for _, loss in results]
+        persistent[keep] = m.graph().stats()["persistent_bytes"]
+    assert losses[True] == losses[False]
+    assert persistent[True] - persistent[False] == 16 * 4 * 4  # the (16, 4) float32 output
+
+
 def test_native_model_errors(dev):
     class PyNet(layer.Layer):
         def forward(self, x):

@@ -535,10 +535,13 @@ class NativeModel(_Checkpoints):
         self._device = None
 
     def compile(self, inputs, is_train=True, use_graph=False, sequential=True, graph_options=None,
-                memory_budget=None, precision="fp32"):
+                memory_budget=None, precision="fp32", keep_output=True):
         """As Model.compile; C++'s nn::Model runs each step in `precision` (Note [Precision policy];
-        fp16 turns on the optimizer's loss scaling, Note [Loss scaling])."""
+        fp16 turns on the optimizer's loss scaling, Note [Loss scaling]). keep_output=False:
+        train_one_batch returns (None, loss), and a graph does not keep the output for the caller
+        (a language model's logits return to the memory plan: Note [A step that keeps no output])."""
         self._impl.set_precision_name(_precision.check(precision))
+        self._impl.set_keep_output(bool(keep_output))
         graph_options = _with_budget(graph_options, memory_budget)
         inputs = [x if isinstance(x, Tensor) else from_numpy(x) for x in inputs]
         self._impl.Compile(inputs, bool(is_train), bool(use_graph), bool(sequential), graph_options)
