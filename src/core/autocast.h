@@ -29,6 +29,9 @@
 // the bfloat16 copy its activation's product already made, so the float32 activation dies in the
 // forward and the planned arena shrinks by it (the pass bf16_relu_mask, Note [ReLU masks from the
 // bfloat16 copy] in graph/bf16_relu_mask.cc; bf16 only). Other saved activations stay float32.
+// A float32 result read only by its cast is not stored: the element-wise op that computes it
+// writes the 16-bit copy (the pass fuse_casts, Note [Casts fused into their producers] in
+// graph/fuse_casts.cc).
 // Lowering needs a kernel for 16-bit operands (the CPU: oneDNN's bf16 matmul, fast with
 // AVX512-BF16 or AMX, and its f16 matmul where the CPU has AVX512-FP16, else float16 operands
 // widened exactly to float32 for the float32 GEMM; CUDA: cuBLAS on tensor cores); a device

@@ -96,6 +96,9 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
       grad_qkv.insert(grad_qkv.begin(), op.inputs[0].block());  // backward runs the layers in reverse
   }
   EXPECT_EQ(forward_qkv.size(), 2u);  // one per layer
+  // Note [Casts fused into their producers]: the layer norms (2 a layer and the last), the GELUs
+  // and the qkv biases write their bfloat16 copies themselves; the bits above are the same.
+  EXPECT_EQ(graph.graph->stats().counters.Get("fused_casts"), 9);
   // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the
   // float32 qkv is not kept for the backward.
   EXPECT_EQ(grad_qkv, forward_qkv);

@@ -103,6 +103,28 @@ TEST(CudaKernels, ConvolutionsTakeTheBf16PolicysRecordsAndNoOtherMix) {
   }
 }
 
+// Note [Casts fused into their producers]: the CPU's producers take a 16-bit result; CUDA's
+// kernels write their input's dtype, so their predicates refuse the fused record and the pass
+// leaves the cast apart there (a kernel without a predicate would write float32 into it).
+TEST(CudaKernels, ProducersRefuseAFusedCast) {
+  for (const char* op : {"relu", "gelu", "tanh", "add_bias", "layer_norm"}) {
+    const OpDef& def = GetOp(op);
+    ASSERT_NE(def.kernels[int(DeviceType::kCUDA)], nullptr) << op;
+    const auto cuda = def.supports[int(DeviceType::kCUDA)], cpu = def.supports[int(DeviceType::kCPU)];
+    ASSERT_NE(cuda, nullptr) << op;
+    ASSERT_NE(cpu, nullptr) << op;
+    OpRecord r;
+    r.def = &def;
+    r.inputs = {Tensor({2, 8}, DType::kFloat32, CpuDevice())};
+    r.outputs = {Tensor({2, 8}, DType::kFloat32, CpuDevice())};
+    EXPECT_TRUE(cuda(r)) << op;
+    EXPECT_TRUE(cpu(r)) << op;
+    r.outputs = {Tensor({2, 8}, DType::kBFloat16, CpuDevice())};
+    EXPECT_FALSE(cuda(r)) << op;
+    EXPECT_TRUE(cpu(r)) << op;
+  }
+}
+
 // Note: fill's element bytes come from one function for both backends (core/dtype.h); the GPU
 // once wrote fill(3) into bool as the byte 3.
 TEST(FillBits, BoolIsOneForAnyNonZeroValue) {

@@ -8,7 +8,14 @@ namespace loom {
 
 using namespace opdecl;
 
-#define LOOM_ACT_INFER(opname) [](const std::vector<TensorMeta>& in, const Attrs&) { return UnaryFloat(#opname, in); }
+// out_dtype (optional): the result rounded to bfloat16 or float16 from float32 (Note [Casts fused
+// into their producers] in graph/fuse_casts.cc; only that pass sets it).
+#define LOOM_ACT_INFER(opname)                                              \
+  [](const std::vector<TensorMeta>& in, const Attrs& a) {                   \
+    std::vector<TensorMeta> out = UnaryFloat(#opname, in);                  \
+    out[0].dtype = FusedCastDType(#opname, in[0].dtype, a);                 \
+    return out;                                                             \
+  }
 #define LOOM_GRAD_INFER(opname) [](const std::vector<TensorMeta>& in, const Attrs&) { return SameShapePair(#opname, in); }
 
 // Declares an activation whose backward is `gradop(saved, dy)`; `saved` is its input or output.
@@ -22,11 +29,12 @@ using namespace opdecl;
     def.shareable_inputs = {0, 1};                                                               \
   }                                                                                              \
   LOOM_OP(opname) {                                                                              \
-    def.attrs = attributes;                                                                      \
+    def.attrs = Join(attributes, {{"out_dtype", kInt}});                                         \
     def.infer = LOOM_ACT_INFER(opname);                                                          \
     if (save_output) def.saved_outputs = {0}; else def.saved_inputs = {0};                       \
     def.shareable_inputs = {0};                                                                  \
     def.backward = [](const BackwardArgs& a) {                                                   \
+      CheckNotFusedCast(#opname, a.attrs);                                                       \
       const Tensor& s = (save_output) ? a.outputs[0] : a.inputs[0];                              \
       return std::vector<Tensor>{Call1(op_kind::opname##_grad, {s, a.grad_outputs[0]}, a.attrs)}; \
     };                                                                                           \

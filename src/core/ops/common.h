@@ -55,6 +55,26 @@ inline DType LoweredResultDType(const std::string& op, DType operands, const Att
   return operands;
 }
 
+// The result dtype of an element-wise producer that may take a fused cast (Note [Casts fused
+// into their producers] in graph/fuse_casts.cc): without out_dtype, the input's; with it, bfloat16
+// or float16 from a float32 input, the result rounded as the cast op rounds it.
+inline DType FusedCastDType(const std::string& op, DType in, const Attrs& a) {
+  const int64_t o = a.Int("out_dtype", int64_t(in));
+  if (o == int64_t(in)) return in;
+  LOOM_CHECK(in == DType::kFloat32 && (o == int64_t(DType::kBFloat16) || o == int64_t(DType::kFloat16)), DTypeError,
+             "[", op, "] out_dtype ", o, " for a ", Name(in), " input: only a float32 result rounded to bfloat16 (",
+             int64_t(DType::kBFloat16), ") or float16 (", int64_t(DType::kFloat16),
+             ") (Note [Casts fused into their producers])");
+  return DType(o);
+}
+
+// A producer with a fused cast is made by the graph pass after the backward was recorded: it is
+// never differentiated (a user's call with out_dtype is told so).
+inline void CheckNotFusedCast(const char* op, const Attrs& a) {
+  LOOM_CHECK(!a.Has("out_dtype"), DTypeError, "[", op, "] a result rounded to 16 bits (out_dtype) is not ",
+             "differentiated (Note [Casts fused into their producers])");
+}
+
 // One float input, one output of the same shape and dtype.
 inline std::vector<TensorMeta> UnaryFloat(const std::string& op, const std::vector<TensorMeta>& in) {
   CheckArity(op, in, 1);

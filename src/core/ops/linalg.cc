@@ -124,9 +124,12 @@ LOOM_OP(matmul) {
 }
 
 // x: (..., N), b: (N) -> (..., N)
+// out_dtype (optional): y rounded to bfloat16 or float16 from float32 (Note [Casts fused into
+// their producers] in graph/fuse_casts.cc).
 LOOM_OP(add_bias) {
+  def.attrs = {{"out_dtype", kInt}};
   def.shareable_inputs = {0};
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("add_bias", in, 2);
     CheckFloat("add_bias", in[0], "x");
     CheckFloat("add_bias", in[1], "bias");
@@ -136,9 +139,10 @@ LOOM_OP(add_bias) {
     LOOM_CHECK(!x.empty(), ShapeError, "[add_bias] x ", ToString(x), " must have at least 1 dimension (..., N)");
     LOOM_CHECK(b.size() == 1 && b[0] == x.back(), ShapeError, "[add_bias] x ", ToString(x), " and bias ",
                ToString(b), ": bias must have shape (", x.back(), ",)");
-    return std::vector<TensorMeta>{in[0]};
+    return std::vector<TensorMeta>{{x, FusedCastDType("add_bias", in[0].dtype, a)}};
   };
   def.backward = [](const BackwardArgs& a) {
+    CheckNotFusedCast("add_bias", a.attrs);
     const Tensor& g = a.grad_outputs[0];
     return std::vector<Tensor>{g, a.needs_input_grad[1] ? Call1(op_kind::bias_grad, {g}) : Tensor()};
   };

@@ -112,8 +112,10 @@ LOOM_OP(batch_norm_grad) {
 }
 
 // x: (..., D1..Dk), gamma, beta: (D1..Dk) -> y: x's shape, mean, invstd: (...) (the leading axes)
+// out_dtype (optional): y rounded to bfloat16 or float16 from float32, the statistics float32
+// (Note [Casts fused into their producers] in graph/fuse_casts.cc).
 LOOM_OP(layer_norm) {
-  def.attrs = {{"eps", kFloat}};
+  def.attrs = {{"eps", kFloat}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("layer_norm", in, 3);
     CheckFloat("layer_norm", in[0]);
@@ -130,11 +132,13 @@ LOOM_OP(layer_norm) {
     LOOM_CHECK(NumElements(g) > 0, ShapeError, "[layer_norm] normalised shape ", ToString(g), " is empty");
     LOOM_CHECK(a.Float("eps") >= 0, ValueError, "[layer_norm] eps must not be negative");
     Shape lead(x.begin(), x.end() - g.size());
-    return std::vector<TensorMeta>{in[0], {lead, in[0].dtype}, {lead, in[0].dtype}};
+    return std::vector<TensorMeta>{{x, FusedCastDType("layer_norm", in[0].dtype, a)}, {lead, in[0].dtype},
+                                   {lead, in[0].dtype}};
   };
   def.saved_inputs = {0, 1};
   def.saved_outputs = {1, 2};
   def.backward = [](const BackwardArgs& a) {
+    CheckNotFusedCast("layer_norm", a.attrs);
     std::vector<Tensor> grads(3);
     if (!a.grad_outputs[0].defined()) return grads;
     std::vector<Tensor> g =

@@ -412,6 +412,7 @@ LOOM_KERNEL(avg_pool2d_grad, kCUDA, AvgPool2dGradCuda);
 LOOM_KERNEL(global_avg_pool, kCUDA, GlobalAvgPoolCuda);
 LOOM_KERNEL(global_avg_pool_grad, kCUDA, GlobalAvgPoolGradCuda);
 LOOM_KERNEL(layer_norm, kCUDA, LayerNormCuda);
+LOOM_KERNEL_SUPPORTS(layer_norm, kCUDA, SameDTypeCuda);  // elementwise.cu
 LOOM_KERNEL(layer_norm_grad, kCUDA, LayerNormGradCuda);
 LOOM_KERNEL(embedding, kCUDA, EmbeddingCuda);
 LOOM_KERNEL(embedding_grad, kCUDA, EmbeddingGradCuda);

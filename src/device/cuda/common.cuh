@@ -45,6 +45,10 @@ void FloatDispatch(DType t, const char* op, F&& f) {
   DispatchFloat(t, op, "CUDA", f);
 }
 
+// Note [What a kernel supports]: a result of the input's dtype (elementwise.cu), for the producers
+// whose CPU kernels also take a fused cast.
+bool SameDTypeCuda(const OpRecord& op);
+
 // ---- math, overloaded on float/double so templates pick the right precision (the element-wise
 // ops' formulas are shared with the CPU instead: core/elementwise_formulas.h) ----
 __device__ __forceinline__ float Exp(float x) { return expf(x); }

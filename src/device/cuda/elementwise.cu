@@ -106,12 +106,23 @@ void GradCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F 
   });
 }
 
+}  // namespace
+
+// Note [What a kernel supports]: results of the input's dtype only. The CPU's producers also take
+// a cast fused into them (Note [Casts fused into their producers] in graph/fuse_casts.cc); here
+// the pass leaves the cast apart.
+bool SameDTypeCuda(const OpRecord& op) { return op.inputs[0].dtype() == op.outputs[0].dtype(); }
+
+namespace {
+
 // One kernel per row of the formula lists (Note [Element-wise formulas]).
 #define LOOM_CUDA_EW(op, runner)                                                                     \
   void op##_cuda(const OpRecord& o, const KernelContext& ctx) { runner(o, ctx, #op, ew::op##_f{}); } \
   LOOM_KERNEL(op, kCUDA, op##_cuda);
 #define LOOM_CUDA_BINARY(op, formula) LOOM_CUDA_EW(op, BinaryCuda)
-#define LOOM_CUDA_UNARY(op, formula) LOOM_CUDA_EW(op, UnaryCuda)
+#define LOOM_CUDA_UNARY(op, formula) \
+  LOOM_CUDA_EW(op, UnaryCuda)         \
+  LOOM_KERNEL_SUPPORTS(op, kCUDA, SameDTypeCuda);
 #define LOOM_CUDA_GRAD(op, formula) LOOM_CUDA_EW(op, GradCuda)
 
 LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)
@@ -364,6 +375,7 @@ void IncrementCuda(const OpRecord& op, const KernelContext& ctx) {
 }  // namespace
 
 LOOM_KERNEL(add_bias, kCUDA, AddBiasCuda);
+LOOM_KERNEL_SUPPORTS(add_bias, kCUDA, SameDTypeCuda);
 LOOM_KERNEL(dropout, kCUDA, DropoutCuda);
 LOOM_KERNEL(dropout_grad, kCUDA, DropoutGradCuda);
 LOOM_KERNEL(sgd_update, kCUDA, SgdUpdateCuda);

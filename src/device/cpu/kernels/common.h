@@ -1,10 +1,12 @@
 // Helpers shared by the CPU kernels: dtype dispatch, parallel element loops, broadcasting.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/op.h"
 #include "device/cpu/parallel.h"
 #include "device/kernel_dispatch.h"
@@ -29,6 +31,33 @@ void UnaryLoop(const T* x, Y* y, int64_t n, F f) {
     for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
   });
 }
+
+// Note [Casts fused into their producers] (graph/fuse_casts.cc): y[0, n) = v[0, n) rounded to
+// `t` (bfloat16 or float16) with the cast op's functions, so its bits are the cast op's.
+inline void StoreAs16(DType t, const float* v, uint16_t* y, int64_t n) {
+  if (t == DType::kBFloat16)
+    for (int64_t i = 0; i < n; ++i) y[i] = FloatToBFloat16(v[i]);
+  else
+    for (int64_t i = 0; i < n; ++i) y[i] = FloatToHalf(v[i]);
+}
+// The element-wise loops with a fused cast compute a tile of float32 results, then round it.
+constexpr int64_t kStoreTile = 256;
+
+// out[i] = f(x[i]) rounded to t (bfloat16 or float16), for contiguous tensors.
+template <typename F>
+void UnaryLoopTo16(const float* x, uint16_t* y, DType t, int64_t n, F f) {
+  ParallelFor(n, kGrain, [&](int64_t b, int64_t e) {
+    float tile[kStoreTile];
+    for (int64_t i = b; i < e; i += kStoreTile) {
+      const int64_t m = std::min(kStoreTile, e - i);
+      for (int64_t k = 0; k < m; ++k) tile[k] = f(x[i + k]);
+      StoreAs16(t, tile, y + i, m);
+    }
+  });
+}
+
+// Note [What a kernel supports] for the producers that take a fused cast (elementwise.cc).
+bool FusedCastSupportedCpu(const OpRecord& op);
 
 // out[i] = f(a[i], b[i]) for contiguous tensors of the same shape.
 template <typename T, typename Y, typename F>

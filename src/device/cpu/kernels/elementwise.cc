@@ -16,10 +16,18 @@ void BinaryCpu(const OpRecord& op, const char* name, F f) {
   });
 }
 
-// x: (...) -> y: (...)
+// x: (...) -> y: (...); y float32's rounding to bfloat16 or float16 with out_dtype (Note [Casts
+// fused into their producers] in graph/fuse_casts.cc).
 template <typename F>
 void UnaryCpu(const OpRecord& op, const char* name, F f) {
-  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
+  const DType out = op.outputs[0].dtype();
+  if (out != op.inputs[0].dtype()) {
+    const ew::Params<float> p = ew::ReadParams<float>(op.attrs);
+    UnaryLoopTo16(op.inputs[0].data<float>(), op.outputs[0].data<uint16_t>(), out, op.outputs[0].numel(),
+                  [=](float x) -> float { return f(x, p); });
+    return;
+  }
+  FloatDispatch(out, name, [&](auto tag) {
     using T = decltype(tag);
     const ew::Params<T> p = ew::ReadParams<T>(op.attrs);
     UnaryLoop<T>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), op.outputs[0].numel(),
@@ -38,11 +46,25 @@ void GradCpu(const OpRecord& op, const char* name, F f) {
   });
 }
 
+}  // namespace
+
+// Note [What a kernel supports]: a float32 input with a result of its own dtype or rounded to
+// bfloat16 or float16 (Note [Casts fused into their producers]); any other pair of dtypes is
+// out_dtype's error, not a kernel's.
+bool FusedCastSupportedCpu(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
+}
+
+namespace {
+
 #define LOOM_CPU_EW(op, runner)                                                      \
   void op##_cpu(const OpRecord& o, const KernelContext&) { runner(o, #op, ew::op##_f{}); } \
   LOOM_KERNEL(op, kCPU, op##_cpu);
 #define LOOM_CPU_BINARY(op, formula) LOOM_CPU_EW(op, BinaryCpu)
-#define LOOM_CPU_UNARY(op, formula) LOOM_CPU_EW(op, UnaryCpu)
+#define LOOM_CPU_UNARY(op, formula) \
+  LOOM_CPU_EW(op, UnaryCpu)         \
+  LOOM_KERNEL_SUPPORTS(op, kCPU, FusedCastSupportedCpu);
 #define LOOM_CPU_GRAD(op, formula) LOOM_CPU_EW(op, GradCpu)
 
 LOOM_BINARY_FORMULAS(LOOM_CPU_BINARY)

@@ -143,7 +143,26 @@ void MatMulCpu(const OpRecord& op, const KernelContext&) {
 
 // x: (R, N) (leading dimensions flattened), b: (N) -> y: (R, N)
 void AddBiasCpu(const OpRecord& op, const KernelContext&) {
-  FloatDispatch(op.outputs[0].dtype(), "add_bias", [&](auto tag) {
+  const DType out = op.outputs[0].dtype();
+  if (out != op.inputs[0].dtype()) {  // Note [Casts fused into their producers]: y rounded to 16 bits
+    const float* x = op.inputs[0].data<float>();
+    const float* b = op.inputs[1].data<float>();
+    uint16_t* y = op.outputs[0].data<uint16_t>();
+    const int64_t n = op.inputs[1].numel();
+    if (n == 0) return;
+    ParallelFor(op.outputs[0].numel() / n, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
+      float tile[kStoreTile];
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j0 = 0; j0 < n; j0 += kStoreTile) {
+          const int64_t m = std::min(kStoreTile, n - j0);
+          const float* xr = x + r * n + j0;
+          for (int64_t j = 0; j < m; ++j) tile[j] = xr[j] + b[j0 + j];
+          StoreAs16(out, tile, y + r * n + j0, m);
+        }
+    });
+    return;
+  }
+  FloatDispatch(out, "add_bias", [&](auto tag) {
     using T = decltype(tag);
     const T* x = op.inputs[0].data<T>();
     const T* b = op.inputs[1].data<T>();
@@ -185,6 +204,7 @@ void BiasGradCpu(const OpRecord& op, const KernelContext&) {
 
 LOOM_KERNEL(matmul, kCPU, MatMulCpu);
 LOOM_KERNEL(add_bias, kCPU, AddBiasCpu);
+LOOM_KERNEL_SUPPORTS(add_bias, kCPU, FusedCastSupportedCpu);
 LOOM_KERNEL(bias_grad, kCPU, BiasGradCpu);
 
 }  // namespace cpu

@@ -532,6 +532,8 @@ void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
+// y: x's dtype, or bfloat16 or float16 from float32 with out_dtype (Note [Casts fused into their
+// producers] in graph/fuse_casts.cc): each tile of the row computed in float32, then rounded.
 void LayerNormCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.inputs[0].dtype(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
@@ -540,17 +542,28 @@ void LayerNormCpu(const OpRecord& op, const KernelContext&) {
     const T* x = op.inputs[0].data<T>();
     const T* gamma = op.inputs[1].data<T>();
     const T* beta = op.inputs[2].data<T>();
-    T* y = op.outputs[0].data<T>();
+    const DType out = op.outputs[0].dtype();
+    const bool rounded = out != op.inputs[0].dtype();  // T is float then
     T* mean_out = op.outputs[1].data<T>();
     T* invstd_out = op.outputs[2].data<T>();
     ForRows(d, [&](int64_t r) {
       const T* xr = x + r * d.d;
-      T* yr = y + r * d.d;
       double mean, sq;
       MeanAndSquares(xr, 1, d.d, d.d, mean, sq);
       const double invstd = 1.0 / std::sqrt(sq / double(d.d) + eps);
       const T tm = T(mean), ti = T(invstd);
-      for (int64_t j = 0; j < d.d; ++j) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
+      if (rounded) {
+        float tile[kStoreTile];
+        uint16_t* yr = op.outputs[0].data<uint16_t>() + r * d.d;
+        for (int64_t j0 = 0; j0 < d.d; j0 += kStoreTile) {
+          const int64_t m = std::min(kStoreTile, d.d - j0);
+          for (int64_t j = 0; j < m; ++j) tile[j] = float((xr[j0 + j] - tm) * ti * gamma[j0 + j] + beta[j0 + j]);
+          StoreAs16(out, tile, yr + j0, m);
+        }
+      } else {
+        T* yr = op.outputs[0].data<T>() + r * d.d;
+        for (int64_t j = 0; j < d.d; ++j) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
+      }
       mean_out[r] = tm;
       invstd_out[r] = ti;
     });
@@ -630,6 +643,7 @@ LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormSupports);
 LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
 LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
 LOOM_KERNEL(layer_norm, kCPU, LayerNormCpu);
+LOOM_KERNEL_SUPPORTS(layer_norm, kCPU, FusedCastSupportedCpu);
 LOOM_KERNEL(layer_norm_grad, kCPU, LayerNormGradCpu);
 
 }  // namespace cpu
