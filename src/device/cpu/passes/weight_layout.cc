@@ -187,7 +187,7 @@ PassResult KeepWeightsBlocked(OpList list, const PassContext& ctx) {
   PassResult r{std::move(list)};
   for (Tensor& t : guarded)
     r.guards.push_back({std::move(t), &op_kind::conv_weight_layout, Attrs{{"blocked", int64_t(1)}},
-                        Attrs{{"blocked", int64_t(0)}}});
+                        Attrs{{"blocked", int64_t(0)}}, Tensor()});
   r.counters.Add("blocked_weights", int64_t(r.guards.size()));
   return r;
 }
