@@ -14,8 +14,8 @@
 // converts again. Both conversions run the kernel of the op the pass named (GuardRequest::
 // convert) on the block in place. Destroying the graph puts its blocks back.
 // A copy guard (GuardRequest::copy defined) keeps a copy of the block instead, one the graph's
-// own ops refresh as they change the block (say, an update that writes a weight's 16-bit
-// copy as it writes the weight). The block stays in
+// own ops refresh as they change the block (the update writing a weight's 16-bit copy: Note
+// [bfloat16 weight copies kept by the update] in graph/weight_copies.cc). The block stays in
 // its own layout. The copy is fresh while nothing outside the owning graph's replays touched the
 // block: an access from outside marks it stale and converts nothing (it may write the block); a
 // replay first writes the copy from the block with the convert op's kernel (`whole` in, `copy`

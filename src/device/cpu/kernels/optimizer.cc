@@ -1,8 +1,10 @@
 // CPU optimizer updates: one pass over each parameter, fused and vectorised. A per-element
 // path here once made a reference system's CPU step 4x slower than PyTorch's (docs/design.md).
 #include <cmath>
+#include <type_traits>
 
 #include "device/cpu/blas.h"
+#include "device/cpu/kernels/cast.h"
 #include "device/cpu/kernels/common.h"
 #include "device/cpu/skinny_gemm.h"
 #include "device/optimizer_formulas.h"
@@ -49,6 +51,25 @@ std::pair<double, double> GradTransform(const OpRecord& op) {
   }
 }
 
+// The update's 16-bit copy of its parameter (attribute copy_dtype, Note [bfloat16 weight copies
+// kept by the update] in graph/weight_copies.cc): after each range of the parameter is updated,
+// while it is in cache, the cast op's own conversion writes its rounding.
+struct CopyOut {
+  uint16_t* h = nullptr;  // null: the record has no copy
+  DType dtype = DType::kBFloat16;
+  explicit CopyOut(const OpRecord& op) {
+    if (!optim::HasCopy(op)) return;
+    LOOM_ASSERT(op.inputs[0].dtype() == DType::kFloat32, "[", op.name(), "] a copy of a non-float32 parameter");
+    h = static_cast<uint16_t*>(op.outputs.back().raw_data());
+    dtype = op.outputs.back().dtype();
+  }
+  template <typename T>
+  void Write(const T* p, int64_t b, int64_t e) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (h) CastFloat32To16(p + b, h + b, e - b, dtype);
+  }
+};
+
 // Note [Skipped updates] (core/ops/optimizer.cc): the record's found_inf flag is set.
 bool Skipped(const OpRecord& op) {
   const Tensor* flag = optim::SkipFlag(op);
@@ -56,14 +77,15 @@ bool Skipped(const OpRecord& op) {
 }
 
 // param: (n), grad: (n), lr: () [, buf: (n)] [, scale: ()] [, found_inf: ()] -> param, buf
-// updated in place (left as they are when found_inf is set)
+// updated in place [, copy: (n) 16-bit] (all left as they are when found_inf is set)
 void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
-  const bool has_buf = op.outputs.size() == 2;
+  const bool has_buf = optim::HasMomentumBuffer(op);
+  const CopyOut copy(op);
   const auto [ga, gb] = GradTransform(op);
   FloatDispatch(op.inputs[0].dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
@@ -77,6 +99,7 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
         // Scalars by value and restrict pointers: otherwise the compiler must assume a store to
         // p or buf may change them, and the momentum loop does not vectorise (3.6x slower).
         SgdRange<T, M>(p + b, g + b, buf ? buf + b : nullptr, e - b, tlr, twd, tm, t1d, nesterov, tga, tgb);
+        copy.Write(p, b, e);
       });
     });
   });
@@ -149,7 +172,7 @@ void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __res
 }
 
 // param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] [, found_inf: ()] -> param, m, v in
-// place (left as they are when found_inf is set)
+// place [, copy: (n) 16-bit] (all left as they are when found_inf is set)
 void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
@@ -159,6 +182,7 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   const bool decoupled = op.attrs.Int("decoupled", 0) != 0;
   const double c1 = 1 - std::pow(b1, step), c2 = 1 - std::pow(b2, step);
   const auto [ga, gb] = GradTransform(op);
+  const CopyOut copy(op);
   FloatDispatch(op.inputs[0].dtype(), "adam_update", [&](auto tag) {
     using T = decltype(tag);
     T* p = op.outputs[0].data<T>();
@@ -173,6 +197,7 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
       ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
         AdamRange<T, M>(p + b, g + b, m + b, v + b, e - b, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay,
                         decoupled, tga, tgb);
+        copy.Write(p, b, e);
       });
     });
   });
@@ -187,9 +212,11 @@ void IncrementCpu(const OpRecord& op, const KernelContext&) {
 }  // namespace
 
 LOOM_KERNEL(sgd_update, kCPU, SgdUpdateCpu);
+LOOM_KERNEL_SUPPORTS(sgd_update, kCPU, optim::CopySupported);
 LOOM_KERNEL(matmul_sgd_update, kCPU, MatmulSgdUpdateCpu);
 LOOM_KERNEL_SUPPORTS(matmul_sgd_update, kCPU, MatmulSgdUpdateSupportedCpu);
 LOOM_KERNEL(adam_update, kCPU, AdamUpdateCpu);
+LOOM_KERNEL_SUPPORTS(adam_update, kCPU, optim::CopySupported);
 LOOM_KERNEL(increment, kCPU, IncrementCpu);
 
 }  // namespace cpu

@@ -123,7 +123,9 @@ class WeightPlanner {
 
   bool Qualifies(int j, Candidate& c) {
     const OpRecord& up = list_.ops[size_t(j)];
-    if (!IsUpdate(up)) return false;
+    // An update writing a 16-bit copy (Note [bfloat16 weight copies kept by the update]) keeps its
+    // parameter plain: its copy guard owns the block.
+    if (!IsUpdate(up) || up.attrs.Has("copy_dtype")) return false;
     const Tensor &w = up.inputs[0], &dw = up.inputs[1];
     if (!WholeWeight(w, list_) || !WholeWeight(dw, list_) || dw.shape() != w.shape()) return false;
     if (up.outputs[0].block() != w.block()) return false;
