@@ -39,7 +39,7 @@ struct UpdateCase {
 // Runs the update on a fresh parameter with a copy of dtype `to` pre-filled with ones; returns
 // (the parameter after, the copy after), and the parameter before in *before.
 std::pair<Tensor, Tensor> RunUpdate(const UpdateCase& k, DType to, Tensor* before) {
-  const int64_t n = 1000;
+  const int64_t n = 5000;  // more than one of the CPU kernel's blocks
   Tensor p = RandomTensor({n}, DType::kFloat32, 1, -3, 3), g = RandomTensor({n}, DType::kFloat32, 2, -2, 2);
   *before = ops::FromVector(p.ToVector<float>(), {n}, CpuDevice());
   Tensor lr = ops::Full({}, 0.05, DType::kFloat64, CpuDevice());

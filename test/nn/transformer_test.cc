@@ -144,6 +144,8 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
       grad_qkv.insert(grad_qkv.begin(), op.inputs[0].block());  // backward runs the layers in reverse
   }
   EXPECT_EQ(forward_qkv.size(), 2u);  // one per layer
+  // Note [bfloat16 weight copies kept by the update]: Adam writes the weights' bfloat16 copies.
+  EXPECT_GT(graph.graph->stats().counters.Get("kept_weight_copies"), 0);
   // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the
   // float32 qkv is not kept for the backward.
   EXPECT_EQ(grad_qkv, forward_qkv);
