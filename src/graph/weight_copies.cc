@@ -21,6 +21,11 @@
 //     eager op, a host read or write, a checkpoint, another graph; and after a replay that
 //     threw, whose update may have half run). Reads count as accesses: a loop that reads its
 //     weights every step casts them every step, as before the pass.
+// What it costs: the copies persist between replays (2 bytes per weight element), where the
+// casts' outputs lived from the step's start to their last reader; the planned arena gives back
+// what they held at its peak (ResNet-18 b16 17.6 of 22.3 MB, the GPT 6.3 of 6.8 MB, the MLP
+// 784-1024-1024-10 none: its peak is elsewhere), so the peak grows by the rest. What it saves:
+// one read of every weight per step, and a cast record each (docs/benchmarks.md).
 // Why the values are exact: at a replay's start C = round(W) (written by the guard, or by the
 // previous replay's update, after which nothing touched W: the guard would have said so). Inside
 // the replay nothing writes W before its update, so every reader of C that the cast served reads
