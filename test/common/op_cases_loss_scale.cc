@@ -42,7 +42,9 @@ void AddCopyCases(Table& t) {
   t.Add("sgd_update", "plain, float16 copy", kF32, WithCopy(ref::SgdUpdate, DType::kFloat16))
       .In(Uniform({70001}, -2, 2)).In(Uniform({70001}, -3, 3)).In(Float64(0.05))
       .Attr("copy_dtype", fp16)
-      .Into({0, -1});
+      .Into({0, -1})
+      .CpuOnly("70001 float16 roundings: where CUDA's contracted update moves a parameter by an ulp, one "
+               "at a rounding midpoint rounds the other way (the 50-element rows compare the CUDA copies)");
   for (int64_t copy : {bf16, fp16})
     t.Add("adam_update", std::string("not skipped, ") + Name(DType(copy)) + " copy", kF32,
           WithCopy(ref::AdamUpdate, DType(copy)))
