@@ -15,8 +15,10 @@
 // Note [Attention on cuDNN] in device/cuda/cudnn_attention.h). In a graph the gradient reads the
 // forward's bfloat16 qkv, so the float32 qkv dies in the forward. Everything
 // else stays float32: the element-wise ops, reductions, softmax, the loss, normalisation
-// statistics, the optimizer update and the weights themselves (the master copy; their bfloat16
-// copy is made by the cast each step, so it follows every update). Where it applies:
+// statistics, the optimizer update and the weights themselves (the master copy; eagerly their
+// 16-bit copy is cast for each product, in a graph their update writes it and the graph keeps it,
+// cast again only after the weight was touched from outside: Note [bfloat16 weight copies kept by
+// the update] in graph/weight_copies.cc). Where it applies:
 //  - eager, and while capturing: inside an AutocastScope on the submitting thread, Device::Submit
 //    lowers each such record as it arrives, so a graph captured in the scope replays exactly the
 //    records eager execution ran (graph == eager, bitwise);

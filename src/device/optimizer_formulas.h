@@ -50,6 +50,22 @@ inline const Tensor* GradScaleInput(const OpRecord& op) {
   return &op.inputs[op.inputs.size() - (SkipFlag(op) ? 2 : 1)];
 }
 
+// The 16-bit copy of an sgd_update or adam_update (attribute copy_dtype, its last output: Note
+// [bfloat16 weight copies kept by the update] in graph/weight_copies.cc), and SGD's momentum
+// buffer (its second output, before any copy).
+inline bool HasCopy(const OpRecord& op) { return op.attrs.Has("copy_dtype"); }
+inline bool HasMomentumBuffer(const OpRecord& op) { return op.outputs.size() - (HasCopy(op) ? 1 : 0) == 2; }
+// Note [What a kernel supports]: both backends write a copy of a float32 parameter, bfloat16 or
+// float16, contiguous and of the parameter's shape (what the op's infer asks, checked again for a
+// record a graph pass made); any record without one.
+inline bool CopySupported(const OpRecord& op) {
+  if (!HasCopy(op)) return true;
+  const Tensor &p = op.inputs[0], &c = op.outputs.back();
+  return p.dtype() == DType::kFloat32 && (c.dtype() == DType::kBFloat16 || c.dtype() == DType::kFloat16) &&
+         int64_t(c.dtype()) == op.attrs.Int("copy_dtype") && c.shape() == p.shape() && c.is_contiguous() &&
+         p.is_contiguous();
+}
+
 // Note [Loss scaling] (nn/loss_scale.h), step 3, for both backends: torch.amp.GradScaler's update
 // of the scale, the good-step count and the skipped-step count after a step that found a
 // non-finite gradient (found) or not.

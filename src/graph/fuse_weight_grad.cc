@@ -36,7 +36,8 @@ PassResult FuseWeightGradientsIntoUpdates(OpList list, const PassContext& ctx) {
   OpRewrites rw{size_t(n)};
   for (int j = 0; j < n; ++j) {
     const OpRecord& up = list.ops[size_t(j)];
-    if (up.def != &op_kind::sgd_update) continue;
+    // An update writing a 16-bit copy (Note [bfloat16 weight copies kept by the update]) stays.
+    if (up.def != &op_kind::sgd_update || up.attrs.Has("copy_dtype")) continue;
     const int g = u.Block(up.inputs[1]);
     if (u.Writers(g).size() != 1 || u.Readers(g) != std::vector<int>{j}) continue;
     if (list.facts[size_t(g)].marked_persistent || list.facts[size_t(g)].held_outside) continue;

@@ -126,8 +126,13 @@ void Graph::Run(bool sequential) {
              state_ == State::kCapturing ? "is still being captured" : "has no finished capture to replay");
   auto in_use = device_->Use();  // Note [One user at a time]
   Device::ReplayScope replaying(device_.get(), name_);  // Note [Host-transfer trap]
-  LayoutReplayScope layouts(guards_);  // Note [Layout guards]
-  replayer_.Run({*device_, name_, options_, ops_, analysis_, layout_, schedule_, buffers_, binding_}, sequential, stats_);
+  const ReplayInputs inputs{*device_, name_, options_, ops_, analysis_, layout_, schedule_, buffers_, binding_};
+  // Bound before the guards begin: a copy guard writes into a buffer the binding allocates. Every
+  // replay, a device graph's launch too, runs after its guards' conversions (Note [Layout guards]).
+  replayer_.Prepare(inputs);
+  LayoutReplayScope layouts(guards_);
+  replayer_.Run(inputs, sequential, stats_);
+  layouts.Completed();
 }
 
 }  // namespace loom

@@ -7,10 +7,11 @@
 //                            writes each block); ranks.h checks every rank captured the same.
 //  1b. passes    passes.h    op list -> op list + effects: what a captured step allows and eager
 //                            cannot. The frame runs the registered passes in order: here
-//                            buckets.cc, fuse_weight_grad.cc, fuse_bias_act.cc (sharing
-//                            op_uses.h); a backend's in its folder (device/cpu/passes).
-//                            Effects are applied by their owners: buffers by bind.h, layout
-//                            guards by layout_guard.h.
+//                            autocast_pass.cc, weight_copies.cc, buckets.cc, fuse_weight_grad.cc,
+//                            fuse_bias_act.cc, bf16_relu_mask.cc (sharing op_uses.h); a
+//                            backend's in its folder (device/cpu/passes). Effects are applied by
+//                            their owners: buffers by bind.h, layout and copy guards by
+//                            layout_guard.h.
 //  1c. budget    recompute.h op list -> op list meeting GraphOptions::memory_budget: activations
 //                            dropped and computed again before their backward readers.
 //   2. analyse   analysis.h  RAW/WAR/WAW dependencies, block lifetimes and refcounts,

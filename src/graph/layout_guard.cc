@@ -16,7 +16,7 @@ LayoutGuard::LayoutGuard(GuardRequest request) : request_(std::move(request)) {
 
 LayoutGuard::~LayoutGuard() {
   std::lock_guard<std::mutex> l(mu_);
-  if (converted_) {
+  if (converted_ && !keeps_copy()) {
     try {
       Convert(false);
     } catch (...) {
@@ -34,7 +34,7 @@ void LayoutGuard::Convert(bool to_kernel, void* scratch, size_t scratch_bytes) {
   op.attrs = to_kernel ? request_.to_kernel : request_.to_own;
   op.attrs.Bind(*op.def);  // Note [Declared attributes]
   op.inputs = {request_.whole};
-  op.outputs = {request_.whole};
+  op.outputs = {keeps_copy() ? request_.copy : request_.whole};
   KernelContext ctx;
   ctx.device = request_.whole.device();
   ctx.scratch = scratch;  // null: the kernel takes its scratch from the device pool
@@ -57,11 +57,20 @@ void LayoutGuard::BeginReplay() {
   replaying_.store(true, std::memory_order_release);
 }
 
+void LayoutGuard::EndReplay(bool completed) noexcept {
+  if (!completed && keeps_copy()) {
+    std::lock_guard<std::mutex> l(mu_);
+    converted_ = false;
+  }
+  replaying_.store(false, std::memory_order_release);
+}
+
 void LayoutGuard::BeforeAccess() {
   if (replaying_.load(std::memory_order_acquire)) return;  // the owning graph's replay
   if (converting_.load(std::memory_order_acquire) == std::this_thread::get_id()) return;
   std::lock_guard<std::mutex> l(mu_);
-  if (converted_) Convert(false);
+  if (keeps_copy()) converted_ = false;  // the access may write the block: its copy is stale
+  else if (converted_) Convert(false);
 }
 
 LayoutReplayScope::LayoutReplayScope(const std::vector<std::unique_ptr<LayoutGuard>>& guards) : guards_(guards) {
@@ -76,7 +85,7 @@ LayoutReplayScope::LayoutReplayScope(const std::vector<std::unique_ptr<LayoutGua
 LayoutReplayScope::~LayoutReplayScope() { End(); }
 
 void LayoutReplayScope::End() noexcept {
-  for (size_t i = 0; i < begun_; ++i) guards_[i]->EndReplay();
+  for (size_t i = 0; i < begun_; ++i) guards_[i]->EndReplay(completed_);
   begun_ = 0;
 }
 

@@ -61,15 +61,16 @@ struct OpRewrites {
     r.counters.Add(counter, int64_t(count));
     return r;
   }
-  // The list with the rewrites made (the list itself when there are none).
-  OpList Apply(OpList list) {
+  // The list with the rewrites made (the list itself when there are none), with `state` declared
+  // (Rebuild).
+  OpList Apply(OpList list, const std::vector<std::shared_ptr<loom::Block>>& state = {}) {
     if (!count) return list;
     std::vector<OpRecord> kept;
     for (size_t i = 0; i < list.size(); ++i) {
       if (drop[i]) continue;
       kept.push_back(replace[i].def ? std::move(replace[i]) : std::move(list.ops[i]));
     }
-    return Rebuild(std::move(kept), list);
+    return Rebuild(std::move(kept), list, state);
   }
 
   std::vector<bool> drop;

@@ -24,7 +24,10 @@
 //                     and unbinds them when the graph goes (bind.h);
 //      GuardRequest   a block the graph keeps in a kernel's own layout between its replays:
 //                     Graph::Run converts it before each replay, any access from outside
-//                     converts it back (layout_guard.h);
+//                     converts it back; or a copy of a block the graph's ops keep up to date
+//                     (a 16-bit weight copy): Graph::Run converts the block into the copy
+//                     before a replay when an access from outside may have changed the block
+//                     since (layout_guard.h);
 //  - it leaves every block held outside the graph (BlockFacts::held_outside: the user still has
 //    a handle) as the user would see it after eager execution, or says in its Note why it may
 //    change it;
@@ -57,13 +60,16 @@ struct BufferRequest {
   std::vector<std::pair<std::shared_ptr<Block>, size_t>> members;
 };
 
-// Note [Passes]: a block the graph keeps in a kernel's layout between its replays. `whole`
-// covers the block; `convert` is the op whose kernel changes the layout in place, with
-// `to_kernel` (before a replay) or `to_own` (before any other access) as its attributes.
+// Note [Passes]: a block the graph keeps in a kernel's layout between its replays, or whose copy
+// it keeps (Note [Layout guards]). `whole` covers the block. A layout guard (`copy` undefined):
+// `convert` is the op whose kernel changes the layout in place, with `to_kernel` (before a replay)
+// or `to_own` (before any other access) as its attributes. A copy guard: `convert` with
+// `to_kernel` writes `copy` from `whole` before a replay that finds the copy stale.
 struct GuardRequest {
   Tensor whole;
   const OpDef* convert = nullptr;
   Attrs to_kernel, to_own;
+  Tensor copy;
 };
 
 // What a pass returns, and what the frame returns for all of them.

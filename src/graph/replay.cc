@@ -178,13 +178,17 @@ void Replayer::RunDeviceGraph(const ReplayInputs& g, const KernelContext& ctx, G
   g.device.LaunchDeviceGraph(this, ctx.rng_seed, ctx.rng_base);
 }
 
-void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
+void Replayer::Prepare(const ReplayInputs& g) {
   LOOM_CHECK(!g.options.device_graph || g.options.memory == MemoryMode::kPlanned, GraphError, "[graph '", g.name,
              "'] device_graph replay needs planned memory: a recorded device graph runs on fixed addresses");
   LOOM_CHECK(!g.options.device_graph || g.device.HasDeviceGraphs(), DeviceError, "[graph] device graphs are not ",
              "supported on ", g.device.name(), " (graph '", g.name, "' has GraphOptions::device_graph set)");
   device_ = &g.device;
   if (!g.binding.bound()) g.binding.Bind(g.device, g.ops, g.analysis, g.layout, g.options.memory, g.buffers);
+}
+
+void Replayer::Run(const ReplayInputs& g, bool sequential, GraphStats& stats) {
+  Prepare(g);
   KernelContext ctx;
   ctx.device = &g.device;
   ctx.rng_seed = g.device.rng_seed();

@@ -56,7 +56,9 @@ class Replayer {
   Replayer(const Replayer&) = delete;
   Replayer& operator=(const Replayer&) = delete;
 
-  // Binds memory on the first call (bind.h), then runs the ops. Updates stats (replays, the
+  // Checks that the device can replay as the options ask, and binds memory the first time (bind.h).
+  void Prepare(const ReplayInputs& g);
+  // Prepares, then runs the ops. Updates stats (replays, the
   // dynamic peak, the parallel-or-serial choice). On an exception, dynamic intermediates go
   // back to the pool and the device's random counter still advances.
   void Run(const ReplayInputs& g, bool sequential, GraphStats& stats);

@@ -69,7 +69,8 @@ struct OpCase {
   std::vector<InputSpec> inputs;
   Reference ref;
   Outputs outputs = Outputs::kNew;
-  std::vector<int> into;  // kIntoInputs: output i updates input into[i]
+  std::vector<int> into;  // kIntoInputs: output i updates input into[i], or is fresh (-1) of the
+                          // shape and dtype the op infers (an update's 16-bit copy)
 
   // Random ops: the device generator is set to (seed, counter) before the op runs.
   bool random = false;

@@ -1,10 +1,12 @@
 // Op-case rows of dynamic loss scaling (Note [Loss scaling] in nn/loss_scale.h): unscale_grads,
 // update_loss_scale, and the updates and step counters with a found_inf flag (Note [Skipped
-// updates] in core/ops/optimizer.cc), set and clear.
+// updates] in core/ops/optimizer.cc), set and clear; and the updates writing a 16-bit copy of
+// their parameter (Note [bfloat16 weight copies kept by the update] in graph/weight_copies.cc).
 #include <cmath>
 #include <limits>
 
 #include "common/op_case_table.h"
+#include "core/half.h"
 
 namespace loom {
 namespace test {
@@ -15,6 +17,43 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 InputSpec F32(double v) { return Values({}, {v}, DType::kFloat32); }
 InputSpec F64(double v) { return Values({}, {v}, DType::kFloat64); }
+
+// `ref`'s outputs and the parameter's copy: its float32 rounding rounded again to `t`, as the cast
+// op rounds a float32 (the row compares that 16-bit output exactly).
+Reference WithCopy(Reference ref, DType t) {
+  return [ref, t](const RefArgs& a) {
+    std::vector<HostTensor> out = ref(a);
+    HostTensor c = out[0];
+    for (double& v : c.v)
+      v = t == DType::kBFloat16 ? BFloat16ToFloat(FloatToBFloat16(float(v))) : HalfToFloat(FloatToHalf(float(v)));
+    out.push_back(std::move(c));
+    return out;
+  };
+}
+
+void AddCopyCases(Table& t) {
+  const int64_t bf16 = int64_t(DType::kBFloat16), fp16 = int64_t(DType::kFloat16);
+  t.Add("sgd_update", "momentum, bfloat16 copy", kF32, WithCopy(ref::SgdUpdate, DType::kBFloat16))
+      .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05)).In(Uniform({50}))
+      .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("copy_dtype", bf16)
+      .Into({0, 3, -1});
+  // Past one thread's range (kGrain) and not a multiple of 8: the float16 conversion's vector
+  // groups and its scalar tail.
+  t.Add("sgd_update", "plain, float16 copy", kF32, WithCopy(ref::SgdUpdate, DType::kFloat16))
+      .In(Uniform({70001}, -2, 2)).In(Uniform({70001}, -3, 3)).In(Float64(0.05))
+      .Attr("copy_dtype", fp16)
+      .Into({0, -1})
+      .CpuOnly("70001 float16 roundings: where CUDA's contracted update moves a parameter by an ulp, one "
+               "at a rounding midpoint rounds the other way (the 50-element rows compare the CUDA copies)");
+  for (int64_t copy : {bf16, fp16})
+    t.Add("adam_update", std::string("not skipped, ") + Name(DType(copy)) + " copy", kF32,
+          WithCopy(ref::AdamUpdate, DType(copy)))
+        .In(Uniform({50})).In(Uniform({50}, -3, 3)).In(Float64(0.05))
+        .In(Uniform({50}, -0.1, 0.1)).In(Uniform({50}, 0, 0.1)).In(Float64(3)).In(F32(0))
+        .Attr("beta1", 0.9).Attr("beta2", 0.999).Attr("eps", 1e-8).Attr("weight_decay", 0.01)
+        .Attr("found_inf", int64_t(1)).Attr("copy_dtype", copy)
+        .Into({0, 3, 4, -1});
+}
 }  // namespace
 
 void AddLossScaleCases(Table& t) {
@@ -113,6 +152,7 @@ void AddLossScaleCases(Table& t) {
             .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("found_inf", int64_t(1))
             .Into({0, 4});
     }
+  AddCopyCases(t);
   for (double flag : {1.0, 0.0})
     t.Add("increment", flag != 0 ? "skipped" : "not skipped", kF64, ref::Increment)
         .In(Float64(41))

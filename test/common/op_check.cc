@@ -82,8 +82,17 @@ std::vector<Tensor> RunCase(const OpCase& c, const std::vector<Tensor>& inputs, 
   switch (c.outputs) {
     case OpCase::Outputs::kNew: return Call(c.op, inputs, c.attrs);
     case OpCase::Outputs::kIntoInputs: {
+      std::vector<TensorMeta> metas;
+      for (const Tensor& t : inputs) metas.push_back({t.shape(), t.dtype()});
       std::vector<Tensor> outs;
-      for (int i : c.into) outs.push_back(inputs[size_t(i)]);
+      for (size_t k = 0; k < c.into.size(); ++k) {
+        if (c.into[k] >= 0) {
+          outs.push_back(inputs[size_t(c.into[k])]);
+          continue;
+        }
+        const TensorMeta m = GetOp(c.op).infer(metas, Attrs(c.attrs).Bind(GetOp(c.op)))[k];
+        outs.emplace_back(m.shape, m.dtype, dev);
+      }
       CallInto(c.op, inputs, outs, c.attrs);
       return outs;
     }

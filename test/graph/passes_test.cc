@@ -63,7 +63,8 @@ std::vector<std::string> Names() {
 }
 
 TEST(Passes, RegisteredInTheirDeclaredOrder) {
-  EXPECT_EQ(Names(), (std::vector<std::string>{"autocast_bf16", "autocast_fp16", "bucket_gradients", "fuse_weight_grad_update", "fuse_bias_act", "bf16_relu_mask", "fuse_casts",
+  EXPECT_EQ(Names(), (std::vector<std::string>{"autocast_bf16", "autocast_fp16", "keep_bf16_weight_copies", "bucket_gradients",
+                                               "fuse_weight_grad_update", "fuse_bias_act", "bf16_relu_mask", "fuse_casts",
                                                "plan_layouts", "keep_weights_blocked", "test_count_relus",
                                                "test_counts_undeclared"}));
   int last = -1;
@@ -83,7 +84,8 @@ TEST(Passes, SwitchesDefaultToTheRegistrationAndRefuseUnknownNames) {
   o.passes.Set("fuse_bias_act", false);
   EXPECT_FALSE(o.passes.On("fuse_bias_act"));
   LOOM_EXPECT_THROW_MSG(o.passes.Set("fuse_bias_ac", false), ValueError,
-                        "no graph pass is called 'fuse_bias_ac' (passes: autocast_bf16, autocast_fp16, bucket_gradients, ");
+                        "no graph pass is called 'fuse_bias_ac' (passes: autocast_bf16, autocast_fp16, "
+                        "keep_bf16_weight_copies, bucket_gradients, ");
   LOOM_EXPECT_THROW_MSG(o.passes.On("layouts"), ValueError, "plan_layouts");
   GraphStats s;
   EXPECT_EQ(s.counters.Get("blocked_layouts"), 0);

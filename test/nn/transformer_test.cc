@@ -99,6 +99,8 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
   // Note [Casts fused into their producers]: the layer norms (2 a layer and the last), the GELUs
   // and the qkv biases write their bfloat16 copies themselves; the bits above are the same.
   EXPECT_EQ(graph.graph->stats().counters.Get("fused_casts"), 9);
+  // Note [bfloat16 weight copies kept by the update]: Adam writes the weights' bfloat16 copies.
+  EXPECT_GT(graph.graph->stats().counters.Get("kept_weight_copies"), 0);
   // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the
   // float32 qkv is not kept for the backward.
   EXPECT_EQ(grad_qkv, forward_qkv);

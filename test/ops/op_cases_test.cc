@@ -83,7 +83,7 @@ TEST(OpCaseTable, RowsAreWellFormed) {
     // Random ops draw from the device generator: only a row that sets it is reproducible.
     EXPECT_EQ(bool(GetOp(c.op).random_draws), c.random) << c.label;
     EXPECT_EQ(c.outputs == OpCase::Outputs::kFresh, c.inputs.empty()) << c.label;
-    for (int i : c.into) EXPECT_TRUE(i >= 0 && size_t(i) < c.inputs.size()) << c.label;
+    for (int i : c.into) EXPECT_TRUE(i >= -1 && i < int(c.inputs.size())) << c.label;  // -1: a fresh output
     if (c.force_grad) {
       EXPECT_TRUE(c.ChecksGradient()) << c.label << " forces a gradient check that cannot run";
     }

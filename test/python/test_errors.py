@@ -234,8 +234,8 @@ USER_MISTAKES = [
      "[softmax] has no attribute 'axsi'; its attributes: axis (an int)"),
     ("attribute misspelt kw", lambda: autograd.call("leaky_relu", [_f32()], slop=0.5), loom.ValueError,
      "[leaky_relu] has no attribute 'slop'; its attributes: slope (a number)"),
-    ("attribute of none", lambda: autograd.call("relu", [_f32()], slope=0.5), loom.ValueError,
-     "[relu] has no attribute 'slope'; it takes none"),
+    ("attribute of none", lambda: autograd.call("exp", [_f32()], slope=0.5), loom.ValueError,
+     "[exp] has no attribute 'slope'; it takes none"),
     # NaN and infinities are not "negative"
     ("std nan", lambda: tensor.gaussian((2,), 0.0, NAN), loom.ValueError, "standard deviation nan: must be a finite"),
     ("std inf", lambda: tensor.gaussian((2,), 0.0, float("inf")), loom.ValueError, "must be a finite number"),

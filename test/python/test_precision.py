@@ -58,6 +58,16 @@ def test_bf16_relu_masks_from_the_bfloat16_copy_keep_the_bits_and_can_be_switche
         assert np.array_equal(a, b)  # the same masks; the arena test is autocast_test.cc's (wide layers)
 
 
+def test_kept_weight_copies_keep_the_bits_and_can_be_switched_off():
+    # Note [bfloat16 weight copies kept by the update]: on by default, switched off by its name.
+    on, off = {}, {}
+    kept = train("bf16", True, stats=on)
+    cast = train("bf16", True, graph_options={"keep_bf16_weight_copies": False}, stats=off)
+    assert on["kept_weight_copies"] == 2 and off["kept_weight_copies"] == 0
+    for a, b in zip(kept, cast):
+        assert np.array_equal(a, b)
+
+
 def test_autocast_scope_lowers_products_and_restores():
     dev = device.create_cpu_device()
     rng = np.random.default_rng(1)

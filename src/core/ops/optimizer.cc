@@ -31,8 +31,13 @@
 //                     nonzero the kernel writes nothing: the parameter and every state output
 //                     (momentum, Adam's moments) keep their bits. `increment` takes the same flag
 //                     as an optional second input, so the step counts (Adam's, a schedule's) do
-//                     not count a skipped step.
+//                     not count a skipped step. Nor is a 16-bit copy (below) written.
 // With the flag 0 the update runs exactly as without it.
+// sgd_update and adam_update take one more, set by the pass keep_bf16_weight_copies (Note
+// [bfloat16 weight copies kept by the update] in graph/weight_copies.cc):
+//   copy_dtype = t    t bfloat16 or float16, the parameter float32: one more output, last, of the
+//                     parameter's shape and dtype t, gets each new parameter element rounded to t
+//                     by the cast op's own conversion, in the update's loop.
 #include <cmath>
 
 #include "core/ops/common.h"
@@ -79,15 +84,27 @@ size_t ClipInputs(const char* op, const std::vector<TensorMeta>& in_all, const A
              ") must be a float64 scalar");
   return 1 + size_t(flag);
 }
+
+// The 16-bit copy output of an update with copy_dtype (the Notes above), appended to `out`.
+void AddCopyOutput(const char* op, const TensorMeta& param, const Attrs& a, std::vector<TensorMeta>& out) {
+  if (!a.Has("copy_dtype")) return;
+  const int64_t t = a.Int("copy_dtype");
+  static_assert(int(DType::kBFloat16) == 3 && int(DType::kFloat16) == 2, "the codes the message names");
+  LOOM_CHECK(t == int64_t(DType::kBFloat16) || t == int64_t(DType::kFloat16), DTypeError, "[", op, "] copy_dtype ",
+             t, ": the parameter's copy is bfloat16 (3) or float16 (2)");
+  LOOM_CHECK(param.dtype == DType::kFloat32, DTypeError, "[", op, "] a ", Name(DType(t)), " copy needs a float32 ",
+             "parameter, got ", Name(param.dtype), " ", ToString(param.shape));
+  out.push_back({param.shape, DType(t)});
+}
 }  // namespace
 
 // inputs: param, grad, lr (float64 scalar) [, momentum buffer] [, grad scale] [, found_inf] ->
-// outputs: param [, buffer]. attrs: momentum, weight_decay, nesterov (0/1), dampening, and
-// grad_scaled, clip_value (Note [Clipping folded into the update]), grad_mult (Note [Data
-// parallelism folded into the update]), found_inf (Note [Skipped updates])
+// outputs: param [, buffer] [, 16-bit copy]. attrs: momentum, weight_decay, nesterov (0/1),
+// dampening, and grad_scaled, clip_value (Note [Clipping folded into the update]), grad_mult
+// (Note [Data parallelism folded into the update]), found_inf (Note [Skipped updates]), copy_dtype
 LOOM_OP(sgd_update) {
   def.internal = "the update of nn::SGD, reached through loom.opt.SGD";
-  def.attrs = kSgdAttrs;
+  def.attrs = Join(kSgdAttrs, {{"copy_dtype", kInt}});
   def.infer = [](const std::vector<TensorMeta>& in_all, const Attrs& a) {
     const size_t extra = ClipInputs("sgd_update", in_all, a);
     const std::vector<TensorMeta> in(in_all.begin(), in_all.end() - extra);
@@ -101,6 +118,7 @@ LOOM_OP(sgd_update) {
                "[sgd_update] learning rate must be a float64 scalar");
     std::vector<TensorMeta> out{in[0]};
     if (in.size() == 4) out.push_back(in[3]);
+    AddCopyOutput("sgd_update", in[0], a, out);
     return out;
   };
 }
@@ -139,7 +157,8 @@ LOOM_OP(matmul_sgd_update) {
 LOOM_OP(adam_update) {
   def.internal = "the update of nn::Adam, reached through loom.opt.Adam";
   def.attrs = Join(
-      {{"beta1", kFloat}, {"beta2", kFloat}, {"eps", kFloat}, {"weight_decay", kFloat}, {"decoupled", kInt}},
+      {{"beta1", kFloat}, {"beta2", kFloat}, {"eps", kFloat}, {"weight_decay", kFloat}, {"decoupled", kInt},
+       {"copy_dtype", kInt}},
       kGradTransform);
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("adam_update", in, 6 + ClipInputs("adam_update", in, a));
@@ -147,7 +166,9 @@ LOOM_OP(adam_update) {
     CheckSameDType("adam_update", in[0], in[1]);
     LOOM_CHECK(in[0].shape == in[1].shape, ShapeError, "[adam_update] parameter ", ToString(in[0].shape),
                " and gradient ", ToString(in[1].shape), " differ in shape");
-    return std::vector<TensorMeta>{in[0], in[3], in[4]};
+    std::vector<TensorMeta> out{in[0], in[3], in[4]};
+    AddCopyOutput("adam_update", in[0], a, out);
+    return out;
   };
 }
 

@@ -71,6 +71,13 @@ __device__ __forceinline__ uint16_t DevFloatToHalf(float f) { return FloatToHalf
 __device__ __forceinline__ float DevHalfToFloat(uint16_t h) { return HalfToFloat(h); }
 __device__ __forceinline__ uint16_t DevFloatToBFloat16(float f) { return FloatToBFloat16(f); }
 __device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return BFloat16ToFloat(b); }
+// v as the cast op's kernel stores it in float16 or bfloat16 (creation.cu's StoreAs): rounded to
+// odd in float32 first (exact for a float32 v). The updates' 16-bit copies of their parameters
+// (elementwise.cu, Note [bfloat16 weight copies kept by the update]) call it too, so the bits agree.
+__device__ __forceinline__ uint16_t DevCastTo16(double v, bool bf16) {
+  const float f = RoundToOddFloat(v);
+  return bf16 ? DevFloatToBFloat16(f) : DevFloatToHalf(f);
+}
 
 // ---- strided / broadcast indexing ----
 // Maps a linear index over `shape` (row-major) to element offsets in up to kMaxOperands

@@ -249,8 +249,8 @@ __device__ __forceinline__ void StoreAs(int t, void* p, int64_t i, double v) {
   switch (DType(t)) {
     case DType::kFloat32: static_cast<float*>(p)[i] = float(v); return;
     case DType::kFloat64: static_cast<double*>(p)[i] = v; return;
-    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToHalf(RoundToOddFloat(v)); return;
-    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = DevFloatToBFloat16(RoundToOddFloat(v)); return;
+    case DType::kFloat16: static_cast<uint16_t*>(p)[i] = DevCastTo16(v, false); return;
+    case DType::kBFloat16: static_cast<uint16_t*>(p)[i] = DevCastTo16(v, true); return;
     case DType::kInt32: static_cast<int32_t*>(p)[i] = int32_t(v); return;
     case DType::kInt64: static_cast<long long*>(p)[i] = (long long)(v); return;
     case DType::kUInt8: static_cast<uint8_t*>(p)[i] = uint8_t(v); return;

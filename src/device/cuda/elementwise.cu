@@ -259,9 +259,17 @@ __device__ __forceinline__ T GradA(const double* scale, double mult) {
 
 // skip: the found_inf flag (Note [Skipped updates] in core/ops/optimizer.cc), or null; read on the
 // device, so a recorded device graph sees every step's value.
+// copy: the update's 16-bit copy of the parameter, or null (Note [bfloat16 weight copies kept by
+// the update] in graph/weight_copies.cc): the new value as the cast op's kernel rounds it.
+template <typename T>
+__device__ __forceinline__ void WriteCopy(uint16_t* copy, int copy_bf16, int64_t i, T v) {
+  if (copy) copy[i] = DevCastTo16(double(v), copy_bf16 != 0);
+}
+
 template <typename T, GradMode M>
 __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
-                          int nesterov, const double* scale, double mult, double clip, const float* skip) {
+                          int nesterov, const double* scale, double mult, double clip, const float* skip,
+                          uint16_t* copy, int copy_bf16) {
   if (skip && *skip != 0.0f) return;
   const T tlr = T(*lr);
   const T ga = GradA<M, T>(scale, mult), gb = T(clip);
@@ -274,6 +282,7 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n,
       buf[i] = v;
       p[i] -= nesterov ? tlr * (d + mom * v) : tlr * v;
     }
+    WriteCopy(copy, copy_bf16, i, p[i]);
   }
 }
 
@@ -287,14 +296,19 @@ const float* SkipFlag(const OpRecord& op) {
   const Tensor* f = optim::SkipFlag(op);
   return f ? f->data<float>() : nullptr;
 }
+// The 16-bit copy's device address when the record has one, else null; and whether it is bfloat16.
+uint16_t* CopyOf(const OpRecord& op) {
+  return optim::HasCopy(op) ? static_cast<uint16_t*>(op.outputs.back().raw_data()) : nullptr;
+}
+int CopyIsBf16(const OpRecord& op) { return optim::HasCopy(op) && op.outputs.back().dtype() == DType::kBFloat16; }
 
 // param: (n), grad: (n), lr: () float64 [, buf: (n)] [, scale: ()] [, found_inf: ()] -> param, buf
-// updated in place
+// updated in place [, copy: (n) 16-bit]
 void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
-  const bool has_buf = op.outputs.size() == 2;
+  const bool has_buf = optim::HasMomentumBuffer(op);
   const double clip = op.attrs.Float("clip_value", 0);
   const int64_t n = op.inputs[0].numel();
   if (n == 0) return;
@@ -304,7 +318,7 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
       SgdKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), has_buf ? op.outputs[1].data<T>() : nullptr,
           op.inputs[2].data<double>(), n, T(wd), T(mom), T(1 - damp), int(nesterov), GradScale(op),
-          optim::GradMultiplier(op), clip, SkipFlag(op));
+          optim::GradMultiplier(op), clip, SkipFlag(op), CopyOf(op), CopyIsBf16(op));
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
@@ -313,7 +327,7 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
 template <typename T, GradMode M>
 __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
                            double b1, double b2, double eps, double wd, int decoupled, const double* scale,
-                           double mult, double clip, const float* skip) {
+                           double mult, double clip, const float* skip, uint16_t* copy, int copy_bf16) {
   if (skip && *skip != 0.0f) return;  // every thread of every block alike: before __syncthreads
   // The bias corrections depend on the device-side step count: computed once per block, in
   // double, exactly as the CPU kernel computes them.
@@ -337,11 +351,12 @@ __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, con
     m[i] = mi;
     v[i] = vi;
     p[i] -= step_size * mi / (Sqrt(vi) * inv_sqrt_c2 + teps);
+    WriteCopy(copy, copy_bf16, i, p[i]);
   }
 }
 
 // param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] [, found_inf: ()] -> param, m, v in
-// place
+// place [, copy: (n) 16-bit]
 void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   const double b1 = op.attrs.Float("beta1"), b2 = op.attrs.Float("beta2"), eps = op.attrs.Float("eps");
   const double wd = op.attrs.Float("weight_decay", 0);
@@ -355,7 +370,7 @@ void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
       AdamKernel<T, decltype(mode)::value><<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
           op.outputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[1].data<T>(), op.outputs[2].data<T>(),
           op.inputs[2].data<double>(), op.inputs[5].data<double>(), n, b1, b2, eps, wd, int(decoupled),
-          GradScale(op), optim::GradMultiplier(op), clip, SkipFlag(op));
+          GradScale(op), optim::GradMultiplier(op), clip, SkipFlag(op), CopyOf(op), CopyIsBf16(op));
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
@@ -379,7 +394,9 @@ LOOM_KERNEL_SUPPORTS(add_bias, kCUDA, SameDTypeCuda);
 LOOM_KERNEL(dropout, kCUDA, DropoutCuda);
 LOOM_KERNEL(dropout_grad, kCUDA, DropoutGradCuda);
 LOOM_KERNEL(sgd_update, kCUDA, SgdUpdateCuda);
+LOOM_KERNEL_SUPPORTS(sgd_update, kCUDA, optim::CopySupported);
 LOOM_KERNEL(adam_update, kCUDA, AdamUpdateCuda);
+LOOM_KERNEL_SUPPORTS(adam_update, kCUDA, optim::CopySupported);
 LOOM_KERNEL(increment, kCUDA, IncrementCuda);
 
 }  // namespace cuda

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #endif
 
+#include "device/cpu/kernels/cast.h"
 #include "device/cpu/kernels/common.h"
 #include "device/philox.h"
 
@@ -165,6 +166,33 @@ void Store(DType t, void* p, int64_t i, double v) {
   }
 }
 
+}  // namespace
+
+void CastFloat32To16(const float* f, uint16_t* h, int64_t n, DType to) {
+  if (to == DType::kBFloat16) {
+    for (int64_t i = 0; i < n; ++i) h[i] = FloatToBFloat16(f[i]);
+    return;
+  }
+  LOOM_ASSERT(to == DType::kFloat16, "CastFloat32To16 to ", Name(to));
+  int64_t i = 0;
+#if defined(__F16C__)
+  // F16C rounds to nearest even as FloatToHalf does, subnormal results and infinities alike
+  // (a float32 subnormal input gives +-0 either way); only a NaN's payload may differ, so a
+  // group of 8 holding one takes the scalar path.
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(f + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+      for (int64_t k = i; k < i + 8; ++k) h[k] = FloatToHalf(f[k]);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) h[i] = FloatToHalf(f[i]);
+}
+
+namespace {
+
 // x: (...) any dtype -> y: (...) dtype attr
 void CastCpu(const OpRecord& op, const KernelContext&) {
   const Tensor& x = op.inputs[0];
@@ -178,27 +206,7 @@ void CastCpu(const OpRecord& op, const KernelContext&) {
   if (tx == DType::kFloat32 && (ty == DType::kFloat16 || ty == DType::kBFloat16)) {
     const float* f = static_cast<const float*>(px);
     uint16_t* h = static_cast<uint16_t*>(py);
-    ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) {
-      if (ty == DType::kBFloat16) {
-        for (int64_t i = b; i < e; ++i) h[i] = FloatToBFloat16(f[i]);
-        return;
-      }
-      int64_t i = b;
-#if defined(__F16C__)
-      // F16C rounds to nearest even as FloatToHalf does, subnormal results and infinities alike
-      // (a float32 subnormal input gives +-0 either way); only a NaN's payload may differ, so a
-      // group of 8 holding one takes the scalar path.
-      for (; i + 8 <= e; i += 8) {
-        const __m256 v = _mm256_loadu_ps(f + i);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
-          for (int64_t k = i; k < i + 8; ++k) h[k] = FloatToHalf(f[k]);
-          continue;
-        }
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-      }
-#endif
-      for (; i < e; ++i) h[i] = FloatToHalf(f[i]);
-    });
+    ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) { CastFloat32To16(f + b, h + b, e - b, ty); });
     return;
   }
   ParallelFor(x.numel(), kGrain, [&](int64_t b, int64_t e) {

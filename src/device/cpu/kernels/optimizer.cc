@@ -1,8 +1,11 @@
 // CPU optimizer updates: one pass over each parameter, fused and vectorised. A per-element
 // path here once made a reference system's CPU step 4x slower than PyTorch's (docs/design.md).
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "device/cpu/blas.h"
+#include "device/cpu/kernels/cast.h"
 #include "device/cpu/kernels/common.h"
 #include "device/cpu/skinny_gemm.h"
 #include "device/optimizer_formulas.h"
@@ -49,6 +52,37 @@ std::pair<double, double> GradTransform(const OpRecord& op) {
   }
 }
 
+// The update's 16-bit copy of its parameter (attribute copy_dtype, Note [bfloat16 weight copies
+// kept by the update] in graph/weight_copies.cc): the update runs over a thread's range a block of
+// kBlock elements at a time, and after each block, while it is in L1, the cast op's own conversion
+// writes its rounding. Without a copy the update runs over the range at once, as before.
+struct CopyOut {
+  static constexpr int64_t kBlock = 2048;
+  uint16_t* h = nullptr;  // null: the record has no copy
+  DType dtype = DType::kBFloat16;
+  explicit CopyOut(const OpRecord& op) {
+    if (!optim::HasCopy(op)) return;
+    LOOM_ASSERT(op.inputs[0].dtype() == DType::kFloat32, "[", op.name(), "] a copy of a non-float32 parameter");
+    h = static_cast<uint16_t*>(op.outputs.back().raw_data());
+    dtype = op.outputs.back().dtype();
+  }
+  // update(s, t) over [b, e) of the parameter p, then the copy of each block.
+  template <typename T, typename F>
+  void Run(const T* p, int64_t b, int64_t e, F&& update) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (h) {
+        for (int64_t s = b; s < e; s += kBlock) {
+          const int64_t t = std::min(e, s + kBlock);
+          update(s, t);
+          CastFloat32To16(p + s, h + s, t - s, dtype);
+        }
+        return;
+      }
+    }
+    update(b, e);
+  }
+};
+
 // Note [Skipped updates] (core/ops/optimizer.cc): the record's found_inf flag is set.
 bool Skipped(const OpRecord& op) {
   const Tensor* flag = optim::SkipFlag(op);
@@ -56,14 +90,15 @@ bool Skipped(const OpRecord& op) {
 }
 
 // param: (n), grad: (n), lr: () [, buf: (n)] [, scale: ()] [, found_inf: ()] -> param, buf
-// updated in place (left as they are when found_inf is set)
+// updated in place [, copy: (n) 16-bit] (all left as they are when found_inf is set)
 void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
   if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
   const double mom = op.attrs.Float("momentum", 0), wd = op.attrs.Float("weight_decay", 0);
   const double damp = op.attrs.Float("dampening", 0);
   const bool nesterov = op.attrs.Int("nesterov", 0) != 0;
-  const bool has_buf = op.outputs.size() == 2;
+  const bool has_buf = optim::HasMomentumBuffer(op);
+  const CopyOut copy(op);
   const auto [ga, gb] = GradTransform(op);
   FloatDispatch(op.inputs[0].dtype(), "sgd_update", [&](auto tag) {
     using T = decltype(tag);
@@ -76,7 +111,9 @@ void SgdUpdateCpu(const OpRecord& op, const KernelContext&) {
       ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
         // Scalars by value and restrict pointers: otherwise the compiler must assume a store to
         // p or buf may change them, and the momentum loop does not vectorise (3.6x slower).
-        SgdRange<T, M>(p + b, g + b, buf ? buf + b : nullptr, e - b, tlr, twd, tm, t1d, nesterov, tga, tgb);
+        copy.Run(p, b, e, [=](int64_t s, int64_t t) {
+          SgdRange<T, M>(p + s, g + s, buf ? buf + s : nullptr, t - s, tlr, twd, tm, t1d, nesterov, tga, tgb);
+        });
       });
     });
   });
@@ -149,7 +186,7 @@ void AdamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __res
 }
 
 // param, grad: (n), lr: (), m, v: (n), step: () [, scale: ()] [, found_inf: ()] -> param, m, v in
-// place (left as they are when found_inf is set)
+// place [, copy: (n) 16-bit] (all left as they are when found_inf is set)
 void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   if (Skipped(op)) return;
   const double lr = *op.inputs[2].data<double>();
@@ -159,6 +196,7 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
   const bool decoupled = op.attrs.Int("decoupled", 0) != 0;
   const double c1 = 1 - std::pow(b1, step), c2 = 1 - std::pow(b2, step);
   const auto [ga, gb] = GradTransform(op);
+  const CopyOut copy(op);
   FloatDispatch(op.inputs[0].dtype(), "adam_update", [&](auto tag) {
     using T = decltype(tag);
     T* p = op.outputs[0].data<T>();
@@ -171,8 +209,10 @@ void AdamUpdateCpu(const OpRecord& op, const KernelContext&) {
     optim::DispatchGradMode(op, [&](auto mode) {
       constexpr GradMode M = decltype(mode)::value;
       ParallelFor(op.inputs[0].numel(), kGrain, [=](int64_t b, int64_t e) {
-        AdamRange<T, M>(p + b, g + b, m + b, v + b, e - b, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay,
-                        decoupled, tga, tgb);
+        copy.Run(p, b, e, [=](int64_t s, int64_t t) {
+          AdamRange<T, M>(p + s, g + s, m + s, v + s, t - s, tb1, tb2, teps, twd, step_size, inv_sqrt_c2, decay,
+                          decoupled, tga, tgb);
+        });
       });
     });
   });
@@ -187,9 +227,11 @@ void IncrementCpu(const OpRecord& op, const KernelContext&) {
 }  // namespace
 
 LOOM_KERNEL(sgd_update, kCPU, SgdUpdateCpu);
+LOOM_KERNEL_SUPPORTS(sgd_update, kCPU, optim::CopySupported);
 LOOM_KERNEL(matmul_sgd_update, kCPU, MatmulSgdUpdateCpu);
 LOOM_KERNEL_SUPPORTS(matmul_sgd_update, kCPU, MatmulSgdUpdateSupportedCpu);
 LOOM_KERNEL(adam_update, kCPU, AdamUpdateCpu);
+LOOM_KERNEL_SUPPORTS(adam_update, kCPU, optim::CopySupported);
 LOOM_KERNEL(increment, kCPU, IncrementCpu);
 
 }  // namespace cpu

@@ -123,7 +123,9 @@ class WeightPlanner {
 
   bool Qualifies(int j, Candidate& c) {
     const OpRecord& up = list_.ops[size_t(j)];
-    if (!IsUpdate(up)) return false;
+    // An update writing a 16-bit copy (Note [bfloat16 weight copies kept by the update]) keeps its
+    // parameter plain: its copy guard owns the block.
+    if (!IsUpdate(up) || up.attrs.Has("copy_dtype")) return false;
     const Tensor &w = up.inputs[0], &dw = up.inputs[1];
     if (!WholeWeight(w, list_) || !WholeWeight(dw, list_) || dw.shape() != w.shape()) return false;
     if (up.outputs[0].block() != w.block()) return false;
@@ -187,7 +189,7 @@ PassResult KeepWeightsBlocked(OpList list, const PassContext& ctx) {
   PassResult r{std::move(list)};
   for (Tensor& t : guarded)
     r.guards.push_back({std::move(t), &op_kind::conv_weight_layout, Attrs{{"blocked", int64_t(1)}},
-                        Attrs{{"blocked", int64_t(0)}}});
+                        Attrs{{"blocked", int64_t(0)}}, Tensor()});
   r.counters.Add("blocked_weights", int64_t(r.guards.size()));
   return r;
 }
