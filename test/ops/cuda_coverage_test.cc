@@ -107,6 +107,10 @@ TEST(CudaKernels, ConvolutionsTakeTheBf16PolicysRecordsAndNoOtherMix) {
 // kernels write their input's dtype, so their predicates refuse the fused record and the pass
 // leaves the cast apart there (a kernel without a predicate would write float32 into it).
 TEST(CudaKernels, ProducersRefuseAFusedCast) {
+#ifndef LOOM_WITH_CUDA
+  GTEST_SKIP() << "loom built without CUDA: no CUDA kernels are registered";
+#endif
+  LoadCudaBackend();
   for (const char* op : {"relu", "gelu", "tanh", "add_bias", "layer_norm"}) {
     const OpDef& def = GetOp(op);
     ASSERT_NE(def.kernels[int(DeviceType::kCUDA)], nullptr) << op;
