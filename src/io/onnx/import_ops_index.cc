@@ -196,8 +196,11 @@ std::vector<Value> RunUpsample(RunContext& c) {
     const double s = scales[size_t(a)];
     if (!(s >= 1.0) || !std::isfinite(s)) Fail(c, "scales must be finite and at least 1");
     if (s == 1.0) continue;
-    const int64_t in = x.shape()[size_t(a)], out = int64_t(std::floor(double(in) * s));
-    if (out > (int64_t(1) << 24)) Fail(c, "the output is too large");
+    const int64_t in = x.shape()[size_t(a)];
+    // Checked as a double first: a huge scale would overflow the conversion to int64.
+    const double scaled = std::floor(double(in) * s);
+    if (scaled > double(int64_t(1) << 24)) Fail(c, "the output is too large");
+    const int64_t out = int64_t(scaled);
     std::vector<int64_t> idx;
     for (int64_t i = 0; i < out; ++i) idx.push_back(std::min(in - 1, int64_t(std::floor(double(i) / s))));
     x = TakeHost(x, a, idx);
