@@ -27,10 +27,12 @@
 #                with LOOM_GPU_PARTS=compare: each torch.compile of ResNet-50 takes a minute)
 # Not in the default set (a second call, LOOM_GPU_PARTS=precision,compare-bf16, about 5 minutes):
 #   precision    loom-bench on cuda in bf16 and fp16 (ResNet-50 b32, the GPT), planned and CUDA-graph
-#                replay; GPT-2 124M (b8 x 1024) in bf16, and the small GPT with LOOM_CUDNN_ATTENTION=0;
-#                a per-op trace of one bf16 replay of each (timeline-*-bf16/trace.json);
+#                replay; a per-op trace of one bf16 replay of each (timeline-*-bf16/trace.json);
 #                tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
 #                bf16 and fp16: held-out top-1 and loss curves; issue 31's accuracy target)
+#   gpt2         loom-bench on cuda: GPT-2 124M (b8 x 1024) in bf16, CUDA-graph replay, with no memory
+#                budget and at 0.45 x its arena; the small GPT in bf16 with LOOM_CUDNN_ATTENTION=0
+#                (a third call, or LOOM_GPU_PARTS=precision,gpt2,compare-bf16 LOOM_GPU_BUDGET_S=460)
 #   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
 #                (channels_last), eager and torch.compile, ResNet-50 and the GPT
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
@@ -48,7 +50,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -185,18 +187,6 @@ part_precision() {
         --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
     done
   done
-  # Issue 32's GPU model, GPT-2 124M at batch 8 x 1024 in bf16 (attention on cuDNN, Note
-  # [Attention on cuDNN]), and the small GPT's bf16 step with cuDNN's attention refused, for the
-  # difference it makes (one JSON line each).
-  # Also under a memory budget of 0.45 x its arena, the peak issue 32 asks (docs/benchmarks.md,
-  # "GPT-2 124M's memory plan": 4.34 GB planned on a CPU, recomputing 0.87 TFLOP per step).
-  for f in 1 0.45; do
-    "$BUILD/loom-bench" --device cuda --model gpt --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 \
-      --vocab 50304 --batch 8 --optimizer adam --precision bf16 --steps 10 --warmup 3 --rounds 1 --mode cuda-graph \
-      --memory-budget-fraction "$f" --json >>"$DEST/precision.jsonl" || rc=1
-  done
-  LOOM_CUDNN_ATTENTION=0 "$BUILD/loom-bench" --device cuda --model gpt --batch 8 --optimizer adam --precision bf16 \
-    --steps "$STEPS" --warmup 3 --rounds 2 --mode cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
   # Where a bf16 step's time goes, op by op (a Chrome trace of one planned replay, trace.json).
   for m in "resnet50 32" "gpt 8 --optimizer adam"; do
     set -- $m
@@ -207,13 +197,30 @@ part_precision() {
   return "$rc"
 }
 
+part_gpt2() {
+  local rc=0 f
+  # Issue 32's GPU model, GPT-2 124M at batch 8 x 1024 in bf16 (attention on cuDNN: Note [Attention
+  # on cuDNN]), also under a memory budget of 0.45 x its arena, the peak issue 32 asks
+  # (docs/benchmarks.md, "GPT-2 124M's memory plan": 4.34 GB planned on a CPU, recomputing 0.87
+  # TFLOP per step); then the small GPT's bf16 step with cuDNN's attention refused, for the
+  # difference it makes. One JSON line each.
+  for f in 1 0.45; do
+    "$BUILD/loom-bench" --device cuda --model gpt --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 \
+      --vocab 50304 --batch 8 --optimizer adam --precision bf16 --steps 10 --warmup 3 --rounds 1 --mode cuda-graph \
+      --memory-budget-fraction "$f" --json >>"$DEST/gpt2.jsonl" || rc=1
+  done
+  LOOM_CUDNN_ATTENTION=0 "$BUILD/loom-bench" --device cuda --model gpt --batch 8 --optimizer adam --precision bf16 \
+    --steps "$STEPS" --warmup 3 --rounds 2 --mode cuda-graph --json >>"$DEST/gpt2.jsonl" || rc=1
+  return "$rc"
+}
+
 part_compare_bf16() {
   bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --precision bf16 \
     --out "$DEST/compare-bf16.jsonl" --peers torch2,compile --only resnet50,gpt
 }
 
 export BUILD DEST STEPS PY LOOM_GPU_COMPARE
-export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_compare_bf16
+export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_gpt2 part_compare_bf16
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
   PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
   T0=$SECONDS
@@ -225,6 +232,7 @@ part tf32-digits 60 part_tf32
 part bench 90 part_bench
 part compare 180 part_compare
 part precision 150 part_precision
+part gpt2 120 part_gpt2
 part compare-bf16 180 part_compare_bf16
 
 echo
