@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/half.h"
 #include "core/op.h"
+#include "device/cpu/kernels/cast.h"
 #include "device/cpu/parallel.h"
 #include "device/kernel_dispatch.h"
 #include "device/kernel_shapes.h"
@@ -32,15 +32,9 @@ void UnaryLoop(const T* x, Y* y, int64_t n, F f) {
   });
 }
 
-// Note [Casts fused into their producers] (graph/fuse_casts.cc): y[0, n) = v[0, n) rounded to
-// `t` (bfloat16 or float16) with the cast op's functions, so its bits are the cast op's.
-inline void StoreAs16(DType t, const float* v, uint16_t* y, int64_t n) {
-  if (t == DType::kBFloat16)
-    for (int64_t i = 0; i < n; ++i) y[i] = FloatToBFloat16(v[i]);
-  else
-    for (int64_t i = 0; i < n; ++i) y[i] = FloatToHalf(v[i]);
-}
-// The element-wise loops with a fused cast compute a tile of float32 results, then round it.
+// The element-wise loops with a fused cast (Note [Casts fused into their producers] in
+// graph/fuse_casts.cc) compute a tile of float32 results, then round it with the cast op's own
+// conversion (CastFloat32To16, cast.h), so the 16-bit results hold the cast's bits.
 constexpr int64_t kStoreTile = 256;
 
 // out[i] = f(x[i]) rounded to t (bfloat16 or float16), for contiguous tensors.
@@ -51,7 +45,7 @@ void UnaryLoopTo16(const float* x, uint16_t* y, DType t, int64_t n, F f) {
     for (int64_t i = b; i < e; i += kStoreTile) {
       const int64_t m = std::min(kStoreTile, e - i);
       for (int64_t k = 0; k < m; ++k) tile[k] = f(x[i + k]);
-      StoreAs16(t, tile, y + i, m);
+      CastFloat32To16(tile, y + i, m, t);
     }
   });
 }

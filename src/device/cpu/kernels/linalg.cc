@@ -157,7 +157,7 @@ void AddBiasCpu(const OpRecord& op, const KernelContext&) {
           const int64_t m = std::min(kStoreTile, n - j0);
           const float* xr = x + r * n + j0;
           for (int64_t j = 0; j < m; ++j) tile[j] = xr[j] + b[j0 + j];
-          StoreAs16(out, tile, y + r * n + j0, m);
+          CastFloat32To16(tile, y + r * n + j0, m, out);
         }
     });
     return;

@@ -558,7 +558,7 @@ void LayerNormCpu(const OpRecord& op, const KernelContext&) {
         for (int64_t j0 = 0; j0 < d.d; j0 += kStoreTile) {
           const int64_t m = std::min(kStoreTile, d.d - j0);
           for (int64_t j = 0; j < m; ++j) tile[j] = float((xr[j0 + j] - tm) * ti * gamma[j0 + j] + beta[j0 + j]);
-          StoreAs16(out, tile, yr + j0, m);
+          CastFloat32To16(tile, yr + j0, m, out);
         }
       } else {
         T* yr = op.outputs[0].data<T>() + r * d.d;
