@@ -11,6 +11,7 @@ LOOM_OP_KIND(conv2d_grad_weight);
 LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(attention_qkv);
 LOOM_OP_KIND(attention_qkv_grad);
+LOOM_OP_KIND(linear_cross_entropy);
 
 namespace loom {
 
@@ -71,6 +72,13 @@ bool Lowers(const OpRecord& op, Precision p) {
   if (p == Precision::kFloat32 || op.outputs.empty() || op.inputs.empty()) return false;
   for (const Tensor& t : op.outputs)
     if (t.dtype() != DType::kFloat32) return false;
+  // The head's product fused with the loss (Note [Cross-entropy fused with the head's product] in
+  // core/ops/loss.cc): h and w, at bf16 only, where the device has the kernel.
+  if (op.def == &op_kind::linear_cross_entropy) {
+    for (int i = 0; i < 2; ++i)
+      if (!op.inputs[i].defined() || op.inputs[i].dtype() != DType::kFloat32 || !op.inputs[i].device()) return false;
+    return p == Precision::kBFloat16 && op.inputs[0].device()->Supports(LoweredRecord(op, p));
+  }
   for (const Tensor& t : op.inputs)
     if (!t.defined() || t.dtype() != DType::kFloat32 || !t.device()) return false;
   // Attention over a packed qkv, forward and gradient, at bf16 where the device has the kernel

@@ -57,7 +57,10 @@ void RecordAutograd(const OpDef& def, const Attrs& attrs, const std::vector<Tens
     for (size_t i = 0; i < outputs.size(); ++i) node->outputs[i] = outputs[i].Detach();
   } else {
     for (int i : def.saved_inputs) node->inputs[size_t(i)] = inputs[size_t(i)].Detach();
-    for (int i : def.saved_outputs) node->outputs[size_t(i)] = outputs[size_t(i)].Detach();
+    // (an op whose attributes leave some outputs out, linear_cross_entropy with grads 0, saves
+    // the ones it has)
+    for (int i : def.saved_outputs)
+      if (size_t(i) < outputs.size()) node->outputs[size_t(i)] = outputs[size_t(i)].Detach();
   }
   for (const Tensor& t : inputs) node->input_metas.push_back({t.shape(), t.dtype()});
   for (const Tensor& t : outputs) node->output_metas.push_back({t.shape(), t.dtype()});

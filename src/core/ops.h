@@ -93,6 +93,10 @@ Tensor LogSoftmax(const Tensor& x, int64_t axis = -1);
 // Returns the mean loss over the batch, shape ().
 Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels);
 Tensor MseLoss(const Tensor& pred, const Tensor& target);  // mean of squared differences, shape ()
+// softmax_cross_entropy(h w^T, labels) (w_is_table: w (V, D), as an embedding's table) or of h w
+// (w (D, V)), without the (N, V) logits: Note [Cross-entropy fused with the head's product] in
+// src/core/ops/loss.cc. h: (N, D); labels: int32/int64 (N). Returns the mean loss, shape ().
+Tensor LinearCrossEntropy(const Tensor& h, const Tensor& w, const Tensor& labels, bool w_is_table = true);
 
 // ---- shape (src/core/ops/shape.cc) ----
 Tensor Reshape(const Tensor& x, const Shape& shape);  // one dimension may be -1

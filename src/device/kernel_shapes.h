@@ -3,6 +3,7 @@
 // Host code, except the LOOM_HD functions, which CUDA kernels call on the device too.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -130,6 +131,51 @@ inline MatMulLayout MakeMatMulLayout(const Attrs& attrs, const Shape& sa, const 
   l.size_c = l.m * l.n;
   l.sta = BroadcastStrides(l.ba, l.batch);
   l.stb = BroadcastStrides(l.bb, l.batch);
+  return l;
+}
+
+// ---- linear_cross_entropy (Note [Cross-entropy fused with the head's product] in core/ops/loss.cc) ----
+
+// Rows are taken in chunks of at least this many logits (32 MB in float32) and at least 2 D rows,
+// then evened out over the chunks that makes (rounded up to 16 rows). Each chunk adds its part of
+// dw into dw (a GEMM that reads and writes dw's V D float32 elements), so c chunks move 2 c V D
+// elements beyond the logits' own N V; at 2 D rows a chunk that is at most the logits' traffic
+// once more. GPT-2 124M at batch 8 x 1024 (N 8,192, D 768, V 50,304): 6 chunks of 1,376 rows,
+// 415 MB of scratch in bf16 instead of 2.5 GB of logits, dw's 155 MB read and written 6 times.
+// Measured on a 2-core CPU (docs/benchmarks.md): chunks of 160 rows (the logits bound alone)
+// made the step 7% slower than the unfused ops, by that traffic.
+constexpr int64_t kLinearCrossEntropyChunkLogits = int64_t(1) << 23;
+
+struct LinearCrossEntropyLayout {
+  int64_t n, d, v;  // rows, width, classes
+  bool tb;          // w is (V, D) (an embedding table) rather than (D, V)
+  int64_t chunk;    // rows per chunk: a function of the shapes (and attribute chunk) alone, so
+                    // every device sums alike
+  int64_t ldw() const { return tb ? d : v; }
+  int64_t chunks() const { return (n + chunk - 1) / chunk; }
+  // Scratch: the chunk's logits and one log-sum-exp per row (elem_size: the product's element),
+  // then, with 16-bit operands, the logits' gradient rounded to 16 bits; each part 256-aligned.
+  size_t LogitsBytes(size_t elem_size) const { return Align(size_t(chunk * v) * elem_size); }
+  size_t LseBytes(size_t elem_size) const { return Align(size_t(chunk) * elem_size); }
+  size_t Grad16Bytes(bool half) const { return half ? Align(size_t(chunk * v) * 2) : 0; }
+  size_t ScratchBytes(size_t elem_size, bool half) const {
+    return LogitsBytes(elem_size) + LseBytes(elem_size) + Grad16Bytes(half);
+  }
+  static size_t Align(size_t b) { return (b + 255) / 256 * 256; }
+};
+inline LinearCrossEntropyLayout MakeLinearCrossEntropyLayout(const Attrs& attrs, const Shape& h, const Shape& w) {
+  LinearCrossEntropyLayout l;
+  l.n = h[0];
+  l.d = h[1];
+  l.tb = attrs.Int("tb", 1) != 0;
+  l.v = l.tb ? w[0] : w[1];
+  int64_t rows = attrs.Int("chunk", 0);  // 0: the default; tests ask for small chunks
+  if (rows <= 0) {
+    const int64_t least = std::max(kLinearCrossEntropyChunkLogits / l.v, 2 * l.d);
+    const int64_t chunks = (l.n + least - 1) / least;
+    rows = ((l.n + chunks - 1) / chunks + 15) / 16 * 16;
+  }
+  l.chunk = rows < 1 ? 1 : rows < l.n ? rows : l.n;
   return l;
 }
 

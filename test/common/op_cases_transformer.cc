@@ -119,11 +119,57 @@ void AddAttentionQkv(Table& t) {
   }
 }
 
+// Note [Cross-entropy fused with the head's product] (core/ops/loss.cc): the loss alone (grads
+// 0) and with its gradients (grads 1), w as a table (tb 1) or (D, V), whole and in chunks of
+// rows (the last one short), against the reference's unchunked float64 logits. The small float64
+// rows with grads also check the backward (which scales the gradients) by finite differences.
+void AddLinearCrossEntropy(Table& t) {
+  struct Lce {
+    int64_t n, d, v, tb, grads, chunk;
+    DType labels;
+  };
+  const char* no_grad = "grads 0 computes the loss alone, which has no backward";
+  for (const Lce& k : {Lce{10, 6, 7, 1, 1, 0, DType::kInt32}, Lce{10, 6, 7, 0, 1, 3, DType::kInt64},
+                       Lce{37, 5, 300, 1, 1, 8, DType::kInt32}, Lce{12, 4, 9, 1, 0, 5, DType::kInt64}})
+    for (DType dt : kFloats) {
+      std::vector<double> labels;
+      for (int64_t i = 0; i < k.n; ++i) labels.push_back(double((i * 7 + 3) % k.v));
+      const Attrs a{{"tb", k.tb}, {"grads", k.grads}, {"chunk", k.chunk}};
+      const Shape w = k.tb ? Shape{k.v, k.d} : Shape{k.d, k.v};
+      OpCase& c = t.Add("linear_cross_entropy", WithAttrs("h " + S({k.n, k.d}) + " w " + S(w), a), dt,
+                        ref::LinearCrossEntropy)
+                      .In(Uniform({k.n, k.d}, -2, 2))
+                      .In(Uniform(w, -1, 1))
+                      .In(Values({k.n}, labels, k.labels));
+      c.attrs = a;
+      if (!k.grads) c.NoGrad(no_grad);
+    }
+  // What the bf16 policy lowers it to: bfloat16 h and w, float32 results, against the float64
+  // products of the same bfloat16 values. The loss's products are exact in float32 sums (5e-5);
+  // the gradients' products read p rounded to bfloat16 (relative 2^-9 each): 1e-2.
+  for (int64_t tb : {1, 0}) {
+    const int64_t n = 33, d = 16, v = 40;
+    std::vector<double> labels;
+    for (int64_t i = 0; i < n; ++i) labels.push_back(double((i * 5 + 1) % v));
+    const Attrs a = Attrs{{"tb", tb}, {"grads", int64_t(1)}, {"chunk", int64_t(8)}}.Set("out_dtype", int64_t(kF32));
+    const Shape w = tb ? Shape{v, d} : Shape{d, v};
+    OpCase& c = t.Add("linear_cross_entropy", WithAttrs("h " + S({n, d}) + " w " + S(w), a) + " -> float32",
+                      DType::kBFloat16, ref::LinearCrossEntropy)
+                    .In(Uniform({n, d}, -2, 2))
+                    .In(Uniform(w, -1, 1))
+                    .In(Values({n}, labels, DType::kInt32));
+    c.attrs = a;
+    c.NoGrad("a bfloat16 record is not differentiated (Note [Precision policy])");
+    c.Tol(1e-2, 2e-4);
+  }
+}
+
 }  // namespace
 
 void AddTransformerCases(Table& t) {
   AddAttention(t);
   AddAttentionQkv(t);
+  AddLinearCrossEntropy(t);
 }
 
 }  // namespace table

@@ -370,6 +370,47 @@ std::vector<HostTensor> SoftmaxCrossEntropyGrad(const RefArgs& a) {
   return {dx};
 }
 
+// (h (N, D), w (V, D) or (D, V) with tb 0, labels) -> loss [, dh, dw]: the logits h w^T, their
+// cross-entropy, and with grads the gradients of the mean loss, all in double from the whole
+// logits (no chunks)
+std::vector<HostTensor> LinearCrossEntropy(const RefArgs& a) {
+  const HostTensor &h = a.in[0], &w = a.in[1];
+  const bool tb = a.attrs.Int("tb", 1) != 0;
+  const int64_t n = h.shape[0], d = h.shape[1], v = tb ? w.shape[0] : w.shape[1];
+  auto wt = [&](int64_t c, int64_t k) { return w.v[size_t(tb ? c * d + k : k * v + c)]; };  // w^T (D, V) at (k, c)
+  HostTensor p({n, v}), dh({n, d}), dw(w.shape);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double mx = -HUGE_VAL;
+    for (int64_t c = 0; c < v; ++c) {
+      double z = 0;
+      for (int64_t k = 0; k < d; ++k) z += h.v[size_t(i * d + k)] * wt(c, k);
+      p.v[size_t(i * v + c)] = z;
+      mx = std::max(mx, z);
+    }
+    double sum = 0;
+    for (int64_t c = 0; c < v; ++c) sum += std::exp(p.v[size_t(i * v + c)] - mx);
+    const double lse = mx + std::log(sum);
+    const int64_t label = int64_t(a.in[2].v[size_t(i)]);
+    total -= p.v[size_t(i * v + label)] - lse;
+    for (int64_t c = 0; c < v; ++c)
+      p.v[size_t(i * v + c)] = (std::exp(p.v[size_t(i * v + c)] - lse) - (c == label ? 1 : 0)) / double(n);
+  }
+  std::vector<HostTensor> out{HostTensor({}, {total / double(n)})};
+  if (a.attrs.Int("grads", 0) == 0) return out;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < v; ++c) {
+      const double g = p.v[size_t(i * v + c)];
+      for (int64_t k = 0; k < d; ++k) {
+        dh.v[size_t(i * d + k)] += g * wt(c, k);
+        dw.v[size_t(tb ? c * d + k : k * v + c)] += g * h.v[size_t(i * d + k)];
+      }
+    }
+  out.push_back(dh);
+  out.push_back(dw);
+  return out;
+}
+
 std::vector<HostTensor> Mse(const RefArgs& a) {
   double s = 0;
   for (size_t i = 0; i < a.in[0].v.size(); ++i) s += std::pow(a.in[0].v[i] - a.in[1].v[i], 2);

@@ -63,6 +63,7 @@ std::vector<HostTensor> SoftmaxGrad(const RefArgs& a);
 std::vector<HostTensor> LogSoftmaxGrad(const RefArgs& a);
 std::vector<HostTensor> SoftmaxCrossEntropy(const RefArgs& a);
 std::vector<HostTensor> SoftmaxCrossEntropyGrad(const RefArgs& a);
+std::vector<HostTensor> LinearCrossEntropy(const RefArgs& a);
 std::vector<HostTensor> Mse(const RefArgs& a);
 std::vector<HostTensor> MseGrad(const RefArgs& a);
 

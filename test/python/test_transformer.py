@@ -60,6 +60,29 @@ def test_attention_op_against_torch(dev, dtype, causal):
         np.testing.assert_allclose(grads[t].to_numpy(), torch_t.grad.numpy(), **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("w_is_table", [True, False])
+def test_linear_cross_entropy_against_torch(dev, dtype, w_is_table):
+    """Note [Cross-entropy fused with the head's product]: the loss of h w^T (or h w) and its
+    gradients, as torch's cross_entropy of the product computes them."""
+    n, d, v = 23, 8, 70
+    h = RNG.normal(size=(n, d)).astype(dtype)
+    w = RNG.normal(size=(v, d) if w_is_table else (d, v)).astype(dtype)
+    y = RNG.integers(0, v, size=n).astype(np.int32)
+    th, tw = torch.tensor(h, requires_grad=True), torch.tensor(w, requires_grad=True)
+    lh, lw = tensor.from_numpy(h, dev, requires_grad=True), tensor.from_numpy(w, dev, requires_grad=True)
+    loss = autograd.linear_cross_entropy(lh, lw, tensor.from_numpy(y, dev), w_is_table)
+    assert loss.shape == (1,)
+    grads = autograd.gradients(loss)
+    tl = F.cross_entropy(th @ (tw.T if w_is_table else tw), torch.tensor(y, dtype=torch.long))
+    tl.backward()
+    np.testing.assert_allclose(loss.to_numpy()[0], tl.item(), **TOL[dtype])
+    np.testing.assert_allclose(grads[lh].to_numpy(), th.grad.numpy(), **TOL[dtype])
+    np.testing.assert_allclose(grads[lw].to_numpy(), tw.grad.numpy(), **TOL[dtype])
+    with pytest.raises(loom.ValueError, match=r"\[linear_cross_entropy\] label 70 in row 0 is outside \[0, 70\)"):
+        autograd.linear_cross_entropy(lh, lw, tensor.from_numpy(np.full(n, 70, np.int32), dev), w_is_table)
+
+
 def make_gpt(dev, dtype, vocab=50, context=12, layers=2, dim=16, heads=2):
     g = layer.GPT(vocab, context=context, num_layers=layers, dim=dim, num_heads=heads, device=dev, dtype=dtype)
     return g, dict(g._impl.params())

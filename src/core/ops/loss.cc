@@ -140,6 +140,73 @@ LOOM_OP(softmax_cross_entropy_grad) {
   def.shareable_inputs = {0};
 }
 
+// h: (N, D), w: (V, D) (tb 1, an embedding table: GPT-2's tied head) or (D, V) (tb 0), labels:
+// int32/int64 (N) -> loss (); with grads 1 also dh (N, D) and dw (w's shape), the loss's gradients
+// for a gradient of one. chunk: rows per chunk (0, the default: LinearCrossEntropyLayout's rule).
+// Note [Cross-entropy fused with the head's product]
+// softmax_cross_entropy(h w^T, labels) without the (N, V) logits: the kernel walks the rows in
+// chunks (LinearCrossEntropyLayout in device/kernel_shapes.h: a fixed function of the shapes, sized
+// against the traffic of adding each chunk's part into dw), and for each computes the chunk's
+// logits (a GEMM into the op's scratch), their log-sum-exp, the loss terms and, with grads, the
+// logits' gradient p = (softmax - onehot) / N in place, then dh's rows = p w and dw += p^T h
+// (GEMMs, chunk by chunk in order: deterministic). The gradients are computed in the forward, for a
+// gradient of one, and the backward only scales them by the loss's gradient (exact when that is a
+// power of two, as the seed 1 and fp16's loss scales are): no logits are recomputed, and what lives
+// from the forward to the backward is dh and dw, not the logits (with GPT-2's vocabulary of 50,304
+// and 8,192 rows, 1.6 GB of float32 logits, 0.8 GB more for their bfloat16 copy, against 415 MB of
+// scratch for a chunk). ops::LinearCrossEntropy asks for the gradients only when autograd will want
+// them (grads 0: the loss alone, no GEMM beyond the logits). The bf16 policy lowers the op (h and w
+// cast, out_dtype float32: the three products from bfloat16 operands, p rounded to bfloat16 for the
+// two gradient products, as the unfused policy rounds the logits' gradient); fp16 does not: p / N
+// of a large vocabulary is below float16's range before any loss scale reaches it. nn::Gpt's step
+// uses the op when the step keeps no output (Model::set_keep_output(false): nobody reads the
+// logits).
+LOOM_OP(linear_cross_entropy) {
+  def.attrs = {{"tb", kInt}, {"grads", kInt}, {"chunk", kInt}, {"out_dtype", kInt}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const char* op = "linear_cross_entropy";
+    LOOM_CHECK(a.Int("chunk", 0) >= 0, ValueError, "[", op, "] chunk (rows per chunk, 0 for the default) must be >= 0, got ",
+               a.Int("chunk", 0));
+    CheckArity(op, in, 3);
+    const Shape& h = in[0].shape;
+    const Shape& w = in[1].shape;
+    LOOM_CHECK(in[0].dtype == in[1].dtype, DTypeError, "[", op, "] h (", Name(in[0].dtype), ") and w (",
+               Name(in[1].dtype), ") must have one dtype");
+    const DType out = LoweredResultDType(op, in[0].dtype, a, {DType::kBFloat16}, "the loss");
+    if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0], "h");
+    const int64_t tb = a.Int("tb", 1), grads = a.Int("grads", 0);
+    LOOM_CHECK(tb == 0 || tb == 1, ValueError, "[", op, "] tb must be 0 or 1, got ", tb);
+    LOOM_CHECK(grads == 0 || grads == 1, ValueError, "[", op, "] grads must be 0 or 1, got ", grads);
+    LOOM_CHECK(h.size() == 2 && h[0] > 0 && h[1] > 0, ShapeError, "[", op, "] h must be (N, D) with N, D > 0, got ",
+               ToString(h));
+    LOOM_CHECK(w.size() == 2 && w[tb ? 1 : 0] == h[1] && w[tb ? 0 : 1] > 0, ShapeError, "[", op, "] h ", ToString(h),
+               " needs w of shape ", tb ? "(V, " : "(", tb ? std::to_string(h[1]) + ")" : std::to_string(h[1]) + ", V)",
+               " with V > 0 (tb ", tb, "), got ", ToString(w));
+    LOOM_CHECK(in[2].dtype == DType::kInt32 || in[2].dtype == DType::kInt64, DTypeError, "[", op,
+               "] labels must be int32 or int64 class indices, got ", Name(in[2].dtype));
+    LOOM_CHECK(in[2].shape == Shape{h[0]}, ShapeError, "[", op, "] h ", ToString(h), " needs labels of shape (", h[0],
+               ",), got ", ToString(in[2].shape));
+    std::vector<TensorMeta> o{{{}, out}};
+    if (grads) {
+      o.push_back({h, out});
+      o.push_back({w, out});
+    }
+    return o;
+  };
+  def.saved_outputs = {1, 2};
+  def.backward = [](const BackwardArgs& a) {
+    LOOM_CHECK(a.outputs.size() == 3, ValueError,
+               "[linear_cross_entropy] was called with grads 0, so it has no gradients to give (ops::"
+               "LinearCrossEntropy sets grads when an input requires a gradient)");
+    LOOM_CHECK(a.inputs.empty() || !a.inputs[0].defined() || a.inputs[0].dtype() != DType::kBFloat16, DTypeError,
+               "[linear_cross_entropy] the bfloat16 record is not differentiated (Note [Precision policy])");
+    const Tensor& g = a.grad_outputs[0];
+    if (!g.defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};
+    return std::vector<Tensor>{a.needs_input_grad[0] ? ops::Mul(a.outputs[1], g) : Tensor(),
+                               a.needs_input_grad[1] ? ops::Mul(a.outputs[2], g) : Tensor(), Tensor()};
+  };
+}
+
 // pred: (...), target: (...) -> loss: (), mean((pred - target)^2)
 LOOM_OP(mse) {
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
@@ -172,6 +239,11 @@ Tensor SoftmaxCrossEntropy(const Tensor& logits, const Tensor& labels) {
   return Call(op_kind::softmax_cross_entropy, {logits, labels})[0];
 }
 Tensor MseLoss(const Tensor& pred, const Tensor& target) { return Call1(op_kind::mse, {pred, target}); }
+Tensor LinearCrossEntropy(const Tensor& h, const Tensor& w, const Tensor& labels, bool w_is_table) {
+  const bool grads = GradEnabled() && (h.requires_grad() || w.requires_grad());
+  return Call(op_kind::linear_cross_entropy, {h, w, labels},
+              Attrs{{"tb", int64_t(w_is_table)}, {"grads", int64_t(grads)}})[0];
+}
 }  // namespace ops
 
 }  // namespace loom

@@ -158,6 +158,7 @@ void CudaDeviceImpl::SyncAndCheck() {
                    : e.op == kOpEmbeddingGrad           ? "embedding_grad"
                    : e.op == kOpScatterElements         ? "scatter_elements"
                    : e.op == kOpGatherElements          ? "gather_elements"
+                   : e.op == kOpLinearCrossEntropy      ? "linear_cross_entropy"
                                                         : "constant_of_shape";
   // The messages of the CPU kernels, and where the error surfaced.
   const std::string where = detail::Cat(" (found on ", name(), " by an earlier kernel; its outputs were set to NaN)");

@@ -57,6 +57,7 @@ enum KernelErrorOp : int {
   kOpScatterElements = 5,
   kOpGatherElements = 6,
   kOpConstantOfShape = 7,
+  kOpLinearCrossEntropy = 8,
 };
 
 class CudaDeviceImpl : public Device {

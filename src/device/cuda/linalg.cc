@@ -17,6 +17,7 @@
 
 #include "device/cuda/bias_act.h"
 #include "device/cuda/cuda_device.h"
+#include "device/cuda/gemm.h"
 #include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
 
@@ -157,6 +158,19 @@ void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, vo
                                                static_cast<const double*>(b), g.ldb, sb, static_cast<const double*>(a),
                                                g.lda, sa, &beta, static_cast<double*>(c), g.n, sc, batch));
 }
+
+}  // namespace
+
+void DeviceGemm(CudaDeviceImpl& dev, DType operands, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
+                int64_t lda, const void* b, int64_t ldb, void* c, bool accumulate) {
+  const cudaDataType_t half = operands == DType::kBFloat16  ? CUDA_R_16BF
+                              : operands == DType::kFloat16 ? CUDA_R_16F
+                                                            : CUDA_R_32F;
+  const DType dt = half == CUDA_R_32F ? operands : DType::kFloat32;
+  Run(Gemm{dev, dt, ta, tb, m, n, k, lda, ldb, half}, a, 0, b, 0, c, 0, 1, accumulate);
+}
+
+namespace {
 
 // a: (..., M, K) or (..., K, M) with ta, b: (..., K, N) or (..., N, K) with tb
 //   -> c: (broadcast(...), M, N), or (M, N) summed over the batch with sum_batch

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "device/cuda/cast.h"
 #include "device/cuda/common.cuh"
+#include "device/cuda/gemm.h"
+#include "device/kernel_shapes.h"
 
 namespace loom {
 namespace cuda {
@@ -221,18 +224,24 @@ struct SceFloatTerm {
   }
 };
 
+// max + log(sum(exp(x - max))) of the n elements of xr, by the whole block, returned to every thread.
+template <typename T>
+__device__ T BlockLogSumExp(const T* xr, int64_t n) {
+  T mx = -Infinity<T>();
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = MaxOf(mx, xr[k]);
+  mx = BlockMax(mx);
+  T sum = T(0);
+  for (int64_t k = threadIdx.x; k < n; k += blockDim.x) sum += Exp(xr[k] - mx);
+  sum = BlockSum(sum);
+  return mx + Log(sum);
+}
+
 // lse[i] = max + log(sum(exp(x - max))) of row i of x (rows, n), one block per row.
 template <typename T>
 __global__ void RowLogSumExpKernel(const T* x, T* lse, int64_t rows, int64_t n) {
   for (int64_t o = blockIdx.x; o < rows; o += gridDim.x) {
-    const T* xr = x + o * n;
-    T mx = -Infinity<T>();
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = MaxOf(mx, xr[k]);
-    mx = BlockMax(mx);
-    T sum = T(0);
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) sum += Exp(xr[k] - mx);
-    sum = BlockSum(sum);
-    if (threadIdx.x == 0) lse[o] = mx + Log(sum);
+    const T l = BlockLogSumExp(x + o * n, n);
+    if (threadIdx.x == 0) lse[o] = l;
   }
 }
 
@@ -342,6 +351,121 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
+// ---------------------------------------------------------------- linear cross-entropy
+
+// Note [Cross-entropy fused with the head's product] (core/ops/loss.cc), as the CPU computes it:
+// per chunk of rows, the logits by a GEMM into the scratch, then this kernel (one block per
+// row): the row's log-sum-exp, its loss term -(x[label] - lse) (in double, into `terms` at the
+// row's position), and with grads the logits' gradient (softmax - onehot) / N over the logits.
+// A label outside [0, V) is reported and makes the row's term and gradient NaN.
+template <typename T, typename L>
+__global__ void LinearCeChunkKernel(T* x, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
+                                    bool grads, double* terms, KernelError* err) {
+  for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    T* xr = x + i * v;
+    const T lse = BlockLogSumExp(xr, v);
+    const long long l = (long long)lab[r0 + i];
+    const bool bad = l < 0 || l >= v;
+    if (threadIdx.x == 0) {
+      if (bad) RaiseKernelError(err, kLabelOutOfRange, kOpLinearCrossEntropy, r0 + i, l, v);
+      terms[r0 + i] = bad ? QuietNaN<double>() : -double(xr[l] - lse);
+    }
+    if (!grads) continue;
+    __syncthreads();  // xr[l] is read before any thread overwrites it
+    const T inv_n = T(1) / T(n);
+    for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
+      T p = Exp(xr[c] - lse) * inv_n;
+      if (c == l) p -= inv_n;
+      xr[c] = bad ? QuietNaN<T>() : p;
+    }
+  }
+}
+
+struct DoubleTerm {
+  const double* t;
+  __device__ double operator()(int64_t i) const { return t[i]; }
+};
+
+// Scratch: the chunk's logits, their 16-bit gradient (16-bit operands), the rows' loss terms and
+// the partial sums of their mean.
+struct LinearCeScratch {
+  size_t logits, grad16, terms, partials;
+  size_t total() const { return logits + grad16 + terms + partials; }
+};
+LinearCeScratch LinearCeScratchOf(const OpRecord& op) {
+  const LinearCrossEntropyLayout l = MakeLinearCrossEntropyLayout(op.attrs, op.inputs[0].shape(), op.inputs[1].shape());
+  const bool half = op.inputs[0].dtype() == DType::kBFloat16;
+  const size_t es = half ? sizeof(float) : SizeOf(op.outputs[0].dtype());
+  return {l.LogitsBytes(es), l.Grad16Bytes(half), LinearCrossEntropyLayout::Align(size_t(l.n) * sizeof(double)),
+          size_t(LossBlocks(l.n)) * sizeof(double)};
+}
+size_t LinearCrossEntropyScratch(const OpRecord& op) { return LinearCeScratchOf(op).total(); }
+
+// h: (N, D), w: (V, D) or (D, V), labels: (N) -> loss: () [, dh: (N, D), dw: w's shape]
+void LinearCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  cudaStream_t s = dev.stream();
+  const LinearCrossEntropyLayout l = MakeLinearCrossEntropyLayout(op.attrs, op.inputs[0].shape(), op.inputs[1].shape());
+  const DType operands = op.inputs[0].dtype();
+  const bool half = operands == DType::kBFloat16;
+  const bool grads = op.outputs.size() == 3;
+  const LinearCeScratch sc = LinearCeScratchOf(op);
+  const bool planned = ctx.scratch && ctx.scratch_bytes >= sc.total();
+  char* base = static_cast<char*>(planned ? ctx.scratch : dev.Malloc(sc.total()));
+  auto body = [&] {
+    const size_t es = SizeOf(operands), rs = half ? sizeof(float) : es;  // operands', results'
+    const char* h = static_cast<const char*>(op.inputs[0].raw_data());
+    const void* w = op.inputs[1].raw_data();
+    char* dh = grads ? static_cast<char*>(op.outputs[1].raw_data()) : nullptr;
+    void* dw = grads ? op.outputs[2].raw_data() : nullptr;
+    void* logits = base;
+    void* grad16 = base + sc.logits;
+    double* terms = reinterpret_cast<double*>(base + sc.logits + sc.grad16);
+    for (int64_t r0 = 0; r0 < l.n; r0 += l.chunk) {
+      const int64_t rows = std::min(l.chunk, l.n - r0);
+      const char* hc = h + size_t(r0 * l.d) * es;
+      DeviceGemm(dev, operands, false, l.tb, rows, l.v, l.d, hc, l.d, w, l.ldw(), logits, false);
+      FloatDispatch(half ? DType::kFloat32 : operands, "linear_cross_entropy", [&](auto tag) {
+        using T = decltype(tag);
+        T* x = static_cast<T*>(logits);
+        if (op.inputs[2].dtype() == DType::kInt32)
+          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(x, rows, l.v, op.inputs[2].data<int32_t>(),
+                                                                          r0, l.n, grads, terms, dev.kernel_error());
+        else
+          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(x, rows, l.v, op.inputs[2].data<int64_t>(),
+                                                                          r0, l.n, grads, terms, dev.kernel_error());
+        LOOM_CUDA_CHECK_LAUNCH();
+      });
+      if (!grads) continue;
+      const void* p = logits;
+      if (half) {  // the cast op's rounding, as the unfused policy rounds the logits' gradient
+        LaunchCast(DType::kFloat32, logits, operands, grad16, rows * l.v, s);
+        p = grad16;
+      }
+      DeviceGemm(dev, operands, false, !l.tb, rows, l.d, l.v, p, l.v, w, l.ldw(), dh + size_t(r0 * l.d) * rs, false);
+      if (l.tb) DeviceGemm(dev, operands, true, false, l.v, l.d, rows, p, l.v, hc, l.d, dw, r0 > 0);
+      else DeviceGemm(dev, operands, true, false, l.d, l.v, rows, hc, l.d, p, l.v, dw, r0 > 0);
+    }
+    KernelContext sub = ctx;
+    sub.scratch = base + sc.logits + sc.grad16 + sc.terms;
+    sub.scratch_bytes = sc.partials;
+    FloatDispatch(op.outputs[0].dtype(), "linear_cross_entropy", [&](auto tag) {
+      using T = decltype(tag);
+      MeanOfTerms(sub, DoubleTerm{terms}, l.n, double(l.n), op.outputs[0].data<T>());
+    });
+  };
+  if (planned) return body();
+  // Back to the pool at once, even when a launch fails: only work queued later on this stream
+  // can reach it.
+  try {
+    body();
+  } catch (...) {
+    dev.Free(base);
+    throw;
+  }
+  dev.Free(base);
+}
+
 // ---------------------------------------------------------------- mean squared error
 
 // pred: (...), target: (...) -> loss: ()
@@ -380,6 +504,8 @@ LOOM_KERNEL(softmax_grad, kCUDA, SoftmaxGradCuda<false>);
 LOOM_KERNEL(log_softmax_grad, kCUDA, SoftmaxGradCuda<true>);
 LOOM_KERNEL(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyCuda);
 LOOM_KERNEL(softmax_cross_entropy_grad, kCUDA, SoftmaxCrossEntropyGradCuda);
+LOOM_KERNEL(linear_cross_entropy, kCUDA, LinearCrossEntropyCuda);
+LOOM_KERNEL_SCRATCH(linear_cross_entropy, kCUDA, LinearCrossEntropyScratch);
 LOOM_KERNEL(mse, kCUDA, MseCuda);
 LOOM_KERNEL_SCRATCH(softmax_cross_entropy, kCUDA, SoftmaxCrossEntropyScratch);
 LOOM_KERNEL_SCRATCH(mse, kCUDA, MseScratch);

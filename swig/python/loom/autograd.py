@@ -59,6 +59,13 @@ def softmax_cross_entropy(x, t):
     return _loss(core.softmax_cross_entropy(x, t))
 
 
+def linear_cross_entropy(h, w, t, w_is_table=True):
+    """softmax_cross_entropy(h w^T, t) (w (V, D), an embedding's table; w_is_table=False: of h w,
+    w (D, V)) without the (N, V) logits: the rows in chunks, the gradients computed with the loss
+    (Note [Cross-entropy fused with the head's product]). h (N, D); t class indices (N); shape (1,)."""
+    return _loss(core.linear_cross_entropy(h, w, t, bool(w_is_table)))
+
+
 def mse_loss(x, t):
     """The mean over all elements of (x - t)^2; shape (1,)."""
     return _loss(core.mse_loss(x, t))

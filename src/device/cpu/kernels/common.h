@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/op.h"
 #include "device/cpu/kernels/cast.h"
@@ -122,6 +123,27 @@ inline void Transpose16x16(V* r) {
     for (int i = 0; i < 16; ++i) r[i] = t[i];
   }
 }
+
+// Memory for the duration of one kernel call: the arena bytes a planned graph reserved for it
+// (Note [Planned scratch]), or device memory given back even when the kernel throws.
+class Scratch {
+ public:
+  Scratch(const KernelContext& ctx, size_t bytes)
+      : d_(ctx.device),
+        owned_(bytes && !(ctx.scratch && ctx.scratch_bytes >= bytes)),
+        p_(!bytes ? nullptr : owned_ ? d_->Malloc(bytes) : ctx.scratch) {}
+  ~Scratch() {
+    if (owned_) d_->Free(p_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  Device* d_;
+  bool owned_;
+  void* p_;
+};
 
 }  // namespace cpu
 }  // namespace loom

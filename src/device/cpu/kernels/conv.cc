@@ -46,27 +46,6 @@ constexpr int64_t kTargetColumns = 1024;
 // ... as long as their col matrix stays under this many elements.
 constexpr int64_t kMaxColElements = int64_t(4) << 20;
 
-// Memory for the duration of one kernel call: the arena bytes a planned graph reserved for it
-// (Note [Planned scratch]), or device memory given back even when the kernel throws.
-class Scratch {
- public:
-  Scratch(const KernelContext& ctx, size_t bytes)
-      : d_(ctx.device),
-        owned_(bytes && !(ctx.scratch && ctx.scratch_bytes >= bytes)),
-        p_(!bytes ? nullptr : owned_ ? d_->Malloc(bytes) : ctx.scratch) {}
-  ~Scratch() {
-    if (owned_) d_->Free(p_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T> T* as() const { return static_cast<T*>(p_); }
-
- private:
-  Device* d_;
-  bool owned_;
-  void* p_;
-};
-
 // The forward convolution's geometry (ConvDims, shared with the oneDNN path) and the sizes the
 // im2col kernels derive from it.
 struct Geom : ConvDims {

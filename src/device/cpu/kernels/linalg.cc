@@ -11,6 +11,7 @@
 #include "device/cpu/blas.h"
 #include "device/cpu/dnnl_gemm.h"
 #include "device/cpu/kernels/common.h"
+#include "device/cpu/kernels/product.h"
 #include "device/kernel_report.h"
 
 namespace loom {
@@ -79,6 +80,20 @@ void Product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
              const F16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   HalfProduct(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+}  // namespace
+
+void HalfGemm(bool bf16, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
+              int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (bf16)
+    HalfProduct(ta, tb, m, n, k, alpha, reinterpret_cast<const Bf16*>(a), lda, reinterpret_cast<const Bf16*>(b), ldb,
+                beta, c, ldc);
+  else
+    HalfProduct(ta, tb, m, n, k, alpha, reinterpret_cast<const F16*>(a), lda, reinterpret_cast<const F16*>(b), ldb,
+                beta, c, ldc);
+}
+
+namespace {
 
 // Float operands: the GEMM of blas.h.
 template <typename T>

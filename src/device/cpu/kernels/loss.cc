@@ -10,7 +10,9 @@
 #include <type_traits>
 
 #include "core/elementwise_formulas.h"
+#include "device/cpu/blas.h"
 #include "device/cpu/kernels/common.h"
+#include "device/cpu/kernels/product.h"
 
 namespace loom {
 namespace cpu {
@@ -233,6 +235,86 @@ void SoftmaxCrossEntropyGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
+// ---- linear_cross_entropy (Note [Cross-entropy fused with the head's product] in core/ops/loss.cc)
+
+// C = op(A) op(B) (+ C when accumulate) on T operands (float, double) or on 16-bit operands
+// (uint16_t bits: the op's bf16 record) with a float32 C.
+template <typename T>
+void ChunkGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+               bool accumulate, T* c, int64_t ldc) {
+  Gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, T(accumulate ? 1 : 0), c, ldc);
+}
+void ChunkGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  HalfGemm(true, ta, tb, m, n, k, 1.f, a, lda, b, ldb, accumulate ? 1.f : 0.f, c, ldc);
+}
+
+// In: the operands' element (T, or uint16_t for bfloat16 operands); T: the logits' and results'.
+template <typename T, typename In, typename L>
+void LinearCrossEntropyTyped(const OpRecord& op, const KernelContext& ctx, const L* lab) {
+  constexpr bool kHalf = std::is_same<In, uint16_t>::value;
+  const LinearCrossEntropyLayout l = MakeLinearCrossEntropyLayout(op.attrs, op.inputs[0].shape(), op.inputs[1].shape());
+  const In* h = static_cast<const In*>(op.inputs[0].raw_data());
+  const In* w = static_cast<const In*>(op.inputs[1].raw_data());
+  const bool grads = op.outputs.size() == 3;
+  T* dh = grads ? op.outputs[1].data<T>() : nullptr;
+  T* dw = grads ? op.outputs[2].data<T>() : nullptr;
+  Scratch scratch(ctx, l.ScratchBytes(sizeof(T), kHalf));
+  T* logits = scratch.as<T>();
+  T* lse = reinterpret_cast<T*>(scratch.as<char>() + l.LogitsBytes(sizeof(T)));
+  uint16_t* p16 = reinterpret_cast<uint16_t*>(scratch.as<char>() + l.LogitsBytes(sizeof(T)) + l.LseBytes(sizeof(T)));
+  const T inv_n = T(1) / T(l.n);
+  double total = 0;
+  for (int64_t r0 = 0; r0 < l.n; r0 += l.chunk) {
+    const int64_t rows = std::min(l.chunk, l.n - r0);
+    const In* hc = h + r0 * l.d;
+    ChunkGemm(false, l.tb, rows, l.v, l.d, hc, l.d, w, l.ldw(), false, logits, l.v);
+    RowLogSumExp(logits, lse, rows, l.v);
+    for (int64_t i = 0; i < rows; ++i) total -= double(logits[i * l.v + int64_t(lab[r0 + i])] - lse[i]);
+    if (!grads) continue;
+    // p = (softmax - onehot) / N, the logits' gradient for a loss gradient of one, over the logits
+    // (and rounded to 16 bits for 16-bit products: the cast op's rounding)
+    ParallelFor(rows, std::max<int64_t>(1, kGrain / l.v), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        T* x = logits + i * l.v;
+        for (int64_t c = 0; c < l.v; ++c) x[c] = ew::ExpOf(x[c] - lse[i]) * inv_n;
+        x[int64_t(lab[r0 + i])] -= inv_n;
+        if (kHalf) CastFloat32To16(reinterpret_cast<const float*>(x), p16 + i * l.v, l.v, DType::kBFloat16);
+      }
+    });
+    const auto* p = [&] {
+      if constexpr (kHalf) return static_cast<const In*>(p16);
+      else return static_cast<const In*>(logits);
+    }();
+    // dh's rows = p w; dw += p^T h (w (V, D)) or h^T p (w (D, V)), chunk after chunk
+    ChunkGemm(false, !l.tb, rows, l.d, l.v, p, l.v, w, l.ldw(), false, dh + r0 * l.d, l.d);
+    if (l.tb) ChunkGemm(true, false, l.v, l.d, rows, p, l.v, hc, l.d, r0 > 0, dw, l.d);
+    else ChunkGemm(true, false, l.d, l.v, rows, hc, l.d, p, l.v, r0 > 0, dw, l.v);
+  }
+  op.outputs[0].data<T>()[0] = T(total / double(l.n));
+}
+
+// h: (N, D), w: (V, D) or (D, V), labels: (N) -> loss: () [, dh: (N, D), dw: w's shape]
+void LinearCrossEntropyCpu(const OpRecord& op, const KernelContext& ctx) {
+  const char* name = "linear_cross_entropy";
+  const Tensor& h = op.inputs[0];
+  const int64_t rows = h.dim(0);
+  const int64_t classes = op.attrs.Int("tb", 1) ? op.inputs[1].dim(0) : op.inputs[1].dim(1);
+  WithIndexLabels(op.inputs[2], rows, classes, name, [&](const auto* lab) {
+    if (h.dtype() == DType::kBFloat16) return LinearCrossEntropyTyped<float, uint16_t>(op, ctx, lab);
+    FloatDispatch(h.dtype(), name, [&](auto tag) {
+      using T = decltype(tag);
+      LinearCrossEntropyTyped<T, T>(op, ctx, lab);
+    });
+  });
+}
+
+size_t LinearCrossEntropyScratch(const OpRecord& op) {
+  const LinearCrossEntropyLayout l = MakeLinearCrossEntropyLayout(op.attrs, op.inputs[0].shape(), op.inputs[1].shape());
+  const bool half = op.inputs[0].dtype() == DType::kBFloat16;
+  return l.ScratchBytes(half ? sizeof(float) : SizeOf(op.outputs[0].dtype()), half);
+}
+
 // pred: (...), target: (...) -> loss: ()
 // Partial sums over fixed blocks of kGrain elements, added in block order: the result does not
 // depend on the thread count.
@@ -279,6 +361,8 @@ LOOM_KERNEL(softmax_grad, kCPU, SoftmaxGradCpu<false>);
 LOOM_KERNEL(log_softmax_grad, kCPU, SoftmaxGradCpu<true>);
 LOOM_KERNEL(softmax_cross_entropy, kCPU, SoftmaxCrossEntropyCpu);
 LOOM_KERNEL(softmax_cross_entropy_grad, kCPU, SoftmaxCrossEntropyGradCpu);
+LOOM_KERNEL(linear_cross_entropy, kCPU, LinearCrossEntropyCpu);
+LOOM_KERNEL_SCRATCH(linear_cross_entropy, kCPU, LinearCrossEntropyScratch);
 LOOM_KERNEL(mse, kCPU, MseCpu);
 LOOM_KERNEL(mse_grad, kCPU, MseGradCpu);
 
