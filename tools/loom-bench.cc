@@ -239,13 +239,14 @@ struct Flags {
   double link_gbps = 25, latency_us = 10;
   double bucket_mb = 0, first_bucket_mb = -1;  // GraphOptions::bucket_bytes, first_bucket_bytes (0/-1: defaults)
   bool overlap = true;                         // GraphOptions::overlap_collectives
+  bool fused_loss = true;  // Model::set_fused_loss: the GPT's head fused with its loss
 };
 
 const char* kUsage =
     "usage: loom-bench [--model mlp|cnn|resnet18|resnet50|gpt] [--batch N] [--mode M[,M...]]\n"
     "                  [--device cpu|cuda] [--steps N] [--warmup N] [--threads N] [--json] [--timeline DIR]\n"
     "                  [--rounds R] [--lr X] [--momentum X] [--peak-gflops G] [--pass NAME=on|off]...\n"
-    "                  [--no-fuse-bias-act]\n"
+    "                  [--no-fuse-bias-act] [--no-fused-loss]\n"
     "                  [--plan-layouts | --no-plan-layouts] [--blocked-weights | --no-blocked-weights]\n"
     "                  [--cpu-conv auto|im2col|winograd]\n"
     "                  [--memory-budget-fraction F] [--dist | --simulate-ranks N[,N...] [--link-gbps G]\n"
@@ -272,7 +273,9 @@ const char* kUsage =
     "  --optimizer O  sgd (momentum, the default) or adam (betas 0.9, 0.999, eps 1e-8; lr 0.001 unless --lr)\n"
     "  --model gpt    GPT-2's architecture (nn/transformer.h) on token sequences of a learnable chain:\n"
     "                 --gpt-layers L (4), --gpt-dim D (256), --gpt-heads H (4), --context T (256), --vocab V\n"
-    "                 (1024); batch 8 by default\n"
+    "                 (1024); batch 8 by default. Its head's product and loss are one linear_cross_entropy,\n"
+    "                 which makes no logits (Note [Cross-entropy fused with the head's product]);\n"
+    "                 --no-fused-loss keeps the plain matmul and softmax_cross_entropy\n"
     "  --peak-gflops G the machine's FP32 peak for fraction_of_peak (default: measured at the start on\n"
     "                 the CPU with loom's thread count, as tools/fma_peak does)\n"
     "  --precision P    fp32 (default), bf16 or fp16: matrix products from bfloat16 or float16 operands,\n"
@@ -405,6 +408,8 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (a.Is("--peak-gflops")) {
       f.peak_gflops = a.Double();
       if (!(f.peak_gflops > 0)) throw UsageError("--peak-gflops must be positive");
+    } else if (a.Is("--no-fused-loss")) {
+      f.fused_loss = false;
     } else if (a.Is("--precision")) {
       const std::string v = a.Value();
       try {
@@ -810,6 +815,7 @@ Session NewSession(const Flags& f, const ModelSpec& spec, int64_t batch, Mode mo
   // A loop that reads only the loss, as the peers' steps: the output (a language model's
   // logits) stays in the plan (Note [A step that keeps no output]).
   s.model->set_keep_output(false);
+  s.model->set_fused_loss(f.fused_loss);
   Shape xs = {s.shard.rows};
   xs.insert(xs.end(), spec.sample.begin(), spec.sample.end());
   s.x = ops::Empty(xs, spec.lm ? DType::kInt32 : DType::kFloat32, dev);
@@ -1458,7 +1464,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
   std::snprintf(
       buf, sizeof buf,
       "{\"tool\": \"loom-bench\", \"model\": \"%s\", \"arch\": \"%s\", \"batch\": %lld, \"mode\": \"%s\", "
-      "\"precision\": \"%s\", "
+      "\"precision\": \"%s\", \"fused_loss\": %s, "
       "\"device\": \"%s\", \"cpu_conv\": \"%s\", \"threads\": %d, \"steps\": %lld, \"warmup\": %lld, \"rounds\": %lld, "
       "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, \"items_per_s\": %.2f, "
       "\"peak_bytes\": %zu, \"state_bytes\": %zu, \"working_peak_bytes\": %zu, \"rss_peak_delta_bytes\": %zu, "
@@ -1470,8 +1476,8 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
       "\"peak_bytes_is\": \"device allocator peak over the timed steps (params, optimizer state, inputs, "
       "intermediates, arena)\", \"rss_peak_delta_is\": \"process VmHWM at the end minus VmRSS before the model was "
       "built\"}",
-      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), loom::Name(f.precision), device.c_str(),
-      CpuConvName(), loom::NumThreads(),
+      spec.name.c_str(), spec.arch.c_str(), (long long)batch, Name(r.mode), loom::Name(f.precision),
+      f.fused_loss ? "true" : "false", device.c_str(), CpuConvName(), loom::NumThreads(),
       (long long)f.steps, (long long)f.warmup, (long long)std::min(f.rounds, f.steps), r.median, r.p10, r.p90,
       ItemsPerSecond(r), r.peak_bytes, r.state_bytes,
       r.peak_bytes > r.state_bytes ? r.peak_bytes - r.state_bytes : 0, r.rss_delta, r.rss_exact ? "true" : "false",

@@ -23,6 +23,15 @@ class Layer {
   virtual Tensor Forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return Forward(x); }
   virtual std::string TypeName() const = 0;
+  // The mean softmax cross-entropy of Forward(x) against class indices `labels`, computed without
+  // Forward's output where the layer can (nn::Gpt: Note [Cross-entropy fused with the head's
+  // product] in core/ops/loss.cc); undefined where it cannot (the default): the caller then
+  // computes Forward and the loss.
+  virtual Tensor ForwardCrossEntropy(const Tensor& x, const Tensor& labels) {
+    (void)x;
+    (void)labels;
+    return Tensor();
+  }
 
   NamedTensors Params() const;  // trainable, in registration order
   NamedTensors States() const;  // non-trainable persistent state (running statistics)

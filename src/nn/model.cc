@@ -1,5 +1,7 @@
 #include "nn/model.h"
 
+#include <tuple>
+
 #include "core/autograd.h"
 #include "core/ops.h"
 #include "graph/graph.h"
@@ -85,6 +87,21 @@ void Model::set_keep_output(bool on) {
   keep_output_ = on;
 }
 
+void Model::set_fused_loss(bool on) {
+  LOOM_CHECK(!train_step_ || on == fused_loss_, GraphError, "[Model] set_fused_loss(", on ? "true" : "false",
+             ") after the first graph step: the graph keeps what it captured");
+  fused_loss_ = on;
+}
+
+std::pair<Tensor, Tensor> Model::ForwardAndLoss(const Tensor& x, const Tensor& y) {
+  if (!keep_output_ && fused_loss_ && loss_ == LossKind::kSoftmaxCrossEntropy && !IsFloating(y.dtype())) {
+    Tensor loss = net_->ForwardCrossEntropy(x, y);
+    if (loss.defined()) return {Tensor(), loss};
+  }
+  Tensor out = net_->Forward(x);
+  return {out, ComputeLoss(out, y)};
+}
+
 // Note [Micro-batches in one step] (model.h)
 std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
   const int64_t n = micro_batches_, bx = in[0].dim(0), by = in[1].dim(0);
@@ -93,8 +110,9 @@ std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
   std::vector<std::pair<Tensor, Tensor>> sums;  // (param, gradient summed so far), backward's order
   Tensor out, loss;
   for (int64_t k = 0; k < n; ++k) {
-    out = net_->Forward(ops::Slice(in[0], 0, k * bx / n, (k + 1) * bx / n));
-    Tensor lk = ComputeLoss(out, ops::Slice(in[1], 0, k * by / n, (k + 1) * by / n));
+    Tensor lk;
+    std::tie(out, lk) = ForwardAndLoss(ops::Slice(in[0], 0, k * bx / n, (k + 1) * bx / n),
+                                       ops::Slice(in[1], 0, k * by / n, (k + 1) * by / n));
     // Under loss scaling (Note [Loss scaling]) each micro-batch's gradients are those of the
     // scaled loss, and StepKeyed unscales their sum once.
     Tensor part = ops::MulScalar(lk, 1.0 / double(n));
@@ -122,8 +140,7 @@ std::vector<Tensor> Model::MicroBatchStep(const std::vector<Tensor>& in) {
 
 std::vector<Tensor> Model::Step(const std::vector<Tensor>& in) {
   if (micro_batches_ > 1) return MicroBatchStep(in);
-  Tensor out = net_->Forward(in[0]);
-  Tensor loss = ComputeLoss(out, in[1]);
+  auto [out, loss] = ForwardAndLoss(in[0], in[1]);
   // Each parameter is updated as soon as its gradient is final, so gradients never pile up: the
   // step's peak is the activations plus one layer's gradients, not all of them (unless the
   // optimizer clips by global norm, which needs them all: Optimizer::BackwardAndUpdate).

@@ -74,9 +74,15 @@ class Model {
   // 1.65 GB for GPT-2 at batch 8 x 1024 tokens) go back to the memory plan once the loss's
   // backward has read them, instead of staying outside it for the whole step (a tensor the user
   // still holds at the end of a capture is persistent: BlockFacts::held_outside). A training loop
-  // that reads only the loss loses nothing. Set before the first step of a graph model.
+  // that reads only the loss loses nothing. Better still, with the softmax cross-entropy loss a
+  // network that can compute the loss without its output (Layer::ForwardCrossEntropy: nn::Gpt,
+  // whose head's product is fused with the loss, Note [Cross-entropy fused with the head's
+  // product] in core/ops/loss.cc) never makes the logits at all; set_fused_loss(false) keeps the
+  // plain product and loss (for comparison). Set both before the first step of a graph model.
   void set_keep_output(bool on);
   bool keep_output() const { return keep_output_; }
+  void set_fused_loss(bool on);
+  bool fused_loss() const { return fused_loss_; }
   // Note [Precision policy] (core/autocast.h): eager TrainOneBatch runs in an AutocastScope of
   // this precision, and a graph step is lowered by the pass autocast_bf16 or autocast_fp16 (the
   // same arithmetic). kFloat16 also turns on the optimizer's dynamic loss scaling with
@@ -103,6 +109,8 @@ class Model {
   std::vector<Tensor> Step(const std::vector<Tensor>& in);
   std::vector<Tensor> MicroBatchStep(const std::vector<Tensor>& in);
   Tensor ComputeLoss(const Tensor& out, const Tensor& y) const;
+  // The network's output (undefined when the loss was fused with it: keep_output off) and loss.
+  std::pair<Tensor, Tensor> ForwardAndLoss(const Tensor& x, const Tensor& y);
 
   std::shared_ptr<Layer> net_;
   std::shared_ptr<Optimizer> opt_;
@@ -114,7 +122,7 @@ class Model {
   int64_t steps_ = 0;
   Precision precision_ = Precision::kFloat32;
   int64_t micro_batches_ = 1;
-  bool keep_output_ = true;
+  bool keep_output_ = true, fused_loss_ = true;
   static std::atomic<int> next_id_;  // models are made on several threads (in-process ranks)
   int id_;
 };

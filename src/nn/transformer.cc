@@ -79,17 +79,27 @@ Gpt::Gpt(const GptConfig& c, LayerOptions o) : c_(c) {
   }
 }
 
-Tensor Gpt::Forward(const Tensor& tokens) {
+Tensor Gpt::Hidden(const Tensor& tokens) {
   LOOM_CHECK(tokens.ndim() == 2, ShapeError, "[Gpt] expects tokens (B, T), got ", tokens.Describe());
   const int64_t b = tokens.dim(0), t = tokens.dim(1);
   LOOM_CHECK(t > 0 && t <= c_.context, ShapeError, "[Gpt] sequence length ", t, " must be in [1, ", c_.context,
              "] (the model's context), tokens ", tokens.Describe());
   Tensor h = ops::Add(wte->Forward(tokens), ops::Slice(wpe, 0, 0, t));
   for (const auto& blk : blocks) h = blk->Forward(h);
-  h = ops::Reshape(ln_f->Forward(h), {b * t, c_.dim});
+  return ops::Reshape(ln_f->Forward(h), {b * t, c_.dim});
+}
+
+Tensor Gpt::Forward(const Tensor& tokens) {
+  Tensor h = Hidden(tokens);
   if (head) return head->Forward(h);
   // tied: h wte^T, the table read transposed by the GEMM (no copy)
   return Call1(op_kind::matmul, {h, wte->table}, Attrs{{"ta", int64_t(0)}, {"tb", int64_t(1)}, {"sum_batch", int64_t(0)}});
+}
+
+Tensor Gpt::ForwardCrossEntropy(const Tensor& tokens, const Tensor& labels) {
+  Tensor h = Hidden(tokens);
+  if (head) return ops::LinearCrossEntropy(h, head->weight, labels, /*w_is_table=*/false);  // no bias
+  return ops::LinearCrossEntropy(h, wte->table, labels, /*w_is_table=*/true);
 }
 
 }  // namespace nn

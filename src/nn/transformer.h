@@ -63,6 +63,9 @@ class Gpt : public Layer {
  public:
   explicit Gpt(const GptConfig& c, LayerOptions o = {});
   Tensor Forward(const Tensor& tokens) override;
+  // The loss of Forward(tokens) against labels (B * T) without the logits: the head's product
+  // fused with the cross-entropy (ops::LinearCrossEntropy).
+  Tensor ForwardCrossEntropy(const Tensor& tokens, const Tensor& labels) override;
   std::string TypeName() const override { return "Gpt"; }
   const GptConfig& config() const { return c_; }
   std::shared_ptr<Embedding> wte;
@@ -72,6 +75,7 @@ class Gpt : public Layer {
   std::shared_ptr<Linear> head;  // null when tied
 
  private:
+  Tensor Hidden(const Tensor& tokens);  // (B, T) -> ln_f's output (B * T, dim)
   GptConfig c_;
 };
 

@@ -13,6 +13,8 @@
 
 LOOM_OP_KIND(attention_qkv);
 LOOM_OP_KIND(attention_qkv_grad);
+LOOM_OP_KIND(linear_cross_entropy);
+LOOM_OP_KIND(softmax_cross_entropy);
 
 namespace loom {
 namespace test {
@@ -155,6 +157,7 @@ TEST(Gpt, AStepThatKeepsNoOutputLeavesTheLogitsToThePlan) {
     CpuDevice()->SetRandSeed(11);
     nn::Model m(std::make_shared<nn::Gpt>(Tiny()), std::make_shared<nn::Adam>(3e-3));
     m.set_keep_output(keep);
+    m.set_fused_loss(false);  // the plain product and loss, whose logits the plan then holds
     auto first = Batch(4, 16, 40, 1);
     m.Compile({first.first}, true, true);
     for (int s = 0; s < 4; ++s) {
@@ -172,6 +175,66 @@ TEST(Gpt, AStepThatKeepsNoOutputLeavesTheLogitsToThePlan) {
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(params[0], params[1]);
   EXPECT_EQ(persistent[1] - persistent[0], size_t(64 * 40 * 4)) << "the (B T, V) float32 logits";
+}
+
+// Note [Cross-entropy fused with the head's product]: a step that keeps no output runs the GPT's
+// head and loss as one linear_cross_entropy, which makes no logits at all. It trains as the plain
+// product and loss do (the same sums in another order: close, not bitwise), the graph equals
+// eager bitwise, and no tensor of the logits' shape is made (what that saves at GPT-2's size is in
+// docs/benchmarks.md: the chunk here is all 64 rows).
+TEST(Gpt, AStepThatKeepsNoOutputFusesTheHeadWithTheLoss) {
+  // Trains m, which keeps no output, `steps` steps on batches of 4 x 16 tokens: their losses.
+  auto train = [](nn::Model& m, int64_t vocab, int steps, bool graph) {
+    m.set_keep_output(false);
+    m.Compile({Batch(4, 16, vocab, 1).first}, true, graph);
+    std::vector<float> losses;
+    for (int s = 0; s < steps; ++s) {
+      auto b = Batch(4, 16, vocab, uint32_t(s + 1));
+      losses.push_back(m.TrainOneBatch(b.first, b.second).loss.Item());
+    }
+    return losses;
+  };
+  std::vector<float> losses[2];
+  std::vector<std::vector<float>> params[2];
+  for (bool fused : {false, true}) {
+    CpuDevice()->SetRandSeed(11);
+    nn::GptConfig c = Tiny();
+    c.vocab = 300;  // a vocabulary large against the width, as a language model's
+    nn::Model m(std::make_shared<nn::Gpt>(c), std::make_shared<nn::Adam>(3e-3));
+    m.set_fused_loss(fused);
+    losses[fused] = train(m, 300, 4, true);
+    for (auto& p : m.Params()) params[fused].push_back(p.second.ToVector<float>());
+    int lce = 0, sce = 0, logits = 0;  // logits: tensors of the (B T, V) logits' shape
+    for (const OpRecord& op : m.train_graph()->ops().ops) {
+      lce += op.def == &op_kind::linear_cross_entropy;
+      sce += op.def == &op_kind::softmax_cross_entropy;
+      for (const Tensor& t : op.outputs) logits += t.shape() == Shape{64, 300};
+    }
+    EXPECT_EQ(lce, fused ? 1 : 0);
+    EXPECT_EQ(sce, fused ? 0 : 1);
+    // The plain step writes the logits and their gradient; the fused one neither (its chunk of
+    // logits is the kernel's scratch).
+    EXPECT_EQ(logits, fused ? 0 : 2);
+    LOOM_EXPECT_THROW_MSG(m.set_fused_loss(!fused), GraphError, "after the first graph step");
+  }
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-4) << "step " << i;
+  for (size_t p = 0; p < params[0].size(); ++p)
+    for (size_t i = 0; i < params[0][p].size(); ++i)
+      ASSERT_NEAR(params[1][p][i], params[0][p][i], 1e-4) << "parameter " << p << " element " << i;
+
+  // In a graph as eagerly, bit for bit.
+  std::vector<float> run[2];
+  for (bool graph : {false, true}) {
+    CpuDevice()->SetRandSeed(5);
+    nn::Model m(std::make_shared<nn::Gpt>(Tiny()), std::make_shared<nn::Adam>(3e-3));
+    run[graph] = train(m, 40, 3, graph);
+    for (auto& p : m.Params()) {
+      std::vector<float> v = p.second.ToVector<float>();
+      run[graph].insert(run[graph].end(), v.begin(), v.end());
+    }
+  }
+  EXPECT_EQ(run[0], run[1]);
 }
 
 TEST(Gpt, RejectsBadSizes) {

@@ -539,7 +539,8 @@ class NativeModel(_Checkpoints):
         """As Model.compile; C++'s nn::Model runs each step in `precision` (Note [Precision policy];
         fp16 turns on the optimizer's loss scaling, Note [Loss scaling]). keep_output=False:
         train_one_batch returns (None, loss), and a graph does not keep the output for the caller
-        (a language model's logits return to the memory plan: Note [A step that keeps no output])."""
+        (a language model's logits return to the memory plan: Note [A step that keeps no output]),
+        and a network that can (the GPT) fuses its head's product with the loss, making no logits."""
         self._impl.set_precision_name(_precision.check(precision))
         self._impl.set_keep_output(bool(keep_output))
         graph_options = _with_budget(graph_options, memory_budget)
