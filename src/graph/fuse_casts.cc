@@ -15,8 +15,8 @@
 // Conditions: the cast converts float32 to bfloat16 or float16; its input is all of an
 // intermediate block (not the user's, not state) that the producer alone writes, as its output
 // 0, and the cast alone reads; the cast's output, of the same shape, is all of a block that only
-// the cast writes; the device supports the rewritten producer (the CPU's kernels do; CUDA's keep
-// the cast apart for now: SameDTypeCuda). The pass runs after the capture, so no backward is
+// the cast writes; the device supports the rewritten producer (the CPU's and CUDA's kernels do:
+// FusedCastSupportedCpu, FusedCastSupportedCuda). The pass runs after the capture, so no backward is
 // made from a fused record; one differentiated with out_dtype is an error. Order 40: after
 // autocast_bf16 and autocast_fp16 (5, 6) make the casts and bf16_relu_mask (35) moves ReLU
 // masks onto the bfloat16 copies (which leaves a ReLU's cast as its float32 output's only

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/fused_casts.h"
 #include "common/harness.h"
 #include "common/op_check.h"
 #include "core/ops_cnn.h"
@@ -69,6 +70,13 @@ TEST(CudaMath, Tf32ByDefaultFullFloat32OnRequest) {
     EXPECT_LT(err_tf32, 0.5) << what << ": TF32 against float64";
     EXPECT_GT(apart, err_full) << what << ": TF32 and full float32 agree: TF32 did not run";
   }
+}
+
+// Note [Casts fused into their producers]: CUDA's producers write the bits CUDA's cast op writes
+// from their float32 results (the CPU's test, test/graph/fuse_casts_test.cc, on the GPU).
+TEST(CudaOps, FusedCastProducersWriteTheCastOpsBits) {
+  LOOM_REQUIRE_GPU();
+  ExpectProducersWriteTheCastOpsBits(CudaDevice(0));
 }
 
 TEST(CudaOps, PhiloxUniformEqualsCpuBitwise) {

@@ -103,10 +103,10 @@ TEST(CudaKernels, ConvolutionsTakeTheBf16PolicysRecordsAndNoOtherMix) {
   }
 }
 
-// Note [Casts fused into their producers]: the CPU's producers take a 16-bit result; CUDA's
-// kernels write their input's dtype, so their predicates refuse the fused record and the pass
-// leaves the cast apart there (a kernel without a predicate would write float32 into it).
-TEST(CudaKernels, ProducersRefuseAFusedCast) {
+// Note [Casts fused into their producers]: the producers take a 16-bit result from float32 on
+// both backends (the pass folds a cast into them on either), and nothing else (a kernel without a
+// predicate would take any record; a float64 input is out_dtype's error, not a kernel's).
+TEST(CudaKernels, ProducersTakeAFusedCast) {
 #ifndef LOOM_WITH_CUDA
   GTEST_SKIP() << "loom built without CUDA: no CUDA kernels are registered";
 #endif
@@ -119,13 +119,14 @@ TEST(CudaKernels, ProducersRefuseAFusedCast) {
     ASSERT_NE(cpu, nullptr) << op;
     OpRecord r;
     r.def = &def;
-    r.inputs = {Tensor({2, 8}, DType::kFloat32, CpuDevice())};
-    r.outputs = {Tensor({2, 8}, DType::kFloat32, CpuDevice())};
-    EXPECT_TRUE(cuda(r)) << op;
-    EXPECT_TRUE(cpu(r)) << op;
-    r.outputs = {Tensor({2, 8}, DType::kBFloat16, CpuDevice())};
-    EXPECT_FALSE(cuda(r)) << op;
-    EXPECT_TRUE(cpu(r)) << op;
+    for (DType in : {DType::kFloat32, DType::kFloat64})
+      for (DType out : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+        r.inputs = {Tensor({2, 8}, in, CpuDevice())};
+        r.outputs = {Tensor({2, 8}, out, CpuDevice())};
+        const bool takes = in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
+        EXPECT_EQ(cuda(r), takes) << op << " " << Name(in) << " -> " << Name(out);
+        EXPECT_EQ(cpu(r), takes) << op << " " << Name(in) << " -> " << Name(out);
+      }
   }
 }
 

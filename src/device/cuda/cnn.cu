@@ -183,12 +183,12 @@ void GlobalAvgPoolGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // ---------------------------------------------------------------- layer norm
 // x seen as (R, D): one block per row; sums in double, two passes, as on the CPU.
 
-template <typename T>
-__global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y, T* mean_out, T* invstd_out,
-                                int64_t rows, int64_t d, double eps) {
+template <typename T, typename Out>
+__global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, Out* y, T* mean_out, T* invstd_out,
+                                int64_t rows, int64_t d, double eps, bool bf16) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = x + r * d;
-    T* yr = y + r * d;
+    Out* yr = y + r * d;
     double sum = 0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) sum += double(xr[j]);
     const double mean = BlockSum(sum) / double(d);
@@ -200,7 +200,8 @@ __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y,
     sq = BlockSum(sq);
     const double invstd = 1.0 / sqrt(sq / double(d) + eps);
     const T tm = T(mean), ti = T(invstd);
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = (xr[j] - tm) * ti * gamma[j] + beta[j];
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+      yr[j] = StoreResult<Out>(T((xr[j] - tm) * ti * gamma[j] + beta[j]), bf16);
     if (threadIdx.x == 0) {
       mean_out[r] = tm;
       invstd_out[r] = ti;
@@ -208,15 +209,18 @@ __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, T* y,
   }
 }
 
-// x: (R, D), gamma, beta: (D) -> y: (R, D), mean, invstd: (R)
+// x: (R, D), gamma, beta: (D) -> y: (R, D) (or its 16-bit rounding with out_dtype: Note [Casts
+// fused into their producers]), mean, invstd: (R)
 void LayerNormCuda(const OpRecord& op, const KernelContext& ctx) {
-  FloatDispatch(op.inputs[0].dtype(), "layer_norm", [&](auto tag) {
+  FusedCastDispatch(op, "layer_norm", [&](auto tag, auto out_tag, bool bf16) {
     using T = decltype(tag);
+    using Out = decltype(out_tag);
     const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
     if (d.r == 0) return;
     LayerNormKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, Dev(ctx).stream()>>>(
-        op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.outputs[0].data<T>(),
-        op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.r, d.d, op.attrs.Float("eps"));
+        op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+        static_cast<Out*>(op.outputs[0].raw_data()), op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.r, d.d,
+        op.attrs.Float("eps"), bf16);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -412,7 +416,7 @@ LOOM_KERNEL(avg_pool2d_grad, kCUDA, AvgPool2dGradCuda);
 LOOM_KERNEL(global_avg_pool, kCUDA, GlobalAvgPoolCuda);
 LOOM_KERNEL(global_avg_pool_grad, kCUDA, GlobalAvgPoolGradCuda);
 LOOM_KERNEL(layer_norm, kCUDA, LayerNormCuda);
-LOOM_KERNEL_SUPPORTS(layer_norm, kCUDA, SameDTypeCuda);  // elementwise.cu
+LOOM_KERNEL_SUPPORTS(layer_norm, kCUDA, FusedCastSupportedCuda);  // elementwise.cu
 LOOM_KERNEL(layer_norm_grad, kCUDA, LayerNormGradCuda);
 LOOM_KERNEL(embedding, kCUDA, EmbeddingCuda);
 LOOM_KERNEL(embedding_grad, kCUDA, EmbeddingGradCuda);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/op.h"
@@ -45,9 +46,21 @@ void FloatDispatch(DType t, const char* op, F&& f) {
   DispatchFloat(t, op, "CUDA", f);
 }
 
-// Note [What a kernel supports]: a result of the input's dtype (elementwise.cu), for the producers
-// whose CPU kernels also take a fused cast.
-bool SameDTypeCuda(const OpRecord& op);
+// Note [What a kernel supports]: a result of the input's dtype, or a float32 result rounded to
+// bfloat16 or float16 (Note [Casts fused into their producers] in graph/fuse_casts.cc), for the
+// producers that take a fused cast (elementwise.cu).
+bool FusedCastSupportedCuda(const OpRecord& op);
+
+// Calls f(T{}, Out{}, bf16) for a producer that may take a fused cast: T the input's arithmetic
+// dtype, Out T, or uint16_t for a 16-bit output (bf16 says bfloat16 rather than float16) from
+// float32; StoreResult<Out> stores each result.
+template <typename F>
+void FusedCastDispatch(const OpRecord& op, const char* name, F&& f) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  if (out != in && in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16))
+    return f(float{}, uint16_t{}, out == DType::kBFloat16);
+  FloatDispatch(out, name, [&](auto tag) { f(tag, tag, false); });
+}
 
 // ---- math, overloaded on float/double so templates pick the right precision (the element-wise
 // ops' formulas are shared with the CPU instead: core/elementwise_formulas.h) ----
@@ -77,6 +90,13 @@ __device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return BFloat1
 __device__ __forceinline__ uint16_t DevCastTo16(double v, bool bf16) {
   const float f = RoundToOddFloat(v);
   return bf16 ? DevFloatToBFloat16(f) : DevFloatToHalf(f);
+}
+// A producer's result as its output stores it: itself, or (Out uint16_t) the cast op's 16-bit
+// rounding of the float32 value (Note [Casts fused into their producers]).
+template <typename Out, typename T>
+__device__ __forceinline__ Out StoreResult(T v, bool bf16) {
+  if constexpr (std::is_same<Out, uint16_t>::value) return DevCastTo16(double(v), bf16);
+  else return Out(v);
 }
 
 // ---- strided / broadcast indexing ----

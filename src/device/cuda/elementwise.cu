@@ -64,9 +64,9 @@ void BroadcastBinary(const OpRecord& op, const KernelContext& ctx, const char* n
 
 // ---------------------------------------------------------------- unary, scalar, gradients
 
-template <typename T, typename F>
-__global__ void UnaryKernel(const T* x, T* y, int64_t n, ew::Params<T> p, F f) {
-  LOOM_GRID_STRIDE(i, n) y[i] = f(x[i], p);
+template <typename T, typename Out, typename F>
+__global__ void UnaryKernel(const T* x, Out* y, int64_t n, ew::Params<T> p, F f, bool bf16) {
+  LOOM_GRID_STRIDE(i, n) y[i] = StoreResult<Out>(T(f(x[i], p)), bf16);
 }
 template <typename T, typename F>
 __global__ void GradKernel(const T* s, const T* dy, T* dx, int64_t n, ew::Params<T> p, F f) {
@@ -79,15 +79,17 @@ void BinaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, 
   FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) { BroadcastBinary<decltype(tag)>(op, ctx, name, f); });
 }
 
-// x: (...) -> y: (...)
+// x: (...) -> y: (...); y float32's rounding to bfloat16 or float16 with out_dtype (Note [Casts
+// fused into their producers] in graph/fuse_casts.cc).
 template <typename F>
 void UnaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
-  FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
+  FusedCastDispatch(op, name, [&](auto tag, auto out_tag, bool bf16) {
     using T = decltype(tag);
+    using Out = decltype(out_tag);
     const int64_t n = op.outputs[0].numel();
     if (n == 0) return;
-    UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), n,
-                                                               ew::ReadParams<T>(op.attrs), f);
+    UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+        op.inputs[0].data<T>(), static_cast<Out*>(op.outputs[0].raw_data()), n, ew::ReadParams<T>(op.attrs), f, bf16);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -108,10 +110,13 @@ void GradCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F 
 
 }  // namespace
 
-// Note [What a kernel supports]: results of the input's dtype only. The CPU's producers also take
-// a cast fused into them (Note [Casts fused into their producers] in graph/fuse_casts.cc); here
-// the pass leaves the cast apart.
-bool SameDTypeCuda(const OpRecord& op) { return op.inputs[0].dtype() == op.outputs[0].dtype(); }
+// Note [What a kernel supports]: a result of the input's dtype, or a float32 result rounded to
+// bfloat16 or float16 (Note [Casts fused into their producers] in graph/fuse_casts.cc); any other
+// pair of dtypes is out_dtype's error, not a kernel's (as the CPU's FusedCastSupportedCpu).
+bool FusedCastSupportedCuda(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
+}
 
 namespace {
 
@@ -122,7 +127,7 @@ namespace {
 #define LOOM_CUDA_BINARY(op, formula) LOOM_CUDA_EW(op, BinaryCuda)
 #define LOOM_CUDA_UNARY(op, formula) \
   LOOM_CUDA_EW(op, UnaryCuda)         \
-  LOOM_KERNEL_SUPPORTS(op, kCUDA, SameDTypeCuda);
+  LOOM_KERNEL_SUPPORTS(op, kCUDA, FusedCastSupportedCuda);
 #define LOOM_CUDA_GRAD(op, formula) LOOM_CUDA_EW(op, GradCuda)
 
 LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)
@@ -170,19 +175,21 @@ LOOM_KERNEL(where, kCUDA, WhereCuda);
 
 // ---------------------------------------------------------------- add_bias
 
-template <typename T>
-__global__ void AddBiasKernel(const T* x, const T* b, T* y, int64_t total, int64_t n) {
-  LOOM_GRID_STRIDE(i, total) y[i] = x[i] + b[i % n];
+template <typename T, typename Out>
+__global__ void AddBiasKernel(const T* x, const T* b, Out* y, int64_t total, int64_t n, bool bf16) {
+  LOOM_GRID_STRIDE(i, total) y[i] = StoreResult<Out>(T(x[i] + b[i % n]), bf16);
 }
 
-// x: (R, N) (leading dimensions flattened), b: (N) -> y: (R, N)
+// x: (R, N) (leading dimensions flattened), b: (N) -> y: (R, N), or its 16-bit rounding with
+// out_dtype (Note [Casts fused into their producers])
 void AddBiasCuda(const OpRecord& op, const KernelContext& ctx) {
-  FloatDispatch(op.outputs[0].dtype(), "add_bias", [&](auto tag) {
+  FusedCastDispatch(op, "add_bias", [&](auto tag, auto out_tag, bool bf16) {
     using T = decltype(tag);
+    using Out = decltype(out_tag);
     const int64_t n = op.inputs[1].numel(), total = op.outputs[0].numel();
     if (n == 0 || total == 0) return;
-    AddBiasKernel<<<Blocks(total), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
-                                                                      op.outputs[0].data<T>(), total, n);
+    AddBiasKernel<<<Blocks(total), kThreads, 0, Dev(ctx).stream()>>>(
+        op.inputs[0].data<T>(), op.inputs[1].data<T>(), static_cast<Out*>(op.outputs[0].raw_data()), total, n, bf16);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -390,7 +397,7 @@ void IncrementCuda(const OpRecord& op, const KernelContext& ctx) {
 }  // namespace
 
 LOOM_KERNEL(add_bias, kCUDA, AddBiasCuda);
-LOOM_KERNEL_SUPPORTS(add_bias, kCUDA, SameDTypeCuda);
+LOOM_KERNEL_SUPPORTS(add_bias, kCUDA, FusedCastSupportedCuda);
 LOOM_KERNEL(dropout, kCUDA, DropoutCuda);
 LOOM_KERNEL(dropout_grad, kCUDA, DropoutGradCuda);
 LOOM_KERNEL(sgd_update, kCUDA, SgdUpdateCuda);

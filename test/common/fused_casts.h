@@ -1,0 +1,28 @@
+// Note [Casts fused into their producers] (graph/fuse_casts.cc): the producers' 16-bit results
+// against the cast op's bits, on any device (test/graph on the CPU, test/cuda on a GPU).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace loom {
+namespace test {
+
+// (4, 300) float32 on the CPU (more than one store tile): random values in [-6, 6) with zeros,
+// infinities, NaN, subnormals, bfloat16 and float16 ties and float16's edges mixed in.
+Tensor AwkwardFloats(uint32_t seed);
+
+// The 16-bit elements of t (on any device) as stored.
+std::vector<uint16_t> Bits16(const Tensor& t);
+
+// Every producer that takes out_dtype (the unary activations, add_bias, layer_norm), run on
+// `dev` with a bfloat16 and a float16 result: each must equal `dev`'s own cast of its float32
+// result bit for bit, and layer_norm's statistics must be unchanged (gtest expectations).
+void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev);
+
+}  // namespace test
+}  // namespace loom
