@@ -12,6 +12,10 @@ LOOM_OP_KIND(matmul);
 LOOM_OP_KIND(attention_qkv);
 LOOM_OP_KIND(attention_qkv_grad);
 LOOM_OP_KIND(linear_cross_entropy);
+LOOM_OP_KIND(gelu);
+LOOM_OP_KIND(gelu_erf);
+LOOM_OP_KIND(gelu_grad);
+LOOM_OP_KIND(gelu_erf_grad);
 
 namespace loom {
 
@@ -53,8 +57,20 @@ namespace {
 bool IsAttention(const OpRecord& op) {
   return op.def == &op_kind::attention_qkv || op.def == &op_kind::attention_qkv_grad;
 }
-// The inputs a lowered op reads in 16 bits: a product's two operands, attention's packed qkv.
-size_t LoweredOperands(const OpRecord& op) { return IsAttention(op) ? 1 : 2; }
+// A GELU or its gradient: lowered to read its input x in bfloat16 (Note [Precision policy]).
+bool IsGelu(const OpRecord& op) {
+  return op.def == &op_kind::gelu || op.def == &op_kind::gelu_erf || op.def == &op_kind::gelu_grad ||
+         op.def == &op_kind::gelu_erf_grad;
+}
+// The inputs a lowered op reads in 16 bits: a product's two operands, attention's packed qkv, a
+// GELU's x (its gradient's input 0, x; dy stays float32).
+size_t LoweredOperands(const OpRecord& op) { return IsAttention(op) || IsGelu(op) ? 1 : 2; }
+
+bool DeclaresAttr(const OpDef& def, const char* name) {
+  for (const AttrDecl& d : def.attrs)
+    if (d.key == name) return true;
+  return false;
+}
 
 // op with its operands (LoweredOperands) replaced by `low` tensors of the 16-bit type and float32
 // results: the record Lower makes, without its casts.
@@ -62,7 +78,7 @@ OpRecord LoweredRecord(const OpRecord& op, Precision p, const Tensor* low = null
   OpRecord r = op;
   for (size_t i = 0; i < LoweredOperands(op); ++i)
     r.inputs[i] = low ? low[i] : Tensor(op.inputs[i].shape(), OperandType(p), op.inputs[i].device_ptr());
-  r.attrs.Set("out_dtype", int64_t(DType::kFloat32));
+  if (DeclaresAttr(*op.def, "out_dtype")) r.attrs.Set("out_dtype", int64_t(DType::kFloat32));  // not the gradients'
   r.BindAttrs();
   return r;
 }
@@ -81,6 +97,8 @@ bool Lowers(const OpRecord& op, Precision p) {
   }
   for (const Tensor& t : op.inputs)
     if (!t.defined() || t.dtype() != DType::kFloat32 || !t.device()) return false;
+  // A GELU and its gradient at bf16, where the device has the kernel: x in bfloat16.
+  if (IsGelu(op)) return p == Precision::kBFloat16 && op.inputs[0].device()->Supports(LoweredRecord(op, p));
   // Attention over a packed qkv, forward and gradient, at bf16 where the device has the kernel
   // for a bfloat16 qkv (the CPU: blocks of oneDNN's bf16 products; not yet CUDA).
   if (IsAttention(op)) return p == Precision::kBFloat16 && op.inputs[0].device()->Supports(LoweredRecord(op, p));

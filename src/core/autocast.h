@@ -13,8 +13,12 @@
 // cast, everything else float32; the CPU's kernels, Note [Attention from a bfloat16 qkv] in
 // device/cpu/kernels/attention.cc; CUDA's, cuDNN's fused attention where cuDNN takes the shape,
 // Note [Attention on cuDNN] in device/cuda/cudnn_attention.h). In a graph the gradient reads the
-// forward's bfloat16 qkv, so the float32 qkv dies in the forward. Everything
-// else stays float32: the element-wise ops, reductions, softmax, the loss, normalisation
+// forward's bfloat16 qkv, so the float32 qkv dies in the forward. At bf16 a GELU (gelu, gelu_erf)
+// and its gradient read their input x in bfloat16 (cast, everything else float32: the GELU is
+// computed in float32 from the rounded x, as PyTorch's autocast computes it from its bfloat16
+// product), so what the backward keeps of x is 2 bytes an element, and the float32 x, read by
+// nothing else, is not written at all (fuse_casts has add_bias write the bfloat16 x). Everything
+// else stays float32: the other element-wise ops, reductions, softmax, the loss, normalisation
 // statistics, the optimizer update and the weights themselves (the master copy; eagerly their
 // 16-bit copy is cast for each product, in a graph their update writes it and the graph keeps it,
 // cast again only after the weight was touched from outside: Note [bfloat16 weight copies kept by
@@ -30,7 +34,8 @@
 // forward-backward gap is the 16-bit copy where that is bitwise the same: a ReLU gradient reads
 // the bfloat16 copy its activation's product already made, so the float32 activation dies in the
 // forward and the planned arena shrinks by it (the pass bf16_relu_mask, Note [ReLU masks from the
-// bfloat16 copy] in graph/bf16_relu_mask.cc; bf16 only). Other saved activations stay float32.
+// bfloat16 copy] in graph/bf16_relu_mask.cc; bf16 only). A GELU keeps its bfloat16 x (above);
+// other saved activations stay float32.
 // A float32 result read only by its cast is not stored: the element-wise op that computes it
 // writes the 16-bit copy (the pass fuse_casts, Note [Casts fused into their producers] in
 // graph/fuse_casts.cc).

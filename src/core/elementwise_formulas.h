@@ -234,5 +234,16 @@ LOOM_GRAD_FORMULAS(LOOM_EW_GRAD_FUNCTOR)
 #undef LOOM_EW_UNARY_FUNCTOR
 #undef LOOM_EW_GRAD_FUNCTOR
 
+// The formulas whose ops also take the bf16 policy's bfloat16 x (Note [Precision policy] in
+// core/autocast.h): the GELUs and their gradients. The kernels build that path for these only.
+template <typename F>
+struct TakesBf16Input {
+  static constexpr bool value = false;
+};
+template <> struct TakesBf16Input<gelu_f> { static constexpr bool value = true; };
+template <> struct TakesBf16Input<gelu_erf_f> { static constexpr bool value = true; };
+template <> struct TakesBf16Input<gelu_grad_f> { static constexpr bool value = true; };
+template <> struct TakesBf16Input<gelu_erf_grad_f> { static constexpr bool value = true; };
+
 }  // namespace ew
 }  // namespace loom

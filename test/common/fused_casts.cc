@@ -61,6 +61,16 @@ void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev) {
       {&op_kind::add_bias, {x, bias}, {}},
       {&op_kind::layer_norm, {plain_x, gamma, beta}, Attrs{{"eps", 1e-5}}},
   };
+  // The bf16 policy's GELUs from a bfloat16 x (Note [Precision policy]): their float32 result and
+  // its fused bfloat16 rounding.
+  const Tensor x16 = ops::Cast(x, DType::kBFloat16);
+  for (const OpDef* gelu : {&op_kind::gelu, &op_kind::gelu_erf}) {
+    const std::string what = gelu->name + " from bfloat16 on " + dev->name();
+    const Tensor plain = Call1(*gelu, {x16}, Attrs{{"out_dtype", int64_t(DType::kFloat32)}});
+    const Tensor fused = Call1(*gelu, {x16}, Attrs{{"out_dtype", int64_t(DType::kBFloat16)}});
+    ASSERT_EQ(plain.dtype(), DType::kFloat32) << what;
+    EXPECT_EQ(Bits16(fused), Bits16(ops::Cast(plain, DType::kBFloat16))) << what;
+  }
   for (DType to : {DType::kBFloat16, DType::kFloat16})
     for (const Producer& p : producers) {
       const std::string what = p.def->name + " -> " + Name(to) + " on " + dev->name();

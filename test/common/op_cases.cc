@@ -265,6 +265,23 @@ void AddElementwise(Table& t) {
           .In(Uniform({300}))
           .attrs = attrs;
 
+  // The bf16 policy's GELU records (Note [Precision policy] in core/autocast.h): a bfloat16 x,
+  // computed in float32 from it with a float32 result, and the gradient's bfloat16 x with a
+  // float32 dy; against the float64 formulas of the same bfloat16 values. (The bfloat16 result a
+  // fused cast makes is checked against the cast op's bits: common/fused_casts.h.)
+  for (const std::string op : {"gelu", "gelu_erf"}) {
+    t.Add(op, "(1000,) in [-6, 6) bfloat16 -> float32", DType::kBFloat16, ref::Unary(UnaryForms().at(op)))
+        .In(Uniform({1000}, -6, 6))
+        .Attr("out_dtype", int64_t(kF32))
+        .Tol(1e-5, 1e-6)
+        .NoGrad("a bfloat16 record is not differentiated (Note [Precision policy])");
+    t.Add(op + "_grad", "(300,) bfloat16 x, float32 dy", DType::kBFloat16, ref::Binary(BinaryForms().at(op + "_grad")))
+        .In(Uniform({300}, -3, 3))
+        .In(Uniform({300}).As(kF32))
+        .Tol(1e-5, 1e-6)
+        .NoGrad("a bfloat16 record is not differentiated (Note [Precision policy])");
+  }
+
   // Element-wise math (core/ops/math.h) on each function's domain: the forward (and its
   // gradient check) and the gradient op on the same range.
   struct Math {

@@ -3,6 +3,8 @@
 // the checks on sizes, and cross-entropy's one copy of the logits in the plan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/autocast.h"
 #include "common/gpt.h"
 #include "common/graph_capture.h"
@@ -90,17 +92,28 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
   EXPECT_NE(graph.params, f32.params);
   for (size_t i = 0; i < f32.losses.size(); ++i) EXPECT_NEAR(graph.losses[i], f32.losses[i], 0.02 * f32.losses[i]);
   EXPECT_LT(graph.losses.back(), graph.losses.front() - 0.5);
-  std::vector<const void*> forward_qkv, grad_qkv;
+  std::vector<const void*> forward_qkv, grad_qkv, forward_gelu, grad_gelu;
+  int float32_gelu = 0;
   for (const OpRecord& op : graph.graph->ops().ops) {
     if (op.name() == "attention_qkv" && op.inputs[0].dtype() == DType::kBFloat16)
       forward_qkv.push_back(op.inputs[0].block());
     if (op.name() == "attention_qkv_grad" && op.inputs[0].dtype() == DType::kBFloat16)
       grad_qkv.insert(grad_qkv.begin(), op.inputs[0].block());  // backward runs the layers in reverse
+    if (op.name() == "gelu" || op.name() == "gelu_grad") {
+      if (op.inputs[0].dtype() != DType::kBFloat16) ++float32_gelu;
+      else (op.name() == "gelu" ? forward_gelu : grad_gelu).push_back(op.inputs[0].block());
+    }
   }
+  std::reverse(grad_gelu.begin(), grad_gelu.end());
   EXPECT_EQ(forward_qkv.size(), 2u);  // one per layer
-  // Note [Casts fused into their producers]: the layer norms (2 a layer and the last), the GELUs
-  // and the qkv biases write their bfloat16 copies themselves; the bits above are the same.
-  EXPECT_EQ(graph.graph->stats().counters.Get("fused_casts"), 9);
+  // Note [Precision policy]: each GELU and its gradient read the same bfloat16 x, the forward's.
+  EXPECT_EQ(float32_gelu, 0);
+  EXPECT_EQ(forward_gelu.size(), 2u);
+  EXPECT_EQ(grad_gelu, forward_gelu);
+  // Note [Casts fused into their producers]: the layer norms (2 a layer and the last), the GELUs,
+  // the qkv biases and the biases before the GELUs (whose float32 x nothing reads now) write their
+  // bfloat16 copies themselves; the bits above are the same.
+  EXPECT_EQ(graph.graph->stats().counters.Get("fused_casts"), 11);
   // Note [bfloat16 weight copies kept by the update]: Adam writes the weights' bfloat16 copies.
   EXPECT_GT(graph.graph->stats().counters.Get("kept_weight_copies"), 0);
   // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the

@@ -64,13 +64,20 @@ void BroadcastBinary(const OpRecord& op, const KernelContext& ctx, const char* n
 
 // ---------------------------------------------------------------- unary, scalar, gradients
 
-template <typename T, typename Out, typename F>
-__global__ void UnaryKernel(const T* x, Out* y, int64_t n, ew::Params<T> p, F f, bool bf16) {
-  LOOM_GRID_STRIDE(i, n) y[i] = StoreResult<Out>(T(f(x[i], p)), bf16);
+// In: x's element, T or (the bf16 policy's GELU records) uint16_t bfloat16 bits read as float.
+template <typename T>
+__device__ __forceinline__ T LoadValue(T v) {
+  return v;
 }
-template <typename T, typename F>
-__global__ void GradKernel(const T* s, const T* dy, T* dx, int64_t n, ew::Params<T> p, F f) {
-  LOOM_GRID_STRIDE(i, n) dx[i] = f(s[i], dy[i], p);
+__device__ __forceinline__ float LoadValue(uint16_t b) { return DevBFloat16ToFloat(b); }
+
+template <typename In, typename T, typename Out, typename F>
+__global__ void UnaryKernel(const In* x, Out* y, int64_t n, ew::Params<T> p, F f, bool bf16) {
+  LOOM_GRID_STRIDE(i, n) y[i] = StoreResult<Out>(T(f(T(LoadValue(x[i])), p)), bf16);
+}
+template <typename S, typename T, typename F>
+__global__ void GradKernel(const S* s, const T* dy, T* dx, int64_t n, ew::Params<T> p, F f) {
+  LOOM_GRID_STRIDE(i, n) dx[i] = f(T(LoadValue(s[i])), dy[i], p);
 }
 
 // a: (A...), b: (B...) -> y: broadcast(A, B)
@@ -83,27 +90,49 @@ void BinaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, 
 // fused into their producers] in graph/fuse_casts.cc).
 template <typename F>
 void UnaryCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  const int64_t n = op.outputs[0].numel();
+  if (n == 0) return;
+  cudaStream_t st = Dev(ctx).stream();
+  if constexpr (ew::TakesBf16Input<F>::value) {
+    if (op.inputs[0].dtype() == DType::kBFloat16) {  // the bf16 policy's GELU (Note [Precision policy])
+      const uint16_t* x = op.inputs[0].data<uint16_t>();
+      const ew::Params<float> p = ew::ReadParams<float>(op.attrs);
+      if (op.outputs[0].dtype() == DType::kBFloat16)
+        UnaryKernel<<<Blocks(n), kThreads, 0, st>>>(x, op.outputs[0].data<uint16_t>(), n, p, f, true);
+      else
+        UnaryKernel<<<Blocks(n), kThreads, 0, st>>>(x, op.outputs[0].data<float>(), n, p, f, false);
+      LOOM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   FusedCastDispatch(op, name, [&](auto tag, auto out_tag, bool bf16) {
     using T = decltype(tag);
     using Out = decltype(out_tag);
-    const int64_t n = op.outputs[0].numel();
-    if (n == 0) return;
-    UnaryKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
-        op.inputs[0].data<T>(), static_cast<Out*>(op.outputs[0].raw_data()), n, ew::ReadParams<T>(op.attrs), f, bf16);
+    UnaryKernel<<<Blocks(n), kThreads, 0, st>>>(op.inputs[0].data<T>(), static_cast<Out*>(op.outputs[0].raw_data()),
+                                                n, ew::ReadParams<T>(op.attrs), f, bf16);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
 
-// (s, dy) -> dx, all (...); s is the saved input x or output y
+// (s, dy) -> dx, all (...); s is the saved input x or output y (a GELU's x may be the bf16
+// policy's bfloat16 copy, dy and dx then float32)
 template <typename F>
 void GradCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F f) {
+  const int64_t n = op.outputs[0].numel();
+  if (n == 0) return;
+  cudaStream_t st = Dev(ctx).stream();
+  if constexpr (ew::TakesBf16Input<F>::value) {
+    if (op.inputs[0].dtype() == DType::kBFloat16) {
+      GradKernel<<<Blocks(n), kThreads, 0, st>>>(op.inputs[0].data<uint16_t>(), op.inputs[1].data<float>(),
+                                                 op.outputs[0].data<float>(), n, ew::ReadParams<float>(op.attrs), f);
+      LOOM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    const int64_t n = op.outputs[0].numel();
-    if (n == 0) return;
-    GradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(),
-                                                              op.outputs[0].data<T>(), n, ew::ReadParams<T>(op.attrs),
-                                                              f);
+    GradKernel<<<Blocks(n), kThreads, 0, st>>>(op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(),
+                                               n, ew::ReadParams<T>(op.attrs), f);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -117,6 +146,12 @@ bool FusedCastSupportedCuda(const OpRecord& op) {
   const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
   return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
 }
+// ... and for the activations also the bf16 policy's bfloat16 x with a float32 or bfloat16 result
+// (which activations take one is their shape inference's business: the GELUs).
+bool ActivationSupportedCuda(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return FusedCastSupportedCuda(op) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+}
 
 namespace {
 
@@ -127,7 +162,7 @@ namespace {
 #define LOOM_CUDA_BINARY(op, formula) LOOM_CUDA_EW(op, BinaryCuda)
 #define LOOM_CUDA_UNARY(op, formula) \
   LOOM_CUDA_EW(op, UnaryCuda)         \
-  LOOM_KERNEL_SUPPORTS(op, kCUDA, FusedCastSupportedCuda);
+  LOOM_KERNEL_SUPPORTS(op, kCUDA, ActivationSupportedCuda);
 #define LOOM_CUDA_GRAD(op, formula) LOOM_CUDA_EW(op, GradCuda)
 
 LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)

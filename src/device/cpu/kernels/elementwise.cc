@@ -16,10 +16,31 @@ void BinaryCpu(const OpRecord& op, const char* name, F f) {
   });
 }
 
+// The bf16 policy's GELU record (Note [Precision policy] in core/autocast.h): x bfloat16, each
+// result computed in float32 from it, y float32 or (a fused cast) its bfloat16 rounding.
+template <typename F>
+void UnaryFromBf16(const OpRecord& op, F f) {
+  const ew::Params<float> p = ew::ReadParams<float>(op.attrs);
+  const uint16_t* x = op.inputs[0].data<uint16_t>();
+  const bool to16 = op.outputs[0].dtype() == DType::kBFloat16;
+  ParallelFor(op.outputs[0].numel(), kGrain, [&](int64_t b, int64_t e) {
+    float tile[kStoreTile];
+    for (int64_t i = b; i < e; i += kStoreTile) {
+      const int64_t m = std::min(kStoreTile, e - i);
+      float* y = to16 ? tile : op.outputs[0].data<float>() + i;
+      for (int64_t k = 0; k < m; ++k) y[k] = f(BFloat16ToFloat(x[i + k]), p);
+      if (to16) CastFloat32To16(tile, op.outputs[0].data<uint16_t>() + i, m, DType::kBFloat16);
+    }
+  });
+}
+
 // x: (...) -> y: (...); y float32's rounding to bfloat16 or float16 with out_dtype (Note [Casts
-// fused into their producers] in graph/fuse_casts.cc).
+// fused into their producers] in graph/fuse_casts.cc); a bfloat16 x: UnaryFromBf16.
 template <typename F>
 void UnaryCpu(const OpRecord& op, const char* name, F f) {
+  if constexpr (ew::TakesBf16Input<F>::value) {
+    if (op.inputs[0].dtype() == DType::kBFloat16) return UnaryFromBf16(op, f);
+  }
   const DType out = op.outputs[0].dtype();
   if (out != op.inputs[0].dtype()) {
     const ew::Params<float> p = ew::ReadParams<float>(op.attrs);
@@ -35,9 +56,22 @@ void UnaryCpu(const OpRecord& op, const char* name, F f) {
   });
 }
 
-// (s, dy) -> dx, all (...); s is the saved input x or output y
+// (s, dy) -> dx, all (...); s is the saved input x or output y (a GELU's x may be the bf16
+// policy's bfloat16 copy, dy and dx then float32)
 template <typename F>
 void GradCpu(const OpRecord& op, const char* name, F f) {
+  if constexpr (ew::TakesBf16Input<F>::value) {
+    if (op.inputs[0].dtype() == DType::kBFloat16) {
+      const ew::Params<float> p = ew::ReadParams<float>(op.attrs);
+      const uint16_t* s = op.inputs[0].data<uint16_t>();
+      const float* dy = op.inputs[1].data<float>();
+      float* dx = op.outputs[0].data<float>();
+      ParallelFor(op.outputs[0].numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dx[i] = f(BFloat16ToFloat(s[i]), dy[i], p);
+      });
+      return;
+    }
+  }
   FloatDispatch(op.outputs[0].dtype(), name, [&](auto tag) {
     using T = decltype(tag);
     const ew::Params<T> p = ew::ReadParams<T>(op.attrs);
@@ -56,6 +90,13 @@ bool FusedCastSupportedCpu(const OpRecord& op) {
   return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
 }
 
+// ... and for the activations also the bf16 policy's bfloat16 x with a float32 or bfloat16 result
+// (which activations take one is their shape inference's business: the GELUs).
+bool ActivationSupportedCpu(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return FusedCastSupportedCpu(op) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+}
+
 namespace {
 
 #define LOOM_CPU_EW(op, runner)                                                      \
@@ -64,7 +105,7 @@ namespace {
 #define LOOM_CPU_BINARY(op, formula) LOOM_CPU_EW(op, BinaryCpu)
 #define LOOM_CPU_UNARY(op, formula) \
   LOOM_CPU_EW(op, UnaryCpu)         \
-  LOOM_KERNEL_SUPPORTS(op, kCPU, FusedCastSupportedCpu);
+  LOOM_KERNEL_SUPPORTS(op, kCPU, ActivationSupportedCpu);
 #define LOOM_CPU_GRAD(op, formula) LOOM_CPU_EW(op, GradCpu)
 
 LOOM_BINARY_FORMULAS(LOOM_CPU_BINARY)
