@@ -189,6 +189,25 @@ def test_gpt_training_tracks_torch(dev):
     assert ours[-1] < ours[0] - 1.0, ours  # it learns the batches
 
 
+def test_native_gpt_that_keeps_no_output_fuses_its_head_with_the_loss(dev):
+    """Note [Cross-entropy fused with the head's product]: NativeModel.compile(keep_output=False)
+    on the C++ GPT runs its head and loss as one linear_cross_entropy, which trains as the plain
+    product and loss do."""
+    batches = _batches(2)
+    losses, ops = {}, {}
+    for keep in (True, False):
+        dev.SetRandSeed(7)
+        g, _ = make_gpt(dev, "float32")
+        m = model.NativeModel(g, opt.Adam(lr=3e-3))
+        m.compile([tensor.from_numpy(batches[0][0], dev)], is_train=True, use_graph=True, keep_output=keep)
+        losses[keep] = [m.train_one_batch(tensor.from_numpy(x, dev), tensor.from_numpy(y.reshape(-1), dev))[1].item()
+                        for x, y in batches * 2]
+        ops[keep] = list(m.graph().op_names())
+    assert "linear_cross_entropy" in ops[False] and "softmax_cross_entropy" not in ops[False]
+    assert "softmax_cross_entropy" in ops[True] and "linear_cross_entropy" not in ops[True]
+    np.testing.assert_allclose(losses[False], losses[True], rtol=1e-5)
+
+
 def test_gpt_rejects_a_sequence_longer_than_its_context(dev):
     g, _ = make_gpt(dev, "float32", context=8)
     with pytest.raises(loom.ShapeError, match=r"\[Gpt\] sequence length 9 must be in \[1, 8\]"):
