@@ -119,6 +119,13 @@ void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, vo
          bool accumulate) {
   const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (g.half != CUDA_R_32F) {  // tensor cores, float32 products and sums
+    if (g.half == CUDA_R_16BF) {  // reported once per operand type (a static's initialiser)
+      static const bool reported = (ReportKernel("gemm bf16 -> f32", "cuBLAS GemmEx, tensor cores, float32 sums"), true);
+      (void)reported;
+    } else {
+      static const bool reported = (ReportKernel("gemm f16 -> f32", "cuBLAS GemmEx, tensor cores, float32 sums"), true);
+      (void)reported;
+    }
     const float alpha = 1, beta = accumulate ? 1.f : 0.f;
     LOOM_CUDA_CHECK(cublasGemmStridedBatchedEx_64(g.dev.cublas(), op_first, op_second, g.n, g.m, g.k, &alpha, b,
                                                   g.half, g.ldb, sb, a, g.half, g.lda, sa, &beta, c, CUDA_R_32F, g.n,
