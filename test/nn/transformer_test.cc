@@ -197,9 +197,9 @@ TEST(Gpt, AStepThatKeepsNoOutputLeavesTheLogitsToThePlan) {
 // docs/benchmarks.md: the chunk here is all 64 rows).
 TEST(Gpt, AStepThatKeepsNoOutputFusesTheHeadWithTheLoss) {
   // Trains m, which keeps no output, `steps` steps on batches of 4 x 16 tokens: their losses.
-  auto train = [](nn::Model& m, int64_t vocab, int steps, bool graph) {
+  auto train = [](nn::Model& m, int64_t vocab, int steps, bool graph, const GraphOptions& o = {}) {
     m.set_keep_output(false);
-    m.Compile({Batch(4, 16, vocab, 1).first}, true, graph);
+    m.Compile({Batch(4, 16, vocab, 1).first}, true, graph, true, o);
     std::vector<float> losses;
     for (int s = 0; s < steps; ++s) {
       auto b = Batch(4, 16, vocab, uint32_t(s + 1));
@@ -236,18 +236,30 @@ TEST(Gpt, AStepThatKeepsNoOutputFusesTheHeadWithTheLoss) {
     for (size_t i = 0; i < params[0][p].size(); ++i)
       ASSERT_NEAR(params[1][p][i], params[0][p][i], 1e-4) << "parameter " << p << " element " << i;
 
-  // In a graph as eagerly, bit for bit.
-  std::vector<float> run[2];
-  for (bool graph : {false, true}) {
+  // In a graph as eagerly, bit for bit; and under a memory budget that recomputes (Note
+  // [Planned scratch]: the op's chunk is scratch the plan packs like any block).
+  std::vector<float> run[3];
+  size_t budget = 0;
+  for (int mode : {0, 1, 2}) {  // eager, graph, graph with a budget of 60% of the graph's arena
     CpuDevice()->SetRandSeed(5);
     nn::Model m(std::make_shared<nn::Gpt>(Tiny()), std::make_shared<nn::Adam>(3e-3));
-    run[graph] = train(m, 40, 3, graph);
+    GraphOptions o;
+    if (mode == 2) o.memory_budget = budget;
+    run[mode] = train(m, 40, 3, mode > 0, o);
     for (auto& p : m.Params()) {
       std::vector<float> v = p.second.ToVector<float>();
-      run[graph].insert(run[graph].end(), v.begin(), v.end());
+      run[mode].insert(run[mode].end(), v.begin(), v.end());
+    }
+    if (mode == 0) continue;
+    const GraphStats& st = m.train_graph()->stats();
+    if (mode == 1) budget = st.persistent_bytes + st.arena_bytes * 6 / 10;
+    if (mode == 2) {
+      EXPECT_LE(st.persistent_bytes + st.arena_bytes, budget);
+      EXPECT_GT(st.recomputed_ops, 0u);
     }
   }
   EXPECT_EQ(run[0], run[1]);
+  EXPECT_EQ(run[0], run[2]);
 }
 
 TEST(Gpt, RejectsBadSizes) {
