@@ -24,12 +24,13 @@ std::string Attrs::ToString() const {
   return o.str();
 }
 
-namespace {
-const AttrDecl* FindDecl(const OpDef& op, const std::string& key) {
+const AttrDecl* FindAttrDecl(const OpDef& op, const std::string& key) {
   for (const AttrDecl& d : op.attrs)
     if (d.key == key) return &d;
   return nullptr;
 }
+
+namespace {
 
 // "stride (a list of ints), groups (an int)", for messages.
 std::string DescribeDecls(const OpDef& op) {
@@ -41,7 +42,7 @@ std::string DescribeDecls(const OpDef& op) {
 }  // namespace
 
 void Attrs::CheckSet(const OpDef& op, const std::string& key, const AttrValue& v) {
-  const AttrDecl* d = FindDecl(op, key);
+  const AttrDecl* d = FindAttrDecl(op, key);
   if (!d) {
     if (op.attrs.empty()) throw AttrError(detail::Cat("[", op.name, "] has no attribute '", key, "'; it takes none"));
     throw AttrError(detail::Cat("[", op.name, "] has no attribute '", key, "'; its attributes: ", DescribeDecls(op)));
@@ -55,7 +56,7 @@ void Attrs::CheckSet(const OpDef& op, const std::string& key, const AttrValue& v
 }
 
 void Attrs::CheckDeclared(const OpDef& op, const std::string& key) {
-  const bool declared = FindDecl(op, key) != nullptr;
+  const bool declared = FindAttrDecl(op, key) != nullptr;
   LOOM_ASSERT(declared, "[", op.name, "] reads attribute '", key,
               "', which the op does not declare (Note [Declared attributes]); it declares: ",
               op.attrs.empty() ? "none" : DescribeDecls(op));

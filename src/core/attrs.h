@@ -23,6 +23,8 @@ struct AttrDecl {
   std::string key;
   AttrType type;
 };
+// op's declaration of attribute `key`, or null when op has none of that name.
+const AttrDecl* FindAttrDecl(const OpDef& op, const std::string& key);
 
 // Note [Attribute types]
 // C++ ops set their attributes themselves, with the right types, but Python's call_op passes

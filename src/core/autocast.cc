@@ -66,19 +66,13 @@ bool IsGelu(const OpRecord& op) {
 // GELU's x (its gradient's input 0, x; dy stays float32).
 size_t LoweredOperands(const OpRecord& op) { return IsAttention(op) || IsGelu(op) ? 1 : 2; }
 
-bool DeclaresAttr(const OpDef& def, const char* name) {
-  for (const AttrDecl& d : def.attrs)
-    if (d.key == name) return true;
-  return false;
-}
-
 // op with its operands (LoweredOperands) replaced by `low` tensors of the 16-bit type and float32
 // results: the record Lower makes, without its casts.
 OpRecord LoweredRecord(const OpRecord& op, Precision p, const Tensor* low = nullptr) {
   OpRecord r = op;
   for (size_t i = 0; i < LoweredOperands(op); ++i)
     r.inputs[i] = low ? low[i] : Tensor(op.inputs[i].shape(), OperandType(p), op.inputs[i].device_ptr());
-  if (DeclaresAttr(*op.def, "out_dtype")) r.attrs.Set("out_dtype", int64_t(DType::kFloat32));  // not the gradients'
+  if (FindAttrDecl(*op.def, "out_dtype")) r.attrs.Set("out_dtype", int64_t(DType::kFloat32));  // not the gradients'
   r.BindAttrs();
   return r;
 }

@@ -10,6 +10,18 @@
 
 namespace loom {
 
+// Note [What a kernel supports], the dtypes every backend's producers take: a result of the
+// input's dtype, or a float32 result rounded to bfloat16 or float16 (Note [Casts fused into their
+// producers] in graph/fuse_casts.cc); any other pair is out_dtype's error, not a kernel's.
+inline bool FusedCastDTypes(DType in, DType out) {
+  return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
+}
+// ... and an activation also the bf16 policy's bfloat16 x with a float32 or bfloat16 result (which
+// activations take one is their shape inference's business: the GELUs; Note [Precision policy]).
+inline bool ActivationDTypes(DType in, DType out) {
+  return FusedCastDTypes(in, out) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+}
+
 // The arithmetic dtypes: T = float or double. `backend` ("CPU", "CUDA") completes the message.
 template <typename F>
 void DispatchFloat(DType t, const char* op, const char* backend, F&& f) {

@@ -139,18 +139,12 @@ void GradCuda(const OpRecord& op, const KernelContext& ctx, const char* name, F 
 
 }  // namespace
 
-// Note [What a kernel supports]: a result of the input's dtype, or a float32 result rounded to
-// bfloat16 or float16 (Note [Casts fused into their producers] in graph/fuse_casts.cc); any other
-// pair of dtypes is out_dtype's error, not a kernel's (as the CPU's FusedCastSupportedCpu).
+// Note [What a kernel supports]: FusedCastDTypes and ActivationDTypes (device/kernel_dispatch.h).
 bool FusedCastSupportedCuda(const OpRecord& op) {
-  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
+  return FusedCastDTypes(op.inputs[0].dtype(), op.outputs[0].dtype());
 }
-// ... and for the activations also the bf16 policy's bfloat16 x with a float32 or bfloat16 result
-// (which activations take one is their shape inference's business: the GELUs).
 bool ActivationSupportedCuda(const OpRecord& op) {
-  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  return FusedCastSupportedCuda(op) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+  return ActivationDTypes(op.inputs[0].dtype(), op.outputs[0].dtype());
 }
 
 namespace {

@@ -82,19 +82,10 @@ void GradCpu(const OpRecord& op, const char* name, F f) {
 
 }  // namespace
 
-// Note [What a kernel supports]: a float32 input with a result of its own dtype or rounded to
-// bfloat16 or float16 (Note [Casts fused into their producers]); any other pair of dtypes is
-// out_dtype's error, not a kernel's.
-bool FusedCastSupportedCpu(const OpRecord& op) {
-  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
-}
-
-// ... and for the activations also the bf16 policy's bfloat16 x with a float32 or bfloat16 result
-// (which activations take one is their shape inference's business: the GELUs).
+// Note [What a kernel supports]: FusedCastDTypes and ActivationDTypes (device/kernel_dispatch.h).
+bool FusedCastSupportedCpu(const OpRecord& op) { return FusedCastDTypes(op.inputs[0].dtype(), op.outputs[0].dtype()); }
 bool ActivationSupportedCpu(const OpRecord& op) {
-  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  return FusedCastSupportedCpu(op) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+  return ActivationDTypes(op.inputs[0].dtype(), op.outputs[0].dtype());
 }
 
 namespace {
