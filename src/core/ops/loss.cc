@@ -165,8 +165,8 @@ LOOM_OP(linear_cross_entropy) {
   def.attrs = {{"tb", kInt}, {"grads", kInt}, {"chunk", kInt}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const char* op = "linear_cross_entropy";
-    LOOM_CHECK(a.Int("chunk", 0) >= 0, ValueError, "[", op, "] chunk (rows per chunk, 0 for the default) must be >= 0, got ",
-               a.Int("chunk", 0));
+    LOOM_CHECK(a.Int("chunk", 0) >= 0, ValueError, "[", op,
+               "] chunk (rows per chunk, 0 for the default) must be >= 0, got ", a.Int("chunk", 0));
     CheckArity(op, in, 3);
     const Shape& h = in[0].shape;
     const Shape& w = in[1].shape;
@@ -198,7 +198,7 @@ LOOM_OP(linear_cross_entropy) {
     LOOM_CHECK(a.outputs.size() == 3, ValueError,
                "[linear_cross_entropy] was called with grads 0, so it has no gradients to give (ops::"
                "LinearCrossEntropy sets grads when an input requires a gradient)");
-    LOOM_CHECK(a.inputs.empty() || !a.inputs[0].defined() || a.inputs[0].dtype() != DType::kBFloat16, DTypeError,
+    LOOM_CHECK(a.input_metas[0].dtype != DType::kBFloat16, DTypeError,
                "[linear_cross_entropy] the bfloat16 record is not differentiated (Note [Precision policy])");
     const Tensor& g = a.grad_outputs[0];
     if (!g.defined()) return std::vector<Tensor>{Tensor(), Tensor(), Tensor()};

@@ -120,7 +120,8 @@ void Run(const Gemm& g, const void* a, int64_t sa, const void* b, int64_t sb, vo
   const cublasOperation_t op_first = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (g.half != CUDA_R_32F) {  // tensor cores, float32 products and sums
     if (g.half == CUDA_R_16BF) {  // reported once per operand type (a static's initialiser)
-      static const bool reported = (ReportKernel("gemm bf16 -> f32", "cuBLAS GemmEx, tensor cores, float32 sums"), true);
+      static const bool reported =
+          (ReportKernel("gemm bf16 -> f32", "cuBLAS GemmEx, tensor cores, float32 sums"), true);
       (void)reported;
     } else {
       static const bool reported = (ReportKernel("gemm f16 -> f32", "cuBLAS GemmEx, tensor cores, float32 sums"), true);
