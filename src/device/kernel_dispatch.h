@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/attrs.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/op.h"
 
 namespace loom {
 
@@ -20,6 +22,15 @@ inline bool FusedCastDTypes(DType in, DType out) {
 // activations take one is their shape inference's business: the GELUs; Note [Precision policy]).
 inline bool ActivationDTypes(DType in, DType out) {
   return FusedCastDTypes(in, out) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
+}
+
+// Whether the layout pass (Note [Activation layouts] in graph/layouts.cc) marked any operand of
+// op as held in the device's blocked layout: an attribute x_blocked, y_blocked, dx_blocked,
+// dy_blocked or argmax_blocked that the op declares, nonzero.
+inline bool AnyBlockedOperand(const OpRecord& op) {
+  for (const char* k : {"x_blocked", "y_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
+    if (FindAttrDecl(*op.def, k) && op.attrs.Int(k, 0) != 0) return true;
+  return false;
 }
 
 // The arithmetic dtypes: T = float or double. `backend` ("CPU", "CUDA") completes the message.

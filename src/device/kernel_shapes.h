@@ -299,14 +299,15 @@ LOOM_HD T MaxNaN(T a, T b) {
 
 // max_pool2d of one window of plane xp (width w): its value in m, and the index in the plane of
 // its first maximum, scanned row by row; NaN wins, as in PyTorch. The window always holds a
-// pixel (padding is at most half the kernel).
+// pixel (padding is at most half the kernel). Pixel k of the plane is xp[k * step] (step: 1 in
+// NCHW, the channel count in NHWC).
 template <typename T>
-LOOM_HD int64_t WindowArgMax(const T* xp, int64_t w, Span rows, Span cols, T& m) {
+LOOM_HD int64_t WindowArgMax(const T* xp, int64_t w, Span rows, Span cols, T& m, int64_t step = 1) {
   int64_t best = rows.lo * w + cols.lo;
-  m = xp[best];
+  m = xp[best * step];
   for (int64_t i = rows.lo; i < rows.hi; ++i)
     for (int64_t j = cols.lo; j < cols.hi; ++j) {
-      const T v = xp[i * w + j];
+      const T v = xp[(i * w + j) * step];
       if (v > m || (v != v && m == m)) {
         m = v;
         best = i * w + j;

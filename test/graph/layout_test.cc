@@ -1,4 +1,4 @@
-// Note [Activation layouts] (device/cpu/passes/layout.cc): in a conv-bn-relu net the pass keeps every
+// Note [Activation layouts] (graph/layouts.cc): in a conv-bn-relu net the pass keeps every
 // activation and activation gradient between the first convolution and the global pooling in
 // oneDNN's blocked layout (through batch norm, relu, relu_grad), replay stays bitwise equal to
 // eager (parameters, running statistics, losses), the plan does not grow, and a block that
@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/harness.h"
@@ -356,23 +357,74 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
   EXPECT_THROW(Call("max_pool2d", {x64}, Attrs(a).Set("x_blocked", int64_t(16))), DTypeError);
 }
 
-// The CUDA kernels call cuDNN's batch norm as is: their predicate refuses the layout attributes,
-// so that a pass could not rewrite these records on a CUDA device. Read without a GPU: the
-// predicate is registered whenever the CUDA backend is built.
-TEST(LayoutOnCuda, CudaBatchNormRefusesTheLayoutAttributes) {
+// On a CUDA device the same pass plans NHWC (Note [NHWC convolutions on cuDNN] in
+// device/cuda/cudnn.cc). Read without a GPU: the CUDA kernels' predicates register whenever the
+// CUDA backend is built, and the pass only asks them. The net's captured op list, planned for a
+// CUDA-typed device, gets the attributes the CPU plan gets, on the same records (the channels
+// are multiples of 16, so the CPU takes every region); in full float32 the convolutions' plans
+// are NCHW, so no convolution takes an NHWC operand, and the regions around them stay NCHW.
+class FakeCudaDevice : public Device {
+ public:
+  FakeCudaDevice()
+      : Device(DeviceType::kCUDA, 9, [](size_t n) { return std::malloc(n ? n : 1); }, [](void* p) { std::free(p); }) {}
+  void MemcpyToHost(void*, const void*, size_t) override {}
+  void MemcpyFromHost(void*, const void*, size_t) override {}
+};
+
+// The layout attributes set on each record of `list`, as "op: attrs" lines.
+std::vector<std::string> LayoutAttrs(const OpList& list) {
+  std::vector<std::string> out;
+  for (const OpRecord& op : list.ops) {
+    std::string set;
+    for (const char* a : {"x_blocked", "y_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
+      if (IntAttrOrZero(op, a) != 0) set += std::string(" ") + a;
+    if (!set.empty()) out.push_back(op.def->name + ":" + set);
+  }
+  return out;
+}
+
+TEST(LayoutOnCuda, TheCudaKernelsTakeTheRegionsTheCpuTakes) {
 #ifndef LOOM_WITH_CUDA
   GTEST_SKIP() << "loom was built without the CUDA backend";
 #endif
+  if (!cpu::HaveDnnl()) GTEST_SKIP() << "loom was built without oneDNN: no CPU plan to compare with";
   LoadCudaBackend();  // its kernels register as it opens (Note [Backends loaded on first use])
-  for (const char* name : {"batch_norm_train", "batch_norm_grad"}) {
+  ScopedFloat32Math tf32(Float32Math::kTF32);
+  FakeCudaDevice cuda;
+  for (Pooling pooling : {Pooling::kGlobalAverage, Pooling::kMax}) {
+    Net net(CpuDevice(), pooling);
+    nn::SGD opt(0.05, 0.9);
+    auto b = Batch(0);
+    GraphOptions raw;
+    raw.run_passes = false;
+    auto g = Graph::Capture(CpuDevice(), "layout", [&] { net.Step(b.first, b.second, opt, Conv0::kPlain); }, raw);
+    const PassResult on_cpu = RunPasses(g->ops(), *CpuDevice(), GraphOptions());
+    const PassResult planned = RunPasses(g->ops(), cuda, GraphOptions());
+    const std::vector<std::string> on_cuda = LayoutAttrs(planned.ops);
+    const std::string what = pooling == Pooling::kMax ? "max pooling" : "global average pooling";
+    EXPECT_EQ(on_cuda, LayoutAttrs(on_cpu.ops)) << what;
+    EXPECT_GE(on_cuda.size(), 10u) << what;
+    EXPECT_EQ(planned.counters.Get("blocked_layouts"), on_cpu.counters.Get("blocked_layouts")) << what;
+    if (pooling == Pooling::kGlobalAverage) EXPECT_EQ(planned.counters.Get("blocked_layouts"), 12);
+    ScopedFloat32Math full(Float32Math::kFull);
+    for (const std::string& line : LayoutAttrs(RunPasses(g->ops(), cuda, GraphOptions()).ops))
+      EXPECT_NE(line.rfind("conv2d", 0), 0u) << what << ": " << line;
+  }
+  // The predicates on their own: 4-D operands; batch norm's inference gradient NCHW only.
+  for (const char* name : {"batch_norm_train", "batch_norm_grad", "max_pool2d", "global_avg_pool"}) {
     bool (*supports)(const OpRecord&) = GetOp(name).supports[int(DeviceType::kCUDA)];
     ASSERT_NE(supports, nullptr) << name << ": without a predicate every record is supported";
-    OpRecord r;
-    r.def = &GetOp(name);
-    EXPECT_TRUE(supports(r)) << name;
-    r.attrs.Set("x_blocked", int64_t(1));
-    EXPECT_FALSE(supports(r)) << name;
   }
+  OpRecord r;
+  r.def = &GetOp("batch_norm_grad");
+  r.inputs = {RandomTensor({2, 16, 3, 3}, DType::kFloat32, 1)};
+  r.attrs.Set("training", int64_t(1)).Set("x_blocked", int64_t(1));
+  EXPECT_TRUE(GetOp("batch_norm_grad").supports[int(DeviceType::kCUDA)](r));
+  r.attrs.Set("training", int64_t(0));
+  EXPECT_FALSE(GetOp("batch_norm_grad").supports[int(DeviceType::kCUDA)](r));
+  r.inputs = {RandomTensor({2, 16, 9}, DType::kFloat32, 1)};
+  r.attrs.Set("training", int64_t(1));
+  EXPECT_FALSE(GetOp("batch_norm_grad").supports[int(DeviceType::kCUDA)](r));
 }
 
 }  // namespace

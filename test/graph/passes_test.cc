@@ -151,15 +151,18 @@ TEST(Passes, ACounterThePassDoesNotDeclareIsABug) {
 }
 
 TEST(Passes, ABackendsPassesRunOnItsDevicesOnly) {
-  // The CPU's layout pass on a CUDA-typed device: not run at all (its counter is absent, not 0).
+  // The CPU's weight-layout pass on a CUDA-typed device: not run at all (its counter is absent,
+  // not 0). The activation-layout pass runs on both.
   FakeCudaDevice cuda;
   GraphOptions o;
   o.passes.Set("test_count_relus", true);
   PassResult on_cuda = RunPasses(TwoRelus(), cuda, o);
-  EXPECT_EQ(on_cuda.counters.counts().count("blocked_layouts"), 0u);
+  EXPECT_EQ(on_cuda.counters.counts().count("blocked_weights"), 0u);
+  EXPECT_EQ(on_cuda.counters.counts().count("blocked_layouts"), 1u);
   EXPECT_EQ(on_cuda.counters.Get("test_relus_seen"), 2);  // registered for every device
   PassResult on_cpu = RunPasses(TwoRelus(), *CpuDevice(), o);
   EXPECT_EQ(on_cpu.counters.counts().count("blocked_layouts"), 1u);
+  EXPECT_EQ(on_cpu.counters.counts().count("blocked_weights"), 1u);
 }
 
 }  // namespace

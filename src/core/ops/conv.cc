@@ -4,7 +4,7 @@
 //   (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h)
 // and, on the gradient ops, the shape they produce: x_shape (conv2d_grad_input) and w_shape
 // (conv2d_grad_weight); a strided convolution maps several input sizes to one output size, so
-// the gradient cannot infer it from dy. The layout passes (device/cpu/passes/layout.cc, weight_layout.cc)
+// the gradient cannot infer it from dy. The layout passes (graph/layouts.cc, weight_layout.cc)
 // add, for the operands the CPU kernel reads or writes in oneDNN's blocked layout (1), x_blocked,
 // y_blocked and w_blocked on conv2d, dy_blocked, dx_blocked and w_blocked on conv2d_grad_input,
 // x_blocked, dy_blocked and dw_blocked on conv2d_grad_weight.

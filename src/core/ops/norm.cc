@@ -10,7 +10,7 @@
 // momentum follows PyTorch: running = (1 - momentum) running + momentum batch, and running_var
 // takes the unbiased batch variance (divided by M - 1, M = N x spatial size).
 //
-// The layout pass (device/cpu/passes/layout.cc) sets, for operands in the blocked layout,
+// The layout pass (graph/layouts.cc) sets, for operands in the blocked layout,
 // x_blocked and y_blocked on batch_norm_train, x_blocked, dy_blocked and dx_blocked on
 // batch_norm_grad. batch_norm_grad's training (0/1) is set by the backward that makes it.
 #include <algorithm>

@@ -2,7 +2,7 @@
 // gradients: kernel (kh, kw), stride (sh, sw), padding (ph, pw), optionally padding_end
 // (ph_end, pw_end) (Note [Asymmetric padding] in core/ops_cnn.h); avg_pool2d also
 // count_include_pad (0/1); the gradients also x_shape, the input shape they produce. The layout
-// pass (device/cpu/passes/layout.cc) adds, for operands in the blocked layout, x_blocked, y_blocked and
+// pass (graph/layouts.cc) adds, for operands in the blocked layout, x_blocked, y_blocked and
 // argmax_blocked on max_pool2d, argmax_blocked, dy_blocked and dx_blocked on its gradient,
 // x_blocked on global_avg_pool and dx_blocked on its gradient.
 //

@@ -1,6 +1,8 @@
 // CUDA kernels for the convolutional-network ops that are not cuDNN calls (cudnn.cc has
-// convolution and batch norm): pooling, layer norm, embedding, and the inference-mode batch-norm
-// gradient. Semantics follow src/device/cpu/kernels/{pool,norm,embedding}.cc.
+// convolution and inference-mode batch norm): pooling, training batch norm and its gradients,
+// layer norm, embedding. Semantics follow src/device/cpu/kernels/{pool,norm,embedding}.cc.
+// Batch norm and pooling take their 4-D operands in NCHW or NHWC, each as its record says (Note
+// [Activation layouts] in graph/layouts.cc), and compute the same values in either.
 //
 // Why pooling is not cuDNN's: max_pool2d's contract is a second output, the int32 index of the
 // first maximum of each window (NaN wins), which backward scatters through; cuDNN's pooling
@@ -9,6 +11,10 @@
 // input pixel, the windows that contain it in increasing output order, which is the order in
 // which the CPU's scatter adds them.
 #include "device/cuda/common.cuh"
+
+LOOM_OP_KIND(batch_norm_grad);
+LOOM_OP_KIND(max_pool2d);
+LOOM_OP_KIND(global_avg_pool);
 
 namespace loom {
 namespace cuda {
@@ -24,30 +30,60 @@ __device__ __forceinline__ void Covering(int64_t i, int64_t k, int64_t s, int64_
   hi = Min64((i + p) / s, out - 1);  // o * s <= i + p
 }
 
-// Thread t of a pooling gradient kernel: input pixel (ih, iw) of plane p, and the outputs
+// A 4-D pooling operand in NCHW or NHWC (Note [Activation layouts] in graph/layouts.cc): plane p
+// = image p / c, channel p % c; pixel k of the plane at Plane(p) + k * step.
+struct PoolLayout {
+  int64_t c, hw;
+  bool nhwc;
+  __device__ __forceinline__ int64_t Plane(int64_t p) const { return nhwc ? (p / c) * hw * c + p % c : p * hw; }
+  __device__ __forceinline__ int64_t Step() const { return nhwc ? c : 1; }
+  __device__ __forceinline__ int64_t At(int64_t p, int64_t k) const { return Plane(p) + k * Step(); }
+  // Element t in this layout's order: its plane and pixel.
+  __device__ __forceinline__ void Split(int64_t t, int64_t& p, int64_t& k) const {
+    if (nhwc) {
+      k = (t / c) % hw;
+      p = (t / (c * hw)) * c + t % c;
+    } else {
+      p = t / hw;
+      k = t % hw;
+    }
+  }
+};
+PoolLayout PoolLayoutOf(const OpRecord& op, const char* attr, int64_t c, int64_t hw) {
+  return PoolLayout{c, hw, op.attrs.Int(attr, 0) != 0};
+}
+
+// Thread t of a pooling gradient kernel (NCHW): input pixel (ih, iw) of plane p, and the outputs
 // [oi0, oi1] x [oj0, oj1] whose windows cover it.
 struct Covered {
   int64_t p, ih, iw, oi0, oi1, oj0, oj1;
 };
-__device__ __forceinline__ Covered CoveredBy(const PoolDims& d, int64_t t) {
+__device__ __forceinline__ Covered CoveredAt(const PoolDims& d, int64_t p, int64_t k) {
   Covered c;
-  c.p = t / (d.h * d.w);
-  c.ih = (t / d.w) % d.h;
-  c.iw = t % d.w;
+  c.p = p;
+  c.ih = k / d.w;
+  c.iw = k % d.w;
   Covering(c.ih, d.kh, d.sh, d.ph, d.oh, c.oi0, c.oi1);
   Covering(c.iw, d.kw, d.sw, d.pw, d.ow, c.oj0, c.oj1);
   return c;
 }
+__device__ __forceinline__ Covered CoveredBy(const PoolDims& d, int64_t t) {
+  return CoveredAt(d, t / (d.h * d.w), t % (d.h * d.w));
+}
 
-// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); one thread per output
+// x: (N, C, H, W) -> y: (N, C, OH, OW), argmax: int32 (N, C, OH, OW); one thread per output, in
+// y's layout order; each operand in its own layout (xl, yl, al).
 template <typename T>
-__global__ void MaxPoolKernel(const T* x, T* y, int32_t* arg, PoolDims d) {
+__global__ void MaxPoolKernel(const T* x, T* y, int32_t* arg, PoolDims d, PoolLayout xl, PoolLayout yl,
+                              PoolLayout al) {
   LOOM_GRID_STRIDE(t, d.planes * d.oh * d.ow) {
-    const int64_t p = t / (d.oh * d.ow), oi = (t / d.ow) % d.oh, oj = t % d.ow;
+    int64_t p, k;
+    yl.Split(t, p, k);
+    const int64_t oi = k / d.ow, oj = k % d.ow;
     T m;
-    const int64_t best = WindowArgMax(x + p * d.h * d.w, d.w, RowSpan(d, oi), ColSpan(d, oj), m);
+    const int64_t best = WindowArgMax(x + xl.Plane(p), d.w, RowSpan(d, oi), ColSpan(d, oj), m, xl.Step());
     y[t] = m;
-    arg[t] = int32_t(best);
+    arg[al.At(p, k)] = int32_t(best);
   }
 }
 
@@ -55,26 +91,30 @@ void MaxPool2dCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     const PoolDims d = MakePoolDims(op.attrs, op.inputs[0].shape(), op.outputs[0].shape());
-    const int64_t n = d.planes * d.oh * d.ow;
+    const int64_t n = d.planes * d.oh * d.ow, c = op.inputs[0].dim(1);
     if (n == 0) return;
-    MaxPoolKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(op.inputs[0].data<T>(), op.outputs[0].data<T>(),
-                                                                 op.outputs[1].data<int32_t>(), d);
+    MaxPoolKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
+        op.inputs[0].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<int32_t>(), d,
+        PoolLayoutOf(op, "x_blocked", c, d.h * d.w), PoolLayoutOf(op, "y_blocked", c, d.oh * d.ow),
+        PoolLayoutOf(op, "argmax_blocked", c, d.oh * d.ow));
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
 
-// argmax, dy: (N, C, OH, OW) -> dx: (N, C, H, W); one thread per input pixel
+// argmax, dy: (N, C, OH, OW) -> dx: (N, C, H, W); one thread per input pixel, in dx's layout
+// order, gathering the covering windows in increasing output order.
 template <typename T>
-__global__ void MaxPoolGradKernel(const int32_t* arg, const T* dy, T* dx, PoolDims d) {
+__global__ void MaxPoolGradKernel(const int32_t* arg, const T* dy, T* dx, PoolDims d, PoolLayout al, PoolLayout gl,
+                                  PoolLayout xl) {
   LOOM_GRID_STRIDE(t, d.planes * d.h * d.w) {
-    const Covered c = CoveredBy(d, t);
+    int64_t p, k;
+    xl.Split(t, p, k);
+    const Covered c = CoveredAt(d, p, k);
     const int32_t self = int32_t(c.ih * d.w + c.iw);
-    const int32_t* ap = arg + c.p * d.oh * d.ow;
-    const T* dyp = dy + c.p * d.oh * d.ow;
     T acc = T(0);
     for (int64_t oi = c.oi0; oi <= c.oi1; ++oi)
       for (int64_t oj = c.oj0; oj <= c.oj1; ++oj)
-        if (ap[oi * d.ow + oj] == self) acc += dyp[oi * d.ow + oj];
+        if (arg[al.At(p, oi * d.ow + oj)] == self) acc += dy[gl.At(p, oi * d.ow + oj)];
     dx[t] = acc;
   }
 }
@@ -83,10 +123,12 @@ void MaxPool2dGradCuda(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.outputs[0].dtype(), "max_pool2d_grad", [&](auto tag) {
     using T = decltype(tag);
     const PoolDims d = MakePoolDims(op.attrs, op.outputs[0].shape(), op.inputs[1].shape());
-    const int64_t n = d.planes * d.h * d.w;
+    const int64_t n = d.planes * d.h * d.w, c = op.outputs[0].dim(1);
     if (n == 0) return;
     MaxPoolGradKernel<<<Blocks(n), kThreads, 0, Dev(ctx).stream()>>>(
-        op.inputs[0].data<int32_t>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), d);
+        op.inputs[0].data<int32_t>(), op.inputs[1].data<T>(), op.outputs[0].data<T>(), d,
+        PoolLayoutOf(op, "argmax_blocked", c, d.oh * d.ow), PoolLayoutOf(op, "dy_blocked", c, d.oh * d.ow),
+        PoolLayoutOf(op, "dx_blocked", c, d.h * d.w));
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -140,14 +182,17 @@ void AvgPool2dGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// x: (P, HW) -> y: (P), one block per plane, summed in double
+// x: (N, C, H, W) in layout xl -> y: (N, C), one block per plane, summed in double in the same
+// order whatever the layout.
 template <typename T>
-__global__ void GlobalAvgPoolKernel(const T* x, T* y, int64_t planes, int64_t hw) {
+__global__ void GlobalAvgPoolKernel(const T* x, T* y, int64_t planes, PoolLayout xl) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     double acc = 0;
-    for (int64_t i = threadIdx.x; i < hw; i += blockDim.x) acc += double(x[p * hw + i]);
+    const T* xp = x + xl.Plane(p);
+    const int64_t step = xl.Step();
+    for (int64_t i = threadIdx.x; i < xl.hw; i += blockDim.x) acc += double(xp[i * step]);
     acc = BlockSum(acc);
-    if (threadIdx.x == 0) y[p] = T(acc / double(hw));
+    if (threadIdx.x == 0) y[p] = T(acc / double(xl.hw));
   }
 }
 
@@ -158,14 +203,19 @@ void GlobalAvgPoolCuda(const OpRecord& op, const KernelContext& ctx) {
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
     if (planes == 0) return;
     GlobalAvgPoolKernel<<<unsigned(std::min<int64_t>(planes, 1 << 20)), hw >= 256 ? 256 : 64, 0, Dev(ctx).stream()>>>(
-        op.inputs[0].data<T>(), op.outputs[0].data<T>(), planes, hw);
+        op.inputs[0].data<T>(), op.outputs[0].data<T>(), planes, PoolLayoutOf(op, "x_blocked", s[1], hw));
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }
 
+// dy: (N, C) -> dx: (N, C, H, W) in layout xl, one thread per element in that order
 template <typename T>
-__global__ void GlobalAvgPoolGradKernel(const T* dy, T* dx, int64_t planes, int64_t hw) {
-  LOOM_GRID_STRIDE(t, planes * hw) dx[t] = T(dy[t / hw] / T(hw));
+__global__ void GlobalAvgPoolGradKernel(const T* dy, T* dx, int64_t planes, PoolLayout xl) {
+  LOOM_GRID_STRIDE(t, planes * xl.hw) {
+    int64_t p, k;
+    xl.Split(t, p, k);
+    dx[t] = T(dy[p] / T(xl.hw));
+  }
 }
 
 void GlobalAvgPoolGradCuda(const OpRecord& op, const KernelContext& ctx) {
@@ -175,9 +225,18 @@ void GlobalAvgPoolGradCuda(const OpRecord& op, const KernelContext& ctx) {
     const int64_t planes = s[0] * s[1], hw = s[2] * s[3];
     if (planes * hw == 0) return;
     GlobalAvgPoolGradKernel<<<Blocks(planes * hw), kThreads, 0, Dev(ctx).stream()>>>(
-        op.inputs[0].data<T>(), op.outputs[0].data<T>(), planes, hw);
+        op.inputs[0].data<T>(), op.outputs[0].data<T>(), planes, PoolLayoutOf(op, "dx_blocked", s[1], hw));
     LOOM_CUDA_CHECK_LAUNCH();
   });
+}
+
+// Note [What a kernel supports]: pooling operands in NHWC on 4-D tensors (max pooling's and
+// global average pooling's layout attributes; Note [Activation layouts] in graph/layouts.cc).
+bool PoolSupportsCuda(const OpRecord& op) {
+  if (!AnyBlockedOperand(op)) return true;
+  const Tensor& image = op.def == &op_kind::max_pool2d || op.def == &op_kind::global_avg_pool ? op.inputs[0]
+                                                                                               : op.outputs[0];
+  return image.ndim() == 4;
 }
 
 // ---------------------------------------------------------------- layer norm
@@ -363,7 +422,218 @@ void EmbeddingGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// ---------------------------------------------------------------- batch norm, inference gradient
+// ---------------------------------------------------------------- batch norm
+// Note [Batch norm in any layout]
+// Training batch norm and its gradient are loom's kernels rather than cuDNN's, so that a graph
+// that keeps a region NHWC (Note [Activation layouts] in graph/layouts.cc) computes the bits
+// eager execution computes on NCHW. Each per-channel sum runs over the channel's M = N S values
+// in one order, whatever the layout: the values m = i S + k (image i, pixel k) are cut into
+// chunks of kBnChunk, each chunk is summed in order of m into a double (one thread), and the
+// chunks' partial sums are added by a block per channel in a fixed pattern (thread j takes
+// chunks j, j + blockDim, ..., then BlockSum). The layout only changes which thread of the
+// partial-sum kernel handles a chunk (channel-fastest for NHWC, so that a warp reads one pixel's
+// adjacent channels) and the addresses. The formulas are the CPU kernel's (cpu/kernels/norm.cc):
+// the mean, then the squared deviations from it; running statistics with the unbiased
+// variance; y = x scale + shift and dx = a dy + k_x x + b with per-channel coefficients
+// rounded to T.
+constexpr int64_t kBnChunk = 128;
+
+// A 4-D or (N, C, S) operand's addressing: element (i, ch, k) in NCHW or NHWC.
+struct BnLayout {
+  int64_t c, s;
+  bool nhwc;
+  __device__ __forceinline__ int64_t At(int64_t i, int64_t ch, int64_t k) const {
+    return nhwc ? (i * s + k) * c + ch : (i * c + ch) * s + k;
+  }
+};
+
+struct BnDims {
+  int64_t n, c, s, m, chunks;  // m = n s values per channel, in `chunks` chunks of kBnChunk
+};
+BnDims MakeBnDims(const Shape& x) {
+  const ChannelDims d = MakeChannelDims(x);
+  const int64_t m = d.n * d.s;
+  return BnDims{d.n, d.c, d.s, m, (m + kBnChunk - 1) / kBnChunk};
+}
+
+// Thread t of a partial-sum kernel: its channel and chunk (channel fastest when the main
+// operand is NHWC, chunk fastest when NCHW).
+__device__ __forceinline__ void ChunkOf(const BnDims& d, bool channel_fastest, int64_t t, int64_t& ch,
+                                        int64_t& chunk) {
+  ch = channel_fastest ? t % d.c : t / d.chunks;
+  chunk = channel_fastest ? t / d.c : t % d.chunks;
+}
+
+// partial[ch * chunks + chunk] = the sum over the chunk of (x - center[ch])^power, power 1
+// (center null: x itself) or 2.
+template <typename T>
+__global__ void BnPartialsKernel(const T* x, BnLayout xl, const double* center, int power, BnDims d,
+                                 double* partial) {
+  LOOM_GRID_STRIDE(t, d.c * d.chunks) {
+    int64_t ch, chunk;
+    ChunkOf(d, xl.nhwc, t, ch, chunk);
+    const int64_t m0 = chunk * kBnChunk, m1 = Min64(d.m, m0 + kBnChunk);
+    const double mu = center ? center[ch] : 0.0;
+    int64_t i = m0 / d.s, k = m0 % d.s;
+    double acc = 0;
+    for (int64_t m = m0; m < m1; ++m) {
+      const double v = double(x[xl.At(i, ch, k)]) - mu;
+      acc += power == 2 ? v * v : v;
+      if (++k == d.s) k = 0, ++i;
+    }
+    partial[ch * d.chunks + chunk] = acc;
+  }
+}
+
+// The gradient's two sums per chunk: sum dy and sum dy (x - mean) into partial[0, c chunks)
+// and partial[c chunks, 2 c chunks).
+template <typename T>
+__global__ void BnGradPartialsKernel(const T* x, BnLayout xl, const T* dy, BnLayout gl, const T* mean, BnDims d,
+                                     double* partial) {
+  LOOM_GRID_STRIDE(t, d.c * d.chunks) {
+    int64_t ch, chunk;
+    ChunkOf(d, gl.nhwc, t, ch, chunk);
+    const int64_t m0 = chunk * kBnChunk, m1 = Min64(d.m, m0 + kBnChunk);
+    const double mu = double(mean[ch]);
+    int64_t i = m0 / d.s, k = m0 % d.s;
+    double s_dy = 0, s_dyx = 0;
+    for (int64_t m = m0; m < m1; ++m) {
+      const double g = double(dy[gl.At(i, ch, k)]);
+      s_dy += g;
+      s_dyx += g * (double(x[xl.At(i, ch, k)]) - mu);
+      if (++k == d.s) k = 0, ++i;
+    }
+    partial[ch * d.chunks + chunk] = s_dy;
+    partial[(d.c + ch) * d.chunks + chunk] = s_dyx;
+  }
+}
+
+// The sum of channel ch's chunks of `partial`, by the block (every thread gets it).
+__device__ __forceinline__ double ChunkTotal(const double* partial, int64_t ch, int64_t chunks) {
+  double v = 0;
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x) v += partial[ch * chunks + j];
+  return BlockSum(v);
+}
+
+// One block per channel: mean[ch] = the sum of the chunks / m.
+__global__ void BnMeanKernel(const double* partial, BnDims d, double* mean) {
+  for (int64_t ch = blockIdx.x; ch < d.c; ch += gridDim.x) {
+    const double total = ChunkTotal(partial, ch, d.chunks);
+    if (threadIdx.x == 0) mean[ch] = total / double(d.m);
+  }
+}
+
+// One block per channel, from the squared deviations' chunks: the saved statistics, the running
+// ones, and y's coefficients scale and shift (cpu/kernels/norm.cc's finish and ScaleChannel).
+template <typename T>
+__global__ void BnFinishKernel(const double* partial, const double* mean, const T* gamma, const T* beta,
+                               double momentum, double eps, BnDims d, T* mean_out, T* invstd_out, T* rmean, T* rvar,
+                               T* scale, T* shift) {
+  for (int64_t ch = blockIdx.x; ch < d.c; ch += gridDim.x) {
+    const double sq = ChunkTotal(partial, ch, d.chunks);
+    if (threadIdx.x != 0) continue;
+    const double m = double(d.m), mu = mean[ch];
+    const double invstd = 1.0 / sqrt(sq / m + eps);
+    mean_out[ch] = T(mu);
+    invstd_out[ch] = T(invstd);
+    rmean[ch] = T((1 - momentum) * double(rmean[ch]) + momentum * mu);
+    rvar[ch] = T((1 - momentum) * double(rvar[ch]) + momentum * sq / (m - 1));
+    const double g = double(gamma[ch]), b = double(beta[ch]);
+    scale[ch] = T(g * invstd);
+    shift[ch] = T(b - mu * g * invstd);
+  }
+}
+
+// One block per channel, from the gradient's chunks: dgamma, dbeta and dx's coefficients
+// (cpu/kernels/norm.cc's BatchNormGrad::Finish, training).
+template <typename T>
+__global__ void BnGradFinishKernel(const double* partial, const T* gamma, const T* mean, const T* invstd_in,
+                                   BnDims d, T* dgamma, T* dbeta, T* a, T* k_x, T* b) {
+  for (int64_t ch = blockIdx.x; ch < d.c; ch += gridDim.x) {
+    const double sdy = ChunkTotal(partial, ch, d.chunks);
+    double sdyx = ChunkTotal(partial + d.c * d.chunks, ch, d.chunks);
+    if (threadIdx.x != 0) continue;
+    const double m = double(d.m), invstd = double(invstd_in[ch]), mu = double(mean[ch]);
+    sdyx *= invstd;  // sum(dy * xhat)
+    dgamma[ch] = T(sdyx);
+    dbeta[ch] = T(sdy);
+    const double gi = double(gamma[ch]) * invstd;
+    a[ch] = T(gi);
+    k_x[ch] = T(-gi * sdyx * invstd / m);
+    b[ch] = T(-gi * sdy / m + gi * sdyx * invstd * mu / m);
+  }
+}
+
+// out = p[ch] u + q[ch] (+ r[ch] v when v is given): y = scale x + shift, or dx = a dy + k_x x
+// + b, in T as the CPU computes it; one thread per element of out, in out's layout order.
+template <typename T>
+__global__ void BnApplyKernel(const T* u, BnLayout ul, const T* v, BnLayout vl, const T* p, const T* q, const T* r,
+                              T* out, BnLayout ol, int64_t n) {
+  LOOM_GRID_STRIDE(t, n * ol.c * ol.s) {
+    int64_t i, ch, k;
+    if (ol.nhwc) {
+      ch = t % ol.c;
+      k = (t / ol.c) % ol.s;
+      i = t / (ol.c * ol.s);
+    } else {
+      k = t % ol.s;
+      ch = (t / ol.s) % ol.c;
+      i = t / (ol.s * ol.c);
+    }
+    const T pu = p[ch] * u[ul.At(i, ch, k)];
+    out[t] = v ? pu + r[ch] * v[vl.At(i, ch, k)] + q[ch] : pu + q[ch];
+  }
+}
+
+// The layout the record gives operand `attr` (Note [Activation layouts]).
+BnLayout BnLayoutOf(const OpRecord& op, const char* attr, const BnDims& d) {
+  return BnLayout{d.c, d.s, op.attrs.Int(attr, 0) != 0};
+}
+
+// Workspace for a batch-norm kernel: `partials` doubles, `doubles` more, and `ts` arrays of c T.
+struct BnScratch {
+  double* partial;
+  double* extra;
+  char* ts;
+};
+template <typename T>
+BnScratch BnWorkspace(CudaDeviceImpl& dev, const BnDims& d, int64_t partials, int64_t doubles, int ts) {
+  const size_t pb = (size_t(partials) * sizeof(double) + 255) / 256 * 256;
+  const size_t db = (size_t(doubles) * sizeof(double) + 255) / 256 * 256;
+  char* base = static_cast<char*>(dev.Workspace(pb + db + size_t(ts) * size_t(d.c) * sizeof(T)));
+  return BnScratch{reinterpret_cast<double*>(base), reinterpret_cast<double*>(base + pb), base + pb + db};
+}
+
+// x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
+//   -> y, batch mean (C), batch invstd (C), running_mean and running_var updated in place
+void BatchNormTrainCuda(const OpRecord& op, const KernelContext& ctx) {
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
+    using T = decltype(tag);
+    CudaDeviceImpl& dev = Dev(ctx);
+    const BnDims d = MakeBnDims(op.inputs[0].shape());
+    if (d.c == 0 || d.m == 0) return;
+    const BnLayout xl = BnLayoutOf(op, "x_blocked", d), yl = BnLayoutOf(op, "y_blocked", d);
+    std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+    const BnScratch w = BnWorkspace<T>(dev, d, d.c * d.chunks, d.c, 2);
+    T* scale = reinterpret_cast<T*>(w.ts);
+    T* shift = scale + d.c;
+    const T* x = op.inputs[0].data<T>();
+    cudaStream_t s = dev.stream();
+    const unsigned rows = RowBlocks(d.c);
+    const int threads = RowThreads(d.chunks);
+    BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, nullptr, 1, d, w.partial);
+    BnMeanKernel<<<rows, threads, 0, s>>>(w.partial, d, w.extra);
+    BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, w.extra, 2, d, w.partial);
+    BnFinishKernel<<<rows, threads, 0, s>>>(w.partial, w.extra, op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+                                            op.attrs.Float("momentum"), op.attrs.Float("eps"), d,
+                                            op.outputs[1].data<T>(), op.outputs[2].data<T>(), op.outputs[3].data<T>(),
+                                            op.outputs[4].data<T>(), scale, shift);
+    BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(x, xl, static_cast<const T*>(nullptr), xl, scale, shift,
+                                                         static_cast<const T*>(nullptr), op.outputs[0].data<T>(), yl,
+                                                         d.n);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
 
 // x, dy: (N, C, S), gamma, running mean, running var: (C) -> dx, dgamma, dbeta; one block per
 // channel, the CPU's formula with the statistics as constants.
@@ -393,8 +663,6 @@ __global__ void BatchNormGradInferKernel(const T* x, const T* gamma, const T* me
   }
 }
 
-}  // namespace
-
 // x: (N, C, ...), gamma: (C), running mean, running var: (C), dy -> dx, dgamma, dbeta
 void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx) {
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
@@ -409,12 +677,65 @@ void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
+// x: (N, C, ...), gamma: (C), mean: (C), invstd (training) or running var: (C), dy
+//   -> dx, dgamma, dbeta
+void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  if (op.attrs.Int("training") == 0) return BatchNormGradInference(op, ctx);
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
+    using T = decltype(tag);
+    CudaDeviceImpl& dev = Dev(ctx);
+    const BnDims d = MakeBnDims(op.inputs[0].shape());
+    if (d.c == 0) return;
+    const Tensor &dgamma = op.outputs[1], &dbeta = op.outputs[2];
+    cudaStream_t s = dev.stream();
+    if (d.m == 0) {  // no values: zero sums
+      LOOM_CUDA_CHECK(cudaMemsetAsync(dgamma.raw_data(), 0, dgamma.nbytes(), s));
+      LOOM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), s));
+      return;
+    }
+    const BnLayout xl = BnLayoutOf(op, "x_blocked", d), gl = BnLayoutOf(op, "dy_blocked", d),
+                   dl = BnLayoutOf(op, "dx_blocked", d);
+    std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+    const BnScratch w = BnWorkspace<T>(dev, d, 2 * d.c * d.chunks, 0, 3);
+    T* a = reinterpret_cast<T*>(w.ts);
+    T* k_x = a + d.c;
+    T* b = k_x + d.c;
+    const T* x = op.inputs[0].data<T>();
+    const T* dy = op.inputs[4].data<T>();
+    BnGradPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, dy, gl, op.inputs[2].data<T>(), d,
+                                                                     w.partial);
+    BnGradFinishKernel<<<RowBlocks(d.c), RowThreads(d.chunks), 0, s>>>(
+        w.partial, op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.inputs[3].data<T>(), d, dgamma.data<T>(),
+        dbeta.data<T>(), a, k_x, b);
+    BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(dy, gl, x, xl, a, b, k_x, op.outputs[0].data<T>(), dl, d.n);
+    LOOM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// Note [What a kernel supports]: the layout attributes on 4-D operands (training batch norm and
+// its training gradient; the inference-mode gradient is NCHW only).
+bool BatchNormSupportsCuda(const OpRecord& op) {
+  if (!AnyBlockedOperand(op)) return true;
+  if (op.inputs[0].ndim() != 4) return false;
+  return op.def != &op_kind::batch_norm_grad || op.attrs.Int("training") != 0;
+}
+
+}  // namespace
+
+LOOM_KERNEL(batch_norm_train, kCUDA, BatchNormTrainCuda);
+LOOM_KERNEL_SUPPORTS(batch_norm_train, kCUDA, BatchNormSupportsCuda);
+LOOM_KERNEL(batch_norm_grad, kCUDA, BatchNormGradCuda);
+LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCUDA, BatchNormSupportsCuda);
 LOOM_KERNEL(max_pool2d, kCUDA, MaxPool2dCuda);
+LOOM_KERNEL_SUPPORTS(max_pool2d, kCUDA, PoolSupportsCuda);
 LOOM_KERNEL(max_pool2d_grad, kCUDA, MaxPool2dGradCuda);
+LOOM_KERNEL_SUPPORTS(max_pool2d_grad, kCUDA, PoolSupportsCuda);
 LOOM_KERNEL(avg_pool2d, kCUDA, AvgPool2dCuda);
 LOOM_KERNEL(avg_pool2d_grad, kCUDA, AvgPool2dGradCuda);
 LOOM_KERNEL(global_avg_pool, kCUDA, GlobalAvgPoolCuda);
+LOOM_KERNEL_SUPPORTS(global_avg_pool, kCUDA, PoolSupportsCuda);
 LOOM_KERNEL(global_avg_pool_grad, kCUDA, GlobalAvgPoolGradCuda);
+LOOM_KERNEL_SUPPORTS(global_avg_pool_grad, kCUDA, PoolSupportsCuda);
 LOOM_KERNEL(layer_norm, kCUDA, LayerNormCuda);
 LOOM_KERNEL_SUPPORTS(layer_norm, kCUDA, FusedCastSupportedCuda);  // elementwise.cu
 LOOM_KERNEL(layer_norm_grad, kCUDA, LayerNormGradCuda);

@@ -367,11 +367,49 @@ void BroadcastToCuda(const OpRecord& op, const KernelContext& ctx) {
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
+// LaunchRelayout between NCHW and NHWC: a block moves a tile of 32 channels by 32 pixels of one
+// image through shared memory, reading and writing along each layout's contiguous axis.
+constexpr int kTile = 32, kTileRows = 8;
+__global__ void RelayoutKernel(const void* x, int tx, void* y, int ty, int64_t n, int64_t c, int64_t hw,
+                               bool to_nhwc) {
+  __shared__ double tile[kTile][kTile + 1];
+  const int64_t p0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
+  const int64_t lane = threadIdx.x;
+  for (int64_t img = blockIdx.z; img < n; img += gridDim.z) {
+    const int64_t nchw = img * c * hw, nhwc = img * hw * c;
+    for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+      // Loads along the source's contiguous axis: tile[r][lane] = x(channel, pixel) with
+      // (channel, pixel) = (c0 + r, p0 + lane) from NCHW, (c0 + lane, p0 + r) from NHWC.
+      const int64_t ch = to_nhwc ? c0 + r : c0 + lane, px = to_nhwc ? p0 + lane : p0 + r;
+      if (ch < c && px < hw) tile[r][lane] = LoadAs(tx, x, to_nhwc ? nchw + ch * hw + px : nhwc + px * c + ch);
+    }
+    __syncthreads();
+    for (int r = threadIdx.y; r < kTile; r += kTileRows) {
+      // Stores along the destination's: (channel, pixel) = (c0 + lane, p0 + r) into NHWC, held
+      // at tile[lane][r]; (c0 + r, p0 + lane) into NCHW, held at tile[lane][r] too.
+      const int64_t ch = to_nhwc ? c0 + lane : c0 + r, px = to_nhwc ? p0 + r : p0 + lane;
+      if (ch < c && px < hw) StoreAs(ty, y, to_nhwc ? nhwc + px * c + ch : nchw + ch * hw + px, tile[lane][r]);
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
 
 void LaunchCast(DType from, const void* x, DType to, void* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   CastKernel<<<Blocks(n), kThreads, 0, stream>>>(x, int(from), y, int(to), n);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void LaunchRelayout(DType from, const void* x, bool x_nhwc, DType to, void* y, bool y_nhwc, int64_t n, int64_t c,
+                    int64_t hw, cudaStream_t stream) {
+  if (n * c * hw == 0) return;
+  if (x_nhwc == y_nhwc || c == 1 || hw == 1) return LaunchCast(from, x, to, y, n * c * hw, stream);
+  const dim3 grid(unsigned((hw + kTile - 1) / kTile), unsigned((c + kTile - 1) / kTile),
+                  unsigned(std::min<int64_t>(n, 65535)));
+  LOOM_CHECK(grid.y <= 65535, ShapeError, "[relayout] ", c, " channels are too many for one launch");
+  RelayoutKernel<<<grid, dim3(kTile, kTileRows), 0, stream>>>(x, int(from), y, int(to), n, c, hw, !x_nhwc);
   LOOM_CUDA_CHECK_LAUNCH();
 }
 

@@ -129,9 +129,6 @@ CudaDeviceImpl& Dev(const KernelContext& ctx);
 
 // Tiny kernels the device itself launches (defined in creation.cu).
 void LaunchSetU64x2(uint64_t* p, uint64_t first, uint64_t second, cudaStream_t stream);  // p[0], p[1]
-// batch_norm_grad with training = 0 (the statistics are constants), which cuDNN has no call for
-// (defined in cnn.cu; cudnn.cc registers the op's kernel).
-void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx);
 
 }  // namespace cuda
 }  // namespace loom

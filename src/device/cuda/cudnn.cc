@@ -1,6 +1,6 @@
 // cuDNN 9 kernels: 2-D convolution (forward, input and weight gradients, bias gradient) and
-// batch normalisation (training, inference, gradient), with the semantics of
-// src/device/cpu/kernels/{conv,norm}.cc.
+// inference-mode batch normalisation, with the semantics of src/device/cpu/kernels/{conv,norm}.cc.
+// Training batch norm and its gradient are loom's own (cnn.cu, Note [Batch norm in any layout]).
 //
 // Note [cuDNN plans]
 // Descriptors and the algorithm are chosen once per (device, op, dtype, shapes, geometry,
@@ -37,6 +37,22 @@
 // algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
 // measurement (Note [Measured algorithms]) writes into a temporary bfloat16 buffer.
 //
+// Note [NHWC convolutions on cuDNN]
+// cuDNN's tensor-core convolutions (TF32 for float32, and bfloat16) run on NHWC tensors; handed
+// NCHW ones, cuDNN transposes them around the call itself or picks slower algorithms. So a plan
+// that may use tensor ops (bfloat16 operands, or float32 in TF32 mode) is NHWC: x, y and the
+// weight (as O, KH, KW, C/g) are described and computed in NHWC. Full float32 and float64 plans,
+// and explicitly padded ones (Note [Explicit padding]), stay NCHW. An NHWC plan's kernel
+// transposes (cast.h's LaunchRelayout) every operand that is not already NHWC into the device
+// workspace and its result back into its output, so eager execution, which hands over NCHW
+// tensors, computes on NHWC with the same algorithm as a graph. A graph's layout pass (Note
+// [Activation layouts] in graph/layouts.cc) keeps activations NHWC across a region, marking
+// the records' operands (x_blocked, y_blocked; dy_blocked, dx_blocked), and those transposes
+// vanish; the weight's remain (a weight is read by three passes a step; O C KH KW values each
+// way). The transposes move values without arithmetic, so graph and eager stay bitwise equal.
+// LOOM_CUDNN_LAYOUT=nchw keeps every plan NCHW (the kernels then refuse NHWC operands, so the
+// layout pass plans nothing around them): the comparison the GPU check runs.
+//
 // These are cuDNN's long-standing convolution and batch-norm entry points, which cuDNN 9 marks
 // deprecated in favour of its graph API; they are present and supported in every 9.x release.
 #include <climits>
@@ -49,10 +65,10 @@
 #include "device/cuda/bias_act.h"
 #include "device/cuda/cast.h"
 #include "device/cuda/cuda_device.h"
+#include "device/kernel_dispatch.h"
 #include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
 
-LOOM_OP_KIND(batch_norm_grad);
 
 namespace loom {
 namespace cuda {
@@ -93,8 +109,22 @@ struct ConvPlan {
   size_t workspace = 0;
   bool full_fp32 = true;  // no tensor-op algorithm: float64, or float32 in full precision (Note [Float32 math on the GPU])
   bool measured = false;  // Note [Measured algorithms]
+  bool nhwc = false;      // Note [NHWC convolutions on cuDNN]
   float ms = 0;           // the measured time, when measured
 };
+
+// Note [NHWC convolutions on cuDNN]: whether a plan for operands of dtype t is NHWC.
+bool NhwcAllowed() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("LOOM_CUDNN_LAYOUT");
+    return !(env && std::string(env) == "nchw");
+  }();
+  return allowed;
+}
+bool NhwcPlan(DType t, bool padded) {
+  if (padded || !NhwcAllowed()) return false;
+  return t == DType::kBFloat16 || (t == DType::kFloat32 && CudaFloat32Math() == Float32Math::kTF32);
+}
 
 const char* const kConvKindName[] = {"forward", "grad input", "grad weight"};
 
@@ -118,7 +148,7 @@ void ReportPlan(ConvKind kind, DType t, const ConvPlan& p) {
   cudnnGetConvolutionMathType(p.conv, &m);
   std::string impl = std::string("cuDNN ") + AlgoName(kind, p.algo) + (TensorOpMath(m) ? ", tensor ops" : "") +
                      (t == DType::kFloat32 ? (p.full_fp32 ? ", full float32" : ", TF32 allowed") : "") +
-                     (p.measured ? ", measured" : ", heuristic");
+                     (p.measured ? ", measured" : ", heuristic") + (p.nhwc ? ", NHWC" : ", NCHW");
   ReportKernel(std::string("conv2d ") + kConvKindName[int(kind)] +
                    (t == DType::kFloat64 ? " f64" : t == DType::kBFloat16 ? " bf16" : " f32"),
                impl);
@@ -128,9 +158,10 @@ void ReportPlan(ConvKind kind, DType t, const ConvPlan& p) {
 // bfloat16 for the bf16 policy's passes, whose float32 result cuDNN writes as bfloat16).
 // padded: x is the explicitly padded input and cuDNN pads nothing (Note [Explicit padding]).
 std::string PlanKey(int dev, ConvKind kind, DType t, const Shape& x, const Shape& w, const Shape& y, const Attrs& a,
-                    bool padded, bool full_fp32) {
+                    bool padded, bool full_fp32, bool nhwc) {
   std::ostringstream k;
-  k << dev << '|' << int(kind) << '|' << int(t) << '|' << full_fp32 << '|' << ToString(x) << ToString(w) << ToString(y)
+  k << dev << '|' << int(kind) << '|' << int(t) << '|' << full_fp32 << '|' << nhwc << '|' << ToString(x) << ToString(w)
+    << ToString(y)
     << ToString(a.Ints("stride")) << ToString(a.Ints("padding")) << ToString(PaddingEnd(a))
     << ToString(a.Ints("dilation")) << a.Int("groups") << '|' << padded;
   return k.str();
@@ -337,7 +368,8 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
   static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
   const bool full_fp32 =
       t == DType::kFloat64 || (t == DType::kFloat32 && CudaFloat32Math() == Float32Math::kFull);
-  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded, full_fp32);
+  const bool nhwc = NhwcPlan(t, padded);
+  const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded, full_fp32, nhwc);
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
   if (it != plans->end()) return it->second;
@@ -348,18 +380,20 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
   const std::vector<int64_t>& dl = a.Ints("dilation");
   ConvPlan p;
   p.full_fp32 = full_fp32;
+  p.nhwc = nhwc;
+  const cudnnTensorFormat_t format = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.x));
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.y));
   LOOM_CUDA_CHECK(cudnnCreateTensorDescriptor(&p.bias));
   LOOM_CUDA_CHECK(cudnnCreateFilterDescriptor(&p.w));
   LOOM_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&p.conv));
-  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NCHW, dt, Dim(xs[0], op), Dim(xs[1], op),
-                                             Dim(xs[2], op), Dim(xs[3], op)));
-  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NCHW, dt, Dim(ys[0], op), Dim(ys[1], op),
-                                             Dim(ys[2], op), Dim(ys[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.x, format, dt, Dim(xs[0], op), Dim(xs[1], op), Dim(xs[2], op),
+                                             Dim(xs[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.y, format, dt, Dim(ys[0], op), Dim(ys[1], op), Dim(ys[2], op),
+                                             Dim(ys[3], op)));
   LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(p.bias, CUDNN_TENSOR_NCHW, dt, 1, Dim(ys[1], op), 1, 1));
-  LOOM_CUDA_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, Dim(ws[0], op), Dim(ws[1], op),
-                                             Dim(ws[2], op), Dim(ws[3], op)));
+  LOOM_CUDA_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, format, Dim(ws[0], op), Dim(ws[1], op), Dim(ws[2], op),
+                                             Dim(ws[3], op)));
   LOOM_CUDA_CHECK(cudnnSetConvolution2dDescriptor(p.conv, Dim(pd[0], op), Dim(pd[1], op), Dim(s[0], op),
                                                   Dim(s[1], op), Dim(dl[0], op), Dim(dl[1], op),
                                                   CUDNN_CROSS_CORRELATION,
@@ -416,6 +450,54 @@ void SetNCS(cudnnTensorDescriptor_t d, const Shape& x, DType t, const char* op) 
                                              Dim(c.s, op), 1));
 }
 
+// The device workspace of one convolution call, carved in order into 256-byte aligned parts.
+struct WorkspaceParts {
+  size_t total = 0;
+  size_t Take(size_t bytes) {
+    const size_t at = total;
+    total += (bytes + 255) / 256 * 256;
+    return at;
+  }
+};
+
+// Note [NHWC convolutions on cuDNN]: whether the record hands over operand `attr` in NHWC (the
+// layout pass's attribute).
+bool GivenNhwc(const OpRecord& op, const char* attr) { return op.attrs.Int(attr, 0) != 0; }
+
+// An (N, C, H, W) activation, or a weight (O, C/g, KH, KW), as LaunchRelayout's (n, c, hw).
+struct Planes {
+  int64_t n, c, hw;
+};
+Planes PlanesOf(const Shape& s) { return Planes{s[0], s[1], s[2] * s[3]}; }
+
+// An operand as plan p reads it: t itself when it is held in the plan's layout (NHWC when
+// `nhwc`; a weight is always held O C KH KW), else its copy in the plan's layout written at
+// `at`, which the caller reserved (t.nbytes()).
+const void* InPlanLayout(const Tensor& t, bool nhwc, const ConvPlan& p, char* at, cudaStream_t s) {
+  if (nhwc == p.nhwc) return t.raw_data();
+  const Planes d = PlanesOf(t.shape());
+  LaunchRelayout(t.dtype(), t.raw_data(), nhwc, t.dtype(), at, p.nhwc, d.n, d.c, d.hw, s);
+  return at;
+}
+
+// Where cuDNN writes a result held in layout `nhwc`: the output itself when it is in the
+// plan's layout and of the operands' dtype, else a buffer in the workspace (`bytes` of it,
+// reserved by the caller) that FinishResult converts into the output.
+size_t ResultBufferBytes(const Tensor& out, DType operands, bool nhwc, const ConvPlan& p) {
+  if (nhwc == p.nhwc && out.dtype() == operands) return 0;
+  return size_t(out.numel()) * SizeOf(operands);
+}
+void FinishResult(const void* buf, DType operands, const ConvPlan& p, const Tensor& out, bool nhwc, cudaStream_t s) {
+  const Planes d = PlanesOf(out.shape());
+  LaunchRelayout(operands, buf, p.nhwc, out.dtype(), out.raw_data(), nhwc, d.n, d.c, d.hw, s);
+}
+
+// Note [Explicit padding]: the padded copy is made from an NCHW x (an explicitly padded plan is
+// NCHW, and the kernels' predicate refuses NHWC operands for it).
+void CheckPaddedNchw(const ExplicitPad& e, bool nhwc, const char* op) {
+  LOOM_CHECK(!e.on || !nhwc, ValueError, "[", op, "] an explicitly padded convolution takes NCHW operands only");
+}
+
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
 void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
   const char* name = op.def->name.c_str();  // conv2d, or conv2d_relu below
@@ -424,29 +506,43 @@ void Conv2dCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& w = op.inputs[1];
   const Tensor& y = op.outputs[0];
   const DType t = y.dtype(), ti = x.dtype();  // ti: bfloat16 for the bf16 policy's records
+  const bool x_nhwc = GivenNhwc(op, "x_blocked"), y_nhwc = GivenNhwc(op, "y_blocked");
   if (y.numel() == 0) return;
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   if (x.numel() == 0) {  // no input channels: only the bias (if any) remains
     LOOM_CUDA_CHECK(cudaMemsetAsync(y.raw_data(), 0, y.nbytes(), dev.stream()));
   } else {
     const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), ti);
+    CheckPaddedNchw(e, x_nhwc, name);
     ConvPlan& p = GetConvPlan(dev, ConvKind::kForward, ti, e.on ? e.padded : x.shape(), w.shape(), y.shape(),
                               op.attrs, name, e.on);
     const size_t low = LowResultBytes(ti, y);  // Note [bfloat16 convolutions on cuDNN]
     MaybeMeasure(dev, ConvKind::kForward, ti, p, e.on, low, x.raw_data(), w.raw_data(), y.raw_data());
-    const size_t total = e.bytes + low + p.workspace;
-    char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
-    const void* xin = ConvInput(e, x, base, dev.stream());
-    void* out = low ? base + e.bytes : y.raw_data();
-    void* ws = p.workspace ? base + e.bytes + low : nullptr;
-    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(ti), p.x, xin, p.w, w.raw_data(), p.conv,
-                                            cudnnConvolutionFwdAlgo_t(p.algo), ws, p.workspace, kScalars.zero(ti),
-                                            p.y, out));
-    if (low) LaunchCast(ti, out, t, y.raw_data(), y.numel(), dev.stream());
+    // The workspace: the padded x (Note [Explicit padding]), the result in the plan's layout and
+    // dtype, x and w in the plan's layout (Note [NHWC convolutions on cuDNN]), cuDNN's own.
+    WorkspaceParts parts;
+    const size_t pad_at = parts.Take(e.bytes);
+    const size_t out_bytes = ResultBufferBytes(y, ti, y_nhwc, p), out_at = parts.Take(out_bytes);
+    const size_t x_at = parts.Take(x_nhwc != p.nhwc ? x.nbytes() : 0);
+    const size_t w_at = parts.Take(p.nhwc ? w.nbytes() : 0);
+    const size_t ws_at = parts.Take(p.workspace);
+    char* base = parts.total ? static_cast<char*>(dev.Workspace(parts.total)) : nullptr;
+    const void* xin = e.on ? ConvInput(e, x, base + pad_at, dev.stream())
+                           : InPlanLayout(x, x_nhwc, p, base + x_at, dev.stream());
+    const void* win = InPlanLayout(w, false, p, base + w_at, dev.stream());
+    void* out = out_bytes ? base + out_at : y.raw_data();
+    LOOM_CUDA_CHECK(cudnnConvolutionForward(dev.cudnn(), kScalars.one(ti), p.x, xin, p.w, win, p.conv,
+                                            cudnnConvolutionFwdAlgo_t(p.algo), p.workspace ? base + ws_at : nullptr,
+                                            p.workspace, kScalars.zero(ti), p.y, out));
+    if (out_bytes) FinishResult(out, ti, p, y, y_nhwc, dev.stream());
   }
   if (op.inputs.size() == 3) {  // y += bias, broadcast over N, OH, OW
     TensorDesc yd, bd;
-    SetNCS(yd.d, y.shape(), t, name);
+    if (y_nhwc)
+      LOOM_CUDA_CHECK(cudnnSetTensor4dDescriptor(yd.d, CUDNN_TENSOR_NHWC, CudnnType(t, name), Dim(y.dim(0), name),
+                                                 Dim(y.dim(1), name), Dim(y.dim(2), name), Dim(y.dim(3), name)));
+    else
+      SetNCS(yd.d, y.shape(), t, name);
     LOOM_CUDA_CHECK(
         cudnnSetTensor4dDescriptor(bd.d, CUDNN_TENSOR_NCHW, CudnnType(t, name), 1, Dim(y.dim(1), name), 1, 1));
     LOOM_CUDA_CHECK(cudnnAddTensor(dev.cudnn(), kScalars.one(t), bd.d, op.inputs[2].raw_data(), kScalars.one(t), yd.d,
@@ -469,7 +565,8 @@ void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& w = op.inputs[0];
   const Tensor& dy = op.inputs[1];
   const Tensor& dx = op.outputs[0];
-  const DType t = dx.dtype(), ti = w.dtype();  // ti: bfloat16 for the bf16 policy's records
+  const DType ti = w.dtype();  // bfloat16 for the bf16 policy's records
+  const bool dy_nhwc = GivenNhwc(op, "dy_blocked"), dx_nhwc = GivenNhwc(op, "dx_blocked");
   if (dx.numel() == 0) return;
   if (dy.numel() == 0 || w.numel() == 0) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), dev.stream()));
@@ -477,20 +574,30 @@ void Conv2dGradInputCuda(const OpRecord& op, const KernelContext& ctx) {
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const ExplicitPad e = ExplicitPadOf(op.attrs, dx.shape(), ti);
+  CheckPaddedNchw(e, dx_nhwc, name);
   ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardData, ti, e.on ? e.padded : dx.shape(), w.shape(), dy.shape(),
                             op.attrs, name, e.on);
   const size_t low = LowResultBytes(ti, dx);  // Note [bfloat16 convolutions on cuDNN]
   MaybeMeasure(dev, ConvKind::kBackwardData, ti, p, e.on, low, dx.raw_data(), w.raw_data(), dy.raw_data());
-  const size_t total = e.bytes + low + p.workspace;
-  char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
-  void* out = low ? base + e.bytes : dx.raw_data();
-  void* ws = p.workspace ? base + e.bytes + low : nullptr;
-  // Note [Explicit padding]: the padded input's gradient, then its interior
-  LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(ti), p.w, w.raw_data(), p.y, dy.raw_data(),
-                                               p.conv, cudnnConvolutionBwdDataAlgo_t(p.algo), ws, p.workspace,
-                                               kScalars.zero(ti), p.x, e.on ? base : out));
-  if (e.on) CopyInterior(e, dx.shape(), SizeOf(ti), base, out, false, dev.stream());
-  if (low) LaunchCast(ti, out, t, dx.raw_data(), dx.numel(), dev.stream());
+  // The workspace: the padded dx (Note [Explicit padding]), the result in the plan's layout and
+  // dtype, w and dy in the plan's layout (Note [NHWC convolutions on cuDNN]), cuDNN's own.
+  WorkspaceParts parts;
+  const size_t pad_at = parts.Take(e.bytes);
+  const size_t out_bytes = ResultBufferBytes(dx, ti, dx_nhwc, p), out_at = parts.Take(out_bytes);
+  const size_t w_at = parts.Take(p.nhwc ? w.nbytes() : 0);
+  const size_t dy_at = parts.Take(dy_nhwc != p.nhwc ? dy.nbytes() : 0);
+  const size_t ws_at = parts.Take(p.workspace);
+  char* base = parts.total ? static_cast<char*>(dev.Workspace(parts.total)) : nullptr;
+  const void* win = InPlanLayout(w, false, p, base + w_at, dev.stream());
+  const void* dyin = InPlanLayout(dy, dy_nhwc, p, base + dy_at, dev.stream());
+  void* out = out_bytes ? base + out_at : dx.raw_data();
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardData(dev.cudnn(), kScalars.one(ti), p.w, win, p.y, dyin, p.conv,
+                                               cudnnConvolutionBwdDataAlgo_t(p.algo),
+                                               p.workspace ? base + ws_at : nullptr, p.workspace, kScalars.zero(ti),
+                                               p.x, e.on ? base + pad_at : out));
+  if (e.on)  // Note [Explicit padding]: the padded input's gradient (an NCHW plan), its interior
+    CopyInterior(e, dx.shape(), SizeOf(ti), base + pad_at, out, false, dev.stream());
+  if (out_bytes) FinishResult(out, ti, p, dx, dx_nhwc, dev.stream());
 }
 
 // x: (N, C, H, W), dy: (N, O, OH, OW) -> dw: (O, C/g, KH, KW)
@@ -500,7 +607,8 @@ void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& x = op.inputs[0];
   const Tensor& dy = op.inputs[1];
   const Tensor& dw = op.outputs[0];
-  const DType t = dw.dtype(), ti = x.dtype();  // ti: bfloat16 for the bf16 policy's records
+  const DType ti = x.dtype();  // bfloat16 for the bf16 policy's records
+  const bool x_nhwc = GivenNhwc(op, "x_blocked"), dy_nhwc = GivenNhwc(op, "dy_blocked");
   if (dw.numel() == 0) return;
   if (x.numel() == 0 || dy.numel() == 0) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(dw.raw_data(), 0, dw.nbytes(), dev.stream()));
@@ -508,19 +616,29 @@ void Conv2dGradWeightCuda(const OpRecord& op, const KernelContext& ctx) {
   }
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const ExplicitPad e = ExplicitPadOf(op.attrs, x.shape(), ti);
+  CheckPaddedNchw(e, x_nhwc, name);
   ConvPlan& p = GetConvPlan(dev, ConvKind::kBackwardFilter, ti, e.on ? e.padded : x.shape(), dw.shape(), dy.shape(),
                             op.attrs, name, e.on);
   const size_t low = LowResultBytes(ti, dw);  // Note [bfloat16 convolutions on cuDNN]
   MaybeMeasure(dev, ConvKind::kBackwardFilter, ti, p, e.on, low, x.raw_data(), dw.raw_data(), dy.raw_data());
-  const size_t total = e.bytes + low + p.workspace;
-  char* base = total ? static_cast<char*>(dev.Workspace(total)) : nullptr;
-  const void* xin = ConvInput(e, x, base, dev.stream());
-  void* out = low ? base + e.bytes : dw.raw_data();
-  void* ws = p.workspace ? base + e.bytes + low : nullptr;
-  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(ti), p.x, xin, p.y, dy.raw_data(),
-                                                 p.conv, cudnnConvolutionBwdFilterAlgo_t(p.algo), ws, p.workspace,
-                                                 kScalars.zero(ti), p.w, out));
-  if (low) LaunchCast(ti, out, t, dw.raw_data(), dw.numel(), dev.stream());
+  // The workspace: the padded x (Note [Explicit padding]), dw in the plan's layout and dtype, x
+  // and dy in the plan's layout (Note [NHWC convolutions on cuDNN]), cuDNN's own.
+  WorkspaceParts parts;
+  const size_t pad_at = parts.Take(e.bytes);
+  const size_t out_bytes = ResultBufferBytes(dw, ti, false, p), out_at = parts.Take(out_bytes);
+  const size_t x_at = parts.Take(x_nhwc != p.nhwc ? x.nbytes() : 0);
+  const size_t dy_at = parts.Take(dy_nhwc != p.nhwc ? dy.nbytes() : 0);
+  const size_t ws_at = parts.Take(p.workspace);
+  char* base = parts.total ? static_cast<char*>(dev.Workspace(parts.total)) : nullptr;
+  const void* xin = e.on ? ConvInput(e, x, base + pad_at, dev.stream())
+                         : InPlanLayout(x, x_nhwc, p, base + x_at, dev.stream());
+  const void* dyin = InPlanLayout(dy, dy_nhwc, p, base + dy_at, dev.stream());
+  void* out = out_bytes ? base + out_at : dw.raw_data();
+  LOOM_CUDA_CHECK(cudnnConvolutionBackwardFilter(dev.cudnn(), kScalars.one(ti), p.x, xin, p.y, dyin, p.conv,
+                                                 cudnnConvolutionBwdFilterAlgo_t(p.algo),
+                                                 p.workspace ? base + ws_at : nullptr, p.workspace, kScalars.zero(ti),
+                                                 p.w, out));
+  if (out_bytes) FinishResult(out, ti, p, dw, false, dev.stream());
 }
 
 // dy: (N, O, OH, OW) -> db: (O), the sum over N, OH and OW
@@ -544,11 +662,9 @@ void Conv2dGradBiasCuda(const OpRecord& op, const KernelContext& ctx) {
                                                dbd.d, db.raw_data()));
 }
 
-// ---------------------------------------------------------------- batch normalisation
-// cuDNN's spatial batch norm is the op's definition: statistics per channel over N and the
-// spatial axes; the saved statistics are the batch mean and 1 / sqrt(var + eps); the running
-// statistics move by `momentum` (cuDNN's exponential average factor) with the unbiased batch
-// variance. x of any rank >= 2 is described as (N, C, S, 1).
+// ---------------------------------------------------------------- batch normalisation, inference
+// cuDNN's spatial batch norm with the running statistics: per channel over N and the spatial
+// axes. x of any rank >= 2 is described as (N, C, S, 1).
 
 struct BnDescs {
   TensorDesc x, bn;
@@ -557,22 +673,6 @@ struct BnDescs {
     LOOM_CUDA_CHECK(cudnnDeriveBNTensorDescriptor(bn.d, x.d, CUDNN_BATCHNORM_SPATIAL));
   }
 };
-
-// x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
-//   -> y, batch mean (C), batch invstd (C), running_mean and running_var updated in place
-void BatchNormTrainCuda(const OpRecord& op, const KernelContext& ctx) {
-  const char* name = "batch_norm_train";
-  CudaDeviceImpl& dev = Dev(ctx);
-  const DType t = op.inputs[0].dtype();
-  if (op.inputs[0].numel() == 0) return;
-  std::lock_guard<std::mutex> lock(dev.library_mutex());
-  BnDescs d(op.inputs[0].shape(), t, name);
-  LOOM_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(
-      dev.cudnn(), CUDNN_BATCHNORM_SPATIAL, kScalars.one(t), kScalars.zero(t), d.x.d, op.inputs[0].raw_data(), d.x.d,
-      op.outputs[0].raw_data(), d.bn.d, op.inputs[1].raw_data(), op.inputs[2].raw_data(), op.attrs.Float("momentum"),
-      op.outputs[3].raw_data(), op.outputs[4].raw_data(), op.attrs.Float("eps"), op.outputs[1].raw_data(),
-      op.outputs[2].raw_data()));
-}
 
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C) -> y
 void BatchNormInferCuda(const OpRecord& op, const KernelContext& ctx) {
@@ -588,49 +688,21 @@ void BatchNormInferCuda(const OpRecord& op, const KernelContext& ctx) {
       op.inputs[4].raw_data(), op.attrs.Float("eps")));
 }
 
-// x: (N, C, ...), gamma: (C), mean: (C), invstd or running var: (C), dy -> dx, dgamma, dbeta
-void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
-  if (op.attrs.Int("training") == 0) return BatchNormGradInference(op, ctx);  // cnn.cu
-  const char* name = "batch_norm_grad";
-  CudaDeviceImpl& dev = Dev(ctx);
-  const DType t = op.inputs[0].dtype();
-  if (op.inputs[0].numel() == 0) return;
-  std::lock_guard<std::mutex> lock(dev.library_mutex());
-  BnDescs d(op.inputs[0].shape(), t, name);
-  LOOM_CUDA_CHECK(cudnnBatchNormalizationBackward(
-      dev.cudnn(), CUDNN_BATCHNORM_SPATIAL, kScalars.one(t), kScalars.zero(t), kScalars.one(t), kScalars.zero(t),
-      d.x.d, op.inputs[0].raw_data(), d.x.d, op.inputs[4].raw_data(), d.x.d, op.outputs[0].raw_data(), d.bn.d,
-      op.inputs[1].raw_data(), op.outputs[1].raw_data(), op.outputs[2].raw_data(), op.attrs.Float("eps"),
-      op.inputs[2].raw_data(), op.inputs[3].raw_data()));
-}
-
-// Note [What a kernel supports]: cuDNN's batch norm as called above, without a blocked layout
-// attribute (Note [Activation layouts] in device/cpu/passes/layout.cc, which reads a predicate as
-// knowing its attributes): no graph pass changes these records on a CUDA device.
-bool BatchNormSupportsCuda(const OpRecord& op) {
-  // The attributes each op declares (Note [Declared attributes] in core/attrs.h).
-  static const char* const kTrain[] = {"x_blocked", "y_blocked"};
-  static const char* const kGrad[] = {"x_blocked", "dy_blocked", "dx_blocked"};
-  if (op.def == &op_kind::batch_norm_grad) {
-    for (const char* a : kGrad)
-      if (op.attrs.Int(a, 0) != 0) return false;
-  } else {
-    for (const char* a : kTrain)
-      if (op.attrs.Int(a, 0) != 0) return false;
-  }
-  return true;
-}
-
 // Note [What a kernel supports]: a convolution pass (conv2d and its two gradients) whose operands
 // and result share one dtype (cuDNN refuses the non-float ones by name), or the bf16 policy's
 // records: bfloat16 operands, a float32 result (Note [bfloat16 convolutions on cuDNN]). Nothing
 // else: a record mixing other dtypes would be read as the result's (the gradients once had no
 // predicate, so on CUDA the policy lowered them to records their kernels read as float32). The
-// fused conv2d_relu takes one dtype only, as on the CPU.
+// fused conv2d_relu takes one dtype only, as on the CPU. Operands in NHWC (the layout pass's
+// attributes, Note [Activation layouts] in graph/layouts.cc) only where the plan is NHWC (Note
+// [NHWC convolutions on cuDNN]).
 bool ConvSupportsCuda(const OpRecord& op) {
   const DType a = op.inputs[0].dtype(), b = op.inputs[1].dtype(), out = op.outputs[0].dtype();
   if (a != b) return false;
-  return a == out || (a == DType::kBFloat16 && out == DType::kFloat32);
+  if (a != out && !(a == DType::kBFloat16 && out == DType::kFloat32)) return false;
+  if (!AnyBlockedOperand(op)) return true;
+  const bool padded = PaddingEnd(op.attrs) != op.attrs.Ints("padding");
+  return op.inputs[0].ndim() == 4 && op.outputs[0].ndim() == 4 && NhwcPlan(a, padded);
 }
 bool Conv2dReluSupportsCuda(const OpRecord& op) {
   return op.inputs[0].dtype() == op.outputs[0].dtype() && op.inputs[1].dtype() == op.outputs[0].dtype();
@@ -647,11 +719,7 @@ LOOM_KERNEL(conv2d_relu, kCUDA, Conv2dReluCuda);
 LOOM_KERNEL(conv2d_grad_input, kCUDA, Conv2dGradInputCuda);
 LOOM_KERNEL(conv2d_grad_weight, kCUDA, Conv2dGradWeightCuda);
 LOOM_KERNEL(conv2d_grad_bias, kCUDA, Conv2dGradBiasCuda);
-LOOM_KERNEL(batch_norm_train, kCUDA, BatchNormTrainCuda);
 LOOM_KERNEL(batch_norm_infer, kCUDA, BatchNormInferCuda);
-LOOM_KERNEL(batch_norm_grad, kCUDA, BatchNormGradCuda);
-LOOM_KERNEL_SUPPORTS(batch_norm_train, kCUDA, BatchNormSupportsCuda);
-LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCUDA, BatchNormSupportsCuda);
 
 }  // namespace cuda
 }  // namespace loom

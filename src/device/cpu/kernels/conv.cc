@@ -74,7 +74,7 @@ Geom MakeGeom(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
 // The oneDNN plan for this call, or null: im2col runs it (Note [oneDNN convolution]).
 // Which operands of a call are in oneDNN's blocked layouts: the attributes a graph sets. y: the
 // (N, O, OH, OW) operand (y or dy, ConvDims::blocked); x: the (N, C, H, W) one (x or dx,
-// ConvDims::x_blocked), both nChw16c (Note [Activation layouts] in cpu/passes/layout.cc); w: the
+// ConvDims::x_blocked), both nChw16c (Note [Activation layouts] in graph/layouts.cc); w: the
 // weights (w or dw, ConvDims::w_blocked), OIhw16i16o (Note [Weights kept blocked] in
 // cpu/passes/weight_layout.cc).
 struct Layouts {
@@ -552,7 +552,7 @@ size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
 }
 
 // Note [What a kernel supports]: every plain float record; a blocked one (Note [Activation
-// layouts] in cpu/passes/layout.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d and
+// layouts] in graph/layouts.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d and
 // its gradients, plain, no ReLU, a float32 result) when oneDNN has a bf16 plan for them.
 bool ConvSupports(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Layouts l = Blocked(op, kind);

@@ -13,7 +13,7 @@
 //   (Conv2dScratch & co.) so a planned graph packs them into its arena, and taken from the
 //   device pool in eager mode, so memory statistics see every byte (invariant 2). In a captured
 //   graph the activations may already be nChw16c (ConvDims::blocked, x_blocked; Note
-//   [Activation layouts] in cpu/passes/layout.cc): their reorders then vanish, since the plain and
+//   [Activation layouts] in graph/layouts.cc): their reorders then vanish, since the plain and
 //   the chosen layout agree.
 // - Threads. oneDNN here runs on OpenMP; a second thread team beside loom's pool would fight it
 //   for the cores. So every oneDNN call runs with one OpenMP thread, and loom splits the batch
@@ -61,7 +61,7 @@ struct ConvDims {
   bool relu = false;
   // The (N, O, OH, OW) operand (y of the forward pass, dy of both gradients) is stored in
   // oneDNN's nChw16c layout instead of NCHW; O is a multiple of 16 (Note [Activation layouts]
-  // in cpu/passes/layout.cc).
+  // in graph/layouts.cc).
   bool blocked = false;
   // The same for the (N, C, H, W) operand (x of the forward pass and of the weight gradient, dx
   // of the input gradient); C is a multiple of 16.

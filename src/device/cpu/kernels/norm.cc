@@ -94,7 +94,7 @@ void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamm
   }
 }
 
-// ---- batch norm over an nChw16c x (Note [Activation layouts] in cpu/passes/layout.cc) ----
+// ---- batch norm over an nChw16c x (Note [Activation layouts] in graph/layouts.cc) ----
 // A graph keeps a convolution's output in oneDNN's blocked layout when batch norm alone reads
 // it: element (i, c, k) of x (N, C, S) then lives at ((i C/16 + c/16) S + k) 16 + c % 16, so
 // channel c of image i is a run of S values 16 apart. The kernels below take a group of 16
@@ -114,7 +114,7 @@ struct ChannelLayout {
   int64_t Step() const { return blocked ? kGroup : 1; }  // pixel k to k + 1
 };
 
-// The attribute a graph sets on a record whose tensor is nChw16c (cpu/passes/layout.cc); checked.
+// The attribute a graph sets on a record whose tensor is nChw16c (graph/layouts.cc); checked.
 ChannelLayout LayoutAttr(const OpRecord& op, const char* attr, const ChannelDims& d, const char* opname) {
   ChannelLayout l{op.attrs.Int(attr, 0) != 0};
   LOOM_CHECK(!l.blocked || (d.c % kGroup == 0 && op.inputs[0].ndim() == 4), ValueError, "[", opname, "] ", attr,
@@ -386,7 +386,7 @@ class BatchNormGrad {
         dgamma(op.outputs[1].data<T>()),
         dbeta(op.outputs[2].data<T>()),
         m(double(d.n * d.s)),
-        // Layouts of x, dy and dx; Note [Activation layouts] in cpu/passes/layout.cc.
+        // Layouts of x, dy and dx; Note [Activation layouts] in graph/layouts.cc.
         xl(LayoutAttr(op, "x_blocked", d, "batch_norm_grad")),
         dyl(LayoutAttr(op, "dy_blocked", d, "batch_norm_grad")),
         dxl(LayoutAttr(op, "dx_blocked", d, "batch_norm_grad")),

@@ -22,7 +22,7 @@ void ForPlanes(const PoolDims& d, int64_t work_per_plane, F f) {
 }
 
 // Plane p = (n, c) of an (N, C, H, W) tensor: where it starts and the step between its pixels,
-// in NCHW or, with the attribute a graph sets (Note [Activation layouts] in cpu/passes/layout.cc), in
+// in NCHW or, with the attribute a graph sets (Note [Activation layouts] in graph/layouts.cc), in
 // oneDNN's nChw16c (C a multiple of 16: pixel k of channel c at ((n C/16 + c/16) H W + k) 16 +
 // c % 16).
 struct Planes {
@@ -172,7 +172,7 @@ std::vector<VectorRun> MaxPoolVectorRuns(const PoolDims& d) {
 // ---- max pooling over nChw16c operands ----
 // Note [Blocked max pooling]
 // A graph keeps max pooling's operands in oneDNN's nChw16c layout when the regions they belong
-// to are blocked (Note [Activation layouts] in cpu/passes/layout.cc). Each operand says its own
+// to are blocked (Note [Activation layouts] in graph/layouts.cc). Each operand says its own
 // layout (x_blocked, y_blocked, argmax_blocked; argmax_blocked, dy_blocked, dx_blocked): x, y
 // and the argmax lie in different regions, and so do dy and dx, so any mix occurs (the small
 // CNN's last pooling reads a blocked x and writes the NCHW y that a flatten reads; its gradient

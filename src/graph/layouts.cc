@@ -1,18 +1,22 @@
-// A CPU graph pass (Note [Passes] in graph/passes.h): activation layouts planned across the graph.
+// A graph pass (Note [Passes] in graph/passes.h): activation layouts planned across the graph.
 //
 // Note [Activation layouts]
-// oneDNN's convolutions run on a blocked layout (nChw16c on AVX-512: channels in groups of 16,
-// each pixel's 16 values side by side). Eager execution sees one op at a time, so every
-// convolution reorders its NCHW operands in and its result out around the call (Note [oneDNN
-// convolution] in device/cpu/kernels/conv_dnnl.h). A captured step sees every reader and writer
-// of every activation, so it keeps whole regions of the net in the blocked layout:
+// A device's convolutions have a layout they run on: oneDNN's nChw16c on the CPU (AVX-512:
+// channels in groups of 16, each pixel's 16 values side by side), NHWC for cuDNN's tensor-core
+// algorithms on CUDA (Note [NHWC convolutions on cuDNN] in device/cuda/cudnn.cc). Both are "the
+// blocked layout" below: NHWC is nChw{C}c, one group of all C channels. Eager execution sees one
+// op at a time, so every convolution converts its NCHW operands in and its result out around the
+// call (Note [oneDNN convolution] in device/cpu/kernels/conv_dnnl.h; the CUDA kernels transpose).
+// A captured step sees every reader and writer of every activation, so it keeps whole regions of
+// the net in the blocked layout:
 //   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
 //     attribute on the record (Slots() below): the convolutions (x, y; dy, dx), batch norm (x,
 //     y; x, dy, dx), global average pooling (x; dx), max pooling (x, y, its int32 argmax;
 //     argmax, dy, dx);
-//   - element-wise ops whose operands all have one shape (relu, relu_grad, add) compute the
-//     same values in any layout, as long as all their operands share it: they tie their blocks
-//     together.
+//   - element-wise ops whose operands all have one shape (relu, relu_grad, add, cast) compute
+//     the same values in any layout, as long as all their operands share it: they tie their
+//     blocks together. (A cast ties a float32 activation to the bfloat16 copy a bf16
+//     convolution reads; the fused casts of graph/fuse_casts.cc are relu or add records.)
 // The blocks tied by element-wise ops form a region (in a ResNet, a stage's trunk: the
 // shortcut adds, the ReLUs, the batch-norm outputs, and in backward their gradients, tied to
 // the forward ones by relu_grad). A region is blocked as a whole or not at all, so every op
@@ -28,14 +32,19 @@
 //     above, with the whole tensor (offset 0, contiguous, the block's bytes);
 //   - every op with a rewritten slot has a kernel that knows the attributes and supports the
 //     rewritten record (Device::Supports): the kernels say which operands they take blocked
-//     (cpu/kernels/conv.cc, norm.cc, pool.cc: float32 (N, C, H, W) with C a multiple of 16, so
-//     that the blocked tensor has exactly the NCHW tensor's bytes and the plan is unchanged,
-//     and for a convolution a oneDNN plan). All blocks of a region have one shape and dtype (the
-//     element-wise ops that tie them require it), so a region every slot's kernel accepts has
-//     only blocks those kernels accept. A kernel without a supports predicate does not know the
-//     attributes: nothing is rewritten there.
+//     (CPU: cpu/kernels/conv.cc, norm.cc, pool.cc: float32 (N, C, H, W) with C a multiple of
+//     16, so that the blocked tensor has exactly the NCHW tensor's bytes and the plan is
+//     unchanged, and for a convolution a oneDNN plan; CUDA: cudnn.cc, batch_norm.cu, cnn.cu:
+//     4-D operands, and for a convolution a plan in NHWC, which NHWC's bytes always fit). All
+//     blocks of a region have one shape (the element-wise ops that tie them require it), so a
+//     region every slot's kernel accepts has only blocks those kernels accept. A kernel without
+//     a supports predicate does not know the attributes: nothing is rewritten there.
 // A slot's attribute is 1 when its operand is blocked; the blocking itself is the kernels'.
-// The arithmetic is unchanged: oneDNN computes the same convolution whatever the layout it is
+// The arithmetic is unchanged on both devices. On the CUDA device: a convolution whose plan is
+// NHWC runs on NHWC operands in eager execution too (the kernel transposes them), and the batch
+// norm and pooling kernels add in an order that does not depend on the layout (Note [Batch norm
+// in any layout] in device/cuda/batch_norm.cu; cnn.cu). On the CPU: oneDNN computes the same
+// convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
 // kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), blocked
 // max pooling picks the NCHW kernel's first maximum and adds its gradient in the same order
@@ -66,6 +75,7 @@ LOOM_OP_KIND(max_pool2d_grad);
 LOOM_OP_KIND(relu);
 LOOM_OP_KIND(relu_grad);
 LOOM_OP_KIND(add);
+LOOM_OP_KIND(cast);
 
 namespace loom {
 namespace {
@@ -113,7 +123,8 @@ const Slot* FindSlot(const OpDef* def, bool output, int index) {
 
 // An element-wise op whose operands all have one shape: any layout, if they all share it.
 bool LayoutFree(const OpRecord& op) {
-  if (op.def != &op_kind::relu && op.def != &op_kind::relu_grad && op.def != &op_kind::add) return false;
+  if (op.def != &op_kind::relu && op.def != &op_kind::relu_grad && op.def != &op_kind::add && op.def != &op_kind::cast)
+    return false;
   const Shape& s = op.outputs.at(0).shape();
   for (const auto* ts : {&op.inputs, &op.outputs})
     for (const Tensor& t : *ts)
@@ -227,9 +238,11 @@ PassResult PlanActivationLayouts(OpList list, const PassContext& ctx) {
 
 }  // namespace
 
-LOOM_PASS(PassDef{"plan_layouts", 50, DeviceBit(DeviceType::kCPU), true, PlanActivationLayouts,
+LOOM_PASS(PassDef{"plan_layouts", 50, DeviceBit(DeviceType::kCPU) | DeviceBit(DeviceType::kCUDA), true,
+                  PlanActivationLayouts,
                   "activations and their gradients between convolutions, batch norm, relu, add and pooling stay "
-                  "in oneDNN's blocked layout, without reorders around the convolutions (Note [Activation layouts])",
-                  {{"blocked_layouts", "activation blocks kept in oneDNN's blocked layout"}}});
+                  "in the convolutions' layout (oneDNN's blocked one on the CPU, NHWC on CUDA), without "
+                  "conversions around the convolutions (Note [Activation layouts])",
+                  {{"blocked_layouts", "activation blocks kept in the convolutions' layout"}}});
 
 }  // namespace loom
