@@ -36,6 +36,11 @@
 #                (a third call, or LOOM_GPU_PARTS=precision,gpt2,compare-bf16 LOOM_GPU_BUDGET_S=460)
 #   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
 #                (channels_last), eager and torch.compile, ResNet-50 and the GPT
+#   layouts      ResNet-50 b32 in CUDA-graph replay, float32 (TF32) and bf16, with NHWC convolution
+#                plans and NHWC regions (the default), NHWC plans without the layout pass (every
+#                convolution transposes), and NCHW plans (LOOM_CUDNN_LAYOUT=nchw), taking turns;
+#                each JSON line tagged "cudnn_layout" (Note [NHWC convolutions on cuDNN])
+#                (with the second call: LOOM_GPU_PARTS=precision,layouts,compare-bf16)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check. The exit status is non-zero when any part failed.
 #   LOOM_BUILD_DIR     build folder (default: build)
@@ -218,13 +223,30 @@ part_gpt2() {
   return "$rc"
 }
 
+part_layouts() {
+  local rc=0 p l
+  local r50=(--device cuda --model resnet50 --batch 32 --steps "$STEPS" --warmup 3 --rounds 1 --mode cuda-graph --json)
+  for p in fp32 bf16; do
+    for l in nchw nhwc nhwc-unplanned nchw nhwc; do
+      case "$l" in
+        nchw) LOOM_CUDNN_LAYOUT=nchw "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
+        nhwc) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
+        nhwc-unplanned) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass plan_layouts=off ;;
+      esac | sed "s/^{/{\"cudnn_layout\": \"$l\", /" >>"$DEST/layouts.jsonl"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    done
+  done
+  return "$rc"
+}
+
 part_compare_bf16() {
   bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --precision bf16 \
     --out "$DEST/compare-bf16.jsonl" --peers torch2,compile --only resnet50,gpt
 }
 
 export BUILD DEST STEPS PY LOOM_GPU_COMPARE
-export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_gpt2 part_compare_bf16
+export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_gpt2 part_layouts \
+  part_compare_bf16
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
   PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
   T0=$SECONDS
@@ -237,6 +259,7 @@ part bench 90 part_bench
 part compare 180 part_compare
 part precision 150 part_precision
 part gpt2 120 part_gpt2
+part layouts 150 part_layouts
 part compare-bf16 180 part_compare_bf16
 
 echo

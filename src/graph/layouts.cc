@@ -34,7 +34,7 @@
 //     rewritten record (Device::Supports): the kernels say which operands they take blocked
 //     (CPU: cpu/kernels/conv.cc, norm.cc, pool.cc: float32 (N, C, H, W) with C a multiple of
 //     16, so that the blocked tensor has exactly the NCHW tensor's bytes and the plan is
-//     unchanged, and for a convolution a oneDNN plan; CUDA: cudnn.cc, batch_norm.cu, cnn.cu:
+//     unchanged, and for a convolution a oneDNN plan; CUDA: cudnn.cc, cnn.cu:
 //     4-D operands, and for a convolution a plan in NHWC, which NHWC's bytes always fit). All
 //     blocks of a region have one shape (the element-wise ops that tie them require it), so a
 //     region every slot's kernel accepts has only blocks those kernels accept. A kernel without
@@ -43,18 +43,20 @@
 // The arithmetic is unchanged on both devices. On the CUDA device: a convolution whose plan is
 // NHWC runs on NHWC operands in eager execution too (the kernel transposes them), and the batch
 // norm and pooling kernels add in an order that does not depend on the layout (Note [Batch norm
-// in any layout] in device/cuda/batch_norm.cu; cnn.cu). On the CPU: oneDNN computes the same
+// in any layout] in device/cuda/cnn.cu). On the CPU: oneDNN computes the same
 // convolution whatever the layout it is
 // handed (it reordered to the same blocked layout before), the blocked batch-norm and pooling
 // kernels sum each channel in the NCHW kernels' order (cpu/kernels/norm.cc, pool.cc), blocked
 // max pooling picks the NCHW kernel's first maximum and adds its gradient in the same order
 // (Note [Blocked max pooling] in cpu/kernels/pool.cc), and an element-wise op maps each element
-// alone. Replay stays bitwise equal to eager (test/graph/layout_test.cc).
+// alone. Replay stays bitwise equal to eager (test/graph/layout_test.cc; on a GPU,
+// test/cuda/nhwc_test.cc).
 // On by default (the pass plan_layouts): on ResNet-50 b8 it removes every activation
 // reorder around the convolutions (about 12% of oneDNN's time there, 4% on ResNet-18 b16), and
 // the blocked batch-norm kernels are per op no slower than the NCHW ones (ONEDNN_VERBOSE=1 and
 // LOOM_DEBUG=2 per-op times of both graphs; tools/ab_bench.py --b-args=--no-plan-layouts for the
-// step).
+// step). On CUDA it is not yet measured: tools/gpu_check.sh's part `layouts` times ResNet-50 with
+// NHWC regions, with NHWC plans and no regions, and with NCHW plans.
 #include <algorithm>
 #include <numeric>
 #include <vector>

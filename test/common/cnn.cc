@@ -7,13 +7,14 @@
 namespace loom {
 namespace test {
 
-CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p) {
+CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p, const GraphOptions& options,
+                     bool resnet18) {
   dev->SetRandSeed(8);
-  nn::Model m(nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  nn::Model m(resnet18 ? nn::MakeResNet18(10) : nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
   m.set_precision(p);
   Tensor x = ToDevice(RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, CpuDevice()), dev);
   Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);
-  m.Compile({x}, true, graph);
+  m.Compile({x}, true, graph, true, options);
   for (int i = 0; i < 3; ++i) m.TrainOneBatch(x, y);
   CnnRun r;
   if (graph) {

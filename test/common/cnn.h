@@ -1,6 +1,7 @@
-// The small CNN (nn::MakeSmallCnn: conv-BN-ReLU-pool twice, a linear layer) trained three SGD
-// steps at a precision on a device, for the precision tests on each device
-// (test/graph/autocast_test.cc on the CPU, test/cuda/cuda_graph_test.cc on CUDA).
+// The small CNN (nn::MakeSmallCnn: conv-BN-ReLU-pool twice, a linear layer), or ResNet-18,
+// trained three SGD steps at a precision on a device, for the precision tests on each device
+// (test/graph/autocast_test.cc on the CPU, test/cuda/cuda_graph_test.cc on CUDA) and the layout
+// tests on CUDA (test/cuda/nhwc_test.cc).
 #pragma once
 
 #include <map>
@@ -23,8 +24,10 @@ struct CnnRun {
   std::map<std::string, int> bf16_convs;
 };
 
-// From seed 8 and one fixed batch of 4 images (3 x 32 x 32), eagerly or in a captured graph.
-CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p);
+// From seed 8 and one fixed batch of 4 images (3 x 32 x 32), eagerly or in a captured graph
+// made with `options`; ResNet-18 (10 classes) instead of the small CNN when `resnet18`.
+CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p, const GraphOptions& options = {},
+                     bool resnet18 = false);
 
 }  // namespace test
 }  // namespace loom
