@@ -235,7 +235,9 @@ LOOM_GRAD_FORMULAS(LOOM_EW_GRAD_FUNCTOR)
 #undef LOOM_EW_GRAD_FUNCTOR
 
 // The formulas whose ops also take the bf16 policy's bfloat16 x (Note [Precision policy] in
-// core/autocast.h): the GELUs and their gradients. The kernels build that path for these only.
+// core/autocast.h): the GELUs and their gradients, and relu's gradient, whose mask may come from
+// the bfloat16 copy of y (Note [ReLU masks from the bfloat16 copy] in graph/bf16_relu_mask.cc).
+// The kernels build that path for these only, and their supports predicates say so.
 template <typename F>
 struct TakesBf16Input {
   static constexpr bool value = false;
@@ -244,6 +246,7 @@ template <> struct TakesBf16Input<gelu_f> { static constexpr bool value = true; 
 template <> struct TakesBf16Input<gelu_erf_f> { static constexpr bool value = true; };
 template <> struct TakesBf16Input<gelu_grad_f> { static constexpr bool value = true; };
 template <> struct TakesBf16Input<gelu_erf_grad_f> { static constexpr bool value = true; };
+template <> struct TakesBf16Input<relu_grad_f> { static constexpr bool value = true; };
 
 }  // namespace ew
 }  // namespace loom

@@ -24,6 +24,13 @@ inline bool ActivationDTypes(DType in, DType out) {
   return FusedCastDTypes(in, out) || (in == DType::kBFloat16 && (out == DType::kFloat32 || out == DType::kBFloat16));
 }
 
+// ... and an activation's gradient (saved, dy) -> dx: one dtype, or, for the formulas that take
+// a bfloat16 saved value (ew::TakesBf16Input: the GELUs' x, relu's y), that with float32 dy and dx.
+inline bool ActivationGradDTypes(DType saved, DType dy, DType dx, bool bf16_saved) {
+  return (saved == dy && dy == dx) ||
+         (bf16_saved && saved == DType::kBFloat16 && dy == DType::kFloat32 && dx == DType::kFloat32);
+}
+
 // Whether the layout pass (Note [Activation layouts] in graph/layouts.cc) marked any operand of
 // op as held in the device's blocked layout: an attribute x_blocked, y_blocked, dx_blocked,
 // dy_blocked or argmax_blocked that the op declares, nonzero.

@@ -281,6 +281,13 @@ void AddElementwise(Table& t) {
         .Tol(1e-5, 1e-6)
         .NoGrad("a bfloat16 record is not differentiated (Note [Precision policy])");
   }
+  // relu's gradient from the bfloat16 copy of y (Note [ReLU masks from the bfloat16 copy] in
+  // graph/bf16_relu_mask.cc), on a grid with zeros: the mask of the same bfloat16 values, exactly.
+  t.Add("relu_grad", "(300,) bfloat16 y, float32 dy", DType::kBFloat16, ref::Binary(BinaryForms().at("relu_grad")))
+      .In(Grid({300}, -2, 2))
+      .In(Uniform({300}).As(kF32))
+      .Tol(0, 0)
+      .NoGrad("a bfloat16 record is not differentiated (Note [Precision policy])");
 
   // Element-wise math (core/ops/math.h) on each function's domain: the forward (and its
   // gradient check) and the gradient op on the same range.

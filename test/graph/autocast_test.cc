@@ -386,6 +386,23 @@ std::vector<std::vector<float>> TrainModel(bool graph, Precision p) {
   return v;
 }
 
+// Note [ReLU masks from the bfloat16 copy] for relu_grad: in ResNet-18 at bf16 every ReLU whose
+// output a convolution reads (the stem's, with the CIFAR stem that has no pooling, the first of
+// each block's two, and each block's output but the last: 1 + 8 + 7) takes its mask from the
+// bfloat16 copy the convolution reads, the float32 activations die in the forward, and the arena shrinks; the
+// weights keep their bits.
+TEST(Precision, Bf16ReluGradientsAfterBatchNormReadTheBfloat16Copy) {
+  GraphOptions off;
+  off.passes.Set("bf16_relu_mask", false);
+  const CnnRun on = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16, {}, true);
+  const CnnRun without = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16, off, true);
+  EXPECT_EQ(on.stats.counters.Get("bf16_relu_masks"), 16);
+  EXPECT_EQ(without.stats.counters.Get("bf16_relu_masks"), 0);
+  EXPECT_TRUE(SameBits(on.params, without.params));
+  EXPECT_LT(on.stats.arena_bytes, without.stats.arena_bytes);
+  EXPECT_LT(on.stats.lower_bound_bytes, without.stats.lower_bound_bytes);
+}
+
 // At bf16 the convolutions and their gradients are lowered too, where the device has bf16
 // convolutions (the CPU: oneDNN's): the small CNN (common/cnn.h) trains to the same bits eagerly
 // and in a graph with every default pass on (the layout passes leave the bf16 convolutions

@@ -30,7 +30,8 @@ std::vector<TensorMeta> ActivationInfer(const char* op, const std::vector<Tensor
 }
 
 // (saved, dy) -> dx. A GELU's gradient (bf16_input) also takes the bf16 policy's bfloat16 x with
-// a float32 dy, and gives a float32 dx.
+// a float32 dy, and gives a float32 dx; so does relu's (bf16_grad_input) with the bfloat16 copy of
+// its y (Note [ReLU masks from the bfloat16 copy] in graph/bf16_relu_mask.cc).
 std::vector<TensorMeta> ActivationGradInfer(const char* op, const std::vector<TensorMeta>& in, bool bf16_input) {
   if (bf16_input && in.size() == 2 && in[0].dtype == DType::kBFloat16) {
     LOOM_CHECK(in[1].dtype == DType::kFloat32, DTypeError, "[", op, "] a bfloat16 x needs a float32 dy, got ",
@@ -46,13 +47,14 @@ std::vector<TensorMeta> ActivationGradInfer(const char* op, const std::vector<Te
 
 // Declares an activation whose backward is `gradop(saved, dy)`; `saved` is its input or output.
 // The gradient op comes first: the forward's backward calls it by kind (Note [Op kinds]). Both
-// declare `attributes` (the gradient gets the forward's). bf16_input: ActivationInfer's.
-#define LOOM_ACTIVATION(opname, save_output, attributes, bf16_input)                             \
+// declare `attributes` (the gradient gets the forward's). bf16_input: ActivationInfer's (and the
+// gradient's); bf16_grad_input: the gradient's alone.
+#define LOOM_ACTIVATION(opname, save_output, attributes, bf16_input, bf16_grad_input)            \
   LOOM_OP(opname##_grad) {                                                                       \
     def.internal = "backward of " #opname;                                                       \
     def.attrs = attributes;                                                                      \
     def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {                            \
-      return ActivationGradInfer(#opname "_grad", in, bf16_input);                               \
+      return ActivationGradInfer(#opname "_grad", in, (bf16_input) || (bf16_grad_input));        \
     };                                                                                           \
     def.shareable_inputs = {0, 1};                                                               \
   }                                                                                              \
@@ -72,13 +74,13 @@ std::vector<TensorMeta> ActivationGradInfer(const char* op, const std::vector<Te
 
 const std::vector<AttrDecl> kSlope = {{"slope", kFloat}};
 
-LOOM_ACTIVATION(relu, true, {}, false)             // relu_grad(y, dy) = dy * (y > 0)
-LOOM_ACTIVATION(leaky_relu, false, kSlope, false)  // leaky_relu_grad(x, dy) = dy * (x > 0 ? 1 : slope)
-LOOM_ACTIVATION(sigmoid, true, {}, false)          // sigmoid_grad(y, dy) = dy * y * (1 - y)
-LOOM_ACTIVATION(tanh, true, {}, false)             // tanh_grad(y, dy) = dy * (1 - y^2)
-LOOM_ACTIVATION(gelu, false, {}, true)             // gelu_grad(x, dy): derivative of the tanh approximation
-LOOM_ACTIVATION(gelu_erf, false, {}, true)         // gelu_erf_grad(x, dy): derivative of 0.5 x (1 + erf(x / sqrt 2))
-LOOM_ACTIVATION(softplus, false, {}, false)        // softplus_grad(x, dy) = dy * sigmoid(x)
+LOOM_ACTIVATION(relu, true, {}, false, true)             // relu_grad(y, dy) = dy * (y > 0)
+LOOM_ACTIVATION(leaky_relu, false, kSlope, false, false)  // leaky_relu_grad(x, dy) = dy * (x > 0 ? 1 : slope)
+LOOM_ACTIVATION(sigmoid, true, {}, false, false)          // sigmoid_grad(y, dy) = dy * y * (1 - y)
+LOOM_ACTIVATION(tanh, true, {}, false, false)             // tanh_grad(y, dy) = dy * (1 - y^2)
+LOOM_ACTIVATION(gelu, false, {}, true, true)              // gelu_grad(x, dy): derivative of the tanh approximation
+LOOM_ACTIVATION(gelu_erf, false, {}, true, true)          // gelu_erf_grad(x, dy): derivative of 0.5 x (1 + erf(x / sqrt 2))
+LOOM_ACTIVATION(softplus, false, {}, false, false)        // softplus_grad(x, dy) = dy * sigmoid(x)
 
 namespace ops {
 Tensor Relu(const Tensor& x) { return Call1(op_kind::relu, {x}); }

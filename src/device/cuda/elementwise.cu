@@ -157,7 +157,13 @@ namespace {
 #define LOOM_CUDA_UNARY(op, formula) \
   LOOM_CUDA_EW(op, UnaryCuda)         \
   LOOM_KERNEL_SUPPORTS(op, kCUDA, ActivationSupportedCuda);
-#define LOOM_CUDA_GRAD(op, formula) LOOM_CUDA_EW(op, GradCuda)
+#define LOOM_CUDA_GRAD(op, formula)                                                                  \
+  LOOM_CUDA_EW(op, GradCuda)                                                                         \
+  bool op##_supports_cuda(const OpRecord& o) {                                                       \
+    return ActivationGradDTypes(o.inputs[0].dtype(), o.inputs[1].dtype(), o.outputs[0].dtype(),      \
+                                ew::TakesBf16Input<ew::op##_f>::value);                              \
+  }                                                                                                  \
+  LOOM_KERNEL_SUPPORTS(op, kCUDA, op##_supports_cuda);
 
 LOOM_BINARY_FORMULAS(LOOM_CUDA_BINARY)
 LOOM_UNARY_FORMULAS(LOOM_CUDA_UNARY)

@@ -97,7 +97,13 @@ namespace {
 #define LOOM_CPU_UNARY(op, formula) \
   LOOM_CPU_EW(op, UnaryCpu)         \
   LOOM_KERNEL_SUPPORTS(op, kCPU, ActivationSupportedCpu);
-#define LOOM_CPU_GRAD(op, formula) LOOM_CPU_EW(op, GradCpu)
+#define LOOM_CPU_GRAD(op, formula)                                                                   \
+  LOOM_CPU_EW(op, GradCpu)                                                                           \
+  bool op##_supports_cpu(const OpRecord& o) {                                                        \
+    return ActivationGradDTypes(o.inputs[0].dtype(), o.inputs[1].dtype(), o.outputs[0].dtype(),      \
+                                ew::TakesBf16Input<ew::op##_f>::value);                              \
+  }                                                                                                  \
+  LOOM_KERNEL_SUPPORTS(op, kCPU, op##_supports_cpu);
 
 LOOM_BINARY_FORMULAS(LOOM_CPU_BINARY)
 LOOM_UNARY_FORMULAS(LOOM_CPU_UNARY)
