@@ -22,6 +22,9 @@ struct CnnRun {
   // graph runs only: the conv2d, conv2d_grad_input and conv2d_grad_weight records computed from
   // bfloat16 operands (Note [Precision policy]), by op name
   std::map<std::string, int> bf16_convs;
+  // graph runs only: the convolution records (by op name) with an operand in the device's blocked
+  // layout (Note [Activation layouts] in graph/layouts.cc)
+  std::map<std::string, int> blocked_convs;
 };
 
 // From seed 8 and one fixed batch of 4 images (3 x 32 x 32), eagerly or in a captured graph

@@ -146,6 +146,17 @@ TEST_F(NhwcTest, ConvolutionsComputeTheNchwBytes) {
     const Attrs gi = Attrs(a).Set("x_shape", x.shape()), gw = Attrs(a).Set("w_shape", w.shape());
     const Tensor dx = Call("conv2d_grad_input", {w, dy}, gi)[0];
     const Tensor dw = Call("conv2d_grad_weight", {x, dy}, gw)[0];
+    // The NHWC plan itself against float64 on the CPU from the same values (TF32 products, or a
+    // bfloat16 result: within a few hundredths of values of a few units).
+    auto f64 = [](const Tensor& t) { return FromDoubles(ToDoubles(t), t.shape(), DType::kFloat64, CpuDevice()); };
+    const Attrs g64 = geometry;
+    ExpectClose(ToDoubles(y), ToDoubles(Call("conv2d", {f64(x), f64(w)}, g64)[0]), 1e-2, 5e-2, "conv2d" + dt);
+    ExpectClose(ToDoubles(dx),
+                ToDoubles(Call("conv2d_grad_input", {f64(w), f64(dy)}, Attrs(g64).Set("x_shape", x.shape()))[0]), 1e-2,
+                5e-2, "conv2d_grad_input" + dt);
+    ExpectClose(ToDoubles(dw),
+                ToDoubles(Call("conv2d_grad_weight", {f64(x), f64(dy)}, Attrs(g64).Set("w_shape", w.shape()))[0]),
+                1e-2, 5e-2, "conv2d_grad_weight" + dt);
     for (int mode = 1; mode < 4; ++mode) {  // the input-side operand NHWC, the output side, both
       const bool in = mode & 1, out = mode & 2;
       const std::string what = " mode " + std::to_string(mode) + dt;
@@ -169,9 +180,13 @@ TEST_F(NhwcTest, NhwcRegionsTrainToEagerBits) {
     for (Precision p : {Precision::kFloat32, Precision::kBFloat16}) {
       const std::string what = std::string(resnet ? "ResNet-18" : "small CNN") + (p == Precision::kBFloat16 ? " bf16" : " float32");
       const CnnRun eager = TrainSmallCnn(dev_, false, p, {}, resnet);
-      const CnnRun planned = TrainSmallCnn(dev_, true, p, {}, resnet);
+      CnnRun planned = TrainSmallCnn(dev_, true, p, {}, resnet);
       const CnnRun nchw = TrainSmallCnn(dev_, true, p, off, resnet);
       EXPECT_GT(planned.stats.counters.Get("blocked_layouts"), 0) << what;
+      // The convolutions take NHWC operands (a region of pooling indices alone would count above).
+      EXPECT_GT(planned.blocked_convs["conv2d"], 0) << what;
+      EXPECT_GT(planned.blocked_convs["conv2d_grad_input"], 0) << what;
+      EXPECT_GT(planned.blocked_convs["conv2d_grad_weight"], 0) << what;
       EXPECT_EQ(nchw.stats.counters.Get("blocked_layouts"), 0) << what;
       EXPECT_TRUE(SameBits(eager.params, planned.params)) << what << ": the NHWC graph against eager";
       EXPECT_TRUE(SameBits(nchw.params, planned.params)) << what << ": the NHWC graph against the NCHW one";

@@ -231,9 +231,11 @@ void GlobalAvgPoolGradCuda(const OpRecord& op, const KernelContext& ctx) {
 }
 
 // Note [What a kernel supports]: pooling operands in NHWC on 4-D tensors (max pooling's and
-// global average pooling's layout attributes; Note [Activation layouts] in graph/layouts.cc).
+// global average pooling's layout attributes; Note [Activation layouts] in graph/layouts.cc),
+// unless LOOM_CUDNN_LAYOUT=nchw.
 bool PoolSupportsCuda(const OpRecord& op) {
   if (!AnyBlockedOperand(op)) return true;
+  if (!CudaNhwcAllowed()) return false;
   const Tensor& image = op.def == &op_kind::max_pool2d || op.def == &op_kind::global_avg_pool ? op.inputs[0]
                                                                                                : op.outputs[0];
   return image.ndim() == 4;
@@ -713,10 +715,10 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 }
 
 // Note [What a kernel supports]: the layout attributes on 4-D operands (training batch norm and
-// its training gradient; the inference-mode gradient is NCHW only).
+// its training gradient; the inference-mode gradient is NCHW only), unless LOOM_CUDNN_LAYOUT=nchw.
 bool BatchNormSupportsCuda(const OpRecord& op) {
   if (!AnyBlockedOperand(op)) return true;
-  if (op.inputs[0].ndim() != 4) return false;
+  if (!CudaNhwcAllowed() || op.inputs[0].ndim() != 4) return false;
   return op.def != &op_kind::batch_norm_grad || op.attrs.Int("training") != 0;
 }
 

@@ -127,6 +127,11 @@ class CudaDeviceImpl : public Device {
 // The CUDA device a kernel runs on, made current on the calling thread.
 CudaDeviceImpl& Dev(const KernelContext& ctx);
 
+// Whether NHWC operands are allowed at all (LOOM_CUDNN_LAYOUT=nchw says no; Note [NHWC
+// convolutions on cuDNN] in cudnn.cc, which defines it): the layout predicates of cudnn.cc and
+// cnn.cu ask it.
+bool CudaNhwcAllowed();
+
 // Tiny kernels the device itself launches (defined in creation.cu).
 void LaunchSetU64x2(uint64_t* p, uint64_t first, uint64_t second, cudaStream_t stream);  // p[0], p[1]
 

@@ -33,8 +33,8 @@
 // 2^-9), which the CPU's oneDNN kernel, writing float32, does not: the op-table's bf16 tolerance
 // covers it, and PyTorch's autocast keeps the same bfloat16 results. A forward bias is added in
 // float32 after the widening. The workspace holds, in order: the explicitly padded input (Note
-// [Explicit padding], in bfloat16), the bfloat16 result, cuDNN's own workspace. Tensor-op
-// algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
+// [Explicit padding], in bfloat16), the bfloat16 result, the operands in the plan's layout (Note
+// [NHWC convolutions on cuDNN]), cuDNN's own workspace. Tensor-op algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
 // measurement (Note [Measured algorithms]) writes into a temporary bfloat16 buffer.
 //
 // Note [NHWC convolutions on cuDNN]
@@ -50,8 +50,11 @@
 // the records' operands (x_blocked, y_blocked; dy_blocked, dx_blocked), and those transposes
 // vanish; the weight's remain (a weight is read by three passes a step; O C KH KW values each
 // way). The transposes move values without arithmetic, so graph and eager stay bitwise equal.
-// LOOM_CUDNN_LAYOUT=nchw keeps every plan NCHW (the kernels then refuse NHWC operands, so the
-// layout pass plans nothing around them): the comparison the GPU check runs.
+// Channel counts that are not multiples of 8 (an RGB stem) keep a plan NCHW too.
+// LOOM_CUDNN_LAYOUT=nchw keeps every plan NCHW and makes the CUDA kernels refuse NHWC operands
+// (batch norm's and pooling's too, CudaNhwcAllowed), so the layout pass plans nothing: the
+// comparison the GPU check runs. A 1x1 weight, or an activation of one pixel or one channel, has
+// the same bytes in both layouts and is not copied.
 //
 // These are cuDNN's long-standing convolution and batch-norm entry points, which cuDNN 9 marks
 // deprecated in favour of its graph API; they are present and supported in every 9.x release.
@@ -68,6 +71,9 @@
 #include "device/kernel_dispatch.h"
 #include "device/kernel_report.h"
 #include "device/kernel_shapes.h"
+
+LOOM_OP_KIND(conv2d_grad_input);
+LOOM_OP_KIND(conv2d_grad_weight);
 
 
 namespace loom {
@@ -113,16 +119,24 @@ struct ConvPlan {
   float ms = 0;           // the measured time, when measured
 };
 
-// Note [NHWC convolutions on cuDNN]: whether a plan for operands of dtype t is NHWC.
-bool NhwcAllowed() {
+}  // namespace
+
+// Note [NHWC convolutions on cuDNN]: LOOM_CUDNN_LAYOUT=nchw.
+bool CudaNhwcAllowed() {
   static const bool allowed = [] {
     const char* env = std::getenv("LOOM_CUDNN_LAYOUT");
     return !(env && std::string(env) == "nchw");
   }();
   return allowed;
 }
-bool NhwcPlan(DType t, bool padded) {
-  if (padded || !NhwcAllowed()) return false;
+
+namespace {
+
+// Note [NHWC convolutions on cuDNN]: whether a plan for operands of dtype t and a weight w
+// (O, C/g, KH, KW) is NHWC: tensor-op math, no explicit padding, and channel counts that
+// cuDNN's NHWC tensor-core kernels take (multiples of 8 on both sides; an RGB stem stays NCHW).
+bool NhwcPlan(DType t, bool padded, const Shape& w) {
+  if (padded || !CudaNhwcAllowed() || w.size() != 4 || w[0] % 8 != 0 || w[1] % 8 != 0) return false;
   return t == DType::kBFloat16 || (t == DType::kFloat32 && CudaFloat32Math() == Float32Math::kTF32);
 }
 
@@ -368,7 +382,7 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
   static auto* plans = new std::map<std::string, ConvPlan>();  // process lifetime, like the devices
   const bool full_fp32 =
       t == DType::kFloat64 || (t == DType::kFloat32 && CudaFloat32Math() == Float32Math::kFull);
-  const bool nhwc = NhwcPlan(t, padded);
+  const bool nhwc = NhwcPlan(t, padded, ws);
   const std::string key = PlanKey(dev.id(), kind, t, xs, ws, ys, a, padded, full_fp32, nhwc);
   std::lock_guard<std::mutex> lock(mu);
   auto it = plans->find(key);
@@ -474,8 +488,8 @@ Planes PlanesOf(const Shape& s) { return Planes{s[0], s[1], s[2] * s[3]}; }
 // `nhwc`; a weight is always held O C KH KW), else its copy in the plan's layout written at
 // `at`, which the caller reserved (t.nbytes()).
 const void* InPlanLayout(const Tensor& t, bool nhwc, const ConvPlan& p, char* at, cudaStream_t s) {
-  if (nhwc == p.nhwc) return t.raw_data();
   const Planes d = PlanesOf(t.shape());
+  if (nhwc == p.nhwc || d.c == 1 || d.hw == 1) return t.raw_data();  // the layouts' bytes agree
   LaunchRelayout(t.dtype(), t.raw_data(), nhwc, t.dtype(), at, p.nhwc, d.n, d.c, d.hw, s);
   return at;
 }
@@ -484,7 +498,8 @@ const void* InPlanLayout(const Tensor& t, bool nhwc, const ConvPlan& p, char* at
 // plan's layout and of the operands' dtype, else a buffer in the workspace (`bytes` of it,
 // reserved by the caller) that FinishResult converts into the output.
 size_t ResultBufferBytes(const Tensor& out, DType operands, bool nhwc, const ConvPlan& p) {
-  if (nhwc == p.nhwc && out.dtype() == operands) return 0;
+  const Planes d = PlanesOf(out.shape());
+  if ((nhwc == p.nhwc || d.c == 1 || d.hw == 1) && out.dtype() == operands) return 0;
   return size_t(out.numel()) * SizeOf(operands);
 }
 void FinishResult(const void* buf, DType operands, const ConvPlan& p, const Tensor& out, bool nhwc, cudaStream_t s) {
@@ -702,7 +717,10 @@ bool ConvSupportsCuda(const OpRecord& op) {
   if (a != out && !(a == DType::kBFloat16 && out == DType::kFloat32)) return false;
   if (!AnyBlockedOperand(op)) return true;
   const bool padded = PaddingEnd(op.attrs) != op.attrs.Ints("padding");
-  return op.inputs[0].ndim() == 4 && op.outputs[0].ndim() == 4 && NhwcPlan(a, padded);
+  const Shape& w = op.def == &op_kind::conv2d_grad_weight ? op.outputs[0].shape()
+                   : op.def == &op_kind::conv2d_grad_input ? op.inputs[0].shape()
+                                                           : op.inputs[1].shape();
+  return op.inputs[0].ndim() == 4 && op.outputs[0].ndim() == 4 && NhwcPlan(a, padded, w);
 }
 bool Conv2dReluSupportsCuda(const OpRecord& op) {
   return op.inputs[0].dtype() == op.outputs[0].dtype() && op.inputs[1].dtype() == op.outputs[0].dtype();
