@@ -193,6 +193,10 @@ part_precision() {
         --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
     done
   done
+  # ResNet-50 bf16 under a memory budget of 0.7 x its arena (issue 31's peak: docs/benchmarks.md,
+  # "bf16 memory": 1.27 GB planned on a CPU, recomputing element-wise ops only).
+  "$BUILD/loom-bench" --device cuda --model resnet50 --batch 32 --precision bf16 --memory-budget-fraction 0.7 \
+    --steps "$STEPS" --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
   # Where a bf16 step's time goes, op by op (a Chrome trace of one planned replay, trace.json).
   for m in "resnet50 32" "gpt 8 --optimizer adam"; do
     set -- $m

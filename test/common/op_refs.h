@@ -99,6 +99,7 @@ std::vector<HostTensor> Permute(const RefArgs& a);
 
 // convolutional networks
 std::vector<HostTensor> Conv2d(const RefArgs& a);
+std::vector<HostTensor> Conv2dBf16(const RefArgs& a);  // bfloat16 x, w: the result rounded, then the bias
 std::vector<HostTensor> Conv2dRelu(const RefArgs& a);  // relu(conv2d(...)): conv2d_relu
 std::vector<HostTensor> Conv2dGradInput(const RefArgs& a);
 std::vector<HostTensor> Conv2dGradWeight(const RefArgs& a);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/harness.h"
 #include "common/op_refs.h"
 
 namespace loom {
@@ -138,6 +139,21 @@ std::vector<HostTensor> Conv2d(const RefArgs& a) {
     for (int64_t k = 0; k < y.numel(); ++k) y.v[size_t(k)] = a.in[2].v[size_t(k / (g.y[2] * g.y[3]) % g.y[1])];
   g.ForEachProduct([&](int64_t xi, int64_t wi, int64_t yi) { y.v[size_t(yi)] += a.in[0].v[size_t(xi)] * a.in[1].v[size_t(wi)]; });
   return {y};
+}
+
+// The bf16 policy's conv2d (bfloat16 x and w): the convolution rounded to bfloat16, then the
+// float32 bias added (Note [bfloat16 convolutions on cuDNN] in device/cuda/cudnn.cc).
+std::vector<HostTensor> Conv2dBf16(const RefArgs& a) {
+  const std::vector<HostTensor> xw(a.in.begin(), a.in.begin() + 2);
+  std::vector<HostTensor> y = Conv2d(RefArgs{xw, a.attrs, a.rng_seed, a.rng_counter});
+  const Shape& s = y[0].shape;
+  const int64_t plane = s[2] * s[3];
+  for (size_t i = 0; i < y[0].v.size(); ++i) {
+    double& v = y[0].v[i];
+    v = double(float(RoundTo(DType::kBFloat16, v)));
+    if (a.in.size() == 3) v += a.in[2].v[size_t((int64_t(i) / plane) % s[1])];
+  }
+  return y;
 }
 
 std::vector<HostTensor> Conv2dRelu(const RefArgs& a) {

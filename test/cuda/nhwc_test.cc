@@ -6,7 +6,8 @@
 //     gradients (float32 and float64), the convolutions and their gradients (float32 in TF32
 //     mode and bfloat16 operands, whose plans are NHWC);
 //   - a graph whose layout pass keeps regions NHWC trains to eager execution's bits and to the
-//     bits of a graph without the pass (the small CNN and ResNet-18; float32 and bf16).
+//     bits of a graph without the pass (the small CNN and ResNet-18; float32 and bf16, where the
+//     convolutions' results are kept in bfloat16 for batch norm, graph/bf16_conv_outputs.cc).
 // Which records the pass marks on a CUDA device is checked without a GPU in
 // test/graph/layout_test.cc (LayoutOnCuda).
 #include <cstring>
@@ -188,6 +189,10 @@ TEST_F(NhwcTest, NhwcRegionsTrainToEagerBits) {
       EXPECT_GT(planned.blocked_convs["conv2d_grad_input"], 0) << what;
       EXPECT_GT(planned.blocked_convs["conv2d_grad_weight"], 0) << what;
       EXPECT_EQ(nchw.stats.counters.Get("blocked_layouts"), 0) << what;
+      // At bf16 every convolution keeps its result in bfloat16 for its batch norm (Note
+      // [Convolution outputs kept in bfloat16]): the small CNN's 2, ResNet-18's 20.
+      if (p == Precision::kBFloat16)
+        EXPECT_EQ(planned.stats.counters.Get("bf16_conv_outputs"), resnet ? 20 : 2) << what;
       EXPECT_TRUE(SameBits(eager.params, planned.params)) << what << ": the NHWC graph against eager";
       EXPECT_TRUE(SameBits(nchw.params, planned.params)) << what << ": the NHWC graph against the NCHW one";
     }

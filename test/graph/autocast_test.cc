@@ -403,6 +403,54 @@ TEST(Precision, Bf16ReluGradientsAfterBatchNormReadTheBfloat16Copy) {
   EXPECT_LT(on.stats.lower_bound_bytes, without.stats.lower_bound_bytes);
 }
 
+// Note [Convolution outputs kept in bfloat16]: in ResNet-18 at bf16 every convolution is read by
+// batch norm alone (the stem, two a block, three 1x1 shortcuts: 20), and keeps its result in
+// bfloat16 for it; the weights keep their bits, against the graph without the pass and against
+// eager steps, and the arena shrinks. The small CNN's convolutions too (2). A bf16 convolution's
+// bfloat16 result is the cast of its float32 one, bit for bit.
+TEST(Precision, Bf16ConvolutionOutputsKeptInBfloat16ForBatchNorm) {
+  GraphOptions off;
+  off.passes.Set("bf16_conv_outputs", false);
+  const CnnRun on = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16, {}, true);
+  const CnnRun without = TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16, off, true);
+  const CnnRun eager = TrainSmallCnn(CpuDevice(), false, Precision::kBFloat16, {}, true);
+  EXPECT_EQ(on.stats.counters.Get("bf16_conv_outputs"), 20);
+  EXPECT_EQ(without.stats.counters.Get("bf16_conv_outputs"), 0);
+  EXPECT_TRUE(SameBits(on.params, without.params));
+  EXPECT_TRUE(SameBits(on.params, eager.params));
+  EXPECT_LT(on.stats.arena_bytes, without.stats.arena_bytes);
+  EXPECT_EQ(TrainSmallCnn(CpuDevice(), true, Precision::kBFloat16).stats.counters.Get("bf16_conv_outputs"), 2);
+
+  auto dev = CpuDevice();
+  const Attrs a{{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+                {"dilation", std::vector<int64_t>{1, 1}}, {"groups", int64_t(1)}};
+  const Tensor x = ops::Cast(RandomTensor({2, 8, 9, 9}, DType::kFloat32, 3, -1, 1, dev), DType::kBFloat16);
+  const Tensor w = ops::Cast(RandomTensor({16, 8, 3, 3}, DType::kFloat32, 4, -1, 1, dev), DType::kBFloat16);
+  const Tensor wide = Call1(op_kind::conv2d, {x, w}, Attrs(a).Set("out_dtype", int64_t(DType::kFloat32)));
+  const Tensor low = Call1(op_kind::conv2d, {x, w}, Attrs(a).Set("out_dtype", int64_t(DType::kBFloat16)));
+  EXPECT_EQ(low.dtype(), DType::kBFloat16);
+  EXPECT_TRUE(HostBytes(low) == HostBytes(ops::Cast(wide, DType::kBFloat16)));
+  EXPECT_TRUE(HostBytes(ops::Cast(low, DType::kFloat32)) == HostBytes(wide)) << "the float32 result is a bfloat16";
+  // Batch norm from the bfloat16 x gives the bits it gives from the widened one.
+  const Tensor g = RandomTensor({16}, DType::kFloat32, 5, 0.5, 1.5, dev), b = RandomTensor({16}, DType::kFloat32, 6, -1, 1, dev);
+  const Attrs bn{{"momentum", 0.1}, {"eps", 1e-5}};
+  auto stats = [&] { return std::make_pair(ops::Zeros({16}, DType::kFloat32, dev), ops::Ones({16}, DType::kFloat32, dev)); };
+  auto [m0, v0] = stats();
+  auto [m1, v1] = stats();
+  const std::vector<Tensor> from_wide = Call("batch_norm_train", {wide, g, b, m0, v0}, bn);
+  const std::vector<Tensor> from_low = Call("batch_norm_train", {low, g, b, m1, v1}, bn);
+  for (size_t i = 0; i < from_wide.size(); ++i)
+    EXPECT_TRUE(HostBytes(from_wide[i]) == HostBytes(from_low[i])) << "batch_norm_train output " << i;
+  const Tensor dy = RandomTensor(wide.shape(), DType::kFloat32, 7, -1, 1, dev);
+  const Attrs bg{{"eps", 1e-5}, {"training", int64_t(1)}};
+  const std::vector<Tensor> gw = Call("batch_norm_grad", {wide, g, from_wide[1], from_wide[2], dy}, bg);
+  const std::vector<Tensor> gl = Call("batch_norm_grad", {low, g, from_wide[1], from_wide[2], dy}, bg);
+  for (size_t i = 0; i < gw.size(); ++i) EXPECT_TRUE(HostBytes(gw[i]) == HostBytes(gl[i])) << "batch_norm_grad output " << i;
+  EXPECT_EQ(gl[0].dtype(), DType::kFloat32);
+  LOOM_EXPECT_THROW_MSG(Call("batch_norm_train", {low, ops::Cast(g, DType::kBFloat16), b, m1, v1}, bn), DTypeError,
+                        "a bfloat16 input takes float32 statistics");
+}
+
 // At bf16 the convolutions and their gradients are lowered too, where the device has bf16
 // convolutions (the CPU: oneDNN's): the small CNN (common/cnn.h) trains to the same bits eagerly
 // and in a graph with every default pass on (the layout passes leave the bf16 convolutions

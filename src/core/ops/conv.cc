@@ -99,9 +99,11 @@ std::vector<AttrDecl> opdecl::Conv2dAttrs() {
 }
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW)
-// out_dtype (optional): float32 for bfloat16 x and w, the convolution computed in float32 with a
-// float32 bias (Note [Precision policy] in core/autocast.h: what the bf16 policy lowers a float32
-// conv2d to); otherwise the operands' own dtype.
+// out_dtype (optional): float32 for bfloat16 x and w, the convolution computed in float32, its
+// result rounded to bfloat16 and widened, then a float32 bias added (Note [Precision policy] in
+// core/autocast.h: what the bf16 policy lowers a float32 conv2d to); bfloat16 for bfloat16 x and w
+// without a bias, the same result kept in bfloat16 (Note [Convolution outputs kept in bfloat16] in
+// graph/bf16_conv_outputs.cc); otherwise the operands' own dtype.
 LOOM_OP(conv2d) {
   def.attrs = Conv2dAttrs();
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
@@ -111,7 +113,11 @@ LOOM_OP(conv2d) {
       CheckFloat("conv2d", in[0], "input");
       CheckFloat("conv2d", in[1], "weight");
     }
-    const DType out_dtype = ConvResultDType("conv2d", in[0], in[1], a);
+    // Note [Convolution outputs kept in bfloat16] (graph/bf16_conv_outputs.cc): a bias-free
+    // convolution of bfloat16 operands may keep its (bfloat16-rounded) result in bfloat16.
+    const bool low_result = in[0].dtype == DType::kBFloat16 && in.size() == 2 &&
+                            a.Int("out_dtype", -1) == int64_t(DType::kBFloat16);
+    const DType out_dtype = low_result ? DType::kBFloat16 : ConvResultDType("conv2d", in[0], in[1], a);
     Shape y = ConvOutShape("conv2d", in[0].shape, in[1].shape, ReadGeom(a, "conv2d"));
     if (in.size() == 3) {
       LOOM_CHECK(in[2].dtype == out_dtype, DTypeError, "[conv2d] bias is ", Name(in[2].dtype), ", expected ",

@@ -27,20 +27,24 @@ using namespace opdecl;
 
 namespace {
 
-// x: (N, C, ...), the four per-channel tensors (C); all of x's dtype.
-void CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
+// x: (N, C, ...), the four per-channel tensors (C); all of x's dtype, or float32 with a
+// bfloat16 x (Note [Convolution outputs kept in bfloat16] in graph/bf16_conv_outputs.cc).
+// Returns the dtype of the statistics and of y.
+DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
   CheckArity(op, in, 5);
-  CheckFloat(op, in[0]);
+  const DType t = in[0].dtype == DType::kBFloat16 ? DType::kFloat32 : in[0].dtype;
+  if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0]);
   const Shape& x = in[0].shape;
   LOOM_CHECK(x.size() >= 2 && x[1] > 0, ShapeError, "[", op, "] input ", ToString(x),
              " must be (N, C, ...) with at least one channel");
   static const char* names[] = {"x", "gamma", "beta", "running_mean", "running_var"};
   for (size_t i = 1; i < 5; ++i) {
-    LOOM_CHECK(in[i].dtype == in[0].dtype, DTypeError, "[", op, "] ", names[i], " is ", Name(in[i].dtype),
-               ", input is ", Name(in[0].dtype));
+    LOOM_CHECK(in[i].dtype == t, DTypeError, "[", op, "] ", names[i], " is ", Name(in[i].dtype), ", input is ",
+               Name(in[0].dtype), t != in[0].dtype ? " (a bfloat16 input takes float32 statistics)" : "");
     LOOM_CHECK(in[i].shape == Shape{x[1]}, ShapeError, "[", op, "] input ", ToString(x), " has ", x[1],
                " channels, ", names[i], " is ", ToString(in[i].shape));
   }
+  return t;
 }
 
 }  // namespace
@@ -51,14 +55,14 @@ LOOM_OP(batch_norm_train) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in training mode";
   def.attrs = {{"momentum", kFloat}, {"eps", kFloat}, {"x_blocked", kInt}, {"y_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
-    CheckBatchNormInputs("batch_norm_train", in);
+    const DType t = CheckBatchNormInputs("batch_norm_train", in);
     const Shape& x = in[0].shape;
     LOOM_CHECK(NumElements(x) / x[1] > 1, ValueError, "[batch_norm_train] input ", ToString(x),
                " has one value per channel: batch statistics need more than one");
     double m = a.Float("momentum");
     LOOM_CHECK(m >= 0 && m <= 1, ValueError, "[batch_norm_train] momentum ", m, " must be in [0, 1]");
     LOOM_CHECK(a.Float("eps") >= 0, ValueError, "[batch_norm_train] eps must not be negative");
-    return std::vector<TensorMeta>{in[0], in[1], in[1], in[3], in[4]};
+    return std::vector<TensorMeta>{{x, t}, in[1], in[1], in[3], in[4]};
   };
   def.inplace = {{3, 3}, {4, 4}};  // Note [Running statistics are updated in place]
   def.saved_inputs = {0, 1};
@@ -80,6 +84,8 @@ LOOM_OP(batch_norm_infer) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in inference mode";
   def.attrs = {{"eps", kFloat}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    LOOM_CHECK(in.empty() || in[0].dtype != DType::kBFloat16, DTypeError,
+               "[batch_norm_infer] takes no bfloat16 input: compute in float32");
     CheckBatchNormInputs("batch_norm_infer", in);
     return std::vector<TensorMeta>{in[0]};
   };
@@ -104,10 +110,16 @@ LOOM_OP(batch_norm_grad) {
   def.attrs = {{"eps", kFloat}, {"training", kInt}, {"x_blocked", kInt}, {"dy_blocked", kInt}, {"dx_blocked", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
     CheckArity("batch_norm_grad", in, 5);
-    CheckFloat("batch_norm_grad", in[0]);
-    LOOM_CHECK(in[4].shape == in[0].shape && in[4].dtype == in[0].dtype, ShapeError, "[batch_norm_grad] dy ",
-               ToString(in[4].shape), " does not match the input ", ToString(in[0].shape));
-    return std::vector<TensorMeta>{in[0], in[1], in[1]};
+    // x may be bfloat16 with float32 for the rest (Note [Convolution outputs kept in bfloat16]).
+    const bool low = in[0].dtype == DType::kBFloat16;
+    const DType t = low ? DType::kFloat32 : in[0].dtype;
+    if (!low) CheckFloat("batch_norm_grad", in[0]);
+    LOOM_CHECK(in[4].shape == in[0].shape, ShapeError, "[batch_norm_grad] dy ", ToString(in[4].shape),
+               " does not match the input ", ToString(in[0].shape));
+    for (size_t i = 1; i < 5; ++i)
+      LOOM_CHECK(in[i].dtype == t, DTypeError, "[batch_norm_grad] input ", i, " is ", Name(in[i].dtype),
+                 ", expected ", Name(t), low ? " (a bfloat16 x takes float32 for the rest)" : "");
+    return std::vector<TensorMeta>{{in[0].shape, t}, in[1], in[1]};
   };
 }
 

@@ -466,10 +466,18 @@ __device__ __forceinline__ void ChunkOf(const BnDims& d, bool channel_fastest, i
   chunk = channel_fastest ? t / d.c : t % d.chunks;
 }
 
+// An element as the value it holds: float and double themselves, a bfloat16 (its uint16_t
+// bits) as its float (batch norm's x may be a convolution's bfloat16 output: Note [Convolution
+// outputs kept in bfloat16] in graph/bf16_conv_outputs.cc; the same values the float32 kernels
+// read from the widened tensor, so the same bits).
+__device__ __forceinline__ float Val(float v) { return v; }
+__device__ __forceinline__ double Val(double v) { return v; }
+__device__ __forceinline__ float Val(uint16_t b) { return DevBFloat16ToFloat(b); }
+
 // partial[ch * chunks + chunk] = the sum over the chunk of (x - center[ch])^power, power 1
 // (center null: x itself) or 2.
-template <typename T>
-__global__ void BnPartialsKernel(const T* x, BnLayout xl, const double* center, int power, BnDims d,
+template <typename X>
+__global__ void BnPartialsKernel(const X* x, BnLayout xl, const double* center, int power, BnDims d,
                                  double* partial) {
   LOOM_GRID_STRIDE(t, d.c * d.chunks) {
     int64_t ch, chunk;
@@ -479,7 +487,7 @@ __global__ void BnPartialsKernel(const T* x, BnLayout xl, const double* center, 
     int64_t i = m0 / d.s, k = m0 % d.s;
     double acc = 0;
     for (int64_t m = m0; m < m1; ++m) {
-      const double v = double(x[xl.At(i, ch, k)]) - mu;
+      const double v = double(Val(x[xl.At(i, ch, k)])) - mu;
       acc += power == 2 ? v * v : v;
       if (++k == d.s) k = 0, ++i;
     }
@@ -489,8 +497,8 @@ __global__ void BnPartialsKernel(const T* x, BnLayout xl, const double* center, 
 
 // The gradient's two sums per chunk: sum dy and sum dy (x - mean) into partial[0, c chunks)
 // and partial[c chunks, 2 c chunks).
-template <typename T>
-__global__ void BnGradPartialsKernel(const T* x, BnLayout xl, const T* dy, BnLayout gl, const T* mean, BnDims d,
+template <typename T, typename X>
+__global__ void BnGradPartialsKernel(const X* x, BnLayout xl, const T* dy, BnLayout gl, const T* mean, BnDims d,
                                      double* partial) {
   LOOM_GRID_STRIDE(t, d.c * d.chunks) {
     int64_t ch, chunk;
@@ -502,7 +510,7 @@ __global__ void BnGradPartialsKernel(const T* x, BnLayout xl, const T* dy, BnLay
     for (int64_t m = m0; m < m1; ++m) {
       const double g = double(dy[gl.At(i, ch, k)]);
       s_dy += g;
-      s_dyx += g * (double(x[xl.At(i, ch, k)]) - mu);
+      s_dyx += g * (double(Val(x[xl.At(i, ch, k)])) - mu);
       if (++k == d.s) k = 0, ++i;
     }
     partial[ch * d.chunks + chunk] = s_dy;
@@ -568,8 +576,8 @@ __global__ void BnGradFinishKernel(const double* partial, const T* gamma, const 
 
 // out = p[ch] u + q[ch] (+ r[ch] v when v is given): y = scale x + shift, or dx = a dy + k_x x
 // + b, in T as the CPU computes it; one thread per element of out, in out's layout order.
-template <typename T>
-__global__ void BnApplyKernel(const T* u, BnLayout ul, const T* v, BnLayout vl, const T* p, const T* q, const T* r,
+template <typename T, typename U, typename V>
+__global__ void BnApplyKernel(const U* u, BnLayout ul, const V* v, BnLayout vl, const T* p, const T* q, const T* r,
                               T* out, BnLayout ol, int64_t n) {
   LOOM_GRID_STRIDE(t, n * ol.c * ol.s) {
     int64_t i, ch, k;
@@ -582,8 +590,8 @@ __global__ void BnApplyKernel(const T* u, BnLayout ul, const T* v, BnLayout vl, 
       ch = (t / ol.s) % ol.c;
       i = t / (ol.s * ol.c);
     }
-    const T pu = p[ch] * u[ul.At(i, ch, k)];
-    out[t] = v ? pu + r[ch] * v[vl.At(i, ch, k)] + q[ch] : pu + q[ch];
+    const T pu = p[ch] * T(Val(u[ul.At(i, ch, k)]));
+    out[t] = v ? pu + r[ch] * T(Val(v[vl.At(i, ch, k)])) + q[ch] : pu + q[ch];
   }
 }
 
@@ -608,33 +616,39 @@ BnScratch BnWorkspace(CudaDeviceImpl& dev, const BnDims& d, int64_t partials, in
 
 // x: (N, C, ...), gamma, beta, running_mean, running_var: (C)
 //   -> y, batch mean (C), batch invstd (C), running_mean and running_var updated in place
+// X: T, or uint16_t for a bfloat16 x with float32 for the rest (Note [Convolution outputs kept
+// in bfloat16]).
+template <typename T, typename X>
+void BatchNormTrainTyped(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const BnDims d = MakeBnDims(op.inputs[0].shape());
+  if (d.c == 0 || d.m == 0) return;
+  const BnLayout xl = BnLayoutOf(op, "x_blocked", d), yl = BnLayoutOf(op, "y_blocked", d);
+  std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+  const BnScratch w = BnWorkspace<T>(dev, d, d.c * d.chunks, d.c, 2);
+  T* scale = reinterpret_cast<T*>(w.ts);
+  T* shift = scale + d.c;
+  const X* x = static_cast<const X*>(op.inputs[0].raw_data());
+  cudaStream_t s = dev.stream();
+  const unsigned rows = RowBlocks(d.c);
+  const int threads = RowThreads(d.chunks);
+  BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, nullptr, 1, d, w.partial);
+  BnMeanKernel<<<rows, threads, 0, s>>>(w.partial, d, w.extra);
+  BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, w.extra, 2, d, w.partial);
+  BnFinishKernel<<<rows, threads, 0, s>>>(w.partial, w.extra, op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+                                          op.attrs.Float("momentum"), op.attrs.Float("eps"), d,
+                                          op.outputs[1].data<T>(), op.outputs[2].data<T>(), op.outputs[3].data<T>(),
+                                          op.outputs[4].data<T>(), scale, shift);
+  BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(x, xl, static_cast<const T*>(nullptr), xl, scale, shift,
+                                                       static_cast<const T*>(nullptr), op.outputs[0].data<T>(), yl,
+                                                       d.n);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
 void BatchNormTrainCuda(const OpRecord& op, const KernelContext& ctx) {
-  FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
-    using T = decltype(tag);
-    CudaDeviceImpl& dev = Dev(ctx);
-    const BnDims d = MakeBnDims(op.inputs[0].shape());
-    if (d.c == 0 || d.m == 0) return;
-    const BnLayout xl = BnLayoutOf(op, "x_blocked", d), yl = BnLayoutOf(op, "y_blocked", d);
-    std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
-    const BnScratch w = BnWorkspace<T>(dev, d, d.c * d.chunks, d.c, 2);
-    T* scale = reinterpret_cast<T*>(w.ts);
-    T* shift = scale + d.c;
-    const T* x = op.inputs[0].data<T>();
-    cudaStream_t s = dev.stream();
-    const unsigned rows = RowBlocks(d.c);
-    const int threads = RowThreads(d.chunks);
-    BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, nullptr, 1, d, w.partial);
-    BnMeanKernel<<<rows, threads, 0, s>>>(w.partial, d, w.extra);
-    BnPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, w.extra, 2, d, w.partial);
-    BnFinishKernel<<<rows, threads, 0, s>>>(w.partial, w.extra, op.inputs[1].data<T>(), op.inputs[2].data<T>(),
-                                            op.attrs.Float("momentum"), op.attrs.Float("eps"), d,
-                                            op.outputs[1].data<T>(), op.outputs[2].data<T>(), op.outputs[3].data<T>(),
-                                            op.outputs[4].data<T>(), scale, shift);
-    BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(x, xl, static_cast<const T*>(nullptr), xl, scale, shift,
-                                                         static_cast<const T*>(nullptr), op.outputs[0].data<T>(), yl,
-                                                         d.n);
-    LOOM_CUDA_CHECK_LAUNCH();
-  });
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormTrainTyped<float, uint16_t>(op, ctx);
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_train",
+                [&](auto tag) { BatchNormTrainTyped<decltype(tag), decltype(tag)>(op, ctx); });
 }
 
 // x, dy: (N, C, S), gamma, running mean, running var: (C) -> dx, dgamma, dbeta; one block per
@@ -680,46 +694,55 @@ void BatchNormGradInference(const OpRecord& op, const KernelContext& ctx) {
 }
 
 // x: (N, C, ...), gamma: (C), mean: (C), invstd (training) or running var: (C), dy
-//   -> dx, dgamma, dbeta
+//   -> dx, dgamma, dbeta. X: as BatchNormTrainTyped's.
+template <typename T, typename X>
+void BatchNormGradTyped(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const BnDims d = MakeBnDims(op.inputs[0].shape());
+  if (d.c == 0) return;
+  const Tensor &dgamma = op.outputs[1], &dbeta = op.outputs[2];
+  cudaStream_t s = dev.stream();
+  if (d.m == 0) {  // no values: zero sums
+    LOOM_CUDA_CHECK(cudaMemsetAsync(dgamma.raw_data(), 0, dgamma.nbytes(), s));
+    LOOM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), s));
+    return;
+  }
+  const BnLayout xl = BnLayoutOf(op, "x_blocked", d), gl = BnLayoutOf(op, "dy_blocked", d),
+                 dl = BnLayoutOf(op, "dx_blocked", d);
+  std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+  const BnScratch w = BnWorkspace<T>(dev, d, 2 * d.c * d.chunks, 0, 3);
+  T* a = reinterpret_cast<T*>(w.ts);
+  T* k_x = a + d.c;
+  T* b = k_x + d.c;
+  const X* x = static_cast<const X*>(op.inputs[0].raw_data());
+  const T* dy = op.inputs[4].data<T>();
+  BnGradPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, dy, gl, op.inputs[2].data<T>(), d,
+                                                                   w.partial);
+  BnGradFinishKernel<<<RowBlocks(d.c), RowThreads(d.chunks), 0, s>>>(
+      w.partial, op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.inputs[3].data<T>(), d, dgamma.data<T>(),
+      dbeta.data<T>(), a, k_x, b);
+  BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(dy, gl, x, xl, a, b, k_x, op.outputs[0].data<T>(), dl, d.n);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
 void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
   if (op.attrs.Int("training") == 0) return BatchNormGradInference(op, ctx);
-  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) {
-    using T = decltype(tag);
-    CudaDeviceImpl& dev = Dev(ctx);
-    const BnDims d = MakeBnDims(op.inputs[0].shape());
-    if (d.c == 0) return;
-    const Tensor &dgamma = op.outputs[1], &dbeta = op.outputs[2];
-    cudaStream_t s = dev.stream();
-    if (d.m == 0) {  // no values: zero sums
-      LOOM_CUDA_CHECK(cudaMemsetAsync(dgamma.raw_data(), 0, dgamma.nbytes(), s));
-      LOOM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), s));
-      return;
-    }
-    const BnLayout xl = BnLayoutOf(op, "x_blocked", d), gl = BnLayoutOf(op, "dy_blocked", d),
-                   dl = BnLayoutOf(op, "dx_blocked", d);
-    std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
-    const BnScratch w = BnWorkspace<T>(dev, d, 2 * d.c * d.chunks, 0, 3);
-    T* a = reinterpret_cast<T*>(w.ts);
-    T* k_x = a + d.c;
-    T* b = k_x + d.c;
-    const T* x = op.inputs[0].data<T>();
-    const T* dy = op.inputs[4].data<T>();
-    BnGradPartialsKernel<<<Blocks(d.c * d.chunks), kThreads, 0, s>>>(x, xl, dy, gl, op.inputs[2].data<T>(), d,
-                                                                     w.partial);
-    BnGradFinishKernel<<<RowBlocks(d.c), RowThreads(d.chunks), 0, s>>>(
-        w.partial, op.inputs[1].data<T>(), op.inputs[2].data<T>(), op.inputs[3].data<T>(), d, dgamma.data<T>(),
-        dbeta.data<T>(), a, k_x, b);
-    BnApplyKernel<<<Blocks(d.m * d.c), kThreads, 0, s>>>(dy, gl, x, xl, a, b, k_x, op.outputs[0].data<T>(), dl, d.n);
-    LOOM_CUDA_CHECK_LAUNCH();
-  });
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormGradTyped<float, uint16_t>(op, ctx);
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad",
+                [&](auto tag) { BatchNormGradTyped<decltype(tag), decltype(tag)>(op, ctx); });
 }
 
 // Note [What a kernel supports]: the layout attributes on 4-D operands (training batch norm and
-// its training gradient; the inference-mode gradient is NCHW only), unless LOOM_CUDNN_LAYOUT=nchw.
+// its training gradient; the inference-mode gradient is NCHW only), unless LOOM_CUDNN_LAYOUT=nchw;
+// a bfloat16 x with float32 for the rest in training.
 bool BatchNormSupportsCuda(const OpRecord& op) {
+  // A bfloat16 x: training only, float32 for the rest (Note [Convolution outputs kept in bfloat16]).
+  const bool training = op.def != &op_kind::batch_norm_grad || op.attrs.Int("training") != 0;
+  if (op.inputs[0].dtype() == DType::kBFloat16 && (!training || op.inputs[1].dtype() != DType::kFloat32))
+    return false;
   if (!AnyBlockedOperand(op)) return true;
   if (!CudaNhwcAllowed() || op.inputs[0].ndim() != 4) return false;
-  return op.def != &op_kind::batch_norm_grad || op.attrs.Int("training") != 0;
+  return training;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "device/cpu/blas.h"
+#include "core/half.h"
 #include "device/cpu/kernels/common.h"
 #include "core/bias_act_formulas.h"
 #include "device/cpu/kernels/conv_dnnl.h"
@@ -424,7 +425,17 @@ namespace {
 // forward convolution (x, w [, float32 bias] -> y), its input gradient (w, dy -> dx) or its
 // weight gradient (x, dy -> dw) on oneDNN's bf16 kernels, products and sums in float32.
 // ConvSupports admits such a record only where oneDNN has a plan, so the policy never lowers a
-// convolution it cannot run.
+// convolution it cannot run. The forward result is rounded to bfloat16 before the bias is added,
+// as cuDNN's bfloat16 convolution writes it (Note [bfloat16 convolutions on cuDNN] in
+// device/cuda/cudnn.cc), so that both devices compute one function and a graph may keep it in
+// bfloat16 bit for bit (Note [Convolution outputs kept in bfloat16] in
+// graph/bf16_conv_outputs.cc): a bfloat16 y (out_dtype bfloat16, no bias) takes that rounding
+// itself, the float32 result staged in the scratch after oneDNN's.
+bool Bf16ResultStaged(const OpRecord& op, ConvPass kind) {
+  return kind == ConvPass::kForward && op.outputs[0].dtype() == DType::kBFloat16;
+}
+size_t StagedBytes(const OpRecord& op) { return (size_t(op.outputs[0].numel()) * sizeof(float) + 63) / 64 * 64; }
+
 void ConvBf16(const OpRecord& op, const KernelContext& ctx, ConvPass kind) {
   const Tensor &ta = op.inputs[0], &tb = op.inputs[1], &out = op.outputs[0];
   if (out.numel() == 0) return;
@@ -433,14 +444,31 @@ void ConvBf16(const OpRecord& op, const KernelContext& ctx, ConvPass kind) {
     std::memset(out.raw_data(), 0, out.nbytes());  // no positions: a zero gradient
     return;
   }
-  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  const DnnlConvPlan* plan = DnnlFor(kind, g, bias, DType::kFloat32, false, Blocked(op, kind), /*bf16=*/true);
+  const DnnlConvPlan* plan = DnnlFor(kind, g, /*bias=*/false, DType::kFloat32, false, Blocked(op, kind), /*bf16=*/true);
   LOOM_CHECK(plan, DTypeError, "[", op.name(), "] bfloat16 inputs ", ta.Describe(), " and ", tb.Describe(),
              ": oneDNN has no bf16 convolution for them here (built without oneDNN, im2col selected, a blocked ",
              "layout, or no kernel for the geometry); compute in float32");
-  Scratch scratch(ctx, DnnlConvScratchBytes(*plan));
-  RunDnnlConv(*plan, ta.raw_data(), tb.raw_data(), bias ? op.inputs[2].data<float>() : nullptr, out.data<float>(),
-              scratch.as<void>());
+  const bool staged = Bf16ResultStaged(op, kind);
+  const size_t dnnl_bytes = DnnlConvScratchBytes(*plan);
+  Scratch scratch(ctx, dnnl_bytes + (staged ? StagedBytes(op) : 0));
+  float* y = staged ? reinterpret_cast<float*>(scratch.as<char>() + dnnl_bytes) : out.data<float>();
+  RunDnnlConv(*plan, ta.raw_data(), tb.raw_data(), nullptr, y, scratch.as<void>());
+  if (kind != ConvPass::kForward) return;
+  // The forward result rounded to bfloat16 (kept, or widened and the bias added).
+  const float* bias = op.inputs.size() == 3 ? op.inputs[2].data<float>() : nullptr;
+  const int64_t plane = g.ohw(), channels = g.o;
+  uint16_t* y16 = staged ? out.data<uint16_t>() : nullptr;
+  ParallelFor(out.numel() / plane, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      float* row = y + p * plane;
+      if (y16) {
+        CastFloat32To16(row, y16 + p * plane, plane, DType::kBFloat16);
+        continue;
+      }
+      const float add = bias ? bias[p % channels] : 0.0f;
+      for (int64_t k = 0; k < plane; ++k) row[k] = BFloat16ToFloat(FloatToBFloat16(row[k])) + add;
+    }
+  });
 }
 
 // x: (N, C, H, W), w: (O, C/g, KH, KW) [, bias: (O)] -> y: (N, O, OH, OW); x, w bfloat16 with a
@@ -540,27 +568,30 @@ Geom GeomOf(const OpRecord& op, ConvPass kind) {
 // Scratch bytes each kernel call will ask for (0 where the kernel returns early).
 size_t ConvScratchBytes(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Tensor& out = op.outputs[0];
-  if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64)) return 0;
+  const bool bf16 = Bf16Operands(op);
+  const bool staged = bf16 && Bf16ResultStaged(op, kind);
+  if (out.numel() == 0 || (out.dtype() != DType::kFloat32 && out.dtype() != DType::kFloat64 && !staged)) return 0;
   const Geom g = GeomOf(op, kind);
   if (kind == ConvPass::kGradWeight && (g.n == 0 || g.ohw() == 0)) return 0;
-  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;
-  const bool bf16 = Bf16Operands(op);
-  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, out.dtype(), relu, Blocked(op, kind), bf16))
-    return DnnlConvScratchBytes(*plan);
+  const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3 && !bf16;  // ConvBf16 adds its own
+  if (const DnnlConvPlan* plan = DnnlFor(kind, g, bias, bf16 ? DType::kFloat32 : out.dtype(), relu, Blocked(op, kind), bf16))
+    return DnnlConvScratchBytes(*plan) + (staged ? StagedBytes(op) : 0);
   if (bf16) return 0;  // no plan: the kernel refuses the record
   return size_t(ScratchElements(g, MakePlan(g), kind, out.numel())) * SizeOf(out.dtype());
 }
 
 // Note [What a kernel supports]: every plain float record; a blocked one (Note [Activation
 // layouts] in graph/layouts.cc) when oneDNN has a plan for it; bfloat16 operands (conv2d and
-// its gradients, plain, no ReLU, a float32 result) when oneDNN has a bf16 plan for them.
+// its gradients, plain, no ReLU, a float32 result, or a bfloat16 one for a bias-free forward)
+// when oneDNN has a bf16 plan for them.
 bool ConvSupports(const OpRecord& op, ConvPass kind, bool relu = false) {
   const Layouts l = Blocked(op, kind);
-  if (Bf16Operands(op))
-    return !relu && !l.any() && op.inputs[1].dtype() == DType::kBFloat16 &&
-           op.outputs[0].dtype() == DType::kFloat32 &&
-           DnnlFor(kind, GeomOf(op, kind), kind == ConvPass::kForward && op.inputs.size() == 3, DType::kFloat32, false,
-                   l, /*bf16=*/true) != nullptr;
+  if (Bf16Operands(op)) {  // a float32 result, or a bias-free forward's bfloat16 one (ConvBf16)
+    const DType out = op.outputs[0].dtype();
+    const bool low = out == DType::kBFloat16 && kind == ConvPass::kForward && op.inputs.size() == 2;
+    return !relu && !l.any() && op.inputs[1].dtype() == DType::kBFloat16 && (out == DType::kFloat32 || low) &&
+           DnnlFor(kind, GeomOf(op, kind), false, DType::kFloat32, false, l, /*bf16=*/true) != nullptr;
+  }
   if (!l.any()) return true;
   const Geom g = GeomOf(op, kind);
   const bool bias = kind == ConvPass::kForward && op.inputs.size() == 3;

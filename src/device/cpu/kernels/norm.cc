@@ -59,6 +59,16 @@ inline void AddRun(LaneSums& s, int64_t len, F f) {
   for (int64_t l = 0; k + l < len; ++l) s.v[l] += f(k + l);
 }
 
+// A bfloat16 element read as the float it holds: batch norm's x may be the bfloat16 output of
+// a convolution (Note [Convolution outputs kept in bfloat16] in graph/bf16_conv_outputs.cc). The
+// NCHW kernels below, instantiated for it, compute from the same float values the float32 ones
+// read from the widened tensor, in the same order: the same bits.
+struct Bf16Value {
+  uint16_t bits;
+  operator float() const { return BFloat16ToFloat(bits); }
+};
+static_assert(sizeof(Bf16Value) == 2, "a bfloat16 tensor's elements");
+
 // The mean of `runs` runs of `len` elements (run i at x + i * stride) and the sum of squared
 // deviations from it: two passes, summed in double (Note [Sums in lanes]).
 template <typename T>
@@ -82,15 +92,15 @@ void MeanAndSquares(const T* x, int64_t runs, int64_t len, int64_t stride, doubl
 
 // Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
 // shift = beta - mean gamma invstd.
-template <typename T>
-void ScaleChannel(const ChannelDims& d, int64_t c, const T* x, T* y, double gamma, double beta, double mean,
+template <typename T, typename X>
+void ScaleChannel(const ChannelDims& d, int64_t c, const X* x, T* y, double gamma, double beta, double mean,
                   double invstd) {
   const T scale = T(gamma * invstd);
   const T shift = T(beta - mean * gamma * invstd);
   for (int64_t i = 0; i < d.n; ++i) {
-    const T* xr = x + (i * d.c + c) * d.s;
+    const X* xr = x + (i * d.c + c) * d.s;
     T* yr = y + (i * d.c + c) * d.s;
-    for (int64_t k = 0; k < d.s; ++k) yr[k] = xr[k] * scale + shift;
+    for (int64_t k = 0; k < d.s; ++k) yr[k] = T(xr[k]) * scale + shift;
   }
 }
 
@@ -249,12 +259,12 @@ void ForGroups(const ChannelDims& d, F f) {
   });
 }
 
-// BatchNormTrainCpu's body for one dtype.
-template <typename T>
+// BatchNormTrainCpu's body for one dtype; X: T, or Bf16Value for a bfloat16 x (NCHW only).
+template <typename T, typename X = T>
 void BatchNormTrain(const OpRecord& op) {
   const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
   const double momentum = op.attrs.Float("momentum"), eps = op.attrs.Float("eps");
-  const T* x = op.inputs[0].data<T>();
+  const X* x = static_cast<const X*>(op.inputs[0].raw_data());
   const T* gamma = op.inputs[1].data<T>();
   const T* beta = op.inputs[2].data<T>();
   T* y = op.outputs[0].data<T>();
@@ -284,7 +294,9 @@ void BatchNormTrain(const OpRecord& op) {
     });
     return;
   }
-  ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
+  if constexpr (!std::is_same_v<X, T>) {
+    throw ValueError("[batch_norm_train] a bfloat16 x takes no blocked layout");  // BatchNormSupports refuses it
+  } else ForGroups(d, [&](int64_t c0) {  // as above, 16 channels at once
     LaneSums sums[kGroup], devs[kGroup];
     double mean[kGroup];
     T scale[kGroup], shift[kGroup];
@@ -341,7 +353,9 @@ void BatchNormTrain(const OpRecord& op) {
 
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
 //   -> y: (N, C, S), mean, invstd: (C); running_mean, running_var updated in place
+// x may be bfloat16, with float32 for the rest (Note [Convolution outputs kept in bfloat16]).
 void BatchNormTrainCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormTrain<float, Bf16Value>(op);
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_train", [&](auto tag) {
     using T = decltype(tag);
     BatchNormTrain<T>(op);
@@ -370,14 +384,14 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
 // BatchNormGradCpu's body for one dtype: per channel from its two sums, dgamma, dbeta and dx's
 // coefficients, over NCHW runs (Channel) or, when any operand is in a blocked layout, 16
 // channels at once (Group).
-template <typename T>
+template <typename T, typename X = T>  // X: T, or Bf16Value for a bfloat16 x (NCHW only)
 class BatchNormGrad {
  public:
   explicit BatchNormGrad(const OpRecord& op)
       : d(MakeChannelDims(op.inputs[0].shape())),
         training(op.attrs.Int("training") != 0),
         eps(op.attrs.Float("eps")),
-        x(op.inputs[0].data<T>()),
+        x(static_cast<const X*>(op.inputs[0].raw_data())),
         gamma(op.inputs[1].data<T>()),
         mean_in(op.inputs[2].data<T>()),
         stat(op.inputs[3].data<T>()),
@@ -397,6 +411,8 @@ class BatchNormGrad {
   void Run() const {
     if (!xl.blocked && !dyl.blocked && !dxl.blocked)
       ForChannels(d, [&](int64_t c) { Channel(c); });
+    else if constexpr (!std::is_same_v<X, T>)
+      throw ValueError("[batch_norm_grad] a bfloat16 x takes no blocked layout");  // BatchNormSupports refuses it
     else
       ForGroups(d, [&](int64_t c0) { Group(c0); });
   }
@@ -424,17 +440,17 @@ class BatchNormGrad {
     const double invstd = InvStd(c);
     LaneSums sum_dy, sum_dyx;  // sum(dy), sum(dy * (x - mean)) (Note [Sums in lanes])
     for (int64_t i = 0; i < d.n; ++i) {
-      const T* xr = x + (i * d.c + c) * d.s;
+      const X* xr = x + (i * d.c + c) * d.s;
       const T* gr = dy + (i * d.c + c) * d.s;
       AddRun(sum_dy, d.s, [&](int64_t k) { return double(gr[k]); });
       AddRun(sum_dyx, d.s, [&](int64_t k) { return double(gr[k]) * (double(xr[k]) - mean); });
     }
     const Coef f = Finish(c, invstd, mean, sum_dy.Total(), sum_dyx.Total());
     for (int64_t i = 0; i < d.n; ++i) {
-      const T* xr = x + (i * d.c + c) * d.s;
+      const X* xr = x + (i * d.c + c) * d.s;
       const T* gr = dy + (i * d.c + c) * d.s;
       T* dr = dx + (i * d.c + c) * d.s;
-      for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * gr[k] + f.k_x * xr[k] + f.b;
+      for (int64_t k = 0; k < d.s; ++k) dr[k] = f.a * gr[k] + f.k_x * T(xr[k]) + f.b;
     }
   }
 
@@ -518,7 +534,8 @@ class BatchNormGrad {
   const ChannelDims d;
   const bool training;
   const double eps;
-  const T *x, *gamma, *mean_in, *stat, *dy;
+  const X* x;
+  const T *gamma, *mean_in, *stat, *dy;
   T *dx, *dgamma, *dbeta;
   const double m;
   const ChannelLayout xl, dyl, dxl;
@@ -527,7 +544,9 @@ class BatchNormGrad {
 
 // x: (N, C, S), gamma: (C), mean: (C), invstd or running var: (C), dy: (N, C, S)
 //   -> dx: (N, C, S), dgamma: (C), dbeta: (C)
+// x may be bfloat16, with float32 for the rest (Note [Convolution outputs kept in bfloat16]).
 void BatchNormGradCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormGrad<float, Bf16Value>(op).Run();
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_grad", [&](auto tag) { BatchNormGrad<decltype(tag)>(op).Run(); });
 }
 
@@ -621,7 +640,7 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W), C a
-// multiple of 16.
+// multiple of 16; a bfloat16 x with float32 for the rest, NCHW.
 bool BatchNormSupports(const OpRecord& op) {
   // The layout attributes each op declares (Note [Declared attributes] in core/attrs.h).
   static const char* const kTrain[] = {"x_blocked", "y_blocked"};
@@ -632,6 +651,8 @@ bool BatchNormSupports(const OpRecord& op) {
   else
     for (const char* a : kTrain) blocked |= op.attrs.Int(a, 0) != 0;
   const Shape& x = op.inputs[0].shape();
+  if (op.inputs[0].dtype() == DType::kBFloat16)  // Note [Convolution outputs kept in bfloat16]
+    return !blocked && op.inputs[1].dtype() == DType::kFloat32;
   return !blocked || (op.inputs[0].dtype() == DType::kFloat32 && x.size() == 4 && x[1] % kGroup == 0);
 }
 
