@@ -164,8 +164,8 @@ TEST_F(CudaGraphTest, DeviceGraphNeedsPlannedMemory) {
 // No GPU needed: the CPU refuses device graphs before running anything.
 // Note [bfloat16 convolutions on cuDNN]: at bf16 the policy lowers the convolutions and their
 // gradients on CUDA too; the CNN trains to the same bits eagerly and in a graph, differently
-// from float32, and close to the CPU's bf16 run (oneDNN's, which keeps the results in float32
-// where cuDNN rounds them to bfloat16 first).
+// from float32, and close to the CPU's bf16 run (oneDNN's, whose gradients stay float32 where
+// cuDNN rounds them to bfloat16 first).
 TEST_F(CudaGraphTest, Bf16ConvolutionsOnCudnnGraphEqualsEagerAndTracksTheCpu) {
   const CnnRun g = TrainSmallCnn(dev_, true, Precision::kBFloat16);
   const auto eager = TrainSmallCnn(dev_, false, Precision::kBFloat16).params, graph = g.params;

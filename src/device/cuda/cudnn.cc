@@ -30,9 +30,11 @@
 // (BFLOAT16 with FLOAT compute: products and sums in float32, on tensor cores), so the pass
 // writes its result in bfloat16 to the device's workspace and widens it into the float32 output
 // with the cast op's kernel (cast.h). That rounds each result element to bfloat16 once (relative
-// 2^-9), which the CPU's oneDNN kernel, writing float32, does not: the op-table's bf16 tolerance
-// covers it, and PyTorch's autocast keeps the same bfloat16 results. A forward bias is added in
-// float32 after the widening. The workspace holds, in order: the explicitly padded input (Note
+// 2^-9), as PyTorch's autocast keeps them. The CPU's forward convolution rounds its result so too
+// (ConvBf16 in cpu/kernels/conv.cc), so that a graph may keep it in bfloat16 (Note [Convolution
+// outputs kept in bfloat16] in graph/bf16_conv_outputs.cc); its gradients stay float32 there, a
+// difference the op table's bf16 tolerance covers. A forward bias is added in float32 after the
+// widening; with out_dtype bfloat16 (no bias) cuDNN writes the output directly. The workspace holds, in order: the explicitly padded input (Note
 // [Explicit padding], in bfloat16), the bfloat16 result, the operands in the plan's layout (Note
 // [NHWC convolutions on cuDNN]), cuDNN's own workspace. Tensor-op algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
 // measurement (Note [Measured algorithms]) writes into a temporary bfloat16 buffer.
