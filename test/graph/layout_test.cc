@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/fake_cuda_device.h"
 #include "common/harness.h"
 #include "common/conv_params.h"
 #include "common/mlp.h"
@@ -365,13 +366,6 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
 // input channels keep its cuDNN plan NCHW: its output (batch norm's input) and, in backward, the
 // region of batch norm's dx and the weight gradient's dy stay NCHW. In full float32 the
 // convolutions' plans are NCHW, so no convolution takes an NHWC operand.
-class FakeCudaDevice : public Device {
- public:
-  FakeCudaDevice()
-      : Device(DeviceType::kCUDA, 9, [](size_t n) { return std::malloc(n ? n : 1); }, [](void* p) { std::free(p); }) {}
-  void MemcpyToHost(void*, const void*, size_t) override {}
-  void MemcpyFromHost(void*, const void*, size_t) override {}
-};
 
 // The layout attributes set on each record of `list`, as "op: attrs" lines.
 std::vector<std::string> LayoutAttrs(const OpList& list) {
@@ -385,7 +379,7 @@ std::vector<std::string> LayoutAttrs(const OpList& list) {
   return out;
 }
 
-TEST(LayoutOnCuda, TheCudaKernelsTakeTheRegionsTheCpuTakes) {
+TEST(LayoutOnCuda, TheCudaKernelsTakeTheCpusRegionsButAnRgbConvolutions) {
 #ifndef LOOM_WITH_CUDA
   GTEST_SKIP() << "loom was built without the CUDA backend";
 #endif

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fake_cuda_device.h"
 #include "common/harness.h"
 #include "common/op_lists.h"
 #include "graph/graph.h"
@@ -46,15 +47,6 @@ LOOM_PASS(PassDef{"test_counts_undeclared", 1001, kAllDevices, false, CountsUnde
 
 namespace {
 
-// A device of the CUDA type that runs nothing: what the frame asks of a device is its type and
-// whether its kernels support a record (none here).
-class FakeCudaDevice : public Device {
- public:
-  FakeCudaDevice()
-      : Device(DeviceType::kCUDA, 9, [](size_t n) { return std::malloc(n ? n : 1); }, [](void* p) { std::free(p); }) {}
-  void MemcpyToHost(void*, const void*, size_t) override {}
-  void MemcpyFromHost(void*, const void*, size_t) override {}
-};
 
 std::vector<std::string> Names() {
   std::vector<std::string> out;
