@@ -22,11 +22,7 @@ CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p
     for (const OpRecord& op : m.train_graph()->ops().ops)
       if (op.name().rfind("conv2d", 0) == 0) {
       if (op.inputs[0].dtype() == DType::kBFloat16) ++r.bf16_convs[op.name()];
-      for (const char* a : {"x_blocked", "y_blocked", "dx_blocked", "dy_blocked"})
-        if (IntAttrOrZero(op, a) != 0) {
-          ++r.blocked_convs[op.name()];
-          break;
-        }
+      if (!BlockedAttrs(op).empty()) ++r.blocked_convs[op.name()];
     }
   }
   for (const auto& kv : m.Params()) r.params.push_back(kv.second.ToVector<float>());

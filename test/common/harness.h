@@ -29,6 +29,16 @@ inline int64_t IntAttrOrZero(const OpRecord& op, const std::string& key) {
   return 0;
 }
 
+// The layout attributes (Note [Activation layouts] in graph/layouts.cc) set on a record, space
+// separated in the order x_blocked, y_blocked, dx_blocked, dy_blocked, argmax_blocked; empty
+// when none is.
+inline std::string BlockedAttrs(const OpRecord& op) {
+  std::string set;
+  for (const char* a : {"x_blocked", "y_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
+    if (IntAttrOrZero(op, a) != 0) set += std::string(set.empty() ? "" : " ") + a;
+  return set;
+}
+
 // Every dtype, in declaration order.
 extern const std::vector<DType> kAllDTypes;
 

@@ -114,12 +114,8 @@ Replayed Replay(Conv0 how, bool plan_layouts, Pooling pooling = Pooling::kGlobal
   }, options);
   Replayed r;
   for (const OpRecord& op : g->ops().ops) {
-    std::string set;
-    for (const char* a : {"y_blocked", "x_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
-      if (IntAttrOrZero(op, a) != 0) {
-        ++r.blocked_attrs;
-        set += std::string(set.empty() ? "" : " ") + a;
-      }
+    const std::string set = BlockedAttrs(op);
+    if (!set.empty()) r.blocked_attrs += size_t(std::count(set.begin(), set.end(), ' ') + 1);
     if (op.def == &op_kind::max_pool2d || op.def == &op_kind::max_pool2d_grad)
       r.pooling_attrs.push_back(op.def->name + ": " + set);
   }
@@ -180,7 +176,7 @@ TEST_F(LayoutTest, RegionsExtendThroughMaxPoolingAndReplayStaysBitwiseEqualToEag
   // slots. The second pooling's y (and dy) stay NCHW: the flatten's view reads it.
   EXPECT_EQ(on.stats.counters.Get("blocked_layouts"), 16);
   const std::vector<std::string> pooling = {
-      "max_pool2d: y_blocked x_blocked argmax_blocked", "max_pool2d: x_blocked argmax_blocked",
+      "max_pool2d: x_blocked y_blocked argmax_blocked", "max_pool2d: x_blocked argmax_blocked",
       "max_pool2d_grad: dx_blocked argmax_blocked", "max_pool2d_grad: dx_blocked dy_blocked argmax_blocked"};
   EXPECT_EQ(on.pooling_attrs, pooling);
   EXPECT_EQ(off.stats.counters.Get("blocked_layouts"), 0);
@@ -371,10 +367,8 @@ TEST_F(LayoutTest, BlockedMaxPoolingIsBitwiseTheNchwKernel) {
 std::vector<std::string> LayoutAttrs(const OpList& list) {
   std::vector<std::string> out;
   for (const OpRecord& op : list.ops) {
-    std::string set;
-    for (const char* a : {"x_blocked", "y_blocked", "dx_blocked", "dy_blocked", "argmax_blocked"})
-      if (IntAttrOrZero(op, a) != 0) set += std::string(" ") + a;
-    if (!set.empty()) out.push_back(op.def->name + ":" + set);
+    const std::string set = BlockedAttrs(op);
+    if (!set.empty()) out.push_back(op.def->name + ": " + set);
   }
   return out;
 }

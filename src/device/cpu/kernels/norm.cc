@@ -642,14 +642,7 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 // Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W), C a
 // multiple of 16; a bfloat16 x with float32 for the rest, NCHW.
 bool BatchNormSupports(const OpRecord& op) {
-  // The layout attributes each op declares (Note [Declared attributes] in core/attrs.h).
-  static const char* const kTrain[] = {"x_blocked", "y_blocked"};
-  static const char* const kGrad[] = {"x_blocked", "dy_blocked", "dx_blocked"};
-  bool blocked = false;
-  if (op.def == &op_kind::batch_norm_grad)
-    for (const char* a : kGrad) blocked |= op.attrs.Int(a, 0) != 0;
-  else
-    for (const char* a : kTrain) blocked |= op.attrs.Int(a, 0) != 0;
+  const bool blocked = AnyBlockedOperand(op);  // device/kernel_dispatch.h
   const Shape& x = op.inputs[0].shape();
   if (op.inputs[0].dtype() == DType::kBFloat16)  // Note [Convolution outputs kept in bfloat16]
     return !blocked && op.inputs[1].dtype() == DType::kFloat32;
