@@ -12,7 +12,6 @@
 #include "device/cpu/kernels/common.h"
 #include "core/elementwise_formulas.h"
 
-LOOM_OP_KIND(batch_norm_grad);
 
 namespace loom {
 namespace cpu {
