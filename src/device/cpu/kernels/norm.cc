@@ -12,7 +12,6 @@
 #include "device/cpu/kernels/common.h"
 #include "core/elementwise_formulas.h"
 
-
 namespace loom {
 namespace cpu {
 namespace {
