@@ -10,7 +10,9 @@ namespace test {
 CnnRun TrainSmallCnn(const std::shared_ptr<Device>& dev, bool graph, Precision p, const GraphOptions& options,
                      bool resnet18) {
   dev->SetRandSeed(8);
-  nn::Model m(resnet18 ? nn::MakeResNet18(10) : nn::MakeSmallCnn(3, 10), std::make_shared<nn::SGD>(0.05, 0.9));
+  nn::LayerOptions on;
+  on.device = dev;
+  nn::Model m(resnet18 ? nn::MakeResNet18(10, on) : nn::MakeSmallCnn(3, 10, on), std::make_shared<nn::SGD>(0.05, 0.9));
   m.set_precision(p);
   Tensor x = ToDevice(RandomTensor({4, 3, 32, 32}, DType::kFloat32, 31, -1, 1, CpuDevice()), dev);
   Tensor y = ops::FromVector(std::vector<int32_t>{1, 7, 3, 0}, {4}, dev);

@@ -40,7 +40,9 @@ std::pair<Tensor, Tensor> GptBatch(int64_t b, int64_t t, int64_t vocab, uint32_t
 GptRun TrainTinyGpt(const std::shared_ptr<Device>& dev, bool graph, int steps, const GraphOptions& o, int64_t micro,
                     Precision precision) {
   dev->SetRandSeed(11);
-  auto gpt = std::make_shared<nn::Gpt>(TinyGpt());
+  nn::LayerOptions on;
+  on.device = dev;
+  auto gpt = std::make_shared<nn::Gpt>(TinyGpt(), on);
   auto adam = std::make_shared<nn::Adam>(3e-3, 0.9, 0.95, 1e-8, 0.1, true);
   adam->set_decay_on(nn::Adam::DecayOn::kMatrices);
   nn::Model m(gpt, adam);

@@ -160,6 +160,17 @@ Tensor ToDevice(const Tensor& t, const std::shared_ptr<Device>& dev) {
   return TensorWithBytes(t.shape(), t.dtype(), HostBytes(t), dev);
 }
 
+bool SameBitsAnyNaN(const Tensor& a, const Tensor& b) {
+  const std::vector<uint8_t> x = HostBytes(a), y = HostBytes(b);
+  if (a.dtype() != b.dtype() || x.size() != y.size()) return false;
+  if (!IsFloating(a.dtype())) return x == y;
+  const std::vector<double> u = DecodeHost(x, a.dtype()), v = DecodeHost(y, b.dtype());
+  const size_t e = SizeOf(a.dtype());
+  for (size_t i = 0; i < u.size(); ++i)
+    if (!(std::isnan(u[i]) && std::isnan(v[i])) && std::memcmp(&x[i * e], &y[i * e], e) != 0) return false;
+  return true;
+}
+
 void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

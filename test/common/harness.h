@@ -70,6 +70,10 @@ Tensor ToDevice(const Tensor& t, const std::shared_ptr<Device>& dev);
 
 // ---- comparisons ----
 
+// The same bytes, except that any NaN equals any NaN of a float dtype: IEEE 754 leaves a NaN
+// result's sign and payload open (x86 passes an operand's NaN on, CUDA writes its canonical one).
+bool SameBitsAnyNaN(const Tensor& a, const Tensor& b);
+
 // Every element within atol + rtol |want| (equal values, infinities included, and NaN against
 // NaN pass). Reports the first element that is not and how many are not.
 void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rtol, double atol,

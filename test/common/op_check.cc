@@ -169,7 +169,7 @@ void CheckAgainstCpu(const OpCase& c, const std::shared_ptr<Device>& dev) {
       if (IsFloat(want[i].dtype()) && !c.exact())
         ExpectClose(ToDoubles(got[i]), ToDoubles(want[i]), c.cuda_rtol, c.cuda_atol, what);
       else
-        EXPECT_TRUE(HostBytes(want[i]) == HostBytes(got[i])) << what << ": " << Name(want[i].dtype()) << " bytes differ";
+        EXPECT_TRUE(SameBitsAnyNaN(want[i], got[i])) << what << ": " << Name(want[i].dtype()) << " bytes differ";
     }
   });
 }

@@ -83,6 +83,7 @@ TEST_F(CudaGraphTest, SerialReplayWithDropoutAndAdamAgreesWithEager) {
 }
 
 TEST_F(CudaGraphTest, CudaTrainingAgreesWithCpu) {
+  ScopedFloat32Math full(Float32Math::kFull);  // TF32 (the default) rounds products to 10-bit mantissas
   Blobs data(32, 10);
   TrainRun cpu = Eager(CpuDevice(), data, 5);
   TrainRun gpu = Eager(dev_, data, 5);

@@ -3,6 +3,7 @@
 // against eager execution, one test per op. And the table itself: every op with a CPU kernel
 // has rows, every differentiable op a gradient check, and the rows are well formed.
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -72,6 +73,27 @@ TEST(OpCaseTable, EveryDifferentiableOpHasAGradientCheck) {
     if (IsTestProbe(name) || !GetOp(name).backward) continue;
     EXPECT_TRUE(checked.count(name)) << name << " has a backward but no row checks its gradient";
   }
+}
+
+// A device's exact rows compare bytes, except NaN's sign and payload (CUDA writes a canonical
+// NaN where the CPU passes an operand's on).
+TEST(OpCaseTable, ExactRowsCompareBytesAndAnyNaNEqualsAnyNaN) {
+  const uint32_t quiet = 0x7fc00000u, canonical = 0x7fffffffu, negative = 0xffc00001u;
+  auto f32 = [](std::vector<uint32_t> bits) {
+    std::vector<uint8_t> b(bits.size() * 4);
+    std::memcpy(b.data(), bits.data(), b.size());
+    return TensorWithBytes({int64_t(bits.size())}, DType::kFloat32, b);
+  };
+  const uint32_t one = 0x3f800000u, zero = 0, minus_zero = 0x80000000u;
+  EXPECT_TRUE(SameBitsAnyNaN(f32({one, quiet}), f32({one, canonical})));
+  EXPECT_TRUE(SameBitsAnyNaN(f32({negative}), f32({quiet})));
+  EXPECT_FALSE(SameBitsAnyNaN(f32({zero}), f32({minus_zero})));  // equal values, other bits
+  EXPECT_FALSE(SameBitsAnyNaN(f32({one, quiet}), f32({one, one})));
+  EXPECT_FALSE(SameBitsAnyNaN(f32({one}), f32({one, one})));
+  // Integers: bytes alone (0x7fc00000 is no NaN there).
+  const Tensor i1 = FromDoubles({1, 2}, {2}, DType::kInt32), i2 = FromDoubles({1, 3}, {2}, DType::kInt32);
+  EXPECT_TRUE(SameBitsAnyNaN(i1, i1));
+  EXPECT_FALSE(SameBitsAnyNaN(i1, i2));
 }
 
 TEST(OpCaseTable, RowsAreWellFormed) {
