@@ -36,8 +36,12 @@
 // difference the op table's bf16 tolerance covers. A forward bias is added in float32 after the
 // widening; with out_dtype bfloat16 (no bias) cuDNN writes the output directly. The workspace holds, in order: the explicitly padded input (Note
 // [Explicit padding], in bfloat16), the bfloat16 result, the operands in the plan's layout (Note
-// [NHWC convolutions on cuDNN]), cuDNN's own workspace. Tensor-op algorithms are allowed whatever the float32 math (they are the point of bfloat16); a plan's
-// measurement (Note [Measured algorithms]) writes into a temporary bfloat16 buffer.
+// [NHWC convolutions on cuDNN]), cuDNN's own workspace. Tensor-op algorithms are allowed
+// whatever the float32 math (they are the point of bfloat16): a bfloat16 plan's descriptor asks
+// for CUDNN_TENSOR_OP_MATH, as PyTorch's does. With CUDNN_DEFAULT_MATH (which does allow TF32
+// for float32) no bfloat16 plan reported tensor ops on an H200, and ResNet-50 b32's bf16 step
+// took 609 ms against 26 ms in TF32. A plan's measurement (Note [Measured algorithms]) writes
+// into a temporary bfloat16 buffer.
 //
 // Note [NHWC convolutions on cuDNN]
 // cuDNN's tensor-core convolutions (TF32 for float32, and bfloat16) run on NHWC tensors; handed
@@ -159,6 +163,32 @@ const char* AlgoName(ConvKind kind, int a) {
 
 bool TensorOpMath(cudnnMathType_t m) { return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION; }
 
+// The math type a plan's descriptor starts with, and measures under: FMA only in full
+// precision (Note [Float32 math on the GPU]), tensor ops for bfloat16 (Note [bfloat16
+// convolutions on cuDNN]), else cuDNN's default (TF32 allowed for float32).
+cudnnMathType_t PlanMath(DType t, bool full_fp32) {
+  if (full_fp32) return t == DType::kFloat32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  return t == DType::kBFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_DEFAULT_MATH;
+}
+
+// Note [Float32 math on the GPU]: a full-precision plan sums directly. FFT and Winograd
+// algorithms transform the operands and round differently from a direct sum, so they are left
+// to the TF32 and bfloat16 plans. (On an H200 a measured full-float32 plan's input gradient of
+// a 3x3 convolution came out 5e-5 relative off the CPU's, over the op table's tolerance; the
+// winning algorithm was not recorded.)
+bool Transforms(cudnnConvolutionFwdAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdDataAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+bool Transforms(cudnnConvolutionBwdFilterAlgo_t a) {
+  return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+         a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 void ReportPlan(ConvKind kind, DType t, const ConvPlan& p) {
   cudnnMathType_t m = CUDNN_DEFAULT_MATH;
   cudnnGetConvolutionMathType(p.conv, &m);
@@ -251,7 +281,7 @@ bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, d
     for (int i = 0; i < count; ++i) {
       if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-      if (p.full_fp32 && TensorOpMath(perf[i].mathType)) continue;
+      if (p.full_fp32 && (TensorOpMath(perf[i].mathType) || Transforms(perf[i].algo))) continue;
       size_t bytes = 0;
       if (workspace_of(perf[i], &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
       if (pick < 0) {
@@ -348,10 +378,10 @@ void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, c
     return CUDNN_STATUS_SUCCESS;
   };
   bool chosen = false;
-  // Every math type competes in TF32 mode; the winner's goes on the descriptor (ChooseAlgo).
+  // Every math type the plan allows competes; the winner's goes on the descriptor (ChooseAlgo).
   cudnnMathType_t before_math = CUDNN_DEFAULT_MATH;
   LOOM_CUDA_CHECK(cudnnGetConvolutionMathType(p.conv, &before_math));
-  if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, CUDNN_DEFAULT_MATH));
+  if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, PlanMath(t, false)));
   if (kind == ConvKind::kForward) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(hd, p.x, x, p.w, w, p.conv, p.y, const_cast<void*>(y), kMax,
@@ -416,7 +446,7 @@ ConvPlan& GetConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, const Shape& 
                                                   t == DType::kBFloat16 ? CUDNN_DATA_FLOAT : dt));
   LOOM_CUDA_CHECK(cudnnSetConvolutionGroupCount(p.conv, Dim(a.Int("groups"), op)));
   // Note [Float32 math on the GPU]: full float32 is FMA arithmetic; TF32 mode allows tensor ops.
-  LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, t == DType::kFloat32 && full_fp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH));
+  LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, PlanMath(t, full_fp32)));
   int n = 0, c = 0, h = 0, w = 0;
   LOOM_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p.conv, p.x, p.w, &n, &c, &h, &w));
   LOOM_ASSERT(n == ys[0] && c == ys[1] && h == ys[2] && w == ys[3], op, ": cuDNN computes output (", n, ", ", c,
