@@ -43,6 +43,9 @@ done
 [[ "$ARCH" =~ ^[0-9]+(\;[0-9]+)*$ ]] || die "--arch: expected CUDA architectures such as 90 or '80;90', got '$ARCH'"
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "no nvcc: the bundle needs the CUDA toolkit (tools/setup.sh installs it where it can)"
 
+# ---- what the build packs and reads: packages, the data, cudnn-frontend (idempotent, quick once done)
+bash tools/setup.sh --gpu-bundle || die "tools/setup.sh --gpu-bundle failed (above)"
+
 # ---- the Python the module is built for, in a virtual environment with numpy (build time only)
 find_python() {
   local c
@@ -78,6 +81,11 @@ cmake --build "$BUILD" -j "$(nproc)" >"$BUILD/bundle-build.log" 2>&1 ||
   { tail -n 30 "$BUILD/bundle-build.log"; die "build failed ($BUILD/bundle-build.log)"; }
 [ -x "$BUILD/test_cuda" ] || die "$BUILD/test_cuda was not built: is CUDA found? ($BUILD/bundle-configure.log)"
 ls "$BUILD"/python/loom/_core*.so >/dev/null 2>&1 || die "the Python module was not built ($BUILD/bundle-configure.log)"
+# Without cudnn-frontend the GPT's bf16 attention has no cuDNN kernel, and the GPU check would
+# time another model than the one users train (Note [Attention on cuDNN]).
+FE="$(sed -n 's/^LOOM_CUDNN_FRONTEND_INCLUDE:PATH=//p' "$BUILD/CMakeCache.txt")"
+[ -f "$FE/cudnn_frontend.h" ] ||
+  die "the build found no cudnn-frontend (tools/setup.sh --gpu-bundle fetches it; -DLOOM_CUDNN_FRONTEND_DIR names another)"
 
 # ---- stage
 REV="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
@@ -138,10 +146,10 @@ cp -r test/python "$B/test/python"
 cp -r examples data "$B/"
 find "$B" -name __pycache__ -prune -exec rm -rf {} +
 
-"$VENV/bin/python" - "$B/bundle.json" "$REV" "$PY_VER" "$ARCH" "${left_out[*]}" <<'EOF'
+"$VENV/bin/python" - "$B/bundle.json" "$REV" "$PY_VER" "$ARCH" "${left_out[*]}" "$FE" <<'EOF'
 import json, sys, time, platform
-path, rev, py, arch, left = sys.argv[1:6]
-json.dump({"revision": rev, "python": py, "cuda_arch": arch, "built_on": platform.platform(),
+path, rev, py, arch, left, fe = sys.argv[1:7]
+json.dump({"revision": rev, "python": py, "cuda_arch": arch, "cudnn_frontend": fe, "built_on": platform.platform(),
            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "libraries_left_out": sorted(set(left.split()))}, open(path, "w"), indent=1)
 EOF

@@ -6,6 +6,9 @@
 #   tools/setup.sh --demo    only what tools/demo.sh needs (DEMO_PACKAGES below): the library and
 #                            its programs, the data, matplotlib for the plots; no tests, no Python
 #                            module (a build set up fully before stays as it is)
+#   tools/setup.sh --gpu-bundle  only what tools/gpu_bundle.sh needs before it builds: the packages
+#                            of the libraries and programs it packs (BUNDLE_PACKAGES), the data,
+#                            cudnn-frontend; no configure or build here (the bundle builds its own)
 #   LOOM_SETUP_APT=0 ...     no apt-get at all (no root): the packages come from wherever the
 #                            user's toolchain has them, and CMake says what it cannot find
 #                            (docs/guide.md, "Without root")
@@ -19,7 +22,8 @@ MODE=full
 case "${1:-}" in
   "") ;;
   --demo) MODE=demo ;;
-  *) echo "usage: tools/setup.sh [--demo]" >&2; exit 2 ;;
+  --gpu-bundle) MODE=bundle ;;
+  *) echo "usage: tools/setup.sh [--demo | --gpu-bundle]" >&2; exit 2 ;;
 esac
 
 # Debian packages: what the demo needs, then the rest (tests, Python module, fuzzing, MPI, the
@@ -54,7 +58,11 @@ BUILD="${LOOM_BUILD_DIR:-build}"
 say() { echo "setup: $*"; }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
+# tools/gpu_bundle.sh builds the GPU tests (GoogleTest), the Python module (SWIG) and libloom
+# with MPI, and packs their libraries.
+BUNDLE_PACKAGES=("${DEMO_PACKAGES[@]}" libgtest-dev swig openmpi-bin libopenmpi-dev)
 [ "$MODE" = demo ] && PACKAGES=("${DEMO_PACKAGES[@]}")
+[ "$MODE" = bundle ] && PACKAGES=("${BUNDLE_PACKAGES[@]}")
 
 # ---- packages ----
 missing=()
@@ -240,6 +248,7 @@ PY
   say "cudnn-frontend: $CUDNN_FE_VERSION headers unpacked into $out/include"
 }
 setup_cudnn_frontend
+[ "$MODE" = bundle ] && exit 0  # tools/gpu_bundle.sh configures and builds its own folder
 
 # ---- configure (once: later builds re-run cmake by themselves when CMakeLists.txt changes;
 # again after packages were installed, so that CMake finds them: MPI, say) ----
