@@ -48,6 +48,10 @@
 #   LOOM_GPU_STEPS     timed steps per loom-bench mode (default 30)
 #   LOOM_GPU_PARTS     comma-separated parts to run (default: all)
 #   LOOM_GPU_WORK      where a bundle is unpacked (default: a temporary folder)
+#   LOOM_GPU_COMPARE_BF16  compare.sh's selection for compare-bf16 (default: torch2 and compile on
+#                      ResNet-50 and the GPT)
+#   LOOM_GPU_PRECISIONS  the precision part's loom-bench precisions (default: "bf16 fp16")
+#   LOOM_GPU_LAYOUTS   the layouts part's runs, in turn (default: "nchw nhwc nhwc-unplanned nchw nhwc")
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,7 +60,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -188,7 +192,7 @@ part_precision() {
   local rc=0 m p
   for m in "resnet50 32" "gpt 8 --optimizer adam"; do
     set -- $m
-    for p in bf16 fp16; do
+    for p in ${LOOM_GPU_PRECISIONS:-bf16 fp16}; do
       "$BUILD/loom-bench" --device cuda --model "$1" --batch "$2" "${@:3}" --precision "$p" --steps "$STEPS" \
         --warmup 3 --rounds 2 --mode graph-planned,cuda-graph --json >>"$DEST/precision.jsonl" || rc=1
     done
@@ -231,7 +235,7 @@ part_layouts() {
   local rc=0 p l
   local r50=(--device cuda --model resnet50 --batch 32 --steps "$STEPS" --warmup 3 --rounds 1 --mode cuda-graph --json)
   for p in fp32 bf16; do
-    for l in nchw nhwc nhwc-unplanned nchw nhwc; do
+    for l in ${LOOM_GPU_LAYOUTS:-nchw nhwc nhwc-unplanned nchw nhwc}; do
       case "$l" in
         nchw) LOOM_CUDNN_LAYOUT=nchw "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
         nhwc) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
@@ -245,10 +249,10 @@ part_layouts() {
 
 part_compare_bf16() {
   bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --precision bf16 \
-    --out "$DEST/compare-bf16.jsonl" --peers torch2,compile --only resnet50,gpt
+    --out "$DEST/compare-bf16.jsonl" ${LOOM_GPU_COMPARE_BF16:---peers torch2,compile --only resnet50,gpt}
 }
 
-export BUILD DEST STEPS PY LOOM_GPU_COMPARE
+export BUILD DEST STEPS PY LOOM_GPU_COMPARE LOOM_GPU_COMPARE_BF16 LOOM_GPU_LAYOUTS LOOM_GPU_PRECISIONS
 export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_gpt2 part_layouts \
   part_compare_bf16
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
