@@ -21,6 +21,10 @@
 #                cuBLAS ran; then ResNet-50 b32 planned under a memory budget of 0.6 x its arena
 #                (recomputing batch norm, ReLU and adds, no convolution: docs/benchmarks.md,
 #                "ResNet-50's memory plan"), for its peak and time against the run without
+#   profile      where a step's time goes on the GPU, op by op: one profiled planned replay
+#                (loom-bench --timeline) of ResNet-50 b32 in float32 (TF32) and in bf16, and of
+#                GPT-2 124M b8 x 1024 in bf16, each summed by op kind (tools/trace_ops.py) into
+#                profile-NAME.txt and .json
 #   compare      tools/compare.sh --device cuda: loom against PyTorch eager and torch.compile (the
 #                machine's own PyTorch), alternating; LOOM_GPU_COMPARE gives compare.sh other
 #                flags (e.g. "--peers torch2,compile,compile-ro --only resnet50" in a second call
@@ -81,7 +85,7 @@ BUILD="${LOOM_BUILD_DIR:-build}"
 DEST="${LOOM_GPU_OUT:-${OUT:-$BUILD/gpu_check}}"
 STEPS="${LOOM_GPU_STEPS:-30}"
 BUDGET="${LOOM_GPU_BUDGET_S:-330}"
-PARTS="${LOOM_GPU_PARTS:-env,cpp-gpu,python-gpu,tf32-digits,bench,compare}"
+PARTS="${LOOM_GPU_PARTS:-env,cpp-gpu,python-gpu,tf32-digits,bench,profile,compare}"
 if [ -n "$BUNDLE" ]; then PY="${LOOM_GPU_PYTHON:-python3}"; else PY="${LOOM_GPU_PYTHON:-/usr/bin/python3}"; fi
 export LOOM_REQUIRE_GPU=1
 mkdir -p "$DEST"
@@ -183,6 +187,25 @@ part_bench() {
   return "$rc"
 }
 
+part_profile() {
+  local rc=0 name
+  local gpt2=(--model gpt --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 --vocab 50304 --batch 8
+    --optimizer adam --precision bf16)
+  for name in resnet50-fp32 resnet50-bf16 gpt2-bf16; do
+    case "$name" in
+      resnet50-fp32) set -- --model resnet50 --batch 32 ;;
+      resnet50-bf16) set -- --model resnet50 --batch 32 --precision bf16 ;;
+      gpt2-bf16) set -- "${gpt2[@]}" ;;
+    esac
+    "$BUILD/loom-bench" --device cuda "$@" --steps 2 --warmup 1 --rounds 1 --mode graph-planned \
+      --timeline "$DEST/timeline-$name" >/dev/null || { rc=1; continue; }
+    rm -f "$DEST/timeline-$name"/*.csv  # the memory timelines: large, and not this part's question
+    "$PY" tools/trace_ops.py "$DEST/timeline-$name/trace.json" --json "$DEST/profile-$name.json" |
+      tee "$DEST/profile-$name.txt" || rc=1
+  done
+  return "$rc"
+}
+
 part_compare() {  # LOOM_GPU_COMPARE: compare.sh's selection (default: what fits the budget's rest)
   bash tools/compare.sh --device cuda --torch-python "$PY" --reps 1 --out "$DEST/compare.jsonl" \
     ${LOOM_GPU_COMPARE:---peers torch2,compile --only mlp,cnn,resnet18,resnet50}
@@ -253,7 +276,7 @@ part_compare_bf16() {
 }
 
 export BUILD DEST STEPS PY LOOM_GPU_COMPARE LOOM_GPU_COMPARE_BF16 LOOM_GPU_LAYOUTS LOOM_GPU_PRECISIONS
-export -f part_env part_cpp part_python part_tf32 part_bench part_compare part_precision part_gpt2 part_layouts \
+export -f part_env part_cpp part_python part_tf32 part_bench part_profile part_compare part_precision part_gpt2 part_layouts \
   part_compare_bf16
 if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts after it
   PARTS="setup,$PARTS" BUDGET=1000000 part setup 1200 bash tools/setup.sh
@@ -264,6 +287,7 @@ part cpp-gpu 120 part_cpp
 part python-gpu 60 part_python
 part tf32-digits 60 part_tf32
 part bench 90 part_bench
+part profile 60 part_profile
 part compare 180 part_compare
 part precision 150 part_precision
 part gpt2 120 part_gpt2

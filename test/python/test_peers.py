@@ -115,6 +115,32 @@ def test_gpu_check_refuses_what_is_not_a_bundle(tmp_path):
     assert r.returncode == 2 and "unknown argument" in r.stderr, r.stderr
 
 
+def test_trace_ops_sums_a_profiled_replay_by_op_kind(tmp_path):
+    """tools/trace_ops.py (the GPU check's profile part): every op of loom-bench's trace counted once."""
+    bench = os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build"), "loom-bench")
+    if not os.path.exists(bench):
+        pytest.fail(f"{bench} is not built")
+    r = run([bench, "--model", "cnn", "--batch", "4", "--steps", "1", "--warmup", "1", "--rounds", "1",
+             "--mode", "graph-planned", "--threads", "1", "--peak-gflops", "1", "--timeline", str(tmp_path / "tl")])
+    assert r.returncode == 0, r.stderr[-3000:]
+    trace = json.load(open(tmp_path / "tl" / "trace.json"))
+    ops = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    r = run([sys.executable, "tools/trace_ops.py", str(tmp_path / "tl" / "trace.json"), "--top", "3",
+             "--json", str(tmp_path / "ops.json")])
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 4 and f"{len(ops)} ops" in r.stdout, r.stdout
+    rows = json.load(open(tmp_path / "ops.json"))["ops"]
+    assert sum(row["count"] for row in rows) == len(ops)
+    assert abs(sum(row["us"] for row in rows) - sum(e["dur"] for e in ops)) < 1e-6 * len(ops)
+    assert [row["us"] for row in rows] == sorted((row["us"] for row in rows), reverse=True)
+    # An op whose record keeps an operand blocked (Note [Activation layouts]) is its own kind.
+    blocked = sum(1 for e in ops if "_blocked=1" in (e.get("args") or {}).get("attrs", ""))
+    assert sum(row["count"] for row in rows if row["op"].endswith(" [blocked]")) == blocked
+    (tmp_path / "bad.json").write_text("[1, 2")
+    r = run([sys.executable, "tools/trace_ops.py", str(tmp_path / "bad.json")])
+    assert r.returncode == 2 and "not a loom-bench trace" in r.stderr, r.stderr
+
+
 def test_compare_needs_a_new_enough_python_for_the_peer_environments(tmp_path):
     # No Python >= 3.12 to be found: a clear error, nothing created. (PATH keeps only the shell's tools.)
     env = {**os.environ, "LOOM_CACHE_DIR": str(tmp_path), "HOME": str(tmp_path), "LOOM_PEER_PYTHON": "",
