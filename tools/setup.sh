@@ -77,7 +77,7 @@ done
 if [ ${#PACKAGES[@]} -eq 0 ]; then
   :
 elif [ ${#missing[@]} -eq 0 ]; then
-  say "packages: all ${#PACKAGES[@]} present$([ "$MODE" = demo ] && echo " (the demo's)")"
+  say "packages: all ${#PACKAGES[@]} present$([ "$MODE" = demo ] && echo " (the demo's)")$([ "$MODE" = bundle ] && echo " (the GPU bundle's)")"
 else
   if [ "$(id -u)" -eq 0 ]; then
     SUDO=()

@@ -120,7 +120,7 @@ def test_trace_ops_sums_a_profiled_replay_by_op_kind(tmp_path):
     bench = os.path.join(ROOT, os.environ.get("LOOM_BUILD_DIR", "build"), "loom-bench")
     if not os.path.exists(bench):
         pytest.fail(f"{bench} is not built")
-    r = run([bench, "--model", "cnn", "--batch", "4", "--steps", "1", "--warmup", "1", "--rounds", "1",
+    r = run([bench, "--model", "cnn", "--batch", "4", "--steps", "2", "--warmup", "1", "--rounds", "1",
              "--mode", "graph-planned", "--threads", "1", "--peak-gflops", "1", "--timeline", str(tmp_path / "tl")])
     assert r.returncode == 0, r.stderr[-3000:]
     trace = json.load(open(tmp_path / "tl" / "trace.json"))

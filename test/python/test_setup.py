@@ -44,4 +44,23 @@ def test_setup_demo_checks_the_demos_packages_and_refuses_other_arguments():
     for extra in ("libgtest-dev", "python3-torch", "clang", "openmpi-bin", "swig"):
         assert extra not in demo and extra in script, extra
     r = run_setup("bash tools/setup.sh --everything")
-    assert r.returncode == 2 and "usage: tools/setup.sh [--demo]" in r.stderr
+    assert r.returncode == 2 and "usage: tools/setup.sh [--demo | --gpu-bundle]" in r.stderr
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None, reason="not a Debian system: setup.sh's package step is Debian's")
+def test_setup_gpu_bundle_sets_up_what_the_bundle_packs_and_builds_nothing():
+    """tools/gpu_bundle.sh's first step: its packages, the data, cudnn-frontend; no configure, no build."""
+    build = build_dir()
+    before = os.path.getmtime(os.path.join(build, "build.ninja"))
+    r = run_setup("bash tools/setup.sh --gpu-bundle")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("present (the GPU bundle's)"), r.stdout
+    assert not any(l.startswith(("setup: configure", "setup: build", "setup: onnxruntime")) for l in lines), r.stdout
+    assert os.path.getmtime(os.path.join(build, "build.ninja")) == before
+    with open(os.path.join(ROOT, "tools/setup.sh"), encoding="utf-8") as f:
+        script = f.read()
+    bundle = script[script.index("BUNDLE_PACKAGES=("):script.index(")", script.index("BUNDLE_PACKAGES=("))]
+    for needed in ("libgtest-dev", "swig", "libopenmpi-dev"):  # the GPU tests, the Python module, MPI
+        assert needed in bundle, needed
+    assert "python3-torch" not in bundle
