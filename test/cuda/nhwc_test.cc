@@ -11,12 +11,14 @@
 // Which records the pass marks on a CUDA device is checked without a GPU in
 // test/graph/layout_test.cc (LayoutOnCuda).
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/cnn.h"
 #include "common/harness.h"
 #include "core/ops_cnn.h"
+#include "device/kernel_report.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -171,6 +173,15 @@ TEST_F(NhwcTest, ConvolutionsComputeTheNchwBytes) {
                       "conv2d_grad_weight" + what);
     }
   }
+  // Note [bfloat16 convolutions on cuDNN]: bf16 plans of these shapes (channels multiples of 8)
+  // run on tensor ops. An H200 once ran every bf16 plan without them, 23x slower than TF32,
+  // when the descriptors asked for cuDNN's default math. (Reports are process-wide, and a plan
+  // of another shape may rightly pick another algorithm: each pass needs one tensor-op plan.)
+  std::set<std::string> on_tensor_ops;
+  for (const auto& [kind, impl] : ReportedKernels())
+    if (impl.find("tensor ops") != std::string::npos) on_tensor_ops.insert(kind);
+  for (const char* kind : {"conv2d forward bf16", "conv2d grad input bf16", "conv2d grad weight bf16"})
+    EXPECT_EQ(on_tensor_ops.count(kind), 1u) << kind << ": no plan on tensor ops";
 }
 
 TEST_F(NhwcTest, NhwcRegionsTrainToEagerBits) {
