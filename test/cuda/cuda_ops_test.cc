@@ -137,6 +137,29 @@ TEST(CudaOps, BadEmbeddingIndexIsReportedAtTheNextHostRead) {
   EXPECT_FALSE(std::isnan(v[0]));
 }
 
+// Note [Embedding gradient by sorted rows]: a table of GPT-2's width with repeated, unsorted
+// indices gives the CPU's bits (the same additions in the same order), rows no token names are
+// zero, and a bad index is reported at the next host read with every element NaN.
+TEST(CudaOps, EmbeddingGradientAddsEachRowsTokensInTheCpusOrder) {
+  LOOM_REQUIRE_GPU();
+  auto gpu = CudaDevice(0);
+  std::vector<int32_t> idx(3000);
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919 + i / 3) % 997) * 5;  // rows 0, 5, ... 4980
+  const Attrs rows{{"num_rows", int64_t(5003)}};
+  const Tensor dy = RandomTensor({3000, 768}, DType::kFloat32, 3, -1, 1);
+  const Tensor want = Call("embedding_grad", {ops::FromVector(idx, {3000}, CpuDevice()), dy}, rows)[0];
+  const Tensor got = Call("embedding_grad", {ops::FromVector(idx, {3000}, gpu), ToDevice(dy, gpu)}, rows)[0];
+  EXPECT_TRUE(HostBytes(want) == HostBytes(got));
+  const std::vector<float> g = got.ToVector<float>();
+  EXPECT_EQ(g[size_t(1 * 768)], 0.0f);     // row 1: no token
+  EXPECT_EQ(g[size_t(5002 * 768)], 0.0f);  // the last row: none either
+  idx[1234] = 5003;
+  const Tensor bad = Call("embedding_grad", {ops::FromVector(idx, {3000}, gpu), ToDevice(dy, gpu)}, rows)[0];
+  LOOM_EXPECT_THROW_MSG(bad.ToVector<float>(), ValueError, "index 5003 at position 1234 is out of range");
+  const std::vector<float> b = bad.ToVector<float>();
+  EXPECT_TRUE(std::isnan(b[0]) && std::isnan(b.back()));
+}
+
 TEST(CudaDevice, MemoryStatisticsCountTensors) {
   LOOM_REQUIRE_GPU();
   auto gpu = CudaDevice(0);

@@ -10,6 +10,8 @@
 // CPU's bits: forward windows are scanned in the CPU's order, and the gradients gather, for each
 // input pixel, the windows that contain it in increasing output order, which is the order in
 // which the CPU's scatter adds them.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "device/cuda/common.cuh"
 
 LOOM_OP_KIND(batch_norm_grad);
@@ -384,25 +386,50 @@ void EmbeddingCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// One thread per column of D adds the rows of dy into dtable in index order, as the CPU does:
-// no atomics, the same association. A bad index makes the thread's whole column NaN.
-template <typename T, typename I>
-__global__ void EmbeddingGradKernel(const I* idx, const T* dy, T* g, int64_t n, int64_t v, int64_t d,
-                                    KernelError* err) {
-  LOOM_GRID_STRIDE(j, d) {
-    for (int64_t r = 0; r < v; ++r) g[r * d + j] = T(0);
-    bool bad = false;
-    for (int64_t i = 0; i < n; ++i) {
-      const long long k = (long long)idx[i];
-      if (k < 0 || k >= v) {
-        if (j == 0) RaiseKernelError(err, kIndexOutOfRange, kOpEmbeddingGrad, i, k, v);
-        bad = true;
-        continue;
-      }
-      g[k * d + j] += dy[i * d + j];
+// Note [Embedding gradient by sorted rows]
+// dtable[k] is the sum of dy[i] over the tokens i with idx[i] = k, added in order of i from zero,
+// as the CPU adds them (cpu/kernels/embedding.cc): no atomics, the CPU's association. The tokens
+// are first sorted by row, stably (CUB's radix sort keeps equal keys in their input order, so a
+// row's tokens stay in order of i), each row's range of the sorted list is marked, and one
+// thread per (row, column) adds its row's tokens in that order; a row no token names gets zero.
+// So V D threads share the work (GPT-2's 50,304 x 768) where one thread per column (768 threads,
+// each walking every token) did it before. A bad index (outside [0, V)) is reported at the next
+// host read (the smallest position: RaiseKernelError) and makes every element NaN, as it did.
+template <typename I>
+__global__ void EmbeddingRowKeysKernel(const I* idx, int64_t n, int64_t v, uint32_t* keys, uint32_t* tokens,
+                                       int* bad, KernelError* err) {
+  LOOM_GRID_STRIDE(i, n) {
+    const long long k = (long long)idx[i];
+    const bool out = k < 0 || k >= v;
+    if (out) {
+      RaiseKernelError(err, kIndexOutOfRange, kOpEmbeddingGrad, i, k, v);
+      *bad = 1;
     }
-    if (bad)
-      for (int64_t r = 0; r < v; ++r) g[r * d + j] = QuietNaN<T>();
+    keys[i] = out ? uint32_t(v) : uint32_t(k);  // bad tokens sort last, into no row
+    tokens[i] = uint32_t(i);
+  }
+}
+
+// begin[k], end[k]: row k's range of the sorted keys (both 0 for a row no token names).
+__global__ void EmbeddingRowBoundsKernel(const uint32_t* keys, int64_t n, int64_t v, int* begin, int* end) {
+  LOOM_GRID_STRIDE(p, n) {
+    const uint32_t k = keys[p];
+    if (int64_t(k) >= v) continue;
+    if (p == 0 || keys[p - 1] != k) begin[k] = int(p);
+    if (p == n - 1 || keys[p + 1] != k) end[k] = int(p + 1);
+  }
+}
+
+template <typename T>
+__global__ void EmbeddingRowSumsKernel(const uint32_t* tokens, const int* begin, const int* end, const int* bad,
+                                       const T* dy, T* g, int64_t v, int64_t d) {
+  const bool nan = *bad != 0;
+  LOOM_GRID_STRIDE(t, v * d) {
+    const int64_t k = t / d, j = t - k * d;
+    T acc = T(0);
+    if (!nan)
+      for (int p = begin[k]; p < end[k]; ++p) acc += dy[int64_t(tokens[p]) * d + j];
+    g[t] = nan ? QuietNaN<T>() : acc;
   }
 }
 
@@ -412,16 +439,47 @@ void EmbeddingGradCuda(const OpRecord& op, const KernelContext& ctx) {
   const Tensor& dt = op.outputs[0];
   const int64_t v = dt.dim(0), d = dt.dim(1), n = indices.numel();
   if (v * d == 0) return;
+  LOOM_CHECK(n < (int64_t(1) << 31) && v < (int64_t(1) << 31), ShapeError, "[embedding_grad] ", n,
+             " indices into ", v, " rows: the CUDA kernel takes fewer than 2^31 of each");
   CudaDeviceImpl& dev = Dev(ctx);
-  FloatDispatch(dt.dtype(), "embedding_grad", [&](auto tag) {
-    using T = decltype(tag);
+  cudaStream_t s = dev.stream();
+  int end_bit = 1;  // keys are 0 ... v (v: a bad index)
+  while (end_bit < 32 && (uint64_t(1) << end_bit) <= uint64_t(v)) ++end_bit;
+  size_t sort_bytes = 0;
+  LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const uint32_t*>(nullptr),
+                                                  static_cast<uint32_t*>(nullptr), static_cast<const uint32_t*>(nullptr),
+                                                  static_cast<uint32_t*>(nullptr), int(n), 0, end_bit, s));
+  auto rounded = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t keys_bytes = rounded(size_t(n) * 4), rows_bytes = rounded(size_t(v) * 4);
+  std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+  char* w = static_cast<char*>(dev.Workspace(4 * keys_bytes + 2 * rows_bytes + 256 + rounded(sort_bytes)));
+  uint32_t* keys = reinterpret_cast<uint32_t*>(w);
+  uint32_t* sorted_keys = reinterpret_cast<uint32_t*>(w + keys_bytes);
+  uint32_t* tokens = reinterpret_cast<uint32_t*>(w + 2 * keys_bytes);
+  uint32_t* sorted_tokens = reinterpret_cast<uint32_t*>(w + 3 * keys_bytes);
+  int* begin = reinterpret_cast<int*>(w + 4 * keys_bytes);
+  int* end = reinterpret_cast<int*>(w + 4 * keys_bytes + rows_bytes);
+  int* bad = reinterpret_cast<int*>(w + 4 * keys_bytes + 2 * rows_bytes);
+  void* sort_scratch = w + 4 * keys_bytes + 2 * rows_bytes + 256;
+  LOOM_CUDA_CHECK(cudaMemsetAsync(begin, 0, 2 * rows_bytes + 256, s));  // begin, end and bad
+  if (n > 0) {
     IndexDispatch(indices.dtype(), "embedding_grad", [&](auto itag) {
       using I = decltype(itag);
-      EmbeddingGradKernel<<<Blocks(d, 64), 64, 0, dev.stream()>>>(indices.data<I>(), op.inputs[1].data<T>(),
-                                                                 dt.data<T>(), n, v, d, dev.kernel_error());
-      LOOM_CUDA_CHECK_LAUNCH();
+      EmbeddingRowKeysKernel<<<Blocks(n), kThreads, 0, s>>>(indices.data<I>(), n, v, keys, tokens, bad,
+                                                             dev.kernel_error());
     });
+    LOOM_CUDA_CHECK_LAUNCH();
+    LOOM_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_scratch, sort_bytes, keys, sorted_keys, tokens,
+                                                    sorted_tokens, int(n), 0, end_bit, s));
+    EmbeddingRowBoundsKernel<<<Blocks(n), kThreads, 0, s>>>(sorted_keys, n, v, begin, end);
+    LOOM_CUDA_CHECK_LAUNCH();
+  }
+  FloatDispatch(dt.dtype(), "embedding_grad", [&](auto tag) {
+    using T = decltype(tag);
+    EmbeddingRowSumsKernel<<<Blocks(v * d), kThreads, 0, s>>>(sorted_tokens, begin, end, bad,
+                                                              op.inputs[1].data<T>(), dt.data<T>(), v, d);
   });
+  LOOM_CUDA_CHECK_LAUNCH();
 }
 
 // ---------------------------------------------------------------- batch norm
