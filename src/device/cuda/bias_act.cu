@@ -28,11 +28,22 @@ __global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t r, int
   const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
   double acc = 0;
   if (j < n)
-    for (int64_t k = threadIdx.y; k < r; k += kColY) {
-      const int64_t at = k * n + j;
-      const T v = ew::ActGradFromOutput(A, T(y[at]), dy[at]);
-      dz[at] = v;
-      acc += double(v);
+    for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kColLoads) {
+      T ys[kColLoads], gs[kColLoads];  // loaded together, added in order (kColLoads in common.cuh)
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q) {
+        const int64_t k = k0 + q * kColY;
+        if (k < r) ys[q] = T(y[k * n + j]), gs[q] = dy[k * n + j];
+      }
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q) {
+        const int64_t k = k0 + q * kColY;
+        if (k < r) {
+          const T v = ew::ActGradFromOutput(A, ys[q], gs[q]);
+          dz[k * n + j] = v;
+          acc += double(v);
+        }
+      }
     }
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();

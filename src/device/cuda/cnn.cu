@@ -312,16 +312,55 @@ __global__ void LayerNormGradRowsKernel(const T* x, const T* gamma, const T* mea
   }
 }
 
-// dgamma, dbeta: one thread per column, rows summed in order (the CPU's order).
+// dgamma and dbeta sum over the rows (GPT-2: 8,192 of them for 768 columns). One thread per
+// column walking every row left a few blocks to do all of it; instead the rows are cut into
+// chunks of kLnRowChunk, a thread per (column, chunk) sums its chunk in order of rows into a
+// double, and a thread per column adds its chunks' sums in order. A fixed order for a given
+// shape: deterministic, and within double rounding of the CPU's row-by-row sums.
+constexpr int64_t kLnRowChunk = 64;
+
 template <typename T>
-__global__ void LayerNormGradColsKernel(const T* x, const T* mean, const T* invstd, const T* dy, T* dgamma, T* dbeta,
-                                        int64_t rows, int64_t d) {
+__global__ void LayerNormGradColPartsKernel(const T* x, const T* mean, const T* invstd, const T* dy, double* part_g,
+                                            double* part_b, int64_t rows, int64_t d, int64_t chunks) {
+  LOOM_GRID_STRIDE(t, d * chunks) {
+    const int64_t j = t % d, c = t / d;  // column fastest: a warp reads adjacent columns
+    const int64_t r0 = c * kLnRowChunk, r1 = Min64(rows, r0 + kLnRowChunk);
+    double sg = 0, sb = 0;
+    for (int64_t r = r0; r < r1; r += kColLoads) {
+      double gs[kColLoads], xs[kColLoads], ms[kColLoads], is[kColLoads];  // loaded together, added in order
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q)
+        if (r + q < r1) {
+          gs[q] = double(dy[(r + q) * d + j]);
+          xs[q] = double(x[(r + q) * d + j]);
+          ms[q] = double(mean[r + q]);
+          is[q] = double(invstd[r + q]);
+        }
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q)
+        if (r + q < r1) {
+          sg += gs[q] * (xs[q] - ms[q]) * is[q];
+          sb += gs[q];
+        }
+    }
+    part_g[c * d + j] = sg;
+    part_b[c * d + j] = sb;
+  }
+}
+
+template <typename T>
+__global__ void LayerNormGradColSumsKernel(const double* part_g, const double* part_b, T* dgamma, T* dbeta, int64_t d,
+                                           int64_t chunks) {
   LOOM_GRID_STRIDE(j, d) {
     double sg = 0, sb = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const double g = double(dy[r * d + j]);
-      sg += g * (double(x[r * d + j]) - double(mean[r])) * double(invstd[r]);
-      sb += g;
+    for (int64_t c = 0; c < chunks; c += kColLoads) {
+      double g[kColLoads], b[kColLoads];
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q)
+        if (c + q < chunks) g[q] = part_g[(c + q) * d + j], b[q] = part_b[(c + q) * d + j];
+#pragma unroll
+      for (int q = 0; q < kColLoads; ++q)
+        if (c + q < chunks) sg += g[q], sb += b[q];
     }
     dgamma[j] = T(sg);
     dbeta[j] = T(sb);
@@ -342,8 +381,19 @@ void LayerNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
                                                                          op.outputs[0].data<T>(), d.r, d.d);
       LOOM_CUDA_CHECK_LAUNCH();
     }
-    LayerNormGradColsKernel<<<Blocks(d.d), kThreads, 0, s>>>(x, mean, invstd, dy, op.outputs[1].data<T>(),
-                                                             op.outputs[2].data<T>(), d.r, d.d);
+    const int64_t chunks = (d.r + kLnRowChunk - 1) / kLnRowChunk;
+    CudaDeviceImpl& dev = Dev(ctx);
+    std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+    const size_t part_bytes = (size_t(chunks * d.d) * sizeof(double) + 255) / 256 * 256;
+    double* part_g = static_cast<double*>(dev.Workspace(std::max<size_t>(2 * part_bytes, 256)));
+    double* part_b = reinterpret_cast<double*>(reinterpret_cast<char*>(part_g) + part_bytes);
+    if (chunks > 0) {
+      LayerNormGradColPartsKernel<<<Blocks(chunks * d.d), kThreads, 0, s>>>(x, mean, invstd, dy, part_g, part_b, d.r,
+                                                                            d.d, chunks);
+      LOOM_CUDA_CHECK_LAUNCH();
+    }
+    LayerNormGradColSumsKernel<<<Blocks(d.d), kThreads, 0, s>>>(part_g, part_b, op.outputs[1].data<T>(),
+                                                                op.outputs[2].data<T>(), d.d, chunks);
     LOOM_CUDA_CHECK_LAUNCH();
   });
 }

@@ -42,9 +42,14 @@ __global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int6
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
     if (i < inner)
-      for (int64_t k = threadIdx.y; k < r; k += kColY) {
-        T v = x[(o * r + k) * inner + i];
-        acc = kMax ? Acc(MaxOf(T(acc), v)) : acc + Acc(v);
+      for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kColLoads) {
+        T v[kColLoads];  // loaded together, combined in order (kColLoads in common.cuh)
+#pragma unroll
+        for (int q = 0; q < kColLoads; ++q)
+          if (k0 + q * kColY < r) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
+#pragma unroll
+        for (int q = 0; q < kColLoads; ++q)
+          if (k0 + q * kColY < r) acc = kMax ? Acc(MaxOf(T(acc), v[q])) : acc + Acc(v[q]);
       }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
