@@ -373,7 +373,7 @@ void AddNorm(Table& t) {
           .Attr("eps", 1e-5);
       if (k.x == Shape{4, 5, 6} || k.x == Shape{3, 700} || k.x == Shape{300, 130}) {
         // (x, gamma, mean, invstd, dy) with the forward's statistics of x; 300 rows: CUDA's
-        // dgamma and dbeta in 5 chunks of rows, the last one partial (cuda/cnn.cu, kLnRowChunk)
+        // dgamma and dbeta in 5 chunks of rows, the last one partial (cuda/transformer.cu, kLnRowChunk)
         auto stat = [k, dt](size_t which) {
           return Derived([k, dt, which](const std::vector<Tensor>& made) {
             Tensor beta = FromDoubles(std::vector<double>(size_t(NumElements(k.norm)), 0.0), k.norm, dt);

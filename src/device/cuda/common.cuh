@@ -70,6 +70,7 @@ void FusedCastDispatch(const OpRecord& op, const char* name, F&& f) {
 
 // ---- math, overloaded on float/double so templates pick the right precision (the element-wise
 // ops' formulas are shared with the CPU instead: core/elementwise_formulas.h) ----
+__device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
 __device__ __forceinline__ float Log(float x) { return logf(x); }
