@@ -28,15 +28,15 @@ __global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t r, int
   const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
   double acc = 0;
   if (j < n)
-    for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kColLoads) {
-      T ys[kColLoads], gs[kColLoads];  // loaded together, added in order (kColLoads in common.cuh)
+    for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kLoadsAhead) {
+      T ys[kLoadsAhead], gs[kLoadsAhead];  // loaded together, added in order (kLoadsAhead in common.cuh)
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q) {
+      for (int q = 0; q < kLoadsAhead; ++q) {
         const int64_t k = k0 + q * kColY;
         if (k < r) ys[q] = T(y[k * n + j]), gs[q] = dy[k * n + j];
       }
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q) {
+      for (int q = 0; q < kLoadsAhead; ++q) {
         const int64_t k = k0 + q * kColY;
         if (k < r) {
           const T v = ew::ActGradFromOutput(A, ys[q], gs[q]);

@@ -255,11 +255,6 @@ bool PoolSupportsCuda(const OpRecord& op) {
 // variance; y = x scale + shift and dx = a dy + k_x x + b with per-channel coefficients
 // rounded to T.
 constexpr int64_t kBnChunk = 128;
-// A chunk's values are loaded kBnLoads at a time before any is added: one thread's chunk is a
-// serial sum, and with one load in flight it would wait out the memory's latency 128 times (a
-// layer-4 batch norm of ResNet-50 at batch 32 has 2048 channels of 13 chunks: 26k threads, too
-// few to hide it). The order of the additions, and so the bits, are those of one at a time.
-constexpr int kBnLoads = 8;
 
 // A 4-D or (N, C, S) operand's addressing: element (i, ch, k) in NCHW or NHWC.
 struct BnLayout {
@@ -307,16 +302,16 @@ __global__ void BnPartialsKernel(const X* x, BnLayout xl, const double* center, 
     const double mu = center ? center[ch] : 0.0;
     int64_t i = m0 / d.s, k = m0 % d.s;
     double acc = 0;
-    for (int64_t m = m0; m < m1; m += kBnLoads) {
-      double xs[kBnLoads];  // loaded together, added in order (Note [Batch norm in any layout])
+    for (int64_t m = m0; m < m1; m += kLoadsAhead) {
+      double xs[kLoadsAhead];  // loaded together, added in order (Note [Batch norm in any layout])
 #pragma unroll
-      for (int j = 0; j < kBnLoads; ++j)
+      for (int j = 0; j < kLoadsAhead; ++j)
         if (m + j < m1) {
           xs[j] = double(Val(x[xl.At(i, ch, k)]));
           if (++k == d.s) k = 0, ++i;
         }
 #pragma unroll
-      for (int j = 0; j < kBnLoads; ++j)
+      for (int j = 0; j < kLoadsAhead; ++j)
         if (m + j < m1) {
           const double v = xs[j] - mu;
           acc += power == 2 ? v * v : v;
@@ -338,17 +333,17 @@ __global__ void BnGradPartialsKernel(const X* x, BnLayout xl, const T* dy, BnLay
     const double mu = double(mean[ch]);
     int64_t i = m0 / d.s, k = m0 % d.s;
     double s_dy = 0, s_dyx = 0;
-    for (int64_t m = m0; m < m1; m += kBnLoads) {
-      double gs[kBnLoads], xs[kBnLoads];  // loaded together, added in order
+    for (int64_t m = m0; m < m1; m += kLoadsAhead) {
+      double gs[kLoadsAhead], xs[kLoadsAhead];  // loaded together, added in order
 #pragma unroll
-      for (int j = 0; j < kBnLoads; ++j)
+      for (int j = 0; j < kLoadsAhead; ++j)
         if (m + j < m1) {
           gs[j] = double(dy[gl.At(i, ch, k)]);
           xs[j] = double(Val(x[xl.At(i, ch, k)]));
           if (++k == d.s) k = 0, ++i;
         }
 #pragma unroll
-      for (int j = 0; j < kBnLoads; ++j)
+      for (int j = 0; j < kLoadsAhead; ++j)
         if (m + j < m1) {
           s_dy += gs[j];
           s_dyx += gs[j] * (xs[j] - mu);

@@ -42,13 +42,13 @@ __global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int6
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
     if (i < inner)
-      for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kColLoads) {
-        T v[kColLoads];  // loaded together, combined in order (kColLoads in common.cuh)
+      for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kLoadsAhead) {
+        T v[kLoadsAhead];  // loaded together, combined in order (kLoadsAhead in common.cuh)
 #pragma unroll
-        for (int q = 0; q < kColLoads; ++q)
+        for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
 #pragma unroll
-        for (int q = 0; q < kColLoads; ++q)
+        for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r) acc = kMax ? Acc(MaxOf(T(acc), v[q])) : acc + Acc(v[q]);
       }
     part[threadIdx.y][threadIdx.x] = acc;

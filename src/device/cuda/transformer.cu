@@ -92,10 +92,10 @@ __global__ void LayerNormGradColPartsKernel(const T* x, const T* mean, const T* 
     const int64_t j = t % d, c = t / d;  // column fastest: a warp reads adjacent columns
     const int64_t r0 = c * kLnRowChunk, r1 = Min64(rows, r0 + kLnRowChunk);
     double sg = 0, sb = 0;
-    for (int64_t r = r0; r < r1; r += kColLoads) {
-      double gs[kColLoads], xs[kColLoads], ms[kColLoads], is[kColLoads];  // loaded together, added in order
+    for (int64_t r = r0; r < r1; r += kLoadsAhead) {
+      double gs[kLoadsAhead], xs[kLoadsAhead], ms[kLoadsAhead], is[kLoadsAhead];  // loaded together, added in order
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q)
+      for (int q = 0; q < kLoadsAhead; ++q)
         if (r + q < r1) {
           gs[q] = double(dy[(r + q) * d + j]);
           xs[q] = double(x[(r + q) * d + j]);
@@ -103,7 +103,7 @@ __global__ void LayerNormGradColPartsKernel(const T* x, const T* mean, const T* 
           is[q] = double(invstd[r + q]);
         }
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q)
+      for (int q = 0; q < kLoadsAhead; ++q)
         if (r + q < r1) {
           sg += gs[q] * (xs[q] - ms[q]) * is[q];
           sb += gs[q];
@@ -119,13 +119,13 @@ __global__ void LayerNormGradColSumsKernel(const double* part_g, const double* p
                                            int64_t chunks) {
   LOOM_GRID_STRIDE(j, d) {
     double sg = 0, sb = 0;
-    for (int64_t c = 0; c < chunks; c += kColLoads) {
-      double g[kColLoads], b[kColLoads];
+    for (int64_t c = 0; c < chunks; c += kLoadsAhead) {
+      double g[kLoadsAhead], b[kLoadsAhead];
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q)
+      for (int q = 0; q < kLoadsAhead; ++q)
         if (c + q < chunks) g[q] = part_g[(c + q) * d + j], b[q] = part_b[(c + q) * d + j];
 #pragma unroll
-      for (int q = 0; q < kColLoads; ++q)
+      for (int q = 0; q < kLoadsAhead; ++q)
         if (c + q < chunks) sg += g[q], sb += b[q];
     }
     dgamma[j] = T(sg);
