@@ -55,7 +55,10 @@ for t in "${targets[@]}"; do
   elif [ "$t" = onnx ]; then
     # A few of ONNX's backend node tests (tools/setup.sh installs them): convolution, pooling,
     # normalisation, dense, shapes, slicing, constants.
-    onnx_data="$(ls -d /usr/lib/python3/dist-packages/onnx/backend/test/data/node /usr/share/libonnx-testdata/data/node 2>/dev/null | head -1)"
+    onnx_data=""
+    for d in /usr/lib/python3/dist-packages/onnx/backend/test/data/node /usr/share/libonnx-testdata/data/node; do
+      [ -d "$d" ] && { onnx_data="$d"; break; }
+    done
     [ -n "$onnx_data" ] || { echo "fuzz.sh: ONNX's backend node tests are missing: run tools/setup.sh" >&2; exit 1; }
     for m in basic_conv_with_padding maxpool_2d_pads batchnorm_example gemm_all_attributes reshape_negative_dim \
              slice_neg_steps gather_negative_indices constant_pad constantofshape_int_zeros split_variable_parts_2d; do

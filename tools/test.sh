@@ -284,8 +284,12 @@ stage_package() {
     echo "test: package: a library in the wheel has a RUNPATH into $ROOT (above)" >&2
     return 1
   fi
-  ldd "$pkg"/_core.*.so | grep -qF "libloom.so => $pkg/libloom.so" ||
-    { ldd "$pkg"/_core.*.so >&2; echo "test: package: the extension does not load $pkg/libloom.so" >&2; return 1; }
+  # ldd's output is read whole first: `ldd | grep -q` under pipefail fails whenever grep stops
+  # reading before ldd has written its last line (SIGPIPE), which a loaded CI machine does.
+  local deps
+  deps="$(ldd "$pkg"/_core.*.so)"
+  grep -qF "libloom.so => $pkg/libloom.so" <<<"$deps" ||
+    { echo "$deps" >&2; echo "test: package: the extension does not load $pkg/libloom.so" >&2; return 1; }
   # From a folder outside the repository, as a user would.
   (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/quickstart.py")
   (cd "$tmp" && "$venv/bin/python" "$ROOT/examples/python/own_data.py" --epochs 4 | tail -n 1)

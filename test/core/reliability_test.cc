@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/harness.h"
+#include "core/autograd.h"
 #include "core/allocator.h"
 #include "nn/cnn_layers.h"
 #include "nn/layer.h"
@@ -55,6 +56,24 @@ TEST(CheckedSizes, BroadcastsIntoEmptyOutputs) {
   EXPECT_EQ(ops::Add(x, m).shape(), (Shape{3, 0}));
   EXPECT_EQ(ops::Mul(ops::Zeros({2, 1, 0}, DType::kFloat64, Cpu()), ops::Zeros({4, 1}, DType::kFloat64, Cpu())).shape(),
             (Shape{2, 4, 0}));
+}
+
+TEST(CheckedSizes, SoftmaxOverEmptyLinesVisitsNone) {
+  // (2^40, 0) along its last axis is 2^40 lines of nothing: the kernel walked every one (a hang
+  // found by fuzz_onnx_ops through Softmax, tools/fuzz/regressions/onnx_ops). Forward and
+  // backward, softmax and log_softmax, both axes.
+  for (bool log : {false, true})
+    for (int64_t axis : {int64_t(-1), int64_t(0)}) {
+      Tensor x = ops::Zeros({P(40), 0}, DType::kFloat32, Cpu()).set_requires_grad(true);
+      Tensor y = log ? ops::LogSoftmax(x, axis) : ops::Softmax(x, axis);
+      EXPECT_EQ(y.shape(), (Shape{P(40), 0})) << log << axis;
+      std::vector<std::pair<Tensor, Tensor>> pairs = Backward(ops::Sum(y));
+      ASSERT_EQ(pairs.size(), 1u);
+      EXPECT_EQ(pairs[0].second.shape(), (Shape{P(40), 0})) << log << axis;
+    }
+  // A line of one element still runs: softmax 1, log_softmax 0.
+  EXPECT_EQ(ToDoubles(ops::Softmax(ops::Zeros({3, 1}, DType::kFloat32, Cpu()))), std::vector<double>(3, 1.0));
+  EXPECT_EQ(ToDoubles(ops::LogSoftmax(ops::Zeros({3, 1}, DType::kFloat32, Cpu()))), std::vector<double>(3, 0.0));
 }
 
 TEST(NaN, ReluAndMaxPropagateNaN) {

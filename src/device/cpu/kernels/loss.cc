@@ -24,7 +24,9 @@ constexpr int64_t kLanes = 64;
 // `row` is std::true_type when the lines are contiguous rows (then width is 1).
 template <typename F>
 void ForLines(const AxisSplit& s, F&& f) {
-  const int64_t n = std::max<int64_t>(s.n, 1);
+  // No elements, no lines: with an empty axis the other dimensions may hold 2^40 empty lines.
+  if (s.outer == 0 || s.n == 0 || s.inner == 0) return;
+  const int64_t n = s.n;
   if (s.inner == 1) {
     ParallelFor(s.outer, std::max<int64_t>(1, kGrain / n), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) f(std::true_type{}, r * s.n, int64_t(1));
