@@ -11,8 +11,10 @@
 // the net in the blocked layout:
 //   - ops with a blocked kernel name each (N, C, H, W) operand they can take blocked, by an
 //     attribute on the record (Slots() below): the convolutions (x, y; dy, dx), batch norm (x,
-//     y; x, dy, dx), global average pooling (x; dx), max pooling (x, y, its int32 argmax;
-//     argmax, dy, dx);
+//     y and its fused residual, Note [Batch norm with its ReLU] in graph/fuse_bn_relu.cc; x,
+//     dy, dx), global average pooling (x; dx), max pooling (x, y, its int32 argmax; argmax, dy,
+//     dx). Two operands of one op under one attribute share it: they are tied like the
+//     operands of an element-wise op below;
 //   - element-wise ops whose operands all have one shape (relu, relu_grad, add, cast) compute
 //     the same values in any layout, as long as all their operands share it: they tie their
 //     blocks together. (A cast ties a float32 activation to the bfloat16 copy a bf16
@@ -59,6 +61,7 @@
 // NHWC regions, with NHWC plans and no regions, and with NCHW plans.
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/device.h"
@@ -103,6 +106,7 @@ const std::vector<Slot>& Slots() {
     {&op_kind::conv2d_grad_weight, false, 1, "dy_blocked"},
     {&op_kind::batch_norm_train, false, 0, "x_blocked"},
     {&op_kind::batch_norm_train, true, 0, "y_blocked"},
+    {&op_kind::batch_norm_train, false, 5, "y_blocked"},  // the residual (fuse_bn_relu)
     {&op_kind::batch_norm_grad, false, 0, "x_blocked"},
     {&op_kind::batch_norm_grad, false, 4, "dy_blocked"},
     {&op_kind::batch_norm_grad, true, 0, "dx_blocked"},
@@ -145,6 +149,7 @@ class Planner {
       for (int b : list.access[i].writes) ++writers_[size_t(b)];
       const bool free = LayoutFree(op);
       int first = -1;
+      std::vector<std::pair<const char*, int>> slot_blocks;  // this op's slots so far: attribute, block
       for (bool output : {false, true}) {
         const std::vector<Tensor>& ts = output ? op.outputs : op.inputs;
         for (size_t k = 0; k < ts.size(); ++k) {
@@ -154,7 +159,12 @@ class Planner {
           if (b < 0) continue;
           Use(b, t);
           const Slot* slot = FindSlot(op.def, output, int(k));
-          if (slot) uses_.push_back({int(i), b, slot});
+          if (slot) {
+            uses_.push_back({int(i), b, slot});
+            for (const auto& [attr, other] : slot_blocks)  // one attribute, one layout: tied
+              if (std::string(attr) == slot->attr) Union(other, b);
+            slot_blocks.emplace_back(slot->attr, b);
+          }
           if (free) {
             if (first >= 0) Union(first, b);
             first = b;

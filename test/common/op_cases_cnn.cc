@@ -328,6 +328,17 @@ void AddNorm(Table& t) {
                       .Attr("eps", k.eps);
       BatchNormInputs(c, k.x);
     }
+    // With the ReLU (and residual) of graph/fuse_bn_relu.cc: made after backward, no gradient.
+    for (const Shape& x : {Shape{2, 3, 4, 5}, Shape{4, 3}})
+      for (bool residual : {false, true}) {
+        OpCase& c = t.Add("batch_norm_train", S(x) + (residual ? " relu residual" : " relu"), dt, ref::BatchNormTrain)
+                        .Attr("momentum", 0.1)
+                        .Attr("eps", 1e-5)
+                        .Attr("relu", int64_t(1))
+                        .NoGrad("relu = 1 is made by a graph pass after the backward");
+        BatchNormInputs(c, x);
+        if (residual) c.In(Uniform(x, -1, 1));
+      }
     for (const auto& [x, eps] : std::vector<std::pair<Shape, double>>{{{3, 4}, 1e-5},
                                                                      {{2, 3, 4, 4}, 1e-5},
                                                                      {{4, 3}, 1e-3},

@@ -292,7 +292,14 @@ std::vector<HostTensor> BatchNormTrain(const RefArgs& a) {
     rm.v[c] = (1 - mom) * rm.v[c] + mom * st.mean[c];
     rv.v[c] = (1 - mom) * rv.v[c] + mom * st.var[c] * double(st.count()) / double(st.count() - 1);
   }
-  return {Normalize(x, st, st.mean, invstd.v, a.in[1], a.in[2]), mean, invstd, rm, rv};
+  HostTensor y = Normalize(x, st, st.mean, invstd.v, a.in[1], a.in[2]);
+  // relu = 1 (graph/fuse_bn_relu.cc): relu(y [+ residual, input 5])
+  if (a.attrs.Int("relu", 0))
+    for (size_t k = 0; k < y.v.size(); ++k) {
+      const double v = y.v[k] + (a.in.size() > 5 ? a.in[5].v[k] : 0.0);
+      y.v[k] = v > 0 || v != v ? v : 0.0;
+    }
+  return {y, mean, invstd, rm, rv};
 }
 
 std::vector<HostTensor> BatchNormInfer(const RefArgs& a) {

@@ -5,6 +5,8 @@
 //     NCHW operands: batch norm and its gradient, max and global average pooling and their
 //     gradients (float32 and float64), the convolutions and their gradients (float32 in TF32
 //     mode and bfloat16 operands, whose plans are NHWC);
+//   - batch norm with the ReLU (and residual) fuse_bn_relu folds into it computes the bytes of
+//     the separate ops, in NCHW and NHWC;
 //   - a graph whose layout pass keeps regions NHWC trains to eager execution's bits and to the
 //     bits of a graph without the pass (the small CNN and ResNet-18; float32 and bf16, where the
 //     convolutions' results are kept in bfloat16 for batch norm, graph/bf16_conv_outputs.cc).
@@ -132,6 +134,35 @@ TEST_F(NhwcTest, BatchNormAndPoolingComputeTheNchwBytes) {
       }
     }
   }
+}
+
+// Note [Batch norm with its ReLU] (graph/fuse_bn_relu.cc) on CUDA: batch_norm_train with
+// relu = 1 (and a residual) gives the bytes of batch_norm_train (add) and relu, in NCHW and NHWC.
+TEST_F(NhwcTest, FusedBatchNormReluComputesTheSeparateOpsBytes) {
+  NoGradGuard no_grad;
+  for (DType t : {DType::kFloat32, DType::kFloat64})
+    for (const Shape& xs : {Shape{3, 40, 5, 7}, Shape{4, 24, 31, 33}}) {
+      const std::string where = " " + ToString(xs) + " " + Name(t);
+      const Tensor x = Random(xs, t, 1, -2, 3), r = Random(xs, t, 7);
+      const Tensor gamma = Random({xs[1]}, t, 3, 0.5, 1.5), beta = Random({xs[1]}, t, 4);
+      auto stat = [&](uint32_t seed, double lo) { return Random({xs[1]}, t, seed, lo, lo + 1.5); };
+      const Attrs train{{"momentum", 0.1}, {"eps", 1e-5}};
+      for (bool residual : {false, true}) {
+        const std::vector<Tensor> bn = Call("batch_norm_train", {x, gamma, beta, stat(5, -0.75), stat(6, 0.5)}, train);
+        const Tensor want = Call("relu", {residual ? Call("add", {bn[0], r}, {})[0] : bn[0]}, {})[0];
+        for (bool nhwc : {false, true}) {
+          Attrs a = Attrs(train).Set("relu", int64_t(1));
+          if (nhwc) a.Set("x_blocked", int64_t(1)).Set("y_blocked", int64_t(1));
+          std::vector<Tensor> in = {nhwc ? Nhwc(x) : x, gamma, beta, stat(5, -0.75), stat(6, 0.5)};
+          if (residual) in.push_back(nhwc ? Nhwc(r) : r);
+          const std::vector<Tensor> got = Call("batch_norm_train", in, a);
+          const std::string what = std::string("fused batch_norm_train") + (residual ? " residual" : "") +
+                                   (nhwc ? " NHWC" : " NCHW") + where;
+          ExpectSameBytes(nhwc ? Nhwc(want) : want, got[0], what + " y");
+          for (size_t i = 1; i < 5; ++i) ExpectSameBytes(bn[i], got[i], what + " output " + std::to_string(i));
+        }
+      }
+    }
 }
 
 TEST_F(NhwcTest, ConvolutionsComputeTheNchwBytes) {

@@ -13,6 +13,9 @@
 // The layout pass (graph/layouts.cc) sets, for operands in the blocked layout,
 // x_blocked and y_blocked on batch_norm_train, x_blocked, dy_blocked and dx_blocked on
 // batch_norm_grad. batch_norm_grad's training (0/1) is set by the backward that makes it.
+// The pass fuse_bn_relu (graph/fuse_bn_relu.cc, Note [Batch norm with its ReLU]) sets relu = 1:
+// batch_norm_train then returns y = relu(bn(x) [+ residual]), the residual an optional input 5 of
+// y's shape and dtype, in y's layout. Such records exist only in captured graphs, after backward.
 #include <algorithm>
 
 #include "core/ops/common.h"
@@ -30,8 +33,8 @@ namespace {
 // x: (N, C, ...), the four per-channel tensors (C); all of x's dtype, or float32 with a
 // bfloat16 x (Note [Convolution outputs kept in bfloat16] in graph/bf16_conv_outputs.cc).
 // Returns the dtype of the statistics and of y.
-DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
-  CheckArity(op, in, 5);
+DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in, size_t arity = 5) {
+  CheckArity(op, in, arity);
   const DType t = in[0].dtype == DType::kBFloat16 ? DType::kFloat32 : in[0].dtype;
   if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0]);
   const Shape& x = in[0].shape;
@@ -53,10 +56,17 @@ DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in) {
 //   -> y: (N, C, ...), batch mean (C), batch invstd (C), running_mean, running_var (in place)
 LOOM_OP(batch_norm_train) {
   def.internal = "made by ops::BatchNorm (loom.autograd.batchnorm) in training mode";
-  def.attrs = {{"momentum", kFloat}, {"eps", kFloat}, {"x_blocked", kInt}, {"y_blocked", kInt}};
+  def.attrs = {{"momentum", kFloat}, {"eps", kFloat}, {"x_blocked", kInt}, {"y_blocked", kInt}, {"relu", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
-    const DType t = CheckBatchNormInputs("batch_norm_train", in);
+    // relu = 1 (fuse_bn_relu): y = relu(bn(x) [+ residual]), the residual an optional input 5.
+    const bool relu = a.Int("relu", 0) != 0;
+    LOOM_CHECK(relu || in.size() <= 5, ValueError, "[batch_norm_train] a residual (input 5) needs relu = 1");
+    const DType t = CheckBatchNormInputs("batch_norm_train", in, relu && in.size() == 6 ? 6 : 5);
     const Shape& x = in[0].shape;
+    if (in.size() == 6)
+      LOOM_CHECK(in[5].shape == x && in[5].dtype == t, ShapeError, "[batch_norm_train] residual ",
+                 ToString(in[5].shape), " ", Name(in[5].dtype), " must be y's shape ", ToString(x), " and dtype ",
+                 Name(t));
     LOOM_CHECK(NumElements(x) / x[1] > 1, ValueError, "[batch_norm_train] input ", ToString(x),
                " has one value per channel: batch statistics need more than one");
     double m = a.Float("momentum");
@@ -68,6 +78,8 @@ LOOM_OP(batch_norm_train) {
   def.saved_inputs = {0, 1};
   def.saved_outputs = {1, 2};
   def.backward = [](const BackwardArgs& a) {
+    LOOM_CHECK(a.attrs.Int("relu", 0) == 0, ValueError, "[batch_norm_train] relu = 1 is made by the graph pass ",
+               "fuse_bn_relu after the backward; it has no backward of its own");
     std::vector<Tensor> grads(5);
     if (!a.grad_outputs[0].defined()) return grads;  // only the statistics were used
     Attrs ga{{"eps", a.attrs.Float("eps")}, {"training", int64_t(1)}};

@@ -290,6 +290,15 @@ __device__ __forceinline__ float Val(float v) { return v; }
 __device__ __forceinline__ double Val(double v) { return v; }
 __device__ __forceinline__ float Val(uint16_t b) { return DevBFloat16ToFloat(b); }
 
+// What fuse_bn_relu folds into batch norm (Note [Batch norm with its ReLU] in
+// graph/fuse_bn_relu.cc), computed as the add and relu kernels compute it: y = relu(v +
+// residual) in T, relu_f's formula (NaN stays NaN).
+template <typename T>
+__device__ __forceinline__ T BnEpilogue(T v, const T* residual, int64_t at, bool relu) {
+  if (residual) v = v + residual[at];
+  return relu && !(v > T(0) || v != v) ? T(0) : v;
+}
+
 // partial[ch * chunks + chunk] = the sum over the chunk of (x - center[ch])^power, power 1
 // (center null: x itself) or 2.
 template <typename X>
@@ -411,10 +420,11 @@ __global__ void BnGradFinishKernel(const double* partial, const T* gamma, const 
 }
 
 // out = p[ch] u + q[ch] (+ r[ch] v when v is given): y = scale x + shift, or dx = a dy + k_x x
-// + b, in T as the CPU computes it; one thread per element of out, in out's layout order.
+// + b, in T as the CPU computes it; one thread per element of out, in out's layout order; then
+// the fused residual (in out's layout, or null) and ReLU of y (BnEpilogue).
 template <typename T, typename U, typename V>
 __global__ void BnApplyKernel(const U* u, BnLayout ul, const V* v, BnLayout vl, const T* p, const T* q, const T* r,
-                              T* out, BnLayout ol, int64_t n) {
+                              T* out, BnLayout ol, int64_t n, const T* residual, bool relu) {
   LOOM_GRID_STRIDE(t, n * ol.c * ol.s) {
     int64_t i, ch, k;
     if (ol.nhwc) {
@@ -427,7 +437,7 @@ __global__ void BnApplyKernel(const U* u, BnLayout ul, const V* v, BnLayout vl, 
       i = t / (ol.s * ol.c);
     }
     const T pu = p[ch] * T(Val(u[ul.At(i, ch, k)]));
-    out[t] = v ? pu + r[ch] * T(Val(v[vl.At(i, ch, k)])) + q[ch] : pu + q[ch];
+    out[t] = BnEpilogue(v ? pu + r[ch] * T(Val(v[vl.At(i, ch, k)])) + q[ch] : pu + q[ch], residual, t, relu);
   }
 }
 
@@ -438,24 +448,28 @@ __global__ void BnApplyKernel(const U* u, BnLayout ul, const V* v, BnLayout vl, 
 // formula, same bits.
 template <typename T, typename U, typename V>
 __global__ void BnApplySameLayoutKernel(const U* u, const V* v, const T* p, const T* q, const T* r, T* out,
-                                        uint32_t total, uint32_t c, uint32_t s, bool nhwc) {
+                                        uint32_t total, uint32_t c, uint32_t s, bool nhwc, const T* residual,
+                                        bool relu) {
   for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < total; t += blockDim.x * gridDim.x) {
     const uint32_t ch = nhwc ? t % c : (t / s) % c;
     const T pu = p[ch] * T(Val(u[t]));
-    out[t] = v ? pu + r[ch] * T(Val(v[t])) + q[ch] : pu + q[ch];
+    out[t] = BnEpilogue(v ? pu + r[ch] * T(Val(v[t])) + q[ch] : pu + q[ch], residual, t, relu);
   }
 }
 
-// out = p u + q (+ r v): the same-layout kernel where it applies, else the general one.
+// out = p u + q (+ r v) [+ residual] [then relu]: the same-layout kernel where it applies, else
+// the general one.
 template <typename T, typename U, typename V>
 void LaunchBnApply(const U* u, BnLayout ul, const V* v, BnLayout vl, const T* p, const T* q, const T* r, T* out,
-                   BnLayout ol, const BnDims& d, cudaStream_t stream) {
+                   BnLayout ol, const BnDims& d, cudaStream_t stream, const T* residual = nullptr,
+                   bool relu = false) {
   const int64_t total = d.m * d.c;
   if (ul.nhwc == ol.nhwc && (v == nullptr || vl.nhwc == ol.nhwc) && total < (int64_t(1) << 31)) {
     BnApplySameLayoutKernel<<<Blocks(total), kThreads, 0, stream>>>(u, v, p, q, r, out, uint32_t(total),
-                                                                     uint32_t(d.c), uint32_t(d.s), ol.nhwc);
+                                                                     uint32_t(d.c), uint32_t(d.s), ol.nhwc, residual,
+                                                                     relu);
   } else {
-    BnApplyKernel<<<Blocks(total), kThreads, 0, stream>>>(u, ul, v, vl, p, q, r, out, ol, d.n);
+    BnApplyKernel<<<Blocks(total), kThreads, 0, stream>>>(u, ul, v, vl, p, q, r, out, ol, d.n, residual, relu);
   }
 }
 
@@ -503,8 +517,10 @@ void BatchNormTrainTyped(const OpRecord& op, const KernelContext& ctx) {
                                           op.attrs.Float("momentum"), op.attrs.Float("eps"), d,
                                           op.outputs[1].data<T>(), op.outputs[2].data<T>(), op.outputs[3].data<T>(),
                                           op.outputs[4].data<T>(), scale, shift);
+  // relu = 1 (fuse_bn_relu): y = relu(x scale + shift [+ residual]), the residual in y's layout.
   LaunchBnApply(x, xl, static_cast<const T*>(nullptr), xl, scale, shift, static_cast<const T*>(nullptr),
-                op.outputs[0].data<T>(), yl, d, s);
+                op.outputs[0].data<T>(), yl, d, s, op.inputs.size() > 5 ? op.inputs[5].data<T>() : nullptr,
+                op.attrs.Int("relu", 0) != 0);
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
@@ -597,7 +613,8 @@ void BatchNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
 
 // Note [What a kernel supports]: the layout attributes on 4-D operands (training batch norm and
 // its training gradient; the inference-mode gradient is NCHW only), unless LOOM_CUDNN_LAYOUT=nchw;
-// a bfloat16 x with float32 for the rest in training.
+// a bfloat16 x with float32 for the rest in training; batch_norm_train's relu = 1 and residual
+// (fuse_bn_relu) with any of these.
 bool BatchNormSupportsCuda(const OpRecord& op) {
   // A bfloat16 x: training only, float32 for the rest (Note [Convolution outputs kept in bfloat16]).
   const bool training = op.def != &op_kind::batch_norm_grad || op.attrs.Int("training") != 0;

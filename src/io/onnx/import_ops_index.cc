@@ -68,14 +68,19 @@ std::vector<Value> RunNonZero(RunContext& c) {
   const std::vector<double> v = F64(x).Contiguous().ToVector<double>();
   const std::vector<int64_t> st = Strides(x.shape());
   const int64_t r = std::max<int64_t>(x.ndim(), 1);
-  std::vector<int64_t> hits;
-  for (size_t k = 0; k < v.size(); ++k)
-    if (v[k] != 0) hits.push_back(int64_t(k));
-  const int64_t n = int64_t(hits.size());
-  std::vector<int64_t> out(size_t(r * n));
-  for (int64_t j = 0; j < n; ++j)
+  // Counted first, then written: r n values, r times x's nonzero count, checked before they are
+  // built (a chain of NonZero doubles them at each node; found by fuzz_onnx_ops out of memory).
+  // Note [Host-built index arrays].
+  int64_t n = 0;
+  for (double e : v) n += e != 0;
+  std::vector<int64_t> out(HostCount(c, r * n, "NonZero's indices"));
+  int64_t j = 0;
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (v[k] == 0) continue;
     for (int64_t d = 0; d < r; ++d)
-      out[size_t(d * n + j)] = x.ndim() == 0 ? 0 : hits[size_t(j)] / st[size_t(d)] % x.shape()[size_t(d)];
+      out[size_t(d * n + j)] = x.ndim() == 0 ? 0 : int64_t(k) / st[size_t(d)] % x.shape()[size_t(d)];
+    ++j;
+  }
   return {HostInts(out, {r, n}, DType::kInt64, c.dev())};
 }
 std::vector<DType> InferNonZero(const InferArgs& a) {

@@ -88,17 +88,45 @@ void MeanAndSquares(const T* x, int64_t runs, int64_t len, int64_t stride, doubl
   sq = dev.Total();
 }
 
+// What fuse_bn_relu folds into batch norm (Note [Batch norm with its ReLU] in
+// graph/fuse_bn_relu.cc): y = relu(y + residual), each step rounded to T as the add and relu
+// kernels round it; relu_f's formula (core/elementwise_formulas.h) written as v <= 0 ? 0 : v,
+// the same for every value (NaN stays NaN, -0 becomes +0), which the compiler vectorises.
+template <typename T>
+struct BnEpilogue {
+  const T* residual = nullptr;  // in y's layout
+  bool relu = false;
+  bool none() const { return !residual && !relu; }
+  static T Relu(T v) { return v <= T(0) ? T(0) : v; }
+  // y[0, n) in place, the residual's elements from `at`: a second pass over values still in
+  // cache, one loop per case.
+  void Apply(T* y, int64_t at, int64_t n) const {
+    if (residual && relu) {
+      for (int64_t k = 0; k < n; ++k) y[k] = Relu(y[k] + residual[at + k]);
+    } else if (residual) {
+      for (int64_t k = 0; k < n; ++k) y[k] = y[k] + residual[at + k];
+    } else if (relu) {
+      for (int64_t k = 0; k < n; ++k) y[k] = Relu(y[k]);
+    }
+  }
+};
+template <typename T>
+BnEpilogue<T> EpilogueOf(const OpRecord& op) {
+  return BnEpilogue<T>{op.inputs.size() > 5 ? op.inputs[5].data<T>() : nullptr, op.attrs.Int("relu", 0) != 0};
+}
+
 // Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
-// shift = beta - mean gamma invstd.
+// shift = beta - mean gamma invstd; then the epilogue, if any.
 template <typename T, typename X>
 void ScaleChannel(const ChannelDims& d, int64_t c, const X* x, T* y, double gamma, double beta, double mean,
-                  double invstd) {
+                  double invstd, const BnEpilogue<T>& epi = {}) {
   const T scale = T(gamma * invstd);
   const T shift = T(beta - mean * gamma * invstd);
   for (int64_t i = 0; i < d.n; ++i) {
     const X* xr = x + (i * d.c + c) * d.s;
     T* yr = y + (i * d.c + c) * d.s;
     for (int64_t k = 0; k < d.s; ++k) yr[k] = T(xr[k]) * scale + shift;
+    epi.Apply(yr, (i * d.c + c) * d.s, d.s);
   }
 }
 
@@ -283,12 +311,13 @@ void BatchNormTrain(const OpRecord& op) {
   };
   const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_train");
   const ChannelLayout yl = LayoutAttr(op, "y_blocked", d, "batch_norm_train");
+  const BnEpilogue<T> epi = EpilogueOf<T>(op);
   if (!xl.blocked && !yl.blocked) {
     ForChannels(d, [&](int64_t c) {
       double mean, sq;
       MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
       const double invstd = finish(c, mean, sq);
-      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd);
+      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd, epi);
     });
     return;
   }
@@ -336,14 +365,18 @@ void BatchNormTrain(const OpRecord& op) {
       T* yb = y + yl.Start(d, i, c0);
       for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
         for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
+      epi.Apply(yb, yl.Start(d, i, c0), d.s * kGroup);  // the residual has y's layout
     }
     for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)  // the same in tiles of 16 pixels
       for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
         const int64_t n = std::min(kGroup, d.s - k0);
-        T t[kGroup][kGroup];
+        T t[kGroup][kGroup], r[kGroup][kGroup];
         LoadTile(d, xl, x, i, c0, k0, n, t);
+        if (epi.residual) LoadTile(d, yl, epi.residual, i, c0, k0, n, r);
         for (int64_t k = 0; k < n; ++k)
           for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
+        for (int64_t k = 0; k < n && !epi.none(); ++k)
+          BnEpilogue<T>{epi.residual ? r[k] : nullptr, epi.relu}.Apply(t[k], 0, kGroup);
         StoreTile(d, yl, y, i, c0, k0, n, t);
       }
   });
@@ -638,7 +671,8 @@ void LayerNormGradCpu(const OpRecord& op, const KernelContext&) {
 }
 
 // Note [What a kernel supports]: every NCHW record; a blocked one for float32 (N, C, H, W), C a
-// multiple of 16; a bfloat16 x with float32 for the rest, NCHW.
+// multiple of 16; a bfloat16 x with float32 for the rest, NCHW. batch_norm_train's relu = 1
+// and residual (fuse_bn_relu) with any of these.
 bool BatchNormSupports(const OpRecord& op) {
   const bool blocked = AnyBlockedOperand(op);  // device/kernel_dispatch.h
   const Shape& x = op.inputs[0].shape();
