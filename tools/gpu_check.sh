@@ -42,8 +42,10 @@
 #                (channels_last), eager and torch.compile, ResNet-50 and the GPT
 #   layouts      ResNet-50 b32 in CUDA-graph replay, float32 (TF32) and bf16, with NHWC convolution
 #                plans and NHWC regions (the default), NHWC plans without the layout pass (every
-#                convolution transposes), and NCHW plans (LOOM_CUDNN_LAYOUT=nchw), taking turns;
-#                each JSON line tagged "cudnn_layout" (Note [NHWC convolutions on cuDNN])
+#                convolution transposes), the default without the pass fuse_bn_relu (batch norm,
+#                the shortcut's add and ReLU as separate kernels: Note [Batch norm with its ReLU]),
+#                and NCHW plans (LOOM_CUDNN_LAYOUT=nchw), taking turns; each JSON line tagged
+#                "cudnn_layout" (Note [NHWC convolutions on cuDNN])
 #                (with the second call: LOOM_GPU_PARTS=precision,layouts,compare-bf16)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check. The exit status is non-zero when any part failed.
@@ -55,7 +57,7 @@
 #   LOOM_GPU_COMPARE_BF16  compare.sh's selection for compare-bf16 (default: torch2 and compile on
 #                      ResNet-50 and the GPT)
 #   LOOM_GPU_PRECISIONS  the precision part's loom-bench precisions (default: "bf16 fp16")
-#   LOOM_GPU_LAYOUTS   the layouts part's runs, in turn (default: "nchw nhwc nhwc-unplanned nchw nhwc")
+#   LOOM_GPU_LAYOUTS   the layouts part's runs, in turn (default: "nchw nhwc nhwc-unplanned nhwc-unfused nhwc")
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,7 +66,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="${2:-}"; shift 2 || { echo "gpu_check: --bundle needs a file" >&2; exit 2; } ;;
     --bundle=*) BUNDLE="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,54p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -260,11 +262,13 @@ part_layouts() {
   local rc=0 p l
   local r50=(--device cuda --model resnet50 --batch 32 --steps "$STEPS" --warmup 3 --rounds 1 --mode cuda-graph --json)
   for p in fp32 bf16; do
-    for l in ${LOOM_GPU_LAYOUTS:-nchw nhwc nhwc-unplanned nchw nhwc}; do
+    for l in ${LOOM_GPU_LAYOUTS:-nchw nhwc nhwc-unplanned nhwc-unfused nhwc}; do
       case "$l" in
         nchw) LOOM_CUDNN_LAYOUT=nchw "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
         nhwc) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
         nhwc-unplanned) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass plan_layouts=off ;;
+        nhwc-unfused) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass fuse_bn_relu=off ;;
+        *) echo "gpu_check: LOOM_GPU_LAYOUTS: unknown run '$l'" >&2; false ;;
       esac | sed "s/^{/{\"cudnn_layout\": \"$l\", /" >>"$DEST/layouts.jsonl"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     done
