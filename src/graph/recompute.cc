@@ -11,6 +11,8 @@
 #include "graph/ranks.h"
 
 LOOM_OP_KIND(copy);
+LOOM_OP_KIND(batch_norm_train);
+LOOM_OP_KIND(batch_norm_apply);
 
 namespace loom {
 
@@ -63,6 +65,30 @@ struct Planner {
   int q;                    // where the recomputed ops go (before op q)
   std::vector<int> chain;   // ops to copy, in an order that respects their dependencies
   std::set<int> made;       // blocks the chain writes afresh
+  std::set<int> from_stats;  // batch_norm_train ops of the chain run as batch_norm_apply
+
+  // Note [Batch norm applied from its saved statistics]: batch norm op p's y (block `block`)
+  // comes again from the batch mean and invstd it saved, when both are still there at q (its
+  // gradient reads them later): no pass over x for them, no copy of the running statistics.
+  bool FromStats(int p, int block) const {
+    const OpRecord& op = l.ops[size_t(p)];
+    if (op.def != &op_kind::batch_norm_train || l.BlockIndex(op.outputs[0].block()) != block) return false;
+    for (int k : {1, 2}) {
+      const int b = l.BlockIndex(op.outputs[size_t(k)].block());
+      if (b < 0 || x.writers[size_t(b)] != std::vector<int>{p} || a.blocks[size_t(b)].last < q) return false;
+    }
+    return true;
+  }
+  // The blocks batch_norm_apply reads in place of op p: x, gamma, beta, the saved statistics
+  // (outputs 1 and 2) and the residual.
+  std::vector<int> ApplyReads(int p) const {
+    const OpRecord& op = l.ops[size_t(p)];
+    std::vector<int> reads;
+    for (size_t k = 0; k < op.inputs.size(); ++k)
+      if (k != 3 && k != 4) reads.push_back(l.BlockIndex(op.inputs[k].block()));
+    for (int k : {1, 2}) reads.push_back(l.BlockIndex(op.outputs[size_t(k)].block()));
+    return reads;
+  }
 
   // An op may run again when it is no collective and every block it writes is its own (written
   // by it alone, not read by it, not persistent) or state it updates in place, which the copy
@@ -85,12 +111,18 @@ struct Planner {
     if (x.writers[size_t(block)].size() != 1 || depth > kMaxChain) return false;
     const int p = x.writers[size_t(block)][0];
     if (p >= q || !CanRunAgain(p)) return false;
-    for (int in : l.access[size_t(p)].reads) {
+    const bool stats = FromStats(p, block);
+    for (int in : stats ? ApplyReads(p) : l.access[size_t(p)].reads) {
       if (WrittenBetween(x.writers[size_t(in)], p, q)) return false;  // no longer its value at p
       if (a.blocks[size_t(in)].persistent || a.blocks[size_t(in)].last >= q) continue;  // still there
       if (!Need(in, depth + 1)) return false;
     }
-    for (int w : l.access[size_t(p)].writes) made.insert(w);
+    if (stats) {
+      made.insert(block);
+      from_stats.insert(p);
+    } else {
+      for (int w : l.access[size_t(p)].writes) made.insert(w);
+    }
     chain.push_back(p);
     return true;
   }
@@ -99,10 +131,29 @@ struct Planner {
 struct Choice {
   int block = -1, q = -1, last_before = -1;
   std::vector<int> chain;
+  std::set<int> from_stats;  // Planner::from_stats
   double bytes_per_cost = 0;
   int64_t cost = 0;
   int peak_op = -1;  // the op where the peak sat when this drop was found
 };
+
+// batch_norm_apply in place of batch norm record `bn`: its y from the statistics it saved
+// (Note [Batch norm applied from its saved statistics]), with its relu, residual and layouts.
+OpRecord ApplyFromStats(const OpRecord& bn) {
+  OpRecord r;
+  r.def = &op_kind::batch_norm_apply;
+  for (const char* a : {"x_blocked", "y_blocked", "relu"})
+    if (bn.attrs.Has(a)) r.attrs.Set(a, bn.attrs.Int(a));
+  r.inputs = {bn.inputs[0], bn.inputs[1], bn.inputs[2], bn.outputs[1], bn.outputs[2]};
+  if (bn.inputs.size() > 5) r.inputs.push_back(bn.inputs[5]);
+  r.outputs = {bn.outputs[0]};
+  return r;
+}
+
+// Cost of running op p of the chain again (as batch_norm_apply when `stats`).
+int64_t ChainOpCost(const OpList& l, int p, bool stats) {
+  return stats ? std::max<int64_t>(l.ops[size_t(p)].outputs[0].numel(), 1) : Cost(l.ops[size_t(p)]);
+}
 
 // The list with `c.chain` copied before op c.q (writing fresh blocks) and the ops from c.q on
 // reading the fresh copy of c.block. Random ops keep their Philox offsets.
@@ -118,7 +169,7 @@ OpList Apply(const OpList& l, const Choice& c) {
   for (size_t i = 0; i < l.size(); ++i) {
     if (int(i) == c.q) {
       for (int p : c.chain) {
-        OpRecord r = l.ops[size_t(p)];
+        OpRecord r = c.from_stats.count(p) ? ApplyFromStats(l.ops[size_t(p)]) : l.ops[size_t(p)];
         for (const auto& [o, in] : r.def->inplace) {  // state updated in a private copy
           const Tensor& state = r.inputs[size_t(in)];
           if (fresh.count(state.block()) || !IsUpdatedState(r, state.block())) continue;
@@ -190,8 +241,9 @@ std::vector<Choice> Candidates(const State& s, size_t budget) {
     Planner p{list, s.a, x, *after, {}, {}};
     if (!p.Need(int(b), 0)) continue;
     int64_t cost = 0;
-    for (int op : p.chain) cost += Cost(list.ops[size_t(op)]);
-    candidates.push_back({int(b), *after, *(after - 1), std::move(p.chain), double(list.facts[b].bytes) / double(cost), cost, t});
+    for (int op : p.chain) cost += ChainOpCost(list, op, p.from_stats.count(op) != 0);
+    candidates.push_back({int(b), *after, *(after - 1), std::move(p.chain), std::move(p.from_stats),
+                          double(list.facts[b].bytes) / double(cost), cost, t});
   }
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Choice& u, const Choice& v) { return u.bytes_per_cost > v.bytes_per_cost; });
@@ -243,7 +295,9 @@ RecomputeResult RecomputeForBudget(OpList list, size_t budget, const PeakFn& pea
       if (!TryDrop(s, c, peak, &next)) continue;
       const int64_t flops = ChainFlops(s.list, c);
       std::string names;
-      for (int op : c.chain) names += (names.empty() ? "" : " ") + s.list.ops[size_t(op)].name() + "#" + std::to_string(op);
+      for (int op : c.chain)
+        names += (names.empty() ? "" : " ") + (c.from_stats.count(op) ? std::string("batch_norm_apply") : s.list.ops[size_t(op)].name()) +
+                 "#" + std::to_string(op);
       r.choices.push_back("drop block " + std::to_string(c.block) + " (" + Mb(s.list.facts[size_t(c.block)].bytes) +
                           ") between ops " + std::to_string(c.last_before) + " and " + std::to_string(c.q) +
                           " (peak at op " + std::to_string(c.peak_op) + "): recompute " + names + ", " +

@@ -25,11 +25,14 @@
 // Exactness (replay bitwise equal to the unbudgeted one on the CPU): a copied record keeps its
 // OpRecord::rng_offset, so a recomputed dropout draws the same mask; an op that writes a block
 // it reads or a persistent block is never run again, except for state it updates in place (Note
-// [Outputs that are inputs] in core/op.h): batch_norm_train runs again on a private copy of its
+// [Outputs that are inputs] in core/op.h). A batch norm's y comes again from the batch mean and
+// invstd it saved, by batch_norm_apply (Note [Batch norm applied from its saved statistics] in
+// core/ops/norm.cc), when both are still live where it is needed (its gradient reads them after):
+// one pass over x instead of three, and the bits of batch_norm_train's y, which scales with those
+// saved statistics. Where they are not, batch_norm_train runs again on a private copy of its
 // running statistics (a `copy` op inserted before it, dropped after), so the model's statistics
-// are updated once, and the copy recomputes the batch statistics from the same input with the
-// same kernel, hence the same normalised output bit for bit. (Normalising with the saved float
-// mean and invstd instead would not be: the kernel scales with the statistics in double.)
+// are updated once, and recomputes the batch statistics from the same input with the same kernel,
+// hence the same normalised output bit for bit.
 #pragma once
 
 #include <cstddef>

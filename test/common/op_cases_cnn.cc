@@ -339,6 +339,28 @@ void AddNorm(Table& t) {
         BatchNormInputs(c, x);
         if (residual) c.In(Uniform(x, -1, 1));
       }
+    // batch_norm_apply: y from the statistics batch_norm_train saved (graph/recompute.cc), with
+    // and without the fused ReLU and residual
+    for (const Shape& x : {Shape{2, 3, 4, 5}, Shape{4, 3}, Shape{2, 3, 2, 3, 2}})
+      for (int fused : {0, 1, 2}) {
+        const int64_t ch = x[1];
+        auto saved = [ch, dt](size_t which) {
+          return Derived([ch, dt, which](const std::vector<Tensor>& made) {
+            auto full = [&](double v) { return FromDoubles(std::vector<double>(size_t(ch), v), {ch}, dt); };
+            return Call("batch_norm_train", {made[0], made[1], made[2], full(0), full(1)},
+                        Attrs{{"momentum", 0.1}, {"eps", 1e-5}})[which];
+          });
+        };
+        OpCase& c = t.Add("batch_norm_apply", S(x) + (fused == 2 ? " relu residual" : fused ? " relu" : ""), dt,
+                          ref::BatchNormApply)
+                        .In(Uniform(x, -2, 3))
+                        .In(Uniform({ch}, 0.5, 1.5))
+                        .In(Uniform({ch}))
+                        .In(saved(1))
+                        .In(saved(2));
+        if (fused) c.Attr("relu", int64_t(1));
+        if (fused == 2) c.In(Uniform(x, -1, 1));
+      }
     for (const auto& [x, eps] : std::vector<std::pair<Shape, double>>{{{3, 4}, 1e-5},
                                                                      {{2, 3, 4, 4}, 1e-5},
                                                                      {{4, 3}, 1e-3},

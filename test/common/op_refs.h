@@ -113,6 +113,7 @@ std::vector<HostTensor> GlobalAvgPool(const RefArgs& a);
 std::vector<HostTensor> GlobalAvgPoolGrad(const RefArgs& a);
 std::vector<HostTensor> BatchNormTrain(const RefArgs& a);
 std::vector<HostTensor> BatchNormInfer(const RefArgs& a);
+std::vector<HostTensor> BatchNormApply(const RefArgs& a);
 std::vector<HostTensor> BatchNormGrad(const RefArgs& a);
 std::vector<HostTensor> LayerNorm(const RefArgs& a);
 std::vector<HostTensor> LayerNormGrad(const RefArgs& a);

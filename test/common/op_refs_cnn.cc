@@ -279,6 +279,16 @@ std::vector<HostTensor> GlobalAvgPoolGrad(const RefArgs& a) {
 
 // ---------------------------------------------------------------- normalisation
 
+// relu = 1 (graph/fuse_bn_relu.cc): relu(y [+ residual, input 5]); else y.
+HostTensor FusedReluOf(const RefArgs& a, HostTensor y) {
+  if (a.attrs.Int("relu", 0))
+    for (size_t k = 0; k < y.v.size(); ++k) {
+      const double v = y.v[k] + (a.in.size() > 5 ? a.in[5].v[k] : 0.0);
+      y.v[k] = v > 0 || v != v ? v : 0.0;
+    }
+  return y;
+}
+
 // (x, gamma, beta, running_mean, running_var) -> y, batch mean, batch invstd, and the running
 // statistics moved by momentum towards the batch mean and the unbiased batch variance
 std::vector<HostTensor> BatchNormTrain(const RefArgs& a) {
@@ -292,14 +302,12 @@ std::vector<HostTensor> BatchNormTrain(const RefArgs& a) {
     rm.v[c] = (1 - mom) * rm.v[c] + mom * st.mean[c];
     rv.v[c] = (1 - mom) * rv.v[c] + mom * st.var[c] * double(st.count()) / double(st.count() - 1);
   }
-  HostTensor y = Normalize(x, st, st.mean, invstd.v, a.in[1], a.in[2]);
-  // relu = 1 (graph/fuse_bn_relu.cc): relu(y [+ residual, input 5])
-  if (a.attrs.Int("relu", 0))
-    for (size_t k = 0; k < y.v.size(); ++k) {
-      const double v = y.v[k] + (a.in.size() > 5 ? a.in[5].v[k] : 0.0);
-      y.v[k] = v > 0 || v != v ? v : 0.0;
-    }
-  return {y, mean, invstd, rm, rv};
+  return {FusedReluOf(a, Normalize(x, st, st.mean, invstd.v, a.in[1], a.in[2])), mean, invstd, rm, rv};
+}
+
+// (x, gamma, beta, mean, invstd [, residual]) -> y, normalised with the given statistics
+std::vector<HostTensor> BatchNormApply(const RefArgs& a) {
+  return {FusedReluOf(a, Normalize(a.in[0], ChannelStats(a.in[0]), a.in[3].v, a.in[4].v, a.in[1], a.in[2]))};
 }
 
 std::vector<HostTensor> BatchNormInfer(const RefArgs& a) {

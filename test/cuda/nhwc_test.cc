@@ -137,7 +137,8 @@ TEST_F(NhwcTest, BatchNormAndPoolingComputeTheNchwBytes) {
 }
 
 // Note [Batch norm with its ReLU] (graph/fuse_bn_relu.cc) on CUDA: batch_norm_train with
-// relu = 1 (and a residual) gives the bytes of batch_norm_train (add) and relu, in NCHW and NHWC.
+// relu = 1 (and a residual) gives the bytes of batch_norm_train (add) and relu, in NCHW and NHWC;
+// batch_norm_apply from its saved statistics gives its y again.
 TEST_F(NhwcTest, FusedBatchNormReluComputesTheSeparateOpsBytes) {
   NoGradGuard no_grad;
   for (DType t : {DType::kFloat32, DType::kFloat64})
@@ -160,6 +161,13 @@ TEST_F(NhwcTest, FusedBatchNormReluComputesTheSeparateOpsBytes) {
                                    (nhwc ? " NHWC" : " NCHW") + where;
           ExpectSameBytes(nhwc ? Nhwc(want) : want, got[0], what + " y");
           for (size_t i = 1; i < 5; ++i) ExpectSameBytes(bn[i], got[i], what + " output " + std::to_string(i));
+          // Note [Batch norm applied from its saved statistics]: the same y from the saved mean
+          // and invstd (the memory budget's recompute).
+          Attrs pa = Attrs().Set("relu", int64_t(1));
+          if (nhwc) pa.Set("x_blocked", int64_t(1)).Set("y_blocked", int64_t(1));
+          std::vector<Tensor> ain = {in[0], gamma, beta, got[1], got[2]};
+          if (residual) ain.push_back(in[5]);
+          ExpectSameBytes(got[0], Call("batch_norm_apply", ain, pa)[0], "batch_norm_apply after " + what);
         }
       }
     }

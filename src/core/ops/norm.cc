@@ -17,6 +17,7 @@
 // batch_norm_train then returns y = relu(bn(x) [+ residual]), the residual an optional input 5 of
 // y's shape and dtype, in y's layout. Such records exist only in captured graphs, after backward.
 #include <algorithm>
+#include <string>
 
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
@@ -40,7 +41,9 @@ DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in, si
   const Shape& x = in[0].shape;
   LOOM_CHECK(x.size() >= 2 && x[1] > 0, ShapeError, "[", op, "] input ", ToString(x),
              " must be (N, C, ...) with at least one channel");
-  static const char* names[] = {"x", "gamma", "beta", "running_mean", "running_var"};
+  static const char* stats[] = {"x", "gamma", "beta", "running_mean", "running_var"};
+  static const char* saved[] = {"x", "gamma", "beta", "mean", "invstd"};  // batch_norm_apply's
+  const char* const* names = std::string(op) == "batch_norm_apply" ? saved : stats;
   for (size_t i = 1; i < 5; ++i) {
     LOOM_CHECK(in[i].dtype == t, DTypeError, "[", op, "] ", names[i], " is ", Name(in[i].dtype), ", input is ",
                Name(in[0].dtype), t != in[0].dtype ? " (a bfloat16 input takes float32 statistics)" : "");
@@ -88,6 +91,28 @@ LOOM_OP(batch_norm_train) {
     for (size_t i = 0; i < 3; ++i)
       if (a.needs_input_grad[i]) grads[i] = g[i];
     return grads;
+  };
+}
+
+// x: (N, C, ...), gamma, beta, mean, invstd: (C) [, residual: x's shape] -> y: (N, C, ...)
+// Note [Batch norm applied from its saved statistics]: batch_norm_train's y again, from the batch
+// mean and invstd it saved (its outputs 1 and 2, rounded to their dtype), without the passes over
+// x that computed them and without touching the running statistics. batch_norm_train scales with
+// those rounded statistics (cpu/kernels/norm.cc, cuda/cnn.cu: BnScaleShift), so the bits are its
+// own. Made only by the memory budget's recompute (graph/recompute.cc), with the record's relu,
+// residual and layout attributes (x_blocked, y_blocked).
+LOOM_OP(batch_norm_apply) {
+  def.internal = "made only by the memory budget's recompute (graph/recompute.cc)";
+  def.attrs = {{"x_blocked", kInt}, {"y_blocked", kInt}, {"relu", kInt}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const bool residual = in.size() == 6;
+    LOOM_CHECK(!residual || a.Int("relu", 0) != 0, ValueError, "[batch_norm_apply] a residual (input 5) needs relu = 1");
+    const DType t = CheckBatchNormInputs("batch_norm_apply", in, residual ? 6 : 5);
+    if (residual)
+      LOOM_CHECK(in[5].shape == in[0].shape && in[5].dtype == t, ShapeError, "[batch_norm_apply] residual ",
+                 ToString(in[5].shape), " ", Name(in[5].dtype), " must be y's shape ", ToString(in[0].shape),
+                 " and dtype ", Name(t));
+    return std::vector<TensorMeta>{{in[0].shape, t}};
   };
 }
 

@@ -378,8 +378,19 @@ __global__ void BnMeanKernel(const double* partial, BnDims d, double* mean) {
   }
 }
 
+// y's coefficients for channel ch from the saved (rounded) statistics, as the CPU's BnScaleShift
+// computes them (Note [Batch norm applied from its saved statistics] in core/ops/norm.cc).
+template <typename T>
+__device__ __forceinline__ void BnScaleShift(const T* gamma, const T* beta, const T* mean, const T* invstd, int64_t ch,
+                                             T* scale, T* shift) {
+  const double g = double(gamma[ch]), is = double(invstd[ch]);
+  scale[ch] = T(g * is);
+  shift[ch] = T(double(beta[ch]) - double(mean[ch]) * g * is);
+}
+
 // One block per channel, from the squared deviations' chunks: the saved statistics, the running
-// ones, and y's coefficients scale and shift (cpu/kernels/norm.cc's finish and ScaleChannel).
+// ones, and y's coefficients scale and shift from the saved ones (cpu/kernels/norm.cc's finish
+// and BnScaleShift).
 template <typename T>
 __global__ void BnFinishKernel(const double* partial, const double* mean, const T* gamma, const T* beta,
                                double momentum, double eps, BnDims d, T* mean_out, T* invstd_out, T* rmean, T* rvar,
@@ -393,10 +404,15 @@ __global__ void BnFinishKernel(const double* partial, const double* mean, const 
     invstd_out[ch] = T(invstd);
     rmean[ch] = T((1 - momentum) * double(rmean[ch]) + momentum * mu);
     rvar[ch] = T((1 - momentum) * double(rvar[ch]) + momentum * sq / (m - 1));
-    const double g = double(gamma[ch]), b = double(beta[ch]);
-    scale[ch] = T(g * invstd);
-    shift[ch] = T(b - mu * g * invstd);
+    BnScaleShift(gamma, beta, mean_out, invstd_out, ch, scale, shift);
   }
+}
+
+// batch_norm_apply's coefficients: a thread per channel.
+template <typename T>
+__global__ void BnApplyCoefficientsKernel(const T* gamma, const T* beta, const T* mean, const T* invstd, int64_t c,
+                                          T* scale, T* shift) {
+  LOOM_GRID_STRIDE(ch, c) BnScaleShift(gamma, beta, mean, invstd, ch, scale, shift);
 }
 
 // One block per channel, from the gradient's chunks: dgamma, dbeta and dx's coefficients
@@ -524,6 +540,34 @@ void BatchNormTrainTyped(const OpRecord& op, const KernelContext& ctx) {
   LOOM_CUDA_CHECK_LAUNCH();
 }
 
+// x: (N, C, ...), gamma, beta, mean, invstd: (C) [, residual] -> y (Note [Batch norm applied from
+// its saved statistics] in core/ops/norm.cc). X: as BatchNormTrainTyped's.
+template <typename T, typename X>
+void BatchNormApplyTyped(const OpRecord& op, const KernelContext& ctx) {
+  CudaDeviceImpl& dev = Dev(ctx);
+  const BnDims d = MakeBnDims(op.inputs[0].shape());
+  if (d.c == 0 || d.m == 0) return;
+  const BnLayout xl = BnLayoutOf(op, "x_blocked", d), yl = BnLayoutOf(op, "y_blocked", d);
+  std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+  const BnScratch w = BnWorkspace<T>(dev, d, 0, 0, 2);
+  T* scale = reinterpret_cast<T*>(w.ts);
+  T* shift = scale + d.c;
+  cudaStream_t s = dev.stream();
+  BnApplyCoefficientsKernel<<<Blocks(d.c), kThreads, 0, s>>>(op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+                                                             op.inputs[3].data<T>(), op.inputs[4].data<T>(), d.c, scale,
+                                                             shift);
+  LaunchBnApply(static_cast<const X*>(op.inputs[0].raw_data()), xl, static_cast<const T*>(nullptr), xl, scale, shift,
+                static_cast<const T*>(nullptr), op.outputs[0].data<T>(), yl, d, s,
+                op.inputs.size() > 5 ? op.inputs[5].data<T>() : nullptr, op.attrs.Int("relu", 0) != 0);
+  LOOM_CUDA_CHECK_LAUNCH();
+}
+
+void BatchNormApplyCuda(const OpRecord& op, const KernelContext& ctx) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormApplyTyped<float, uint16_t>(op, ctx);
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_apply",
+                [&](auto tag) { BatchNormApplyTyped<decltype(tag), decltype(tag)>(op, ctx); });
+}
+
 void BatchNormTrainCuda(const OpRecord& op, const KernelContext& ctx) {
   if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormTrainTyped<float, uint16_t>(op, ctx);
   FloatDispatch(op.inputs[0].dtype(), "batch_norm_train",
@@ -629,6 +673,8 @@ bool BatchNormSupportsCuda(const OpRecord& op) {
 
 LOOM_KERNEL(batch_norm_train, kCUDA, BatchNormTrainCuda);
 LOOM_KERNEL_SUPPORTS(batch_norm_train, kCUDA, BatchNormSupportsCuda);
+LOOM_KERNEL(batch_norm_apply, kCUDA, BatchNormApplyCuda);
+LOOM_KERNEL_SUPPORTS(batch_norm_apply, kCUDA, BatchNormSupportsCuda);
 LOOM_KERNEL(batch_norm_grad, kCUDA, BatchNormGradCuda);
 LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCUDA, BatchNormSupportsCuda);
 LOOM_KERNEL(max_pool2d, kCUDA, MaxPool2dCuda);

@@ -115,13 +115,19 @@ BnEpilogue<T> EpilogueOf(const OpRecord& op) {
   return BnEpilogue<T>{op.inputs.size() > 5 ? op.inputs[5].data<T>() : nullptr, op.attrs.Int("relu", 0) != 0};
 }
 
-// Batch norm's y = x * scale + shift over channel c, with scale = gamma invstd and
-// shift = beta - mean gamma invstd; then the epilogue, if any.
+// Batch norm's per-channel scale = gamma invstd and shift = beta - mean gamma invstd, in double
+// from the statistics given. Training batch norm gives them as it saves them, rounded to T (Note
+// [Batch norm applied from its saved statistics] in core/ops/norm.cc): batch_norm_apply, given
+// the saved ones, computes the same scale and shift.
+template <typename T>
+void BnScaleShift(double gamma, double beta, double mean, double invstd, T& scale, T& shift) {
+  scale = T(gamma * invstd);
+  shift = T(beta - mean * gamma * invstd);
+}
+
+// Batch norm's y = x * scale + shift over channel c; then the epilogue, if any.
 template <typename T, typename X>
-void ScaleChannel(const ChannelDims& d, int64_t c, const X* x, T* y, double gamma, double beta, double mean,
-                  double invstd, const BnEpilogue<T>& epi = {}) {
-  const T scale = T(gamma * invstd);
-  const T shift = T(beta - mean * gamma * invstd);
+void ScaleChannel(const ChannelDims& d, int64_t c, const X* x, T* y, T scale, T shift, const BnEpilogue<T>& epi = {}) {
   for (int64_t i = 0; i < d.n; ++i) {
     const X* xr = x + (i * d.c + c) * d.s;
     T* yr = y + (i * d.c + c) * d.s;
@@ -285,6 +291,32 @@ void ForGroups(const ChannelDims& d, F f) {
   });
 }
 
+// y = x scale + shift, then the epilogue, over the 16 channels from c0 of a blocked x or y: in
+// place where both are blocked, else in tiles of 16 pixels.
+template <typename T>
+void ScaleGroup(const ChannelDims& d, const ChannelLayout& xl, const ChannelLayout& yl, const T* x, T* y, int64_t c0,
+                const T* scale, const T* shift, const BnEpilogue<T>& epi) {
+  for (int64_t i = 0; xl.blocked && yl.blocked && i < d.n; ++i) {
+    const T* xb = x + xl.Start(d, i, c0);
+    T* yb = y + yl.Start(d, i, c0);
+    for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
+      for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
+    epi.Apply(yb, yl.Start(d, i, c0), d.s * kGroup);  // the residual has y's layout
+  }
+  for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)
+    for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
+      const int64_t n = std::min(kGroup, d.s - k0);
+      T t[kGroup][kGroup], r[kGroup][kGroup];
+      LoadTile(d, xl, x, i, c0, k0, n, t);
+      if (epi.residual) LoadTile(d, yl, epi.residual, i, c0, k0, n, r);
+      for (int64_t k = 0; k < n; ++k)
+        for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
+      for (int64_t k = 0; k < n && !epi.none(); ++k)
+        BnEpilogue<T>{epi.residual ? r[k] : nullptr, epi.relu}.Apply(t[k], 0, kGroup);
+      StoreTile(d, yl, y, i, c0, k0, n, t);
+    }
+}
+
 // BatchNormTrainCpu's body for one dtype; X: T, or Bf16Value for a bfloat16 x (NCHW only).
 template <typename T, typename X = T>
 void BatchNormTrain(const OpRecord& op) {
@@ -299,7 +331,8 @@ void BatchNormTrain(const OpRecord& op) {
   T* rmean = op.outputs[3].data<T>();  // == inputs[3] (Note [Running statistics are updated in place])
   T* rvar = op.outputs[4].data<T>();
   const double m = double(d.n * d.s);
-  // Channel c's statistics from its mean and squared deviations: outputs, running statistics.
+  // Channel c's statistics from its mean and squared deviations: outputs, running statistics. y
+  // is scaled with the saved (rounded) mean and invstd, as batch_norm_apply scales it.
   auto finish = [&](int64_t c, double mean, double sq) {
     const double var = sq / m;
     const double invstd = 1.0 / std::sqrt(var + eps);
@@ -307,7 +340,6 @@ void BatchNormTrain(const OpRecord& op) {
     invstd_out[c] = T(invstd);
     rmean[c] = T((1 - momentum) * double(rmean[c]) + momentum * mean);
     rvar[c] = T((1 - momentum) * double(rvar[c]) + momentum * sq / (m - 1));
-    return invstd;
   };
   const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_train");
   const ChannelLayout yl = LayoutAttr(op, "y_blocked", d, "batch_norm_train");
@@ -316,8 +348,10 @@ void BatchNormTrain(const OpRecord& op) {
     ForChannels(d, [&](int64_t c) {
       double mean, sq;
       MeanAndSquares(x + c * d.s, d.n, d.s, d.c * d.s, mean, sq);
-      const double invstd = finish(c, mean, sq);
-      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), mean, invstd, epi);
+      finish(c, mean, sq);
+      T scale, shift;
+      BnScaleShift(double(gamma[c]), double(beta[c]), double(mean_out[c]), double(invstd_out[c]), scale, shift);
+      ScaleChannel(d, c, x, y, scale, shift, epi);
     });
     return;
   }
@@ -355,31 +389,48 @@ void BatchNormTrain(const OpRecord& op) {
     }
     for (int64_t l = 0; l < kGroup; ++l) {
       const int64_t c = c0 + l;
-      const double g = double(gamma[c]), b = double(beta[c]);
-      const double invstd = finish(c, mean[l], devs[l].Total());
-      scale[l] = T(g * invstd);  // ScaleChannel's
-      shift[l] = T(b - mean[l] * g * invstd);
+      finish(c, mean[l], devs[l].Total());
+      BnScaleShift(double(gamma[c]), double(beta[c]), double(mean_out[c]), double(invstd_out[c]), scale[l], shift[l]);
     }
-    for (int64_t i = 0; xl.blocked && yl.blocked && i < d.n; ++i) {  // y = x scale + shift, in place
-      const T* xb = x + xl.Start(d, i, c0);
-      T* yb = y + yl.Start(d, i, c0);
-      for (int64_t k = 0; k < d.s * kGroup; k += kGroup)
-        for (int64_t l = 0; l < kGroup; ++l) yb[k + l] = xb[k + l] * scale[l] + shift[l];
-      epi.Apply(yb, yl.Start(d, i, c0), d.s * kGroup);  // the residual has y's layout
-    }
-    for (int64_t i = 0; !(xl.blocked && yl.blocked) && i < d.n; ++i)  // the same in tiles of 16 pixels
-      for (int64_t k0 = 0; k0 < d.s; k0 += kGroup) {
-        const int64_t n = std::min(kGroup, d.s - k0);
-        T t[kGroup][kGroup], r[kGroup][kGroup];
-        LoadTile(d, xl, x, i, c0, k0, n, t);
-        if (epi.residual) LoadTile(d, yl, epi.residual, i, c0, k0, n, r);
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t l = 0; l < kGroup; ++l) t[k][l] = t[k][l] * scale[l] + shift[l];
-        for (int64_t k = 0; k < n && !epi.none(); ++k)
-          BnEpilogue<T>{epi.residual ? r[k] : nullptr, epi.relu}.Apply(t[k], 0, kGroup);
-        StoreTile(d, yl, y, i, c0, k0, n, t);
-      }
+    ScaleGroup(d, xl, yl, x, y, c0, scale, shift, epi);
   });
+}
+
+// batch_norm_apply (Note [Batch norm applied from its saved statistics] in core/ops/norm.cc):
+// batch_norm_train's y from its saved mean and invstd, in any layout it takes.
+template <typename T, typename X = T>
+void BatchNormApply(const OpRecord& op) {
+  const ChannelDims d = MakeChannelDims(op.inputs[0].shape());
+  const X* x = static_cast<const X*>(op.inputs[0].raw_data());
+  const T *gamma = op.inputs[1].data<T>(), *beta = op.inputs[2].data<T>();
+  const T *mean = op.inputs[3].data<T>(), *invstd = op.inputs[4].data<T>();
+  T* y = op.outputs[0].data<T>();
+  const ChannelLayout xl = LayoutAttr(op, "x_blocked", d, "batch_norm_apply");
+  const ChannelLayout yl = LayoutAttr(op, "y_blocked", d, "batch_norm_apply");
+  const BnEpilogue<T> epi = EpilogueOf<T>(op);
+  if (!xl.blocked && !yl.blocked) {
+    ForChannels(d, [&](int64_t c) {
+      T scale, shift;
+      BnScaleShift(double(gamma[c]), double(beta[c]), double(mean[c]), double(invstd[c]), scale, shift);
+      ScaleChannel(d, c, x, y, scale, shift, epi);
+    });
+    return;
+  }
+  if constexpr (!std::is_same_v<X, T>) {
+    throw ValueError("[batch_norm_apply] a bfloat16 x takes no blocked layout");  // BatchNormSupports refuses it
+  } else ForGroups(d, [&](int64_t c0) {
+    T scale[kGroup], shift[kGroup];
+    for (int64_t l = 0; l < kGroup; ++l)
+      BnScaleShift(double(gamma[c0 + l]), double(beta[c0 + l]), double(mean[c0 + l]), double(invstd[c0 + l]), scale[l],
+                   shift[l]);
+    ScaleGroup(d, xl, yl, x, y, c0, scale, shift, epi);
+  });
+}
+
+// x: (N, C, S), gamma, beta, mean, invstd: (C) [, residual] -> y: (N, C, S)
+void BatchNormApplyCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BatchNormApply<float, Bf16Value>(op);
+  FloatDispatch(op.inputs[0].dtype(), "batch_norm_apply", [&](auto tag) { BatchNormApply<decltype(tag)>(op); });
 }
 
 // x: (N, C, S), gamma, beta, running_mean, running_var: (C)
@@ -406,8 +457,10 @@ void BatchNormInferCpu(const OpRecord& op, const KernelContext&) {
     const T* rvar = op.inputs[4].data<T>();
     T* y = op.outputs[0].data<T>();
     ForChannels(d, [&](int64_t c) {
-      const double invstd = 1.0 / std::sqrt(double(rvar[c]) + eps);
-      ScaleChannel(d, c, x, y, double(gamma[c]), double(beta[c]), double(rmean[c]), invstd);
+      T scale, shift;
+      BnScaleShift(double(gamma[c]), double(beta[c]), double(rmean[c]), 1.0 / std::sqrt(double(rvar[c]) + eps), scale,
+                   shift);
+      ScaleChannel(d, c, x, y, scale, shift);
     });
   });
 }
@@ -685,6 +738,8 @@ bool BatchNormSupports(const OpRecord& op) {
 
 LOOM_KERNEL(batch_norm_train, kCPU, BatchNormTrainCpu);
 LOOM_KERNEL_SUPPORTS(batch_norm_train, kCPU, BatchNormSupports);
+LOOM_KERNEL(batch_norm_apply, kCPU, BatchNormApplyCpu);
+LOOM_KERNEL_SUPPORTS(batch_norm_apply, kCPU, BatchNormSupports);
 LOOM_KERNEL_SUPPORTS(batch_norm_grad, kCPU, BatchNormSupports);
 LOOM_KERNEL(batch_norm_infer, kCPU, BatchNormInferCpu);
 LOOM_KERNEL(batch_norm_grad, kCPU, BatchNormGradCpu);
