@@ -95,12 +95,14 @@ LOOM_OP(batch_norm_train) {
 }
 
 // x: (N, C, ...), gamma, beta, mean, invstd: (C) [, residual: x's shape] -> y: (N, C, ...)
-// Note [Batch norm applied from its saved statistics]: batch_norm_train's y again, from the batch
-// mean and invstd it saved (its outputs 1 and 2, rounded to their dtype), without the passes over
-// x that computed them and without touching the running statistics. batch_norm_train scales with
-// those rounded statistics (cpu/kernels/norm.cc, cuda/cnn.cu: BnScaleShift), so the bits are its
-// own. Made only by the memory budget's recompute (graph/recompute.cc), with the record's relu,
-// residual and layout attributes (x_blocked, y_blocked).
+//
+// Note [Batch norm applied from its saved statistics]
+// batch_norm_apply gives batch_norm_train's y again, from the batch mean and invstd it saved
+// (its outputs 1 and 2, rounded to their dtype), without the passes over x that computed them and
+// without touching the running statistics. batch_norm_train scales with those rounded statistics
+// (cpu/kernels/norm.cc, cuda/cnn.cu: BnScaleShift), so the bits are its own. Made only by the
+// memory budget's recompute (graph/recompute.cc), with the record's relu, residual and layout
+// attributes (x_blocked, y_blocked).
 LOOM_OP(batch_norm_apply) {
   def.internal = "made only by the memory budget's recompute (graph/recompute.cc)";
   def.attrs = {{"x_blocked", kInt}, {"y_blocked", kInt}, {"relu", kInt}};
