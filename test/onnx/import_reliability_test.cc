@@ -130,6 +130,27 @@ TEST(OnnxImportReliability, HostIndexArraysAreBoundedBeforeTheyAreBuilt) {
                         "[onnx] node 'oh' (OneHot): depth needs 1099511627776 values built on the host, more than");
 }
 
+TEST(OnnxImportReliability, TheHostValueLimitBoundsNonZerosIndicesBeforeTheyAreBuilt) {
+  // NonZero's indices depend on the values: counted first, then checked against the limit
+  // (found by fuzz_onnx_ops: a chain of NonZero doubled them at each node, out of memory).
+  EXPECT_EQ(io::OnnxHostValueLimit(), int64_t(1) << 26);
+  Builder b;
+  b.Input("x", {2, 100});
+  b.Node("NonZero", {"x"}, {"y"}, "n1");
+  b.Output("y", TensorProto::INT64);
+  OnnxModel m = b.Import();
+  const Tensor ones = ops::Ones({2, 100}, DType::kFloat32, Cpu());
+  EXPECT_EQ(m.Forward({ones})[0].shape(), (Shape{2, 200}));
+  io::SetOnnxHostValueLimit(399);
+  LOOM_EXPECT_THROW_MSG(m.Forward({ones}), OnnxError,
+                        "[onnx] node 'n1' (NonZero): NonZero's indices needs 400 values built on the host, more than the 399");
+  EXPECT_EQ(m.Forward({ops::Zeros({2, 100}, DType::kFloat32, Cpu())})[0].shape(), (Shape{2, 0}));
+  io::SetOnnxHostValueLimit(int64_t(1) << 26);
+  LOOM_EXPECT_THROW_MSG(io::SetOnnxHostValueLimit(0), ValueError, "[onnx] host value limit 0 must be in [1, 67108864]");
+  LOOM_EXPECT_THROW_MSG(io::SetOnnxHostValueLimit((int64_t(1) << 26) + 1), ValueError, "must be in [1,");
+  EXPECT_EQ(io::OnnxHostValueLimit(), int64_t(1) << 26);
+}
+
 // scores (2, 3) -> op(scores, target) -> loss, the target an initializer (known on the host) or a
 // graph input (computed: checked on the device).
 Builder LossModel(const std::string& op, const std::vector<double>& target, bool target_known,

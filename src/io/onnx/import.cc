@@ -3,6 +3,7 @@
 #include "io/onnx/import.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "core/error.h"
@@ -89,9 +90,14 @@ std::vector<int64_t> RunContext::Ints(size_t i, const char* what) const {
   return out;
 }
 
+namespace {
+std::atomic<int64_t> g_host_value_limit{kMaxHostValues};
+}  // namespace
+
 size_t HostCount(const RunContext& c, int64_t n, const char* what) {
-  if (n < 0 || n > kMaxHostValues)
-    Fail(c, detail::Cat(what, " needs ", n, " values built on the host, more than the ", kMaxHostValues,
+  const int64_t limit = OnnxHostValueLimit();
+  if (n < 0 || n > limit)
+    Fail(c, detail::Cat(what, " needs ", n, " values built on the host, more than the ", limit,
                         " loom builds (Note [Host-built index arrays])"));
   return size_t(n);
 }
@@ -544,6 +550,14 @@ OnnxModel ImportOnnxFromBytes(const std::string& bytes, const std::shared_ptr<De
 OnnxModel ImportOnnx(const std::string& path, const std::shared_ptr<Device>& device) {
   return ImportOnnxFromBytes(ReadFile(path, "onnx", size_t(INT32_MAX)), device);  // a protobuf message's limit
 }
+
+
+void SetOnnxHostValueLimit(int64_t n) {
+  LOOM_CHECK(n >= 1 && n <= onnx::kMaxHostValues, ValueError, "[onnx] host value limit ", n, " must be in [1, ",
+             onnx::kMaxHostValues, "]");
+  onnx::g_host_value_limit.store(n, std::memory_order_relaxed);
+}
+int64_t OnnxHostValueLimit() { return onnx::g_host_value_limit.load(std::memory_order_relaxed); }
 
 std::string OnnxImportProblem(const std::string& bytes, const std::shared_ptr<Device>& device) {
   try {

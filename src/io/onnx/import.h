@@ -71,6 +71,12 @@ OnnxModel ImportOnnx(const std::string& path, const std::shared_ptr<Device>& dev
 // want a yes/no (ONNX's backend test runner asks `is_compatible`). Other errors propagate.
 std::string OnnxImportProblem(const std::string& bytes, const std::shared_ptr<Device>& device);
 
+// Note [Host-built index arrays] (onnx/import_graph.h): the most values one node builds on the host
+// (default 2^26, 512 MB of int64). A lower limit suits a server importing models it does not
+// trust, or a fuzzer; n >= 1. Process-wide; a Forward reads it as it runs.
+void SetOnnxHostValueLimit(int64_t n);
+int64_t OnnxHostValueLimit();
+
 // The registry's ops, generated from it (never a hand-typed list): op_type and the opset range
 // [since, until] its handler implements, sorted by op_type.
 struct OnnxOpSupport {

@@ -134,7 +134,9 @@ struct ImportedGraph {
 // dimension or by a value. A dimension of an empty tensor ((0, 2^40) holds nothing) or a value
 // (OneHot's depth) can ask for more than memory holds, and the allocation then ends the process
 // (std::bad_alloc, or a sanitizer's out-of-memory report). So every such size passes HostCount
-// first: more than kMaxHostValues values is the node's OnnxError.
+// first: more than OnnxHostValueLimit() values (kMaxHostValues unless SetOnnxHostValueLimit
+// lowered it, onnx/import.h) is the node's OnnxError. Values whose count depends on the data
+// (NonZero's indices) are counted before they are built.
 constexpr int64_t kMaxHostValues = int64_t(1) << 26;
 size_t HostCount(const RunContext& c, int64_t n, const char* what);
 [[noreturn]] void Fail(const NodeSpec& n, const std::string& what);  // throws OnnxError

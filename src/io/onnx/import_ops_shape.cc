@@ -426,9 +426,9 @@ std::vector<Value> RunRange(RunContext& c) {
   if (delta == 0) Fail(c, "delta is 0");
   // The count in double first: a cast of 1e30 to int64 is undefined (it came out as 0 elements).
   const double count = std::max(0.0, std::ceil((limit - start) / delta));
-  if (!(count <= double(kMaxHostValues)))  // Note [Host-built index arrays]
+  if (!(count <= double(OnnxHostValueLimit())))  // Note [Host-built index arrays]
     Fail(c, detail::Cat("range(", start, ", ", limit, ", ", delta, ") has ", count, " elements, more than the ",
-                        kMaxHostValues, " loom builds"));
+                        OnnxHostValueLimit(), " loom builds"));
   const int64_t n = int64_t(count);
   const DType dt = c.T(0).dtype();
   if (!IsFloat(dt)) {
