@@ -156,6 +156,32 @@ def test_errors_name_the_node(dev):
         onnx_import.import_model(12, dev)
 
 
+def test_the_host_value_limit_bounds_what_a_node_builds(dev):
+    """Range's values are built on the host: a limit below them is the node's OnnxError
+    (Note [Host-built index arrays]); the default is restored after."""
+    onnx = pytest.importorskip("onnx", reason="the onnx package is not installed; tools/setup.sh installs python3-onnx")
+    from onnx import TensorProto, helper
+
+    consts = [helper.make_tensor(n, TensorProto.FLOAT, [], [v]) for n, v in (("s", 0.0), ("l", 100.0), ("d", 1.0))]
+    node = helper.make_node("Range", ["s", "l", "d"], ["y"], name="the_range")
+    g = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [100])],
+                          initializer=consts)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    graph = onnx_import.import_model(m, dev)
+    assert onnx_import.host_value_limit() == 2**26
+    assert len(tensor.to_numpy(graph.forward([])[0])) == 100
+    try:
+        onnx_import.set_host_value_limit(99)
+        with pytest.raises(loom.OnnxError, match=r"node 'the_range' \(Range\): range\(0, 100, 1\) has 100 elements, more than the 99"):
+            graph.forward([])
+    finally:
+        onnx_import.set_host_value_limit(2**26)
+    with pytest.raises(loom.ValueError, match=r"host value limit 0 must be in \[1, 67108864\]"):
+        onnx_import.set_host_value_limit(0)
+    assert onnx_import.host_value_limit() == 2**26
+
+
 def test_backend_runs_and_checks_dtypes(dev):
     rep = sonnx.prepare(tiny_model_bytes("Relu"), "CPU")
     x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)

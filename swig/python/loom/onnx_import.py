@@ -15,7 +15,8 @@ import stat
 from . import core, errors
 from .tensor import Tensor, _check_device
 
-__all__ = ["import_model", "import_problem", "supported_ops", "supported_op_ranges", "OnnxGraph", "model_bytes"]
+__all__ = ["import_model", "import_problem", "supported_ops", "supported_op_ranges", "OnnxGraph", "model_bytes",
+           "host_value_limit", "set_host_value_limit"]
 
 
 def model_bytes(model):
@@ -70,6 +71,19 @@ def supported_op_ranges():
 def supported_ops():
     """The ONNX op types the importer implements (sorted), from its registry."""
     return sorted({r[0] for r in supported_op_ranges()})
+
+
+def host_value_limit():
+    """The most values one node builds on the host (index patterns, Range, NonZero's indices):
+    2**26 unless set_host_value_limit lowered it."""
+    return core.onnx_host_value_limit()
+
+
+def set_host_value_limit(n):
+    """Lowers (or restores, up to 2**26) the host-value limit for every model this process runs:
+    a node asking for more is a loom.OnnxError naming it (for models you do not trust). A value
+    outside [1, 2**26] is a loom.ValueError."""
+    core.set_onnx_host_value_limit(int(n))
 
 
 def import_problem(model, device=None):
