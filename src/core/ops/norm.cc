@@ -17,7 +17,6 @@
 // batch_norm_train then returns y = relu(bn(x) [+ residual]), the residual an optional input 5 of
 // y's shape and dtype, in y's layout. Such records exist only in captured graphs, after backward.
 #include <algorithm>
-#include <string>
 
 #include "core/ops/common.h"
 #include "core/ops_cnn.h"
@@ -34,16 +33,19 @@ namespace {
 // x: (N, C, ...), the four per-channel tensors (C); all of x's dtype, or float32 with a
 // bfloat16 x (Note [Convolution outputs kept in bfloat16] in graph/bf16_conv_outputs.cc).
 // Returns the dtype of the statistics and of y.
-DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in, size_t arity = 5) {
+// Inputs 3 and 4 are the running statistics, or (saved_stats: batch_norm_apply) the batch mean and
+// invstd batch_norm_train saved.
+DType CheckBatchNormInputs(const char* op, const std::vector<TensorMeta>& in, size_t arity = 5,
+                           bool saved_stats = false) {
   CheckArity(op, in, arity);
   const DType t = in[0].dtype == DType::kBFloat16 ? DType::kFloat32 : in[0].dtype;
   if (in[0].dtype != DType::kBFloat16) CheckFloat(op, in[0]);
   const Shape& x = in[0].shape;
   LOOM_CHECK(x.size() >= 2 && x[1] > 0, ShapeError, "[", op, "] input ", ToString(x),
              " must be (N, C, ...) with at least one channel");
-  static const char* stats[] = {"x", "gamma", "beta", "running_mean", "running_var"};
-  static const char* saved[] = {"x", "gamma", "beta", "mean", "invstd"};  // batch_norm_apply's
-  const char* const* names = std::string(op) == "batch_norm_apply" ? saved : stats;
+  static const char* running[] = {"x", "gamma", "beta", "running_mean", "running_var"};
+  static const char* saved[] = {"x", "gamma", "beta", "mean", "invstd"};
+  const char* const* names = saved_stats ? saved : running;
   for (size_t i = 1; i < 5; ++i) {
     LOOM_CHECK(in[i].dtype == t, DTypeError, "[", op, "] ", names[i], " is ", Name(in[i].dtype), ", input is ",
                Name(in[0].dtype), t != in[0].dtype ? " (a bfloat16 input takes float32 statistics)" : "");
@@ -109,7 +111,7 @@ LOOM_OP(batch_norm_apply) {
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     const bool residual = in.size() == 6;
     LOOM_CHECK(!residual || a.Int("relu", 0) != 0, ValueError, "[batch_norm_apply] a residual (input 5) needs relu = 1");
-    const DType t = CheckBatchNormInputs("batch_norm_apply", in, residual ? 6 : 5);
+    const DType t = CheckBatchNormInputs("batch_norm_apply", in, residual ? 6 : 5, true);
     if (residual)
       LOOM_CHECK(in[5].shape == in[0].shape && in[5].dtype == t, ShapeError, "[batch_norm_apply] residual ",
                  ToString(in[5].shape), " ", Name(in[5].dtype), " must be y's shape ", ToString(in[0].shape),
