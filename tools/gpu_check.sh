@@ -45,7 +45,11 @@
 #                convolution transposes), the default without the pass fuse_bn_relu (batch norm,
 #                the shortcut's add and ReLU as separate kernels: Note [Batch norm with its ReLU]),
 #                and NCHW plans (LOOM_CUDNN_LAYOUT=nchw), taking turns; each JSON line tagged
-#                "cudnn_layout" (Note [NHWC convolutions on cuDNN])
+#                "cudnn_layout" (Note [NHWC convolutions on cuDNN]). Also on request (LOOM_GPU_LAYOUTS):
+#                nhwc-nondet, the default with nondeterministic algorithms allowed to win
+#                (LOOM_CUDNN_DETERMINISTIC=0; every JSON line's "kernel_counters" already gives
+#                the measured milliseconds of the chosen algorithms against the fastest of any
+#                determinism: Note [Measured algorithms])
 #                (with the second call: LOOM_GPU_PARTS=precision,layouts,compare-bf16)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check. The exit status is non-zero when any part failed.
@@ -57,7 +61,8 @@
 #   LOOM_GPU_COMPARE_BF16  compare.sh's selection for compare-bf16 (default: torch2 and compile on
 #                      ResNet-50 and the GPT)
 #   LOOM_GPU_PRECISIONS  the precision part's loom-bench precisions (default: "bf16 fp16")
-#   LOOM_GPU_LAYOUTS   the layouts part's runs, in turn (default: "nchw nhwc nhwc-unplanned nhwc-unfused nhwc")
+#   LOOM_GPU_LAYOUTS   the layouts part's runs, in turn (default: "nchw nhwc nhwc-unplanned nhwc-unfused nhwc";
+#                      also nhwc-nondet)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -268,6 +273,7 @@ part_layouts() {
         nhwc) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
         nhwc-unplanned) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass plan_layouts=off ;;
         nhwc-unfused) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass fuse_bn_relu=off ;;
+        nhwc-nondet) LOOM_CUDNN_DETERMINISTIC=0 "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
         *) echo "gpu_check: LOOM_GPU_LAYOUTS: unknown run '$l'" >&2; false ;;
       esac | sed "s/^{/{\"cudnn_layout\": \"$l\", /" >>"$DEST/layouts.jsonl"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1

@@ -1282,6 +1282,17 @@ std::string KernelsJson() {
   return out + "]";
 }
 
+// {"name": value, ...}: loom::KernelCounters(), the process's so far (device/kernel_report.h).
+std::string KernelCountersJson() {
+  std::string out = "{";
+  for (const auto& c : loom::KernelCounters()) {
+    char v[64];
+    std::snprintf(v, sizeof v, "%.6g", c.second);
+    out += (out.size() > 1 ? ", " : "") + JsonString(c.first) + ": " + v;
+  }
+  return out + "}";
+}
+
 double Gflops(const Speed& sp, double ms) { return ms > 0 ? double(sp.flops_per_step) / (ms * 1e6) : 0; }
 
 // ---------------------------------------------------------------- memory timeline
@@ -1508,7 +1519,7 @@ std::string Json(const Flags& f, const ModelSpec& spec, int64_t batch, const std
                 sp.peak_gflops_per_thread > 0 ? std::to_string(sp.peak_gflops_per_thread).c_str() : "null",
                 JsonString(sp.peak_what).c_str(),
                 sp.peak_gflops > 0 ? std::to_string(gf / sp.peak_gflops).c_str() : "null");
-  return out + ScalingJson(f, r, base) + more + KernelsJson() + "}";
+  return out + ScalingJson(f, r, base) + more + KernelsJson() + ", \"kernel_counters\": " + KernelCountersJson() + "}";
 }
 
 // Note [Scaling runs], as a table: one row per run.

@@ -14,6 +14,10 @@ std::vector<std::pair<std::string, std::string>>& Reported() {
   static auto* v = new std::vector<std::pair<std::string, std::string>>;  // lives to process exit
   return *v;
 }
+std::vector<std::pair<std::string, double>>& Counters() {
+  static auto* v = new std::vector<std::pair<std::string, double>>;
+  return *v;
+}
 std::set<std::string>& Warned() {
   static auto* s = new std::set<std::string>;
   return *s;
@@ -33,6 +37,21 @@ void ReportKernel(const std::string& kind, const std::string& impl) {
 std::vector<std::pair<std::string, std::string>> ReportedKernels() {
   std::lock_guard<std::mutex> l(g_mu);
   return Reported();
+}
+
+void AddKernelCounter(const std::string& name, double value) {
+  std::lock_guard<std::mutex> l(g_mu);
+  for (auto& c : Counters())
+    if (c.first == name) {
+      c.second += value;
+      return;
+    }
+  Counters().emplace_back(name, value);
+}
+
+std::vector<std::pair<std::string, double>> KernelCounters() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return Counters();
 }
 
 void WarnOnce(const std::string& key, const std::string& message) {

@@ -18,6 +18,14 @@ void ReportKernel(const std::string& kind, const std::string& impl);
 // Every (kind, impl) reported so far, in the order first reported.
 std::vector<std::pair<std::string, std::string>> ReportedKernels();
 
+// Adds `value` to the process-wide counter `name` (created at 0 on first use). Kernels that
+// choose among implementations count what they chose and what they passed over (e.g. Note
+// [Measured algorithms]: the measured milliseconds of the chosen convolution algorithms and of
+// the fastest ones of any determinism); loom-bench's JSON lists them as "kernel_counters".
+void AddKernelCounter(const std::string& name, double value);
+// Every counter, in the order first added.
+std::vector<std::pair<std::string, double>> KernelCounters();
+
 // Prints "[loom] warning: <message>" to stderr the first time `key` is warned about in this
 // process (whatever LOOM_DEBUG says); later calls with the same key print nothing.
 void WarnOnce(const std::string& key, const std::string& message);

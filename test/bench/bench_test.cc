@@ -68,6 +68,7 @@ TEST(LoomBench, ReportsTrainedRunsOfEagerAndPlannedGraph) {
     EXPECT_GT(Field(l, "fma_peak_gflops"), 0) << l;
     EXPECT_GT(Field(l, "fraction_of_peak"), 0) << l;
     EXPECT_NE(l.find("\"kernels\": [{\"kind\": \"gemm f32\", \"impl\": \""), std::string::npos) << l;
+    EXPECT_NE(l.find("\"kernel_counters\": {"), std::string::npos) << l;
   }
   // Same seed, same data, serial replay: the graph reproduces eager's losses (docs/design.md inv. 5).
   EXPECT_EQ(Field(lines[0], "last_loss"), Field(lines[1], "last_loss"));

@@ -12,7 +12,9 @@
 //     convolutions' results are kept in bfloat16 for batch norm, graph/bf16_conv_outputs.cc).
 // Which records the pass marks on a CUDA device is checked without a GPU in
 // test/graph/layout_test.cc (LayoutOnCuda).
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -221,6 +223,18 @@ TEST_F(NhwcTest, ConvolutionsComputeTheNchwBytes) {
     if (impl.find("tensor ops") != std::string::npos) on_tensor_ops.insert(kind);
   for (const char* kind : {"conv2d forward bf16", "conv2d grad input bf16", "conv2d grad weight bf16"})
     EXPECT_EQ(on_tensor_ops.count(kind), 1u) << kind << ": no plan on tensor ops";
+  // Note [Measured algorithms]: each pass's plans were measured (unless LOOM_CUDNN_FIND=0), and
+  // the measured choices, deterministic first, take no less than the fastest of any determinism.
+  const char* find = std::getenv("LOOM_CUDNN_FIND");
+  if (find && std::string(find) == "0") return;
+  std::map<std::string, double> counters;
+  for (const auto& [name, value] : KernelCounters()) counters[name] = value;
+  for (const char* pass : {"forward", "grad input", "grad weight"}) {
+    const std::string what = std::string("cudnn conv ") + pass + " ";
+    EXPECT_GE(counters[what + "plans measured"], 2) << pass << ": one plan for each operand type";
+    EXPECT_GT(counters[what + "fastest ms, any determinism"], 0) << pass;
+    EXPECT_GE(counters[what + "chosen ms"], counters[what + "fastest ms, any determinism"]) << pass;
+  }
 }
 
 TEST_F(NhwcTest, NhwcRegionsTrainToEagerBits) {
@@ -241,8 +255,9 @@ TEST_F(NhwcTest, NhwcRegionsTrainToEagerBits) {
       EXPECT_EQ(nchw.stats.counters.Get("blocked_layouts"), 0) << what;
       // At bf16 every convolution keeps its result in bfloat16 for its batch norm (Note
       // [Convolution outputs kept in bfloat16]): the small CNN's 2, ResNet-18's 20.
-      if (p == Precision::kBFloat16)
+      if (p == Precision::kBFloat16) {
         EXPECT_EQ(planned.stats.counters.Get("bf16_conv_outputs"), resnet ? 20 : 2) << what;
+      }
       EXPECT_TRUE(SameBits(eager.params, planned.params)) << what << ": the NHWC graph against eager";
       EXPECT_TRUE(SameBits(nchw.params, planned.params)) << what << ": the NHWC graph against the NCHW one";
     }

@@ -265,25 +265,51 @@ const void* ConvInput(const ExplicitPad& e, const Tensor& x, char* xp, cudaStrea
   return xp;
 }
 
+// Note [Measured algorithms]: LOOM_CUDNN_DETERMINISTIC=0 lets a nondeterministic algorithm win
+// when it is faster (as PyTorch's cudnn.benchmark without cudnn.deterministic does). Replays of
+// a captured step may then differ from each other and from eager steps in the last bits
+// (atomic additions in another order), so the default keeps deterministic ones first, and the
+// measurements count what that costs (kernel counters "cudnn conv ... fastest ms, any
+// determinism" against "... chosen ms").
+bool DeterministicFirst() {
+  static const bool first = [] {
+    const char* env = std::getenv("LOOM_CUDNN_DETERMINISTIC");
+    return !(env && std::string(env) == "0");
+  }();
+  return first;
+}
+
 // Picks an algorithm among cuDNN's answers (best first: the heuristics' order, or the measured
-// times): deterministic preferred, allowed under the float32 math in force, within the workspace
-// limit. Heuristic answers: the first usable one. Measured answers (`slack` > 0): among the
-// usable ones within `slack` of the fastest, the one with the least workspace, since the
-// device's workspace is as large as the largest any convolution takes and counts in its peak.
-// In TF32 mode the descriptor takes the chosen answer's math type. `workspace_of` says the
-// bytes an answer needs.
+// times): deterministic preferred (DeterministicFirst), allowed under the float32 math in force,
+// within the workspace limit. Heuristic answers: the first usable one. Measured answers (`slack`
+// > 0): among the usable ones within `slack` of the fastest, the one with the least workspace,
+// since the device's workspace is as large as the largest any convolution takes and counts in
+// its peak. In TF32 mode the descriptor takes the chosen answer's math type. `workspace_of` says
+// the bytes an answer needs. `fastest_any`, when given, gets the fastest usable answer's time
+// whatever its determinism (0 when none).
 template <typename Perf, typename SizeFn>
-bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, double slack = 0) {
-  for (int pass = 0; pass < 2; ++pass) {  // pass 0: deterministic only
+bool ChooseAlgo(const Perf* perf, int count, SizeFn workspace_of, ConvPlan& p, double slack = 0,
+                float* fastest_any = nullptr) {
+  auto usable = [&](const Perf& r, size_t* bytes) {
+    if (r.status != CUDNN_STATUS_SUCCESS) return false;
+    if (p.full_fp32 && (TensorOpMath(r.mathType) || Transforms(r.algo))) return false;
+    return workspace_of(r, bytes) == CUDNN_STATUS_SUCCESS && *bytes <= kMaxConvWorkspace;
+  };
+  if (fastest_any) {
+    *fastest_any = 0;
+    for (int i = 0; i < count; ++i) {
+      size_t bytes = 0;
+      if (usable(perf[i], &bytes) && (*fastest_any == 0 || perf[i].time < *fastest_any)) *fastest_any = perf[i].time;
+    }
+  }
+  for (int pass = DeterministicFirst() ? 0 : 1; pass < 2; ++pass) {  // pass 0: deterministic only
     int pick = -1;
     size_t pick_bytes = 0;
     float fastest = 0;
     for (int i = 0; i < count; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
       if (pass == 0 && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-      if (p.full_fp32 && (TensorOpMath(perf[i].mathType) || Transforms(perf[i].algo))) continue;
       size_t bytes = 0;
-      if (workspace_of(perf[i], &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspace) continue;
+      if (!usable(perf[i], &bytes)) continue;
       if (pick < 0) {
         pick = i, pick_bytes = bytes, fastest = perf[i].time;
         if (slack <= 0) break;
@@ -378,6 +404,7 @@ void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, c
     return CUDNN_STATUS_SUCCESS;
   };
   bool chosen = false;
+  float fastest_any = 0;
   // Every math type the plan allows competes; the winner's goes on the descriptor (ChooseAlgo).
   cudnnMathType_t before_math = CUDNN_DEFAULT_MATH;
   LOOM_CUDA_CHECK(cudnnGetConvolutionMathType(p.conv, &before_math));
@@ -386,23 +413,29 @@ void MeasureConvPlan(CudaDeviceImpl& dev, ConvKind kind, DType t, ConvPlan& p, c
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(hd, p.x, x, p.w, w, p.conv, p.y, const_cast<void*>(y), kMax,
                                                            &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack, &fastest_any);
   } else if (kind == ConvKind::kBackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(hd, p.w, w, p.y, y, p.conv, p.x, const_cast<void*>(x),
                                                                 kMax, &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack, &fastest_any);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
     LOOM_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(hd, p.x, x, p.y, y, p.conv, p.w, const_cast<void*>(w),
                                                                   kMax, &found, perf, ws, ws_bytes));
-    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack);
+    chosen = ChooseAlgo(perf, found, by_memory, p, kTimeSlack, &fastest_any);
   }
   if (!chosen) {  // keep the guess, with the math type it was chosen under
     p.algo = before.algo;
     p.workspace = before.workspace;
     p.ms = 0;
     if (!p.full_fp32) LOOM_CUDA_CHECK(cudnnSetConvolutionMathType(p.conv, before_math));
+  } else {
+    // What the measured choices cost against the fastest of any determinism (DeterministicFirst).
+    const std::string what = std::string("cudnn conv ") + kConvKindName[int(kind)] + " ";
+    AddKernelCounter(what + "plans measured", 1);
+    AddKernelCounter(what + "chosen ms", p.ms);
+    AddKernelCounter(what + "fastest ms, any determinism", fastest_any);
   }
   ReportPlan(kind, t, p);
 }
