@@ -6,12 +6,11 @@
 //                            nothing runs, nothing is allocated. -> OpList (with who reads and
 //                            writes each block); ranks.h checks every rank captured the same.
 //  1b. passes    passes.h    op list -> op list + effects: what a captured step allows and eager
-//                            cannot. The frame runs the registered passes in order: here
-//                            autocast_pass.cc, weight_copies.cc, buckets.cc, fuse_weight_grad.cc,
-//                            fuse_bias_act.cc, bf16_relu_mask.cc (sharing op_uses.h); a
-//                            backend's in its folder (device/cpu/passes). Effects are applied by
-//                            their owners: buffers by bind.h, layout and copy guards by
-//                            layout_guard.h.
+//                            cannot. The frame runs the registered passes in order: one file
+//                            each here (the table in docs/design.md, "Passes"; sharing
+//                            op_uses.h), a backend's in its folder (device/cpu/passes).
+//                            Effects are applied by their owners: buffers by bind.h, layout
+//                            and copy guards by layout_guard.h.
 //  1c. budget    recompute.h op list -> op list meeting GraphOptions::memory_budget: activations
 //                            dropped and computed again before their backward readers.
 //   2. analyse   analysis.h  RAW/WAR/WAW dependencies, block lifetimes and refcounts,
