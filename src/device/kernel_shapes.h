@@ -182,6 +182,31 @@ inline LinearCrossEntropyLayout MakeLinearCrossEntropyLayout(const Attrs& attrs,
 // ---- normalisation ----
 
 // Batch norm: x (N, C, ...) seen as (N, C, S), S the spatial axes flattened.
+// Note [Column sums by slabs]
+// A CUDA column sum over r rows (bias_grad, bias_act_grad, sum over a leading axis) runs in
+// blocks of 32 columns x 8 thread rows, each thread row adding every 8th row, 8 loads ahead
+// (kLoadsAhead in cuda/common.cuh). With one block per 32 columns, GPT-2's bias gradients
+// (8,192 x 768) had 24 blocks for 132 SMs, each thread walking 1,024 rows. So the rows are cut
+// into slabs (ColumnSlabsOf: about kTargetBlocks blocks in all, to fill a GPU; slabs of at
+// least kMinSlabRows rows, each a multiple of 64), a block per (32 columns, slab) writes its
+// slab's sum to the device's workspace, and ColumnSlabsTotalKernel (cuda/common.cuh) adds each
+// column's slabs in order. The slabs depend on the shape alone, so eager and replayed steps add
+// in one order (docs/design.md invariant 5); one slab is the unsliced sum, written directly.
+struct ColumnSlabs {
+  int64_t slabs = 1, rows = 0;  // rows per slab (the last may have fewer)
+};
+// r rows, blocks_per_slab = blocks of 32 columns (times the outer count) each slab takes.
+inline ColumnSlabs ColumnSlabsOf(int64_t r, int64_t blocks_per_slab) {
+  constexpr int64_t kTargetBlocks = 512, kMinSlabRows = 256, kStep = 8 * 8;  // 8 thread rows x 8 loads ahead
+  ColumnSlabs c;
+  int64_t s = (kTargetBlocks + std::max<int64_t>(blocks_per_slab, 1) - 1) / std::max<int64_t>(blocks_per_slab, 1);
+  s = std::max<int64_t>(1, std::min({s, r / kMinSlabRows, int64_t(65535)}));
+  c.rows = ((r + s - 1) / s + kStep - 1) / kStep * kStep;
+  c.slabs = c.rows > 0 ? (r + c.rows - 1) / c.rows : 1;
+  if (c.slabs <= 1) c = ColumnSlabs{1, r};
+  return c;
+}
+
 struct ChannelDims {
   int64_t n, c, s;
 };

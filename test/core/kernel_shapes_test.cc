@@ -141,6 +141,32 @@ TEST(KernelShapes, WindowArgMaxTakesTheFirstMaximumAndNaN) {
   EXPECT_TRUE(std::isnan(m));
 }
 
+// Note [Column sums by slabs]: slabs cover the rows exactly, each a multiple of 64 rows of at
+// least 256 (the last may be shorter), enough of them to give a GPU about 512 blocks; a short or
+// wide sum stays one slab, the rows whole.
+TEST(KernelShapes, ColumnSlabsCoverTheRowsAndFillAGpu) {
+  const ColumnSlabs gpt2_bias = ColumnSlabsOf(8192, 24);  // GPT-2's (8192, 768): 24 blocks of 32 columns
+  EXPECT_EQ(gpt2_bias.slabs, 22);
+  EXPECT_EQ(gpt2_bias.rows, 384);
+  for (int64_t r : {int64_t(0), int64_t(1), int64_t(255), int64_t(256), int64_t(1000), int64_t(8192), int64_t(100003)})
+    for (int64_t blocks : {int64_t(1), int64_t(3), int64_t(24), int64_t(96), int64_t(600)}) {
+      const ColumnSlabs c = ColumnSlabsOf(r, blocks);
+      const std::string what = "r " + std::to_string(r) + ", blocks " + std::to_string(blocks);
+      ASSERT_GE(c.slabs, 1) << what;
+      if (c.slabs == 1) {
+        EXPECT_EQ(c.rows, r) << what;
+        continue;
+      }
+      EXPECT_EQ(c.rows % 64, 0) << what;
+      EXPECT_GE(c.rows, 256) << what;
+      EXPECT_GE(c.slabs * c.rows, r) << what;        // every row in a slab
+      EXPECT_LT((c.slabs - 1) * c.rows, r) << what;  // and no empty slab
+      EXPECT_LE(c.slabs * blocks, 512 + blocks) << what;
+    }
+  EXPECT_EQ(ColumnSlabsOf(8192, 600).slabs, 1);  // enough blocks already
+  EXPECT_EQ(ColumnSlabsOf(300, 1).slabs, 1);     // too few rows to cut
+}
+
 TEST(KernelDispatch, PicksTheTypeOrNamesTheOp) {
   std::string got;
   DispatchFloat(DType::kFloat64, "relu", "CPU", [&](auto t) { got = sizeof(t) == 8 ? "double" : "float"; });

@@ -2,7 +2,8 @@
 // core/ops/dense_bias_act.cc): the epilogue after the GEMM (bias_act.h; the GEMM and cuBLASLt's
 // own epilogues are in linalg.cc; conv2d_relu's ReLU, cudnn.cc), and bias_act_grad. Each element is computed with the formulas
 // of the ops they replace (core/bias_act_formulas.h); the column sums run in the order of
-// bias_grad's kernel (reduce.cu: 32 columns x 8 partial sums per block, in double), so db is
+// bias_grad's kernel (reduce.cu: 32 columns x 8 partial sums per block, in double, by the same
+// slabs: Note [Column sums by slabs] in common.cuh), so db is
 // bitwise what bias_grad makes from the stored dz. With channels = 1 (a convolution's layout) the
 // sums are cuDNN's conv2d_grad_bias's to float32 tolerance.
 #include "core/bias_act_formulas.h"
@@ -20,37 +21,43 @@ __global__ void BiasActKernel(const T* b, T* y, int64_t total, int64_t n) {
   LOOM_GRID_STRIDE(i, total) y[i] = ew::ApplyAct(A, b ? y[i] + b[i % n] : y[i]);
 }
 
-// y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns, thread row ty takes every 8th row.
+// y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns of the rows [blockIdx.y * slab,
+// ...) (Note [Column sums by slabs]), thread row ty takes every 8th row; the column's sum goes to
+// db, or to part[(slab, column)] when there are several slabs.
 // Y: y's pointer, or a widening reader of its 16-bit copy (WithSavedOutput, core/bias_act_formulas.h).
 template <typename T, typename Y, BiasAct A>
-__global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t r, int64_t n) {
-  __shared__ double part[kColY][kColX + 1];
+__global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, double* part, int64_t r, int64_t n, int64_t slab) {
+  __shared__ double sums[kColY][kColX + 1];
   const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.y) * slab, r1 = Min64(r, r0 + slab);
   double acc = 0;
   if (j < n)
-    for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kLoadsAhead) {
+    for (int64_t k0 = r0 + threadIdx.y; k0 < r1; k0 += kColY * kLoadsAhead) {
       T ys[kLoadsAhead], gs[kLoadsAhead];  // loaded together, added in order (kLoadsAhead in common.cuh)
 #pragma unroll
       for (int q = 0; q < kLoadsAhead; ++q) {
         const int64_t k = k0 + q * kColY;
-        if (k < r) ys[q] = T(y[k * n + j]), gs[q] = dy[k * n + j];
+        if (k < r1) ys[q] = T(y[k * n + j]), gs[q] = dy[k * n + j];
       }
 #pragma unroll
       for (int q = 0; q < kLoadsAhead; ++q) {
         const int64_t k = k0 + q * kColY;
-        if (k < r) {
+        if (k < r1) {
           const T v = ew::ActGradFromOutput(A, ys[q], gs[q]);
           dz[k * n + j] = v;
           acc += double(v);
         }
       }
     }
-  part[threadIdx.y][threadIdx.x] = acc;
+  sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && j < n) {
-    double a = part[0][threadIdx.x];
-    for (int q = 1; q < kColY; ++q) a += part[q][threadIdx.x];
-    db[j] = T(a);
+    double a = sums[0][threadIdx.x];
+    for (int q = 1; q < kColY; ++q) a += sums[q][threadIdx.x];
+    if (part)
+      part[int64_t(blockIdx.y) * n + j] = a;
+    else
+      db[j] = T(a);
   }
 }
 
@@ -89,12 +96,24 @@ void BiasActGradCuda(const OpRecord& op, const KernelContext& ctx) {
         });
         return;
       }
+      // The slabs of bias_grad's column sums (reduce.cu), so that db is bitwise bias_grad's.
       const int64_t r = op.outputs[0].numel() / n;
+      const unsigned cols = unsigned((n + kColX - 1) / kColX);
+      const ColumnSlabs sl = ColumnSlabsOf(r, cols);
+      CudaDeviceImpl& dev = Dev(ctx);
+      std::unique_lock<std::mutex> lock(dev.library_mutex(), std::defer_lock);  // the workspace
+      double* part = nullptr;
+      if (sl.slabs > 1) {
+        lock.lock();
+        part = static_cast<double*>(dev.Workspace(size_t(sl.slabs * n) * sizeof(double)));
+      }
+      T* db = op.outputs[1].data<T>();
       WithAct(BiasAct(op.attrs.Int("act", 0)), [&](auto a) {
-        BiasActGradKernel<T, Y, decltype(a)::value><<<unsigned((n + kColX - 1) / kColX), dim3(kColX, kColY), 0,
-                                                      Dev(ctx).stream()>>>(
-            y, op.inputs[1].data<T>(), op.outputs[0].data<T>(), op.outputs[1].data<T>(), r, n);
+        BiasActGradKernel<T, Y, decltype(a)::value><<<dim3(cols, unsigned(sl.slabs)), dim3(kColX, kColY), 0,
+                                                      dev.stream()>>>(y, op.inputs[1].data<T>(),
+                                                                      op.outputs[0].data<T>(), db, part, r, n, sl.rows);
       });
+      if (part) ColumnSlabsTotalKernel<double, T><<<Blocks(n), kThreads, 0, dev.stream()>>>(part, db, sl.slabs, n);
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });

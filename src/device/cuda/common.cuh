@@ -174,6 +174,17 @@ __device__ T BlockMax(T v) {
   return BlockReduce(v, MaxOp{}, -Infinity<T>());
 }
 
+// out[i] = part[i] + part[count + i] + ... (slabs terms, in order): a column's slab sums
+// (Note [Column sums by slabs] in device/kernel_shapes.h), or their maximum.
+template <typename Acc, typename T, bool kMax = false>
+__global__ void ColumnSlabsTotalKernel(const Acc* part, T* out, int64_t slabs, int64_t count) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(blockDim.x) * gridDim.x) {
+    Acc a = part[i];
+    for (int64_t s = 1; s < slabs; ++s) a = kMax ? MaxOf(a, part[s * count + i]) : a + part[s * count + i];
+    out[i] = T(a);
+  }
+}
+
 // Records an error a kernel finds, keeping the first kernel's at its smallest position `a`
 // (Note [Errors found on the GPU] in cuda_device.h). Errors are rare, so a spin lock is fine
 // (sm_70 and newer schedule the threads of a warp independently, so the holder makes progress).

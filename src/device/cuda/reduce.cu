@@ -32,31 +32,38 @@ __global__ void RowReduceKernel(const T* x, T* y, int64_t outer, int64_t r) {
   }
 }
 
-// inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner); its 8 rows
-// of threads take every 8th k, and row 0 combines the 8 partials in order.
+// inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner) of rows
+// [blockIdx.z * slab, ...) (Note [Column sums by slabs]); its 8 rows of threads take every 8th
+// k, and row 0 combines the 8 partials in order into y, or into part[(slab, o, i)] when there are
+// several slabs.
 template <typename T, bool kMax>
-__global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int64_t inner) {
+__global__ void ColReduceKernel(const T* x, T* y, typename std::conditional<kMax, T, double>::type* part,
+                                int64_t outer, int64_t r, int64_t inner, int64_t slab) {
   using Acc = typename std::conditional<kMax, T, double>::type;
-  __shared__ Acc part[kColY][kColX + 1];
+  __shared__ Acc sums[kColY][kColX + 1];
   const int64_t i = int64_t(blockIdx.x) * kColX + threadIdx.x;
+  const int64_t r0 = int64_t(blockIdx.z) * slab, r1 = Min64(r, r0 + slab);
   for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
     Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
     if (i < inner)
-      for (int64_t k0 = threadIdx.y; k0 < r; k0 += kColY * kLoadsAhead) {
+      for (int64_t k0 = r0 + threadIdx.y; k0 < r1; k0 += kColY * kLoadsAhead) {
         T v[kLoadsAhead];  // loaded together, combined in order (kLoadsAhead in common.cuh)
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
-          if (k0 + q * kColY < r) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
+          if (k0 + q * kColY < r1) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
-          if (k0 + q * kColY < r) acc = kMax ? Acc(MaxOf(T(acc), v[q])) : acc + Acc(v[q]);
+          if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), v[q])) : acc + Acc(v[q]);
       }
-    part[threadIdx.y][threadIdx.x] = acc;
+    sums[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && i < inner) {
-      Acc a = part[0][threadIdx.x];
-      for (int j = 1; j < kColY; ++j) a = kMax ? Acc(MaxOf(T(a), T(part[j][threadIdx.x]))) : a + part[j][threadIdx.x];
-      y[o * inner + i] = T(a);
+      Acc a = sums[0][threadIdx.x];
+      for (int j = 1; j < kColY; ++j) a = kMax ? Acc(MaxOf(T(a), T(sums[j][threadIdx.x]))) : a + sums[j][threadIdx.x];
+      if (part)
+        part[(int64_t(blockIdx.z) * outer + o) * inner + i] = a;
+      else
+        y[o * inner + i] = T(a);
     }
     __syncthreads();
   }
@@ -64,16 +71,28 @@ __global__ void ColReduceKernel(const T* x, T* y, int64_t outer, int64_t r, int6
 
 // x: (outer, R, inner) -> y: (outer, inner)
 template <typename T, bool kMax>
-void Reduce(const T* x, T* y, const ReduceDims& d, cudaStream_t s) {
+void Reduce(const T* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev) {
   if (d.outer * d.inner == 0) return;
+  cudaStream_t s = dev.stream();
   if (d.inner == 1) {
     int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
     threads = std::min(threads, 256);
     unsigned blocks = unsigned(std::min<int64_t>(d.outer, int64_t(1) << 20));
     RowReduceKernel<T, kMax><<<blocks, threads, 0, s>>>(x, y, d.outer, d.r);
   } else {
-    dim3 grid(unsigned((d.inner + kColX - 1) / kColX), unsigned(std::min<int64_t>(d.outer, kMaxGridY)));
-    ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, d.outer, d.r, d.inner);
+    using Acc = typename std::conditional<kMax, T, double>::type;
+    const unsigned cols = unsigned((d.inner + kColX - 1) / kColX), outer = unsigned(std::min<int64_t>(d.outer, kMaxGridY));
+    const ColumnSlabs sl = ColumnSlabsOf(d.r, int64_t(cols) * outer);
+    const dim3 grid(cols, outer, unsigned(sl.slabs));
+    if (sl.slabs == 1) {
+      ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows);
+    } else {
+      const int64_t count = d.outer * d.inner;
+      std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
+      Acc* part = static_cast<Acc*>(dev.Workspace(size_t(sl.slabs * count) * sizeof(Acc)));
+      ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, part, d.outer, d.r, d.inner, sl.rows);
+      ColumnSlabsTotalKernel<Acc, T, kMax><<<Blocks(count), kThreads, 0, s>>>(part, y, sl.slabs, count);
+    }
   }
   LOOM_CUDA_CHECK_LAUNCH();
 }
@@ -84,7 +103,7 @@ void SumCuda(const OpRecord& op, const KernelContext& ctx) {
   ReduceDims d = MakeReduceDims(x.shape(), op.attrs.Int("begin"), op.attrs.Int("end"));
   FloatDispatch(x.dtype(), "sum", [&](auto tag) {
     using T = decltype(tag);
-    Reduce<T, false>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+    Reduce<T, false>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx));
   });
 }
 
@@ -95,7 +114,7 @@ void MaxCuda(const OpRecord& op, const KernelContext& ctx) {
   LOOM_CHECK(d.r > 0, ShapeError, "[max] reduction over an empty axis of ", x.Describe());
   FloatDispatch(x.dtype(), "max", [&](auto tag) {
     using T = decltype(tag);
-    Reduce<T, true>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+    Reduce<T, true>(x.data<T>(), op.outputs[0].data<T>(), d, Dev(ctx));
   });
 }
 
@@ -106,7 +125,7 @@ void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
     const int64_t n = op.outputs[0].numel();
     if (n == 0) return;
     ReduceDims d{1, op.inputs[0].numel() / n, n};
-    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx).stream());
+    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx));
   });
 }
 
