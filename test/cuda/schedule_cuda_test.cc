@@ -64,6 +64,24 @@ TEST(CudaSchedule, ClippedStepsMatchTheCpu) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "element " << i;
 }
 
+// Note [Gradient norms in few launches]: more tensors than one launch's table, float32 and
+// float64 in turn, some of 0 values, one over kNormBlocks x 512 x 8 values: the CPU's norm.
+TEST(CudaSchedule, GradNormOverManyTensorsMatchesTheCpu) {
+  LOOM_REQUIRE_GPU();
+  auto cuda = CudaDevice(0);
+  std::vector<Tensor> on_cpu, on_gpu;
+  for (int k = 0; k < 110; ++k) {
+    const int64_t n = k == 7 ? 2500000 : k % 13 == 0 ? 0 : 1 + (k * 97) % 3000;
+    const DType t = (k / 40) % 2 ? DType::kFloat64 : DType::kFloat32;  // 40 float32, 40 float64, 30 float32
+    on_cpu.push_back(RandomTensor({n}, t, uint32_t(100 + k), -1, 1, CpuDevice()));
+    on_gpu.push_back(ToDevice(on_cpu.back(), cuda));
+  }
+  const double want = Call("grad_norm", on_cpu)[0].Item(), got = Call("grad_norm", on_gpu)[0].Item();
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  // The same tensors again: the same bits (the partials' layout and order are the shapes').
+  EXPECT_EQ(Call("grad_norm", on_gpu)[0].Item(), got);
+}
+
 }  // namespace
 }  // namespace test
 }  // namespace loom

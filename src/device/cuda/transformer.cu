@@ -243,8 +243,18 @@ __global__ void EmbeddingRowSumsKernel(const uint32_t* tokens, const int* begin,
   LOOM_GRID_STRIDE(t, v * d) {
     const int64_t k = t / d, j = t - k * d;
     T acc = T(0);
-    if (!nan)
-      for (int p = begin[k]; p < end[k]; ++p) acc += dy[int64_t(tokens[p]) * d + j];
+    if (!nan) {
+      const int p1 = end[k];
+      for (int p = begin[k]; p < p1; p += kLoadsAhead) {
+        T vs[kLoadsAhead];  // a frequent token's many rows: loaded together, added in order
+#pragma unroll
+        for (int q = 0; q < kLoadsAhead; ++q)
+          if (p + q < p1) vs[q] = dy[int64_t(tokens[p + q]) * d + j];
+#pragma unroll
+        for (int q = 0; q < kLoadsAhead; ++q)
+          if (p + q < p1) acc += vs[q];
+      }
+    }
     g[t] = nan ? QuietNaN<T>() : acc;
   }
 }
