@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "device/cuda/cast.h"
 #include "device/cuda/common.cuh"
 #include "device/cuda/gemm.h"
 #include "device/kernel_shapes.h"
@@ -356,10 +355,12 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // Note [Cross-entropy fused with the head's product] (core/ops/loss.cc), as the CPU computes it:
 // per chunk of rows, the logits by a GEMM into the scratch, then this kernel (one block per
 // row): the row's log-sum-exp, its loss term -(x[label] - lse) (in double, into `terms` at the
-// row's position), and with grads the logits' gradient (softmax - onehot) / N over the logits.
+// row's position), and with grads the logits' gradient (softmax - onehot) / N over the logits,
+// or, given g16 (bfloat16 operands), into g16 as the cast op rounds it to bfloat16 (the product
+// after reads only that: a write and a read of the float32 gradient and a kernel saved).
 // A label outside [0, V) is reported and makes the row's term and gradient NaN.
 template <typename T, typename L>
-__global__ void LinearCeChunkKernel(T* x, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
+__global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
                                     bool grads, double* terms, KernelError* err) {
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     T* xr = x + i * v;
@@ -376,7 +377,11 @@ __global__ void LinearCeChunkKernel(T* x, int64_t rows, int64_t v, const L* lab,
     for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
       T p = Exp(xr[c] - lse) * inv_n;
       if (c == l) p -= inv_n;
-      xr[c] = bad ? QuietNaN<T>() : p;
+      if (bad) p = QuietNaN<T>();
+      if (g16)
+        g16[i * v + c] = StoreResult<uint16_t>(p, true);
+      else
+        xr[c] = p;
     }
   }
 }
@@ -428,20 +433,19 @@ void LinearCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
       FloatDispatch(half ? DType::kFloat32 : operands, "linear_cross_entropy", [&](auto tag) {
         using T = decltype(tag);
         T* x = static_cast<T*>(logits);
+        // bfloat16 operands: the gradient in bfloat16, the cast op's rounding, as the unfused
+        // policy rounds the logits' gradient.
+        uint16_t* g16 = half && grads ? static_cast<uint16_t*>(grad16) : nullptr;
         if (op.inputs[2].dtype() == DType::kInt32)
-          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(x, rows, l.v, op.inputs[2].data<int32_t>(),
-                                                                          r0, l.n, grads, terms, dev.kernel_error());
+          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(
+              x, g16, rows, l.v, op.inputs[2].data<int32_t>(), r0, l.n, grads, terms, dev.kernel_error());
         else
-          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(x, rows, l.v, op.inputs[2].data<int64_t>(),
-                                                                          r0, l.n, grads, terms, dev.kernel_error());
+          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(
+              x, g16, rows, l.v, op.inputs[2].data<int64_t>(), r0, l.n, grads, terms, dev.kernel_error());
         LOOM_CUDA_CHECK_LAUNCH();
       });
       if (!grads) continue;
-      const void* p = logits;
-      if (half) {  // the cast op's rounding, as the unfused policy rounds the logits' gradient
-        LaunchCast(DType::kFloat32, logits, operands, grad16, rows * l.v, s);
-        p = grad16;
-      }
+      const void* p = half ? grad16 : logits;
       DeviceGemm(dev, operands, false, !l.tb, rows, l.d, l.v, p, l.v, w, l.ldw(), dh + size_t(r0 * l.d) * rs, false);
       if (l.tb) DeviceGemm(dev, operands, true, false, l.v, l.d, rows, p, l.v, hc, l.d, dw, r0 > 0);
       else DeviceGemm(dev, operands, true, false, l.d, l.v, rows, hc, l.d, p, l.v, dw, r0 > 0);
