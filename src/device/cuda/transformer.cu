@@ -10,8 +10,77 @@ namespace cuda {
 namespace {
 
 // ---------------------------------------------------------------- layer norm
-// x seen as (R, D): one block per row; sums in double, two passes, as on the CPU.
+// x seen as (R, D); sums in double, two passes, as on the CPU.
+//
+// Note [Layer norm rows by warps]
+// A float32 row of at most kWarpRowMax x 32 values (GPT-2's 768) is one warp's: each lane loads
+// its values (j = lane, lane + 32, ...) into registers at once, the sums are lane sums in order of
+// j then a fixed shuffle tree (WarpAllSum), and the second pass and the output come from the
+// registers. A block per row (256 threads, 3 values each for GPT-2) waited out two block-wide
+// reductions and three trips to memory per row, over 8 waves of blocks. Longer rows and float64
+// keep the block kernels. Which kernel runs depends on the shape alone (eager and replay agree).
+constexpr int kWarpRowMax = 32;  // values per lane, at most (the kernels take 8, 16, 24 or 32)
 
+__device__ __forceinline__ double WarpAllSum(double v) {
+  return __shfl_sync(0xffffffffu, WarpReduce(v, SumOp{}), 0);
+}
+
+bool WarpRows(DType t, int64_t d) { return t == DType::kFloat32 && d > 0 && d <= 32 * kWarpRowMax; }
+
+// Rows per block of the warp kernels (4 warps: with about 100 to 170 registers a thread, blocks
+// of 128 threads let 3 or more share an SM), and their grid.
+constexpr int kWarpRowsPerBlock = 4;
+unsigned WarpRowBlocks(int64_t rows) { return RowBlocks((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock); }
+
+// Calls f(std::integral_constant<int, N>) with the fewest values per lane N (8, 16, 24, 32) that
+// hold a row of d values: registers are the warp kernels' limit on how many share an SM.
+template <typename F>
+void WithLaneValues(int64_t d, F&& f) {
+  if (d <= 32 * 8) return f(std::integral_constant<int, 8>{});
+  if (d <= 32 * 16) return f(std::integral_constant<int, 16>{});
+  if (d <= 32 * 24) return f(std::integral_constant<int, 24>{});
+  f(std::integral_constant<int, 32>{});
+}
+
+template <int N, typename Out>
+__global__ void LayerNormWarpKernel(const float* x, const float* gamma, const float* beta, Out* y, float* mean_out,
+                                    float* invstd_out, int64_t rows, int64_t d64, double eps, bool bf16) {
+  const int lane = threadIdx.x & 31, d = int(d64);  // d <= 32 N
+  const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t r = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5); r < rows; r += warps) {
+    const float* xr = x + r * d64;
+    float v[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) v[k] = xr[lane + 32 * k];
+    double sum = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) sum += double(v[k]);
+    const double mean = WarpAllSum(sum) / double(d);
+    double sq = 0;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) {
+        const double dv = double(v[k]) - mean;
+        sq += dv * dv;
+      }
+    const double invstd = 1.0 / sqrt(WarpAllSum(sq) / double(d) + eps);
+    const float tm = float(mean), ti = float(invstd);
+    Out* yr = y + r * d64;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int j = lane + 32 * k;
+      if (j < d) yr[j] = StoreResult<Out>(float((v[k] - tm) * ti * gamma[j] + beta[j]), bf16);
+    }
+    if (lane == 0) {
+      mean_out[r] = tm;
+      invstd_out[r] = ti;
+    }
+  }
+}
+
+// One block per row: longer rows, float64.
 template <typename T, typename Out>
 __global__ void LayerNormKernel(const T* x, const T* gamma, const T* beta, Out* y, T* mean_out, T* invstd_out,
                                 int64_t rows, int64_t d, double eps, bool bf16) {
@@ -46,6 +115,19 @@ void LayerNormCuda(const OpRecord& op, const KernelContext& ctx) {
     using Out = decltype(out_tag);
     const RowDims d = MakeRowDims(op.inputs[0].shape(), op.inputs[1].shape());
     if (d.r == 0) return;
+    if constexpr (std::is_same<T, float>::value) {
+      if (WarpRows(op.inputs[0].dtype(), d.d)) {
+        WithLaneValues(d.d, [&](auto n) {
+          LayerNormWarpKernel<decltype(n)::value, Out><<<WarpRowBlocks(d.r), 32 * kWarpRowsPerBlock, 0,
+                                                         Dev(ctx).stream()>>>(
+              op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(),
+              static_cast<Out*>(op.outputs[0].raw_data()), op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.r,
+              d.d, op.attrs.Float("eps"), bf16);
+        });
+        LOOM_CUDA_CHECK_LAUNCH();
+        return;
+      }
+    }
     LayerNormKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, Dev(ctx).stream()>>>(
         op.inputs[0].data<T>(), op.inputs[1].data<T>(), op.inputs[2].data<T>(),
         static_cast<Out*>(op.outputs[0].raw_data()), op.outputs[1].data<T>(), op.outputs[2].data<T>(), d.r, d.d,
@@ -75,6 +157,40 @@ __global__ void LayerNormGradRowsKernel(const T* x, const T* gamma, const T* mea
       const double xhat = (double(xr[j]) - mu) * is;
       dr[j] = T(is * (double(gr[j]) * double(gamma[j]) - a - xhat * b));
     }
+  }
+}
+
+// LayerNormGradRowsKernel by warps (Note [Layer norm rows by warps]): x and dy loaded at once.
+template <int N>
+__global__ void LayerNormGradRowsWarpKernel(const float* x, const float* gamma, const float* mean,
+                                            const float* invstd, const float* dy, float* dx, int64_t rows,
+                                            int64_t d64) {
+  const int lane = threadIdx.x & 31, d = int(d64);  // d <= 32 N
+  const int64_t warps = int64_t(gridDim.x) * kWarpRowsPerBlock;
+  for (int64_t r = int64_t(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5); r < rows; r += warps) {
+    const float* xr = x + r * d64;
+    const float* gr = dy + r * d64;
+    float xs[N], gs[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) xs[k] = xr[lane + 32 * k], gs[k] = gr[lane + 32 * k];
+    const double mu = double(mean[r]), is = double(invstd[r]);
+    double s1 = 0, s2 = 0;  // sum(dxhat), sum(dxhat * xhat) with dxhat = dy * gamma
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) {
+        const double g = double(gs[k]) * double(gamma[lane + 32 * k]);
+        s1 += g;
+        s2 += g * (double(xs[k]) - mu) * is;
+      }
+    const double a = WarpAllSum(s1) / double(d), b = WarpAllSum(s2) / double(d);
+    float* dr = dx + r * d64;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      if (lane + 32 * k < d) {
+        const double xhat = (double(xs[k]) - mu) * is;
+        dr[lane + 32 * k] = float(is * (double(gs[k]) * double(gamma[lane + 32 * k]) - a - xhat * b));
+      }
   }
 }
 
@@ -143,8 +259,19 @@ void LayerNormGradCuda(const OpRecord& op, const KernelContext& ctx) {
     const T *x = op.inputs[0].data<T>(), *gamma = op.inputs[1].data<T>(), *mean = op.inputs[2].data<T>();
     const T *invstd = op.inputs[3].data<T>(), *dy = op.inputs[4].data<T>();
     if (d.r > 0) {
-      LayerNormGradRowsKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, s>>>(x, gamma, mean, invstd, dy,
-                                                                         op.outputs[0].data<T>(), d.r, d.d);
+      if constexpr (std::is_same<T, float>::value) {
+        if (WarpRows(op.inputs[0].dtype(), d.d))
+          WithLaneValues(d.d, [&](auto n) {
+            LayerNormGradRowsWarpKernel<decltype(n)::value><<<WarpRowBlocks(d.r), 32 * kWarpRowsPerBlock, 0, s>>>(
+                x, gamma, mean, invstd, dy, op.outputs[0].data<T>(), d.r, d.d);
+          });
+        else
+          LayerNormGradRowsKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, s>>>(x, gamma, mean, invstd, dy,
+                                                                             op.outputs[0].data<T>(), d.r, d.d);
+      } else {
+        LayerNormGradRowsKernel<<<RowBlocks(d.r), RowThreads(d.d), 0, s>>>(x, gamma, mean, invstd, dy,
+                                                                           op.outputs[0].data<T>(), d.r, d.d);
+      }
       LOOM_CUDA_CHECK_LAUNCH();
     }
     const int64_t chunks = (d.r + kLnRowChunk - 1) / kLnRowChunk;
