@@ -257,6 +257,9 @@ void DenseBiasActCuda(const OpRecord& op, const KernelContext& ctx) {
     const cublasLtEpilogue_t epilogue = act == BiasAct::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     const LtPlan& p = GetLtPlan(dev, false, false, rows, n, k, k, n, a, b, c, epilogue);
     if (p.ok) {
+      // The plan's descriptor is shared by every record of this shape, and parallel replay may
+      // run two of them at once: the bias pointer is set and used under one lock.
+      std::lock_guard<std::mutex> lock(dev.library_mutex());
       LOOM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp));
       const float alpha = 1, beta = 0;
       LOOM_CUDA_CHECK(cublasLtMatmul(dev.cublaslt(), p.desc, &alpha, b, p.a, a, p.b, &beta, c, p.c, c, p.c, &p.algo,
