@@ -2,7 +2,9 @@
 // Note [Column sums by slabs] (device/kernel_shapes.h): at shapes that take several slabs, sum,
 // max and bias_grad match the CPU (max exactly), and bias_act_grad's db is bitwise bias_grad's
 // from the dz it wrote. Note [Layer norm rows by warps] (cuda/transformer.cu): layer norm and its
-// gradient by warps (rows of up to 1,024 float32 values, 8 to 32 a lane) and by blocks.
+// gradient by warps (rows of up to 1,024 float32 values, 8 to 32 a lane) and by blocks. Note [A
+// row of logits staged in shared memory] (cuda/loss.cu): linear_cross_entropy with rows staged
+// (GPT-2's vocabulary) and not (a vocabulary too large for an SM's shared memory, and float64).
 #include <string>
 
 #include "common/harness.h"
@@ -73,6 +75,33 @@ TEST(CudaRowKernels, LayerNormByWarpsAndBlocksMatchesTheCpu) {
         ExpectClose(ToDoubles(ggot[k]), ToDoubles(gwant[k]), 10 * tol, 10 * tol,
                     "layer_norm_grad output " + std::to_string(k) + " " + what);
     }
+}
+
+TEST(CudaRowKernels, LinearCrossEntropyStagedOrNotMatchesTheCpu) {
+  LOOM_REQUIRE_GPU();
+  ScopedFloat32Math full(Float32Math::kFull);  // the logits' products as the CPU's, not TF32
+  auto gpu = CudaDevice(0);
+  struct Case {
+    int64_t n, d, v;
+    DType t;
+  };
+  for (const Case& c : {Case{37, 16, 50304, DType::kFloat32}, Case{19, 8, 70001, DType::kFloat32},
+                        Case{23, 8, 3000, DType::kFloat64}, Case{40, 24, 1000, DType::kFloat32}}) {
+    const std::string what = "n " + std::to_string(c.n) + " d " + std::to_string(c.d) + " v " + std::to_string(c.v) +
+                             " " + Name(c.t);
+    std::vector<int32_t> labels(size_t(c.n));
+    for (int64_t i = 0; i < c.n; ++i) labels[size_t(i)] = int32_t((i * 7919) % c.v);
+    const std::vector<Tensor> cpu_in = {RandomTensor({c.n, c.d}, c.t, 11, -1, 1, CpuDevice()),
+                                        RandomTensor({c.v, c.d}, c.t, 12, -1, 1, CpuDevice()),
+                                        ops::FromVector(labels, {c.n}, CpuDevice())};
+    std::vector<Tensor> gpu_in;
+    for (const Tensor& x : cpu_in) gpu_in.push_back(ToDevice(x, gpu));
+    const Attrs a{{"tb", int64_t(1)}, {"grads", int64_t(1)}, {"chunk", int64_t(16)}};  // several chunks
+    const std::vector<Tensor> want = Call("linear_cross_entropy", cpu_in, a), got = Call("linear_cross_entropy", gpu_in, a);
+    const double tol = c.t == DType::kFloat32 ? 2e-5 : 1e-12;
+    for (size_t k = 0; k < want.size(); ++k)
+      ExpectClose(ToDoubles(got[k]), ToDoubles(want[k]), tol, tol, "output " + std::to_string(k) + " " + what);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // Scalar losses: Note [Scalar losses on many blocks] below. Labels outside [0, C) cannot throw
 // from the GPU: Note [Errors found on the GPU] in cuda_device.h.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "device/cuda/common.cuh"
@@ -359,23 +361,51 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // or, given g16 (bfloat16 operands), into g16 as the cast op rounds it to bfloat16 (the product
 // after reads only that: a write and a read of the float32 gradient and a kernel saved).
 // A label outside [0, V) is reported and makes the row's term and gradient NaN.
-template <typename T, typename L>
+//
+// Note [A row of logits staged in shared memory]
+// The row is read three times (its maximum, its sum of exponentials, its gradient). A GPT-2
+// chunk's logits (1,376 rows of 50,304) are 277 MB, far beyond the L2, so each read came from
+// memory. kStaged: the block (kStagedThreads of them, one block an SM) copies the row into
+// shared memory once, kLoadsAhead values a thread at a time, and the three passes read it
+// there. Rows of up to the device's opt-in shared memory (227 KB on Hopper: 58,000 float32
+// values) are staged; the choice depends on the shape and the device, not on the run, and
+// both forms sum in one fixed order (the staged one over its own block size).
+constexpr int kStagedThreads = 1024;
+
+template <typename T, typename L, bool kStaged>
 __global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
                                     bool grads, double* terms, KernelError* err) {
+  extern __shared__ unsigned char staged_bytes[];
+  T* staged = reinterpret_cast<T*>(staged_bytes);
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     T* xr = x + i * v;
-    const T lse = BlockLogSumExp(xr, v);
+    const T* src = xr;
+    if (kStaged) {
+      __syncthreads();  // the previous row's readers are done with `staged`
+      for (int64_t c0 = threadIdx.x; c0 < v; c0 += int64_t(blockDim.x) * kLoadsAhead) {
+        T vs[kLoadsAhead];
+#pragma unroll
+        for (int q = 0; q < kLoadsAhead; ++q)
+          if (c0 + q * blockDim.x < v) vs[q] = xr[c0 + q * blockDim.x];
+#pragma unroll
+        for (int q = 0; q < kLoadsAhead; ++q)
+          if (c0 + q * blockDim.x < v) staged[c0 + q * blockDim.x] = vs[q];
+      }
+      __syncthreads();
+      src = staged;
+    }
+    const T lse = BlockLogSumExp(src, v);
     const long long l = (long long)lab[r0 + i];
     const bool bad = l < 0 || l >= v;
     if (threadIdx.x == 0) {
       if (bad) RaiseKernelError(err, kLabelOutOfRange, kOpLinearCrossEntropy, r0 + i, l, v);
-      terms[r0 + i] = bad ? QuietNaN<double>() : -double(xr[l] - lse);
+      terms[r0 + i] = bad ? QuietNaN<double>() : -double(src[l] - lse);
     }
     if (!grads) continue;
-    __syncthreads();  // xr[l] is read before any thread overwrites it
+    __syncthreads();  // src[l] is read before any thread overwrites it
     const T inv_n = T(1) / T(n);
     for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
-      T p = Exp(xr[c] - lse) * inv_n;
+      T p = Exp(src[c] - lse) * inv_n;
       if (c == l) p -= inv_n;
       if (bad) p = QuietNaN<T>();
       if (g16)
@@ -384,6 +414,45 @@ __global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v
         xr[c] = p;
     }
   }
+}
+
+// Note [A row of logits staged in shared memory]: the bytes a staged row of v float32 values
+// takes, or 0 when it does not fit the device beside the block reductions' own (or T is not
+// float32). The kernel is allowed the device's opt-in shared memory once per device, at its first
+// (eager or warm-up) run, so a device graph's recording makes no such call.
+template <typename T, typename L>
+size_t StagedRowBytes(CudaDeviceImpl& dev, int64_t v) {
+  if (!std::is_same<T, float>::value) return 0;
+  static std::mutex mu;
+  static std::map<int, int> allowed;  // device -> the shared memory the kernel may take
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = allowed.find(dev.id());
+  if (it == allowed.end()) {
+    int optin = 0;
+    LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev.id()));
+    optin = std::max(0, optin - 1024);  // room for BlockReduce's static shared memory
+    LOOM_CUDA_CHECK(
+        cudaFuncSetAttribute(LinearCeChunkKernel<T, L, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    it = allowed.emplace(dev.id(), optin).first;
+  }
+  const size_t bytes = size_t(v) * sizeof(T);
+  return bytes <= size_t(it->second) ? bytes : 0;
+}
+
+// One chunk's kernel: staged when the row fits (the kernel allowed the shared memory it needs
+// first), else one block of RowThreads per row over the logits in place.
+template <typename T, typename L>
+void LaunchLinearCeChunk(CudaDeviceImpl& dev, T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0,
+                         int64_t n, bool grads, double* terms) {
+  const size_t staged = StagedRowBytes<T, L>(dev, v);
+  if (staged > 0) {
+    LinearCeChunkKernel<T, L, true><<<RowBlocks(rows), kStagedThreads, staged, dev.stream()>>>(
+        x, g16, rows, v, lab, r0, n, grads, terms, dev.kernel_error());
+  } else {
+    LinearCeChunkKernel<T, L, false><<<RowBlocks(rows), RowThreads(v), 0, dev.stream()>>>(
+        x, g16, rows, v, lab, r0, n, grads, terms, dev.kernel_error());
+  }
+  LOOM_CUDA_CHECK_LAUNCH();
 }
 
 struct DoubleTerm {
@@ -437,12 +506,9 @@ void LinearCrossEntropyCuda(const OpRecord& op, const KernelContext& ctx) {
         // policy rounds the logits' gradient.
         uint16_t* g16 = half && grads ? static_cast<uint16_t*>(grad16) : nullptr;
         if (op.inputs[2].dtype() == DType::kInt32)
-          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(
-              x, g16, rows, l.v, op.inputs[2].data<int32_t>(), r0, l.n, grads, terms, dev.kernel_error());
+          LaunchLinearCeChunk(dev, x, g16, rows, l.v, op.inputs[2].data<int32_t>(), r0, l.n, grads, terms);
         else
-          LinearCeChunkKernel<<<RowBlocks(rows), RowThreads(l.v), 0, s>>>(
-              x, g16, rows, l.v, op.inputs[2].data<int64_t>(), r0, l.n, grads, terms, dev.kernel_error());
-        LOOM_CUDA_CHECK_LAUNCH();
+          LaunchLinearCeChunk(dev, x, g16, rows, l.v, op.inputs[2].data<int64_t>(), r0, l.n, grads, terms);
       });
       if (!grads) continue;
       const void* p = half ? grad16 : logits;
