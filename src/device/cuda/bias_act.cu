@@ -16,9 +16,11 @@ namespace {
 
 constexpr int kColX = 32, kColY = 8;
 
-template <typename T, BiasAct A>
-__global__ void BiasActKernel(const T* b, T* y, int64_t total, int64_t n) {
-  LOOM_GRID_STRIDE(i, total) y[i] = ew::ApplyAct(A, b ? y[i] + b[i % n] : y[i]);
+// I: uint32_t below 2^31 elements (as add_bias's kernel, elementwise.cu).
+template <typename I, typename T, BiasAct A>
+__global__ void BiasActKernel(const T* b, T* y, I total, I n) {
+  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += I(blockDim.x) * gridDim.x)
+    y[i] = ew::ApplyAct(A, b ? y[i] + b[i % n] : y[i]);
 }
 
 // y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns of the rows [blockIdx.y * slab,
@@ -128,8 +130,13 @@ void LaunchBiasActEpilogue(DType dtype, BiasAct act, const void* b, void* y, int
   FloatDispatch(dtype, "dense_bias_act", [&](auto tag) {
     using T = decltype(tag);
     WithAct(act, [&](auto a) {
-      BiasActKernel<T, decltype(a)::value><<<Blocks(total), kThreads, 0, stream>>>(static_cast<const T*>(b),
-                                                                                   static_cast<T*>(y), total, n);
+      const T* bt = static_cast<const T*>(b);
+      T* yt = static_cast<T*>(y);
+      if (total < (int64_t(1) << 31))
+        BiasActKernel<uint32_t, T, decltype(a)::value>
+            <<<Blocks(total), kThreads, 0, stream>>>(bt, yt, uint32_t(total), uint32_t(n));
+      else
+        BiasActKernel<int64_t, T, decltype(a)::value><<<Blocks(total), kThreads, 0, stream>>>(bt, yt, total, n);
     });
     LOOM_CUDA_CHECK_LAUNCH();
   });
