@@ -375,7 +375,7 @@ constexpr int kStagedThreads = 1024;
 template <typename T, typename L, bool kStaged>
 __global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
                                     bool grads, double* terms, KernelError* err) {
-  extern __shared__ unsigned char staged_bytes[];
+  extern __shared__ __align__(16) unsigned char staged_bytes[];
   T* staged = reinterpret_cast<T*>(staged_bytes);
   for (int64_t i = blockIdx.x; i < rows; i += gridDim.x) {
     T* xr = x + i * v;
