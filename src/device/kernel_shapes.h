@@ -179,9 +179,8 @@ inline LinearCrossEntropyLayout MakeLinearCrossEntropyLayout(const Attrs& attrs,
   return l;
 }
 
-// ---- normalisation ----
+// ---- column sums ----
 
-// Batch norm: x (N, C, ...) seen as (N, C, S), S the spatial axes flattened.
 // Note [Column sums by slabs]
 // A CUDA column sum over r rows (bias_grad, bias_act_grad, sum over a leading axis) runs in
 // blocks of 32 columns x 8 thread rows, each thread row adding every 8th row, 8 loads ahead
@@ -207,6 +206,9 @@ inline ColumnSlabs ColumnSlabsOf(int64_t r, int64_t blocks_per_slab) {
   return c;
 }
 
+// ---- normalisation ----
+
+// Batch norm: x (N, C, ...) seen as (N, C, S), S the spatial axes flattened.
 struct ChannelDims {
   int64_t n, c, s;
 };

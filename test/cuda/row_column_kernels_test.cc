@@ -39,7 +39,8 @@ TEST(CudaColumnSums, SlabsMatchTheCpu) {
 TEST(CudaColumnSums, BiasActGradSumsAsBiasGradDoes) {
   LOOM_REQUIRE_GPU();
   auto gpu = CudaDevice(0);
-  for (const Shape& s : {Shape{4096, 200}, Shape{8192, 96}, Shape{100, 70}}) {
+  // {5000, 1}: one output unit, which bias_grad sums by the column kernel too.
+  for (const Shape& s : {Shape{4096, 200}, Shape{8192, 96}, Shape{100, 70}, Shape{5000, 1}}) {
     const Tensor y = RandomTensor(s, DType::kFloat32, 7, 0, 1, gpu), dy = RandomTensor(s, DType::kFloat32, 8, -1, 1, gpu);
     for (int64_t act : {int64_t(1), int64_t(2)}) {
       const std::vector<Tensor> out = Call("bias_act_grad", {y, dy}, Attrs{{"act", act}});

@@ -3,7 +3,7 @@
 // own epilogues are in linalg.cc; conv2d_relu's ReLU, cudnn.cc), and bias_act_grad. Each element is computed with the formulas
 // of the ops they replace (core/bias_act_formulas.h); the column sums run in the order of
 // bias_grad's kernel (reduce.cu: 32 columns x 8 partial sums per block, in double, by the same
-// slabs: Note [Column sums by slabs] in common.cuh), so db is
+// slabs: Note [Column sums by slabs] in device/kernel_shapes.h), so db is
 // bitwise what bias_grad makes from the stored dz. With channels = 1 (a convolution's layout) the
 // sums are cuDNN's conv2d_grad_bias's to float32 tolerance.
 #include "core/bias_act_formulas.h"

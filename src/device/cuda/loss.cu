@@ -365,15 +365,16 @@ void SoftmaxCrossEntropyGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // Note [A row of logits staged in shared memory]
 // The row is read three times (its maximum, its sum of exponentials, its gradient). A GPT-2
 // chunk's logits (1,376 rows of 50,304) are 277 MB, far beyond the L2, so each read came from
-// memory. kStaged: the block (kStagedThreads of them, one block an SM) copies the row into
+// memory. kStaged: the block (kStagedThreads threads, one block an SM) copies the row into
 // shared memory once, kLoadsAhead values a thread at a time, and the three passes read it
-// there. Rows of up to the device's opt-in shared memory (227 KB on Hopper: 58,000 float32
-// values) are staged; the choice depends on the shape and the device, not on the run, and
+// there. Rows of kMinStagedRow to the device's opt-in shared memory (227 KB on Hopper: 58,000
+// float32 values) are staged, when the kernel can run kStagedThreads threads a block; the choice depends on the shape and the device, not on the run, and
 // both forms sum in one fixed order (the staged one over its own block size).
-constexpr int kStagedThreads = 1024;
+constexpr int kStagedThreads = 512;
+constexpr int64_t kMinStagedRow = 8192;  // shorter rows stay in the L1 and L2 between their reads
 
 template <typename T, typename L, bool kStaged>
-__global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
+__global__ void __launch_bounds__(kStagedThreads) LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v, const L* lab, int64_t r0, int64_t n,
                                     bool grads, double* terms, KernelError* err) {
   extern __shared__ __align__(16) unsigned char staged_bytes[];
   T* staged = reinterpret_cast<T*>(staged_bytes);
@@ -422,7 +423,7 @@ __global__ void LinearCeChunkKernel(T* x, uint16_t* g16, int64_t rows, int64_t v
 // (eager or warm-up) run, so a device graph's recording makes no such call.
 template <typename T, typename L>
 size_t StagedRowBytes(CudaDeviceImpl& dev, int64_t v) {
-  if (!std::is_same<T, float>::value) return 0;
+  if (!std::is_same<T, float>::value || v < kMinStagedRow) return 0;
   static std::mutex mu;
   static std::map<int, int> allowed;  // device -> the shared memory the kernel may take
   std::lock_guard<std::mutex> lock(mu);
@@ -431,8 +432,12 @@ size_t StagedRowBytes(CudaDeviceImpl& dev, int64_t v) {
     int optin = 0;
     LOOM_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev.id()));
     optin = std::max(0, optin - 1024);  // room for BlockReduce's static shared memory
-    LOOM_CUDA_CHECK(
-        cudaFuncSetAttribute(LinearCeChunkKernel<T, L, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    cudaFuncAttributes fa{};
+    LOOM_CUDA_CHECK(cudaFuncGetAttributes(&fa, LinearCeChunkKernel<T, L, true>));
+    if (fa.maxThreadsPerBlock < kStagedThreads) optin = 0;  // registers: no staged block of that size
+    else
+      LOOM_CUDA_CHECK(
+          cudaFuncSetAttribute(LinearCeChunkKernel<T, L, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     it = allowed.emplace(dev.id(), optin).first;
   }
   const size_t bytes = size_t(v) * sizeof(T);

@@ -69,12 +69,13 @@ __global__ void ColReduceKernel(const T* x, T* y, typename std::conditional<kMax
   }
 }
 
-// x: (outer, R, inner) -> y: (outer, inner)
+// x: (outer, R, inner) -> y: (outer, inner). columns: the column kernel even for inner == 1
+// (bias_grad, whose order bias_act_grad's column sums repeat for any width).
 template <typename T, bool kMax>
-void Reduce(const T* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev) {
+void Reduce(const T* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool columns = false) {
   if (d.outer * d.inner == 0) return;
   cudaStream_t s = dev.stream();
-  if (d.inner == 1) {
+  if (d.inner == 1 && !columns) {
     int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
     threads = std::min(threads, 256);
     unsigned blocks = unsigned(std::min<int64_t>(d.outer, int64_t(1) << 20));
@@ -125,7 +126,7 @@ void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
     const int64_t n = op.outputs[0].numel();
     if (n == 0) return;
     ReduceDims d{1, op.inputs[0].numel() / n, n};
-    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx));
+    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx), /*columns=*/true);
   });
 }
 

@@ -98,6 +98,7 @@ void GradNormCuda(const OpRecord& op, const KernelContext& ctx) {
   };
   for (const Tensor& t : op.inputs) {
     if (table.count == kNormTable || (table.count > 0 && t.dtype() != dtype)) flush();
+    if (launched != cudaSuccess) break;
     if (table.count == 0) table.first_block[0] = 0;
     dtype = t.dtype();
     const int k = table.count++;
