@@ -246,7 +246,7 @@ bool PoolSupportsCuda(const OpRecord& op) {
 // that keeps a region NHWC (Note [Activation layouts] in graph/layouts.cc) computes the bits
 // eager execution computes on NCHW. Each per-channel sum runs over the channel's M = N S values
 // in one order, whatever the layout: the values m = i S + k (image i, pixel k) are cut into
-// chunks of kBnChunk, each chunk is summed in order of m into a double (one thread), and the
+// chunks (BnChunkOf), each chunk is summed in order of m into a double (one thread), and the
 // chunks' partial sums are added by a block per channel in a fixed pattern (thread j takes
 // chunks j, j + blockDim, ..., then BlockSum). The layout only changes which thread of the
 // partial-sum kernel handles a chunk (channel-fastest for NHWC, so that a warp reads one pixel's
@@ -256,20 +256,31 @@ bool PoolSupportsCuda(const OpRecord& op) {
 // rounded to T.
 //
 // Note [Batch norm statistics in one read]
-// The forward statistics read x from memory once. A chunk's thread sums its kBnChunk values in
+// The forward statistics read x from memory once. A chunk's thread sums its values in
 // order and, for their squared deviations, takes each group of kLoadsAhead values it loads
 // together (in registers) as a sample of its own: the group's deviations from the group's mean,
 // merged into the chunk's by Chan's formula, M2 = M2_a + M2_b + (mean_b - mean_a)^2 n_a n_b /
 // (n_a + n_b). The finish kernel merges the chunks' (count, sum, squared deviations) into the
 // channel's mean and variance the same way, M2 = sum_j [M2_j + n_j (mean_j - mean)^2], in the
-// fixed pattern above. The
-// CPU's two passes over x (the mean, then the deviations from it) compute the same quantity in
+// fixed pattern above. The CPU's two passes over x (the mean, then the deviations from it)
+// compute the same quantity in
 // another order, within the op table's float32 tolerance; both are exact to a few ulps of the
 // variance, since each chunk's deviations are taken from a mean near its values. Three kernels
 // instead of five (two partial passes and a mean between them), and one pass over x fewer: on a
 // GPU batch norm is bound by memory, and a ResNet-50 step at batch 32 runs 53 of them over 1.3 GB
 // of activations.
-constexpr int64_t kBnChunk = 128;
+
+// Values per chunk: the longest of 128, 64, 32, 16 and 8 that still gives c x chunks threads
+// enough to fill a GPU (kBnThreadsWanted), else 8. With 128 always, the late layers of ResNet-50
+// at batch 32 (2,048 channels of 1,568 values) ran 26,624 threads, a tenth of an H200's, each
+// waiting out 16 rounds of memory latency. A function of (m, c) alone, so the order stays
+// layout-independent and eager equals replay.
+constexpr int64_t kBnThreadsWanted = 135168;  // 132 SMs x 1,024
+int64_t BnChunkOf(int64_t m, int64_t c) {
+  for (int64_t len : {128, 64, 32, 16})
+    if (c * ((m + len - 1) / len) >= kBnThreadsWanted) return len;
+  return 8;
+}
 
 // A 4-D or (N, C, S) operand's addressing: element (i, ch, k) in NCHW or NHWC.
 struct BnLayout {
@@ -281,12 +292,13 @@ struct BnLayout {
 };
 
 struct BnDims {
-  int64_t n, c, s, m, chunks;  // m = n s values per channel, in `chunks` chunks of kBnChunk
+  int64_t n, c, s, m, chunks, chunk;  // m = n s values per channel, in `chunks` chunks of `chunk`
 };
 BnDims MakeBnDims(const Shape& x) {
   const ChannelDims d = MakeChannelDims(x);
   const int64_t m = d.n * d.s;
-  return BnDims{d.n, d.c, d.s, m, (m + kBnChunk - 1) / kBnChunk};
+  const int64_t chunk = BnChunkOf(m, d.c);
+  return BnDims{d.n, d.c, d.s, m, (m + chunk - 1) / chunk, chunk};
 }
 
 // Thread t of a partial-sum kernel: its channel and chunk (channel fastest when the main
@@ -323,7 +335,7 @@ __global__ void BnStatsPartialsKernel(const X* x, BnLayout xl, BnDims d, double*
   LOOM_GRID_STRIDE(t, d.c * d.chunks) {
     int64_t ch, chunk;
     ChunkOf(d, xl.nhwc, t, ch, chunk);
-    const int64_t m0 = chunk * kBnChunk, m1 = Min64(d.m, m0 + kBnChunk);
+    const int64_t m0 = chunk * d.chunk, m1 = Min64(d.m, m0 + d.chunk);
     int64_t i = m0 / d.s, k = m0 % d.s;
     double sum = 0, m2 = 0;  // of the values before this group
     for (int64_t m = m0; m < m1; m += kLoadsAhead) {
@@ -364,7 +376,7 @@ __global__ void BnGradPartialsKernel(const X* x, BnLayout xl, const T* dy, BnLay
   LOOM_GRID_STRIDE(t, d.c * d.chunks) {
     int64_t ch, chunk;
     ChunkOf(d, gl.nhwc, t, ch, chunk);
-    const int64_t m0 = chunk * kBnChunk, m1 = Min64(d.m, m0 + kBnChunk);
+    const int64_t m0 = chunk * d.chunk, m1 = Min64(d.m, m0 + d.chunk);
     const double mu = double(mean[ch]);
     int64_t i = m0 / d.s, k = m0 % d.s;
     double s_dy = 0, s_dyx = 0;
@@ -421,7 +433,7 @@ __global__ void BnFinishKernel(const double* partial, const T* gamma, const T* b
     const double mu = channel_mean;
     double v = 0;
     for (int64_t j = threadIdx.x; j < d.chunks; j += blockDim.x) {
-      const double n = double(Min64(d.m, (j + 1) * kBnChunk) - j * kBnChunk);
+      const double n = double(Min64(d.m, (j + 1) * d.chunk) - j * d.chunk);
       const double dm = partial[ch * d.chunks + j] / n - mu;
       v += partial[(d.c + ch) * d.chunks + j] + n * dm * dm;
     }
