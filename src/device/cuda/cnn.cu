@@ -110,10 +110,16 @@ __global__ void MaxPoolGradKernel(const int32_t* arg, const T* dy, T* dx, PoolDi
     xl.Split(t, p, k);
     const Covered c = CoveredAt(d, p, k);
     const int32_t self = int32_t(c.ih * d.w + c.iw);
+    // The planes' starts once per pixel, not per covering window (each a 64-bit division).
+    const int32_t* ap = arg + al.Plane(p);
+    const T* gp = dy + gl.Plane(p);
+    const int64_t as = al.Step(), gs = gl.Step();
     T acc = T(0);
     for (int64_t oi = c.oi0; oi <= c.oi1; ++oi)
-      for (int64_t oj = c.oj0; oj <= c.oj1; ++oj)
-        if (arg[al.At(p, oi * d.ow + oj)] == self) acc += dy[gl.At(p, oi * d.ow + oj)];
+      for (int64_t oj = c.oj0; oj <= c.oj1; ++oj) {
+        const int64_t o = oi * d.ow + oj;
+        if (ap[o * as] == self) acc += gp[o * gs];
+      }
     dx[t] = acc;
   }
 }
