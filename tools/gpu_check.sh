@@ -52,7 +52,9 @@
 #                determinism: Note [Measured algorithms])
 #                (with the second call: LOOM_GPU_PARTS=precision,layouts,compare-bf16)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
-# <build>/gpu_check. The exit status is non-zero when any part failed.
+# <build>/gpu_check; before the summary, digest.txt has one line per loom-bench run (ms, peak,
+# what the measured convolutions cost: tools/bench_digest.py). The exit status is non-zero when
+# any part failed.
 #   LOOM_BUILD_DIR     build folder (default: build)
 #   LOOM_GPU_PYTHON    the Python with PyTorch (default: python3 with a bundle, else /usr/bin/python3)
 #   LOOM_GPU_STEPS     timed steps per loom-bench mode (default 30)
@@ -307,6 +309,12 @@ part layouts 150 part_layouts
 part compare-bf16 180 part_compare_bf16
 
 echo
+# One line per loom-bench run of the parts above (tools/bench_digest.py), for a short slot's reader.
+if ls "$DEST"/*.jsonl >/dev/null 2>&1; then
+  echo "gpu_check: the runs, one line each:"
+  "$PY" tools/bench_digest.py "$DEST" | tee "$DEST/digest.txt" || true
+  echo
+fi
 echo "gpu_check summary ($DEST, $(( SECONDS - T0 )) s):"
 status=0
 for i in "${!names[@]}"; do
