@@ -35,7 +35,9 @@
 // the bfloat16 copy its activation's product already made, so the float32 activation dies in the
 // forward and the planned arena shrinks by it (the pass bf16_relu_mask, Note [ReLU masks from the
 // bfloat16 copy] in graph/bf16_relu_mask.cc; bf16 only). A GELU keeps its bfloat16 x (above);
-// other saved activations stay float32.
+// attention's y and dqkv, bfloat16 values, are written in bfloat16 for the products that read
+// them (the pass bf16_attention, Note [Attention results kept in bfloat16] in
+// graph/bf16_attention.cc); other saved activations stay float32.
 // A float32 result read only by its cast is not stored: the element-wise op that computes it
 // writes the 16-bit copy (the pass fuse_casts, Note [Casts fused into their producers] in
 // graph/fuse_casts.cc).

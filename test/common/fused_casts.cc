@@ -18,6 +18,9 @@ LOOM_OP_KIND(tanh);
 LOOM_OP_KIND(gelu);
 LOOM_OP_KIND(gelu_erf);
 LOOM_OP_KIND(softplus);
+LOOM_OP_KIND(attention_qkv);
+LOOM_OP_KIND(attention_qkv_grad);
+LOOM_OP_KIND(bias_grad);
 
 namespace loom {
 namespace test {
@@ -81,6 +84,44 @@ void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev) {
       for (size_t k = 1; k < plain.size(); ++k)  // layer_norm's statistics stay float32, unchanged
         EXPECT_EQ(fused[k].ToVector<float>(), plain[k].ToVector<float>()) << what << " output " << k;
     }
+}
+
+void ExpectAttentionResultsKeepTheirBits(const std::shared_ptr<Device>& dev) {
+  const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16;
+  auto on = [&](const Tensor& t) { return ToDevice(t, dev); };
+  auto floats = [](const Tensor& t) { return ToDevice(t, CpuDevice()).ToVector<float>(); };
+  // A head width cuDNN's fused attention takes (16), rows not a multiple of its tiles.
+  const Tensor qkv = ops::Cast(on(RandomTensor({2, 70, 96}, f32, 11, -2, 2)), bf16);
+  const Attrs a{{"heads", int64_t(2)}, {"causal", int64_t(1)}, {"scale", 0.0}};
+  auto with = [&](DType out) { return Attrs(a).Set("out_dtype", int64_t(out)); };
+  const std::string where = " on " + dev->name();
+  const std::vector<Tensor> f = Call(op_kind::attention_qkv, {qkv}, with(f32));
+  const std::vector<Tensor> h = Call(op_kind::attention_qkv, {qkv}, with(bf16));
+  ASSERT_EQ(h[0].dtype(), bf16);
+  ASSERT_EQ(h[1].dtype(), f32);
+  EXPECT_EQ(floats(ops::Cast(h[0], f32)), floats(f[0])) << "y's float32 values are bfloat16s" << where;
+  EXPECT_EQ(Bits16(h[0]), Bits16(ops::Cast(f[0], bf16))) << where;
+  EXPECT_EQ(floats(h[1]), floats(f[1])) << "lse" << where;
+  // The gradient as attention_qkv's backward makes it (dlse zeros it knows of).
+  const Tensor dy = on(RandomTensor({2, 70, 32}, f32, 12, -1, 1)), dlse = ops::Zeros({2, 2, 70}, f32, dev);
+  const Attrs ga = with(f32).Set("zero_dlse", int64_t(1));
+  const Tensor ref = Call1(op_kind::attention_qkv_grad, {qkv, f[0], f[1], dy, dlse}, ga);
+  ASSERT_EQ(ref.dtype(), f32);
+  EXPECT_EQ(floats(ops::Cast(ops::Cast(ref, bf16), f32)), floats(ref)) << "dqkv's values are bfloat16s" << where;
+  for (const Tensor& y : {f[0], h[0]})
+    for (DType out : {f32, bf16}) {
+      const Tensor d = Call1(op_kind::attention_qkv_grad, {qkv, y, f[1], dy, dlse}, Attrs(ga).Set("out_dtype", int64_t(out)));
+      ASSERT_EQ(d.dtype(), out);
+      EXPECT_EQ(Bits16(out == bf16 ? d : ops::Cast(d, bf16)), Bits16(ops::Cast(ref, bf16)))
+          << "y " << Name(y.dtype()) << ", dqkv " << Name(out) << where;
+    }
+  // bias_grad of bfloat16 values: one slab and several (Note [Column sums by slabs]), one column.
+  for (const Shape& s : {Shape{2, 70, 96}, Shape{8192, 96}, Shape{3000, 1}}) {
+    const Tensor dy16 = ops::Cast(on(RandomTensor(s, f32, 13, -3, 3)), bf16);
+    const Tensor low = Call1(op_kind::bias_grad, {dy16}, Attrs{{"out_dtype", int64_t(f32)}});
+    ASSERT_EQ(low.dtype(), f32);
+    EXPECT_EQ(floats(low), floats(Call1(op_kind::bias_grad, {ops::Cast(dy16, f32)}))) << ToString(s) << where;
+  }
 }
 
 }  // namespace test

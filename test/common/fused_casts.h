@@ -24,5 +24,11 @@ std::vector<uint16_t> Bits16(const Tensor& t);
 // result bit for bit, and layer_norm's statistics must be unchanged (gtest expectations).
 void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev);
 
+// Note [Attention results kept in bfloat16] (graph/bf16_attention.cc), on `dev`: a bfloat16
+// qkv's attention and gradient give bfloat16 values in float32 (y, dqkv), the same bits with
+// out_dtype bfloat16, the gradient the same from a bfloat16 y, lse unchanged; bias_grad of a
+// bfloat16 dy equals bias_grad of its float32 copy bit for bit (gtest expectations).
+void ExpectAttentionResultsKeepTheirBits(const std::shared_ptr<Device>& dev);
+
 }  // namespace test
 }  // namespace loom

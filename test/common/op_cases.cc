@@ -430,6 +430,14 @@ void AddLinalg(Table& t) {
                             BiasGrad{{4, 3, 7}, -1}, BiasGrad{{300, 1}, -1}})
     for (DType dt : kFloats)
       t.Add("bias_grad", S(b.dy) + " " + Range(b.lo, 1), dt, ref::BiasGrad).In(Uniform(b.dy, b.lo, 1));
+  // A bfloat16 dy summed in float32 (Note [Attention results kept in bfloat16] in
+  // graph/bf16_attention.cc): against the float64 sums of the same bfloat16 values.
+  for (const BiasGrad& b : {BiasGrad{{5000, 7}, 0}, BiasGrad{{2, 3, 5}, -1}, BiasGrad{{300, 1}, -1}})
+    t.Add("bias_grad", S(b.dy) + " " + Range(b.lo, 1) + " -> float32", DType::kBFloat16, ref::BiasGrad)
+        .In(Uniform(b.dy, b.lo, 1))
+        .Attr("out_dtype", int64_t(DType::kFloat32))
+        .NoGrad("a gradient itself: bias_grad has no backward")
+        .Tol(1e-5, 1e-5);
 
   // The fused dense layer (Note [Dense, bias, activation] in core/ops/dense_bias_act.cc), made
   // by a graph pass: act(x w + b) for every activation; shapes as the linear layers the pass

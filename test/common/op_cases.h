@@ -80,6 +80,9 @@ struct OpCase {
   double rtol = 0, atol = 0;
   // CUDA against the CPU (float32/float64 outputs; exact rows and other outputs byte for byte).
   double cuda_rtol = 0, cuda_atol = 0;
+  // 16-bit outputs that are a float32 computation's rounding (attention's bfloat16 y), not a
+  // conversion: compared within the tolerances above, as float32 outputs are.
+  bool rounded16 = false;
   // The gradient check: by default on float64 rows of differentiable ops whose differentiable
   // inputs have at most kSmallGradElements elements (finite differences cost two runs each).
   std::string no_grad;  // non-empty: never, for this reason
@@ -102,6 +105,7 @@ struct OpCase {
     return *this;
   }
   OpCase& Exact() { return Tol(0, 0); }
+  OpCase& Rounded16() { rounded16 = true; return *this; }
   bool exact() const { return rtol == 0 && atol == 0; }
   OpCase& CudaTol(double r, double a) { cuda_rtol = r; cuda_atol = a; return *this; }
   OpCase& NoGrad(std::string why) { no_grad = std::move(why); return *this; }

@@ -31,6 +31,10 @@ std::vector<double> HostValues(const InputSpec& s, uint32_t seed) {
 Tensor View(const InputSpec& s, const Tensor& t) { return s.permute.empty() ? t : ops::Permute(t, s.permute); }
 
 bool IsFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat64; }
+// An output compared within the row's tolerances (OpCase::rounded16 for 16-bit ones).
+bool Tolerant(const OpCase& c, DType t) {
+  return IsFloat(t) || (c.rounded16 && (t == DType::kBFloat16 || t == DType::kFloat16));
+}
 
 std::vector<HostTensor> ToHost(const std::vector<Tensor>& ts) {
   std::vector<HostTensor> out;
@@ -116,7 +120,7 @@ void CheckForward(const OpCase& c) {
     for (size_t i = 0; i < out.size(); ++i) {
       const std::string what = c.label + " output " + std::to_string(i);
       ASSERT_EQ(out[i].shape(), want[i].shape) << what;
-      bool tolerant = IsFloat(out[i].dtype());
+      bool tolerant = Tolerant(c, out[i].dtype());
       ExpectClose(ToDoubles(out[i]), want[i].v, tolerant ? c.rtol : 0, tolerant ? c.atol : 0, what);
     }
     // Note [Outputs that are inputs] (core/op.h): such outputs are the input tensors themselves.
@@ -166,7 +170,7 @@ void CheckAgainstCpu(const OpCase& c, const std::shared_ptr<Device>& dev) {
       const std::string what = c.label + " output " + std::to_string(i);
       ASSERT_EQ(want[i].shape(), got[i].shape()) << what;
       ASSERT_EQ(want[i].dtype(), got[i].dtype()) << what;
-      if (IsFloat(want[i].dtype()) && !c.exact())
+      if (Tolerant(c, want[i].dtype()) && !c.exact())
         ExpectClose(ToDoubles(got[i]), ToDoubles(want[i]), c.cuda_rtol, c.cuda_atol, what);
       else
         EXPECT_TRUE(SameBitsAnyNaN(want[i], got[i])) << what << ": " << Name(want[i].dtype()) << " bytes differ";

@@ -189,7 +189,8 @@ TEST_F(CudaGraphTest, Bf16ConvolutionsOnCudnnGraphEqualsEagerAndTracksTheCpu) {
 // Note [Attention on cuDNN]: at bf16 the policy lowers the GPT's attention on CUDA too, to
 // cuDNN's fused attention (forward and gradient of every layer, the gradient reading the
 // forward's bfloat16 qkv); eager steps and the graph (serial and device-graph replay) give the
-// same bits, and the run tracks the CPU's bf16 run (whose kernel keeps y and dqkv in float32).
+// same bits, and the run tracks the CPU's bf16 run. Note [Attention results kept in bfloat16]:
+// y and dqkv are written in bfloat16 by cuDNN itself, no cast of them left.
 TEST_F(CudaGraphTest, Bf16AttentionOnCudnnGraphEqualsEagerAndTracksTheCpu) {
   GraphOptions device_graph;
   device_graph.device_graph = true;
@@ -204,6 +205,7 @@ TEST_F(CudaGraphTest, Bf16AttentionOnCudnnGraphEqualsEagerAndTracksTheCpu) {
   }
   EXPECT_EQ(forward, 2) << "cuDNN refused the tiny GPT's attention (LOOM_DEBUG=1 prints why)";
   EXPECT_EQ(backward, 2);
+  EXPECT_EQ(graph.graph->stats().counters.Get("bf16_attention_results"), 4);
   EXPECT_EQ(eager.losses, graph.losses);
   EXPECT_EQ(eager.params, graph.params);
   EXPECT_EQ(graph.losses, replayed.losses);

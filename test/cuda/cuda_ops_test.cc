@@ -79,6 +79,13 @@ TEST(CudaOps, FusedCastProducersWriteTheCastOpsBits) {
   ExpectProducersWriteTheCastOpsBits(CudaDevice(0));
 }
 
+// Note [Attention results kept in bfloat16]: cuDNN's attention writes a bfloat16 y and dqkv in
+// place with the widened path's bits; bias_grad sums a bfloat16 dy as its float32 copy.
+TEST(CudaOps, AttentionResultsKeepTheirBitsInBfloat16) {
+  LOOM_REQUIRE_GPU();
+  ExpectAttentionResultsKeepTheirBits(CudaDevice(0));
+}
+
 TEST(CudaOps, PhiloxUniformEqualsCpuBitwise) {
   LOOM_REQUIRE_GPU();
   auto gpu = CudaDevice(0);

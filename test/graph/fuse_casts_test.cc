@@ -22,6 +22,9 @@ namespace {
 
 TEST(FusedCast, ProducersWriteTheCastOpsBitsExactly) { ExpectProducersWriteTheCastOpsBits(CpuDevice()); }
 
+// Note [Attention results kept in bfloat16] (graph/bf16_attention.cc): what the pass relies on.
+TEST(Bf16Attention, ResultsKeepTheirBitsInBfloat16) { ExpectAttentionResultsKeepTheirBits(CpuDevice()); }
+
 TEST(FusedCast, OutDtypeIsCheckedAndNeverDifferentiated) {
   const Tensor x = RandomTensor({3, 4}, DType::kFloat32, 1);
   LOOM_EXPECT_THROW_MSG(Call(op_kind::gelu, {x}, Attrs{{"out_dtype", int64_t(DType::kFloat64)}}), DTypeError,

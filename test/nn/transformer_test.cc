@@ -123,6 +123,45 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
   EXPECT_LT(bf16_one.graph->stats().arena_bytes, f32_one.graph->stats().arena_bytes);
 }
 
+// Note [Attention results kept in bfloat16]: attention's y and dqkv are written in bfloat16 for
+// the products that read them (no cast of either is left; the gradient reads the bfloat16 y, the
+// qkv bias's gradient the bfloat16 dqkv), with the same bits as with the pass off, and the plan
+// no longer keeps a float32 y from the forward to the backward.
+TEST(Gpt, Bf16KeepsAttentionResultsInBfloat16WithTheSameBits) {
+  GraphOptions off;
+  off.passes.Set("bf16_attention", false);
+  GptRun on = Train(true, 6, {}, 1, Precision::kBFloat16), plain = Train(true, 6, off, 1, Precision::kBFloat16);
+  ASSERT_EQ(on.losses, plain.losses);
+  ASSERT_EQ(on.params, plain.params);
+  EXPECT_EQ(on.graph->stats().counters.Get("bf16_attention_results"), 4);  // y and dqkv of 2 layers
+  EXPECT_EQ(plain.graph->stats().counters.Get("bf16_attention_results"), 0);
+  std::vector<const void*> ys, dqkvs;
+  int bias_grads_of_bf16 = 0, y_read_in_bf16 = 0;
+  for (const OpRecord& op : on.graph->ops().ops) {
+    if (op.def == &op_kind::attention_qkv) {
+      EXPECT_EQ(op.outputs[0].dtype(), DType::kBFloat16);
+      EXPECT_EQ(op.outputs[1].dtype(), DType::kFloat32);
+      ys.push_back(op.outputs[0].block());
+    }
+    if (op.def == &op_kind::attention_qkv_grad) {
+      EXPECT_EQ(op.outputs[0].dtype(), DType::kBFloat16);
+      y_read_in_bf16 += std::count(ys.begin(), ys.end(), op.inputs[1].block()) > 0;
+      dqkvs.push_back(op.outputs[0].block());
+    }
+    if (op.name() == "bias_grad" && op.inputs[0].dtype() == DType::kBFloat16) {
+      EXPECT_EQ(op.outputs[0].dtype(), DType::kFloat32);
+      bias_grads_of_bf16 += std::count(dqkvs.begin(), dqkvs.end(), op.inputs[0].block()) > 0;
+    }
+    if (op.name() == "cast")
+      for (const auto* made : {&ys, &dqkvs})
+        EXPECT_EQ(std::count(made->begin(), made->end(), op.inputs[0].block()), 0) << "a cast of an attention result";
+  }
+  EXPECT_EQ(y_read_in_bf16, 2);
+  EXPECT_EQ(bias_grads_of_bf16, 2);
+  // A float32 y (4 x 16 x 32 values) lived from each layer's forward to its backward.
+  EXPECT_LT(on.graph->stats().arena_bytes, plain.graph->stats().arena_bytes);
+}
+
 // Note [Attention on cuDNN]: attention_qkv's backward tells its gradient op when dlse holds the
 // zeros it made (no gradient reached lse), which a kernel without a dlse term relies on; with a
 // gradient through lse it does not, and the CPU's gradient then differs by lse's term.

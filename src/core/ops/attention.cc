@@ -79,6 +79,14 @@ DType QkvResultDType(const char* op, const TensorMeta& qkv, const Attrs& a) {
   return LoweredResultDType(op, qkv.dtype, a, {DType::kBFloat16}, "attention");
 }
 
+// The dtype of y (attention_qkv's output 0) or dqkv (its gradient's): QkvResultDType, or
+// bfloat16 for a bfloat16 qkv with out_dtype bfloat16, the float32 result's bfloat16 rounding
+// (Note [Attention results kept in bfloat16] in graph/bf16_attention.cc).
+DType QkvOutputDType(const char* op, const TensorMeta& qkv, const Attrs& a) {
+  if (qkv.dtype == DType::kBFloat16 && a.Int("out_dtype", -1) == int64_t(DType::kBFloat16)) return DType::kBFloat16;
+  return QkvResultDType(op, qkv, a);
+}
+
 }  // namespace
 
 // q: (..., Tq, D), k: (..., Tk, D), v: (..., Tk, Dv) -> y: (..., Tq, Dv), lse: (..., Tq)
@@ -129,16 +137,19 @@ LOOM_OP(attention_grad) {
 // qkv: (B, T, 3 D), each row q | k | v with head h in columns [h D / heads, (h + 1) D / heads)
 // of each third -> y: (B, T, D) (heads side by side), lse: (B, heads, T)
 // out_dtype (optional): float32 for a bfloat16 qkv, the products from bfloat16 operands and
-// everything else in float32 (Note [Precision policy]: what the bf16 policy lowers a float32
-// attention_qkv to); otherwise qkv's own dtype.
+// everything else in float32, y rounded to bfloat16 values (Note [Precision policy]: what the
+// bf16 policy lowers a float32 attention_qkv to); bfloat16 for a bfloat16 qkv, the same y kept
+// in bfloat16 and lse float32 (Note [Attention results kept in bfloat16] in
+// graph/bf16_attention.cc); otherwise qkv's own dtype.
 LOOM_OP(attention_qkv) {
   def.attrs = {{"heads", kInt}, {"causal", kInt}, {"scale", kFloat}, {"out_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("attention_qkv", in, 1);
     const int64_t dim = CheckQkv("attention_qkv", in[0], a);
-    const DType out = QkvResultDType("attention_qkv", in[0], a);
+    const DType y = QkvOutputDType("attention_qkv", in[0], a);
+    const DType lse = in[0].dtype == DType::kBFloat16 ? DType::kFloat32 : y;
     const Shape& s = in[0].shape;
-    return std::vector<TensorMeta>{{{s[0], s[1], dim}, out}, {{s[0], a.Int("heads"), s[1]}, out}};
+    return std::vector<TensorMeta>{{{s[0], s[1], dim}, y}, {{s[0], a.Int("heads"), s[1]}, lse}};
   };
   def.saved_inputs = {0};
   def.saved_outputs = {0, 1};
@@ -155,7 +166,9 @@ LOOM_OP(attention_qkv) {
 }
 
 // (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D), laid out as qkv. With a bfloat16 qkv and
-// out_dtype float32 (the bf16 policy's record): y, lse, dy, dlse and dqkv float32.
+// out_dtype float32 (the bf16 policy's record): y, lse, dy, dlse and dqkv float32, dqkv rounded
+// to bfloat16 values; with out_dtype bfloat16, the same dqkv kept in bfloat16, and with a
+// bfloat16 qkv y may be the forward's bfloat16 y (Note [Attention results kept in bfloat16]).
 // zero_dlse (optional, 0 or 1): 1 says dlse holds zeros (no gradient reached lse, the usual case:
 // attention_qkv's backward sets it when it made those zeros), so a kernel may leave the dlse term
 // out (cuDNN's fused attention has none: Note [Attention on cuDNN] in device/cuda/cudnn_attention.h).
@@ -168,7 +181,8 @@ LOOM_OP(attention_qkv_grad) {
     const int64_t zero_dlse = a.Int("zero_dlse", 0);
     LOOM_CHECK(zero_dlse == 0 || zero_dlse == 1, ValueError, "[", op, "] zero_dlse must be 0 or 1, got ", zero_dlse);
     const int64_t dim = CheckQkv(op, in[0], a);
-    const DType out = QkvResultDType(op, in[0], a);
+    const bool low = in[0].dtype == DType::kBFloat16;
+    const DType out = QkvOutputDType(op, in[0], a), rest = low ? DType::kFloat32 : out;
     const Shape& s = in[0].shape;
     const Shape y{s[0], s[1], dim}, lse{s[0], a.Int("heads"), s[1]};
     LOOM_CHECK(in[1].shape == y && in[3].shape == y, ShapeError, "[", op, "] y ", ToString(in[1].shape), " and dy ",
@@ -176,8 +190,9 @@ LOOM_OP(attention_qkv_grad) {
     LOOM_CHECK(in[2].shape == lse && in[4].shape == lse, ShapeError, "[", op, "] lse ", ToString(in[2].shape),
                " and dlse ", ToString(in[4].shape), " must be ", ToString(lse));
     for (size_t i = 1; i < 5; ++i)
-      LOOM_CHECK(in[i].dtype == out, DTypeError, "[", op, "] input ", i, " is ", Name(in[i].dtype), ", expected ",
-                 Name(out), " (qkv is ", Name(in[0].dtype), ")");
+      LOOM_CHECK(in[i].dtype == rest || (low && i == 1 && in[i].dtype == DType::kBFloat16), DTypeError, "[", op,
+                 "] input ", i, " is ", Name(in[i].dtype), ", expected ", Name(rest),
+                 low && i == 1 ? " or bfloat16" : "", " (qkv is ", Name(in[0].dtype), ")");
     return std::vector<TensorMeta>{{s, out}};
   };
 }

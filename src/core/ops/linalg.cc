@@ -148,15 +148,23 @@ LOOM_OP(add_bias) {
   };
 }
 
-// dy: (..., N) -> db: (N), the sum over all leading dimensions
+// dy: (..., N) -> db: (N), the sum over all leading dimensions. out_dtype (optional): float32 for
+// a bfloat16 dy, summed in float32 as the float32 dy of the same values is (Note [Attention
+// results kept in bfloat16] in graph/bf16_attention.cc); otherwise dy's own dtype.
 LOOM_OP(bias_grad) {
   def.internal = "backward of add_bias";
-  def.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+  def.attrs = {{"out_dtype", kInt}};
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("bias_grad", in, 1);
-    CheckFloat("bias_grad", in[0]);
+    const bool low = in[0].dtype == DType::kBFloat16;
+    if (!low) CheckFloat("bias_grad", in[0]);
     LOOM_CHECK(!in[0].shape.empty(), ShapeError, "[bias_grad] dy ", ToString(in[0].shape),
                " must have at least 1 dimension (..., N)");
-    return std::vector<TensorMeta>{{{in[0].shape.back()}, in[0].dtype}};
+    const int64_t o = a.Int("out_dtype", low ? -1 : int64_t(in[0].dtype));
+    LOOM_CHECK(o == (low ? int64_t(DType::kFloat32) : int64_t(in[0].dtype)), DTypeError, "[bias_grad] out_dtype ", o,
+               " for a ", Name(in[0].dtype), " dy: expected ", low ? "float32 (" : "none or the dy's (",
+               low ? int64_t(DType::kFloat32) : int64_t(in[0].dtype), ")");
+    return std::vector<TensorMeta>{{{in[0].shape.back()}, DType(o)}};
   };
 }
 

@@ -38,14 +38,21 @@ Problem ProblemOf(const OpRecord& op) {
   return Problem{s[0], s[1], g.heads, g.d, g.causal, float(g.scale)};
 }
 
+// A tensor cuDNN reads or writes in place: bfloat16, contiguous, 16-byte aligned.
+bool InPlace(const Tensor& t) {
+  return t.dtype() == DType::kBFloat16 && t.is_contiguous() && (t.offset() * 2) % 16 == 0;
+}
+
 // What no device needs to be asked about: the bf16 policy's record (bfloat16 qkv, float32
-// results), a head width cuDNN takes, an aligned contiguous qkv and, for the gradient, zeros in
-// dlse.
+// results; or y and dqkv in bfloat16, Note [Attention results kept in bfloat16] in
+// graph/bf16_attention.cc), a head width cuDNN takes, an aligned contiguous qkv (and bfloat16 y
+// or dqkv) and, for the gradient, zeros in dlse.
 bool Candidate(const OpRecord& op, bool grad) {
   if (op.inputs.size() != (grad ? 5u : 1u) || op.outputs.empty()) return false;
   const Tensor& qkv = op.inputs[0];
-  if (qkv.dtype() != DType::kBFloat16 || op.outputs[0].dtype() != DType::kFloat32) return false;
-  if (!qkv.is_contiguous() || (qkv.offset() * 2) % 16 != 0) return false;
+  if (!InPlace(qkv)) return false;
+  for (const Tensor* t : {&op.outputs[0], grad ? &op.inputs[1] : &op.outputs[0]})
+    if (t->dtype() != DType::kFloat32 && !InPlace(*t)) return false;
   const Problem p = ProblemOf(op);
   if (p.d % 8 != 0 || p.d > 128) return false;
   if (grad && op.attrs.Int("zero_dlse", 0) != 1) return false;
@@ -193,14 +200,16 @@ void CudnnAttentionQkv(const OpRecord& op, const KernelContext& ctx) {
   const Problem p = ProblemOf(op);
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const Plan& plan = RunnablePlan(dev, false, p, name);
-  const size_t o_bytes = Aligned(size_t(p.rows() * p.dim()) * 2);
+  const bool widen = op.outputs[0].dtype() == DType::kFloat32;  // else O is y itself
+  const size_t o_bytes = widen ? Aligned(size_t(p.rows() * p.dim()) * 2) : 0;
   char* base = static_cast<char*>(dev.Workspace(o_bytes + size_t(plan.workspace)));
   auto* qkv = static_cast<char*>(op.inputs[0].raw_data());
   const size_t third = size_t(p.dim()) * 2;  // bytes from q to k, k to v
-  std::unordered_map<int64_t, void*> pack{{kQ, qkv}, {kK, qkv + third}, {kV, qkv + 2 * third}, {kO, base},
+  void* o = widen ? base : op.outputs[0].raw_data();
+  std::unordered_map<int64_t, void*> pack{{kQ, qkv}, {kK, qkv + third}, {kV, qkv + 2 * third}, {kO, o},
                                           {kStats, op.outputs[1].raw_data()}};
   Execute(dev, plan, pack, plan.workspace ? base + o_bytes : nullptr, name);
-  LaunchCast(DType::kBFloat16, base, DType::kFloat32, op.outputs[0].raw_data(), p.rows() * p.dim(), dev.stream());
+  if (widen) LaunchCast(DType::kBFloat16, o, DType::kFloat32, op.outputs[0].raw_data(), p.rows() * p.dim(), dev.stream());
 }
 
 void CudnnAttentionQkvGrad(const OpRecord& op, const KernelContext& ctx) {
@@ -210,18 +219,23 @@ void CudnnAttentionQkvGrad(const OpRecord& op, const KernelContext& ctx) {
   std::lock_guard<std::mutex> lock(dev.library_mutex());
   const Plan& plan = RunnablePlan(dev, true, p, name);
   const int64_t n = p.rows() * p.dim();  // elements of y and dy
-  const size_t half = Aligned(size_t(n) * 2), dqkv_bytes = Aligned(size_t(3 * n) * 2);
-  char* base = static_cast<char*>(dev.Workspace(2 * half + dqkv_bytes + size_t(plan.workspace)));
-  char *o = base, *d_o = base + half, *dqkv = base + 2 * half;
-  LaunchCast(DType::kFloat32, op.inputs[1].raw_data(), DType::kBFloat16, o, n, dev.stream());
+  // Workspace for what is not bfloat16 already: O (y), dO (dy), dqkv; then cuDNN's own.
+  const bool narrow_y = op.inputs[1].dtype() == DType::kFloat32, widen_d = op.outputs[0].dtype() == DType::kFloat32;
+  const size_t half = Aligned(size_t(n) * 2), o_bytes = narrow_y ? half : 0,
+               dqkv_bytes = widen_d ? Aligned(size_t(3 * n) * 2) : 0;
+  char* base = static_cast<char*>(dev.Workspace(o_bytes + half + dqkv_bytes + size_t(plan.workspace)));
+  char* o = narrow_y ? base : static_cast<char*>(op.inputs[1].raw_data());
+  char* d_o = base + o_bytes;
+  char* dqkv = widen_d ? base + o_bytes + half : static_cast<char*>(op.outputs[0].raw_data());
+  if (narrow_y) LaunchCast(DType::kFloat32, op.inputs[1].raw_data(), DType::kBFloat16, o, n, dev.stream());
   LaunchCast(DType::kFloat32, op.inputs[3].raw_data(), DType::kBFloat16, d_o, n, dev.stream());
   auto* qkv = static_cast<char*>(op.inputs[0].raw_data());
   const size_t third = size_t(p.dim()) * 2;
   std::unordered_map<int64_t, void*> pack{
       {kQ, qkv},  {kK, qkv + third},  {kV, qkv + 2 * third},           {kO, o},
       {kDO, d_o}, {kStats, op.inputs[2].raw_data()}, {kDQ, dqkv}, {kDK, dqkv + third}, {kDV, dqkv + 2 * third}};
-  Execute(dev, plan, pack, plan.workspace ? base + 2 * half + dqkv_bytes : nullptr, name);
-  LaunchCast(DType::kBFloat16, dqkv, DType::kFloat32, op.outputs[0].raw_data(), 3 * n, dev.stream());
+  Execute(dev, plan, pack, plan.workspace ? base + o_bytes + half + dqkv_bytes : nullptr, name);
+  if (widen_d) LaunchCast(DType::kBFloat16, dqkv, DType::kFloat32, op.outputs[0].raw_data(), 3 * n, dev.stream());
 }
 #else
 namespace {

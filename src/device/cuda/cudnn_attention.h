@@ -10,15 +10,17 @@
 //   - q, k and v are strided (B, heads, T, d) views of the packed qkv (row stride 3 D, head
 //     stride d, k and v at D and 2 D elements): nothing is copied in.
 //   - Forward: cuDNN's O is written in bfloat16 to the device's workspace and widened into the
-//     float32 y with the cast op's kernel (cast.h); cuDNN's statistics (max + ln sum exp of the
-//     scaled scores) are lse, written in place as (B, heads, T) float32.
+//     float32 y with the cast op's kernel (cast.h), or straight into a bfloat16 y (Note
+//     [Attention results kept in bfloat16] in graph/bf16_attention.cc); cuDNN's statistics (max
+//     + ln sum exp of the scaled scores) are lse, written in place as (B, heads, T) float32.
 //   - Backward: cuDNN recomputes the probabilities from q, k and the statistics and forms
 //     rowsum(dO o O) itself; it has no term for a gradient of lse, so it serves only records
 //     whose dlse is known to be zeros (attention_qkv_grad's zero_dlse, set by attention_qkv's
 //     backward when no gradient reached lse: in a transformer lse feeds only the backward).
-//     O = bfloat16(y) (exact: y is a widened bfloat16), dO = bfloat16(dy) (rounded, as
-//     FlashAttention's bf16 backward does), dq, dk and dv in bfloat16 laid out as qkv in the
-//     workspace, widened into the float32 dqkv. cuDNN's deterministic backward is asked for, so
+//     O = bfloat16(y) (exact: y is a widened bfloat16; a bfloat16 y is read in place), dO =
+//     bfloat16(dy) (rounded, as FlashAttention's bf16 backward does), dq, dk and dv in bfloat16
+//     laid out as qkv in the workspace, widened into the float32 dqkv (or written straight into
+//     a bfloat16 dqkv). cuDNN's deterministic backward is asked for, so
 //     eager steps and replays give the same bits (docs/design.md invariant 5).
 //   - What runs: a head width d that is a multiple of 8 and at most 128, a contiguous qkv whose
 //     start is 16-byte aligned, and whatever cuDNN itself accepts (its check_support, asked once
@@ -27,8 +29,8 @@
 //   - Plans are built once per (device, direction, B, T, heads, d, causal, scale) and kept for
 //     the process; they run under the device's library mutex like every cuDNN call.
 // Rounding against the CPU's bf16 kernel (Note [Attention from a bfloat16 qkv] in
-// device/cpu/kernels/attention.cc), which keeps y and dqkv in float32: cuDNN's y and dqkv are
-// rounded to bfloat16 once more (relative 2^-9), within the op table's bf16 tolerances.
+// device/cpu/kernels/attention.cc): both round y and dqkv to bfloat16 (relative 2^-9) from
+// float32 sums taken in other orders, within the op table's bf16 tolerances of each other.
 #pragma once
 
 #include "core/device.h"

@@ -32,13 +32,23 @@ __global__ void RowReduceKernel(const T* x, T* y, int64_t outer, int64_t r) {
   }
 }
 
+// A loaded value as a number: itself, or (In uint16_t: bias_grad's bfloat16 dy, Note [Attention
+// results kept in bfloat16] in graph/bf16_attention.cc) the float32 of its bfloat16 bits, so a
+// sum of bfloat16 values is the sum of their float32 copies, bit for bit.
+template <typename In>
+__device__ __forceinline__ auto ValueOf(In v) {
+  if constexpr (std::is_same<In, uint16_t>::value) return DevBFloat16ToFloat(v);
+  else return v;
+}
+
 // inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner) of rows
 // [blockIdx.z * slab, ...) (Note [Column sums by slabs]); its 8 rows of threads take every 8th
 // k, and row 0 combines the 8 partials in order into y, or into part[(slab, o, i)] when there are
-// several slabs.
-template <typename T, bool kMax>
-__global__ void ColReduceKernel(const T* x, T* y, typename std::conditional<kMax, T, double>::type* part,
+// several slabs. x's elements are In (T, or bfloat16 bits for a sum).
+template <typename T, bool kMax, typename In = T>
+__global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMax, T, double>::type* part,
                                 int64_t outer, int64_t r, int64_t inner, int64_t slab) {
+  static_assert(std::is_same<In, T>::value || !kMax, "a maximum of bfloat16 bits is not taken");
   using Acc = typename std::conditional<kMax, T, double>::type;
   __shared__ Acc sums[kColY][kColX + 1];
   const int64_t i = int64_t(blockIdx.x) * kColX + threadIdx.x;
@@ -47,13 +57,13 @@ __global__ void ColReduceKernel(const T* x, T* y, typename std::conditional<kMax
     Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
     if (i < inner)
       for (int64_t k0 = r0 + threadIdx.y; k0 < r1; k0 += kColY * kLoadsAhead) {
-        T v[kLoadsAhead];  // loaded together, combined in order (kLoadsAhead in common.cuh)
+        In v[kLoadsAhead];  // loaded together, combined in order (kLoadsAhead in common.cuh)
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r1) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
-          if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), v[q])) : acc + Acc(v[q]);
+          if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), T(ValueOf(v[q])))) : acc + Acc(ValueOf(v[q]));
       }
     sums[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
@@ -70,28 +80,30 @@ __global__ void ColReduceKernel(const T* x, T* y, typename std::conditional<kMax
 }
 
 // x: (outer, R, inner) -> y: (outer, inner). columns: the column kernel even for inner == 1
-// (bias_grad, whose order bias_act_grad's column sums repeat for any width).
-template <typename T, bool kMax>
-void Reduce(const T* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool columns = false) {
+// (bias_grad, whose order bias_act_grad's column sums repeat for any width); it also takes x as
+// bfloat16 bits (In uint16_t, a sum).
+template <typename T, bool kMax, typename In = T>
+void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool columns = false) {
   if (d.outer * d.inner == 0) return;
   cudaStream_t s = dev.stream();
+  if constexpr (!std::is_same<In, T>::value) columns = true;  // RowReduceKernel reads T
   if (d.inner == 1 && !columns) {
     int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
     threads = std::min(threads, 256);
     unsigned blocks = unsigned(std::min<int64_t>(d.outer, int64_t(1) << 20));
-    RowReduceKernel<T, kMax><<<blocks, threads, 0, s>>>(x, y, d.outer, d.r);
+    if constexpr (std::is_same<In, T>::value) RowReduceKernel<T, kMax><<<blocks, threads, 0, s>>>(x, y, d.outer, d.r);
   } else {
     using Acc = typename std::conditional<kMax, T, double>::type;
     const unsigned cols = unsigned((d.inner + kColX - 1) / kColX), outer = unsigned(std::min<int64_t>(d.outer, kMaxGridY));
     const ColumnSlabs sl = ColumnSlabsOf(d.r, int64_t(cols) * outer);
     const dim3 grid(cols, outer, unsigned(sl.slabs));
     if (sl.slabs == 1) {
-      ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows);
+      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows);
     } else {
       const int64_t count = d.outer * d.inner;
       std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
       Acc* part = static_cast<Acc*>(dev.Workspace(size_t(sl.slabs * count) * sizeof(Acc)));
-      ColReduceKernel<T, kMax><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, part, d.outer, d.r, d.inner, sl.rows);
+      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, part, d.outer, d.r, d.inner, sl.rows);
       ColumnSlabsTotalKernel<Acc, T, kMax><<<Blocks(count), kThreads, 0, s>>>(part, y, sl.slabs, count);
     }
   }
@@ -119,8 +131,17 @@ void MaxCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// dy: (R, N) (leading dimensions flattened) -> db: (N), the sum over R
+// dy: (R, N) (leading dimensions flattened) -> db: (N), the sum over R; a bfloat16 dy gives a
+// float32 db (Note [Attention results kept in bfloat16]).
 void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
+  const int64_t cols = op.outputs[0].numel();
+  if (op.inputs[0].dtype() == DType::kBFloat16) {
+    if (cols == 0) return;
+    ReduceDims d{1, op.inputs[0].numel() / cols, cols};
+    Reduce<float, false>(static_cast<const uint16_t*>(op.inputs[0].raw_data()), op.outputs[0].data<float>(), d,
+                         Dev(ctx), /*columns=*/true);
+    return;
+  }
   FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = op.outputs[0].numel();
@@ -179,12 +200,19 @@ void MaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
+// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]).
+bool BiasGradCudaSupports(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
+}
+
 }  // namespace
 
 LOOM_KERNEL(sum, kCUDA, SumCuda);
 LOOM_KERNEL(max, kCUDA, MaxCuda);
 LOOM_KERNEL(max_grad, kCUDA, MaxGradCuda);
 LOOM_KERNEL(bias_grad, kCUDA, BiasGradCuda);
+LOOM_KERNEL_SUPPORTS(bias_grad, kCUDA, BiasGradCudaSupports);
 
 }  // namespace cuda
 }  // namespace loom

@@ -12,7 +12,11 @@
 // the online softmax and its row sums, lse, D = rowsum(dy y). What enters a product is rounded to
 // bfloat16 as FlashAttention's bf16 kernels round it: the probabilities before P v and P^T dy, dy
 // before dy v^T and P^T dy, and scale dS before dS k and dS^T q. A block product oneDNN does not
-// take runs on its operands widened to float32 (exact), so only the sums' order differs.
+// take runs on its operands widened to float32 (exact), so only the sums' order differs. The
+// results y and dqkv are rounded to bfloat16 once they are summed, as cuDNN's fused attention
+// writes them (Note [Attention on cuDNN] in device/cuda/cudnn_attention.h), and stored as
+// bfloat16 or as those values in float32 (Note [Attention results kept in bfloat16] in
+// graph/bf16_attention.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -136,15 +140,16 @@ void ZeroRows(T* p, int64_t n, int64_t w, int64_t ld) {
 
 // The start of one problem's backward: dq, dk, dv zeroed (rows ldq, ldk, ldv apart) and
 // drow_i = D_i = rowsum(dy y) - dlse_i.
+// y rows ldyy apart, dy rows ldy apart.
 template <typename T>
-void StartBackward(const AttentionDims& g, int64_t ldq, int64_t ldk, int64_t ldv, const T* y, const T* dy,
-                   int64_t ldy, const T* dlse, T* dq, T* dk, T* dv, T* drow) {
+void StartBackward(const AttentionDims& g, int64_t ldq, int64_t ldk, int64_t ldv, const T* y, int64_t ldyy,
+                   const T* dy, int64_t ldy, const T* dlse, T* dq, T* dk, T* dv, T* drow) {
   ZeroRows(dq, g.tq, g.d, ldq);
   ZeroRows(dk, g.tk, g.d, ldk);
   ZeroRows(dv, g.tk, g.dv, ldv);
   for (int64_t i = 0; i < g.tq; ++i) {
     T acc = 0;
-    for (int64_t c = 0; c < g.dv; ++c) acc += dy[i * ldy + c] * y[i * ldy + c];
+    for (int64_t c = 0; c < g.dv; ++c) acc += dy[i * ldy + c] * y[i * ldyy + c];
     drow[i] = acc - dlse[i];
   }
 }
@@ -155,7 +160,7 @@ void StartBackward(const AttentionDims& g, int64_t ldq, int64_t ldk, int64_t ldv
 template <typename T>
 void BackwardProblem(const AttentionDims& g, const Rows<T>& r, const T* y, const T* dy, int64_t ldy, const T* lse,
                      const T* dlse, T* dq, T* dk, T* dv, T* p, T* ds, T* drow) {
-  StartBackward(g, r.ldq, r.ldk, r.ldv, y, dy, ldy, dlse, dq, dk, dv, drow);
+  StartBackward(g, r.ldq, r.ldk, r.ldv, y, ldy, dy, ldy, dlse, dq, dk, dv, drow);
   const T scale = T(g.scale);
   for (int64_t i0 = 0; i0 < g.tq; i0 += kBq) {
     const int64_t nq = std::min(kBq, g.tq - i0);
@@ -214,20 +219,39 @@ void BlockProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Bf16*
 
 // rows x cols of float32 (ld apart) rounded to bfloat16 (ldo apart), each times `scale`:
 // FloatToBFloat16's rounding (core/half.h) written without a branch, so that the compiler
-// vectorises the loop (the scalar conversion took as long as the block's products).
-void RoundRows(const float* x, int64_t ld, int64_t rows, int64_t cols, float scale, Bf16* o, int64_t ldo) {
+// vectorises the loop (the scalar conversion took as long as the block's products). A float
+// output gets the rounded value widened back (x and o may then be the same rows).
+template <typename Out>
+void RoundRows(const float* x, int64_t ld, int64_t rows, int64_t cols, float scale, Out* o, int64_t ldo) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = x + i * ld;
-    Bf16* orow = o + i * ldo;
+    Out* orow = o + i * ldo;
     for (int64_t j = 0; j < cols; ++j) {
       uint32_t u;
       const float f = xr[j] * scale;
       std::memcpy(&u, &f, 4);
       const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-      orow[j] = Bf16((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+      const uint32_t b = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest;
+      if constexpr (std::is_same<Out, float>::value) {
+        const uint32_t w = b << 16;
+        std::memcpy(orow + j, &w, 4);
+      } else {
+        orow[j] = Bf16(b);
+      }
     }
   }
 }
+
+// Note [Attention results kept in bfloat16] (graph/bf16_attention.cc): the bf16 kernels' y and
+// dqkv are rounded to bfloat16 as cuDNN's are, stored as bfloat16 or as their float32 values.
+struct Bf16Out {
+  void* p;
+  bool bf16;
+  void Store(const float* x, int64_t ld, int64_t rows, int64_t cols, int64_t offset, int64_t ldo) const {
+    if (bf16) RoundRows(x, ld, rows, cols, 1.0f, static_cast<Bf16*>(p) + offset, ldo);
+    else RoundRows(x, ld, rows, cols, 1.0f, static_cast<float*>(p) + offset, ldo);
+  }
+};
 
 // Per-thread blocks: scores or probabilities (float32) and their bfloat16 copy.
 struct Bf16Scratch {
@@ -236,7 +260,8 @@ struct Bf16Scratch {
   std::vector<Bf16> dy16;
 };
 
-void ForwardRowsBf16(const AttentionDims& g, const Rows<Bf16>& r, float* y, int64_t ldy, float* lse, int64_t i0,
+// Rows [i0, i0 + nq) of one problem into yb (nq rows, ldy apart), lse + i0.
+void ForwardRowsBf16(const AttentionDims& g, const Rows<Bf16>& r, float* yb, int64_t ldy, float* lse, int64_t i0,
                      Bf16Scratch& w) {
   const int64_t nq = std::min(kBq, g.tq - i0);
   const int64_t kend = g.KeyEnd(i0 + nq - 1);
@@ -244,7 +269,6 @@ void ForwardRowsBf16(const AttentionDims& g, const Rows<Bf16>& r, float* y, int6
   float m[kBq], l[kBq];
   std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
   std::fill(l, l + nq, 0.0f);
-  float* yb = y + i0 * ldy;
   ZeroRows(yb, nq, g.dv, ldy);
   for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
     const int64_t nk = std::min(kBk, kend - j0);
@@ -260,24 +284,27 @@ void ForwardRowsBf16(const AttentionDims& g, const Rows<Bf16>& r, float* y, int6
   FinishRows(yb, ldy, g.dv, nq, m, l, lse + i0);
 }
 
-void ForwardBf16(const AttentionDims& g, const Bf16* q, const Bf16* k, const Bf16* v, float* y, float* lse) {
+// y: bfloat16, or float32 holding bfloat16 values (Bf16Out).
+void ForwardBf16(const AttentionDims& g, const Bf16* q, const Bf16* k, const Bf16* v, const Bf16Out& y, float* lse) {
   const int64_t blocks = (g.tq + kBq - 1) / kBq;
   ParallelFor(g.bh * blocks, 1, [&](int64_t t0, int64_t t1) {
     Bf16Scratch w;
+    std::vector<float> rows(size_t(kBq * g.dv));
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t p = t / blocks;
-      ForwardRowsBf16(g, RowsOf(g, p, q, k, v), y + g.y.Offset(p, g.heads), g.y.ld, lse + p * g.tq,
-                      (t % blocks) * kBq, w);
+      const int64_t p = t / blocks, i0 = (t % blocks) * kBq;
+      ForwardRowsBf16(g, RowsOf(g, p, q, k, v), rows.data(), g.dv, lse + p * g.tq, i0, w);
+      y.Store(rows.data(), g.dv, std::min(kBq, g.tq - i0), g.dv, g.y.Offset(p, g.heads) + i0 * g.y.ld, g.y.ld);
     }
   });
 }
 
 // BackwardProblem with a bfloat16 q, k and v (Note [Attention from a bfloat16 qkv]); dq, dk and
 // dv float32, laid out as q, k and v.
-void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const float* y, const float* dy, int64_t ldy,
-                         const float* lse, const float* dlse, float* dq, float* dk, float* dv, Bf16Scratch& w,
-                         float* drow) {
-  StartBackward(g, r.ldq, r.ldk, r.ldv, y, dy, ldy, dlse, dq, dk, dv, drow);
+// y: rows ldyy apart.
+void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const float* y, int64_t ldyy, const float* dy,
+                         int64_t ldy, const float* lse, const float* dlse, float* dq, float* dk, float* dv,
+                         Bf16Scratch& w, float* drow) {
+  StartBackward(g, r.ldq, r.ldk, r.ldv, y, ldyy, dy, ldy, dlse, dq, dk, dv, drow);
   const float scale = float(g.scale);
   w.dy16.resize(size_t(kBq * g.dv));
   float *p = w.s.data(), *ds = w.ds.data();
@@ -329,14 +356,16 @@ void AttentionGradCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T); a bfloat16 qkv gives float32 results
-// (Note [Attention from a bfloat16 qkv]).
+// qkv: (B, T, 3 D) -> y: (B, T, D), lse: (B, heads, T); a bfloat16 qkv gives a float32 lse and
+// y in bfloat16 or float32 (Note [Attention from a bfloat16 qkv], Note [Attention results kept in
+// bfloat16]).
 void AttentionQkvCpu(const OpRecord& op, const KernelContext&) {
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
   if (op.inputs[0].dtype() == DType::kBFloat16) {
     const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
     const int64_t dim = g.d * g.heads;
-    ForwardBf16(g, qkv, qkv + dim, qkv + 2 * dim, op.outputs[0].data<float>(), op.outputs[1].data<float>());
+    const Bf16Out y{op.outputs[0].raw_data(), op.outputs[0].dtype() == DType::kBFloat16};
+    ForwardBf16(g, qkv, qkv + dim, qkv + 2 * dim, y, op.outputs[1].data<float>());
     return;
   }
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv", [&](auto tag) {
@@ -347,28 +376,42 @@ void AttentionQkvCpu(const OpRecord& op, const KernelContext&) {
   });
 }
 
-// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D); a bfloat16 qkv with everything else float32
-// (Note [Attention from a bfloat16 qkv]).
+// The bfloat16 qkv's gradient: y bfloat16 or float32, the rest float32, dqkv bfloat16 or float32
+// (Note [Attention from a bfloat16 qkv], Note [Attention results kept in bfloat16]). Each problem
+// sums its gradients in float32 (in place, or in a scratch laid out as a batch's rows of dqkv
+// for a bfloat16 dqkv) and rounds them once it is done; a bfloat16 y is widened first.
+void AttentionQkvGradBf16(const OpRecord& op, const AttentionDims& g) {
+  const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
+  const Bf16Out d{op.outputs[0].raw_data(), op.outputs[0].dtype() == DType::kBFloat16};
+  const bool y16 = op.inputs[1].dtype() == DType::kBFloat16;
+  const int64_t dim = g.d * g.heads, ld = 3 * dim;
+  const float *lse = op.inputs[2].data<float>(), *dy = op.inputs[3].data<float>(), *dlse = op.inputs[4].data<float>();
+  ParallelFor(g.bh, 1, [&](int64_t p0, int64_t p1) {
+    Bf16Scratch w;
+    std::vector<float> drow(size_t(g.tq)), ywide(y16 ? size_t(g.tq * g.dv) : 0), dwide(d.bf16 ? size_t(g.tq * ld) : 0);
+    for (int64_t b = p0; b < p1; ++b) {
+      const int64_t oq = g.q.Offset(b, g.heads), ok = g.k.Offset(b, g.heads), ov = g.v.Offset(b, g.heads);
+      const int64_t oy = g.y.Offset(b, g.heads), batch = (b / g.heads) * g.tq * ld;  // dqkv's rows of b's batch
+      const float* y = y16 ? ywide.data() : op.inputs[1].data<float>() + oy;
+      const int64_t ldyy = y16 ? g.dv : g.y.ld;
+      if (y16) {
+        const Bf16* ys = static_cast<const Bf16*>(op.inputs[1].raw_data()) + oy;
+        for (int64_t i = 0; i < g.tq; ++i)
+          for (int64_t c = 0; c < g.dv; ++c) ywide[size_t(i * g.dv + c)] = BFloat16ToFloat(ys[i * g.y.ld + c]);
+      }
+      // Where the sums go: dqkv itself at oq, ok, ov, or the scratch at the same places of its batch.
+      auto at = [&](int64_t o) { return d.bf16 ? dwide.data() + (o - batch) : static_cast<float*>(d.p) + o; };
+      BackwardProblemBf16(g, RowsOf(g, b, qkv, qkv + dim, qkv + 2 * dim), y, ldyy, dy + oy, g.y.ld, lse + b * g.tq,
+                          dlse + b * g.tq, at(oq), at(dim + ok), at(2 * dim + ov), w, drow.data());
+      for (int64_t o : {oq, dim + ok, 2 * dim + ov}) d.Store(at(o), ld, g.tq, g.d, o, ld);
+    }
+  });
+}
+
+// (qkv, y, lse, dy, dlse) -> dqkv: (B, T, 3 D)
 void AttentionQkvGradCpu(const OpRecord& op, const KernelContext&) {
   const AttentionDims g = MakeAttentionQkvDims(op.attrs, op.inputs[0].shape());
-  if (op.inputs[0].dtype() == DType::kBFloat16) {
-    const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
-    float* d = op.outputs[0].data<float>();
-    const int64_t dim = g.d * g.heads;
-    const float *y = op.inputs[1].data<float>(), *lse = op.inputs[2].data<float>(), *dy = op.inputs[3].data<float>(),
-                *dlse = op.inputs[4].data<float>();
-    ParallelFor(g.bh, 1, [&](int64_t p0, int64_t p1) {
-      Bf16Scratch w;
-      std::vector<float> drow(size_t(g.tq));
-      for (int64_t b = p0; b < p1; ++b) {
-        const int64_t oq = g.q.Offset(b, g.heads), ok = g.k.Offset(b, g.heads), ov = g.v.Offset(b, g.heads);
-        const int64_t oy = g.y.Offset(b, g.heads);
-        BackwardProblemBf16(g, RowsOf(g, b, qkv, qkv + dim, qkv + 2 * dim), y + oy, dy + oy, g.y.ld, lse + b * g.tq,
-                            dlse + b * g.tq, d + oq, d + dim + ok, d + 2 * dim + ov, w, drow.data());
-      }
-    });
-    return;
-  }
+  if (op.inputs[0].dtype() == DType::kBFloat16) return AttentionQkvGradBf16(op, g);
   FloatDispatch(op.inputs[0].dtype(), "attention_qkv_grad", [&](auto tag) {
     using T = decltype(tag);
     const T* qkv = op.inputs[0].data<T>();
@@ -388,9 +431,10 @@ LOOM_KERNEL(attention_qkv_grad, kCPU, AttentionQkvGradCpu);
 // Note [What a kernel supports]: a float qkv with results of its dtype, or a bfloat16 qkv with
 // float32 results where oneDNN is built in (the bf16 policy lowers attention only where its
 // products have oneDNN's bf16 kernels; without them it would widen every block).
+// A bfloat16 y or dqkv: Note [Attention results kept in bfloat16].
 bool AttentionQkvSupports(const OpRecord& op) {
   const DType q = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  if (q == DType::kBFloat16) return out == DType::kFloat32 && HaveDnnlGemm();
+  if (q == DType::kBFloat16) return (out == DType::kFloat32 || out == DType::kBFloat16) && HaveDnnlGemm();
   return q == out;
 }
 LOOM_KERNEL_SUPPORTS(attention_qkv, kCPU, AttentionQkvSupports);

@@ -197,22 +197,36 @@ void AddBiasCpu(const OpRecord& op, const KernelContext&) {
 
 // dy: (R, N) (leading dimensions flattened) -> db: (N), sum over R
 // Split by columns, each summed in row order: the result does not depend on the thread count.
-void BiasGradCpu(const OpRecord& op, const KernelContext&) {
-  FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) {
-    using T = decltype(tag);
-    const T* dy = op.inputs[0].data<T>();
-    T* db = op.outputs[0].data<T>();
-    const int64_t n = op.outputs[0].numel();
-    if (n == 0) return;
-    const int64_t rows = op.inputs[0].numel() / n;
-    ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [&](int64_t c0, int64_t c1) {
-      std::fill(db + c0, db + c1, T(0));
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = dy + r * n;
+// A bfloat16 dy (In) is widened as it is read: the same sums as its float32 values'.
+template <typename T, typename In = T>
+void BiasGradTyped(const OpRecord& op) {
+  const In* dy = static_cast<const In*>(op.inputs[0].raw_data());
+  T* db = op.outputs[0].data<T>();
+  const int64_t n = op.outputs[0].numel();
+  if (n == 0) return;
+  const int64_t rows = op.inputs[0].numel() / n;
+  ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [&](int64_t c0, int64_t c1) {
+    std::fill(db + c0, db + c1, T(0));
+    for (int64_t r = 0; r < rows; ++r) {
+      const In* row = dy + r * n;
+      if constexpr (std::is_same<In, T>::value) {
         for (int64_t j = c0; j < c1; ++j) db[j] += row[j];
+      } else {
+        for (int64_t j = c0; j < c1; ++j) db[j] += BFloat16ToFloat(row[j]);
       }
-    });
+    }
   });
+}
+
+void BiasGradCpu(const OpRecord& op, const KernelContext&) {
+  if (op.inputs[0].dtype() == DType::kBFloat16) return BiasGradTyped<float, uint16_t>(op);
+  FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) { BiasGradTyped<decltype(tag)>(op); });
+}
+
+// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]).
+bool BiasGradSupported(const OpRecord& op) {
+  const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
 }
 
 }  // namespace
@@ -221,6 +235,7 @@ LOOM_KERNEL(matmul, kCPU, MatMulCpu);
 LOOM_KERNEL(add_bias, kCPU, AddBiasCpu);
 LOOM_KERNEL_SUPPORTS(add_bias, kCPU, FusedCastSupportedCpu);
 LOOM_KERNEL(bias_grad, kCPU, BiasGradCpu);
+LOOM_KERNEL_SUPPORTS(bias_grad, kCPU, BiasGradSupported);
 
 }  // namespace cpu
 }  // namespace loom
