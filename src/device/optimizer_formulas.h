@@ -4,8 +4,10 @@
 // on the GradMode and call PrepareGrad, compiled by nvcc as __host__ __device__.
 #pragma once
 
-#include "core/op.h"
+#include <vector>
+
 #include "core/host_device.h"
+#include "core/op.h"
 
 namespace loom {
 namespace optim {
@@ -64,6 +66,34 @@ inline bool CopySupported(const OpRecord& op) {
   return p.dtype() == DType::kFloat32 && (c.dtype() == DType::kBFloat16 || c.dtype() == DType::kFloat16) &&
          int64_t(c.dtype()) == op.attrs.Int("copy_dtype") && c.shape() == p.shape() && c.is_contiguous() &&
          p.is_contiguous();
+}
+
+// The member records of an update_group (Note [Small updates grouped] in graph/group_updates.cc):
+// inputs and outputs cut into `members` equal runs, the group's attributes but `of` and `members`.
+inline std::vector<OpRecord> MembersOf(const OpRecord& group) {
+  const size_t n = size_t(group.attrs.Int("members")), k = group.inputs.size() / n, m = group.outputs.size() / n;
+  OpRecord member;
+  member.def = &GetOp(group.attrs.Str("of"));
+  for (const auto& [key, value] : group.attrs.items())
+    if (key != "of" && key != "members") member.attrs.Set(key, value);
+  std::vector<OpRecord> out(n, member);
+  for (size_t i = 0; i < n; ++i) {
+    out[i].inputs.assign(group.inputs.begin() + ptrdiff_t(i * k), group.inputs.begin() + ptrdiff_t((i + 1) * k));
+    out[i].outputs.assign(group.outputs.begin() + ptrdiff_t(i * m), group.outputs.begin() + ptrdiff_t((i + 1) * m));
+    out[i].BindAttrs();
+  }
+  return out;
+}
+
+// Note [What a kernel supports] for an update_group on device type t: each member is a record
+// of its own op that t's kernel of that op supports.
+inline bool GroupSupported(const OpRecord& group, DeviceType t) {
+  if (group.attrs.Int("members", 0) <= 0) return false;
+  for (const OpRecord& m : MembersOf(group)) {
+    auto pred = m.def->supports[int(t)];
+    if (!m.def->kernels[int(t)] || (pred && !pred(m))) return false;
+  }
+  return true;
 }
 
 // Note [Loss scaling] (nn/loss_scale.h), step 3, for both backends: torch.amp.GradScaler's update

@@ -675,6 +675,25 @@ void AddOptimizers(Table& t) {
           .Attr("decoupled", decoupled)
           .Into({0, 3, 4});
   t.Add("increment", "", kF64, ref::Increment).In(Float64(41)).Into({0});
+  // Note [Small updates grouped] (graph/group_updates.cc): members of unequal sizes, each with its
+  // own learning rate (and step count), as their own records compute them.
+  for (DType dt : kFloats) {
+    OpCase& sgd = t.Add("update_group", "of 3 sgd_update, momentum, gradient scale", dt, ref::UpdateGroup)
+                      .Attr("of", std::string("sgd_update")).Attr("members", int64_t(3))
+                      .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("grad_scaled", int64_t(1));
+    for (int64_t i = 0; i < 3; ++i)
+      sgd.In(Uniform({50 - 20 * i})).In(Uniform({50 - 20 * i}, -3, 3)).In(Float64(0.05 * double(i + 1)))
+          .In(Uniform({50 - 20 * i})).In(Float64(0.37));
+    sgd.Into({0, 3, 5, 8, 10, 13});
+    OpCase& adam = t.Add("update_group", "of 2 adam_update, decoupled weight decay", dt, ref::UpdateGroup)
+                       .Attr("of", std::string("adam_update")).Attr("members", int64_t(2))
+                       .Attr("beta1", 0.9).Attr("beta2", 0.999).Attr("eps", 1e-8).Attr("weight_decay", 0.01)
+                       .Attr("decoupled", int64_t(1));
+    for (int64_t i = 0; i < 2; ++i)
+      adam.In(Uniform({50 - 43 * i})).In(Uniform({50 - 43 * i})).In(Float64(0.05 / double(i + 1)))
+          .In(Uniform({50 - 43 * i}, -0.1, 0.1)).In(Uniform({50 - 43 * i}, 0, 0.1)).In(Float64(double(3 + i)));
+    adam.Into({0, 3, 4, 6, 9, 10});
+  }
   // Clipping folded into the updates (Note [Clipping folded into the update]): a gradient scale
   // (a float64 scalar, the last input) or a clip value.
   for (DType dt : kFloats) {

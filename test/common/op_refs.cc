@@ -484,6 +484,21 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
   return {p, m, v};
 }
 
+std::vector<HostTensor> UpdateGroup(const RefArgs& a) {
+  const size_t n = size_t(a.attrs.Int("members")), k = a.in.size() / n;
+  Attrs member;
+  for (const auto& [key, value] : a.attrs.items())
+    if (key != "of" && key != "members") member.Set(key, value);
+  const bool adam = a.attrs.Str("of") == "adam_update";
+  std::vector<HostTensor> out;
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<HostTensor> in(a.in.begin() + ptrdiff_t(i * k), a.in.begin() + ptrdiff_t((i + 1) * k));
+    const std::vector<HostTensor> o = adam ? AdamUpdate(RefArgs{in, member}) : SgdUpdate(RefArgs{in, member});
+    out.insert(out.end(), o.begin(), o.end());
+  }
+  return out;
+}
+
 // (counter [, found_inf]) -> counter + 1, or counter when the flag is set
 std::vector<HostTensor> Increment(const RefArgs& a) {
   const bool skip = a.in.size() == 2 && a.in[1].v[0] != 0;

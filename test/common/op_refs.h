@@ -71,6 +71,8 @@ std::vector<HostTensor> MseGrad(const RefArgs& a);
 std::vector<HostTensor> SgdUpdate(const RefArgs& a);
 std::vector<HostTensor> MatmulSgdUpdate(const RefArgs& a);
 std::vector<HostTensor> AdamUpdate(const RefArgs& a);
+// Note [Small updates grouped]: each member by SgdUpdate or AdamUpdate (attribute `of`).
+std::vector<HostTensor> UpdateGroup(const RefArgs& a);
 std::vector<HostTensor> Increment(const RefArgs& a);
 std::vector<HostTensor> LrSchedule(const RefArgs& a);
 std::vector<HostTensor> GradNorm(const RefArgs& a);

@@ -442,7 +442,7 @@ TEST_F(GraphTest, DotTraceAndTimelineDumps) {
   std::string dot = g.ToDot();
   EXPECT_NE(dot.find("digraph"), std::string::npos);
   EXPECT_NE(dot.find("matmul"), std::string::npos);
-  EXPECT_NE(dot.find("sgd_update"), std::string::npos);
+  EXPECT_NE(dot.find("update_group"), std::string::npos);  // the MLP's updates (Note [Small updates grouped])
   LOOM_EXPECT_THROW_MSG(g.WriteTrace("/tmp/loom_never.json"), GraphError, "no profiled replay");
   g.set_profile(true);
   g.Run();

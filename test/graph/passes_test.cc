@@ -58,7 +58,7 @@ TEST(Passes, RegisteredInTheirDeclaredOrder) {
   EXPECT_EQ(Names(), (std::vector<std::string>{"autocast_bf16", "autocast_fp16", "keep_bf16_weight_copies", "bucket_gradients",
                                                "fuse_weight_grad_update", "fuse_bias_act", "bf16_relu_mask", "fuse_bn_relu", "bf16_conv_outputs", "bf16_attention",
                                                "fuse_casts",
-                                               "plan_layouts", "keep_weights_blocked", "test_count_relus",
+                                               "plan_layouts", "keep_weights_blocked", "group_updates", "test_count_relus",
                                                "test_counts_undeclared"}));
   int last = -1;
   for (const PassDef* p : RegisteredPasses()) {

@@ -162,6 +162,44 @@ TEST(Gpt, Bf16KeepsAttentionResultsInBfloat16WithTheSameBits) {
   EXPECT_LT(on.graph->stats().arena_bytes, plain.graph->stats().arena_bytes);
 }
 
+// Note [Small updates grouped]: every parameter of the tiny GPT has at most 4,096 values, so its
+// updates run as groups, one per set of attributes (AdamW decays the weights and embeddings
+// only; in fp16 their 16-bit copies are kept, the position embedding's is not), where the last
+// of each group ran. The bits are those of the pass switched off, in float32 and in fp16 (loss
+// scaling: every update reads the scale and the found_inf flag), and eagerly's; the plan holds
+// the moved gradients (at most 4,096 values each) a little longer.
+TEST(Gpt, SmallUpdatesRunInGroupsWithTheSameBits) {
+  GraphOptions off;
+  off.passes.Set("group_updates", false);
+  for (Precision p : {Precision::kFloat32, Precision::kFloat16}) {
+    const bool fp16 = p == Precision::kFloat16;
+    GptRun on = Train(true, 5, {}, 1, p), plain = Train(true, 5, off, 1, p), eager = Train(false, 5, {}, 1, p);
+    ASSERT_EQ(on.losses, plain.losses) << Name(p);
+    ASSERT_EQ(on.params, plain.params) << Name(p);
+    ASSERT_EQ(on.params, eager.params) << Name(p);
+    std::vector<int64_t> members;
+    int alone = 0;
+    for (const OpRecord& op : on.graph->ops().ops) {
+      if (op.name() == "update_group") {
+        EXPECT_EQ(op.attrs.Str("of"), "adam_update");
+        members.push_back(op.attrs.Int("members"));
+      }
+      if (op.name() == "adam_update") {
+        ++alone;
+        EXPECT_EQ(op.inputs[0].shape(), (Shape{16, 32})) << "the position embedding: no 16-bit copy, no decay";
+      }
+    }
+    // 2 layers x (2 layer norms x 2 + 4 biases) + the last layer norm's 2 undecayed; 2 x 4 weights
+    // and the two embeddings decayed (the position embedding alone in fp16).
+    EXPECT_EQ(members, (std::vector<int64_t>{18, fp16 ? 9 : 10})) << Name(p);
+    EXPECT_EQ(alone, fp16 ? 1 : 0) << Name(p);
+    EXPECT_EQ(on.graph->stats().counters.Get("grouped_updates"), fp16 ? 27 : 28) << Name(p);
+    EXPECT_EQ(plain.graph->stats().counters.Get("grouped_updates"), 0) << Name(p);
+    const size_t moved = 28 * 4096 * 4;
+    EXPECT_LE(on.graph->stats().arena_bytes, plain.graph->stats().arena_bytes + moved) << Name(p);
+  }
+}
+
 // Note [Attention on cuDNN]: attention_qkv's backward tells its gradient op when dlse holds the
 // zeros it made (no gradient reached lse), which a kernel without a dlse term relies on; with a
 // gradient through lse it does not, and the CPU's gradient then differs by lse's term.

@@ -172,6 +172,48 @@ LOOM_OP(adam_update) {
   };
 }
 
+namespace {
+// A member's attributes: the group's but `of` and `members` (device/optimizer_formulas.h's
+// MembersOf builds the member records the same way).
+Attrs UpdateGroupMemberAttrs(const Attrs& group) {
+  Attrs a;
+  for (const auto& [key, value] : group.items())
+    if (key != "of" && key != "members") a.Set(key, value);
+  return a;
+}
+}  // namespace
+
+// Note [Small updates grouped] (graph/group_updates.cc): the records of `members` sgd_update or
+// adam_update ops (`of`) with the same attributes, side by side: the inputs are each member's
+// inputs in turn, the outputs each member's outputs in turn, and the other attributes are the
+// members'. Made only by the graph pass group_updates; each member's values are what its own
+// record computes.
+LOOM_OP(update_group) {
+  def.internal = "made only by the graph pass in graph/group_updates.cc";
+  def.attrs = Join(Join(kSgdAttrs, {{"copy_dtype", kInt}, {"beta1", kFloat}, {"beta2", kFloat}, {"eps", kFloat},
+                                    {"decoupled", kInt}}),
+                   {{"of", kStr}, {"members", kInt}});
+  def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    const std::string& of = a.Str("of");
+    LOOM_CHECK(of == "sgd_update" || of == "adam_update", ValueError, "[update_group] of '", of,
+               "': groups sgd_update or adam_update records");
+    const int64_t n = a.Int("members");
+    LOOM_CHECK(n > 0 && !in.empty() && in.size() % size_t(n) == 0, ValueError, "[update_group] ", in.size(),
+               " inputs are not ", n, " members' alike");
+    const OpDef& member = GetOp(of);
+    const Attrs ma = UpdateGroupMemberAttrs(a);
+    const size_t k = in.size() / size_t(n);
+    std::vector<TensorMeta> out;
+    for (size_t i = 0; i < size_t(n); ++i) {
+      const std::vector<TensorMeta> o =
+          member.infer(std::vector<TensorMeta>(in.begin() + ptrdiff_t(i * k), in.begin() + ptrdiff_t((i + 1) * k)), ma);
+      out.insert(out.end(), o.begin(), o.end());
+    }
+    return out;
+  };
+}
+
+
 // inputs: counter (float64 scalar) [, found_inf (float32 scalar)] -> outputs: counter + 1, in
 // place; with the flag, counter unchanged when it is nonzero (Note [Skipped updates]). Keeps the
 // optimizer's step count on the device so that replays advance it.

@@ -2,6 +2,8 @@
 // as on the CPU; their formulas are the CPU's own, Note [Element-wise formulas] in
 // core/elementwise_formulas.h), add_bias, dropout and the optimizer updates. Semantics follow
 // src/device/cpu/kernels/{elementwise,linalg,dropout,optimizer}.cc expression for expression.
+#include <algorithm>
+
 #include "device/cuda/common.cuh"
 #include "core/elementwise_formulas.h"
 #include "device/optimizer_formulas.h"
@@ -315,6 +317,21 @@ __device__ __forceinline__ void WriteCopy(uint16_t* copy, int copy_bf16, int64_t
   if (copy) copy[i] = DevCastTo16(double(v), copy_bf16 != 0);
 }
 
+// One element of SGD's update, for SgdKernel and the grouped updates alike.
+template <typename T, GradMode M>
+__device__ __forceinline__ void SgdElement(T* p, const T* g, T* buf, int64_t i, T tlr, T ga, T gb, T wd, T mom,
+                                           T one_minus_damp, int nesterov, uint16_t* copy, int copy_bf16) {
+  if (!buf) {
+    p[i] -= tlr * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
+  } else {
+    T d = PrepareGrad<M>(g[i], ga, gb) + wd * p[i];
+    T v = mom * buf[i] + one_minus_damp * d;
+    buf[i] = v;
+    p[i] -= nesterov ? tlr * (d + mom * v) : tlr * v;
+  }
+  WriteCopy(copy, copy_bf16, i, p[i]);
+}
+
 template <typename T, GradMode M>
 __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n, T wd, T mom, T one_minus_damp,
                           int nesterov, const double* scale, double mult, double clip, const float* skip,
@@ -322,17 +339,7 @@ __global__ void SgdKernel(T* p, const T* g, T* buf, const double* lr, int64_t n,
   if (skip && *skip != 0.0f) return;
   const T tlr = T(*lr);
   const T ga = GradA<M, T>(scale, mult), gb = T(clip);
-  LOOM_GRID_STRIDE(i, n) {
-    if (!buf) {
-      p[i] -= tlr * (PrepareGrad<M>(g[i], ga, gb) + wd * p[i]);
-    } else {
-      T d = PrepareGrad<M>(g[i], ga, gb) + wd * p[i];
-      T v = mom * buf[i] + one_minus_damp * d;
-      buf[i] = v;
-      p[i] -= nesterov ? tlr * (d + mom * v) : tlr * v;
-    }
-    WriteCopy(copy, copy_bf16, i, p[i]);
-  }
+  LOOM_GRID_STRIDE(i, n) { SgdElement<T, M>(p, g, buf, i, tlr, ga, gb, wd, mom, one_minus_damp, nesterov, copy, copy_bf16); }
 }
 
 // The clip scale's device address when the record has one, else null.
@@ -373,34 +380,47 @@ void SgdUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
+// Adam's per-step constants, from the device-side learning rate and step count: computed once
+// per block, in double, exactly as the CPU kernel computes them.
+template <typename T>
+struct AdamStep {
+  T step_size, inv_sqrt_c2, decay;
+};
+template <typename T>
+__device__ __forceinline__ AdamStep<T> AdamStepOf(const double* lr_p, const double* step_p, double b1, double b2,
+                                                  double wd) {
+  const double lr = *lr_p, step = *step_p;
+  const double c1 = 1 - pow(b1, step), c2 = 1 - pow(b2, step);
+  return AdamStep<T>{T(lr / c1), T(1 / sqrt(c2)), T(1 - lr * wd)};
+}
+
+// One element of Adam's update, for AdamKernel and the grouped updates alike.
+template <typename T, GradMode M>
+__device__ __forceinline__ void AdamElement(T* p, const T* g, T* m, T* v, int64_t i, const AdamStep<T>& st, T tb1,
+                                            T tb2, T teps, T twd, int decoupled, T ga, T gb, uint16_t* copy,
+                                            int copy_bf16) {
+  const T gt = PrepareGrad<M>(g[i], ga, gb);
+  T gi = decoupled ? gt : gt + twd * p[i];
+  if (decoupled) p[i] *= st.decay;
+  T mi = tb1 * m[i] + (T(1) - tb1) * gi;
+  T vi = tb2 * v[i] + (T(1) - tb2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  p[i] -= st.step_size * mi / (Sqrt(vi) * st.inv_sqrt_c2 + teps);
+  WriteCopy(copy, copy_bf16, i, p[i]);
+}
+
 template <typename T, GradMode M>
 __global__ void AdamKernel(T* p, const T* g, T* m, T* v, const double* lr_p, const double* step_p, int64_t n,
                            double b1, double b2, double eps, double wd, int decoupled, const double* scale,
                            double mult, double clip, const float* skip, uint16_t* copy, int copy_bf16) {
   if (skip && *skip != 0.0f) return;  // every thread of every block alike: before __syncthreads
-  // The bias corrections depend on the device-side step count: computed once per block, in
-  // double, exactly as the CPU kernel computes them.
-  __shared__ T step_size, inv_sqrt_c2, decay;
-  if (threadIdx.x == 0) {
-    const double lr = *lr_p, step = *step_p;
-    const double c1 = 1 - pow(b1, step), c2 = 1 - pow(b2, step);
-    step_size = T(lr / c1);
-    inv_sqrt_c2 = T(1 / sqrt(c2));
-    decay = T(1 - lr * wd);
-  }
+  __shared__ AdamStep<T> st;
+  if (threadIdx.x == 0) st = AdamStepOf<T>(lr_p, step_p, b1, b2, wd);
   __syncthreads();
-  const T tb1 = T(b1), tb2 = T(b2), teps = T(eps), twd = T(wd);
   const T ga = GradA<M, T>(scale, mult), gb = T(clip);
   LOOM_GRID_STRIDE(i, n) {
-    const T gt = PrepareGrad<M>(g[i], ga, gb);
-    T gi = decoupled ? gt : gt + twd * p[i];
-    if (decoupled) p[i] *= decay;
-    T mi = tb1 * m[i] + (T(1) - tb1) * gi;
-    T vi = tb2 * v[i] + (T(1) - tb2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= step_size * mi / (Sqrt(vi) * inv_sqrt_c2 + teps);
-    WriteCopy(copy, copy_bf16, i, p[i]);
+    AdamElement<T, M>(p, g, m, v, i, st, T(b1), T(b2), T(eps), T(wd), decoupled, ga, gb, copy, copy_bf16);
   }
 }
 
@@ -425,6 +445,126 @@ void AdamUpdateCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
+// ---- Note [Small updates grouped] (graph/group_updates.cc): one launch for up to kGroupTable
+// members of an update_group, each with its own pointers; member k gets GroupBlocks(n_k)
+// blocks and each element the arithmetic of its own record's kernel (SgdElement, AdamElement).
+constexpr int kGroupTable = 24;        // members per launch (the table is a kernel parameter, ~2.5 KB)
+constexpr int64_t kGroupBlocks = 256;  // at most, per member
+
+int64_t GroupBlocks(int64_t n) { return std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kGroupBlocks); }
+
+struct GroupTable {
+  void* p[kGroupTable];
+  const void* g[kGroupTable];
+  void* s1[kGroupTable];  // SGD's momentum buffer (or null), Adam's m
+  void* s2[kGroupTable];  // Adam's v
+  uint16_t* copy[kGroupTable];
+  const double* lr[kGroupTable];
+  const double* step[kGroupTable];  // Adam's
+  const double* scale[kGroupTable];
+  const float* skip[kGroupTable];
+  int64_t n[kGroupTable];
+  int64_t first_block[kGroupTable + 1];
+  int count = 0;
+};
+
+// The member of block blockIdx.x, and the block's place among that member's blocks.
+__device__ __forceinline__ int GroupMember(const GroupTable& t, int64_t& b, int64_t& step) {
+  int k = 0;
+  while (int64_t(blockIdx.x) >= t.first_block[k + 1]) ++k;
+  b = int64_t(blockIdx.x) - t.first_block[k];
+  step = (t.first_block[k + 1] - t.first_block[k]) * int64_t(blockDim.x);
+  return k;
+}
+
+template <typename T, GradMode M>
+__global__ void SgdGroupKernel(GroupTable t, double wd, double mom, double damp, int nesterov, double mult,
+                               double clip, int copy_bf16) {
+  int64_t b, step;
+  const int k = GroupMember(t, b, step);
+  if (t.skip[k] && *t.skip[k] != 0.0f) return;
+  T *p = static_cast<T*>(t.p[k]), *buf = static_cast<T*>(t.s1[k]);
+  const T* g = static_cast<const T*>(t.g[k]);
+  const T tlr = T(*t.lr[k]), ga = GradA<M, T>(t.scale[k], mult), gb = T(clip);
+  for (int64_t i = b * int64_t(blockDim.x) + threadIdx.x; i < t.n[k]; i += step)
+    SgdElement<T, M>(p, g, buf, i, tlr, ga, gb, T(wd), T(mom), T(1 - damp), nesterov, t.copy[k], copy_bf16);
+}
+
+template <typename T, GradMode M>
+__global__ void AdamGroupKernel(GroupTable t, double b1, double b2, double eps, double wd, int decoupled, double mult,
+                                double clip, int copy_bf16) {
+  int64_t b, step;
+  const int k = GroupMember(t, b, step);
+  if (t.skip[k] && *t.skip[k] != 0.0f) return;  // every thread of the block alike: before __syncthreads
+  __shared__ AdamStep<T> st;
+  if (threadIdx.x == 0) st = AdamStepOf<T>(t.lr[k], t.step[k], b1, b2, wd);
+  __syncthreads();
+  T *p = static_cast<T*>(t.p[k]), *m = static_cast<T*>(t.s1[k]), *v = static_cast<T*>(t.s2[k]);
+  const T* g = static_cast<const T*>(t.g[k]);
+  const T ga = GradA<M, T>(t.scale[k], mult), gb = T(clip);
+  for (int64_t i = b * int64_t(blockDim.x) + threadIdx.x; i < t.n[k]; i += step)
+    AdamElement<T, M>(p, g, m, v, i, st, T(b1), T(b2), T(eps), T(wd), decoupled, ga, gb, t.copy[k], copy_bf16);
+}
+
+// An update_group of sgd_update or adam_update records: tables of kGroupTable members a launch.
+void UpdateGroupCuda(const OpRecord& op, const KernelContext& ctx) {
+  const std::vector<OpRecord> members = optim::MembersOf(op);
+  const OpRecord& first = members.front();
+  const bool adam = op.attrs.Str("of") == "adam_update";
+  const double mult = optim::GradMultiplier(first), clip = first.attrs.Float("clip_value", 0);
+  cudaStream_t s = Dev(ctx).stream();
+  GroupTable t;
+  auto flush = [&] {
+    if (t.count == 0) return;
+    const unsigned blocks = unsigned(t.first_block[t.count]);
+    FloatDispatch(first.inputs[0].dtype(), "update_group", [&](auto tag) {
+      using T = decltype(tag);
+      optim::DispatchGradMode(first, [&](auto mode) {
+        constexpr GradMode M = decltype(mode)::value;
+        if (adam)
+          AdamGroupKernel<T, M><<<blocks, kThreads, 0, s>>>(
+              t, first.attrs.Float("beta1"), first.attrs.Float("beta2"), first.attrs.Float("eps"),
+              first.attrs.Float("weight_decay", 0), int(first.attrs.Int("decoupled", 0) != 0), mult, clip,
+              CopyIsBf16(first));
+        else
+          SgdGroupKernel<T, M><<<blocks, kThreads, 0, s>>>(
+              t, first.attrs.Float("weight_decay", 0), first.attrs.Float("momentum", 0),
+              first.attrs.Float("dampening", 0), int(first.attrs.Int("nesterov", 0) != 0), mult, clip,
+              CopyIsBf16(first));
+      });
+    });
+    LOOM_CUDA_CHECK_LAUNCH();
+    t.count = 0;
+  };
+  for (const OpRecord& r : members) {
+    const int64_t n = r.inputs[0].numel();
+    if (n == 0) continue;
+    if (t.count == kGroupTable) flush();
+    if (t.count == 0) t.first_block[0] = 0;
+    const int k = t.count++;
+    t.p[k] = r.outputs[0].raw_data();
+    t.g[k] = r.inputs[1].raw_data();
+    t.s1[k] = adam ? r.outputs[1].raw_data() : optim::HasMomentumBuffer(r) ? r.outputs[1].raw_data() : nullptr;
+    t.s2[k] = adam ? r.outputs[2].raw_data() : nullptr;
+    t.copy[k] = CopyOf(r);
+    t.lr[k] = r.inputs[2].data<double>();
+    t.step[k] = adam ? r.inputs[5].data<double>() : nullptr;
+    t.scale[k] = GradScale(r);
+    t.skip[k] = SkipFlag(r);
+    t.n[k] = n;
+    t.first_block[k + 1] = t.first_block[k] + GroupBlocks(n);
+  }
+  flush();
+}
+
+// Note [What a kernel supports]: each member as its own kernel supports it, all of one dtype.
+bool UpdateGroupCudaSupports(const OpRecord& op) {
+  if (!optim::GroupSupported(op, DeviceType::kCUDA)) return false;
+  for (const OpRecord& m : optim::MembersOf(op))
+    if (m.inputs[0].dtype() != op.inputs[0].dtype()) return false;
+  return true;
+}
+
 __global__ void IncrementKernel(double* c, const float* skip) {
   if (!skip || *skip == 0.0f) *c += 1;
 }
@@ -445,6 +585,8 @@ LOOM_KERNEL(dropout_grad, kCUDA, DropoutGradCuda);
 LOOM_KERNEL(sgd_update, kCUDA, SgdUpdateCuda);
 LOOM_KERNEL_SUPPORTS(sgd_update, kCUDA, optim::CopySupported);
 LOOM_KERNEL(adam_update, kCUDA, AdamUpdateCuda);
+LOOM_KERNEL(update_group, kCUDA, UpdateGroupCuda);
+LOOM_KERNEL_SUPPORTS(update_group, kCUDA, UpdateGroupCudaSupports);
 LOOM_KERNEL_SUPPORTS(adam_update, kCUDA, optim::CopySupported);
 LOOM_KERNEL(increment, kCUDA, IncrementCuda);
 

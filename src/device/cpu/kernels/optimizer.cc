@@ -224,8 +224,17 @@ void IncrementCpu(const OpRecord& op, const KernelContext&) {
   *op.outputs[0].data<double>() += 1;
 }
 
+// Note [Small updates grouped] (graph/group_updates.cc): each member by its own op's kernel, in
+// turn: the bits its own record gives.
+void UpdateGroupCpu(const OpRecord& op, const KernelContext& ctx) {
+  for (const OpRecord& m : optim::MembersOf(op)) m.def->kernels[int(DeviceType::kCPU)](m, ctx);
+}
+bool UpdateGroupSupportedCpu(const OpRecord& op) { return optim::GroupSupported(op, DeviceType::kCPU); }
+
 }  // namespace
 
+LOOM_KERNEL(update_group, kCPU, UpdateGroupCpu);
+LOOM_KERNEL_SUPPORTS(update_group, kCPU, UpdateGroupSupportedCpu);
 LOOM_KERNEL(sgd_update, kCPU, SgdUpdateCpu);
 LOOM_KERNEL_SUPPORTS(sgd_update, kCPU, optim::CopySupported);
 LOOM_KERNEL(matmul_sgd_update, kCPU, MatmulSgdUpdateCpu);
