@@ -7,7 +7,7 @@ GPU slot most needs to read at a glance, printed at the end of tools/gpu_check.s
 A folder means every *.jsonl in it (bench, layouts, precision, gpt2: the compare parts' lines
 are compare.sh's and are skipped). Each loom-bench line gives: its file, model, batch,
 precision, mode, the tags that tell runs of one model apart (a layouts run's "cudnn_layout", a
-memory budget in MiB, --no-fused-loss), the median
+memory budget in MiB, --no-fused-loss, the gpt2 part's "passes_off"), the median
 ms per step, the device peak in MB and the recomputed ops; then, for runs whose cuDNN plans were
 measured, the measured milliseconds of the chosen convolution algorithms against the fastest of
 any determinism (loom-bench's "kernel_counters": Note [Measured algorithms] in
@@ -51,6 +51,8 @@ def tags(r):
         t.append(f"budget {r['memory_budget'] / 2**20:.0f} MiB")
     if r.get("fused_loss") is False:
         t.append("loss apart")
+    if r.get("passes_off"):
+        t.append(f"off: {r['passes_off']}")
     return ", ".join(t)
 
 

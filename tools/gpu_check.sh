@@ -35,7 +35,8 @@
 #                tools/precision_digits.py on cuda (the digits CNN from 3 seeds in float32,
 #                bf16 and fp16: held-out top-1 and loss curves; issue 31's accuracy target)
 #   gpt2         loom-bench on cuda: GPT-2 124M (b8 x 1024) in bf16, CUDA-graph replay, with no memory
-#                budget, at 0.7 x its arena, and with --no-fused-loss; the small GPT in bf16 with
+#                budget, at 0.7 x its arena, with --no-fused-loss, and with the passes bf16_attention
+#                and group_updates off (what they save); the small GPT in bf16 with
 #                LOOM_CUDNN_ATTENTION=0
 #                (a third call, or LOOM_GPU_PARTS=precision,gpt2,compare-bf16 LOOM_GPU_BUDGET_S=460)
 #   compare-bf16 tools/compare.sh --device cuda --precision bf16: loom bf16 against PyTorch AMP
@@ -49,7 +50,8 @@
 #                nhwc-nondet, the default with nondeterministic algorithms allowed to win
 #                (LOOM_CUDNN_DETERMINISTIC=0; every JSON line's "kernel_counters" already gives
 #                the measured milliseconds of the chosen algorithms against the fastest of any
-#                determinism: Note [Measured algorithms])
+#                determinism: Note [Measured algorithms]); nhwc-ungrouped, the default with each
+#                update its own launch (--pass group_updates=off: Note [Small updates grouped])
 #                (with the second call: LOOM_GPU_PARTS=precision,layouts,compare-bf16)
 # Logs, JSON and summary.json (one line per part) go to LOOM_GPU_OUT, else $OUT when set, else
 # <build>/gpu_check; before the summary, digest.txt has one line per loom-bench run (ms, peak,
@@ -260,6 +262,9 @@ part_gpt2() {
     "$BUILD/loom-bench" "${gpt2[@]}" --memory-budget-fraction "$f" >>"$DEST/gpt2.jsonl" || rc=1
   done
   "$BUILD/loom-bench" "${gpt2[@]}" --no-fused-loss >>"$DEST/gpt2.jsonl" || rc=1
+  "$BUILD/loom-bench" "${gpt2[@]}" --pass bf16_attention=off --pass group_updates=off | \
+    sed 's/^{/{"passes_off": "bf16_attention,group_updates", /' >>"$DEST/gpt2.jsonl"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   LOOM_CUDNN_ATTENTION=0 "$BUILD/loom-bench" --device cuda --model gpt --batch 8 --optimizer adam --precision bf16 \
     --steps "$STEPS" --warmup 3 --rounds 2 --mode cuda-graph --json >>"$DEST/gpt2.jsonl" || rc=1
   return "$rc"
@@ -276,6 +281,7 @@ part_layouts() {
         nhwc-unplanned) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass plan_layouts=off ;;
         nhwc-unfused) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass fuse_bn_relu=off ;;
         nhwc-nondet) LOOM_CUDNN_DETERMINISTIC=0 "$BUILD/loom-bench" "${r50[@]}" --precision "$p" ;;
+        nhwc-ungrouped) "$BUILD/loom-bench" "${r50[@]}" --precision "$p" --pass group_updates=off ;;
         *) echo "gpu_check: LOOM_GPU_LAYOUTS: unknown run '$l'" >&2; false ;;
       esac | sed "s/^{/{\"cudnn_layout\": \"$l\", /" >>"$DEST/layouts.jsonl"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
@@ -304,7 +310,7 @@ part bench 90 part_bench
 part profile 60 part_profile
 part compare 180 part_compare
 part precision 150 part_precision
-part gpt2 120 part_gpt2
+part gpt2 150 part_gpt2
 part layouts 150 part_layouts
 part compare-bf16 180 part_compare_bf16
 

@@ -35,16 +35,18 @@ def test_one_line_per_run_with_its_tags_and_the_convolutions_cost(tmp_path):
                                      run(mode="graph-planned", memory_budget=1887436800, recomputed_ops=53)],
           junk=["not json", "{broken", json.dumps({"peer": "torch"})])
     write(tmp_path / "layouts.jsonl", [run(cudnn_layout="nhwc-nondet", precision="bf16")])
+    write(tmp_path / "gpt2.jsonl", [run(model="gpt", passes_off="bf16_attention,group_updates", fused_loss=False)])
     with open(tmp_path / "notes.txt", "w") as f:
         f.write("ignored: not .jsonl\n")
     lines = bench_digest.digest([str(tmp_path)])
-    assert len(lines) == 3, lines
-    first, budgeted, layout = lines
+    assert len(lines) == 4, lines
+    first, budgeted, gpt2, layout = lines
     assert first.startswith("bench.jsonl") and "resnet50" in first and "b32" in first and "cuda-graph" in first
     assert "26.180 ms" in first and "peak   2941.0 MB" in first
     assert "convs measured: chosen 16.25 ms, fastest of any determinism 13.50 ms" in first
     assert "budget 1800 MiB" in budgeted and "recomputed 53" in budgeted and "convs measured" not in budgeted
     assert layout.startswith("layouts.jsonl") and "bf16" in layout and "(nhwc-nondet)" in layout
+    assert gpt2.startswith("gpt2.jsonl") and "(loss apart, off: bf16_attention,group_updates)" in gpt2
 
 
 def test_files_are_read_in_the_order_given_and_unreadable_ones_named(tmp_path, capsys):
