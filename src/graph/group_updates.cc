@@ -18,9 +18,10 @@
 // Conditions, for each update moved from position i to the group's position P (the last
 // member's): its gradient is all of its block and no collective writes it (under data
 // parallelism each update stays just after its gradient's all-reduce, overlapping the
-// all-reduces still running: Note [Gradient buckets]); nothing in (i, P] but the group's members reads or writes a block the
-// update writes (the parameter, its state, its 16-bit copy), and nothing there writes a block it
-// reads (the gradient, the learning rate, Adam's step count, a clip scale, a found_inf flag); at
+// all-reduces still running: Note [Gradient buckets]); nothing in (i, P], another member or
+// not, reads or writes a block the update writes (the parameter, its state, its 16-bit copy), and
+// nothing there writes a block it reads (the gradient, the learning rate, Adam's step count, a
+// clip scale, a found_inf flag), so no two members write one block (CUDA runs them at once); at
 // least two members; the device supports the group. Order 70: after every pass that rewrites
 // updates (keep_bf16_weight_copies, bucket_gradients, fuse_weight_grad_update, the CPU's
 // keep_weights_blocked), so they see the members as their own records.
@@ -86,11 +87,13 @@ bool Candidate(const OpList& list, const OpUses& u, const OpRecord& op) {
   return true;
 }
 
-// Update i may run at position p instead (the Note's conditions); `members` run there too.
-bool Movable(const OpList& list, const OpUses& u, int i, int p, const std::vector<bool>& member) {
+// Update i may run at position p instead (the Note's conditions): no other op in (i, p], a
+// member or not, reads or writes what it writes, or writes what it reads. Members therefore write
+// disjoint blocks, which CUDA's grouped launch needs (they run at once).
+bool Movable(const OpList& list, const OpUses& u, int i, int p) {
   auto others = [&](const std::vector<int>& ops) {
     for (int o : ops)
-      if (o > i && o <= p && !member[size_t(o)]) return true;
+      if (o > i && o <= p) return true;
     return false;
   };
   const OpRecord& op = list.ops[size_t(i)];
@@ -98,11 +101,8 @@ bool Movable(const OpList& list, const OpUses& u, int i, int p, const std::vecto
     const int b = u.Block(t);
     if (others(u.Readers(b)) || others(u.Writers(b))) return false;
   }
-  for (const Tensor& t : op.inputs) {
-    const int b = u.Block(t);
-    for (int w : u.Writers(b))
-      if (w > i && w <= p && w != i) return false;  // a member writing what another reads is refused too
-  }
+  for (const Tensor& t : op.inputs)
+    if (others(u.Writers(u.Block(t)))) return false;
   return true;
 }
 
@@ -116,12 +116,9 @@ PassResult GroupSmallUpdates(OpList list, const PassContext& ctx) {
   for (auto& [key, ops] : groups) {
     if (ops.size() < 2) continue;
     const int p = ops.back();
-    std::vector<bool> member(list.size(), false);
-    for (int i : ops) member[size_t(i)] = true;
     std::vector<int> kept;
     for (int i : ops)
-      if (i == p || Movable(list, u, i, p, member)) kept.push_back(i);
-      else member[size_t(i)] = false;
+      if (i == p || Movable(list, u, i, p)) kept.push_back(i);
     if (kept.size() < 2) continue;
     OpRecord g;
     g.def = &op_kind::update_group;

@@ -683,7 +683,7 @@ void AddOptimizers(Table& t) {
                       .Attr("momentum", 0.9).Attr("weight_decay", 1e-3).Attr("grad_scaled", int64_t(1));
     for (int64_t i = 0; i < 3; ++i)
       sgd.In(Uniform({50 - 20 * i})).In(Uniform({50 - 20 * i}, -3, 3)).In(Float64(0.05 * double(i + 1)))
-          .In(Uniform({50 - 20 * i})).In(Float64(0.37));
+          .In(Uniform({50 - 20 * i})).In(Float64(0.37 + 0.2 * double(i)));
     sgd.Into({0, 3, 5, 8, 10, 13});
     OpCase& adam = t.Add("update_group", "of 2 adam_update, decoupled weight decay", dt, ref::UpdateGroup)
                        .Attr("of", std::string("adam_update")).Attr("members", int64_t(2))

@@ -82,48 +82,60 @@ TEST(CudaOps, FusedCastProducersWriteTheCastOpsBits) {
 }
 
 // Note [Small updates grouped]: an update_group of more members than one launch takes (24), of
-// sizes from 1 to 5,000 values, each with its own learning rate, gives the bits of its members
-// run one by one by their own kernels: SGD with momentum and a clip value, AdamW with a bfloat16
-// copy.
+// sizes from 1 to 5,000 values, each with its own learning rate (and step count, clip scale and
+// found_inf flag, some set: those members must stay as they were), gives the bits of its members
+// run one by one by their own kernels; SGD plain, with momentum, Nesterov's; Adam and AdamW; a
+// clip value, a clip scale, a 16-bit copy.
 TEST(CudaOps, UpdateGroupsOfManyMembersGiveTheirMembersBits) {
   LOOM_REQUIRE_GPU();
   auto gpu = CudaDevice(0);
-  for (const char* of : {"sgd_update", "adam_update"}) {
-    const bool adam = std::string(of) == "adam_update";
+  auto scalar64 = [](double v) { return ops::FromVector(std::vector<double>{v}, {}, CpuDevice()); };
+  struct Config {
+    const char* of;
+    Attrs attrs;
+    bool buffer, scaled, skip, copy;
+  };
+  const std::vector<Config> configs = {
+      {"sgd_update", Attrs{{"momentum", 0.9}, {"clip_value", 0.5}}, true, false, false, false},
+      {"sgd_update", Attrs{{"grad_scaled", int64_t(1)}, {"found_inf", int64_t(1)}}, false, true, true, false},
+      {"sgd_update", Attrs{{"momentum", 0.9}, {"nesterov", int64_t(1)}, {"found_inf", int64_t(1)}}, true, false, true,
+       true},
+      {"adam_update", Attrs{{"decoupled", int64_t(1)}}, false, false, false, true},
+      {"adam_update", Attrs{{"grad_scaled", int64_t(1)}, {"found_inf", int64_t(1)}}, false, true, true, false},
+  };
+  for (const Config& c : configs) {
+    const bool adam = std::string(c.of) == "adam_update";
     const int64_t n = 50;
-    Attrs a{{"of", std::string(of)}, {"members", n}, {"weight_decay", 0.01}};
-    if (adam) {
-      a.Set("beta1", 0.9).Set("beta2", 0.999).Set("eps", 1e-8).Set("decoupled", int64_t(1));
-      a.Set("copy_dtype", int64_t(DType::kBFloat16));
-    } else {
-      a.Set("momentum", 0.9).Set("clip_value", 0.5);
-    }
+    Attrs a = c.attrs;
+    a.Set("of", std::string(c.of)).Set("members", n).Set("weight_decay", 0.01);
+    if (adam) a.Set("beta1", 0.9).Set("beta2", 0.999).Set("eps", 1e-8);
+    if (c.copy) a.Set("copy_dtype", int64_t(DType::kBFloat16));
     std::vector<Tensor> in;  // on the CPU; each run works on its own copies
+    size_t k = 0, m = 0;     // inputs and outputs a member
     for (int64_t i = 0; i < n; ++i) {
       const int64_t size = i == 7 ? 5000 : 1 + 37 * i;
       const uint32_t seed = uint32_t(100 + 10 * i);
-      const Tensor p = RandomTensor({size}, DType::kFloat32, seed), g = RandomTensor({size}, DType::kFloat32, seed + 1, -2, 2);
-      const Tensor lr = ops::FromVector(std::vector<double>{0.01 * double(1 + i % 5)}, {}, CpuDevice());
-      const Tensor s1 = RandomTensor({size}, DType::kFloat32, seed + 2, 0, 0.1);
-      std::vector<Tensor> member = {p, g, lr, s1};
-      if (adam) {
-        member.push_back(RandomTensor({size}, DType::kFloat32, seed + 3, 0, 0.1));
-        member.push_back(ops::FromVector(std::vector<double>{double(3 + i % 4)}, {}, CpuDevice()));
-      }
+      std::vector<Tensor> member = {RandomTensor({size}, DType::kFloat32, seed),
+                                    RandomTensor({size}, DType::kFloat32, seed + 1, -2, 2),
+                                    scalar64(0.01 * double(1 + i % 5))};
+      if (adam || c.buffer) member.push_back(RandomTensor({size}, DType::kFloat32, seed + 2, 0, 0.1));
+      if (adam) member.push_back(RandomTensor({size}, DType::kFloat32, seed + 3, 0, 0.1));
+      if (adam) member.push_back(scalar64(double(3 + i % 4)));
+      if (c.scaled) member.push_back(scalar64(0.2 + 0.1 * double(i % 7)));
+      if (c.skip) member.push_back(ops::FromVector(std::vector<float>{i % 3 == 1 ? 1.0f : 0.0f}, {}, CpuDevice()));
+      k = member.size();
+      m = (adam ? 3 : c.buffer ? 2 : 1) + (c.copy ? 1 : 0);
       in.insert(in.end(), member.begin(), member.end());
     }
     auto run = [&](bool grouped) {
       std::vector<Tensor> args, outs;
       for (const Tensor& t : in) args.push_back(ToDevice(t, gpu));
-      const size_t k = adam ? 6 : 4;
       for (int64_t i = 0; i < n; ++i) {
         const size_t b = size_t(i) * k;
         outs.push_back(args[b]);
-        outs.push_back(args[b + 3]);
-        if (adam) {
-          outs.push_back(args[b + 4]);
-          outs.push_back(Tensor(args[b].shape(), DType::kBFloat16, gpu));
-        }
+        if (adam || c.buffer) outs.push_back(args[b + 3]);
+        if (adam) outs.push_back(args[b + 4]);
+        if (c.copy) outs.push_back(ops::Zeros(args[b].shape(), DType::kBFloat16, gpu));
       }
       if (grouped) {
         CallInto(op_kind::update_group, args, outs, a);
@@ -131,17 +143,18 @@ TEST(CudaOps, UpdateGroupsOfManyMembersGiveTheirMembersBits) {
         Attrs member;
         for (const auto& [key, value] : a.items())
           if (key != "of" && key != "members") member.Set(key, value);
-        const size_t k = args.size() / size_t(n), m = outs.size() / size_t(n);
         for (size_t i = 0; i < size_t(n); ++i)
-          CallInto(of, std::vector<Tensor>(args.begin() + ptrdiff_t(i * k), args.begin() + ptrdiff_t((i + 1) * k)),
+          CallInto(c.of, std::vector<Tensor>(args.begin() + ptrdiff_t(i * k), args.begin() + ptrdiff_t((i + 1) * k)),
                    std::vector<Tensor>(outs.begin() + ptrdiff_t(i * m), outs.begin() + ptrdiff_t((i + 1) * m)), member);
       }
       std::vector<std::vector<uint8_t>> bytes;
       for (const Tensor& t : outs) bytes.push_back(HostBytes(t));
       return bytes;
     };
-    const auto one_by_one = run(false);
-    EXPECT_EQ(run(true), one_by_one) << of;
+    const auto one_by_one = run(false), grouped = run(true);
+    EXPECT_EQ(grouped, one_by_one) << c.of << " " << a.items().size() << " attributes";
+    if (c.skip)  // member 1 skipped: its parameter as it was
+      EXPECT_EQ(grouped[m], HostBytes(in[k])) << c.of;
   }
 }
 

@@ -507,9 +507,17 @@ __global__ void AdamGroupKernel(GroupTable t, double b1, double b2, double eps, 
 }
 
 // An update_group of sgd_update or adam_update records: tables of kGroupTable members a launch.
+// The members' tensors are found by their places in the record (their attributes are alike, so
+// is their layout), without making a record per member at every replay.
 void UpdateGroupCuda(const OpRecord& op, const KernelContext& ctx) {
-  const std::vector<OpRecord> members = optim::MembersOf(op);
-  const OpRecord& first = members.front();
+  const size_t n = size_t(op.attrs.Int("members")), k = op.inputs.size() / n, m = op.outputs.size() / n;
+  OpRecord first;  // member 0, for the attributes and the layout they imply
+  first.def = &GetOp(op.attrs.Str("of"));
+  for (const auto& [key, value] : op.attrs.items())
+    if (key != "of" && key != "members") first.attrs.Set(key, value);
+  first.inputs.assign(op.inputs.begin(), op.inputs.begin() + ptrdiff_t(k));
+  first.outputs.assign(op.outputs.begin(), op.outputs.begin() + ptrdiff_t(m));
+  first.BindAttrs();
   const bool adam = op.attrs.Str("of") == "adam_update";
   const double mult = optim::GradMultiplier(first), clip = first.attrs.Float("clip_value", 0);
   cudaStream_t s = Dev(ctx).stream();
@@ -536,23 +544,30 @@ void UpdateGroupCuda(const OpRecord& op, const KernelContext& ctx) {
     LOOM_CUDA_CHECK_LAUNCH();
     t.count = 0;
   };
-  for (const OpRecord& r : members) {
-    const int64_t n = r.inputs[0].numel();
-    if (n == 0) continue;
+  // Places in a member's inputs and outputs (optimizer_formulas.h's accessors, on member 0).
+  const bool buffer = adam || optim::HasMomentumBuffer(first), copy = optim::HasCopy(first);
+  const Tensor* scale = optim::GradScaleInput(first);
+  const Tensor* skip = optim::SkipFlag(first);
+  const ptrdiff_t scale_at = scale ? scale - first.inputs.data() : -1, skip_at = skip ? skip - first.inputs.data() : -1;
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor* in = op.inputs.data() + i * k;
+    const Tensor* out = op.outputs.data() + i * m;
+    const int64_t size = in[0].numel();
+    if (size == 0) continue;
     if (t.count == kGroupTable) flush();
     if (t.count == 0) t.first_block[0] = 0;
-    const int k = t.count++;
-    t.p[k] = r.outputs[0].raw_data();
-    t.g[k] = r.inputs[1].raw_data();
-    t.s1[k] = adam ? r.outputs[1].raw_data() : optim::HasMomentumBuffer(r) ? r.outputs[1].raw_data() : nullptr;
-    t.s2[k] = adam ? r.outputs[2].raw_data() : nullptr;
-    t.copy[k] = CopyOf(r);
-    t.lr[k] = r.inputs[2].data<double>();
-    t.step[k] = adam ? r.inputs[5].data<double>() : nullptr;
-    t.scale[k] = GradScale(r);
-    t.skip[k] = SkipFlag(r);
-    t.n[k] = n;
-    t.first_block[k + 1] = t.first_block[k] + GroupBlocks(n);
+    const int j = t.count++;
+    t.p[j] = out[0].raw_data();
+    t.g[j] = in[1].raw_data();
+    t.s1[j] = buffer ? out[1].raw_data() : nullptr;
+    t.s2[j] = adam ? out[2].raw_data() : nullptr;
+    t.copy[j] = copy ? static_cast<uint16_t*>(out[m - 1].raw_data()) : nullptr;
+    t.lr[j] = in[2].data<double>();
+    t.step[j] = adam ? in[5].data<double>() : nullptr;
+    t.scale[j] = scale_at >= 0 ? in[scale_at].data<double>() : nullptr;
+    t.skip[j] = skip_at >= 0 ? in[skip_at].data<float>() : nullptr;
+    t.n[j] = size;
+    t.first_block[j + 1] = t.first_block[j] + GroupBlocks(size);
   }
   flush();
 }
