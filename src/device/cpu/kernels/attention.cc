@@ -299,12 +299,11 @@ void ForwardBf16(const AttentionDims& g, const Bf16* q, const Bf16* k, const Bf1
 }
 
 // BackwardProblem with a bfloat16 q, k and v (Note [Attention from a bfloat16 qkv]); dq, dk and
-// dv float32, laid out as q, k and v.
-// y: rows ldyy apart.
+// dv float32, rows ldd apart; y rows ldyy apart.
 void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const float* y, int64_t ldyy, const float* dy,
                          int64_t ldy, const float* lse, const float* dlse, float* dq, float* dk, float* dv,
-                         Bf16Scratch& w, float* drow) {
-  StartBackward(g, r.ldq, r.ldk, r.ldv, y, ldyy, dy, ldy, dlse, dq, dk, dv, drow);
+                         int64_t ldd, Bf16Scratch& w, float* drow) {
+  StartBackward(g, ldd, ldd, ldd, y, ldyy, dy, ldy, dlse, dq, dk, dv, drow);
   const float scale = float(g.scale);
   w.dy16.resize(size_t(kBq * g.dv));
   float *p = w.s.data(), *ds = w.ds.data();
@@ -319,7 +318,7 @@ void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const floa
       BlockProduct(false, true, nq, nk, g.d, qi, r.ldq, r.k + j0 * r.ldk, r.ldk, 0.0f, p, kBk);
       for (int64_t i = 0; i < nq; ++i) ProbabilityRow(p + i * kBk, Visible(g, i0, i, j0, nk), nk, scale, lse[i0 + i]);
       RoundRows(p, kBk, nq, nk, 1.0f, p16, kBk);
-      BlockProduct(true, false, nk, g.dv, nq, p16, kBk, dy16, g.dv, 1.0f, dv + j0 * r.ldv, r.ldv);
+      BlockProduct(true, false, nk, g.dv, nq, p16, kBk, dy16, g.dv, 1.0f, dv + j0 * ldd, ldd);
       BlockProduct(false, true, nq, nk, g.dv, dy16, g.dv, r.v + j0 * r.ldv, r.ldv, 0.0f, ds, kBk);
       for (int64_t i = 0; i < nq; ++i) {
         const float di = drow[i0 + i];
@@ -328,8 +327,8 @@ void BackwardProblemBf16(const AttentionDims& g, const Rows<Bf16>& r, const floa
         for (int64_t j = 0; j < nk; ++j) dr[j] = pr[j] * (dr[j] - di);
       }
       RoundRows(ds, kBk, nq, nk, scale, ds16, kBk);
-      BlockProduct(false, false, nq, g.d, nk, ds16, kBk, r.k + j0 * r.ldk, r.ldk, 1.0f, dq + i0 * r.ldq, r.ldq);
-      BlockProduct(true, false, nk, g.d, nq, ds16, kBk, qi, r.ldq, 1.0f, dk + j0 * r.ldk, r.ldk);
+      BlockProduct(false, false, nq, g.d, nk, ds16, kBk, r.k + j0 * r.ldk, r.ldk, 1.0f, dq + i0 * ldd, ldd);
+      BlockProduct(true, false, nk, g.d, nq, ds16, kBk, qi, r.ldq, 1.0f, dk + j0 * ldd, ldd);
     }
   }
 }
@@ -378,20 +377,20 @@ void AttentionQkvCpu(const OpRecord& op, const KernelContext&) {
 
 // The bfloat16 qkv's gradient: y bfloat16 or float32, the rest float32, dqkv bfloat16 or float32
 // (Note [Attention from a bfloat16 qkv], Note [Attention results kept in bfloat16]). Each problem
-// sums its gradients in float32 (in place, or in a scratch laid out as a batch's rows of dqkv
-// for a bfloat16 dqkv) and rounds them once it is done; a bfloat16 y is widened first.
+// sums its gradients in float32 (in place, or for a bfloat16 dqkv in a scratch of its own rows,
+// dq | dk | dv side by side) and rounds them once it is done; a bfloat16 y is widened first.
 void AttentionQkvGradBf16(const OpRecord& op, const AttentionDims& g) {
   const Bf16* qkv = static_cast<const Bf16*>(op.inputs[0].raw_data());
   const Bf16Out d{op.outputs[0].raw_data(), op.outputs[0].dtype() == DType::kBFloat16};
   const bool y16 = op.inputs[1].dtype() == DType::kBFloat16;
-  const int64_t dim = g.d * g.heads, ld = 3 * dim;
+  const int64_t dim = g.d * g.heads, ld = 3 * dim, wide = 3 * g.d;  // dqkv's rows, the scratch's
   const float *lse = op.inputs[2].data<float>(), *dy = op.inputs[3].data<float>(), *dlse = op.inputs[4].data<float>();
   ParallelFor(g.bh, 1, [&](int64_t p0, int64_t p1) {
     Bf16Scratch w;
-    std::vector<float> drow(size_t(g.tq)), ywide(y16 ? size_t(g.tq * g.dv) : 0), dwide(d.bf16 ? size_t(g.tq * ld) : 0);
+    std::vector<float> drow(size_t(g.tq)), ywide(y16 ? size_t(g.tq * g.dv) : 0), dwide(d.bf16 ? size_t(g.tq * wide) : 0);
     for (int64_t b = p0; b < p1; ++b) {
-      const int64_t oq = g.q.Offset(b, g.heads), ok = g.k.Offset(b, g.heads), ov = g.v.Offset(b, g.heads);
-      const int64_t oy = g.y.Offset(b, g.heads), batch = (b / g.heads) * g.tq * ld;  // dqkv's rows of b's batch
+      const int64_t oy = g.y.Offset(b, g.heads);
+      const int64_t o[3] = {g.q.Offset(b, g.heads), dim + g.k.Offset(b, g.heads), 2 * dim + g.v.Offset(b, g.heads)};
       const float* y = y16 ? ywide.data() : op.inputs[1].data<float>() + oy;
       const int64_t ldyy = y16 ? g.dv : g.y.ld;
       if (y16) {
@@ -399,11 +398,12 @@ void AttentionQkvGradBf16(const OpRecord& op, const AttentionDims& g) {
         for (int64_t i = 0; i < g.tq; ++i)
           for (int64_t c = 0; c < g.dv; ++c) ywide[size_t(i * g.dv + c)] = BFloat16ToFloat(ys[i * g.y.ld + c]);
       }
-      // Where the sums go: dqkv itself at oq, ok, ov, or the scratch at the same places of its batch.
-      auto at = [&](int64_t o) { return d.bf16 ? dwide.data() + (o - batch) : static_cast<float*>(d.p) + o; };
+      // Where the sums go: dqkv itself at o[0..2], or the scratch's thirds.
+      auto at = [&](int t) { return d.bf16 ? dwide.data() + t * g.d : static_cast<float*>(d.p) + o[t]; };
+      const int64_t ldd = d.bf16 ? wide : ld;
       BackwardProblemBf16(g, RowsOf(g, b, qkv, qkv + dim, qkv + 2 * dim), y, ldyy, dy + oy, g.y.ld, lse + b * g.tq,
-                          dlse + b * g.tq, at(oq), at(dim + ok), at(2 * dim + ov), w, drow.data());
-      for (int64_t o : {oq, dim + ok, 2 * dim + ov}) d.Store(at(o), ld, g.tq, g.d, o, ld);
+                          dlse + b * g.tq, at(0), at(1), at(2), ldd, w, drow.data());
+      for (int t = 0; t < 3; ++t) d.Store(at(t), ldd, g.tq, g.d, o[t], ld);
     }
   });
 }
