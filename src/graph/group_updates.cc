@@ -84,6 +84,8 @@ bool Candidate(const OpList& list, const OpUses& u, const OpRecord& op) {
     return false;
   for (int w : u.Writers(u.Block(op.inputs[1])))
     if (IsCollective(list.ops[size_t(w)])) return false;  // data parallel: the update follows its all-reduce
+  for (const auto& [key, value] : op.attrs.items())  // an attribute a group does not carry (a backend's)
+    if (!FindAttrDecl(op_kind::update_group, key)) return false;
   return true;
 }
 
