@@ -40,7 +40,8 @@
 // graph/bf16_attention.cc); other saved activations stay float32.
 // A float32 result read only by its cast is not stored: the element-wise op that computes it
 // writes the 16-bit copy (the pass fuse_casts, Note [Casts fused into their producers] in
-// graph/fuse_casts.cc).
+// graph/fuse_casts.cc); a gradient that a bias_grad sums as well has its copy written by that
+// bias_grad as it reads it (the same pass).
 // Lowering needs a kernel for 16-bit operands (the CPU: oneDNN's bf16 matmul, fast with
 // AVX512-BF16 or AMX, and its f16 matmul where the CPU has AVX512-FP16, else float16 operands
 // widened exactly to float32 for the float32 GEMM; CUDA: cuBLAS on tensor cores); a device

@@ -74,6 +74,17 @@ void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev) {
     ASSERT_EQ(plain.dtype(), DType::kFloat32) << what;
     EXPECT_EQ(Bits16(fused), Bits16(ops::Cast(plain, DType::kBFloat16))) << what;
   }
+  // bias_grad writing its dy's copy (Note [Casts fused into their producers]): the cast's bits,
+  // the same column sums; at one slab of rows and several (Note [Column sums by slabs]).
+  for (DType to : {DType::kBFloat16, DType::kFloat16})
+    for (const Tensor& dy : {x, on(RandomTensor({8192, 96}, DType::kFloat32, 10, -3, 3))}) {
+      const std::string what = "bias_grad " + ToString(dy.shape()) + " -> " + Name(to) + " copy on " + dev->name();
+      const Tensor plain = Call1(op_kind::bias_grad, {dy});
+      const std::vector<Tensor> fused = Call(op_kind::bias_grad, {dy}, Attrs{{"copy_dtype", int64_t(to)}});
+      ASSERT_EQ(fused.size(), 2u) << what;
+      EXPECT_EQ(HostBytes(fused[0]), HostBytes(plain)) << what;
+      EXPECT_EQ(Bits16(fused[1]), Bits16(ops::Cast(dy, to))) << what;
+    }
   for (DType to : {DType::kBFloat16, DType::kFloat16})
     for (const Producer& p : producers) {
       const std::string what = p.def->name + " -> " + Name(to) + " on " + dev->name();

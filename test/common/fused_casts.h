@@ -21,7 +21,8 @@ std::vector<uint16_t> Bits16(const Tensor& t);
 
 // Every producer that takes out_dtype (the unary activations, add_bias, layer_norm), run on
 // `dev` with a bfloat16 and a float16 result: each must equal `dev`'s own cast of its float32
-// result bit for bit, and layer_norm's statistics must be unchanged (gtest expectations).
+// result bit for bit, and layer_norm's statistics must be unchanged; bias_grad's copy of its dy
+// (copy_dtype) likewise, its sums unchanged (gtest expectations).
 void ExpectProducersWriteTheCastOpsBits(const std::shared_ptr<Device>& dev);
 
 // Note [Attention results kept in bfloat16] (graph/bf16_attention.cc), on `dev`: a bfloat16

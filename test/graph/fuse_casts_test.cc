@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 
 LOOM_OP_KIND(cast);
+LOOM_OP_KIND(bias_grad);
 LOOM_OP_KIND(add_bias);
 LOOM_OP_KIND(relu);
 LOOM_OP_KIND(gelu);
@@ -64,6 +65,46 @@ TEST(FusedCast, ThePassFoldsOnlyACastThatIsTheOnlyReader) {
     for (const OpRecord& op : g.graph().ops().ops) casts += op.def == &op_kind::cast;
     EXPECT_EQ(casts, k == Case::kOnlyReader ? 0 : 1) << int(k);
     EXPECT_EQ(Bits16(c), eager) << int(k);
+  }
+}
+
+// y = gelu(x), read by bias_grad and by its cast: the bias_grad writes the cast's copy as it reads
+// y (both before the cast's place); not when the bias_grad comes after the cast, or something
+// writes y in between (an in-place op), or the pass is off. The bits are eager's either way.
+TEST(FusedCast, ACastWhoseInputABiasGradSumsIsWrittenByThatBiasGrad) {
+  enum class Case { kBefore, kAfter, kWrittenBetween, kPassOff };
+  for (Case k : {Case::kBefore, Case::kAfter, Case::kWrittenBetween, Case::kPassOff}) {
+    auto dev = CpuDevice();
+    Tensor x = AwkwardFloats(12);
+    x.block()->set_persistent(true);
+    auto step = [&](Tensor* db) {
+      Tensor y = ops::Gelu(x);
+      Tensor c;
+      if (k == Case::kAfter) c = ops::Cast(y, DType::kBFloat16);
+      *db = Call1(op_kind::bias_grad, {y});
+      if (k == Case::kWrittenBetween) CallInto(op_kind::relu, {y}, {y});
+      if (k != Case::kAfter) c = ops::Cast(y, DType::kBFloat16);
+      return c;
+    };
+    Tensor eager_db;
+    const std::vector<uint16_t> eager = Bits16(step(&eager_db));
+    GraphOptions o;
+    if (k == Case::kPassOff) o.passes.Set("fuse_casts", false);
+    CapturedGraph g(dev, "fuse", o);
+    Tensor db;
+    Tensor c = g.Capture([&] { return step(&db); });
+    g.Replay();
+    const bool folded = k == Case::kBefore;
+    EXPECT_EQ(g.graph().stats().counters.Get("casts_into_bias_grads"), folded ? 1 : 0) << int(k);
+    int casts = 0, copying = 0;
+    for (const OpRecord& op : g.graph().ops().ops) {
+      casts += op.def == &op_kind::cast;
+      copying += op.def == &op_kind::bias_grad && op.outputs.size() == 2;
+    }
+    EXPECT_EQ(casts, folded ? 0 : 1) << int(k);
+    EXPECT_EQ(copying, folded ? 1 : 0) << int(k);
+    EXPECT_EQ(Bits16(c), eager) << int(k);
+    EXPECT_EQ(HostBytes(db), HostBytes(eager_db)) << int(k);
   }
 }
 

@@ -114,6 +114,14 @@ TEST(Gpt, Bf16LowersAttentionKeepsItsBfloat16QkvAndEqualsEagerBitwise) {
   // the qkv biases and the biases before the GELUs (whose float32 x nothing reads now) write their
   // bfloat16 copies themselves; the bits above are the same.
   EXPECT_EQ(graph.graph->stats().counters.Get("fused_casts"), 11);
+  // ... and the casts of the gradients a bias_grad sums (each layer's GELU gradient, and the
+  // residual stream's before the projection and the second product) are written by that
+  // bias_grad as it reads them; the bits above are the same.
+  EXPECT_EQ(graph.graph->stats().counters.Get("casts_into_bias_grads"), 6);
+  int copying_bias_grads = 0;
+  for (const OpRecord& op : graph.graph->ops().ops)
+    copying_bias_grads += op.name() == "bias_grad" && op.outputs.size() == 2;
+  EXPECT_EQ(copying_bias_grads, 6);
   // Note [bfloat16 weight copies kept by the update]: Adam writes the weights' bfloat16 copies.
   EXPECT_GT(graph.graph->stats().counters.Get("kept_weight_copies"), 0);
   // The gradient reads the forward's bfloat16 qkv (one cast per layer's qkv, not two), so the

@@ -150,10 +150,12 @@ LOOM_OP(add_bias) {
 
 // dy: (..., N) -> db: (N), the sum over all leading dimensions. out_dtype (optional): float32 for
 // a bfloat16 dy, summed in float32 as the float32 dy of the same values is (Note [Attention
-// results kept in bfloat16] in graph/bf16_attention.cc); otherwise dy's own dtype.
+// results kept in bfloat16] in graph/bf16_attention.cc); otherwise dy's own dtype. copy_dtype
+// (optional, a float32 dy): one more output, dy rounded to bfloat16 or float16 as the cast op
+// rounds it (Note [Casts fused into their producers] in graph/fuse_casts.cc).
 LOOM_OP(bias_grad) {
   def.internal = "backward of add_bias";
-  def.attrs = {{"out_dtype", kInt}};
+  def.attrs = {{"out_dtype", kInt}, {"copy_dtype", kInt}};
   def.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     CheckArity("bias_grad", in, 1);
     const bool low = in[0].dtype == DType::kBFloat16;
@@ -164,7 +166,15 @@ LOOM_OP(bias_grad) {
     LOOM_CHECK(o == (low ? int64_t(DType::kFloat32) : int64_t(in[0].dtype)), DTypeError, "[bias_grad] out_dtype ", o,
                " for a ", Name(in[0].dtype), " dy: expected ", low ? "float32 (" : "none or the dy's (",
                low ? int64_t(DType::kFloat32) : int64_t(in[0].dtype), ")");
-    return std::vector<TensorMeta>{{{in[0].shape.back()}, DType(o)}};
+    std::vector<TensorMeta> out{{{in[0].shape.back()}, DType(o)}};
+    if (a.Has("copy_dtype")) {
+      const int64_t c = a.Int("copy_dtype");
+      LOOM_CHECK(in[0].dtype == DType::kFloat32 && (c == int64_t(DType::kBFloat16) || c == int64_t(DType::kFloat16)),
+                 DTypeError, "[bias_grad] copy_dtype ", c, " for a ", Name(in[0].dtype), " dy: a float32 dy's copy is ",
+                 "bfloat16 (", int64_t(DType::kBFloat16), ") or float16 (", int64_t(DType::kFloat16), ")");
+      out.push_back({in[0].shape, DType(c)});
+    }
+    return out;
   };
 }
 

@@ -44,10 +44,13 @@ __device__ __forceinline__ auto ValueOf(In v) {
 // inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner) of rows
 // [blockIdx.z * slab, ...) (Note [Column sums by slabs]); its 8 rows of threads take every 8th
 // k, and row 0 combines the 8 partials in order into y, or into part[(slab, o, i)] when there are
-// several slabs. x's elements are In (T, or bfloat16 bits for a sum).
+// several slabs. x's elements are In (T, or bfloat16 bits for a sum). copy (a float32 sum's,
+// or null): each element of x as the cast op rounds it to 16 bits (bias_grad's copy_dtype, Note
+// [Casts fused into their producers] in graph/fuse_casts.cc), written as it is read.
 template <typename T, bool kMax, typename In = T>
 __global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMax, T, double>::type* part,
-                                int64_t outer, int64_t r, int64_t inner, int64_t slab) {
+                                int64_t outer, int64_t r, int64_t inner, int64_t slab, uint16_t* copy,
+                                bool copy_bf16) {
   static_assert(std::is_same<In, T>::value || !kMax, "a maximum of bfloat16 bits is not taken");
   using Acc = typename std::conditional<kMax, T, double>::type;
   __shared__ Acc sums[kColY][kColX + 1];
@@ -61,6 +64,11 @@ __global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMa
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r1) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
+        if constexpr (std::is_same<In, float>::value && !kMax)
+          if (copy)
+#pragma unroll
+            for (int q = 0; q < kLoadsAhead; ++q)
+              if (k0 + q * kColY < r1) copy[(o * r + k0 + q * kColY) * inner + i] = DevCastTo16(double(v[q]), copy_bf16);
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), T(ValueOf(v[q])))) : acc + Acc(ValueOf(v[q]));
@@ -83,7 +91,8 @@ __global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMa
 // (bias_grad, whose order bias_act_grad's column sums repeat for any width); it also takes x as
 // bfloat16 bits (In uint16_t, a sum).
 template <typename T, bool kMax, typename In = T>
-void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool columns = false) {
+void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool columns = false,
+            uint16_t* copy = nullptr, bool copy_bf16 = false) {
   if (d.outer * d.inner == 0) return;
   cudaStream_t s = dev.stream();
   if constexpr (!std::is_same<In, T>::value) columns = true;  // RowReduceKernel reads T
@@ -98,12 +107,14 @@ void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool co
     const ColumnSlabs sl = ColumnSlabsOf(d.r, int64_t(cols) * outer);
     const dim3 grid(cols, outer, unsigned(sl.slabs));
     if (sl.slabs == 1) {
-      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows);
+      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows,
+                                                                        copy, copy_bf16);
     } else {
       const int64_t count = d.outer * d.inner;
       std::lock_guard<std::mutex> lock(dev.library_mutex());  // the workspace
       Acc* part = static_cast<Acc*>(dev.Workspace(size_t(sl.slabs * count) * sizeof(Acc)));
-      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, part, d.outer, d.r, d.inner, sl.rows);
+      ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, part, d.outer, d.r, d.inner, sl.rows,
+                                                                        copy, copy_bf16);
       ColumnSlabsTotalKernel<Acc, T, kMax><<<Blocks(count), kThreads, 0, s>>>(part, y, sl.slabs, count);
     }
   }
@@ -142,12 +153,14 @@ void BiasGradCuda(const OpRecord& op, const KernelContext& ctx) {
                          Dev(ctx), /*columns=*/true);
     return;
   }
+  uint16_t* copy = op.outputs.size() > 1 ? static_cast<uint16_t*>(op.outputs[1].raw_data()) : nullptr;
+  const bool copy_bf16 = copy && op.outputs[1].dtype() == DType::kBFloat16;
   FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) {
     using T = decltype(tag);
     const int64_t n = op.outputs[0].numel();
     if (n == 0) return;
     ReduceDims d{1, op.inputs[0].numel() / n, n};
-    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx), /*columns=*/true);
+    Reduce<T, false>(op.inputs[0].data<T>(), op.outputs[0].data<T>(), d, Dev(ctx), /*columns=*/true, copy, copy_bf16);
   });
 }
 
@@ -200,9 +213,13 @@ void MaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
   });
 }
 
-// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]).
+// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]); a
+// 16-bit copy of a float32 dy.
 bool BiasGradCudaSupports(const OpRecord& op) {
   const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  if (op.outputs.size() > 1)
+    return in == DType::kFloat32 && out == in && op.outputs[1].dtype() != in &&
+           FusedCastDTypes(in, op.outputs[1].dtype()) && op.outputs[1].is_contiguous();
   return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
 }
 

@@ -198,6 +198,17 @@ void AddBiasCpu(const OpRecord& op, const KernelContext&) {
 // dy: (R, N) (leading dimensions flattened) -> db: (N), sum over R
 // Split by columns, each summed in row order: the result does not depend on the thread count.
 // A bfloat16 dy (In) is widened as it is read: the same sums as its float32 values'.
+// FloatToBFloat16 (core/half.h) without a branch, so that the loop below vectorises.
+inline uint16_t Bf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
+}
+
+// A float32 dy's 16-bit copy (copy_dtype, output 1: Note [Casts fused into their producers]) is
+// written as the rows are read: bfloat16 in the summing loop, float16 by the cast op's own
+// conversion (CastFloat32To16) on the row's piece still in cache.
 template <typename T, typename In = T>
 void BiasGradTyped(const OpRecord& op) {
   const In* dy = static_cast<const In*>(op.inputs[0].raw_data());
@@ -205,12 +216,25 @@ void BiasGradTyped(const OpRecord& op) {
   const int64_t n = op.outputs[0].numel();
   if (n == 0) return;
   const int64_t rows = op.inputs[0].numel() / n;
+  uint16_t* copy = op.outputs.size() > 1 ? static_cast<uint16_t*>(op.outputs[1].raw_data()) : nullptr;
   ParallelFor(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [&](int64_t c0, int64_t c1) {
     std::fill(db + c0, db + c1, T(0));
     for (int64_t r = 0; r < rows; ++r) {
       const In* row = dy + r * n;
       if constexpr (std::is_same<In, T>::value) {
+        if constexpr (std::is_same<T, float>::value) {
+          if (copy && op.outputs[1].dtype() == DType::kBFloat16) {
+            uint16_t* cr = copy + r * n;
+            for (int64_t j = c0; j < c1; ++j) {
+              db[j] += row[j];
+              cr[j] = Bf16Bits(row[j]);
+            }
+            continue;
+          }
+        }
         for (int64_t j = c0; j < c1; ++j) db[j] += row[j];
+        if constexpr (std::is_same<T, float>::value)
+          if (copy) CastFloat32To16(row + c0, copy + r * n + c0, c1 - c0, op.outputs[1].dtype());
       } else {
         for (int64_t j = c0; j < c1; ++j) db[j] += BFloat16ToFloat(row[j]);
       }
@@ -223,9 +247,13 @@ void BiasGradCpu(const OpRecord& op, const KernelContext&) {
   FloatDispatch(op.outputs[0].dtype(), "bias_grad", [&](auto tag) { BiasGradTyped<decltype(tag)>(op); });
 }
 
-// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]).
+// dy's own dtype, or float32 from a bfloat16 dy (Note [Attention results kept in bfloat16]); a
+// 16-bit copy of a float32 dy.
 bool BiasGradSupported(const OpRecord& op) {
   const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
+  if (op.outputs.size() > 1)
+    return in == DType::kFloat32 && out == in && op.outputs[1].dtype() != in &&
+           FusedCastDTypes(in, op.outputs[1].dtype()) && op.outputs[1].is_contiguous();
   return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
 }
 
