@@ -18,6 +18,15 @@ namespace loom {
 inline bool FusedCastDTypes(DType in, DType out) {
   return in == out || (in == DType::kFloat32 && (out == DType::kBFloat16 || out == DType::kFloat16));
 }
+// ... and bias_grad's copy of its dy (copy_dtype): a float32 dy and sums, a contiguous 16-bit
+// copy of dy's shape in the attribute's dtype, and nothing more.
+inline bool BiasGradCopySupported(const OpRecord& op) {
+  if (op.outputs.size() != 2 || op.inputs.size() != 1 || !op.attrs.Has("copy_dtype")) return false;
+  const Tensor &dy = op.inputs[0], &copy = op.outputs[1];
+  return dy.dtype() == DType::kFloat32 && op.outputs[0].dtype() == DType::kFloat32 && copy.dtype() != dy.dtype() &&
+         FusedCastDTypes(dy.dtype(), copy.dtype()) && int64_t(copy.dtype()) == op.attrs.Int("copy_dtype") &&
+         copy.shape() == dy.shape() && copy.is_contiguous() && dy.is_contiguous();
+}
 // ... and an activation also the bf16 policy's bfloat16 x with a float32 or bfloat16 result (which
 // activations take one is their shape inference's business: the GELUs; Note [Precision policy]).
 inline bool ActivationDTypes(DType in, DType out) {

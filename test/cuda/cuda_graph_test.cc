@@ -206,6 +206,7 @@ TEST_F(CudaGraphTest, Bf16AttentionOnCudnnGraphEqualsEagerAndTracksTheCpu) {
   EXPECT_EQ(forward, 2) << "cuDNN refused the tiny GPT's attention (LOOM_DEBUG=1 prints why)";
   EXPECT_EQ(backward, 2);
   EXPECT_EQ(graph.graph->stats().counters.Get("bf16_attention_results"), 4);
+  EXPECT_EQ(graph.graph->stats().counters.Get("casts_into_bias_grads"), 6);  // Note [Casts fused into their producers]
   // Note [Small updates grouped]: at least the 18 biases and layer-norm parameters (no decay, no copy)
   EXPECT_GE(graph.graph->stats().counters.Get("grouped_updates"), 18);
   EXPECT_EQ(eager.losses, graph.losses);

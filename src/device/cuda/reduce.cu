@@ -4,6 +4,7 @@
 // are deterministic from run to run.
 #include "device/kernel_shapes.h"
 #include "device/cuda/common.cuh"
+#include "device/kernel_dispatch.h"
 
 namespace loom {
 namespace cuda {
@@ -64,11 +65,13 @@ __global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMa
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r1) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
-        if constexpr (std::is_same<In, float>::value && !kMax)
-          if (copy)
+        if constexpr (std::is_same<In, float>::value && !kMax) {
+          if (copy) {
 #pragma unroll
             for (int q = 0; q < kLoadsAhead; ++q)
               if (k0 + q * kColY < r1) copy[(o * r + k0 + q * kColY) * inner + i] = DevCastTo16(double(v[q]), copy_bf16);
+          }
+        }
 #pragma unroll
         for (int q = 0; q < kLoadsAhead; ++q)
           if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), T(ValueOf(v[q])))) : acc + Acc(ValueOf(v[q]));
@@ -96,6 +99,7 @@ void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool co
   if (d.outer * d.inner == 0) return;
   cudaStream_t s = dev.stream();
   if constexpr (!std::is_same<In, T>::value) columns = true;  // RowReduceKernel reads T
+  LOOM_ASSERT(!copy || columns, "Reduce: a 16-bit copy is written by the column kernel only");
   if (d.inner == 1 && !columns) {
     int threads = d.r >= 1024 ? 256 : int(std::max<int64_t>(32, (d.r + 31) / 32 * 32));
     threads = std::min(threads, 256);
@@ -217,9 +221,7 @@ void MaxGradCuda(const OpRecord& op, const KernelContext& ctx) {
 // 16-bit copy of a float32 dy.
 bool BiasGradCudaSupports(const OpRecord& op) {
   const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  if (op.outputs.size() > 1)
-    return in == DType::kFloat32 && out == in && op.outputs[1].dtype() != in &&
-           FusedCastDTypes(in, op.outputs[1].dtype()) && op.outputs[1].is_contiguous();
+  if (op.outputs.size() > 1) return BiasGradCopySupported(op);
   return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
 }
 

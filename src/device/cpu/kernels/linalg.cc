@@ -251,9 +251,7 @@ void BiasGradCpu(const OpRecord& op, const KernelContext&) {
 // 16-bit copy of a float32 dy.
 bool BiasGradSupported(const OpRecord& op) {
   const DType in = op.inputs[0].dtype(), out = op.outputs[0].dtype();
-  if (op.outputs.size() > 1)
-    return in == DType::kFloat32 && out == in && op.outputs[1].dtype() != in &&
-           FusedCastDTypes(in, op.outputs[1].dtype()) && op.outputs[1].is_contiguous();
+  if (op.outputs.size() > 1) return BiasGradCopySupported(op);
   return in == out ? in == DType::kFloat32 || in == DType::kFloat64 : in == DType::kBFloat16 && out == DType::kFloat32;
 }
 
