@@ -252,10 +252,11 @@ part_gpt2() {
   # Issue 32's GPU model, GPT-2 124M at batch 8 x 1024 in bf16 (attention on cuDNN: Note [Attention
   # on cuDNN]; head and loss as one linear_cross_entropy: Note [Cross-entropy fused with the head's
   # product]), also under a memory budget of 0.7 x its arena, the peak issue 32 asks
-  # (docs/benchmarks.md, "GPT-2 124M's memory plan": 4.29 GB planned on a CPU, recomputing 40
+  # (docs/benchmarks.md, "GPT-2 124M's memory plan": 4.08 GB planned on a CPU, recomputing 45
   # element-wise ops and no product); then the plain head and loss (--no-fused-loss) for what the
-  # fusion costs or saves in time, and the small GPT's bf16 step with cuDNN's attention refused,
-  # for the difference that makes. One JSON line each.
+  # fusion costs or saves in time, the passes bf16_attention and group_updates off for what they
+  # save, and the small GPT's bf16 step with cuDNN's attention refused, for the difference that
+  # makes. One JSON line each.
   local gpt2=(--device cuda --model gpt --gpt-layers 12 --gpt-dim 768 --gpt-heads 12 --context 1024 --vocab 50304
     --batch 8 --optimizer adam --precision bf16 --steps 10 --warmup 3 --rounds 1 --mode cuda-graph --json)
   for f in 1 0.7; do
