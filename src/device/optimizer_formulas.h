@@ -8,6 +8,7 @@
 
 #include "core/host_device.h"
 #include "core/op.h"
+#include "core/ops/update_group.h"
 
 namespace loom {
 namespace optim {
@@ -74,8 +75,7 @@ inline std::vector<OpRecord> MembersOf(const OpRecord& group) {
   const size_t n = size_t(group.attrs.Int("members")), k = group.inputs.size() / n, m = group.outputs.size() / n;
   OpRecord member;
   member.def = &GetOp(group.attrs.Str("of"));
-  for (const auto& [key, value] : group.attrs.items())
-    if (key != "of" && key != "members") member.attrs.Set(key, value);
+  member.attrs = UpdateGroupMemberAttrs(group.attrs);
   std::vector<OpRecord> out(n, member);
   for (size_t i = 0; i < n; ++i) {
     out[i].inputs.assign(group.inputs.begin() + ptrdiff_t(i * k), group.inputs.begin() + ptrdiff_t((i + 1) * k));

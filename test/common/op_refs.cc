@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/harness.h"
+#include "core/ops/update_group.h"
 #include "device/philox.h"
 
 namespace loom {
@@ -486,9 +487,7 @@ std::vector<HostTensor> AdamUpdate(const RefArgs& a) {
 
 std::vector<HostTensor> UpdateGroup(const RefArgs& a) {
   const size_t n = size_t(a.attrs.Int("members")), k = a.in.size() / n;
-  Attrs member;
-  for (const auto& [key, value] : a.attrs.items())
-    if (key != "of" && key != "members") member.Set(key, value);
+  const Attrs member = UpdateGroupMemberAttrs(a.attrs);
   const bool adam = a.attrs.Str("of") == "adam_update";
   std::vector<HostTensor> out;
   for (size_t i = 0; i < n; ++i) {

@@ -12,6 +12,7 @@
 #include "common/harness.h"
 #include "common/op_check.h"
 #include "core/ops_cnn.h"
+#include "core/ops/update_group.h"
 
 LOOM_OP_KIND(update_group);
 
@@ -140,9 +141,7 @@ TEST(CudaOps, UpdateGroupsOfManyMembersGiveTheirMembersBits) {
       if (grouped) {
         CallInto(op_kind::update_group, args, outs, a);
       } else {
-        Attrs member;
-        for (const auto& [key, value] : a.items())
-          if (key != "of" && key != "members") member.Set(key, value);
+        const Attrs member = UpdateGroupMemberAttrs(a);
         for (size_t i = 0; i < size_t(n); ++i)
           CallInto(c.of, std::vector<Tensor>(args.begin() + ptrdiff_t(i * k), args.begin() + ptrdiff_t((i + 1) * k)),
                    std::vector<Tensor>(outs.begin() + ptrdiff_t(i * m), outs.begin() + ptrdiff_t((i + 1) * m)), member);

@@ -41,6 +41,7 @@
 #include <cmath>
 
 #include "core/ops/common.h"
+#include "core/ops/update_group.h"
 
 namespace loom {
 
@@ -171,17 +172,6 @@ LOOM_OP(adam_update) {
     return out;
   };
 }
-
-namespace {
-// A member's attributes: the group's but `of` and `members` (device/optimizer_formulas.h's
-// MembersOf builds the member records the same way).
-Attrs UpdateGroupMemberAttrs(const Attrs& group) {
-  Attrs a;
-  for (const auto& [key, value] : group.items())
-    if (key != "of" && key != "members") a.Set(key, value);
-  return a;
-}
-}  // namespace
 
 // Note [Small updates grouped] (graph/group_updates.cc): the records of `members` sgd_update or
 // adam_update ops (`of`) with the same attributes, side by side: the inputs are each member's

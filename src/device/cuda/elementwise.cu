@@ -513,8 +513,7 @@ void UpdateGroupCuda(const OpRecord& op, const KernelContext& ctx) {
   const size_t n = size_t(op.attrs.Int("members")), k = op.inputs.size() / n, m = op.outputs.size() / n;
   OpRecord first;  // member 0, for the attributes and the layout they imply
   first.def = &GetOp(op.attrs.Str("of"));
-  for (const auto& [key, value] : op.attrs.items())
-    if (key != "of" && key != "members") first.attrs.Set(key, value);
+  first.attrs = UpdateGroupMemberAttrs(op.attrs);
   first.inputs.assign(op.inputs.begin(), op.inputs.begin() + ptrdiff_t(k));
   first.outputs.assign(op.outputs.begin(), op.outputs.begin() + ptrdiff_t(m));
   first.BindAttrs();
@@ -575,8 +574,9 @@ void UpdateGroupCuda(const OpRecord& op, const KernelContext& ctx) {
 // Note [What a kernel supports]: each member as its own kernel supports it, all of one dtype.
 bool UpdateGroupCudaSupports(const OpRecord& op) {
   if (!optim::GroupSupported(op, DeviceType::kCUDA)) return false;
-  for (const OpRecord& m : optim::MembersOf(op))
-    if (m.inputs[0].dtype() != op.inputs[0].dtype()) return false;
+  const size_t k = op.inputs.size() / size_t(op.attrs.Int("members"));  // each member's parameter first
+  for (size_t i = 0; i < op.inputs.size(); i += k)
+    if (op.inputs[i].dtype() != op.inputs[0].dtype()) return false;
   return true;
 }
 
