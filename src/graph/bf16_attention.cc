@@ -47,11 +47,6 @@ bool Lowered(const OpRecord& op, const OpDef& def) {
          op.outputs[0].dtype() == DType::kFloat32;
 }
 
-bool Intermediate(const OpList& list, int b) {
-  const BlockFacts& f = list.facts[size_t(b)];
-  return !f.marked_persistent && !f.held_outside && !f.has_memory;
-}
-
 // Output 0 of op i, when it is an intermediate that op i alone writes, read by exactly one cast
 // to bfloat16 (the Note's conditions) and otherwise only by records `other` accepts: that cast
 // and those readers; cast -1 otherwise.
@@ -63,7 +58,7 @@ Narrowed FindNarrowing(const OpList& list, const OpUses& u, int i,
                        const std::function<bool(const OpRecord&, const Tensor&)>& other) {
   const Tensor& y = list.ops[size_t(i)].outputs[0];
   const int b = u.Block(y);
-  if (!Intermediate(list, b) || !u.Whole(y) || u.Writers(b) != std::vector<int>{i}) return {};
+  if (!u.Intermediate(b) || !u.Whole(y) || u.Writers(b) != std::vector<int>{i}) return {};
   Narrowed n;
   for (int r : u.Readers(b)) {
     const OpRecord& op = list.ops[size_t(r)];
@@ -71,7 +66,7 @@ Narrowed FindNarrowing(const OpList& list, const OpUses& u, int i,
                       op.inputs[0].shape() == y.shape() && op.outputs[0].dtype() == DType::kBFloat16 &&
                       u.Whole(op.outputs[0]) && op.outputs[0].shape() == y.shape() &&
                       u.Writers(u.Block(op.outputs[0])) == std::vector<int>{r} &&
-                      Intermediate(list, u.Block(op.outputs[0]));
+                      u.Intermediate(u.Block(op.outputs[0]));
     if (cast && n.cast < 0) {
       n.cast = r;
     } else if (other(op, y)) {

@@ -47,8 +47,7 @@ PassResult KeepConvOutputsInBf16(OpList list, const PassContext& ctx) {
     if (!LoweredBiasFreeConv(conv)) continue;
     const Tensor& y = conv.outputs[0];
     const int b = u.Block(y);
-    const BlockFacts& f = list.facts[size_t(b)];
-    if (f.marked_persistent || f.held_outside || f.has_memory || !u.Whole(y)) continue;
+    if (!u.Intermediate(b) || !u.Whole(y)) continue;
     if (u.Writers(b) != std::vector<int>{int(i)} || u.Readers(b).empty()) continue;
     bool ok = true;
     for (int r : u.Readers(b)) {

@@ -26,6 +26,12 @@ struct OpUses {
   int Block(const Tensor& t) const { return list.BlockIndex(t.block()); }
   const std::vector<int>& Readers(int b) const { return list.uses[size_t(b)].readers; }
   const std::vector<int>& Writers(int b) const { return list.uses[size_t(b)].writers; }
+  // Block b is an intermediate of the list: not marked persistent (parameters, state), not held
+  // by the user at the end of the capture, without memory from before it.
+  bool Intermediate(int b) const {
+    const BlockFacts& f = list.facts[size_t(b)];
+    return !f.marked_persistent && !f.held_outside && !f.has_memory;
+  }
   // t is all of its block, contiguous.
   bool Whole(const Tensor& t) const {
     return t.offset() == 0 && t.is_contiguous() && t.nbytes() == list.facts[size_t(Block(t))].bytes;
@@ -34,8 +40,7 @@ struct OpUses {
   // as a whole, and no one outside holds: returns that reader, or -1.
   int OnlyReader(const Tensor& t, int i) const {
     const int b = Block(t);
-    const BlockFacts& f = list.facts[size_t(b)];
-    if (f.marked_persistent || f.held_outside || f.has_memory || !Whole(t)) return -1;
+    if (!Intermediate(b) || !Whole(t)) return -1;
     if (Writers(b) != std::vector<int>{i} || Readers(b).size() != 1) return -1;
     return Readers(b)[0];
   }

@@ -79,8 +79,7 @@ OpRecord Rewrite(const OpList& list, const OpUses& u, int i, const Device& devic
   if (up.inputs[0].block() != w.block() || up.outputs[0].block() != w.block() || !u.Whole(up.inputs[0]) ||
       !u.Whole(up.outputs[0]) || up.inputs[0].shape() != w.shape())
     return {};
-  const BlockFacts& cf = list.facts[size_t(cb)];
-  if (cf.marked_persistent || cf.held_outside || cf.has_memory || !u.Whole(c)) return {};
+  if (!u.Intermediate(cb) || !u.Whole(c)) return {};
   if (u.Writers(cb) != std::vector<int>{i}) return {};
   for (int r : u.Readers(cb))
     if (r >= j) return {};

@@ -217,26 +217,22 @@ void BlockProduct(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Bf16*
   Gemm(ta, tb, m, n, k, 1.0f, wa.data(), ta ? m : k, wb.data(), tb ? k : n, beta, c, ldc);
 }
 
-// rows x cols of float32 (ld apart) rounded to bfloat16 (ldo apart), each times `scale`:
-// FloatToBFloat16's rounding (core/half.h) written without a branch, so that the compiler
-// vectorises the loop (the scalar conversion took as long as the block's products). A float
-// output gets the rounded value widened back (x and o may then be the same rows).
+// rows x cols of float32 (ld apart) rounded to bfloat16 (ldo apart), each times `scale`, by
+// Bf16Bits (kernels/cast.h: without a branch, so that the loop vectorises; the scalar
+// conversion took as long as the block's products). A float output gets the rounded value
+// widened back (x and o may then be the same rows).
 template <typename Out>
 void RoundRows(const float* x, int64_t ld, int64_t rows, int64_t cols, float scale, Out* o, int64_t ldo) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = x + i * ld;
     Out* orow = o + i * ldo;
     for (int64_t j = 0; j < cols; ++j) {
-      uint32_t u;
-      const float f = xr[j] * scale;
-      std::memcpy(&u, &f, 4);
-      const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-      const uint32_t b = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest;
+      const uint16_t b = Bf16Bits(xr[j] * scale);
       if constexpr (std::is_same<Out, float>::value) {
-        const uint32_t w = b << 16;
+        const uint32_t w = uint32_t(b) << 16;
         std::memcpy(orow + j, &w, 4);
       } else {
-        orow[j] = Bf16(b);
+        orow[j] = b;
       }
     }
   }

@@ -198,14 +198,6 @@ void AddBiasCpu(const OpRecord& op, const KernelContext&) {
 // dy: (R, N) (leading dimensions flattened) -> db: (N), sum over R
 // Split by columns, each summed in row order: the result does not depend on the thread count.
 // A bfloat16 dy (In) is widened as it is read: the same sums as its float32 values'.
-// FloatToBFloat16 (core/half.h) without a branch, so that the loop below vectorises.
-inline uint16_t Bf16Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest);
-}
-
 // A float32 dy's 16-bit copy (copy_dtype, output 1: Note [Casts fused into their producers]) is
 // written as the rows are read: bfloat16 in the summing loop, float16 by the cast op's own
 // conversion (CastFloat32To16) on the row's piece still in cache.
