@@ -12,7 +12,9 @@
 #   env          nvidia-smi, the bundle's manifest, every library the binaries need found
 #   cpp-gpu      the GPU suite (test_cuda) and the CUDA checkpoint test, LOOM_REQUIRE_GPU=1 so
 #                that "no GPU" and CUDA setup errors fail instead of skipping (Note [No GPU, or a
-#                broken one] in src/core/device.h); GoogleTest's JSON kept
+#                broken one] in src/core/device.h); GoogleTest's JSON kept; a failing run is
+#                triaged (tools/gtest_triage.py: each failed test's verdict, real or a cascade of
+#                another, and the tests a crash kept from running, in test_cuda_triage.json)
 #   python-gpu   the Python GPU tests (test_cuda.py, test_device.py)
 #   tf32-digits  the digits CNN trained on the GPU in full float32 and in TF32, same seed: held-out
 #                accuracies within 0.5 point (Note [Float32 math on the GPU])
@@ -173,7 +175,10 @@ part_env() {
 
 part_cpp() {
   local rc=0
-  "$BUILD/test_cuda" --gtest_output="json:$DEST/test_cuda.json" || rc=1
+  # A failing run is triaged in fresh processes: the real failures from their cascades (a bad
+  # kernel poisons the CUDA context for every later test) and the tests a crash kept from running.
+  "$PY" tools/gtest_triage.py "$BUILD/test_cuda" --deadline-s 90 --report "$DEST/test_cuda_triage.json" \
+    -- --gtest_output="json:$DEST/test_cuda.json" || rc=1
   "$BUILD/test_io" --gtest_filter='CheckpointCuda*' --gtest_output="json:$DEST/test_io_cuda.json" || rc=1
   return "$rc"
 }
