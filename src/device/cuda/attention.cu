@@ -4,9 +4,10 @@
 // softmax (forward) or the probabilities recomputed from the saved log-sum-exp (backward).
 // Every sum runs in a fixed order, so results do not vary from run to run, and no kernel needs
 // atomics. A lane holds the row's elements lane, lane + 32, ... (head widths up to
-// 32 * kChunks). These are straightforward kernels, not tensor-core ones: they run the float32
-// and float64 records. The bf16 policy's records (a bfloat16 qkv) run on cuDNN's fused attention
-// (Note [Attention on cuDNN] in cudnn_attention.h).
+// 32 * kChunks). They run the float64 records, and float32 heads wider than 64; float32 heads up
+// to 64 wide run the tiled kernels below (Note [Attention in tiles on CUDA]). Neither uses tensor
+// cores. The bf16 policy's records (a bfloat16 qkv) run on cuDNN's fused attention (Note
+// [Attention on cuDNN] in cudnn_attention.h).
 #include "device/cuda/common.cuh"
 #include "device/cuda/cudnn_attention.h"
 
@@ -14,15 +15,10 @@ namespace loom {
 namespace cuda {
 namespace {
 
+#include "device/cuda/attention_tiles.cuh"
+
 constexpr int kChunks = 8;          // head width up to 256
 constexpr int kRowsPerBlock = 8;    // warps per block
-constexpr unsigned kAll = 0xffffffffu;
-
-template <typename T>
-__device__ __forceinline__ T WarpAllSum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kAll, v, o);
-  return v;
-}
 
 // The row of n elements at p into a lane's registers (0 beyond n).
 template <typename T>
@@ -60,12 +56,6 @@ __device__ __forceinline__ void StoreRow(const T (&r)[kChunks], T scale, T* p, i
     const int64_t at = lane + 32 * c;
     if (at < n) p[at] = r[c] * scale;
   }
-}
-
-// A recomputed score minus its row's log-sum-exp is at most 0 but for rounding.
-template <typename T>
-__device__ __forceinline__ T NonPositive(T x) {
-  return x < T(0) ? x : T(0);
 }
 
 __device__ __forceinline__ int64_t WarpRow() { return int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5); }
@@ -163,6 +153,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   StoreRow(dvr, T(1), dv + ov, g.dv, lane);
 }
 
+bool Tiled(const AttentionDims& g, const float*) { return TiledAttentionTakes(g); }
+bool Tiled(const AttentionDims&, const double*) { return false; }
+
 void CheckWidths(const AttentionDims& g, const char* op) {
   LOOM_CHECK(g.d <= 32 * kChunks && g.dv <= 32 * kChunks, ShapeError, "[", op, "] head widths D = ", g.d,
              " and Dv = ", g.dv, " must be at most ", 32 * kChunks, " on CUDA");
@@ -171,6 +164,13 @@ void CheckWidths(const AttentionDims& g, const char* op) {
 template <typename T>
 void Forward(const KernelContext& ctx, const AttentionDims& g, const T* q, const T* k, const T* v, T* y, T* lse) {
   if (g.bh == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    if (Tiled(g, q)) {
+      AttentionTiledKernel<<<TileGrid(g.bh, g.tq), 32 * kWarps, 0, Dev(ctx).stream()>>>(g, q, k, v, y, lse);
+      LOOM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   AttentionKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, Dev(ctx).stream()>>>(g, q, k, v, y, lse);
   LOOM_CUDA_CHECK_LAUNCH();
 }
@@ -185,12 +185,23 @@ void Backward(const KernelContext& ctx, const AttentionDims& g, const T* q, cons
   const size_t bytes = size_t(g.bh * g.tq) * sizeof(T);
   const bool planned = ctx.scratch && ctx.scratch_bytes >= bytes;
   T* drow = static_cast<T*>(planned ? ctx.scratch : dev.Malloc(bytes));
-  AttentionDqKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, y, lse, dy, dlse, dq,
-                                                                                   drow);
+  const bool tiled = Tiled(g, q);
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiled) AttentionTiledDqKernel<<<TileGrid(g.bh, g.tq), 32 * kWarps, 0, dev.stream()>>>(g, q, k, v, y, lse, dy,
+                                                                                                dlse, dq, drow);
+  }
+  if (!tiled)
+    AttentionDqKernel<<<RowGrid(g.bh * g.tq), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, y, lse, dy, dlse, dq,
+                                                                                     drow);
   cudaError_t launched = cudaGetLastError();
   if (launched == cudaSuccess) {
-    AttentionDkvKernel<<<RowGrid(g.bh * g.tk), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, lse, dy, drow, dk,
-                                                                                      dv);
+    if constexpr (std::is_same_v<T, float>) {
+      if (tiled) AttentionTiledDkvKernel<<<TileGrid(g.bh, g.tk), 32 * kWarps, 0, dev.stream()>>>(g, q, k, v, lse, dy,
+                                                                                                   drow, dk, dv);
+    }
+    if (!tiled)
+      AttentionDkvKernel<<<RowGrid(g.bh * g.tk), 32 * kRowsPerBlock, 0, dev.stream()>>>(g, q, k, v, lse, dy, drow, dk,
+                                                                                        dv);
     launched = cudaGetLastError();
   }
   if (!planned) dev.Free(drow);  // only work queued later on this stream can reach it

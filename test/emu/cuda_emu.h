@@ -1,0 +1,89 @@
+// CUDA kernels run on the CPU, for the tests of kernel logic that CPU CI can run (it has no GPU).
+//
+// Note [CUDA kernels emulated on the CPU]
+// A kernel written against the few CUDA built-ins declared here (thread and block indices,
+// __syncthreads, __syncwarp and the warp shuffles) compiles as host code in a test that includes
+// this first: Launch runs each block's threads as fibers (ucontext) on the calling thread, one at
+// a time, each until it reaches a barrier or returns; a warp's barrier lets its lanes go on once
+// every live lane of the warp has reached it, a block's barrier once every live thread of the
+// block has, and a state where neither can happen (threads of a block waiting at different
+// barriers: a divergent __syncthreads) fails the launch with a message instead of hanging.
+// __shared__ arrays are function statics: one copy, which the block run at the time owns, as a
+// block owns its shared memory. Blocks run one after another in index order.
+// What it checks: the index arithmetic, the masks, the tiling, the barriers' placement, every
+// output written, results against a reference. What it cannot: the memory model beyond
+// barriers (no reordering, every access is sequentially consistent), warp-synchronous code
+// without __syncwarp, timing, occupancy, registers, and anything from cuDNN, cuBLAS or CUB.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace loom {
+namespace emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// Runs kernel (a call of one __global__ function with its arguments) over grid x block threads.
+// Throws std::runtime_error when the block's threads cannot all reach their barriers.
+void Launch(Dim3 grid, Dim3 block, const std::function<void()>& kernel);
+
+// The emulated built-ins' state: the thread running now.
+struct Running {
+  Dim3 thread, block, block_dim, grid_dim;
+};
+extern Running running;
+
+void SyncThreads();
+void SyncWarp();
+// Lane `from`'s value of the calling warp's exchange (every lane writes its own first).
+uint64_t Exchange(uint64_t bits, int from);
+
+}  // namespace emu
+}  // namespace loom
+
+#define threadIdx (::loom::emu::running.thread)
+#define blockIdx (::loom::emu::running.block)
+#define blockDim (::loom::emu::running.block_dim)
+#define gridDim (::loom::emu::running.grid_dim)
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+inline void __syncthreads() { ::loom::emu::SyncThreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::loom::emu::SyncWarp(); }
+
+namespace loom {
+namespace emu {
+template <typename T>
+T Shuffle(T v, int from) {
+  static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffled value fits 64 bits");
+  uint64_t bits = 0;
+  __builtin_memcpy(&bits, &v, sizeof(T));
+  bits = Exchange(bits, from);
+  T out;
+  __builtin_memcpy(&out, &bits, sizeof(T));
+  return out;
+}
+inline int Lane() { return int(running.thread.x % 32); }
+}  // namespace emu
+}  // namespace loom
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int mask, int = 32) {
+  return ::loom::emu::Shuffle(v, ::loom::emu::Lane() ^ mask);
+}
+template <typename T>
+T __shfl_sync(unsigned, T v, int src, int = 32) {
+  return ::loom::emu::Shuffle(v, src & 31);
+}
+template <typename T>
+T __shfl_down_sync(unsigned, T v, unsigned delta, int = 32) {
+  const int from = ::loom::emu::Lane() + int(delta);
+  return ::loom::emu::Shuffle(v, from < 32 ? from : ::loom::emu::Lane());
+}
