@@ -15,25 +15,20 @@
 #include "common/op_refs.h"
 #include "core/attrs.h"
 #include "device/kernel_shapes.h"
-#include "emu/cuda_emu.h"  // last: its macros name CUDA's built-ins
+#include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
+#include "device/cuda/device_math.cuh"
 
 namespace loom {
+namespace cuda {
+namespace {
+#include "device/cuda/attention_tiles.cuh"
+}  // namespace
+}  // namespace cuda
+
 namespace test {
 namespace {
 
-// What device/cuda/common.cuh gives the kernels on the GPU.
-inline float Exp(float x) { return std::exp(x); }
-inline float Log(float x) { return std::log(x); }
-template <typename T>
-T MaxOf(T a, T b) {
-  return MaxNaN(a, b);
-}
-template <typename T>
-T Infinity() {
-  return std::numeric_limits<T>::infinity();
-}
-
-#include "device/cuda/attention_tiles.cuh"
+using namespace cuda;  // the kernels, as attention.cu sees them
 
 std::vector<float> Random(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);

@@ -2,7 +2,8 @@
 //
 // Note [CUDA kernels emulated on the CPU]
 // A kernel written against the few CUDA built-ins declared here (thread and block indices,
-// __syncthreads, __syncwarp and the warp shuffles) compiles as host code in a test that includes
+// __syncthreads, __syncwarp, the warp shuffles, __int_as_float and __longlong_as_double), and
+// the helpers of device/cuda/device_math.cuh, compiles as host code in a test that includes
 // this first: Launch runs each block's threads as fibers (ucontext) on the calling thread, one at
 // a time, each until it reaches a barrier or returns; a warp's barrier lets its lanes go on once
 // every live lane of the warp has reached it, a block's barrier once every live thread of the
@@ -56,6 +57,16 @@ uint64_t Exchange(uint64_t bits, int from);
 #define __shared__ static
 
 inline void __syncthreads() { ::loom::emu::SyncThreads(); }
+inline float __int_as_float(int i) {
+  float f;
+  __builtin_memcpy(&f, &i, sizeof f);
+  return f;
+}
+inline double __longlong_as_double(long long i) {
+  double d;
+  __builtin_memcpy(&d, &i, sizeof d);
+  return d;
+}
 inline void __syncwarp(unsigned = 0xffffffffu) { ::loom::emu::SyncWarp(); }
 
 namespace loom {

@@ -1,6 +1,7 @@
-// Helpers shared by the CUDA kernels: launch shapes, dtype dispatch, math overloads, strided and
-// broadcast indexing, float16/bfloat16 conversions identical to the CPU's (core/dtype.cc). What
-// the CPU kernels share too is in device/kernel_shapes.h and device/kernel_dispatch.h.
+// Helpers shared by the CUDA kernels: launch shapes, dtype dispatch, the host side of strided and
+// broadcast indexing, errors found on the device; the device code that needs no CUDA runtime
+// (math overloads, 16-bit conversions, indexing, block reductions) is device_math.cuh. What the
+// CPU kernels share too is in device/kernel_shapes.h and device/kernel_dispatch.h.
 //
 // Every kernel runs on the device's stream (cuda_device.h), never synchronises the host and
 // never allocates. Element loops are grid-stride loops over int64 indices.
@@ -15,6 +16,7 @@
 
 #include "core/op.h"
 #include "device/cuda/cuda_device.h"
+#include "device/cuda/device_math.cuh"
 #include "device/kernel_dispatch.h"
 #include "device/kernel_shapes.h"
 
@@ -35,18 +37,6 @@ inline unsigned RowBlocks(int64_t rows) {
   return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20));
 }
 inline int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
-
-// A thread that sums a long serial run of values (column sums: reduce.cu, bias_act.cu; layer
-// norm's and batch norm's chunks: transformer.cu, cnn.cu) loads kLoadsAhead of them before it
-// adds any, in the same order: with one load in flight it would wait out the memory's latency
-// once per value (GPT-2's bias gradients: 8,192 rows, each of a column's 8 threads adding every
-// 8th; a layer-4 batch norm of ResNet-50 at batch 32: 26k threads of 128 values each). Same
-// order, same bits.
-constexpr int kLoadsAhead = 8;
-
-#define LOOM_GRID_STRIDE(i, n)                                                  \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
-       i += int64_t(blockDim.x) * gridDim.x)
 
 // Calls f(T{}) with T = float or double for the tensor's dtype (the arithmetic dtypes).
 template <typename F>
@@ -70,120 +60,9 @@ void FusedCastDispatch(const OpRecord& op, const char* name, F&& f) {
   FloatDispatch(out, name, [&](auto tag) { f(tag, tag, false); });
 }
 
-// ---- math, overloaded on float/double so templates pick the right precision (the element-wise
-// ops' formulas are shared with the CPU instead: core/elementwise_formulas.h) ----
-__device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ float Exp(float x) { return expf(x); }
-__device__ __forceinline__ double Exp(double x) { return exp(x); }
-__device__ __forceinline__ float Log(float x) { return logf(x); }
-__device__ __forceinline__ double Log(double x) { return log(x); }
-__device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
-__device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
-template <typename T> __device__ __forceinline__ T Infinity();
-template <> __device__ __forceinline__ float Infinity<float>() { return __int_as_float(0x7f800000); }
-template <> __device__ __forceinline__ double Infinity<double>() { return __longlong_as_double(0x7ff0000000000000LL); }
-template <typename T> __device__ __forceinline__ T QuietNaN();
-template <> __device__ __forceinline__ float QuietNaN<float>() { return __int_as_float(0x7fc00000); }
-template <> __device__ __forceinline__ double QuietNaN<double>() { return __longlong_as_double(0x7ff8000000000000LL); }
-// std::max's semantics (the CPU kernels use it): the first argument unless the second is larger.
-template <typename T> __device__ __forceinline__ T MaxOf(T a, T b) { return MaxNaN(a, b); }  // kernel_shapes.h
-
-// ---- float16 / bfloat16: the host's own conversions (core/half.h), compiled for the device ----
-__device__ __forceinline__ uint16_t DevFloatToHalf(float f) { return FloatToHalf(f); }
-__device__ __forceinline__ float DevHalfToFloat(uint16_t h) { return HalfToFloat(h); }
-__device__ __forceinline__ uint16_t DevFloatToBFloat16(float f) { return FloatToBFloat16(f); }
-__device__ __forceinline__ float DevBFloat16ToFloat(uint16_t b) { return BFloat16ToFloat(b); }
-// v as the cast op's kernel stores it in float16 or bfloat16 (creation.cu's StoreAs): rounded to
-// odd in float32 first (exact for a float32 v). The updates' 16-bit copies of their parameters
-// (elementwise.cu, Note [bfloat16 weight copies kept by the update]) call it too, so the bits agree.
-__device__ __forceinline__ uint16_t DevCastTo16(double v, bool bf16) {
-  const float f = RoundToOddFloat(v);
-  return bf16 ? DevFloatToBFloat16(f) : DevFloatToHalf(f);
-}
-// A producer's result as its output stores it: itself, or (Out uint16_t) the cast op's 16-bit
-// rounding of the float32 value (Note [Casts fused into their producers]).
-template <typename Out, typename T>
-__device__ __forceinline__ Out StoreResult(T v, bool bf16) {
-  if constexpr (std::is_same<Out, uint16_t>::value) return DevCastTo16(double(v), bf16);
-  else return Out(v);
-}
-
-// ---- strided / broadcast indexing ----
-// Maps a linear index over `shape` (row-major) to element offsets in up to kMaxOperands
-// tensors with their own strides (0 along broadcast dimensions). Built on the host with unit
-// dimensions dropped and mergeable neighbours merged, so most indexers have rank 1 to 3.
-constexpr int kMaxDims = 8;
-constexpr int kMaxOperands = 3;
-struct Indexer {
-  int rank = 0;
-  int64_t shape[kMaxDims];
-  int64_t strides[kMaxOperands][kMaxDims];
-};
-
-template <int N>
-__device__ __forceinline__ void Offsets(const Indexer& ix, int64_t i, int64_t (&off)[N]) {
-  for (int k = 0; k < N; ++k) off[k] = 0;
-  for (int d = ix.rank - 1; d >= 0; --d) {
-    int64_t idx = i % ix.shape[d];
-    i /= ix.shape[d];
-    for (int k = 0; k < N; ++k) off[k] += idx * ix.strides[k][d];
-  }
-}
-
 // `strides[k]` has one entry per dimension of `shape`. Throws ShapeError naming `op` when the
 // collapsed rank exceeds kMaxDims.
 Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op);
-
-// ---- block reductions (blockDim.x a multiple of 32, at most 1024) ----
-struct SumOp {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
-};
-struct MaxOp {
-  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return MaxOf(a, b); }
-};
-template <typename T, typename Op>
-__device__ __forceinline__ T WarpReduce(T v, Op op) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, o));
-  return v;
-}
-// The block's reduction of v by op (fixed association: deterministic), returned to every
-// thread; `identity` fills the lanes of missing warps.
-template <typename T, typename Op>
-__device__ T BlockReduce(T v, Op op, T identity) {
-  __shared__ T warp[32];
-  __shared__ T total;
-  v = WarpReduce(v, op);
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  __syncthreads();  // `warp` may still be read by a previous call
-  if (lane == 0) warp[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = lane < int(blockDim.x >> 5) ? warp[lane] : identity;
-    v = WarpReduce(v, op);
-    if (lane == 0) total = v;
-  }
-  __syncthreads();
-  return total;
-}
-template <typename T>
-__device__ T BlockSum(T v) {
-  return BlockReduce(v, SumOp{}, T(0));
-}
-template <typename T>
-__device__ T BlockMax(T v) {
-  return BlockReduce(v, MaxOp{}, -Infinity<T>());
-}
-
-// out[i] = part[i] + part[count + i] + ... (slabs terms, in order): a column's slab sums
-// (Note [Column sums by slabs] in device/kernel_shapes.h), or their maximum.
-template <typename Acc, typename T, bool kMax = false>
-__global__ void ColumnSlabsTotalKernel(const Acc* part, T* out, int64_t slabs, int64_t count) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(blockDim.x) * gridDim.x) {
-    Acc a = part[i];
-    for (int64_t s = 1; s < slabs; ++s) a = kMax ? MaxOf(a, part[s * count + i]) : a + part[s * count + i];
-    out[i] = T(a);
-  }
-}
 
 // Records an error a kernel finds, keeping the first kernel's at its smallest position `a`
 // (Note [Errors found on the GPU] in cuda_device.h). Errors are rare, so a spin lock is fine

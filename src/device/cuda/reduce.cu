@@ -11,8 +11,7 @@ namespace cuda {
 namespace {
 
 
-constexpr int kColX = 32, kColY = 8;  // column reductions: 32 outputs x 8 partial sums per block
-constexpr unsigned kMaxGridY = 65535;
+#include "device/cuda/column_sums.cuh"
 
 // inner == 1: one block per row of R elements (grid-stride over rows).
 template <typename T, bool kMax>
@@ -33,63 +32,6 @@ __global__ void RowReduceKernel(const T* x, T* y, int64_t outer, int64_t r) {
   }
 }
 
-// A loaded value as a number: itself, or (In uint16_t: bias_grad's bfloat16 dy, Note [Attention
-// results kept in bfloat16] in graph/bf16_attention.cc) the float32 of its bfloat16 bits, so a
-// sum of bfloat16 values is the sum of their float32 copies, bit for bit.
-template <typename In>
-__device__ __forceinline__ auto ValueOf(In v) {
-  if constexpr (std::is_same<In, uint16_t>::value) return DevBFloat16ToFloat(v);
-  else return v;
-}
-
-// inner > 1: block (32, 8) covers 32 adjacent outputs (coalesced reads along inner) of rows
-// [blockIdx.z * slab, ...) (Note [Column sums by slabs]); its 8 rows of threads take every 8th
-// k, and row 0 combines the 8 partials in order into y, or into part[(slab, o, i)] when there are
-// several slabs. x's elements are In (T, or bfloat16 bits for a sum). copy (a float32 sum's,
-// or null): each element of x as the cast op rounds it to 16 bits (bias_grad's copy_dtype, Note
-// [Casts fused into their producers] in graph/fuse_casts.cc), written as it is read.
-template <typename T, bool kMax, typename In = T>
-__global__ void ColReduceKernel(const In* x, T* y, typename std::conditional<kMax, T, double>::type* part,
-                                int64_t outer, int64_t r, int64_t inner, int64_t slab, uint16_t* copy,
-                                bool copy_bf16) {
-  static_assert(std::is_same<In, T>::value || !kMax, "a maximum of bfloat16 bits is not taken");
-  using Acc = typename std::conditional<kMax, T, double>::type;
-  __shared__ Acc sums[kColY][kColX + 1];
-  const int64_t i = int64_t(blockIdx.x) * kColX + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.z) * slab, r1 = Min64(r, r0 + slab);
-  for (int64_t o = blockIdx.y; o < outer; o += gridDim.y) {
-    Acc acc = kMax ? Acc(-Infinity<T>()) : Acc(0);
-    if (i < inner)
-      for (int64_t k0 = r0 + threadIdx.y; k0 < r1; k0 += kColY * kLoadsAhead) {
-        In v[kLoadsAhead];  // loaded together, combined in order (kLoadsAhead in common.cuh)
-#pragma unroll
-        for (int q = 0; q < kLoadsAhead; ++q)
-          if (k0 + q * kColY < r1) v[q] = x[(o * r + k0 + q * kColY) * inner + i];
-        if constexpr (std::is_same<In, float>::value && !kMax) {
-          if (copy) {
-#pragma unroll
-            for (int q = 0; q < kLoadsAhead; ++q)
-              if (k0 + q * kColY < r1) copy[(o * r + k0 + q * kColY) * inner + i] = DevCastTo16(double(v[q]), copy_bf16);
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < kLoadsAhead; ++q)
-          if (k0 + q * kColY < r1) acc = kMax ? Acc(MaxOf(T(acc), T(ValueOf(v[q])))) : acc + Acc(ValueOf(v[q]));
-      }
-    sums[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y == 0 && i < inner) {
-      Acc a = sums[0][threadIdx.x];
-      for (int j = 1; j < kColY; ++j) a = kMax ? Acc(MaxOf(T(a), T(sums[j][threadIdx.x]))) : a + sums[j][threadIdx.x];
-      if (part)
-        part[(int64_t(blockIdx.z) * outer + o) * inner + i] = a;
-      else
-        y[o * inner + i] = T(a);
-    }
-    __syncthreads();
-  }
-}
-
 // x: (outer, R, inner) -> y: (outer, inner). columns: the column kernel even for inner == 1
 // (bias_grad, whose order bias_act_grad's column sums repeat for any width); it also takes x as
 // bfloat16 bits (In uint16_t, a sum).
@@ -107,9 +49,9 @@ void Reduce(const In* x, T* y, const ReduceDims& d, CudaDeviceImpl& dev, bool co
     if constexpr (std::is_same<In, T>::value) RowReduceKernel<T, kMax><<<blocks, threads, 0, s>>>(x, y, d.outer, d.r);
   } else {
     using Acc = typename std::conditional<kMax, T, double>::type;
-    const unsigned cols = unsigned((d.inner + kColX - 1) / kColX), outer = unsigned(std::min<int64_t>(d.outer, kMaxGridY));
-    const ColumnSlabs sl = ColumnSlabsOf(d.r, int64_t(cols) * outer);
-    const dim3 grid(cols, outer, unsigned(sl.slabs));
+    const ColumnLaunch cl = ColumnLaunchOf(d);
+    const ColumnSlabs sl = cl.slabs;
+    const dim3 grid(cl.cols, cl.outer, unsigned(sl.slabs));
     if (sl.slabs == 1) {
       ColReduceKernel<T, kMax, In><<<grid, dim3(kColX, kColY), 0, s>>>(x, y, nullptr, d.outer, d.r, d.inner, sl.rows,
                                                                         copy, copy_bf16);
