@@ -2,8 +2,8 @@
 // attention.cu's row kernels share with them. A kernel source fragment, not a header: it is
 // included inside a namespace by exactly one translation unit of a binary, after the names it
 // uses are declared: CUDA's built-ins (threadIdx, blockIdx, blockDim, __syncthreads,
-// __syncwarp, __shfl_xor_sync), and Exp, Log, MaxOf and Infinity (device/cuda/common.cuh).
-// attention.cu includes it for the GPU; test/emu includes it with those names emulated on the
+// __syncwarp, __shfl_xor_sync), and Exp, Log, MaxOf and Infinity (device/cuda/device_math.cuh).
+// attention.cu includes it for the GPU; test/emu includes it with the built-ins emulated on the
 // CPU (test/emu/cuda_emu.h), so that CPU CI runs these kernels' logic.
 #pragma once
 

@@ -23,13 +23,6 @@
 namespace loom {
 namespace cuda {
 
-constexpr int kThreads = 256;
-
-// Blocks for a grid-stride loop over n items (n > 0).
-inline unsigned Blocks(int64_t n, int threads = kThreads) {
-  int64_t b = (n + threads - 1) / threads;
-  return unsigned(std::min<int64_t>(std::max<int64_t>(b, 1), int64_t(1) << 20));
-}
 
 // One block per row (up to 2^20 blocks, then a block takes several rows), and the threads of a
 // block for rows of n elements: a multiple of the warp size, at most 256.

@@ -6,6 +6,7 @@
 // indices, __syncthreads, the warp shuffles, __int_as_float, __longlong_as_double).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -15,6 +16,14 @@
 
 namespace loom {
 namespace cuda {
+
+constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items (n > 0).
+inline unsigned Blocks(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  return unsigned(std::min<int64_t>(std::max<int64_t>(b, 1), int64_t(1) << 20));
+}
 
 // A thread that sums a long serial run of values (column sums: reduce.cu, bias_act.cu; layer
 // norm's and batch norm's chunks: transformer.cu, cnn.cu) loads kLoadsAhead of them before it
