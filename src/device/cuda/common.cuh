@@ -23,14 +23,6 @@
 namespace loom {
 namespace cuda {
 
-
-// One block per row (up to 2^20 blocks, then a block takes several rows), and the threads of a
-// block for rows of n elements: a multiple of the warp size, at most 256.
-inline unsigned RowBlocks(int64_t rows) {
-  return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20));
-}
-inline int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
-
 // Calls f(T{}) with T = float or double for the tensor's dtype (the arithmetic dtypes).
 template <typename F>
 void FloatDispatch(DType t, const char* op, F&& f) {

@@ -25,6 +25,13 @@ inline unsigned Blocks(int64_t n, int threads = kThreads) {
   return unsigned(std::min<int64_t>(std::max<int64_t>(b, 1), int64_t(1) << 20));
 }
 
+// One block per row (up to 2^20 blocks, then a block takes several rows), and the threads of a
+// block for rows of n elements: a multiple of the warp size, at most 256.
+inline unsigned RowBlocks(int64_t rows) {
+  return unsigned(std::min<int64_t>(std::max<int64_t>(rows, 1), int64_t(1) << 20));
+}
+inline int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>(32, (n + 31) / 32 * 32)); }
+
 // A thread that sums a long serial run of values (column sums: reduce.cu, bias_act.cu; layer
 // norm's and batch norm's chunks: transformer.cu, cnn.cu) loads kLoadsAhead of them before it
 // adds any, in the same order: with one load in flight it would wait out the memory's latency
