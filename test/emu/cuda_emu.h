@@ -15,6 +15,9 @@
 // output written, results against a reference. What it cannot: the memory model beyond
 // barriers (no reordering, every access is sequentially consistent), warp-synchronous code
 // without __syncwarp, timing, occupancy, registers, and anything from cuDNN, cuBLAS or CUB.
+// The arithmetic is the host compiler's: where it contracts a b + c into a fused multiply-add
+// is its choice, as nvcc's is on the GPU, so two kernels that must agree bit for bit pin such
+// formulas (Fma in device_math.cuh): batch norm's two apply kernels disagreed here until they did.
 #pragma once
 
 #include <cstdint>

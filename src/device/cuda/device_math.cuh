@@ -51,6 +51,8 @@ __device__ __forceinline__ float Exp(float x) { return expf(x); }
 __device__ __forceinline__ double Exp(double x) { return exp(x); }
 __device__ __forceinline__ float Log(float x) { return logf(x); }
 __device__ __forceinline__ double Log(double x) { return log(x); }
+__device__ __forceinline__ float Fma(float a, float b, float c) { return fmaf(a, b, c); }  // a b + c, rounded once
+__device__ __forceinline__ double Fma(double a, double b, double c) { return fma(a, b, c); }
 __device__ __forceinline__ float Sqrt(float x) { return sqrtf(x); }
 __device__ __forceinline__ double Sqrt(double x) { return sqrt(x); }
 template <typename T> __device__ __forceinline__ T Infinity();
