@@ -43,6 +43,7 @@ struct Block {
   std::vector<uint64_t> slots;  // each thread's value in a warp exchange
   size_t current = 0;
   const std::function<void()>* kernel = nullptr;
+  std::unique_ptr<unsigned char[]> dynamic_shared;
   const void* scheduler_stack = nullptr;  // its bounds, for AddressSanitizer
   size_t scheduler_stack_bytes = 0;
 };
@@ -144,7 +145,7 @@ void RunBlock(Block& b) {
 
 }  // namespace
 
-void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel) {
+void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel, size_t dynamic_shared) {
   const size_t n = size_t(threads.x) * threads.y * threads.z;
   if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0)
     throw std::runtime_error("emulated CUDA launch: invalid configuration (grid " + std::to_string(grid.x) + "x" +
@@ -152,6 +153,7 @@ void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel) {
                              std::to_string(n) + " threads)");
   Block b;
   b.kernel = &kernel;
+  b.dynamic_shared.reset(new unsigned char[dynamic_shared > 0 ? dynamic_shared : 1]);  // 16-byte aligned (x86-64)
   b.fibers.resize(n);
   b.slots.assign(n, 0);
   for (size_t t = 0; t < n; ++t) {
@@ -178,6 +180,7 @@ void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel) {
 }
 
 void SyncThreads() { Wait(At::kBlockBarrier); }
+unsigned char* DynamicShared() { return block->dynamic_shared.get(); }
 void SyncWarp() { Wait(At::kWarpBarrier); }
 
 uint64_t Exchange(uint64_t bits, int from) {

@@ -2,7 +2,8 @@
 //
 // Note [CUDA kernels emulated on the CPU]
 // A kernel written against the few CUDA built-ins declared here (thread and block indices,
-// __syncthreads, __syncwarp, the warp shuffles, __int_as_float and __longlong_as_double), and
+// __syncthreads, __syncwarp, the warp shuffles, __int_as_float, __longlong_as_double, the
+// atomics of RaiseKernelError, __align__ and dynamic shared memory), and
 // the helpers of device/cuda/device_math.cuh, compiles as host code in a test that includes
 // this first: Launch runs each block's threads as fibers (ucontext) on the calling thread, one at
 // a time, each until it reaches a barrier or returns; a warp's barrier lets its lanes go on once
@@ -20,6 +21,7 @@
 // formulas (Fma in device_math.cuh): batch norm's two apply kernels disagreed here until they did.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -30,9 +32,12 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// Runs kernel (a call of one __global__ function with its arguments) over grid x block threads.
-// Throws std::runtime_error when the block's threads cannot all reach their barriers.
-void Launch(Dim3 grid, Dim3 block, const std::function<void()>& kernel);
+// Runs kernel (a call of one __global__ function with its arguments) over grid x block threads,
+// each block with `dynamic_shared` bytes of dynamic shared memory (LOOM_DYNAMIC_SHARED). Throws
+// std::runtime_error when the block's threads cannot all reach their barriers.
+void Launch(Dim3 grid, Dim3 block, const std::function<void()>& kernel, size_t dynamic_shared = 0);
+// The running block's dynamic shared memory.
+unsigned char* DynamicShared();
 
 // The emulated built-ins' state: the thread running now.
 struct Running {
@@ -59,7 +64,22 @@ uint64_t Exchange(uint64_t bits, int from);
 #define __launch_bounds__(...)
 #define __shared__ static
 
+#define __align__(n) alignas(n)
+#define LOOM_DYNAMIC_SHARED(name) unsigned char* name = ::loom::emu::DynamicShared()
+
 inline void __syncthreads() { ::loom::emu::SyncThreads(); }
+// One thread runs at a time, to its next barrier: atomics are plain reads and writes.
+inline void __threadfence() {}
+inline int atomicCAS(int* at, int compare, int value) {
+  const int old = *at;
+  if (old == compare) *at = value;
+  return old;
+}
+inline int atomicExch(int* at, int value) {
+  const int old = *at;
+  *at = value;
+  return old;
+}
 inline float __int_as_float(int i) {
   float f;
   __builtin_memcpy(&f, &i, sizeof f);

@@ -49,25 +49,5 @@ void FusedCastDispatch(const OpRecord& op, const char* name, F&& f) {
 // collapsed rank exceeds kMaxDims.
 Indexer MakeIndexer(const Shape& shape, const std::vector<std::vector<int64_t>>& strides, const char* op);
 
-// Records an error a kernel finds, keeping the first kernel's at its smallest position `a`
-// (Note [Errors found on the GPU] in cuda_device.h). Errors are rare, so a spin lock is fine
-// (sm_70 and newer schedule the threads of a warp independently, so the holder makes progress).
-__device__ __forceinline__ void RaiseKernelError(KernelError* e, int code, int op, long long a, long long b,
-                                                 long long c) {
-  while (atomicCAS(&e->lock, 0, 1) != 0) {
-  }
-  __threadfence();
-  volatile KernelError* v = e;
-  if (v->code == 0 || (v->op == op && a < v->a)) {
-    v->op = op;
-    v->a = a;
-    v->b = b;
-    v->c = c;
-    v->code = code;
-  }
-  __threadfence();
-  atomicExch(&e->lock, 0);
-}
-
 }  // namespace cuda
 }  // namespace loom

@@ -31,34 +31,11 @@
 #include <vector>
 
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/kernel_error.h"
 #include "core/device.h"
 
 namespace loom {
 namespace cuda {
-
-// Written by kernels (first error wins), read and cleared by the host after a synchronisation.
-enum KernelErrorCode : int {
-  kKernelOk = 0,
-  kLabelOutOfRange = 1,  // a = row, b = label, c = number of classes
-  kIndexOutOfRange = 2,  // a = position, b = index, c = number of table rows (axis length)
-  kShapeMismatch = 3,    // a = position, b = value held, c = value recorded
-};
-struct KernelError {
-  int code;  // KernelErrorCode
-  int op;    // KernelErrorOp
-  long long a, b, c;
-  int lock;  // held by the thread writing the record
-};
-enum KernelErrorOp : int {
-  kOpSoftmaxCrossEntropy = 1,
-  kOpSoftmaxCrossEntropyGrad = 2,
-  kOpEmbedding = 3,
-  kOpEmbeddingGrad = 4,
-  kOpScatterElements = 5,
-  kOpGatherElements = 6,
-  kOpConstantOfShape = 7,
-  kOpLinearCrossEntropy = 8,
-};
 
 class CudaDeviceImpl : public Device {
  public:

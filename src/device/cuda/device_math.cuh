@@ -3,7 +3,8 @@
 // warp and block reductions, the column slabs' totals. common.cuh includes it for the GPU; the
 // CPU's emulation of CUDA kernels (test/emu, Note [CUDA kernels emulated on the CPU]) includes it
 // after test/emu/cuda_emu.h, which declares the CUDA built-ins used here (thread and block
-// indices, __syncthreads, the warp shuffles, __int_as_float, __longlong_as_double).
+// indices, __syncthreads, the warp shuffles, __int_as_float, __longlong_as_double, the atomics
+// and __threadfence of RaiseKernelError, dynamic shared memory).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "device/cuda/kernel_error.h"
 #include "device/kernel_shapes.h"
 
 namespace loom {
@@ -39,6 +41,11 @@ inline int RowThreads(int64_t n) { return n >= 256 ? 256 : int(std::max<int64_t>
 // 8th; a layer-4 batch norm of ResNet-50 at batch 32: 26k threads of 128 values each). Same
 // order, same bits.
 constexpr int kLoadsAhead = 8;
+
+// A kernel's dynamic shared memory (the launch's third parameter), 16-byte aligned, as `name`.
+#ifndef LOOM_DYNAMIC_SHARED
+#define LOOM_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 #define LOOM_GRID_STRIDE(i, n)                                                  \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
@@ -156,6 +163,26 @@ __global__ void ColumnSlabsTotalKernel(const Acc* part, T* out, int64_t slabs, i
     for (int64_t s = 1; s < slabs; ++s) a = kMax ? MaxOf(a, part[s * count + i]) : a + part[s * count + i];
     out[i] = T(a);
   }
+}
+
+// Records an error a kernel finds, keeping the first kernel's at its smallest position `a`
+// (Note [Errors found on the GPU] in cuda_device.h). Errors are rare, so a spin lock is fine
+// (sm_70 and newer schedule the threads of a warp independently, so the holder makes progress).
+__device__ __forceinline__ void RaiseKernelError(KernelError* e, int code, int op, long long a, long long b,
+                                                 long long c) {
+  while (atomicCAS(&e->lock, 0, 1) != 0) {
+  }
+  __threadfence();
+  volatile KernelError* v = e;
+  if (v->code == 0 || (v->op == op && a < v->a)) {
+    v->op = op;
+    v->a = a;
+    v->b = b;
+    v->c = c;
+    v->code = code;
+  }
+  __threadfence();
+  atomicExch(&e->lock, 0);
 }
 
 }  // namespace cuda
