@@ -14,71 +14,8 @@ namespace loom {
 namespace cuda {
 namespace {
 
-constexpr int kColX = 32, kColY = 8;
-
-// I: uint32_t below 2^31 elements (as add_bias's kernel, elementwise.cu).
-template <typename I, typename T, BiasAct A>
-__global__ void BiasActKernel(const T* b, T* y, I total, I n) {
-  for (I i = I(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += I(blockDim.x) * gridDim.x)
-    y[i] = ew::ApplyAct(A, b ? y[i] + b[i % n] : y[i]);
-}
-
-// y, dy, dz: (r, n), db: (n). Block (kColX, kColY): 32 columns of the rows [blockIdx.y * slab,
-// ...) (Note [Column sums by slabs]), thread row ty takes every 8th row; the column's sum goes to
-// db, or to part[(slab, column)] when there are several slabs.
-// Y: y's pointer, or a widening reader of its 16-bit copy (WithSavedOutput, core/bias_act_formulas.h).
-template <typename T, typename Y, BiasAct A>
-__global__ void BiasActGradKernel(Y y, const T* dy, T* dz, T* db, double* part, int64_t r, int64_t n, int64_t slab) {
-  __shared__ double sums[kColY][kColX + 1];
-  const int64_t j = int64_t(blockIdx.x) * kColX + threadIdx.x;
-  const int64_t r0 = int64_t(blockIdx.y) * slab, r1 = Min64(r, r0 + slab);
-  double acc = 0;
-  if (j < n)
-    for (int64_t k0 = r0 + threadIdx.y; k0 < r1; k0 += kColY * kLoadsAhead) {
-      T ys[kLoadsAhead], gs[kLoadsAhead];  // loaded together, added in order (kLoadsAhead in common.cuh)
-#pragma unroll
-      for (int q = 0; q < kLoadsAhead; ++q) {
-        const int64_t k = k0 + q * kColY;
-        if (k < r1) ys[q] = T(y[k * n + j]), gs[q] = dy[k * n + j];
-      }
-#pragma unroll
-      for (int q = 0; q < kLoadsAhead; ++q) {
-        const int64_t k = k0 + q * kColY;
-        if (k < r1) {
-          const T v = ew::ActGradFromOutput(A, ys[q], gs[q]);
-          dz[k * n + j] = v;
-          acc += double(v);
-        }
-      }
-    }
-  sums[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < n) {
-    double a = sums[0][threadIdx.x];
-    for (int q = 1; q < kColY; ++q) a += sums[q][threadIdx.x];
-    if (part)
-      part[int64_t(blockIdx.y) * n + j] = a;
-    else
-      db[j] = T(a);
-  }
-}
-
-// channels = 1: y, dy, dz: (n, c, s), db: (c). One block per channel (grid-stride over channels);
-// its threads stride over (image, position), sum in double, and BlockSum combines them.
-template <typename T, typename Y, BiasAct A>
-__global__ void ChannelBiasActGradKernel(Y y, const T* dy, T* dz, T* db, int64_t n, int64_t c, int64_t s) {
-  for (int64_t ch = blockIdx.x; ch < c; ch += gridDim.x) {
-    double acc = 0;
-    for (int64_t q = threadIdx.x; q < n * s; q += blockDim.x) {
-      const int64_t at = ((q / s) * c + ch) * s + q % s;
-      const T v = ew::ActGradFromOutput(A, T(y[at]), dy[at]);
-      dz[at] = v;
-      acc += double(v);
-    }
-    acc = BlockSum(acc);
-    if (threadIdx.x == 0) db[ch] = T(acc);
-  }
-}
+#include "device/cuda/column_sums.cuh"
+#include "device/cuda/bias_act_kernels.cuh"
 
 // y, dy: (R, N) (leading dimensions flattened) -> dz: (R, N), db: (N); y float32 or a 16-bit copy
 // of it with dy float32
@@ -100,8 +37,9 @@ void BiasActGradCuda(const OpRecord& op, const KernelContext& ctx) {
       }
       // The slabs of bias_grad's column sums (reduce.cu), so that db is bitwise bias_grad's.
       const int64_t r = op.outputs[0].numel() / n;
-      const unsigned cols = unsigned((n + kColX - 1) / kColX);
-      const ColumnSlabs sl = ColumnSlabsOf(r, cols);
+      const ColumnLaunch cl = ColumnLaunchOf(ReduceDims{1, r, n});
+      const unsigned cols = cl.cols;
+      const ColumnSlabs sl = cl.slabs;
       CudaDeviceImpl& dev = Dev(ctx);
       std::unique_lock<std::mutex> lock(dev.library_mutex(), std::defer_lock);  // the workspace
       double* part = nullptr;
