@@ -162,6 +162,51 @@ TEST(CudaEmulator, WarpSumsAndBlockBarriers) {
   }
   EXPECT_THROW(emu::Launch({0}, {32}, [] {}), std::runtime_error);
   EXPECT_THROW(emu::Launch({1}, {2048}, [] {}), std::runtime_error);
+  EXPECT_THROW(emu::Launch({1}, {32}, [] {}, size_t(300) << 10), std::runtime_error);  // over 227 KB
+}
+
+// Lanes by the linear thread index; NaN bits from a lane that returned, and in fresh dynamic
+// shared memory; a read that needs a barrier it lacks gives another answer in reverse order.
+TEST(CudaEmulator, LanesPoisonAndOrder) {
+  std::vector<float> got(32, 0.f);
+  emu::Launch({1}, {16, 2}, [&] {  // lanes 0-15 at y = 0, 16-31 at y = 1
+    const int linear = int(threadIdx.y * 16 + threadIdx.x);
+    got[size_t(linear)] = __shfl_xor_sync(0xffffffffu, float(linear), 16);
+  });
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(got[size_t(l)], float(l ^ 16)) << l;
+  float from_gone = 0, fresh = 0;
+  emu::Launch({1}, {32}, [&] {
+    if (threadIdx.x >= 16) return;
+    const float v = __shfl_down_sync(0x0000ffffu, 1.f, 16);  // lanes 16-31 have returned
+    if (threadIdx.x == 0) from_gone = v;
+  });
+  EXPECT_TRUE(std::isnan(from_gone));
+  emu::Launch(
+      {1}, {32},
+      [&] {
+        LOOM_DYNAMIC_SHARED(bytes);
+        if (threadIdx.x == 0) fresh = reinterpret_cast<float*>(bytes)[3];
+      },
+      64);
+  EXPECT_TRUE(std::isnan(fresh));
+  auto racy = [] {  // thread 40 reads what thread 8 writes, with no barrier between them
+    float seen = -1;
+    emu::Launch({1}, {64}, [&] {
+      __shared__ float s[64];
+      if (threadIdx.x == 8) s[8] = 8.f;
+      if (threadIdx.x == 40) seen = s[8];
+      __syncthreads();
+      s[threadIdx.x] = 0.f;
+    });
+    return seen;
+  };
+  const bool was = emu::SetReverseOrder(false);
+  const float forward = racy();
+  emu::SetReverseOrder(true);
+  const float reverse = racy();
+  emu::SetReverseOrder(was);
+  EXPECT_EQ(forward, 8.f);
+  EXPECT_EQ(reverse, 0.f) << "the race is not visible in reverse order";
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <ucontext.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,6 +31,22 @@ namespace {
 enum class At { kReady, kBlockBarrier, kWarpBarrier, kDone };
 
 constexpr size_t kStackBytes = size_t(256) << 10;
+constexpr uint64_t kPoison = ~uint64_t(0);  // NaN as a float or a double, -1 as an integer
+constexpr unsigned char kPoisonByte = 0xff;
+// Hopper's opt-in shared memory a block (227 KB): a launch asking for more fails there.
+constexpr size_t kMaxDynamicShared = 232448;
+
+// Note [CUDA kernels emulated on the CPU]: the order threads and blocks run in, forward or
+// (LOOM_EMU_ORDER=reverse) reverse, so that a read another thread's write must precede without
+// a barrier between them fails in one of the two orders.
+int order = -1;  // -1: LOOM_EMU_ORDER's, read at the first launch; 0 forward, 1 reverse
+bool Reverse() {
+  if (order < 0) {
+    const char* v = std::getenv("LOOM_EMU_ORDER");
+    order = v && std::string(v) == "reverse" ? 1 : 0;
+  }
+  return order == 1;
+}
 
 struct Fiber {
   ucontext_t context;
@@ -43,7 +61,8 @@ struct Block {
   std::vector<uint64_t> slots;  // each thread's value in a warp exchange
   size_t current = 0;
   const std::function<void()>* kernel = nullptr;
-  std::unique_ptr<unsigned char[]> dynamic_shared;
+  std::unique_ptr<unsigned char[]> dynamic_shared;  // poisoned before each block
+  size_t dynamic_bytes = 0;
   const void* scheduler_stack = nullptr;  // its bounds, for AddressSanitizer
   size_t scheduler_stack_bytes = 0;
 };
@@ -77,6 +96,7 @@ void Entry() {
 #endif
   (*block->kernel)();
   block->fibers[block->current].at = At::kDone;
+  block->slots[block->current] = kPoison;  // a shuffle from an exited lane reads NaN bits
 #ifdef LOOM_EMU_ASAN
   // to the scheduler's stack; this fiber's (nullptr: no fake stack kept) is done with
   __sanitizer_start_switch_fiber(nullptr, block->scheduler_stack, block->scheduler_stack_bytes);
@@ -132,8 +152,11 @@ void RunBlock(Block& b) {
     makecontext(&f.context, Entry, 0);
     f.at = At::kReady;
   }
+  std::fill(b.dynamic_shared.get(), b.dynamic_shared.get() + b.dynamic_bytes, kPoisonByte);
+  const bool reverse = Reverse();
   do {
-    for (size_t t = 0; t < n; ++t) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t t = reverse ? n - 1 - i : i;
       Fiber& f = b.fibers[t];
       if (f.at != At::kReady) continue;
       b.current = t;
@@ -147,15 +170,18 @@ void RunBlock(Block& b) {
 
 void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel, size_t dynamic_shared) {
   const size_t n = size_t(threads.x) * threads.y * threads.z;
-  if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+  if (n == 0 || n > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+      threads.z > 64 || dynamic_shared > kMaxDynamicShared)
     throw std::runtime_error("emulated CUDA launch: invalid configuration (grid " + std::to_string(grid.x) + "x" +
                              std::to_string(grid.y) + "x" + std::to_string(grid.z) + ", block of " +
-                             std::to_string(n) + " threads)");
+                             std::to_string(n) + " threads, " + std::to_string(dynamic_shared) +
+                             " bytes of dynamic shared memory)");
   Block b;
   b.kernel = &kernel;
+  b.dynamic_bytes = dynamic_shared;
   b.dynamic_shared.reset(new unsigned char[dynamic_shared > 0 ? dynamic_shared : 1]);  // 16-byte aligned (x86-64)
   b.fibers.resize(n);
-  b.slots.assign(n, 0);
+  b.slots.assign((n + 31) / 32 * 32, kPoison);  // whole warps: a missing or exited lane's value is poison
   for (size_t t = 0; t < n; ++t) {
     b.fibers[t].stack.reset(new char[kStackBytes]);
     b.fibers[t].thread = {unsigned(t % threads.x), unsigned(t / threads.x % threads.y),
@@ -166,12 +192,12 @@ void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel, size_t
   running.block_dim = threads;
   running.grid_dim = grid;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          running.block = {x, y, z};
-          RunBlock(b);
-        }
+    const size_t blocks = size_t(grid.x) * grid.y * grid.z;
+    for (size_t i = 0; i < blocks; ++i) {
+      const size_t at = Reverse() ? blocks - 1 - i : i;
+      running.block = {unsigned(at % grid.x), unsigned(at / grid.x % grid.y), unsigned(at / (size_t(grid.x) * grid.y))};
+      RunBlock(b);
+    }
   } catch (...) {
     block = outer;
     throw;
@@ -182,6 +208,14 @@ void Launch(Dim3 grid, Dim3 threads, const std::function<void()>& kernel, size_t
 void SyncThreads() { Wait(At::kBlockBarrier); }
 unsigned char* DynamicShared() { return block->dynamic_shared.get(); }
 void SyncWarp() { Wait(At::kWarpBarrier); }
+
+int Lane() { return int(block->current % 32); }
+
+bool SetReverseOrder(bool reverse) {
+  const bool was = Reverse();
+  order = reverse ? 1 : 0;
+  return was;
+}
 
 uint64_t Exchange(uint64_t bits, int from) {
   const size_t me = block->current, warp = me / 32 * 32;

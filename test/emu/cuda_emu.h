@@ -3,15 +3,21 @@
 // Note [CUDA kernels emulated on the CPU]
 // A kernel written against the few CUDA built-ins declared here (thread and block indices,
 // __syncthreads, __syncwarp, the warp shuffles, __int_as_float, __longlong_as_double, the
-// atomics of RaiseKernelError, __align__ and dynamic shared memory), and
-// the helpers of device/cuda/device_math.cuh, compiles as host code in a test that includes
-// this first: Launch runs each block's threads as fibers (ucontext) on the calling thread, one at
-// a time, each until it reaches a barrier or returns; a warp's barrier lets its lanes go on once
-// every live lane of the warp has reached it, a block's barrier once every live thread of the
-// block has, and a state where neither can happen (threads of a block waiting at different
-// barriers: a divergent __syncthreads) fails the launch with a message instead of hanging.
-// __shared__ arrays are function statics: one copy, which the block run at the time owns, as a
-// block owns its shared memory. Blocks run one after another in index order.
+// atomics of RaiseKernelError, __align__ and dynamic shared memory), and the helpers of
+// device/cuda/device_math.cuh, compiles as host code in a test that includes this first: Launch
+// runs each block's threads as fibers (ucontext) on the calling thread, one at a time, each until
+// it reaches a barrier or returns; a warp's barrier lets its lanes go on once every live lane of
+// the warp has reached it, a block's barrier once every live thread of the block has, and a state
+// where neither can happen (threads of a block waiting at different barriers: a divergent
+// __syncthreads) fails the launch with a message instead of hanging. Blocks run one after
+// another. Threads and blocks run in index order, or in reverse with LOOM_EMU_ORDER=reverse
+// (ctest runs the suite both ways): a thread that reads what another writes with no barrier
+// between them sees the write in one order and not in the other. A launch outside CUDA's limits
+// (threads, grid, Hopper's 227 KB of dynamic shared memory) throws; dynamic shared memory starts
+// each block as NaN bits, and a shuffle from a lane that has returned or does not exist gives NaN
+// bits. __shared__ variables are function statics: one copy, zero at the start and kept from
+// block to block (no poison: their addresses are unknown here), so a kernel that reads shared
+// memory it did not write in the block is caught only when the values left differ.
 // What it checks: the index arithmetic, the masks, the tiling, the barriers' placement, every
 // output written, results against a reference. What it cannot: the memory model beyond
 // barriers (no reordering, every access is sequentially consistent), warp-synchronous code
@@ -47,8 +53,13 @@ extern Running running;
 
 void SyncThreads();
 void SyncWarp();
-// Lane `from`'s value of the calling warp's exchange (every lane writes its own first).
+// Lane `from`'s value of the calling warp's exchange (every lane writes its own first); NaN
+// bits from a lane that has returned or does not exist.
 uint64_t Exchange(uint64_t bits, int from);
+// The running thread's lane: its linear index in the block (x fastest) modulo 32, as on CUDA.
+int Lane();
+// Runs later launches' threads and blocks in reverse order (or not); returns the order before.
+bool SetReverseOrder(bool reverse);
 
 }  // namespace emu
 }  // namespace loom
@@ -104,7 +115,7 @@ T Shuffle(T v, int from) {
   __builtin_memcpy(&out, &bits, sizeof(T));
   return out;
 }
-inline int Lane() { return int(running.thread.x % 32); }
+
 }  // namespace emu
 }  // namespace loom
 
