@@ -177,7 +177,7 @@ part_cpp() {
   local rc=0
   # A failing run is triaged in fresh processes: the real failures from their cascades (a bad
   # kernel poisons the CUDA context for every later test) and the tests a crash kept from running.
-  "$PY" tools/gtest_triage.py "$BUILD/test_cuda" --deadline-s 90 --report "$DEST/test_cuda_triage.json" \
+  "$PY" tools/gtest_triage.py "$BUILD/test_cuda" --deadline-s 120 --report "$DEST/test_cuda_triage.json" \
     -- --gtest_output="json:$DEST/test_cuda.json" || rc=1
   "$BUILD/test_io" --gtest_filter='CheckpointCuda*' --gtest_output="json:$DEST/test_io_cuda.json" || rc=1
   return "$rc"
@@ -309,7 +309,7 @@ if [ -z "$BUNDLE" ]; then  # the set-up is outside the budget, which starts afte
   T0=$SECONDS
 fi
 part env 30 part_env
-part cpp-gpu 120 part_cpp
+part cpp-gpu 150 part_cpp
 part python-gpu 60 part_python
 part tf32-digits 60 part_tf32
 part bench 90 part_bench

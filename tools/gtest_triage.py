@@ -9,65 +9,79 @@ later test of the run fails, and a crash (a signal, an abort, a time-out) ends t
 tests after it never run and GoogleTest's JSON never written. So after a first run that is not
 clean, rounds follow, each in a fresh process, with CUDA_LAUNCH_BLOCKING=1 (an error is reported
 by the kernel that made it):
-  - a test that crashed is a real failure ("crashed"); the tests it kept from running run next;
-  - of the failed tests, the first in run order is a real failure ("failed"); the others ran after
+  - a test that crashed is a real failure ("crashed", or "timed out"); the tests it kept from
+    running run next;
+  - of the failed tests, the first to finish is a real failure ("failed"); the others ran after
     it and run again without it;
-  - a test that passes in a later round is a cascade ("passed alone": it failed only after another).
-Later rounds drop GTEST_ARGS' --gtest_filter and --gtest_output (the first run's JSON is kept).
+  - a test that passes in a later round is a cascade ("cascade": it failed only after another).
+Then each "failed" test runs alone: one that passes there failed only after the tests before it
+("after others": an asynchronous error of an earlier test can surface in a later one).
+Later rounds drop GTEST_ARGS' --gtest_filter and --gtest_output (the first run's JSON is kept);
+disabled tests are left out unless GTEST_ARGS has --gtest_also_run_disabled_tests.
 Rounds stop when every test has a verdict or the deadline (seconds from the start) is near; a test
-left without one is "unresolved". Each round's output is printed as it comes, each verdict on a
-"triage:" line at the end, and --report writes them as JSON. The exit status is 0 when the first
-run passed, 1 otherwise (a cascade still leaves the run failed: its cause failed), 2 for bad
-arguments.
+left without one is "unresolved". Each round's output is printed line by line as it comes, each
+verdict on a "triage:" line at the end, and --report writes them as JSON. The exit status is 0
+when the first run passed, 1 otherwise (a cascade still leaves the run failed: its cause failed),
+2 for bad arguments.
 """
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 LINE = re.compile(r"^\[ *(RUN|OK|FAILED|SKIPPED) *\] (\S+)")
 
 
 def run_once(binary, tests, extra, env, limit):
-    """Runs binary on tests (None: its own selection); returns (ordered results {name: status},
-    the test running when the process ended, the exit status; -1 when it ran past limit)."""
+    """Runs binary on tests (None: its own selection), printing its output as it comes; returns
+    (results {name: status} in the order the tests finished, the test running when the process
+    ended, the exit status; -1 when it ran past limit)."""
     cmd = [binary] + list(extra)
     if tests is not None:
         cmd.append("--gtest_filter=" + ":".join(tests))
-    results, running = {}, None
+    results, state = {}, {"running": None}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             text=True, errors="replace")
+
+    def read():
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            m = LINE.match(line)
+            if not m:
+                continue
+            what, name = m.groups()
+            if what == "RUN":
+                state["running"] = name
+            elif name == state["running"] or name not in results:  # the summary repeats FAILED lines
+                results[name] = "passed" if what in ("OK", "SKIPPED") else "failed"
+                if name == state["running"]:
+                    state["running"] = None
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        out, _ = proc.communicate(timeout=max(limit, 1))
-        rc = proc.returncode
+        rc = proc.wait(timeout=max(limit, 1))
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
+        proc.wait()
         rc = -1
-    sys.stdout.write(out)
-    sys.stdout.flush()
-    for line in out.splitlines():
-        m = LINE.match(line)
-        if not m:
-            continue
-        what, name = m.groups()
-        if what == "RUN":
-            running = name
-        elif name == running or name not in results:  # the summary repeats FAILED lines
-            results[name] = "passed" if what in ("OK", "SKIPPED") else "failed"
-            if name == running:
-                running = None
-    if rc == 0:
-        running = None
-    return results, running, rc
+    reader.join(timeout=5)
+    return results, (None if rc == 0 else state["running"]), rc
 
 
-def listed(binary, extra):
-    """The tests binary would run with extra's filter, in order."""
-    out = subprocess.run([binary, "--gtest_list_tests"] + [a for a in extra if a.startswith("--gtest_filter")],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace").stdout
+def listed(binary, extra, limit):
+    """The tests binary would run with extra's filter, in order ([] when it cannot say in time)."""
+    try:
+        out = subprocess.run([binary, "--gtest_list_tests"] + [a for a in extra if a.startswith("--gtest_filter")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                             timeout=max(limit, 1)).stdout
+    except subprocess.TimeoutExpired:
+        return []
+    disabled = "--gtest_also_run_disabled_tests" not in extra
     names, suite = [], ""
     for line in out.splitlines():
         if not line.strip() or line.startswith(("Running", "Note:")):
@@ -76,24 +90,25 @@ def listed(binary, extra):
             suite = line.split("#")[0].strip()
         else:
             names.append(suite + line.split("#")[0].strip())
-    return names
+    return [n for n in names if not (disabled and "DISABLED_" in n)]
 
 
 def triage(binary, extra, deadline_s):
     """(verdicts {name: verdict}, whether the first run passed)."""
     start = time.monotonic()
     left = lambda: deadline_s - (time.monotonic() - start)
-    order = listed(binary, extra)
+    order = listed(binary, extra, left() / 4)
     results, crashed, rc = run_once(binary, None, extra, os.environ.copy(), left())
     if rc == 0:
         return {}, True
     verdicts = {}
     env = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
+    later = [a for a in extra if not a.startswith(("--gtest_filter", "--gtest_output"))]
     asked = order
     while True:
         if crashed:
             verdicts[crashed] = "crashed" if rc != -1 else "timed out"
-        failed = [t for t in asked if results.get(t) == "failed" and t not in verdicts]
+        failed = [t for t, s in results.items() if s == "failed" and t not in verdicts]  # in finishing order
         if failed:  # the first failure of a run, all before it having passed, is real
             verdicts[failed[0]] = "failed"
         pending = [t for t in asked if t not in verdicts and results.get(t) != "passed"]
@@ -105,15 +120,22 @@ def triage(binary, extra, deadline_s):
             break
         print(f"triage: again without {len(verdicts)} failed test(s): {len(pending)} to run", flush=True)
         asked = pending
-        again = [a for a in extra if not a.startswith(("--gtest_filter", "--gtest_output"))]
-        results, crashed, rc = run_once(binary, asked, again, env, left() - 5)
+        results, crashed, rc = run_once(binary, asked, later, env, left() - 5)
         for t in asked:
             if results.get(t) == "passed":
-                verdicts[t] = "passed alone"
+                verdicts[t] = "cascade"
         if not results and not crashed:  # nothing ran: the binary itself is broken
             for t in asked:
                 verdicts[t] = "unresolved"
             break
+    # A failure confirmed alone, in a fresh process; one that passes there failed after others.
+    for t in [t for t, v in verdicts.items() if v == "failed"]:
+        if left() < 10:
+            break
+        print(f"triage: {t} alone", flush=True)
+        alone, _, _ = run_once(binary, [t], later, env, left() - 5)
+        if alone.get(t) == "passed":
+            verdicts[t] = "after others"
     return verdicts, False
 
 

@@ -51,14 +51,30 @@ def test_triage_tells_real_failures_from_cascades_and_crashes(tmp_path):
     r = triage(tmp_path, fake(tmp_path), "--", "--gtest_output=json:first.json")
     assert r.returncode == 1, r.stdout
     verdicts = json.loads((tmp_path / "r.json").read_text())["verdicts"]
-    assert verdicts == {"A.poisons": "failed", "B.crashes": "crashed", "A.victim": "passed alone",
-                        "B.broken": "failed", "B.fine": "passed alone"}
+    assert verdicts == {"A.poisons": "failed", "B.crashes": "crashed", "A.victim": "cascade",
+                        "B.broken": "failed", "B.fine": "cascade"}
     assert "triage: crashed       B.crashes" in r.stdout
     calls = (tmp_path / "calls.log").read_text().splitlines()
     # The first run as asked; then fresh processes, blocking launches, the first run's JSON kept.
     assert calls[0] == "--gtest_output=json:first.json CUDA_LAUNCH_BLOCKING="
     assert len(calls) >= 2 and all("CUDA_LAUNCH_BLOCKING=1" in c and "gtest_output" not in c for c in calls[1:])
     assert "--gtest_filter=A.victim:B.broken:B.fine" in calls[1]
+    # then each real failure alone
+    assert calls[-2:] == ["--gtest_filter=A.poisons CUDA_LAUNCH_BLOCKING=1", "--gtest_filter=B.broken CUDA_LAUNCH_BLOCKING=1"]
+
+
+def test_a_failure_that_passes_alone_failed_after_others_and_disabled_tests_are_left_out(tmp_path):
+    # A.fine leaves an error behind (as a kernel's asynchronous fault would) that A.poisons reports;
+    # alone, A.poisons passes. B.DISABLED_never is listed but never runs.
+    late = FAKE.replace('bad = poisoned or t in ("A.poisons", "B.broken")',
+                        'bad = poisoned or (t == "A.poisons" and "A.fine" in chosen) or t == "B.broken"')
+    late = late.replace('"B.fine"]', '"B.fine", "B.DISABLED_never"]').replace(
+        '  broken\\n  fine")', '  broken\\n  fine\\n  DISABLED_never")').replace('t == "B.crashes"', "False")
+    r = triage(tmp_path, fake(tmp_path, late))
+    assert r.returncode == 1, r.stdout
+    verdicts = json.loads((tmp_path / "r.json").read_text())["verdicts"]
+    assert verdicts["A.poisons"] == "after others"
+    assert "B.DISABLED_never" not in verdicts
 
 
 def test_a_clean_run_needs_no_triage(tmp_path):

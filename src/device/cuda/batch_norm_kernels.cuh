@@ -254,7 +254,7 @@ __device__ __forceinline__ T BnOut(const T* p, const T* q, const T* r, int64_t c
 }
 
 // out = p[ch] u + q[ch] (+ r[ch] v when v is given): y = scale x + shift, or dx = a dy + k_x x
-// + b, in T as the CPU computes it; one thread per element of out, in out's layout order; then
+// + b, in T by BnOut's fused multiply-adds (the CPU adds (a dy + k_x x) + b: within rounding); one thread per element of out, in out's layout order; then
 // the fused residual (in out's layout, or null) and ReLU of y (BnEpilogue).
 template <typename T, typename U, typename V>
 __global__ void BnApplyKernel(const U* u, BnLayout ul, const V* v, BnLayout vl, const T* p, const T* q, const T* r,
