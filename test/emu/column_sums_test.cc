@@ -90,7 +90,9 @@ TEST(ColumnSums, SumsAndMaximaByOneSlabAndSeveral) {
     SCOPED_TRACE("outer " + std::to_string(d.outer) + " r " + std::to_string(d.r) + " inner " + std::to_string(d.inner));
     const auto x = Random(size_t(d.outer * d.r * d.inner), 1);
     const std::vector<double> xd(x.begin(), x.end());
-    if (d.r >= 512) EXPECT_GT(ColumnLaunchOf(d).slabs.slabs, 1) << "this shape should take several slabs";
+    if (d.r >= 512) {
+      EXPECT_GT(ColumnLaunchOf(d).slabs.slabs, 1) << "this shape should take several slabs";
+    }
     std::vector<float> y(size_t(d.outer * d.inner), std::numeric_limits<float>::quiet_NaN());
     ColumnReduce<float, false>(x, y, d);
     ExpectClose(y, Want(xd, d, false), 1e-6);  // a float64 sum rounded once to float32

@@ -75,7 +75,10 @@ bool SetReverseOrder(bool reverse);
 #define __launch_bounds__(...)
 #define __shared__ static
 
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 #define LOOM_DYNAMIC_SHARED(name) unsigned char* name = ::loom::emu::DynamicShared()
 
 inline void __syncthreads() { ::loom::emu::SyncThreads(); }

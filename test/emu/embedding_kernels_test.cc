@@ -103,8 +103,11 @@ TEST(EmbeddingKernels, AnIndexOutsideTheTableIsRecordedAndMakesNaN) {
   for (size_t i = 0; i < idx.size(); ++i)
     for (int64_t j = 0; j < kD; ++j) {
       const float got = y[i * size_t(kD) + size_t(j)];
-      if (idx[i] < 0 || idx[i] >= kV) EXPECT_TRUE(std::isnan(got)) << i;
-      else EXPECT_EQ(got, table[size_t(idx[i] * kD + j)]) << i;
+      if (idx[i] < 0 || idx[i] >= kV) {
+        EXPECT_TRUE(std::isnan(got)) << i;
+      } else {
+        EXPECT_EQ(got, table[size_t(idx[i] * kD + j)]) << i;
+      }
     }
 }
 

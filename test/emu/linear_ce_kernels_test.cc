@@ -74,8 +74,11 @@ void Check(bool to_bf16) {
     const int64_t l = lab[size_t(kR0 + i)];
     const bool bad = l == kV;
     const double term = terms[size_t(kR0 + i)];
-    if (bad) EXPECT_TRUE(std::isnan(term)) << "row " << i;
-    else EXPECT_NEAR(term, -(double(row[l]) - lse), 1e-5) << "row " << i;
+    if (bad) {
+      EXPECT_TRUE(std::isnan(term)) << "row " << i;
+    } else {
+      EXPECT_NEAR(term, -(double(row[l]) - lse), 1e-5) << "row " << i;
+    }
     int reported = 0;
     for (int64_t c = 0; c < kV && reported < 3; ++c) {
       const double want = (std::exp(double(row[c]) - lse) - (c == l ? 1.0 : 0.0)) / double(kN);
@@ -84,7 +87,9 @@ void Check(bool to_bf16) {
       const bool ok = bad ? std::isnan(got) : std::abs(got - want) <= (to_bf16 ? 4e-3 : 1e-5) * std::abs(want) + 1e-9;
       if (!ok) ++reported, ADD_FAILURE() << "row " << i << " [" << c << "]: " << got << " against " << want;
     }
-    if (to_bf16) EXPECT_EQ(x[size_t(i * kV)], logits[size_t(i * kV)]) << "the logits were overwritten";
+    if (to_bf16) {
+      EXPECT_EQ(x[size_t(i * kV)], logits[size_t(i * kV)]) << "the logits were overwritten";
+    }
   }
 }
 

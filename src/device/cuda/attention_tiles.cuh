@@ -27,7 +27,9 @@ __device__ __forceinline__ T NonPositive(T x) {
 // a float32 step spent hundreds of milliseconds in them. The tiled kernels, for float32 heads up
 // to kTileD = 64 wide, stage a tile of kTile rows of the other side in shared memory, where a
 // block's kWarps warps each carry kRowsPerWarp of the block's rows, so a staged row serves 32 of
-// them; a lane owns one row of the tile, so a score is one lane's dot product (no shuffles),
+// them; a lane owns one row of the tile, so a score is one lane's dot product (no shuffles:
+// the tile is stored transposed, the warp's rows read four columns at a time by broadcast,
+// half a shared-memory load per multiply-add),
 // and the softmax's maximum and sum take ten shuffles per row per tile instead of five per key.
 // A lane then accumulates its output columns lane and lane + 32 from the tile's probabilities,
 // shared by its warp through shared memory. The forward is the online softmax by tiles; the
@@ -45,14 +47,61 @@ __device__ __forceinline__ float WarpAllMax(float v) {
   return v;
 }
 
-// rows [r0, r0 + n) of an operand of one problem (rows ld apart, w elements each, rows past
-// `last` and columns past w read as 0) into a shared tile of kTileD + Pad columns.
-template <int Pad>
-__device__ __forceinline__ void Stage(float (*tile)[kTileD + Pad], int n, const float* base, int64_t r0, int64_t last,
+// Rows [r0, r0 + n) of an operand of one problem (rows ld apart, w elements each; rows past
+// `last` and columns past w read as 0) into a shared tile, row by row: the warps' own rows, read
+// by broadcast, four columns at a time.
+__device__ __forceinline__ void Stage(float (*tile)[kTileD], int n, const float* base, int64_t r0, int64_t last,
                                       int64_t ld, int64_t w) {
   for (int e = threadIdx.x; e < n * kTileD; e += blockDim.x) {
     const int r = e / kTileD, x = e % kTileD;
     tile[r][x] = r0 + r < last && x < w ? base[(r0 + r) * ld + x] : 0.f;
+  }
+}
+// The same for a tile of kTile rows of the other side, transposed: tile[x][r], so that a lane
+// reads its own row's column x (tile[x][lane]) or a row's columns lane and lane + 32
+// (tile[lane][r]) without bank conflicts (the padding spreads both).
+__device__ __forceinline__ void StageT(float (*tile)[kTile + 1], const float* base, int64_t r0, int64_t last,
+                                       int64_t ld, int64_t w) {
+  for (int e = threadIdx.x; e < kTile * kTileD; e += blockDim.x) {
+    const int r = e / kTileD, x = e % kTileD;
+    tile[x][r] = r0 + r < last && x < w ? base[(r0 + r) * ld + x] : 0.f;
+  }
+}
+__device__ __forceinline__ float4 Four(const float* p) { return *reinterpret_cast<const float4*>(p); }
+// s[r] += rows[row0 + r][x] t[x][lane] over x < d, in order of x: the warp's rows read four
+// columns at a time (both tiles hold zeros past d, up to the next multiple of 4).
+__device__ __forceinline__ void RowDots(const float (*rows)[kTileD], int row0, const float (*t)[kTile + 1], int lane,
+                                        int64_t d, float (&s)[kRowsPerWarp]) {
+  for (int x = 0; x < d; x += 4) {
+    const float t0 = t[x][lane], t1 = t[x + 1][lane], t2 = t[x + 2][lane], t3 = t[x + 3][lane];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float4 q = Four(&rows[row0 + r][x]);
+      s[r] += q.x * t0;
+      s[r] += q.y * t1;
+      s[r] += q.z * t2;
+      s[r] += q.w * t3;
+    }
+  }
+}
+// acc[r][c] += p[r][k] u(k, c) over the tile's rows k in order, for the lane's columns c = lane,
+// lane + 32: p read four at a time, u(k, c) = t[c][k] from a transposed tile.
+__device__ __forceinline__ void TileProducts(const float (*p)[kTile], const float (*t)[kTile + 1], int lane,
+                                             float (&acc)[kRowsPerWarp][2]) {
+  for (int k = 0; k < kTile; k += 4) {
+    float u0[4], u1[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) u0[q] = t[lane][k + q], u1[q] = t[lane + 32][k + q];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float4 pr = Four(&p[r][k]);
+      const float pv[4] = {pr.x, pr.y, pr.z, pr.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc[r][0] += pv[q] * u0[q];
+        acc[r][1] += pv[q] * u1[q];
+      }
+    }
   }
 }
 __device__ __forceinline__ void StageRow(float* to, int n, const float* from, int64_t r0, int64_t last) {
@@ -74,15 +123,15 @@ inline bool TiledAttentionTakes(const AttentionDims& g) { return g.d <= kTileD &
 
 __global__ void __launch_bounds__(32 * kWarps)
     AttentionTiledKernel(AttentionDims g, const float* q, const float* k, const float* v, float* y, float* lse) {
-  __shared__ float qs[kBlockRows][kTileD];
-  __shared__ float ks[kTile][kTileD + 1];
-  __shared__ float vs[kTile][kTileD];
-  __shared__ float ps[kWarps][kRowsPerWarp][kTile];
+  __shared__ __align__(16) float qs[kBlockRows][kTileD];
+  __shared__ float kt[kTileD][kTile + 1];
+  __shared__ float vt[kTileD][kTile + 1];
+  __shared__ __align__(16) float ps[kWarps][kRowsPerWarp][kTile];
   const TileBlock b(g.tq);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float* kb = k + g.k.Offset(b.p, g.heads);
   const float* vb = v + g.v.Offset(b.p, g.heads);
-  Stage<0>(qs, kBlockRows, q + g.q.Offset(b.p, g.heads), b.r0, g.tq, g.q.ld, g.d);
+  Stage(qs, kBlockRows, q + g.q.Offset(b.p, g.heads), b.r0, g.tq, g.q.ld, g.d);
   const float scale = float(g.scale);
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][2];
 #pragma unroll
@@ -90,15 +139,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = g.KeyEnd((b.r0 + kBlockRows < g.tq ? b.r0 + kBlockRows : g.tq) - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     __syncthreads();  // the last tile is used up (and, the first time, qs is staged)
-    Stage<1>(ks, kTile, kb, j0, g.tk, g.k.ld, g.d);
-    Stage<0>(vs, kTile, vb, j0, g.tk, g.v.ld, g.dv);
+    StageT(kt, kb, j0, g.tk, g.k.ld, g.d);
+    StageT(vt, vb, j0, g.tk, g.v.ld, g.dv);
     __syncthreads();
     float s[kRowsPerWarp] = {};
-    for (int x = 0; x < g.d; ++x) {
-      const float kx = ks[lane][x];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) s[r] += qs[w * kRowsPerWarp + r][x] * kx;
-    }
+    RowDots(qs, w * kRowsPerWarp, kt, lane, g.d, s);
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int64_t i = b.r0 + w * kRowsPerWarp + r;
@@ -114,15 +159,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       ps[w][r][lane] = e;
     }
     __syncwarp();
-    for (int jj = 0; jj < kTile; ++jj) {
-      const float v0 = vs[jj][lane], v1 = vs[jj][lane + 32];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float pr = ps[w][r][jj];
-        o[r][0] += pr * v0;
-        o[r][1] += pr * v1;
-      }
-    }
+    TileProducts(ps[w], vt, lane, o);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -140,18 +177,18 @@ __global__ void __launch_bounds__(32 * kWarps)
 __global__ void __launch_bounds__(32 * kWarps)
     AttentionTiledDqKernel(AttentionDims g, const float* q, const float* k, const float* v, const float* y,
                            const float* lse, const float* dy, const float* dlse, float* dq, float* drow) {
-  __shared__ float qs[kBlockRows][kTileD];
-  __shared__ float dys[kBlockRows][kTileD];
-  __shared__ float ks[kTile][kTileD + 1];
-  __shared__ float vs[kTile][kTileD + 1];
-  __shared__ float ds[kWarps][kRowsPerWarp][kTile];
+  __shared__ __align__(16) float qs[kBlockRows][kTileD];
+  __shared__ __align__(16) float dys[kBlockRows][kTileD];
+  __shared__ float kt[kTileD][kTile + 1];
+  __shared__ float vt[kTileD][kTile + 1];
+  __shared__ __align__(16) float ds[kWarps][kRowsPerWarp][kTile];
   const TileBlock b(g.tq);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float* kb = k + g.k.Offset(b.p, g.heads);
   const float* vb = v + g.v.Offset(b.p, g.heads);
   const int64_t oy = g.y.Offset(b.p, g.heads);
-  Stage<0>(qs, kBlockRows, q + g.q.Offset(b.p, g.heads), b.r0, g.tq, g.q.ld, g.d);
-  Stage<0>(dys, kBlockRows, dy + oy, b.r0, g.tq, g.y.ld, g.dv);
+  Stage(qs, kBlockRows, q + g.q.Offset(b.p, g.heads), b.r0, g.tq, g.q.ld, g.d);
+  Stage(dys, kBlockRows, dy + oy, b.r0, g.tq, g.y.ld, g.dv);
   __syncthreads();
   float di[kRowsPerWarp], li[kRowsPerWarp], acc[kRowsPerWarp][2];
 #pragma unroll
@@ -173,20 +210,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t end = g.KeyEnd((b.r0 + kBlockRows < g.tq ? b.r0 + kBlockRows : g.tq) - 1);
   for (int64_t j0 = 0; j0 < end; j0 += kTile) {
     __syncthreads();
-    Stage<1>(ks, kTile, kb, j0, g.tk, g.k.ld, g.d);
-    Stage<1>(vs, kTile, vb, j0, g.tk, g.v.ld, g.dv);
+    StageT(kt, kb, j0, g.tk, g.k.ld, g.d);
+    StageT(vt, vb, j0, g.tk, g.v.ld, g.dv);
     __syncthreads();
     float s[kRowsPerWarp] = {}, dp[kRowsPerWarp] = {};
-    for (int x = 0; x < g.d; ++x) {
-      const float kx = ks[lane][x];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) s[r] += qs[w * kRowsPerWarp + r][x] * kx;
-    }
-    for (int x = 0; x < g.dv; ++x) {
-      const float vx = vs[lane][x];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) dp[r] += dys[w * kRowsPerWarp + r][x] * vx;
-    }
+    RowDots(qs, w * kRowsPerWarp, kt, lane, g.d, s);
+    RowDots(dys, w * kRowsPerWarp, vt, lane, g.dv, dp);
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int64_t i = b.r0 + w * kRowsPerWarp + r;
@@ -195,15 +224,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       ds[w][r][lane] = pr * (dp[r] - di[r]);
     }
     __syncwarp();
-    for (int jj = 0; jj < kTile; ++jj) {
-      const float k0 = ks[jj][lane], k1 = ks[jj][lane + 32];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float d = ds[w][r][jj];
-        acc[r][0] += d * k0;
-        acc[r][1] += d * k1;
-      }
-    }
+    TileProducts(ds[w], kt, lane, acc);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -220,41 +241,33 @@ __global__ void __launch_bounds__(32 * kWarps)
 __global__ void __launch_bounds__(32 * kWarps)
     AttentionTiledDkvKernel(AttentionDims g, const float* q, const float* k, const float* v, const float* lse,
                             const float* dy, const float* drow, float* dk, float* dv) {
-  __shared__ float krows[kBlockRows][kTileD];
-  __shared__ float vrows[kBlockRows][kTileD];
-  __shared__ float qs[kTile][kTileD + 1];
-  __shared__ float dys[kTile][kTileD + 1];
+  __shared__ __align__(16) float krows[kBlockRows][kTileD];
+  __shared__ __align__(16) float vrows[kBlockRows][kTileD];
+  __shared__ float qt[kTileD][kTile + 1];
+  __shared__ float dyt[kTileD][kTile + 1];
   __shared__ float lt[kTile], dt[kTile];
-  __shared__ float ps[kWarps][kRowsPerWarp][kTile];
-  __shared__ float ds[kWarps][kRowsPerWarp][kTile];
+  __shared__ __align__(16) float ps[kWarps][kRowsPerWarp][kTile];
+  __shared__ __align__(16) float ds[kWarps][kRowsPerWarp][kTile];
   const TileBlock b(g.tk);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float* qb = q + g.q.Offset(b.p, g.heads);
   const float* dyb = dy + g.y.Offset(b.p, g.heads);
-  Stage<0>(krows, kBlockRows, k + g.k.Offset(b.p, g.heads), b.r0, g.tk, g.k.ld, g.d);
-  Stage<0>(vrows, kBlockRows, v + g.v.Offset(b.p, g.heads), b.r0, g.tk, g.v.ld, g.dv);
+  Stage(krows, kBlockRows, k + g.k.Offset(b.p, g.heads), b.r0, g.tk, g.k.ld, g.d);
+  Stage(vrows, kBlockRows, v + g.v.Offset(b.p, g.heads), b.r0, g.tk, g.v.ld, g.dv);
   float gk[kRowsPerWarp][2], gv[kRowsPerWarp][2];
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) gk[r][0] = gk[r][1] = gv[r][0] = gv[r][1] = 0.f;
   const float scale = float(g.scale);
   for (int64_t i0 = g.causal ? b.r0 : 0; i0 < g.tq; i0 += kTile) {
     __syncthreads();
-    Stage<1>(qs, kTile, qb, i0, g.tq, g.q.ld, g.d);
-    Stage<1>(dys, kTile, dyb, i0, g.tq, g.y.ld, g.dv);
+    StageT(qt, qb, i0, g.tq, g.q.ld, g.d);
+    StageT(dyt, dyb, i0, g.tq, g.y.ld, g.dv);
     StageRow(lt, kTile, lse + b.p * g.tq, i0, g.tq);
     StageRow(dt, kTile, drow + b.p * g.tq, i0, g.tq);
     __syncthreads();
     float s[kRowsPerWarp] = {}, dp[kRowsPerWarp] = {};
-    for (int x = 0; x < g.d; ++x) {
-      const float qx = qs[lane][x];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) s[r] += krows[w * kRowsPerWarp + r][x] * qx;
-    }
-    for (int x = 0; x < g.dv; ++x) {
-      const float yx = dys[lane][x];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) dp[r] += vrows[w * kRowsPerWarp + r][x] * yx;
-    }
+    RowDots(krows, w * kRowsPerWarp, qt, lane, g.d, s);
+    RowDots(vrows, w * kRowsPerWarp, dyt, lane, g.dv, dp);
     const int64_t i = i0 + lane;
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -265,17 +278,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       ds[w][r][lane] = pr * (dp[r] - dt[lane]);
     }
     __syncwarp();
-    for (int ii = 0; ii < kTile; ++ii) {
-      const float q0 = qs[ii][lane], q1 = qs[ii][lane + 32], y0 = dys[ii][lane], y1 = dys[ii][lane + 32];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const float pr = ps[w][r][ii], d = ds[w][r][ii];
-        gv[r][0] += pr * y0;
-        gv[r][1] += pr * y1;
-        gk[r][0] += d * q0;
-        gk[r][1] += d * q1;
-      }
-    }
+    TileProducts(ps[w], dyt, lane, gv);
+    TileProducts(ds[w], qt, lane, gk);
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
