@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/op_refs.h"
+#include "emu/emu_checks.h"
 #include "core/attrs.h"
 #include "device/kernel_shapes.h"
 #include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
@@ -30,24 +31,7 @@ namespace {
 
 using namespace cuda;  // the kernels, as attention.cu sees them
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-HostTensor Host(const Shape& s, const std::vector<float>& v) { return HostTensor(s, std::vector<double>(v.begin(), v.end())); }
 
-// Every element within float32 rounding of a float64 sum (a few hundred terms).
-void ExpectNear(const std::vector<float>& got, const HostTensor& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.v.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::abs(double(got[i]) - want.v[i]) <= 1e-5 * (1 + std::abs(want.v[i]))) && bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements off, the first [" << first
-                     << "]: " << got[first] << " against " << want.v[first];
-}
 
 struct Problem {
   AttentionDims g;
@@ -82,22 +66,22 @@ void CheckPlain(int64_t bh, int64_t tq, int64_t tk, int64_t d, int64_t dv, int64
   const Shape sq{bh, tq, d}, sk{bh, tk, d}, sv{bh, tk, dv}, sy{bh, tq, dv}, sl{bh, tq};
   const AttentionDims g = MakeAttentionDims(attrs, sq, sv);
   ASSERT_TRUE(TiledAttentionTakes(g));
-  const auto q = Random(size_t(NumElements(sq)), 1, -2, 2), k = Random(size_t(NumElements(sk)), 2, -2, 2),
-             v = Random(size_t(NumElements(sv)), 3, -1, 1), dy = Random(size_t(NumElements(sy)), 4, -1, 1),
-             dlse = Random(size_t(NumElements(sl)), 5, -0.5, 0.5);
+  const auto q = Uniform<float>(size_t(NumElements(sq)), 1, -2, 2), k = Uniform<float>(size_t(NumElements(sk)), 2, -2, 2),
+             v = Uniform<float>(size_t(NumElements(sv)), 3, -1, 1), dy = Uniform<float>(size_t(NumElements(sy)), 4, -1, 1),
+             dlse = Uniform<float>(size_t(NumElements(sl)), 5, -0.5, 0.5);
   std::vector<float> y(size_t(NumElements(sy)), kNaN), lse(size_t(NumElements(sl)), kNaN);
   Forward(g, q.data(), k.data(), v.data(), y, lse);
   const std::vector<HostTensor> in = {Host(sq, q), Host(sk, k), Host(sv, v)};
   const std::vector<HostTensor> want = ref::Attention(RefArgs{in, attrs});
-  ExpectNear(y, want[0], "y");
-  ExpectNear(lse, want[1], "lse");
+  ExpectNear(y, want[0], 1e-5, "y");
+  ExpectNear(lse, want[1], 1e-5, "lse");
   std::vector<float> dq(q.size(), kNaN), dk(k.size(), kNaN), dv(v.size(), kNaN);
   Backward(g, q.data(), k.data(), v.data(), y, lse, dy, dlse, dq.data(), dk.data(), dv.data());
   const std::vector<HostTensor> gin = {in[0], in[1], in[2], Host(sy, y), Host(sl, lse), Host(sy, dy), Host(sl, dlse)};
   const std::vector<HostTensor> gwant = ref::AttentionGrad(RefArgs{gin, attrs});
-  ExpectNear(dq, gwant[0], "dq");
-  ExpectNear(dk, gwant[1], "dk");
-  ExpectNear(dv, gwant[2], "dv");
+  ExpectNear(dq, gwant[0], 1e-5, "dq");
+  ExpectNear(dk, gwant[1], 1e-5, "dk");
+  ExpectNear(dv, gwant[2], 1e-5, "dv");
 }
 
 // qkv (b, t, 3 dim) with heads: q, k and v are the thirds of each row, as attention_qkv runs them.
@@ -108,19 +92,19 @@ void CheckPacked(int64_t b, int64_t t, int64_t dim, int64_t heads, int64_t causa
   const Shape sqkv{b, t, 3 * dim}, sy{b, t, dim}, sl{b * heads, t};
   const AttentionDims g = MakeAttentionQkvDims(attrs, sqkv);
   ASSERT_TRUE(TiledAttentionTakes(g));
-  const auto qkv = Random(size_t(NumElements(sqkv)), 6, -2, 2), dy = Random(size_t(NumElements(sy)), 7, -1, 1),
-             dlse = Random(size_t(NumElements(sl)), 8, -0.5, 0.5);
+  const auto qkv = Uniform<float>(size_t(NumElements(sqkv)), 6, -2, 2), dy = Uniform<float>(size_t(NumElements(sy)), 7, -1, 1),
+             dlse = Uniform<float>(size_t(NumElements(sl)), 8, -0.5, 0.5);
   std::vector<float> y(size_t(NumElements(sy)), kNaN), lse(size_t(NumElements(sl)), kNaN);
   const float* p = qkv.data();
   Forward(g, p, p + dim, p + 2 * dim, y, lse);
   const std::vector<HostTensor> in = {Host(sqkv, qkv)};
   const std::vector<HostTensor> want = ref::AttentionQkv(RefArgs{in, attrs});
-  ExpectNear(y, want[0], "y");
-  ExpectNear(lse, want[1], "lse");
+  ExpectNear(y, want[0], 1e-5, "y");
+  ExpectNear(lse, want[1], 1e-5, "lse");
   std::vector<float> d(qkv.size(), kNaN);
   Backward(g, p, p + dim, p + 2 * dim, y, lse, dy, dlse, d.data(), d.data() + dim, d.data() + 2 * dim);
   const std::vector<HostTensor> gin = {in[0], Host(sy, y), Host(sl, lse), Host(sy, dy), Host(sl, dlse)};
-  ExpectNear(d, ref::AttentionQkvGrad(RefArgs{gin, attrs})[0], "dqkv");
+  ExpectNear(d, ref::AttentionQkvGrad(RefArgs{gin, attrs})[0], 1e-5, "dqkv");
 }
 
 TEST(AttentionTiles, PlainOperandsMatchTheReference) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/op_refs.h"
+#include "emu/emu_checks.h"
 #include "core/attrs.h"
 #include "core/half.h"
 #include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
@@ -34,40 +35,20 @@ using namespace cuda;  // the kernels, as cnn.cu sees them
 constexpr double kEps = 1e-5, kMomentum = 0.1;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-HostTensor Host(const Shape& s, const std::vector<float>& v) { return HostTensor(s, std::vector<double>(v.begin(), v.end())); }
-void ExpectNear(const std::vector<float>& got, const HostTensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.v.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i)
-    if (!(std::abs(double(got[i]) - want.v[i]) <= tol * (1 + std::abs(want.v[i]))))
-      ++reported, ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " against " << want.v[i];
-}
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
-// NCHW <-> NHWC of an (n, c, s) tensor.
-std::vector<float> ToNhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t s) {
+// An (n, c, s) tensor from NCHW to NHWC, or (to_nhwc false) back.
+std::vector<float> Relayout(const std::vector<float>& v, int64_t n, int64_t c, int64_t s, bool to_nhwc) {
   std::vector<float> o(v.size());
   for (int64_t i = 0; i < n; ++i)
     for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t k = 0; k < s; ++k) o[size_t((i * s + k) * c + ch)] = v[size_t((i * c + ch) * s + k)];
+      for (int64_t k = 0; k < s; ++k) {
+        const size_t nchw = size_t((i * c + ch) * s + k), nhwc = size_t((i * s + k) * c + ch);
+        o[to_nhwc ? nhwc : nchw] = v[to_nhwc ? nchw : nhwc];
+      }
   return o;
 }
-std::vector<float> ToNchw(const std::vector<float>& v, int64_t n, int64_t c, int64_t s) {
-  std::vector<float> o(v.size());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch)
-      for (int64_t k = 0; k < s; ++k) o[size_t((i * c + ch) * s + k)] = v[size_t((i * s + k) * c + ch)];
-  return o;
-}
+std::vector<float> ToNhwc(const std::vector<float>& v, int64_t n, int64_t c, int64_t s) { return Relayout(v, n, c, s, true); }
+std::vector<float> ToNchw(const std::vector<float>& v, int64_t n, int64_t c, int64_t s) { return Relayout(v, n, c, s, false); }
 
 // cnn.cu's LaunchBnApply.
 template <typename U, typename V>
@@ -137,8 +118,8 @@ void Check(const Shape& shape) {
                "x" + std::to_string(shape[3]));
   const int64_t n = shape[0], c = shape[1], s = shape[2] * shape[3];
   const size_t count = size_t(n * c * s);
-  const auto x = Random(count, 1, -2, 3), dy = Random(count, 2, -1, 1), res = Random(count, 3, -1, 1);
-  const auto gamma = Random(size_t(c), 4, 0.5, 1.5), beta = Random(size_t(c), 5, -1, 1);
+  const auto x = Uniform<float>(count, 1, -2, 3), dy = Uniform<float>(count, 2, -1, 1), res = Uniform<float>(count, 3, -1, 1);
+  const auto gamma = Uniform<float>(size_t(c), 4, 0.5, 1.5), beta = Uniform<float>(size_t(c), 5, -1, 1);
   const Shape sc{c};
   const Attrs attrs{{"eps", kEps}, {"momentum", kMomentum}, {"relu", int64_t(1)}, {"training", int64_t(1)}};
 

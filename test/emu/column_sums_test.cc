@@ -14,6 +14,7 @@
 
 #include "core/half.h"
 #include "device/kernel_shapes.h"
+#include "emu/emu_checks.h"
 #include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
 #include "device/cuda/device_math.cuh"
 
@@ -52,13 +53,6 @@ void ColumnReduce(const std::vector<In>& x, std::vector<T>& y, const ReduceDims&
               [&] { ColumnSlabsTotalKernel<Acc, T, kMax>(part.data(), y.data(), cl.slabs.slabs, count); });
 }
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
 
 // Each column's float64 sum (or maximum) of the values as the kernel reads them.
 std::vector<double> Want(const std::vector<double>& x, const ReduceDims& d, bool max) {
@@ -75,33 +69,25 @@ std::vector<double> Want(const std::vector<double>& x, const ReduceDims& d, bool
   return y;
 }
 
-template <typename T>
-void ExpectClose(const std::vector<T>& got, const std::vector<double>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i)
-    if (!(std::abs(double(got[i]) - want[i]) <= tol * (1 + std::abs(want[i]))))
-      ++reported, ADD_FAILURE() << "[" << i << "] " << got[i] << " against " << want[i];
-}
 
 TEST(ColumnSums, SumsAndMaximaByOneSlabAndSeveral) {
   for (const ReduceDims d : {ReduceDims{1, 2048, 40}, ReduceDims{1, 100, 70}, ReduceDims{3, 700, 33},
                              ReduceDims{2, 5000, 1}}) {
     SCOPED_TRACE("outer " + std::to_string(d.outer) + " r " + std::to_string(d.r) + " inner " + std::to_string(d.inner));
-    const auto x = Random(size_t(d.outer * d.r * d.inner), 1);
+    const auto x = Uniform<float>(size_t(d.outer * d.r * d.inner), 1, -1, 1);
     const std::vector<double> xd(x.begin(), x.end());
     if (d.r >= 512) {
       EXPECT_GT(ColumnLaunchOf(d).slabs.slabs, 1) << "this shape should take several slabs";
     }
     std::vector<float> y(size_t(d.outer * d.inner), std::numeric_limits<float>::quiet_NaN());
     ColumnReduce<float, false>(x, y, d);
-    ExpectClose(y, Want(xd, d, false), 1e-6);  // a float64 sum rounded once to float32
+    ExpectNear(y, Want(xd, d, false), 1e-6, "y");  // a float64 sum rounded once to float32
     std::vector<float> m(y.size(), std::numeric_limits<float>::quiet_NaN());
     ColumnReduce<float, true>(x, m, d);
-    ExpectClose(m, Want(xd, d, true), 0);
+    ExpectNear(m, Want(xd, d, true), 0, "m");
     std::vector<double> y64(y.size(), std::numeric_limits<double>::quiet_NaN());
     ColumnReduce<double, false>(xd, y64, d);
-    ExpectClose(y64, Want(xd, d, false), 1e-12);
+    ExpectNear(y64, Want(xd, d, false), 1e-12, "y64");
   }
 }
 
@@ -109,7 +95,7 @@ TEST(ColumnSums, SumsAndMaximaByOneSlabAndSeveral) {
 TEST(ColumnSums, BiasGradOfBfloat16AndItsCopy) {
   for (const ReduceDims d : {ReduceDims{1, 2048, 40}, ReduceDims{1, 90, 3}}) {
     SCOPED_TRACE("r " + std::to_string(d.r) + " n " + std::to_string(d.inner));
-    const auto x = Random(size_t(d.r * d.inner), 2);
+    const auto x = Uniform<float>(size_t(d.r * d.inner), 2, -1, 1);
     std::vector<uint16_t> bits(x.size());
     std::vector<double> widened(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
@@ -118,12 +104,12 @@ TEST(ColumnSums, BiasGradOfBfloat16AndItsCopy) {
     }
     std::vector<float> y(size_t(d.inner), std::numeric_limits<float>::quiet_NaN());
     ColumnReduce<float, false>(bits, y, d);
-    ExpectClose(y, Want(widened, d, false), 1e-6);
+    ExpectNear(y, Want(widened, d, false), 1e-6, "y");
     for (const bool bf16 : {true, false}) {
       std::vector<uint16_t> copy(x.size(), 0xffff);
       std::vector<float> s(size_t(d.inner), std::numeric_limits<float>::quiet_NaN());
       ColumnReduce<float, false>(x, s, d, copy.data(), bf16);
-      ExpectClose(s, Want(std::vector<double>(x.begin(), x.end()), d, false), 1e-6);
+      ExpectNear(s, Want(std::vector<double>(x.begin(), x.end()), d, false), 1e-6, "s");
       size_t off = 0;
       for (size_t i = 0; i < x.size(); ++i) {
         const float f = RoundToOddFloat(double(x[i]));

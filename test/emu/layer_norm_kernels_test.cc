@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/op_refs.h"
+#include "emu/emu_checks.h"
 #include "core/attrs.h"
 #include "core/half.h"
 #include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
@@ -32,26 +33,6 @@ using namespace cuda;  // the kernels, as transformer.cu sees them
 
 constexpr double kEps = 1e-5;
 
-template <typename T>
-std::vector<T> Random(size_t n, uint32_t seed, double lo, double hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<T> v(n);
-  for (T& x : v) x = T(u(rng));
-  return v;
-}
-template <typename T>
-HostTensor Host(const Shape& s, const std::vector<T>& v) {
-  return HostTensor(s, std::vector<double>(v.begin(), v.end()));
-}
-template <typename T>
-void ExpectNear(const std::vector<T>& got, const HostTensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.v.size()) << what;
-  int reported = 0;
-  for (size_t i = 0; i < got.size() && reported < 5; ++i)
-    if (!(std::abs(double(got[i]) - want.v[i]) <= tol * (1 + std::abs(want.v[i]))))
-      ++reported, ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " against " << want.v[i];
-}
 
 // transformer.cu's LayerNormCuda: y (Out), mean, invstd.
 template <typename T, typename Out>
@@ -108,8 +89,8 @@ void Check(int64_t r, int64_t d, double tol) {
                std::to_string(d));
   const Attrs attrs{{"eps", kEps}};
   const Shape sx{r, d}, sg{d}, sr{r};
-  const auto x = Random<T>(size_t(r * d), 1, -2, 3), g = Random<T>(size_t(d), 2, 0.5, 1.5),
-             b = Random<T>(size_t(d), 3, -1, 1), dy = Random<T>(size_t(r * d), 4, -1, 1);
+  const auto x = Uniform<T>(size_t(r * d), 1, -2, 3), g = Uniform<T>(size_t(d), 2, 0.5, 1.5),
+             b = Uniform<T>(size_t(d), 3, -1, 1), dy = Uniform<T>(size_t(r * d), 4, -1, 1);
   const T nan = std::numeric_limits<T>::quiet_NaN();
   std::vector<T> y(x.size(), nan), mean(size_t(r), nan), invstd(size_t(r), nan);
   Forward<T, T>(x, g, b, y.data(), mean, invstd, r, d, false);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/optimizer_formulas.h"
+#include "emu/emu_checks.h"
 #include "emu/cuda_emu.h"  // before the kernels' sources: its macros name CUDA's built-ins
 #include "device/cuda/device_math.cuh"
 
@@ -56,9 +57,6 @@ std::vector<Member> Members(bool adam) {
   return ms;
 }
 
-bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 void ExpectSame(const std::vector<Member>& group, const std::vector<Member>& single) {
   for (size_t k = 0; k < group.size(); ++k) {
     SCOPED_TRACE("member " + std::to_string(k) + " of " + std::to_string(kSizes[k]) + " elements");
