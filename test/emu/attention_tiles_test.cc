@@ -31,14 +31,6 @@ namespace {
 
 using namespace cuda;  // the kernels, as attention.cu sees them
 
-
-
-struct Problem {
-  AttentionDims g;
-  Attrs attrs;
-  std::string name;
-};
-
 void Forward(const AttentionDims& g, const float* q, const float* k, const float* v, std::vector<float>& y,
              std::vector<float>& lse) {
   emu::Launch({TileGrid(g.bh, g.tq)}, {32 * kWarps}, [&] { AttentionTiledKernel(g, q, k, v, y.data(), lse.data()); });
